@@ -1,0 +1,141 @@
+"""`omni-console` command line: the console app (default), `plan`, `run --headless`, `demo-model`.
+
+Errors the operator can fix print one line and exit 2 — no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..offload.errors import ConfigError
+from ..offload.policy import build_policy, parse_components_json
+
+SUBCOMMANDS = ("console", "plan", "run", "demo-model")
+EXIT_USAGE = 2
+
+
+def _policy_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", type=Path, help="diffusers model directory (default: the embedded demo model)")
+    parser.add_argument("--variant", help="weight variant to read, e.g. fp16 (files NAME.fp16.safetensors)")
+    parser.add_argument("--dlo-offload-components", metavar="JSON",
+                        help='per-component policy, e.g. \'{"text_encoder": false, "default": true}\'')
+    parser.add_argument("--resident-layers", type=int, default=0, metavar="N",
+                        help="leading DiT blocks kept on the device (0..number of blocks)")
+    parser.add_argument("--mode", choices=("dlo", "resident"), default="dlo",
+                        help="dlo: stream DiT blocks (default); resident: no offload (baseline)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="omni-console",
+        description="Operator console for layerwise-offloaded diffusion models. "
+                    "Without a subcommand, opens the console app.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="{console,plan,run,demo-model}")
+
+    app = sub.add_parser("console", help="open the Textual console (default)")
+    _policy_flags(app)
+    app.add_argument("--theme", help="theme name (see --help of the app, or press t to cycle)")
+    app.add_argument("--telemetry-hz", type=float, default=10.0, help="telemetry sampling rate (default 10)")
+
+    plan = sub.add_parser("plan", help="show components, residency and the forecast without loading")
+    _policy_flags(plan)
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON (schema omni-console.plan/1)")
+
+    run = sub.add_parser("run", help="load and generate (use --headless)")
+    _policy_flags(run)
+    run.add_argument("--headless", action="store_true", help="run without the UI (required for now)")
+    run.add_argument("--prompt", default="a lighthouse on a cliff at dusk")
+    run.add_argument("--steps", type=int, default=None, help="denoise steps (default: the model's)")
+    run.add_argument("--height", type=int, default=None)
+    run.add_argument("--width", type=int, default=None)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--guidance", type=float, default=None)
+    run.add_argument("--output", type=Path, default=Path("out.png"))
+    run.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: cuda if available)")
+    run.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    demo = sub.add_parser("demo-model", help="write the tiny random-weight Flux demo model to PATH")
+    demo.add_argument("path", type=Path)
+    demo.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def _normalise_argv(argv: Sequence[str]) -> list[str]:
+    """No subcommand means the console app."""
+    argv = list(argv)
+    if not argv or argv[0] not in (*SUBCOMMANDS, "-h", "--help"):
+        return ["console", *argv]
+    return argv
+
+
+def resolve_model_path(model: Path | None) -> Path:
+    if model is not None:
+        return model
+    from ..engine.demo_model import ensure_demo_model
+
+    return ensure_demo_model()
+
+
+def policy_from_args(args: argparse.Namespace):
+    return build_policy(parse_components_json(args.dlo_offload_components), args.resident_layers, args.mode)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from ..engine.discovery import discover_model
+    from ..engine.export import plan_to_dict
+    from ..engine.plan import make_plan
+
+    policy = policy_from_args(args)  # build-time checks first: no disk access for a bad flag
+    plan = make_plan(discover_model(resolve_model_path(args.model), args.variant), policy)
+    if args.json:
+        print(json.dumps(plan_to_dict(plan), indent=2))
+    else:
+        from .plan_view import render_plan
+
+        render_plan(plan)
+    return 0
+
+
+def cmd_demo_model(args: argparse.Namespace) -> int:
+    from ..engine.demo_model import build_demo_model
+
+    path = build_demo_model(args.path, seed=args.seed)
+    print(f"demo model written to {path}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .headless import run_headless
+
+    return run_headless(args)
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    from .app_main import run_app
+
+    return run_app(args)
+
+
+COMMANDS = {"plan": cmd_plan, "demo-model": cmd_demo_model, "run": cmd_run, "console": cmd_console}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(_normalise_argv(sys.argv[1:] if argv is None else argv))
+    try:
+        return COMMANDS[args.command](args)
+    except ConfigError as exc:
+        print(f"omni-console: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("omni-console: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""Read a diffusers-layout model directory without loading any weights.
+
+`discover_model(path)` reads `model_index.json`, each component's `config.json` and its
+safetensors headers, and returns what the plan and the console show: every component with its
+role, library, class, dtypes, parameter count and bytes, and for each DiT its block lists in
+execution order with bytes per block and the non-block remainder.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .blocks import BlockList, find_block_lists, order_block_lists, registration_order
+from .roles import Role, classify
+from .weights import ModelDirError, find_weights, load_json, read_weight_set
+
+CONFIG_NAMES = ("config.json", "scheduler_config.json", "tokenizer_config.json", "preprocessor_config.json")
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentInfo:
+    """One pipeline component as discovered from its folder."""
+
+    name: str
+    role: Role
+    library: str | None
+    class_name: str | None
+    folder: Path
+    files: tuple[Path, ...] = ()
+    variant: str | None = None
+    dtype_bytes: dict[str, int] = field(default_factory=dict)
+    num_params: int = 0
+    nbytes: int = 0
+    block_lists: tuple[BlockList, ...] = ()
+
+    @property
+    def dtypes(self) -> list[str]:
+        """Dtypes by bytes held, largest first."""
+        return [d for d, _ in sorted(self.dtype_bytes.items(), key=lambda kv: -kv[1])]
+
+    @property
+    def block_bytes(self) -> int:
+        return sum(b.total_bytes for b in self.block_lists)
+
+    @property
+    def non_block_bytes(self) -> int:
+        return self.nbytes - self.block_bytes
+
+    @property
+    def num_blocks(self) -> int:
+        return sum(b.count for b in self.block_lists)
+
+    @property
+    def has_weights(self) -> bool:
+        return bool(self.files)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """A discovered model directory."""
+
+    path: Path
+    pipeline_class: str
+    components: tuple[ComponentInfo, ...]
+
+    def by_role(self, role: Role) -> list[ComponentInfo]:
+        return [c for c in self.components if c.role == role]
+
+    @property
+    def dits(self) -> list[ComponentInfo]:
+        return self.by_role("dit")
+
+    @property
+    def auxiliary_names(self) -> list[str]:
+        """Names the policy map may key: encoders and VAEs."""
+        return [c.name for c in self.components if c.role in ("encoder", "vae")]
+
+    @property
+    def num_dit_blocks(self) -> int:
+        return sum(c.num_blocks for c in self.dits)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.nbytes for c in self.components)
+
+    def component(self, name: str) -> ComponentInfo:
+        for c in self.components:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+
+def _component_entries(index: dict, index_path: Path) -> list[tuple[str, str | None, str | None]]:
+    entries = []
+    for name, value in index.items():
+        if name.startswith("_"):
+            continue
+        if not (isinstance(value, list) and len(value) == 2):
+            if isinstance(value, (str, int, float, bool)) or value is None:
+                continue  # pipeline-level settings such as "requires_safety_checker"
+            raise ModelDirError(f"{index_path}: component {name!r} must be [library, class], got {value!r}")
+        library, class_name = value
+        if library is None and class_name is None:
+            continue  # optional component left out of this checkpoint
+        entries.append((name, library, class_name))
+    return entries
+
+
+def _read_config(folder: Path) -> dict:
+    for config_name in CONFIG_NAMES:
+        if (folder / config_name).is_file():
+            return load_json(folder / config_name)
+    return {}
+
+
+def discover_component(root: Path, name: str, library: str | None, class_name: str | None,
+                       variant: str | None = None) -> ComponentInfo:
+    """Discover one component folder (headers only)."""
+    folder = root / name
+    if not folder.is_dir():
+        raise ModelDirError(f"{folder}: component folder for {name!r} ({class_name}) is missing")
+    config = _read_config(folder)  # also validates that configs are well-formed JSON
+    weights = find_weights(folder, variant)
+    role = classify(name, library, class_name, weights is not None)
+    if weights is None:
+        return ComponentInfo(name, role, library, class_name, folder)
+    tensors = read_weight_set(weights)
+    dtype_bytes: Counter[str] = Counter()
+    for tensor in tensors:
+        dtype_bytes[tensor.dtype] += tensor.nbytes
+    block_lists: tuple[BlockList, ...] = ()
+    if role == "dit":
+        lists = find_block_lists(tensors)
+        order = registration_order(library, class_name, config) if len(lists) > 1 else None
+        block_lists = tuple(order_block_lists(lists, order))
+    return ComponentInfo(
+        name=name, role=role, library=library, class_name=class_name, folder=folder,
+        files=weights.files, variant=weights.variant, dtype_bytes=dict(dtype_bytes),
+        num_params=sum(t.numel for t in tensors), nbytes=sum(t.nbytes for t in tensors),
+        block_lists=block_lists,
+    )
+
+
+def discover_model(path: str | Path, variant: str | None = None) -> ModelInfo:
+    """Discover a diffusers-layout model directory; raises ModelDirError with one clear line."""
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise ModelDirError(f"{root}: no such model directory")
+    if not root.is_dir():
+        raise ModelDirError(f"{root}: is a file, expected a diffusers model directory")
+    index_path = root / "model_index.json"
+    if not index_path.is_file():
+        raise ModelDirError(f"{root}: no model_index.json (not a diffusers-layout model directory)")
+    index = load_json(index_path)
+    pipeline_class = index.get("_class_name")
+    if not isinstance(pipeline_class, str) or not pipeline_class:
+        raise ModelDirError(f"{index_path}: missing '_class_name' (the pipeline class)")
+    components = tuple(
+        discover_component(root, name, library, class_name, variant)
+        for name, library, class_name in _component_entries(index, index_path)
+    )
+    return ModelInfo(root, pipeline_class, components)

@@ -1,0 +1,91 @@
+"""The chosen policy in vLLM-Omni's own spellings, and as a stable JSON document."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from .plan import Plan
+
+PLAN_SCHEMA = "omni-console.plan/1"
+
+
+def vllm_flags(plan: Plan) -> str:
+    """`--dlo-offload-components '…' --dlo-resident-layers N`, or the no-offload note for resident mode."""
+    policy = plan.policy
+    if policy.mode == "resident":
+        return ""
+    return (f"--dlo-offload-components {shlex.quote(policy.components_json())} "
+            f"--dlo-resident-layers {policy.resident_layers}")
+
+
+def vllm_serve_command(plan: Plan) -> str:
+    """The equivalent `vllm serve` line (DLO without AllGather, which resident layers require upstream)."""
+    path = shlex.quote(str(plan.model.path))
+    if plan.policy.mode == "resident":
+        return f"vllm serve {path} --omni"
+    return (f"vllm serve {path} --omni --enable-distributed-layerwise-offload --dlo-no-use-allgather "
+            f"{vllm_flags(plan)}")
+
+
+def vllm_python_call(plan: Plan) -> str:
+    """The equivalent `Omni(...)` constructor call."""
+    if plan.policy.mode == "resident":
+        return f"Omni(model={str(plan.model.path)!r})"
+    comps = ", ".join(f"{k!r}: {v!r}" for k, v in plan.policy.dlo_offload_components.items())
+    return (f"Omni(model={str(plan.model.path)!r}, enable_distributed_layerwise_offload=True, "
+            f"dlo_use_allgather=False, dlo_resident_layers={plan.policy.resident_layers}, "
+            f"dlo_offload_components={{{comps}}})")
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    """The `plan --json` document; its keys are stable within schema `omni-console.plan/1`.
+
+    All sizes are integers in bytes. `components[].residency` is one of streamed / staged /
+    resident / none; `why` is explicit / default / implicit (policy map), dlo (DiT), mode
+    (mode=resident), no-weights, not-auxiliary, no-blocks.
+    """
+    forecast = plan.forecast
+    return {
+        "schema": PLAN_SCHEMA,
+        "model": {"path": str(plan.model.path), "pipeline_class": plan.model.pipeline_class,
+                  "total_bytes": plan.model.nbytes},
+        "policy": {
+            "mode": plan.policy.mode,
+            "dlo_offload_components": dict(plan.policy.dlo_offload_components),
+            "resident_layers": plan.policy.resident_layers,
+        },
+        "components": [
+            {
+                "name": c.info.name, "role": c.info.role, "library": c.info.library,
+                "class": c.info.class_name, "dtypes": c.info.dtypes, "num_params": c.info.num_params,
+                "bytes": c.info.nbytes, "variant": c.info.variant,
+                "files": [str(f.relative_to(plan.model.path)) for f in c.info.files],
+                "residency": c.residency, "why": c.why,
+                "device_bytes": c.device_bytes, "host_bytes": c.host_bytes,
+                "block_lists": [
+                    {"attr": b.attr, "count": b.count, "bytes_per_block": list(b.block_bytes),
+                     "largest_block_bytes": b.largest_bytes, "total_bytes": b.total_bytes}
+                    for b in c.info.block_lists
+                ],
+                "non_block_bytes": c.info.non_block_bytes if c.info.role == "dit" else None,
+                "resident_layers": c.resident_layers if c.info.role == "dit" else None,
+            }
+            for c in plan.components
+        ],
+        "forecast": {
+            "device_resident_bytes": forecast.device_resident_bytes,
+            "pinned_host_bytes": forecast.pinned_host_bytes,
+            "streamed_bytes_per_forward": forecast.streamed_bytes_per_forward,
+            "peak_device_weight_bytes": forecast.peak_device_weight_bytes,
+            "largest_streamed_block_bytes": forecast.largest_streamed_block_bytes,
+            "largest_staged_bytes": forecast.largest_staged_bytes,
+            "num_streamed_blocks": forecast.num_streamed_blocks,
+            "num_resident_blocks": forecast.num_resident_blocks,
+        },
+        "vllm_omni": {
+            "flags": vllm_flags(plan),
+            "serve": vllm_serve_command(plan),
+            "python": vllm_python_call(plan),
+        },
+    }

@@ -1,0 +1,168 @@
+"""Find a component's weight files and read their safetensors headers — never tensor data.
+
+Rules for a component folder:
+- A sharded checkpoint is named by its `*.safetensors.index.json` (its `weight_map` lists shards).
+- A variant (`--variant fp16`) selects `NAME.fp16.safetensors` / `NAME.safetensors.index.fp16.json`
+  files; without a variant, plain files are preferred and a variant-only folder uses its variant.
+- Pickle formats (`.bin`, `.pt`, `.pth`, `.ckpt`) are never opened: a folder holding only those
+  is refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from safetensors import SafetensorError, safe_open
+
+from ..offload.errors import ConfigError
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+# safetensors dtype tags → (torch-style name, bytes per element)
+DTYPES: dict[str, tuple[str, float]] = {
+    "F64": ("float64", 8), "F32": ("float32", 4), "F16": ("float16", 2), "BF16": ("bfloat16", 2),
+    "F8_E4M3": ("float8_e4m3fn", 1), "F8_E5M2": ("float8_e5m2", 1), "F8_E8M0": ("float8_e8m0fnu", 1),
+    "I64": ("int64", 8), "I32": ("int32", 4), "I16": ("int16", 2), "I8": ("int8", 1),
+    "U64": ("uint64", 8), "U32": ("uint32", 4), "U16": ("uint16", 2), "U8": ("uint8", 1),
+    "BOOL": ("bool", 1), "F4": ("float4_e2m1fn_x2", 0.5), "C64": ("complex64", 8),
+}
+
+
+class ModelDirError(ConfigError):
+    """A model directory, component folder or weight file the engine cannot use."""
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """One tensor as its header describes it."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    file: Path
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.numel * DTYPES[_tag_of(self.dtype)][1])
+
+
+_NAME_TO_TAG = {name: tag for tag, (name, _) in DTYPES.items()}
+
+
+def _tag_of(dtype_name: str) -> str:
+    return _NAME_TO_TAG[dtype_name]
+
+
+def read_header(path: Path) -> list[TensorInfo]:
+    """Tensor names, dtypes and shapes of one safetensors file, validated against the file's size."""
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            infos = []
+            for name in handle.keys():
+                tensor_slice = handle.get_slice(name)
+                tag = tensor_slice.get_dtype()
+                if tag not in DTYPES:
+                    raise ModelDirError(f"{path}: tensor {name!r} has unsupported dtype {tag}")
+                infos.append(TensorInfo(name, DTYPES[tag][0], tuple(tensor_slice.get_shape()), path))
+            return infos
+    except SafetensorError as exc:
+        raise ModelDirError(f"{path}: corrupt safetensors header ({_short(exc)})") from None
+    except OSError as exc:
+        raise ModelDirError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).replace("Error while deserializing header: ", "").strip()
+
+
+def load_json(path: Path) -> dict:
+    """Read a JSON object file with an error that names the file and the position."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelDirError(f"{path}: file not found") from None
+    except json.JSONDecodeError as exc:
+        raise ModelDirError(f"{path}: malformed JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelDirError(f"{path}: cannot read ({exc})") from None
+    if not isinstance(value, dict):
+        raise ModelDirError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class WeightSet:
+    """The weight files chosen for one component folder."""
+
+    files: tuple[Path, ...]
+    index: Path | None
+    variant: str | None
+
+
+def _variant_of(name: str) -> str | None:
+    """`x.fp16.safetensors` → fp16; `x.safetensors.index.fp16.json` → fp16; plain → None."""
+    if name.endswith(".safetensors.index.json"):
+        return None
+    if ".safetensors.index." in name and name.endswith(".json"):
+        return name.split(".safetensors.index.", 1)[1][: -len(".json")]
+    stem = name[: -len(".safetensors")]
+    # sharded names (model-00001-of-00002.safetensors) carry no variant unless dotted
+    parts = stem.split(".")
+    return parts[-1] if len(parts) > 1 else None
+
+
+def find_weights(folder: Path, variant: str | None = None) -> WeightSet | None:
+    """Choose the safetensors files of a component folder; None when it has no weights at all."""
+    names = sorted(p.name for p in folder.iterdir() if p.is_file())
+    indexes = [n for n in names if ".safetensors.index" in n and n.endswith(".json")]
+    singles = [n for n in names if n.endswith(".safetensors")]
+    pickles = [n for n in names if n.endswith(PICKLE_SUFFIXES)]
+    if not indexes and not singles:
+        if pickles:
+            raise ModelDirError(
+                f"{folder}: weights only in pickle format ({', '.join(pickles)}); omni-console loads "
+                "safetensors only and never unpickles checkpoints — convert them to .safetensors"
+            )
+        return None
+    variants_present = sorted({v for v in map(_variant_of, indexes + singles) if v})
+    chosen = variant if variant in variants_present else None
+    if variant is None and not [n for n in indexes + singles if _variant_of(n) is None]:
+        chosen = variants_present[0]  # variant-only folder
+    index = next((n for n in indexes if _variant_of(n) == chosen), None)
+    if index is not None:
+        index_path = folder / index
+        weight_map = load_json(index_path).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ModelDirError(f"{index_path}: missing or empty 'weight_map'")
+        shards = sorted(set(weight_map.values()))
+        for shard in shards:
+            if not (folder / shard).is_file():
+                raise ModelDirError(f"{index_path}: shard {shard} is missing")
+        return WeightSet(tuple(folder / s for s in shards), index_path, chosen)
+    files = [n for n in singles if _variant_of(n) == chosen and "-of-" not in n]
+    if not files:
+        return None
+    return WeightSet(tuple(folder / f for f in files), None, chosen)
+
+
+def read_weight_set(weights: WeightSet) -> list[TensorInfo]:
+    """All tensors of a component; the index's weight_map must agree with the shards' headers."""
+    tensors: list[TensorInfo] = []
+    for file in weights.files:
+        tensors.extend(read_header(file))
+    if weights.index is not None:
+        expected = set(load_json(weights.index)["weight_map"])
+        found = {t.name for t in tensors}
+        missing = sorted(expected - found)
+        if missing:
+            raise ModelDirError(f"{weights.index}: {len(missing)} tensors listed but absent from shards, e.g. {missing[0]}")
+    return tensors

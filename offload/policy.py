@@ -1,0 +1,154 @@
+"""The per-component offload policy, with vLLM-Omni's `dlo_offload_components` semantics.
+
+Two validation moments, as upstream (design.md §2.1):
+- when the policy is built: shape and types of the map, and "requires DLO" for a non-empty map
+  with `mode="resident"`;
+- after discovery, before anything is moved (`check_against`): only `"default"` and the discovered
+  encoder/VAE names are allowed; DiT names and unknown names are rejected, listed sorted.
+
+Resolution of one auxiliary component: its own entry, else `"default"`, else True (staged).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import PolicyError, PolicyTypeError
+
+Mode = Literal["dlo", "resident"]
+Source = Literal["explicit", "default", "implicit"]
+DEFAULT_KEY = "default"
+OPTION = "dlo_offload_components"
+
+
+def _type_name(value: object) -> str:
+    return type(value).__name__
+
+
+def validate_component_map(value: object) -> dict[str, bool]:
+    """Build-time checks of the map (upstream `OffloadConfig` semantics); `None` means `{}`."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise PolicyTypeError(
+            f"{OPTION} must be a mapping of component names to booleans, got {_type_name(value)}"
+        )
+    checked: dict[str, bool] = {}
+    for key, flag in value.items():
+        if not isinstance(key, str) or not key:
+            raise PolicyTypeError(f"{OPTION} keys must be non-empty strings")
+        if not isinstance(flag, bool):  # 0, 1, "false" are rejected: only real booleans
+            raise PolicyTypeError(f"{OPTION}[{key!r}] must be a boolean, got {_type_name(flag)}")
+        checked[key] = flag
+    return checked
+
+
+class OffloadPolicy(BaseModel):
+    """What the operator chose: DLO or the resident baseline, the component map, resident layers."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mode: Mode = "dlo"
+    dlo_offload_components: dict[str, bool] = Field(default_factory=dict)
+    resident_layers: int = 0
+
+    @field_validator("dlo_offload_components", mode="before")
+    @classmethod
+    def _check_map(cls, value: object) -> dict[str, bool]:
+        return validate_component_map(value)
+
+    @field_validator("resident_layers", mode="before")
+    @classmethod
+    def _check_layers(cls, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PolicyTypeError(f"resident_layers must be an integer, got {_type_name(value)}")
+        if value < 0:
+            raise PolicyError(f"resident_layers must be >= 0, got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _check_mode(self) -> OffloadPolicy:
+        if self.mode == "resident" and self.dlo_offload_components:
+            raise PolicyError(f"{OPTION} requires distributed layerwise offload (mode=dlo), got mode=resident")
+        if self.mode == "resident" and self.resident_layers:
+            raise PolicyError("resident_layers requires distributed layerwise offload (mode=dlo)")
+        return self
+
+    # -- resolution --------------------------------------------------------------------------
+    def offload_enabled(self, name: str) -> bool:
+        """True: staged (offloaded between uses); False: resident on the device once."""
+        if self.mode == "resident":
+            return False
+        comps = self.dlo_offload_components
+        return comps.get(name, comps.get(DEFAULT_KEY, True))
+
+    def source_of(self, name: str) -> Source:
+        """Why `offload_enabled(name)` says what it says."""
+        if name in self.dlo_offload_components:
+            return "explicit"
+        if DEFAULT_KEY in self.dlo_offload_components:
+            return "default"
+        return "implicit"
+
+    def check_against(self, auxiliary_names: Iterable[str], dit_names: Iterable[str], num_dit_blocks: int) -> None:
+        """Post-discovery checks, before anything is allocated or moved."""
+        allowed = {DEFAULT_KEY, *auxiliary_names}
+        unknown = sorted(k for k in self.dlo_offload_components if k not in allowed)
+        if unknown:
+            dits = sorted(set(unknown) & set(dit_names))
+            hint = f" ({', '.join(dits)} {'is a DiT' if len(dits) == 1 else 'are DiTs'})" if dits else ""
+            raise PolicyError(
+                f"{OPTION} contains unknown auxiliary components: {unknown}{hint}. "
+                f"DLO always owns DiT offload. Allowed keys: {sorted(allowed)}"
+            )
+        if self.resident_layers > num_dit_blocks:
+            raise PolicyError(
+                f"resident_layers must be between 0 and {num_dit_blocks} (the model's DiT blocks), "
+                f"got {self.resident_layers}"
+            )
+
+    # -- edits (the console's toggles) -------------------------------------------------------
+    def with_component(self, name: str, offload: bool | None) -> OffloadPolicy:
+        """A copy with `name` set (None removes the entry so it falls back to the default)."""
+        comps = dict(self.dlo_offload_components)
+        if offload is None:
+            comps.pop(name, None)
+        else:
+            comps[name] = offload
+        return self.model_copy(update={"dlo_offload_components": comps})
+
+    def with_resident_layers(self, n: int) -> OffloadPolicy:
+        return build_policy(self.dlo_offload_components, n, self.mode)
+
+    def components_json(self) -> str:
+        """The exact `--dlo-offload-components` value (compact JSON, keys in insertion order)."""
+        return json.dumps(self.dlo_offload_components, separators=(", ", ": "))
+
+
+def build_policy(components: Any = None, resident_layers: Any = 0, mode: Any = "dlo") -> OffloadPolicy:
+    """Build a policy, turning pydantic's wrapped errors back into our one-line errors."""
+    if mode not in ("dlo", "resident"):
+        raise PolicyError(f"mode must be 'dlo' or 'resident', got {mode!r}")
+    try:
+        return OffloadPolicy(mode=mode, dlo_offload_components=components, resident_layers=resident_layers)
+    except ValidationError as exc:
+        for err in exc.errors():
+            original = (err.get("ctx") or {}).get("error")
+            if isinstance(original, PolicyError):
+                raise original from None
+        raise PolicyError(str(exc.errors()[0].get("msg", exc))) from None
+
+
+def parse_components_json(text: str | None) -> dict[str, bool] | None:
+    """Parse the CLI's `--dlo-offload-components` JSON text, then apply the build-time checks."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PolicyError(f"--dlo-offload-components is not valid JSON: {exc.msg} at column {exc.colno}") from None
+    return validate_component_map(value)
