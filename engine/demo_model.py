@@ -7,6 +7,7 @@ byte-identical safetensors), a few MB, and written atomically so a half-built fo
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
@@ -21,14 +22,20 @@ __all__ = [
     "CACHE_ENV",
     "COMPLETE_MARKER",
     "DEMO_GENERATION",
+    "VARIANT_DTYPES",
     "VERSION",
     "atomic_build",
     "build_demo_model",
     "cache_root",
     "default_demo_model_path",
     "ensure_demo_model",
+    "FLUX_LAYOUT",
     "is_complete",
+    "make_flux_pipeline",
+    "save_pipeline",
+    "seeded",
     "set_model_index_class",
+    "tiny_vae",
     "tiny_clip_text_config",
     "tiny_t5_config",
 ]
@@ -70,10 +77,13 @@ def is_complete(path: Path) -> bool:
 
 
 @contextmanager
-def _seeded(seed: int) -> Iterator[None]:
-    """Seed torch's CPU RNG for one component's init, without leaking the state to the caller."""
+def seeded(seed: int, component: int) -> Iterator[None]:
+    """Seed torch's CPU RNG for one component's init, without leaking the state to the caller.
+
+    Each component gets its own derived seed, so changing one component never shifts another's weights.
+    """
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        torch.manual_seed(seed * 1000 + component)
         yield
 
 
@@ -155,24 +165,45 @@ def tiny_t5_config(vocab_size: int, *, d_model: int = 32, layers: int = 2, umt5:
     )
 
 
-def _build_flux(out: Path, seed: int) -> None:
-    """Construct every component under its own derived seed and save the pipeline (safetensors)."""
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+def tiny_vae(*, latent_channels: int, scaling_factor: float, shift_factor: float | None):
+    """A tiny 4-level AutoencoderKL: spatial factor 8 like the real SD/Flux VAEs, ~1 MB."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4,
+        block_out_channels=(16, 16, 32, 32),
+        layers_per_block=1,
+        latent_channels=latent_channels,
+        norm_num_groups=8,
+        sample_size=64,
+        scaling_factor=scaling_factor,
+        shift_factor=shift_factor,
+        use_quant_conv=shift_factor is None,
+        use_post_quant_conv=shift_factor is None,
+    ).eval()
+
+
+def make_flux_pipeline(seed: int):
+    """Construct the tiny Flux pipeline in memory (each component under its own derived seed)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextModel, T5EncoderModel
 
-    from .tokenizers_offline import build_clip_tokenizer, build_t5_tokenizer, write_clip_slow_files
+    from .tokenizers_offline import build_clip_tokenizer, build_t5_tokenizer
 
     clip_tok = build_clip_tokenizer()
     t5_tok = build_t5_tokenizer()
     clip_hidden, t5_dim = 32, 32
-    with _seeded(seed * 1000 + 1):
+    with seeded(seed, 1):
         text_encoder = CLIPTextModel(tiny_clip_text_config(len(clip_tok), hidden=clip_hidden)).eval()
-    with _seeded(seed * 1000 + 2):
+    with seeded(seed, 2):
         text_encoder_2 = T5EncoderModel(tiny_t5_config(len(t5_tok), d_model=t5_dim)).eval()
-    with _seeded(seed * 1000 + 3):
+    with seeded(seed, 3):
         transformer = FluxTransformer2DModel(
             patch_size=1,
-            in_channels=64,
+            in_channels=64,  # 16 latent channels x 2x2 packing
             num_layers=2,
             num_single_layers=4,
             attention_head_dim=16,
@@ -182,22 +213,8 @@ def _build_flux(out: Path, seed: int) -> None:
             guidance_embeds=True,
             axes_dims_rope=(4, 6, 6),
         ).eval()
-    with _seeded(seed * 1000 + 4):
-        vae = AutoencoderKL(
-            in_channels=3,
-            out_channels=3,
-            down_block_types=("DownEncoderBlock2D",) * 4,
-            up_block_types=("UpDecoderBlock2D",) * 4,
-            block_out_channels=(16, 16, 32, 32),
-            layers_per_block=1,
-            latent_channels=16,
-            norm_num_groups=8,
-            sample_size=64,
-            scaling_factor=0.3611,
-            shift_factor=0.1159,
-            use_quant_conv=False,
-            use_post_quant_conv=False,
-        ).eval()
+    with seeded(seed, 4):
+        vae = tiny_vae(latent_channels=16, scaling_factor=0.3611, shift_factor=0.1159)
     scheduler = FlowMatchEulerDiscreteScheduler(
         num_train_timesteps=1000,
         shift=3.0,
@@ -207,7 +224,7 @@ def _build_flux(out: Path, seed: int) -> None:
         base_image_seq_len=256,
         max_image_seq_len=4096,
     )
-    pipe = FluxPipeline(
+    return FluxPipeline(
         scheduler=scheduler,
         vae=vae,
         text_encoder=text_encoder,
@@ -216,9 +233,81 @@ def _build_flux(out: Path, seed: int) -> None:
         tokenizer_2=t5_tok,
         transformer=transformer,
     )
-    pipe.save_pretrained(str(out), safe_serialization=True)
-    write_clip_slow_files(out / "tokenizer")
-    set_model_index_class(out, "tokenizer_2", "T5TokenizerFast")
+
+
+FLUX_LAYOUT: dict[str, str] = {"tokenizer_2": "T5TokenizerFast"}
+"""model_index class names as in black-forest-labs/FLUX.1-dev."""
+
+
+VARIANT_DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16}
+"""Variants whose files hold that dtype, as on the hub; any other variant name keeps float32."""
+
+
+def save_pipeline(
+    pipe,
+    out: Path,
+    *,
+    class_names: dict[str, str] | None = None,
+    shard_transformer: bool = False,
+    variant: str | None = None,
+    keep_default: bool = False,
+) -> None:
+    """Save a pipeline safetensors-only, like ``DiffusionPipeline.save_pretrained`` but with per-component
+    control: the transformer alone can be sharded (into two shards), and a variant can be written alone or
+    beside the default float32 files (``keep_default``), as hub repos do.
+    """
+    from .tokenizers_offline import write_clip_slow_files
+
+    out = Path(out)
+    if variant is None or keep_default:
+        _save_components(pipe, out, variant=None, shard_transformer=shard_transformer, weights_only=False)
+    if variant is not None:
+        dtype = VARIANT_DTYPES.get(variant)
+        if dtype is not None:
+            for component in pipe.components.values():
+                if isinstance(component, torch.nn.Module):
+                    component.to(dtype)
+        _save_components(
+            pipe, out, variant=variant, shard_transformer=shard_transformer, weights_only=keep_default
+        )
+    pipe.save_config(str(out))  # model_index.json
+    for name, component in pipe.components.items():
+        if type(component).__name__ == "CLIPTokenizer":
+            write_clip_slow_files(out / name)
+    for name, class_name in (class_names or {}).items():
+        set_model_index_class(out, name, class_name)
+
+
+def _two_shard_limit(module: torch.nn.Module) -> int:
+    """A max_shard_size that splits ``module`` into exactly two shards (greedy packing)."""
+    sizes = [t.numel() * t.element_size() for t in module.state_dict().values()]
+    return sum(sizes) // 2 + max(sizes)
+
+
+def _save_components(
+    pipe, out: Path, *, variant: str | None, shard_transformer: bool, weights_only: bool
+) -> None:
+    """Save each component into ``out/<name>``; ``weights_only`` keeps existing configs untouched."""
+    for name, component in pipe.components.items():
+        is_model = isinstance(component, torch.nn.Module)
+        if component is None or not hasattr(component, "save_pretrained") or (weights_only and not is_model):
+            continue
+        folder = out / name
+        params = inspect.signature(component.save_pretrained).parameters
+        kwargs: dict[str, object] = {}
+        if "safe_serialization" in params:
+            kwargs["safe_serialization"] = True
+        if "variant" in params:
+            kwargs["variant"] = variant
+        if is_model and "max_shard_size" in params:
+            split = shard_transformer and name == "transformer"
+            kwargs["max_shard_size"] = _two_shard_limit(component) if split else "10GB"
+        kept = {}
+        if weights_only and folder.is_dir():
+            kept = {p: p.read_bytes() for p in folder.glob("*.json") if ".index." not in p.name}
+        component.save_pretrained(str(folder), **kwargs)
+        for config_path, data in kept.items():
+            config_path.write_bytes(data)
 
 
 def set_model_index_class(root: Path, component: str, class_name: str) -> None:
@@ -236,7 +325,11 @@ def build_demo_model(path: Path, *, seed: int = 0) -> Path:
 
 def _build_demo(path: Path, seed: int, *, replace: bool) -> Path:
     marker = {"family": "flux", "version": VERSION, "seed": seed}
-    return atomic_build(path, lambda tmp: _build_flux(tmp, seed), marker, replace=replace)
+
+    def build(tmp: Path) -> None:
+        save_pipeline(make_flux_pipeline(seed), tmp, class_names=FLUX_LAYOUT)
+
+    return atomic_build(path, build, marker, replace=replace)
 
 
 def ensure_demo_model(seed: int = 0) -> Path:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from omni_console.engine.demo_model import (
     COMPLETE_MARKER,
     DEMO_GENERATION,
