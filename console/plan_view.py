@@ -17,24 +17,21 @@ RESIDENCY_LABEL = {"streamed": "streamed by DLO", "staged": "offloaded (staged)"
 
 
 def _blocks_cell(c: ComponentPlan) -> str:
-    if not c.info.block_lists:
+    lists = c.info.block_lists
+    if not lists:
         return ""
-    parts = [f"{b.attr} ×{b.count} (max {fmt_bytes(b.largest_bytes)})" for b in c.info.block_lists]
-    parts.append(f"non-block {fmt_bytes(c.info.non_block_bytes)}")
-    if c.resident_layers:
-        parts.append(f"{c.resident_layers} resident")
-    return "\n".join(parts)
+    total = sum(b.count for b in lists)
+    return str(total) if len(lists) == 1 else f"{total} ({'+'.join(str(b.count) for b in lists)})"
 
 
 def component_table(plan: Plan) -> Table:
     table = Table(title=f"{plan.model.pipeline_class} — {plan.model.path}", expand=False)
-    for col in ("component", "role", "class", "dtype", "params", "size", "blocks", "residency", "why"):
-        table.add_column(col, justify="right" if col in ("params", "size") else "left")
+    for col in ("component", "role", "class", "dtype", "size", "blocks", "residency", "why"):
+        table.add_column(col, justify="right" if col in ("size", "blocks") else "left")
     for c in plan.components:
         info = c.info
         table.add_row(
             info.name, info.role, info.class_name or "", ", ".join(info.dtypes) or "—",
-            f"{info.num_params:,}" if info.has_weights else "—",
             fmt_bytes(info.nbytes) if info.has_weights else "—",
             _blocks_cell(c),
             Text(RESIDENCY_LABEL[c.residency], style=RESIDENCY_STYLE[c.residency]),
@@ -43,24 +40,47 @@ def component_table(plan: Plan) -> Table:
     return table
 
 
+def blocks_table(plan: Plan) -> Table | None:
+    """Each DiT's block lists in execution order, with how many leading blocks stay resident."""
+    dits = [c for c in plan.components if c.info.block_lists]
+    if not dits:
+        return None
+    table = Table(title="DiT blocks (execution order)")
+    for col in ("DiT", "block list", "count", "bytes/block", "largest", "total", "resident", "streamed"):
+        table.add_column(col, justify="left" if col in ("DiT", "block list") else "right")
+    for c in dits:
+        for b in c.info.block_lists:
+            mine = [x for x in plan.blocks if x.dit == c.info.name and x.attr == b.attr]
+            kept = sum(1 for x in mine if not x.streamed)
+            sizes = sorted(set(b.block_bytes))
+            per = fmt_bytes(sizes[0]) if len(sizes) == 1 else f"{fmt_bytes(sizes[0])}–{fmt_bytes(sizes[-1])}"
+            table.add_row(c.info.name, b.attr, str(b.count), per, fmt_bytes(b.largest_bytes),
+                          fmt_bytes(b.total_bytes), str(kept), str(b.count - kept))
+        table.add_row(c.info.name, "(non-block modules: resident)", "", "", "", fmt_bytes(c.info.non_block_bytes),
+                      "", "")
+    return table
+
+
 def forecast_table(plan: Plan) -> Table:
     f = plan.forecast
     table = Table(title="forecast (from safetensors headers)", show_header=False)
     table.add_column("what")
     table.add_column("bytes", justify="right")
-    table.add_row("device: resident weights (resident components + DiT non-block + resident layers)",
-                  fmt_bytes(f.device_resident_bytes))
-    table.add_row(f"device: peak weights (+ 2 slots × largest streamed block {fmt_bytes(f.largest_streamed_block_bytes)}"
-                  f" + largest staged {fmt_bytes(f.largest_staged_bytes)})", fmt_bytes(f.peak_device_weight_bytes))
-    table.add_row("host: pinned (streamed blocks + staged masters)", fmt_bytes(f.pinned_host_bytes))
-    table.add_row(f"link: streamed per DiT forward ({f.num_streamed_blocks} blocks streamed, "
-                  f"{f.num_resident_blocks} resident)", fmt_bytes(f.streamed_bytes_per_forward))
+    table.add_row("device resident weights", fmt_bytes(f.device_resident_bytes))
+    table.add_row("device peak weights", fmt_bytes(f.peak_device_weight_bytes))
+    table.add_row("pinned host memory", fmt_bytes(f.pinned_host_bytes))
+    table.add_row(f"streamed per DiT forward ({f.num_streamed_blocks} blocks)", fmt_bytes(f.streamed_bytes_per_forward))
+    table.caption = (f"peak = resident + 2 × largest streamed block ({fmt_bytes(f.largest_streamed_block_bytes)})"
+                     f" + largest staged component ({fmt_bytes(f.largest_staged_bytes)})")
     return table
 
 
 def render_plan(plan: Plan, console: Console | None = None) -> None:
     console = console or Console()
     console.print(component_table(plan))
+    blocks = blocks_table(plan)
+    if blocks is not None:
+        console.print(blocks)
     console.print(forecast_table(plan))
     lines = [Text("vLLM-Omni equivalent", style="bold")]
     if plan.policy.mode == "resident":

@@ -67,7 +67,7 @@ def read_header(path: Path) -> list[TensorInfo]:
     try:
         with safe_open(str(path), framework="pt") as handle:
             infos = []
-            for name in handle.keys():
+            for name in handle.keys():  # noqa: SIM118 - safe_open is not iterable
                 tensor_slice = handle.get_slice(name)
                 tag = tensor_slice.get_dtype()
                 if tag not in DTYPES:
@@ -164,5 +164,6 @@ def read_weight_set(weights: WeightSet) -> list[TensorInfo]:
         found = {t.name for t in tensors}
         missing = sorted(expected - found)
         if missing:
-            raise ModelDirError(f"{weights.index}: {len(missing)} tensors listed but absent from shards, e.g. {missing[0]}")
+            raise ModelDirError(
+                f"{weights.index}: {len(missing)} tensors listed but absent from shards, e.g. {missing[0]}")
     return tensors
