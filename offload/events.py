@@ -73,6 +73,7 @@ class CacheDecision(Event):
     action: Literal["retain", "release"]
     reason: str
     forced: bool = False
+    context: str = ""  # which boundary asked, e.g. "after offloading vae"
     reserved: int | None = None
     allocated: int | None = None
     cached: int | None = None

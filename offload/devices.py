@@ -1,0 +1,77 @@
+"""Device helpers shared by the streamer and the stager: streams, syncs, storage re-pointing.
+
+Everything here works for device "cpu" (no streams; copies are plain synchronous copies) and for
+CUDA devices (copy streams, events). Keeping the branch in one place keeps the runtime readable.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+
+
+def as_device(device: torch.device | str) -> torch.device:
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def is_cuda(device: torch.device) -> bool:
+    return device.type == "cuda"
+
+
+def current_stream(device: torch.device) -> Any:
+    """The stream compute is issued on (None on CPU)."""
+    return torch.cuda.current_stream(device) if is_cuda(device) else None
+
+
+def new_stream(device: torch.device) -> Any:
+    return torch.cuda.Stream(device=device) if is_cuda(device) else None
+
+
+def stream_context(stream: Any) -> Any:
+    return torch.cuda.stream(stream) if stream is not None else nullcontext()
+
+
+def synchronize(device: torch.device) -> None:
+    if is_cuda(device):
+        torch.cuda.synchronize(device)
+
+
+def empty_cache(device: torch.device) -> None:
+    if is_cuda(device):
+        torch.cuda.empty_cache()
+
+
+def placeholder(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A zero-element stand-in: the tensor keeps its dtype and device but holds no memory."""
+    return torch.empty(0, dtype=dtype, device=device)
+
+
+def rebind(target: torch.Tensor, make_value: Any) -> None:
+    """Point `target` (a Parameter or buffer) at new storage without changing its identity.
+
+    `make_value()` builds the new tensor inside an inference-mode guard that matches the target:
+    a view made inside `torch.inference_mode()` would otherwise be an inference tensor and silently
+    turn the parameter into one (it would then fail outside inference mode).
+    """
+    with torch.inference_mode(target.is_inference()):
+        target.data = make_value()
+
+
+def storage_bytes(t: torch.Tensor) -> torch.Tensor:
+    """A uint8 view of the whole untyped storage under `t` (same device)."""
+    storage = t.untyped_storage()
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage, 0, (storage.nbytes(),), (1,))
+
+
+def storage_key(t: torch.Tensor) -> tuple[str, int | None, int, int]:
+    """Identifies the physical storage under `t` (views and tied tensors share a key)."""
+    storage = t.untyped_storage()
+    ptr = storage.data_ptr()
+    if storage.nbytes() == 0 or ptr == 0:
+        return ("empty", None, id(t), 0)  # zero-byte storages never alias anything
+    return (t.device.type, t.device.index, ptr, storage.nbytes())

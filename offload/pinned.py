@@ -1,0 +1,239 @@
+"""Exact-size host arenas and an aligned packing layout.
+
+PyTorch's pinned allocator (`pin_memory()`, `torch.empty(pin_memory=True)`) rounds every block up
+to a power of two, so a 2.25 GiB block costs 4 GiB of page-locked RAM (design.md §2.2). An arena
+here is one ordinary (pageable) allocation of exactly the requested size that is then page-locked in
+place with `cudaHostRegister`, so host use equals the bytes we asked for.
+
+The layout helpers pack many tensors into one arena at 256-byte aligned offsets, so a whole DiT
+block (or a whole component) is one contiguous region that one memcpy can move.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+ALIGNMENT = 256
+"""Byte alignment of every packed tensor: keeps device views friendly to vectorized kernels."""
+
+_held_lock = threading.Lock()
+_held_bytes = 0
+
+
+def pinned_bytes_held() -> int:
+    """Bytes currently page-locked by live arenas in this process (telemetry reads this)."""
+    with _held_lock:
+        return _held_bytes
+
+
+def _add_held(delta: int) -> None:
+    global _held_bytes
+    with _held_lock:
+        _held_bytes += delta
+
+
+def _cuda_error_name(code: object) -> str:
+    return getattr(code, "name", None) or str(code)
+
+
+class HostArena:
+    """One uint8 CPU tensor of exactly `nbytes`, page-locked in place when asked and possible.
+
+    Pinning failure is not an error: the arena stays pageable (copies from it are then synchronous
+    and slower) and `pin_failure_reason` says why, so an operator can see it.
+    """
+
+    def __init__(self, nbytes: int, *, pin: bool) -> None:
+        if nbytes < 0:
+            raise ValueError(f"arena size must be >= 0, got {nbytes}")
+        self._nbytes = int(nbytes)
+        self._tensor: torch.Tensor | None = torch.empty(self._nbytes, dtype=torch.uint8)
+        self._registered_ptr: int | None = None
+        self._pin_failure_reason: str | None = None
+        if pin:
+            self._try_register()
+
+    def _try_register(self) -> None:
+        if not torch.cuda.is_available():
+            self._pin_failure_reason = "CUDA is not available"
+            return
+        if self._nbytes == 0:
+            self._pin_failure_reason = "empty arena"
+            return
+        assert self._tensor is not None
+        ptr = self._tensor.data_ptr()
+        try:
+            cudart = torch.cuda.cudart()
+            rc = cudart.cudaHostRegister(ptr, self._nbytes, 0)
+            ok = rc == cudart.cudaError.success
+        except Exception as exc:  # driver/runtime trouble: stay pageable, say why
+            self._pin_failure_reason = f"cudaHostRegister raised {type(exc).__name__}: {exc}"
+            return
+        if not ok:
+            self._pin_failure_reason = f"cudaHostRegister failed: {_cuda_error_name(rc)}"
+            return
+        self._registered_ptr = ptr
+        _add_held(self._nbytes)
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        if self._tensor is None:
+            raise RuntimeError("arena is closed")
+        return self._tensor
+
+    @property
+    def nbytes(self) -> int:
+        return self._nbytes
+
+    @property
+    def pinned(self) -> bool:
+        return self._registered_ptr is not None
+
+    @property
+    def closed(self) -> bool:
+        return self._tensor is None
+
+    @property
+    def pin_failure_reason(self) -> str | None:
+        return self._pin_failure_reason
+
+    def close(self) -> None:
+        """Unregister and drop the buffer. Idempotent.
+
+        The caller must make sure no asynchronous copy still reads the arena (synchronize first).
+        Views that outlive the arena keep the memory alive, but it is no longer page-locked.
+        """
+        ptr, self._registered_ptr = self._registered_ptr, None
+        if ptr is not None:
+            try:
+                torch.cuda.cudart().cudaHostUnregister(ptr)
+            finally:
+                _add_held(-self._nbytes)
+        self._tensor = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else ("pinned" if self.pinned else "pageable")
+        return f"HostArena({self._nbytes} bytes, {state})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout: where each tensor lives inside one flat byte buffer.
+
+
+def align_up(n: int, alignment: int = ALIGNMENT) -> int:
+    return -(-n // alignment) * alignment
+
+
+def contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
+    stride: list[int] = []
+    acc = 1
+    for size in reversed(shape):
+        stride.append(acc)
+        acc *= max(int(size), 1)
+    return tuple(reversed(stride))
+
+
+def span_elements(shape: Sequence[int], stride: Sequence[int]) -> int:
+    """Elements between the first and one past the last addressed element (the physical span)."""
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((size - 1) * st for size, st in zip(shape, stride, strict=True))
+
+
+def is_dense(t: torch.Tensor) -> bool:
+    """True when `t` covers its span exactly once (contiguous in some dimension order).
+
+    Such tensors (contiguous, transposed, permuted) are packed in their physical order with their
+    own strides, so kernels see exactly the layout they saw before streaming.
+    """
+    if t.numel() == 0:
+        return True
+    dims = sorted(((st, size) for size, st in zip(t.shape, t.stride(), strict=True) if size != 1))
+    expected = 1
+    for st, size in dims:
+        if st != expected:
+            return False
+        expected *= size
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class PackedTensor:
+    """Where one tensor's bytes sit in a flat buffer, and how to view them back."""
+
+    offset: int
+    nbytes: int
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+
+
+def plan_packing(
+    tensors: Sequence[torch.Tensor], *, alignment: int = ALIGNMENT, start: int = 0
+) -> tuple[list[PackedTensor], int]:
+    """Lay tensors out back to back at `alignment`-byte offsets; returns entries and the total size.
+
+    Dense tensors (any dimension order) keep their strides and occupy exactly their bytes.
+    Tensors with gaps (e.g. a `[:, ::2]` slice) are packed as `.contiguous()` data with contiguous
+    strides: copying their gaps would waste host and device memory, and values are unchanged.
+    """
+    entries: list[PackedTensor] = []
+    offset = align_up(start, alignment)
+    for t in tensors:
+        shape = tuple(int(s) for s in t.shape)
+        stride = tuple(int(s) for s in t.stride()) if is_dense(t) else contiguous_stride(shape)
+        nbytes = span_elements(shape, stride) * t.element_size()
+        entries.append(PackedTensor(offset, nbytes, t.dtype, shape, stride))
+        offset = align_up(offset + nbytes, alignment)
+    return entries, offset
+
+
+def typed_view(
+    buffer: torch.Tensor, byte_offset: int, dtype: torch.dtype, shape: Sequence[int], stride: Sequence[int]
+) -> torch.Tensor:
+    """A `dtype` view with `shape`/`stride` over `buffer` (uint8) starting at `byte_offset`."""
+    itemsize = dtype.itemsize
+    if byte_offset % itemsize:
+        raise ValueError(f"offset {byte_offset} is not aligned to {dtype} ({itemsize} bytes)")
+    n_elem = span_elements(shape, stride)
+    flat = buffer[byte_offset : byte_offset + max(n_elem, 1) * itemsize].view(dtype)
+    return flat.as_strided(tuple(shape), tuple(stride))
+
+
+def unpack_view(buffer: torch.Tensor, entry: PackedTensor) -> torch.Tensor:
+    return typed_view(buffer, entry.offset, entry.dtype, entry.shape, entry.stride)
+
+
+def pack_tensor(buffer: torch.Tensor, entry: PackedTensor, src: torch.Tensor) -> None:
+    """Copy `src`'s values into its packed place (a strided copy keeps the planned layout)."""
+    if src.numel() == 0:
+        return
+    unpack_view(buffer, entry).copy_(src)
+
+
+def pack_into_arena(
+    tensors: Sequence[torch.Tensor], *, pin: bool, alignment: int = ALIGNMENT
+) -> tuple[HostArena, list[PackedTensor]]:
+    """Pack `tensors` into one fresh arena; returns the arena and each tensor's entry."""
+    entries, total = plan_packing(tensors, alignment=alignment)
+    arena = HostArena(total, pin=pin)
+    try:
+        for entry, t in zip(entries, tensors, strict=True):
+            pack_tensor(arena.tensor, entry, t)
+    except BaseException:
+        arena.close()
+        raise
+    return arena, entries
+
+
+def dtype_itemsize(dtype: torch.dtype) -> int:
+    return dtype.itemsize

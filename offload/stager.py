@@ -1,0 +1,345 @@
+"""Staging of an auxiliary component (text encoder, VAE) onto the device for its stage (§2.3).
+
+`module.to("cpu")` after every use copies every weight back to the host; inference weights never
+change, so the stager keeps one host master per underlying storage (in one arena, page-locked on
+CUDA) and "offloading" is only re-pointing each tensor back to its master: no device-to-host copy.
+
+Each Parameter/buffer is re-pointed to a view with its original storage offset, shape, stride and
+dtype into the copy of its storage, so tied weights and views of one storage stay aliased on the
+device and on the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .cache import AllocatorCache
+from .devices import (
+    as_device,
+    current_stream,
+    empty_cache,
+    is_cuda,
+    new_stream,
+    rebind,
+    storage_bytes,
+    storage_key,
+    stream_context,
+    synchronize,
+)
+from .events import EventBus, NullBus, OomRetry, StagingEvent
+from .pinned import ALIGNMENT, HostArena, align_up
+from .transfer_timing import TransferClock
+
+
+@dataclass(slots=True)
+class _Target:
+    tensor: torch.Tensor
+    storage_offset: int  # in elements of dtype
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+
+@dataclass(slots=True)
+class _Group:
+    """Tensors sharing one physical storage, and the host master holding that storage's bytes."""
+
+    nbytes: int
+    targets: list[_Target]
+    master: torch.Tensor | None = None  # uint8, whole storage
+    pinned: bool = False
+
+
+def _view_of(storage_u8: torch.Tensor, t: _Target) -> torch.Tensor:
+    """A tensor over `storage_u8`'s storage exactly like the original (offset, shape, stride, dtype)."""
+    base = storage_u8.storage_offset()  # bytes: a master may sit at an offset inside the arena
+    itemsize = t.dtype.itemsize
+    if base % itemsize:
+        raise ValueError(f"storage base {base} is not aligned to {t.dtype}")
+    out = torch.empty(0, dtype=t.dtype, device=storage_u8.device)
+    return out.set_(storage_u8.untyped_storage(), base // itemsize + t.storage_offset, t.shape, t.stride)
+
+
+def default_allocate(nbytes: int, device: torch.device) -> torch.Tensor:
+    return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+
+class ModuleStager:
+    """Loads a module's weights to the device before its stage and re-points them to host after."""
+
+    def __init__(
+        self,
+        name: str,
+        module: torch.nn.Module,
+        device: torch.device | str,
+        *,
+        bus: EventBus | None = None,
+        cache: AllocatorCache | None = None,
+        pin: bool = True,
+        copy_stream: Any = None,
+    ) -> None:
+        self.name = name
+        self.module = module
+        self.device = as_device(device)
+        self._cuda = is_cuda(self.device)
+        self._bus = bus or NullBus()
+        self._cache = cache
+        self._copy_stream = copy_stream if copy_stream is not None else new_stream(self.device)
+        self._clock = TransferClock(self._cuda)
+        self.allocate: Callable[[int, torch.device], torch.Tensor] = default_allocate
+        """Device allocation per storage group; replaceable (tests inject out-of-memory here)."""
+        self._device_storages: list[torch.Tensor] = []
+        self._arena: HostArena | None = None
+        self.loaded = False
+        self._groups = self._snapshot(pin and self._cuda)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def staged_bytes(self) -> int:
+        """Bytes moved by one load: the sum of the host masters' sizes."""
+        return sum(g.nbytes for g in self._groups)
+
+    @property
+    def pinned_bytes(self) -> int:
+        return sum(g.nbytes for g in self._groups if g.pinned)
+
+    @property
+    def closed(self) -> bool:
+        return not self._groups and self._arena is None
+
+    # ------------------------------------------------------------------ snapshot
+
+    def _snapshot(self, pin: bool) -> list[_Group]:
+        """Group tensors by storage and move each storage's bytes into one host master."""
+        groups: dict[Any, _Group] = {}
+        sources: dict[Any, torch.Tensor] = {}
+        seen: set[int] = set()
+        for t in [*self.module.parameters(), *self.module.buffers()]:
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            if t.is_meta:
+                raise ValueError(f"{self.name}: cannot stage a meta tensor (weights not loaded)")
+            key = storage_key(t)
+            if key not in groups:
+                groups[key] = _Group(nbytes=t.untyped_storage().nbytes(), targets=[])
+                sources[key] = t
+            target = _Target(t, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+            groups[key].targets.append(target)
+        # Storages already on the host and pinned are used in place; the rest go to one arena.
+        to_copy = [k for k, t in sources.items() if not (t.device.type == "cpu" and pin and t.is_pinned())]
+        offsets: dict[Any, int] = {}
+        cursor = 0
+        for k in to_copy:
+            offsets[k] = cursor
+            cursor = align_up(cursor + groups[k].nbytes, ALIGNMENT)
+        self._arena = HostArena(cursor, pin=pin) if to_copy else None
+        for k, g in groups.items():
+            src = storage_bytes(sources[k])
+            if k in offsets:
+                assert self._arena is not None
+                g.master = self._arena.tensor[offsets[k] : offsets[k] + g.nbytes]
+                g.master.copy_(src)
+                g.pinned = self._arena.pinned
+            else:
+                g.master = src.detach()
+                g.pinned = True
+        out = list(groups.values())
+        for g in out:
+            self._point_to_master(g)
+        return out
+
+    # ------------------------------------------------------------------ load / offload
+
+    def load(self) -> None:
+        """Put the weights on the device (idempotent); one retry after out-of-memory."""
+        if self.loaded:
+            return
+        if self.closed:
+            raise RuntimeError(f"stager {self.name} is closed")
+        try:
+            self._load_once()
+            return
+        except torch.OutOfMemoryError as exc:
+            self._restore(context=f"out of memory loading {self.name}")
+            self._bus.publish(
+                OomRetry(component=self.name, nbytes=self.staged_bytes, attempt=1, message=str(exc))
+            )
+        except BaseException:
+            self._restore(context=f"failed loading {self.name}")
+            raise
+        try:
+            self._load_once()
+        except BaseException:
+            self._restore(context=f"retry failed loading {self.name}")
+            raise
+
+    def _load_once(self) -> None:
+        # Allocate on the compute stream so the allocator can reuse blocks freed by earlier stages.
+        storages = [self.allocate(g.nbytes, self.device) for g in self._groups]
+        self._device_storages = storages
+        nbytes = self.staged_bytes
+        if self._cuda:
+            compute = current_stream(self.device)
+            stream = self._copy_stream
+            stream.wait_stream(compute)
+            with stream_context(stream):
+                mark = self._clock.start(stream)
+                for g, dev in zip(self._groups, storages, strict=True):
+                    assert g.master is not None
+                    dev.copy_(g.master, non_blocking=g.pinned)
+                ready = self._clock.finish(mark, "copy", self.name, nbytes, stream=stream)
+            for g, dev in zip(self._groups, storages, strict=True):
+                self._point_to(g, dev)
+            compute.wait_event(ready)
+        else:
+            mark = self._clock.start()
+            for g, dev in zip(self._groups, storages, strict=True):
+                assert g.master is not None
+                dev.copy_(g.master)
+            self._clock.finish(mark, "copy", self.name, nbytes)
+            for g, dev in zip(self._groups, storages, strict=True):
+                self._point_to(g, dev)
+        self.loaded = True
+        self._publish_copies(wait=False)
+
+    def offload(self) -> None:
+        """Point the weights back at their host masters and free the device copies (idempotent).
+
+        No bytes are copied back (weights are immutable); the published d2h StagingEvent carries
+        nbytes=0 and the time the boundary took (one synchronize plus re-pointing).
+        """
+        if not self.loaded:
+            return
+        mark = self._clock.start(current_stream(self.device))
+        try:
+            synchronize(self.device)
+            for g in self._groups:
+                self._point_to_master(g)
+        except BaseException:
+            self._restore(context=f"failed offloading {self.name}")
+            raise
+        self._device_storages = []
+        self.loaded = False
+        self._publish_copies(wait=True)
+        seconds = self._wall_since(mark)
+        self._bus.publish(StagingEvent(target=self.name, direction="d2h", nbytes=0, seconds=seconds))
+        self._release(force=False, context=f"after offloading {self.name}")
+
+    def close(self) -> None:
+        """Offload if needed and drop the masters and the arena; the module is unusable afterwards."""
+        if self.closed:
+            return
+        if self.loaded:
+            self.offload()
+        self._groups = []
+        if self._arena is not None:
+            self._arena.close()
+            self._arena = None
+
+    # ------------------------------------------------------------------ helpers
+
+    def _wall_since(self, mark: Any) -> float:
+        if self._cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record(current_stream(self.device))
+            end.synchronize()
+            return max(mark.elapsed_time(end), 0.0) / 1000.0
+        return time.perf_counter() - mark
+
+    def _publish_copies(self, *, wait: bool) -> None:
+        measured = self._clock.drain() if (wait and self._cuda) else self._clock.poll()
+        for m in measured:
+            self._bus.publish(
+                StagingEvent(target=m.target, direction="h2d", nbytes=m.nbytes, seconds=m.seconds)
+            )
+
+    def _restore(self, *, context: str) -> None:
+        """Back to the host masters after a failure, device copies dropped, cache force-released."""
+        with contextlib.suppress(Exception):
+            synchronize(self.device)  # no copy may still write into storages we are dropping
+        for g in self._groups:
+            self._point_to_master(g)
+        self._device_storages = []
+        self.loaded = False
+        self._clock.discard()
+        self._release(force=True, context=context)
+
+    def _release(self, *, force: bool, context: str) -> None:
+        try:
+            if self._cache is not None:
+                self._cache.release_if_needed(force=force, context=context)
+            else:
+                empty_cache(self.device)
+        except Exception:
+            if not force:
+                raise  # on failure paths the original error matters more than the cleanup
+
+    def _point_to(self, g: _Group, storage_u8: torch.Tensor) -> None:
+        for t in g.targets:
+            rebind(t.tensor, lambda t=t: _view_of(storage_u8, t))
+
+    def _point_to_master(self, g: _Group) -> None:
+        assert g.master is not None
+        self._point_to(g, g.master)
+
+
+def stage_around(
+    stager: ModuleStager, module: torch.nn.Module, method_names: Sequence[str] = ("forward",)
+) -> Callable[[], None]:
+    """Wrap `module`'s methods so each outermost call loads before and offloads after.
+
+    Nested calls (forward calling decode) share one depth counter: one load, one offload. The
+    offload also runs when the call raises; a failing offload then does not hide the original
+    error. Returns a callable that removes the wrappers.
+    """
+    depth = 0
+    installed: list[tuple[str, bool, Any]] = []
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def staged(*args: Any, **kwargs: Any) -> Any:
+            nonlocal depth
+            if depth == 0:
+                stager.load()
+            depth += 1
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                depth -= 1
+                if depth == 0:
+                    try:
+                        stager.offload()
+                    except Exception as cleanup:
+                        exc.add_note(f"offloading {stager.name} afterwards also failed: {cleanup!r}")
+                raise
+            depth -= 1
+            if depth == 0:
+                stager.offload()
+            return result
+
+        return staged
+
+    for name in method_names:
+        had_own = name in vars(module)
+        original = getattr(module, name)
+        installed.append((name, had_own, vars(module).get(name)))
+        setattr(module, name, wrap(original))
+
+    def undo() -> None:
+        for name, had_own, previous in reversed(installed):
+            if had_own:
+                setattr(module, name, previous)
+            else:
+                vars(module).pop(name, None)
+        installed.clear()
+
+    return undo
