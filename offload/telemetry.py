@@ -738,8 +738,12 @@ def torch_readings(m: TorchMemory) -> list[Reading]:
         ("torch.reserved", "reserved", m.reserved, format_bytes(m.reserved)),
         ("torch.cached", "cached", m.cached, format_bytes(m.cached)),
         ("torch.peak", "peak", m.peak, format_bytes(m.peak)),
-        ("torch.alloc_retries", "alloc_retries", m.alloc_retries,
-         NA if m.alloc_retries is None else str(m.alloc_retries)),
+        (
+            "torch.alloc_retries",
+            "alloc_retries",
+            m.alloc_retries,
+            NA if m.alloc_retries is None else str(m.alloc_retries),
+        ),
         ("torch.free", "free", m.free, format_bytes(m.free)),
     ]
     return [_reading(k, v, t, m, f) for k, f, v, t in rows]

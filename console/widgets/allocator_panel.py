@@ -1,0 +1,141 @@
+"""GPU memory panel: torch caching allocator and NVML side by side, labelled per design.md §4.
+
+Operators compare these numbers with nvidia-smi; the labels say what each one counts
+(torch `reserved` is ours only, NVML `used` includes other processes and the CUDA context).
+"""
+
+from __future__ import annotations
+
+from omni_console.offload.telemetry import (
+    LABELS,
+    UNITS_NOTE,
+    NvmlMemory,
+    Reading,
+    TelemetrySnapshot,
+    TorchMemory,
+    format_unavailable,
+    free_for_us_reading,
+    nvml_readings,
+    torch_readings,
+)
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from .metric_row import HISTORY_SAMPLES, MetricRow
+
+TORCH_KEYS = (
+    "torch.allocated",
+    "torch.reserved",
+    "torch.cached",
+    "torch.peak",
+    "torch.alloc_retries",
+    "torch.free",
+)
+NVML_KEYS = (
+    "nvml.total",
+    "nvml.used",
+    "nvml.free",
+    "nvml.reserved",
+    "nvml.pcie_rx",
+    "nvml.pcie_tx",
+    "nvml.gpu_util",
+    "nvml.mem_util",
+)
+
+
+def _row_id(key: str) -> str:
+    return "m-" + key.replace(".", "-").replace("_", "-")
+
+
+def _notes(readings: list[Reading], group: TorchMemory | NvmlMemory) -> str:
+    """One line listing why individual fields are N/A (the value cells only say N/A)."""
+    missing = [f"{r.label.split(' (')[0]}: {r.reason}" for r in readings if r.value is None and r.reason]
+    return ("N/A — " + "; ".join(missing)) if missing and not group.unavailable else ""
+
+
+class AllocatorPanel(VerticalScroll):
+    """torch allocator + NVML rows with ≥ 2 minutes of sparkline history each.
+
+    Feed it with `update_snapshot(snapshot)`; a group that cannot be read shows
+    "unavailable: <reason>" in place of its rows.
+    """
+
+    DEFAULT_CSS = """
+    AllocatorPanel { height: auto; max-height: 100%; border: round $primary; padding: 0 1; }
+    AllocatorPanel > .group-title { text-style: bold; color: $primary; height: 1; }
+    AllocatorPanel > .unavailable { color: $warning; height: auto; }
+    AllocatorPanel > .notes { color: $text-muted; height: auto; }
+    """
+
+    def __init__(
+        self, *, history: int = HISTORY_SAMPLES, id: str | None = None, classes: str | None = None
+    ) -> None:
+        super().__init__(id=id, classes=classes)
+        self._history = history
+        self.border_title = f"GPU memory ({UNITS_NOTE})"
+        self.snapshot: TelemetrySnapshot | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("torch caching allocator", id="torch-title", classes="group-title", markup=False)
+        yield Static(
+            "unavailable: no telemetry yet", id="torch-unavailable", classes="unavailable", markup=False
+        )
+        for key in TORCH_KEYS:
+            yield MetricRow(key, LABELS[key], history=self._history, id=_row_id(key))
+        yield Static("", id="torch-notes", classes="notes", markup=False)
+        yield Static("NVML", id="nvml-title", classes="group-title", markup=False)
+        yield Static(
+            "unavailable: no telemetry yet", id="nvml-unavailable", classes="unavailable", markup=False
+        )
+        for key in NVML_KEYS:
+            yield MetricRow(key, LABELS[key], history=self._history, id=_row_id(key))
+        yield Static("", id="nvml-notes", classes="notes", markup=False)
+        yield MetricRow(
+            "free_for_us", LABELS["free_for_us"], history=self._history, id=_row_id("free_for_us")
+        )
+
+    def on_mount(self) -> None:
+        if self.snapshot is not None:
+            self.update_snapshot(self.snapshot)
+        else:
+            self._show_group("torch", "no telemetry yet", TORCH_KEYS)
+            self._show_group("nvml", "no telemetry yet", NVML_KEYS)
+
+    def row(self, key: str) -> MetricRow:
+        """The row for a `LABELS` key (e.g. "torch.reserved"); tests read its history."""
+        return self.query_one("#" + _row_id(key), MetricRow)
+
+    def _show_group(self, name: str, unavailable: str | None, keys: tuple[str, ...]) -> None:
+        banner = self.query_one(f"#{name}-unavailable", Static)
+        banner.display = unavailable is not None
+        if unavailable is not None:
+            banner.update(format_unavailable(unavailable))
+        for key in keys:
+            self.row(key).display = unavailable is None
+        self.query_one(f"#{name}-notes", Static).display = unavailable is None
+
+    def update_snapshot(self, snapshot: TelemetrySnapshot) -> None:
+        """Show one telemetry sample and extend every history by it."""
+        self.snapshot = snapshot
+        if not self.is_mounted:
+            return
+        t, n = snapshot.torch, snapshot.nvml
+        with self.app.batch_update():
+            self.query_one("#torch-title", Static).update(
+                "torch caching allocator" + (f" — {t.device_name}" if t.device_name else "")
+            )
+            self.query_one("#nvml-title", Static).update(
+                "NVML" + (f" — {n.device_name}" if n.device_name else "")
+            )
+            self._show_group("torch", t.unavailable, TORCH_KEYS)
+            self._show_group("nvml", n.unavailable, NVML_KEYS)
+            torch_rows = torch_readings(t)
+            nvml_rows = nvml_readings(n)
+            for r in torch_rows + nvml_rows:
+                alert = r.key == "torch.alloc_retries" and bool(r.value)
+                self.row(r.key).push(r.value, r.text, r.reason, alert=alert)
+            self.query_one("#torch-notes", Static).update(_notes(torch_rows, t))
+            self.query_one("#nvml-notes", Static).update(_notes(nvml_rows, n))
+            ffu = free_for_us_reading(snapshot)
+            self.row("free_for_us").push(ffu.value, ffu.text, ffu.reason)

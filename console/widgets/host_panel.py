@@ -1,0 +1,92 @@
+"""Host memory panel: process RSS, engine-held pinned bytes, RAM total/available.
+
+Pinned pages often do not show in RSS, and a container's cgroup limit can be far below the
+machine's RAM, so both are shown explicitly (offload_peers.md §7.3).
+"""
+
+from __future__ import annotations
+
+from omni_console.offload.telemetry import (
+    LABELS,
+    UNITS_NOTE,
+    TelemetrySnapshot,
+    format_bytes,
+    format_unavailable,
+    host_readings,
+)
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
+
+from .metric_row import HISTORY_SAMPLES, MetricRow
+
+HOST_KEYS = ("host.rss", "host.pinned", "host.total", "host.available")
+
+
+def _row_id(key: str) -> str:
+    return "m-" + key.replace(".", "-")
+
+
+class HostPanel(Vertical):
+    """Host RAM rows with history; "unavailable: <reason>" when psutil cannot say."""
+
+    DEFAULT_CSS = """
+    HostPanel { height: auto; border: round $secondary; padding: 0 1; }
+    HostPanel > .unavailable { color: $warning; height: auto; }
+    HostPanel > .notes { color: $text-muted; height: auto; }
+    """
+
+    def __init__(
+        self, *, history: int = HISTORY_SAMPLES, id: str | None = None, classes: str | None = None
+    ) -> None:
+        super().__init__(id=id, classes=classes)
+        self._history = history
+        self.border_title = f"host memory ({UNITS_NOTE})"
+        self.snapshot: TelemetrySnapshot | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(
+            "unavailable: no telemetry yet", id="host-unavailable", classes="unavailable", markup=False
+        )
+        for key in HOST_KEYS:
+            yield MetricRow(key, LABELS[key], history=self._history, id=_row_id(key))
+        yield Static("", id="host-notes", classes="notes", markup=False)
+
+    def on_mount(self) -> None:
+        if self.snapshot is not None:
+            self.update_snapshot(self.snapshot)
+        else:
+            self._show("no telemetry yet")
+
+    def row(self, key: str) -> MetricRow:
+        return self.query_one("#" + _row_id(key), MetricRow)
+
+    def _show(self, unavailable: str | None) -> None:
+        banner = self.query_one("#host-unavailable", Static)
+        banner.display = unavailable is not None
+        if unavailable is not None:
+            banner.update(format_unavailable(unavailable))
+        for key in HOST_KEYS:
+            self.row(key).display = unavailable is None
+        self.query_one("#host-notes", Static).display = unavailable is None
+
+    def update_snapshot(self, snapshot: TelemetrySnapshot) -> None:
+        """Show the host group of one telemetry sample."""
+        self.snapshot = snapshot
+        if not self.is_mounted:
+            return
+        h = snapshot.host
+        with self.app.batch_update():
+            self._show(h.unavailable)
+            if h.unavailable:
+                return
+            readings = host_readings(h)
+            for r in readings:
+                text = format_bytes(r.value) if r.value is not None else r.text  # cgroup note goes below
+                self.row(r.key).push(r.value, text, r.reason)
+            notes = []
+            if h.cgroup_limit is not None:
+                limit, host = format_bytes(h.cgroup_limit), format_bytes(h.host_total)
+                notes.append(f"RAM limited by cgroup to {limit} (host has {host})")
+            notes += [f"{r.label}: N/A ({r.reason})" for r in readings if r.value is None and r.reason]
+            self.query_one("#host-notes", Static).update("\n".join(notes))

@@ -1,0 +1,128 @@
+"""Per-step timing: wall time, exposed transfer stall, steps/s and H2D bytes per step.
+
+The stall is the time compute waited on weight copies — the cost of offload the operator is
+tuning against (design.md §4), so it gets its own sparkline next to the wall time.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from omni_console.offload.events import StepTiming
+from omni_console.offload.telemetry import format_bytes, format_rate
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Sparkline, Static
+
+from .metric_row import HISTORY_SAMPLES
+
+TABLE_ROWS = 500
+MEAN_WINDOW = 10
+
+
+def summarize(steps: list[StepTiming]) -> str:
+    """The summary line over the last steps (mean of up to MEAN_WINDOW)."""
+    if not steps:
+        return "no steps yet"
+    last = steps[-1]
+    window = steps[-MEAN_WINDOW:]
+    wall = sum(s.wall_s for s in window)
+    stall = sum(s.stall_s for s in window)
+    h2d = sum(s.h2d_bytes for s in window)
+    rate = len(window) / wall if wall > 0 else 0.0
+    pct = 100.0 * stall / wall if wall > 0 else 0.0
+    return (
+        f"request {last.request_id} step {last.step + 1}/{last.total_steps} · "
+        f"mean of last {len(window)}: {wall / len(window):.3f} s/step ({rate:.2f} steps/s), "
+        f"stall {stall / len(window):.3f} s ({pct:.0f} %), H2D {format_bytes(h2d / len(window))}/step"
+        + (f" ({format_rate(h2d / wall)})" if wall > 0 and h2d else "")
+    )
+
+
+class StepTimings(Vertical):
+    """Summary line, wall/stall sparklines and a bounded table of recent steps."""
+
+    DEFAULT_CSS = """
+    StepTimings { border: round $success; height: 1fr; min-height: 6; }
+    StepTimings > .summary { height: auto; }
+    StepTimings > Horizontal { height: 1; }
+    StepTimings > Horizontal > .spark-label { width: 14; }
+    StepTimings > Horizontal > Sparkline { width: 1fr; height: 1; }
+    StepTimings > DataTable { height: 1fr; }
+    """
+
+    COLUMNS = ("request", "step", "wall s", "stall s", "stall %", "steps/s", "H2D")
+
+    def __init__(
+        self,
+        *,
+        history: int = HISTORY_SAMPLES,
+        max_rows: int = TABLE_ROWS,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
+        super().__init__(id=id, classes=classes)
+        self.steps: deque[StepTiming] = deque(maxlen=history)
+        self._max_rows = max_rows
+        self._row_keys: deque = deque()
+        self.border_title = "step timings"
+
+    def compose(self) -> ComposeResult:
+        yield Static(summarize([]), classes="summary", markup=False)
+        with Horizontal(id="wall-row"):
+            yield Static("wall s/step", classes="spark-label")
+            yield Sparkline([], id="wall-spark")
+        with Horizontal(id="stall-row"):
+            yield Static("stall s/step", classes="spark-label")
+            yield Sparkline([], id="stall-spark")
+        table: DataTable = DataTable(cursor_type="row", zebra_stripes=True)
+        table.add_columns(*self.COLUMNS)
+        yield table
+
+    def on_mount(self) -> None:
+        self._redraw()
+
+    def add_step(self, step: StepTiming) -> None:
+        """Append one step (oldest table rows and history points fall off when full)."""
+        self.steps.append(step)
+        if not self.is_mounted:
+            return
+        self._add_row(step)
+        self._refresh_summary()
+
+    def reset(self) -> None:
+        """Forget every step (a new model or a new run)."""
+        self.steps.clear()
+        if self.is_mounted:
+            self._redraw()
+
+    def _add_row(self, s: StepTiming) -> None:
+        table = self.query_one(DataTable)
+        pct = 100.0 * s.stall_s / s.wall_s if s.wall_s > 0 else 0.0
+        rate = 1.0 / s.wall_s if s.wall_s > 0 else 0.0
+        key = table.add_row(
+            str(s.request_id),
+            f"{s.step + 1}/{s.total_steps}",
+            f"{s.wall_s:.3f}",
+            f"{s.stall_s:.3f}",
+            f"{pct:.0f}",
+            f"{rate:.2f}",
+            format_bytes(s.h2d_bytes),
+        )
+        self._row_keys.append(key)
+        while len(self._row_keys) > self._max_rows:
+            table.remove_row(self._row_keys.popleft())
+        table.move_cursor(row=table.row_count - 1, animate=False)
+
+    def _refresh_summary(self) -> None:
+        self.query_one(".summary", Static).update(summarize(list(self.steps)))
+        self.query_one("#wall-spark", Sparkline).data = [s.wall_s for s in self.steps]
+        self.query_one("#stall-spark", Sparkline).data = [s.stall_s for s in self.steps]
+
+    def _redraw(self) -> None:
+        table = self.query_one(DataTable)
+        table.clear()
+        self._row_keys.clear()
+        for s in list(self.steps)[-self._max_rows :]:
+            self._add_row(s)
+        self._refresh_summary()
