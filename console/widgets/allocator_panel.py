@@ -113,7 +113,8 @@ class AllocatorPanel(VerticalScroll):
             banner.update(format_unavailable(unavailable))
         for key in keys:
             self.row(key).display = unavailable is None
-        self.query_one(f"#{name}-notes", Static).display = unavailable is None
+        if unavailable is not None:
+            self.query_one(f"#{name}-notes", Static).display = False
 
     def update_snapshot(self, snapshot: TelemetrySnapshot) -> None:
         """Show one telemetry sample and extend every history by it."""
@@ -135,7 +136,9 @@ class AllocatorPanel(VerticalScroll):
             for r in torch_rows + nvml_rows:
                 alert = r.key == "torch.alloc_retries" and bool(r.value)
                 self.row(r.key).push(r.value, r.text, r.reason, alert=alert)
-            self.query_one("#torch-notes", Static).update(_notes(torch_rows, t))
-            self.query_one("#nvml-notes", Static).update(_notes(nvml_rows, n))
+            for name, text in (("torch", _notes(torch_rows, t)), ("nvml", _notes(nvml_rows, n))):
+                notes = self.query_one(f"#{name}-notes", Static)
+                notes.update(text)
+                notes.display = bool(text)  # no blank line when every field answered
             ffu = free_for_us_reading(snapshot)
             self.row("free_for_us").push(ffu.value, ffu.text, ffu.reason)

@@ -68,7 +68,8 @@ class HostPanel(Vertical):
             banner.update(format_unavailable(unavailable))
         for key in HOST_KEYS:
             self.row(key).display = unavailable is None
-        self.query_one("#host-notes", Static).display = unavailable is None
+        if unavailable is not None:
+            self.query_one("#host-notes", Static).display = False
 
     def update_snapshot(self, snapshot: TelemetrySnapshot) -> None:
         """Show the host group of one telemetry sample."""
@@ -89,4 +90,6 @@ class HostPanel(Vertical):
                 limit, host = format_bytes(h.cgroup_limit), format_bytes(h.host_total)
                 notes.append(f"RAM limited by cgroup to {limit} (host has {host})")
             notes += [f"{r.label}: N/A ({r.reason})" for r in readings if r.value is None and r.reason]
-            self.query_one("#host-notes", Static).update("\n".join(notes))
+            box = self.query_one("#host-notes", Static)
+            box.update("\n".join(notes))
+            box.display = bool(notes)

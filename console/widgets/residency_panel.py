@@ -54,7 +54,7 @@ class ResidencyPanel(Vertical):
     """A table of (component, state, bytes) with per-state totals; `update_rows` replaces it."""
 
     DEFAULT_CSS = """
-    ResidencyPanel { border: round $primary; height: auto; max-height: 100%; }
+    ResidencyPanel { border: round $primary; height: auto; max-height: 100%; padding: 0 1; }
     ResidencyPanel > .summary { height: auto; color: $text-muted; }
     ResidencyPanel > DataTable { height: auto; max-height: 30; }
     """

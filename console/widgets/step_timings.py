@@ -43,7 +43,7 @@ class StepTimings(Vertical):
     """Summary line, wall/stall sparklines and a bounded table of recent steps."""
 
     DEFAULT_CSS = """
-    StepTimings { border: round $success; height: 1fr; min-height: 6; }
+    StepTimings { border: round $success; height: 1fr; min-height: 6; padding: 0 1; }
     StepTimings > .summary { height: auto; }
     StepTimings > Horizontal { height: 1; }
     StepTimings > Horizontal > .spark-label { width: 14; }
