@@ -75,3 +75,25 @@ def storage_key(t: torch.Tensor) -> tuple[str, int | None, int, int]:
     if storage.nbytes() == 0 or ptr == 0:
         return ("empty", None, id(t), 0)  # zero-byte storages never alias anything
     return (t.device.type, t.device.index, ptr, storage.nbytes())
+
+
+def unview_buffers(module: torch.nn.Module) -> int:
+    """Replace buffers that are autograd views by equal non-view tensors over the same storage.
+
+    A view keeps its base tensor alive, and re-pointing the view's `.data` does not drop that
+    base: the original host storage would survive next to our host copy. Parameters are never
+    views, so their identities are untouched; view buffers get a new (aliasing) tensor object.
+    Returns how many buffers were replaced.
+    """
+    replaced = 0
+    for sub in module.modules():
+        for name, buf in list(sub._buffers.items()):
+            if buf is None or not buf._is_view() or isinstance(buf, torch.nn.Parameter):
+                continue
+            fresh = torch.empty(0, dtype=buf.dtype, device=buf.device)
+            with torch.no_grad():
+                fresh.set_(buf.untyped_storage(), buf.storage_offset(), buf.shape, buf.stride())
+            fresh.requires_grad_(buf.requires_grad)
+            sub._buffers[name] = fresh
+            replaced += 1
+    return replaced

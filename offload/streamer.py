@@ -32,6 +32,7 @@ from .devices import (
     storage_key,
     stream_context,
     synchronize,
+    unview_buffers,
 )
 from .events import EventBus, NullBus, StagingEvent
 from .pinned import ALIGNMENT, HostArena, align_up, contiguous_stride, is_dense, span_elements, typed_view
@@ -85,6 +86,18 @@ class _Block:
     pieces: list[_Piece] = field(default_factory=list)
     slot: int | None = None  # slot its tensors currently point into
     packed: bool = False
+
+
+def _distinct_bytes(tensors: Sequence[torch.Tensor]) -> int:
+    """Bytes of the tensors, counting tensors that share one storage once (their union span)."""
+    spans: dict[Any, tuple[int, int, int]] = {}
+    for t in tensors:
+        start = t.storage_offset() * t.element_size()
+        end = start + span_elements(t.shape, t.stride()) * t.element_size()
+        key = storage_key(t)
+        lo, hi, n = spans.get(key, (start, end, 0))
+        spans[key] = (min(lo, start), max(hi, end), n + t.numel() * t.element_size())
+    return sum(min(hi - lo, n) for lo, hi, n in spans.values())
 
 
 def _unique_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
@@ -237,10 +250,12 @@ class LayerwiseStreamer:
     # ------------------------------------------------------------------ attach / detach
 
     def _attach(self) -> None:
+        for b in self._streamed:
+            unview_buffers(b.module)
         for b in self._blocks:
             if b.resident:
                 b.module.to(self.device)
-                b.tensor_bytes = sum(t.numel() * t.element_size() for t in _unique_tensors(b.module))
+                b.tensor_bytes = _distinct_bytes(_unique_tensors(b.module))
         self._resident_bytes = sum(b.tensor_bytes for b in self._blocks if b.resident)
         if not self._streamed:
             return
