@@ -1,0 +1,197 @@
+"""The in-process engine: discovered → loading → ready ⇄ running, plus failed and unloaded.
+
+Methods block; the console calls them from a worker thread (`engine.worker.EngineWorker`) and
+follows progress through the event bus. Every failure during load releases what was placed
+(device memory and pinned host memory) and leaves the engine `failed` with the reason, ready to
+load again.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..offload.events import (
+    EngineStateChanged,
+    ErrorEvent,
+    EventBus,
+    LoadProgress,
+    RequestFinished,
+    RequestStarted,
+    StepTiming,
+)
+from ..offload.policy import OffloadPolicy
+from .discovery import ModelInfo, discover_model
+from .loader import LoadCancelled, load_pipeline
+from .placement import Placement, place
+from .plan import Plan, make_plan
+from .runner import GenerateRequest, run_pipeline
+
+
+class EngineState(StrEnum):
+    DISCOVERED = "discovered"
+    LOADING = "loading"
+    READY = "ready"
+    RUNNING = "running"
+    FAILED = "failed"
+    UNLOADED = "unloaded"
+
+
+class EngineStateError(RuntimeError):
+    """A command that the engine's current state does not allow (e.g. generate before load)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadReport:
+    seconds: float
+    pinned_bytes: int
+    streamed_bytes: int
+    device_allocated_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateResult:
+    request_id: int
+    image: Any
+    seconds: float
+    steps: list[StepTiming] = field(default_factory=list)
+    peak_allocated_bytes: int | None = None
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+class Engine:
+    """One model, one policy at a time, in this process."""
+
+    def __init__(self, model_path: str | Path, *, device: str | torch.device | None = None,
+                 bus: EventBus | None = None, variant: str | None = None, pin: bool = True) -> None:
+        self.model: ModelInfo = discover_model(model_path, variant)
+        self.device = torch.device(device) if device is not None else default_device()
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            from ..offload.errors import ConfigError
+
+            raise ConfigError(f"device {self.device} requested but CUDA is not available")
+        self.bus = bus or EventBus()
+        self.pin = pin
+        self.state = EngineState.DISCOVERED
+        self.failure: str | None = None
+        self.plan: Plan | None = None
+        self.pipe: Any = None
+        self.placement: Placement | None = None
+        self._request_ids = itertools.count(1)
+        self._lock = threading.RLock()
+
+    # ---------------------------------------------------------------- state
+    def _set_state(self, new: EngineState, reason: str = "") -> None:
+        old, self.state = self.state, new
+        self.bus.publish(EngineStateChanged(old=old.value, new=new.value, reason=reason))
+
+    def make_plan(self, policy: OffloadPolicy) -> Plan:
+        """Validate a policy against this model (PolicyError) and forecast it; allocates nothing."""
+        return make_plan(self.model, policy)
+
+    # ---------------------------------------------------------------- load / unload
+    def load(self, policy: OffloadPolicy, cancel: threading.Event | None = None) -> LoadReport:
+        with self._lock:
+            if self.state in (EngineState.LOADING, EngineState.READY, EngineState.RUNNING):
+                raise EngineStateError(f"cannot load while {self.state.value}; unload first")
+            plan = self.make_plan(policy)  # invalid policy: clear error before anything is allocated
+            self.plan = plan
+            self.failure = None
+            self._set_state(EngineState.LOADING, f"mode={policy.mode}")
+            start = time.perf_counter()
+            try:
+                self.pipe = load_pipeline(self.model, progress=self._progress("host"), cancel=cancel)
+                self._pin_execution_device()
+                self.placement = place(self.pipe, plan, self.device, self.bus, progress=self._progress("place"),
+                                       cancel=cancel, pin=self.pin)
+            except BaseException as exc:
+                self._release()
+                reason = "load cancelled" if isinstance(exc, LoadCancelled) else f"{type(exc).__name__}: {exc}"
+                self.failure = reason
+                self.bus.publish(ErrorEvent(where="load", message=reason))
+                self._set_state(EngineState.FAILED, reason)
+                raise
+            self._set_state(EngineState.READY)
+            streamer = self.placement.streamer
+            return LoadReport(
+                seconds=time.perf_counter() - start,
+                pinned_bytes=self.placement.pinned_bytes,
+                streamed_bytes=streamer.streamed_bytes if streamer else 0,
+                device_allocated_bytes=torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else None,
+            )
+
+    def _progress(self, phase: str):
+        def report(component: str, done: int, total: int) -> None:
+            self.bus.publish(LoadProgress(component=component, done_bytes=done, total_bytes=total, phase=phase))
+        return report
+
+    def _pin_execution_device(self) -> None:
+        """diffusers infers the execution device from the first module's weights, which may be a
+        staged (host) component; the engine knows where compute runs."""
+        device = self.device
+        cls = type(self.pipe)
+        self.pipe.__class__ = type(cls.__name__, (cls,), {"_execution_device": property(lambda _self: device)})
+
+    def unload(self) -> None:
+        with self._lock:
+            if self.state == EngineState.RUNNING:
+                raise EngineStateError("cannot unload while a request is running")
+            self._release()
+            self._set_state(EngineState.UNLOADED)
+
+    def _release(self) -> None:
+        if self.placement is not None:
+            self.placement.release()
+            self.placement = None
+        self.pipe = None
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+
+    # ---------------------------------------------------------------- generate
+    def generate(self, request: GenerateRequest, cancel: threading.Event | None = None) -> GenerateResult:
+        with self._lock:
+            if self.state != EngineState.READY:
+                raise EngineStateError(f"cannot generate while {self.state.value}; load first")
+            request_id = next(self._request_ids)
+            self._set_state(EngineState.RUNNING, f"request {request_id}")
+            self.bus.publish(RequestStarted(request_id=request_id, prompt=request.prompt, steps=request.steps or 0,
+                                            height=request.height or 0, width=request.width or 0, seed=request.seed))
+            if self.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(self.device)
+            start = time.perf_counter()
+            try:
+                image, steps = run_pipeline(
+                    self.pipe, request, bus=self.bus, request_id=request_id, device=self.device,
+                    dits=[getattr(self.pipe, d.name) for d in self.model.dits],
+                    streamer=self.placement.streamer if self.placement else None, cancel=cancel)
+            except BaseException as exc:
+                seconds = time.perf_counter() - start
+                self.bus.publish(RequestFinished(request_id=request_id, seconds=seconds, ok=False,
+                                                 error=f"{type(exc).__name__}: {exc}"))
+                self._set_state(EngineState.READY, "request failed")
+                raise
+            seconds = time.perf_counter() - start
+            self.bus.publish(RequestFinished(request_id=request_id, seconds=seconds, ok=True))
+            self._set_state(EngineState.READY)
+            peak = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None
+            return GenerateResult(request_id, image, seconds, steps, peak)
+
+    def close(self) -> None:
+        """Release everything (the console calls this on quit)."""
+        with self._lock:
+            if self.state not in (EngineState.DISCOVERED, EngineState.UNLOADED, EngineState.FAILED):
+                self._release()
+                self._set_state(EngineState.UNLOADED, "closed")

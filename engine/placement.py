@@ -1,0 +1,142 @@
+"""Apply a plan to a loaded pipeline: stream DiT blocks, stage or place auxiliaries, and undo it all.
+
+Per component (engine/plan.py decides the residency):
+- `streamed` (a DiT): its non-block modules go to the device; its block lists feed one
+  `LayerwiseStreamer` ring across all DiTs in execution order, leading `resident_layers` kept.
+- `staged`: a `ModuleStager` with a pinned master, wrapped around the methods the pipeline calls
+  (`forward`; for VAEs also `encode`/`decode`), sharing one `AllocatorCache` for boundary decisions.
+- `resident`: `.to(device)` once, never staged.
+
+`Placement.release()` undoes everything (hooks, wrappers, slots, pinned arenas) and is safe to
+call after a partial placement — the load path relies on that to leave nothing behind on failure.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..offload.cache import AllocatorCache
+from ..offload.events import EventBus, LogEvent
+from ..offload.stager import ModuleStager, stage_around
+from ..offload.streamer import LayerwiseStreamer
+from .loader import LoadCancelled
+from .plan import Plan
+
+STAGED_METHODS = {"vae": ("forward", "encode", "decode"), "encoder": ("forward",)}
+
+
+@dataclass
+class Placement:
+    """What was placed, so that it can be reported and undone."""
+
+    device: torch.device
+    streamer: LayerwiseStreamer | None = None
+    stagers: dict[str, ModuleStager] = field(default_factory=dict)
+    resident: list[str] = field(default_factory=list)
+    undo: list[Callable[[], None]] = field(default_factory=list)
+    cache: AllocatorCache | None = None
+
+    @property
+    def pinned_bytes(self) -> int:
+        streamed = self.streamer.pinned_bytes if self.streamer else 0
+        return streamed + sum(s.pinned_bytes for s in self.stagers.values())
+
+    def release(self) -> None:
+        """Undo every placement step taken so far (idempotent)."""
+        while self.undo:
+            step = self.undo.pop()
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - keep releasing the rest
+                pass
+        if self.streamer is not None:
+            self.streamer.detach()
+            self.streamer = None
+        for stager in self.stagers.values():
+            stager.close()
+        self.stagers.clear()
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+
+
+def _dit_non_block_to(module: torch.nn.Module, block_attrs: set[str], device: torch.device) -> None:
+    """Move a DiT's modules other than its block lists (embeddings, norms, projections)."""
+    for name, child in module.named_children():
+        if name not in block_attrs:
+            child.to(device)
+    for param in module.parameters(recurse=False):
+        param.data = param.data.to(device)
+    for name, buf in list(module.named_buffers(recurse=False)):
+        setattr(module, name, buf.to(device))
+
+
+def place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, *,
+          progress: Callable[[str, int, int], None] | None = None,
+          cancel: threading.Event | None = None, pin: bool = True) -> Placement:
+    """Place a host-loaded pipeline's components on `device` according to `plan`."""
+    placement = Placement(device)
+    placement.cache = AllocatorCache(device, bus=bus)
+    try:
+        _place(pipe, plan, device, bus, placement, progress, cancel, pin)
+    except BaseException:
+        placement.release()
+        raise
+    return placement
+
+
+def _check_cancel(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise LoadCancelled("load cancelled")
+
+
+def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement: Placement,
+           progress: Callable[[str, int, int], None] | None, cancel: threading.Event | None, pin: bool) -> None:
+    block_lists: list[tuple[str, list[torch.nn.Module]]] = []
+    for comp in plan.components:
+        _check_cancel(cancel)
+        info = comp.info
+        module = getattr(pipe, info.name, None)
+        if not isinstance(module, torch.nn.Module):
+            continue
+        if comp.residency == "resident":
+            module.to(device)
+            placement.resident.append(info.name)
+            bus.publish(LogEvent(level="info", message=f"{info.name}: resident on {device} ({comp.why})"))
+        elif comp.residency == "staged":
+            stager = ModuleStager(info.name, module, device, bus=bus, cache=placement.cache, pin=pin)
+            placement.stagers[info.name] = stager
+            placement.undo.append(stage_around(stager, module, _methods_for(module, info.role)))
+            bus.publish(LogEvent(level="info", message=f"{info.name}: staged ({comp.why}); "
+                                                       f"{stager.staged_bytes:,} bytes in a host master"))
+        elif comp.residency == "streamed":
+            attrs = [b.attr for b in info.block_lists]
+            _dit_non_block_to(module, set(attrs), device)
+            block_lists.extend((f"{info.name}.{a}", list(getattr(module, a))) for a in attrs)
+        if progress and comp.residency != "streamed":
+            progress(info.name, info.nbytes, info.nbytes)
+    if block_lists:
+        total = sum(c.host_bytes for c in plan.components if c.residency == "streamed")
+
+        def on_pack(done: int, _total: int) -> None:
+            _check_cancel(cancel)
+            if progress:
+                progress("DiT blocks", done, _total)
+
+        placement.streamer = LayerwiseStreamer(block_lists, device, resident_layers=plan.policy.resident_layers,
+                                               bus=bus, pin=pin, progress=on_pack)
+        placement.streamer.attach()
+        bus.publish(LogEvent(level="info", message=(
+            f"DLO: {placement.streamer.num_streamed} blocks streamed ({total:,} bytes), "
+            f"{placement.streamer.num_resident} resident, 2 slots of {placement.streamer.largest_block_bytes:,} bytes")))
+
+
+def _methods_for(module: torch.nn.Module, role: str) -> tuple[str, ...]:
+    return tuple(m for m in STAGED_METHODS.get(role, ("forward",)) if callable(getattr(module, m, None)))
