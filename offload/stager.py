@@ -170,9 +170,7 @@ class ModuleStager:
             return
         except torch.OutOfMemoryError as exc:
             self._restore(context=f"out of memory loading {self.name}")
-            self._bus.publish(
-                OomRetry(component=self.name, nbytes=self.staged_bytes, attempt=1, message=str(exc))
-            )
+            self._bus.publish(OomRetry(component=self.name, nbytes=self.staged_bytes, attempt=1, message=str(exc)))
         except BaseException:
             self._restore(context=f"failed loading {self.name}")
             raise
@@ -258,9 +256,7 @@ class ModuleStager:
     def _publish_copies(self, *, wait: bool) -> None:
         measured = self._clock.drain() if (wait and self._cuda) else self._clock.poll()
         for m in measured:
-            self._bus.publish(
-                StagingEvent(target=m.target, direction="h2d", nbytes=m.nbytes, seconds=m.seconds)
-            )
+            self._bus.publish(StagingEvent(target=m.target, direction="h2d", nbytes=m.nbytes, seconds=m.seconds))
 
     def _restore(self, *, context: str) -> None:
         """Back to the host masters after a failure, device copies dropped, cache force-released."""

@@ -298,9 +298,7 @@ class LayerwiseStreamer:
             key = storage_key(t)
             other = owners.setdefault(key, b.name)
             if other != b.name:
-                raise ValueError(
-                    f"{b.name} shares weight storage with {other}; shared weights cannot be streamed"
-                )
+                raise ValueError(f"{b.name} shares weight storage with {other}; shared weights cannot be streamed")
             groups.setdefault(key, []).append(t)
         cursor = 0
         for ts in groups.values():
@@ -357,9 +355,7 @@ class LayerwiseStreamer:
                 for x in b.bindings:
                     rebind(
                         x.target,
-                        lambda x=x, base=base: typed_view(
-                            arena.tensor, base + x.offset, x.dtype, x.shape, x.stride
-                        ),
+                        lambda x=x, base=base: typed_view(arena.tensor, base + x.offset, x.dtype, x.shape, x.stride),
                     )
             b.pieces, b.bindings, b.packed, b.slot = [], [], False, None
             b.tensor_bytes = b.region_nbytes = 0
@@ -486,7 +482,5 @@ class LayerwiseStreamer:
                 self._stall_s += m.seconds
             if m.kind == "copy":
                 self._bus.publish(
-                    StagingEvent(
-                        target=m.target, direction="h2d", nbytes=m.nbytes, seconds=m.seconds, sync=m.sync
-                    )
+                    StagingEvent(target=m.target, direction="h2d", nbytes=m.nbytes, seconds=m.seconds, sync=m.sync)
                 )

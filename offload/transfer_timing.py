@@ -53,9 +53,7 @@ class TransferClock:
         event.record(stream)
         return event
 
-    def finish(
-        self, mark: Any, kind: Kind, target: str, nbytes: int, *, sync: bool = False, stream: Any = None
-    ) -> Any:
+    def finish(self, mark: Any, kind: Kind, target: str, nbytes: int, *, sync: bool = False, stream: Any = None) -> Any:
         """Close a measurement; returns the end event on CUDA (usable as a ready event), else None."""
         if not self._cuda:
             self._ready.append(Measured(kind, target, nbytes, time.perf_counter() - mark, sync))

@@ -25,9 +25,8 @@ class ToyBlock(nn.Module):
         self.aliased: list[bool] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.aliased.append(
-            self.row.data_ptr() == self.lin.weight.data_ptr() + self.lin.weight.stride(0) * self.lin.weight.element_size()
-        )
+        w = self.lin.weight
+        self.aliased.append(self.row.data_ptr() == w.data_ptr() + w.stride(0) * w.element_size())
         dtype = self.lin.weight.dtype
         h = self.lin(x.to(dtype)) + self.row
         h = self.norm(h.float())

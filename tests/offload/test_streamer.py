@@ -118,9 +118,7 @@ def test_resident_bytes_and_sizes():
 def test_host_arena_is_tight_and_original_tensors_are_released(n):
     model = ToyModel(n, DIM)
     expected = sum(block_tensor_bytes(b) for b in model.all_blocks())
-    storages = [
-        weakref.ref(t.untyped_storage()) for b in model.all_blocks() for t in [*b.parameters(), *b.buffers()]
-    ]
+    storages = [weakref.ref(t.untyped_storage()) for b in model.all_blocks() for t in [*b.parameters(), *b.buffers()]]
     streamer = LayerwiseStreamer(model.block_lists(), "cpu")
     streamer.attach()
     gc.collect()
