@@ -87,9 +87,7 @@ def seeded(seed: int, component: int) -> Iterator[None]:
         yield
 
 
-def atomic_build(
-    path: Path, build: Callable[[Path], None], marker: dict[str, object], *, replace: bool = True
-) -> Path:
+def atomic_build(path: Path, build: Callable[[Path], None], marker: dict[str, object], *, replace: bool = True) -> Path:
     """Run ``build(tmp)`` in a temp dir beside ``path``, mark it complete, then rename into place.
 
     Readers never see a half-built folder. An incomplete leftover at ``path`` is always replaced; a
@@ -266,10 +264,8 @@ def save_pipeline(
         if dtype is not None:
             for component in pipe.components.values():
                 if isinstance(component, torch.nn.Module):
-                    component.to(dtype)
-        _save_components(
-            pipe, out, variant=variant, shard_transformer=shard_transformer, weights_only=keep_default
-        )
+                    torch.nn.Module.to(component, dtype)  # plain cast; skips diffusers' fp32-modules warning
+        _save_components(pipe, out, variant=variant, shard_transformer=shard_transformer, weights_only=keep_default)
     pipe.save_config(str(out))  # model_index.json
     for name, component in pipe.components.items():
         if type(component).__name__ == "CLIPTokenizer":
@@ -284,9 +280,7 @@ def _two_shard_limit(module: torch.nn.Module) -> int:
     return sum(sizes) // 2 + max(sizes)
 
 
-def _save_components(
-    pipe, out: Path, *, variant: str | None, shard_transformer: bool, weights_only: bool
-) -> None:
+def _save_components(pipe, out: Path, *, variant: str | None, shard_transformer: bool, weights_only: bool) -> None:
     """Save each component into ``out/<name>``; ``weights_only`` keeps existing configs untouched."""
     for name, component in pipe.components.items():
         is_model = isinstance(component, torch.nn.Module)

@@ -32,3 +32,46 @@ def demo_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from omni_console.engine.demo_model import build_demo_model
 
     return build_demo_model(tmp_path_factory.mktemp("models") / "demo-flux", seed=0)
+
+
+@pytest.fixture(scope="session")
+def sd3_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny StableDiffusion3Pipeline (2 CLIP + T5, 3 MMDiT blocks), built once per session."""
+    from omni_console.engine.tiny_families import build_tiny_sd3
+
+    return build_tiny_sd3(tmp_path_factory.mktemp("models") / "sd3", seed=0)
+
+
+@pytest.fixture(scope="session")
+def pixart_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny PixArtSigmaPipeline (T5, 4 DiT blocks), built once per session."""
+    from omni_console.engine.tiny_families import build_tiny_pixart_sigma
+
+    return build_tiny_pixart_sigma(tmp_path_factory.mktemp("models") / "pixart-sigma", seed=0)
+
+
+@pytest.fixture(scope="session")
+def wan_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny WanPipeline (UMT5, 3 video DiT blocks, Wan VAE), built once per session.
+
+    Loading it with diffusers 0.42 needs ``accelerate`` (see ``wan_loadable``).
+    """
+    from omni_console.engine.tiny_families import build_tiny_wan
+
+    return build_tiny_wan(tmp_path_factory.mktemp("models") / "wan", seed=0)
+
+
+@pytest.fixture
+def wan_loadable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let ``WanPipeline.from_pretrained`` load float32 weights when ``accelerate`` is not installed.
+
+    diffusers 0.42 forces ``low_cpu_mem_usage=True`` (which needs accelerate) for any model that declares
+    ``_keep_in_fp32_modules``, as WanTransformer3DModel does. With float32 weights that list changes
+    nothing, so clearing it is a faithful load; with accelerate present this fixture does nothing.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("accelerate") is None:
+        from diffusers import WanTransformer3DModel
+
+        monkeypatch.setattr(WanTransformer3DModel, "_keep_in_fp32_modules", None)
