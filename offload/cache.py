@@ -75,8 +75,7 @@ class AllocatorCache:
         self._bus = bus or NullBus()
         self._has_allocator = read_memory is not None or is_cuda(self.device)
         if read_memory is None and is_cuda(self.device):
-            dev = as_device(self.device)
-            read_memory = lambda: read_cuda_memory(dev)  # noqa: E731
+            read_memory = lambda: read_cuda_memory(as_device(self.device))  # noqa: E731 - resolved when read
         self._read_memory = read_memory
         if empty_cache is None:
             empty_cache = torch.cuda.empty_cache if is_cuda(self.device) else (lambda: None)

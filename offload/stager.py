@@ -32,6 +32,7 @@ from .devices import (
     storage_key,
     stream_context,
     synchronize,
+    unview_buffers,
 )
 from .events import EventBus, NullBus, OomRetry, StagingEvent
 from .pinned import ALIGNMENT, HostArena, align_up
@@ -119,6 +120,7 @@ class ModuleStager:
 
     def _snapshot(self, pin: bool) -> list[_Group]:
         """Group tensors by storage and move each storage's bytes into one host master."""
+        unview_buffers(self.module)  # a view buffer's base would keep the original storage alive
         groups: dict[Any, _Group] = {}
         sources: dict[Any, torch.Tensor] = {}
         seen: set[int] = set()
