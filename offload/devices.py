@@ -97,3 +97,35 @@ def unview_buffers(module: torch.nn.Module) -> int:
             sub._buffers[name] = fresh
             replaced += 1
     return replaced
+
+
+def move_preserving_aliases(tensors: list[torch.Tensor], device: torch.device) -> int:
+    """Move tensors to `device` in place (`.data` re-pointed), one copy per shared storage.
+
+    `Module.to()` copies every tensor separately, so a buffer that views a weight, or two
+    Parameters over one storage, stop sharing memory. Here each storage's used byte span is copied
+    once and every tensor gets a view with its own offset, shape and stride. Returns bytes copied.
+    """
+    from .pinned import span_elements, typed_view  # local: pinned imports nothing from here
+
+    groups: dict[tuple, list[torch.Tensor]] = {}
+    for t in tensors:
+        if t.device == device:
+            continue
+        if t.numel() == 0:
+            rebind(t, lambda t=t: t.detach().to(device))
+            continue
+        groups.setdefault(storage_key(t), []).append(t)
+    moved = 0
+    for ts in groups.values():
+        starts = [t.storage_offset() * t.element_size() for t in ts]
+        ends = [s + span_elements(t.shape, t.stride()) * t.element_size() for s, t in zip(starts, ts, strict=True)]
+        lo = min(starts) // 16 * 16
+        hi = max(ends)
+        dev = torch.empty(hi - lo, dtype=torch.uint8, device=device)
+        dev.copy_(storage_bytes(ts[0])[lo:hi])
+        for t, start in zip(ts, starts, strict=True):
+            shape, stride = tuple(t.shape), tuple(t.stride())
+            rebind(t, lambda t=t, d=dev, o=start - lo, sh=shape, st=stride: typed_view(d, o, t.dtype, sh, st))
+        moved += hi - lo
+    return moved

@@ -69,8 +69,8 @@ class HostArena:
         ptr = self._tensor.data_ptr()
         try:
             cudart = torch.cuda.cudart()
-            rc = cudart.cudaHostRegister(ptr, self._nbytes, 0)
-            ok = rc == cudart.cudaError.success
+            rc = cudart.cudaHostRegister(ptr, self._nbytes, 0)  # 0: cudaHostRegisterDefault
+            ok = int(rc) == 0  # cudaSuccess
         except Exception as exc:  # driver/runtime trouble: stay pageable, say why
             self._pin_failure_reason = f"cudaHostRegister raised {type(exc).__name__}: {exc}"
             return

@@ -25,6 +25,7 @@ from .devices import (
     as_device,
     current_stream,
     is_cuda,
+    move_preserving_aliases,
     new_stream,
     placeholder,
     rebind,
@@ -250,12 +251,12 @@ class LayerwiseStreamer:
     # ------------------------------------------------------------------ attach / detach
 
     def _attach(self) -> None:
-        for b in self._streamed:
-            unview_buffers(b.module)
         for b in self._blocks:
+            unview_buffers(b.module)
             if b.resident:
-                b.module.to(self.device)
-                b.tensor_bytes = _distinct_bytes(_unique_tensors(b.module))
+                tensors = _unique_tensors(b.module)
+                move_preserving_aliases(tensors, self.device)
+                b.tensor_bytes = _distinct_bytes(tensors)
         self._resident_bytes = sum(b.tensor_bytes for b in self._blocks if b.resident)
         if not self._streamed:
             return

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import types
-
 import pytest
 import torch
 from omni_console.offload import pinned
@@ -22,8 +20,6 @@ from omni_console.offload.pinned import (
 
 class FakeCudart:
     """Stands in for torch.cuda.cudart() so registration bookkeeping is testable without a GPU."""
-
-    cudaError = types.SimpleNamespace(success=0)
 
     def __init__(self, rc: int = 0) -> None:
         self.rc = rc
