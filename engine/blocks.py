@@ -1,8 +1,10 @@
 """DiT block lists from tensor names, ordered as the model executes them.
 
 A block list is a top-level attribute whose tensors are named `ATTR.<i>.<rest>` with indices
-0..n-1, n >= 2, where every entry holds the same set of `<rest>` names — the repeated transformer
-block structure (e.g. Flux `transformer_blocks` and `single_transformer_blocks`, Wan `blocks`).
+0..n-1, n >= 2, where every entry repeats the structure of entry 0: at least half of the smaller
+entry's `<rest>` names (with shapes) appear in both — the repeated transformer block (Flux
+`transformer_blocks` and `single_transformer_blocks`, Wan `blocks`). Variants of one block type
+stay in the list (SD3's last block is `context_pre_only` and has fewer tensors).
 Nested lists (`context_embedder.token_refiner.refiner_blocks.0`) belong to non-block modules.
 
 Execution order: the order the model class registers those attributes (its `__init__` order,
@@ -60,11 +62,16 @@ def find_block_lists(tensors: Iterable[TensorInfo]) -> list[BlockList]:
         n = len(entries)
         if n < 2 or sorted(entries) != list(range(n)):
             continue
-        signatures = {frozenset((r, t.shape, t.dtype) for r, t in entry.items()) for entry in entries.values()}
-        if len(signatures) != 1:
+        if not all(_repeats(entries[0], entries[i]) for i in range(1, n)):
             continue  # not a repeated structure: a list of heterogeneous modules
         lists.append(BlockList(attr, tuple(sum(t.nbytes for t in entries[i].values()) for i in range(n))))
     return lists
+
+
+def _repeats(first: dict[str, TensorInfo], other: dict[str, TensorInfo]) -> bool:
+    a = {(r, t.shape) for r, t in first.items()}
+    b = {(r, t.shape) for r, t in other.items()}
+    return len(a & b) * 2 >= min(len(a), len(b))
 
 
 def registration_order(library: str | None, class_name: str | None, config: dict) -> list[str] | None:
