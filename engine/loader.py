@@ -69,7 +69,7 @@ def load_component(info: ComponentInfo) -> Any:
             kwargs["variant"] = info.variant
     try:
         component = cls.from_pretrained(str(info.folder), **kwargs)
-    except (OSError, ValueError, EnvironmentError) as exc:
+    except (OSError, ValueError) as exc:
         raise ModelDirError(f"{info.folder}: {info.class_name}.from_pretrained failed: {_first_line(exc)}") from exc
     if isinstance(component, torch.nn.Module):
         component.eval()

@@ -13,6 +13,7 @@ call after a partial placement — the load path relies on that to leave nothing
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
 from collections.abc import Callable
@@ -51,10 +52,8 @@ class Placement:
         """Undo every placement step taken so far (idempotent)."""
         while self.undo:
             step = self.undo.pop()
-            try:
+            with contextlib.suppress(Exception):  # keep releasing the rest
                 step()
-            except Exception:  # noqa: BLE001 - keep releasing the rest
-                pass
         if self.streamer is not None:
             self.streamer.detach()
             self.streamer = None
@@ -133,9 +132,10 @@ def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement
         placement.streamer = LayerwiseStreamer(block_lists, device, resident_layers=plan.policy.resident_layers,
                                                bus=bus, pin=pin, progress=on_pack)
         placement.streamer.attach()
+        s = placement.streamer
         bus.publish(LogEvent(level="info", message=(
-            f"DLO: {placement.streamer.num_streamed} blocks streamed ({total:,} bytes), "
-            f"{placement.streamer.num_resident} resident, 2 slots of {placement.streamer.largest_block_bytes:,} bytes")))
+            f"DLO: {s.num_streamed} blocks streamed ({total:,} bytes), {s.num_resident} resident, "
+            f"2 slots of {s.largest_block_bytes:,} bytes")))
 
 
 def _methods_for(module: torch.nn.Module, role: str) -> tuple[str, ...]:

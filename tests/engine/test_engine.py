@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from omni_console.engine.engine import Engine, EngineState, EngineStateError
 from omni_console.engine.loader import LoadCancelled
 from omni_console.engine.runner import GenerateRequest
