@@ -101,6 +101,39 @@ def _distinct_bytes(tensors: Sequence[torch.Tensor]) -> int:
     return sum(min(hi - lo, n) for lo, hi, n in spans.values())
 
 
+def _byte_range(t: torch.Tensor) -> tuple[int, int]:
+    start = t.storage_offset() * t.element_size()
+    return start, start + span_elements(t.shape, t.stride()) * t.element_size()
+
+
+def _clusters(tensors: Sequence[torch.Tensor]) -> list[tuple[list[torch.Tensor], int, int]]:
+    """Tensors of one storage grouped into runs of overlapping byte ranges: (tensors, lo, hi)."""
+    out: list[tuple[list[torch.Tensor], int, int]] = []
+    for t in sorted(tensors, key=lambda t: _byte_range(t)[0]):
+        start, end = _byte_range(t)
+        if out and start < out[-1][2]:
+            members, lo, hi = out[-1]
+            out[-1] = ([*members, t], lo, max(hi, end))
+        else:
+            out.append(([t], start, end))
+    return out
+
+
+def _reject_shared_ranges(claims: list[tuple[Any, int, int, str]]) -> None:
+    """Two blocks using overlapping bytes of one storage cannot be streamed independently."""
+    by_key: dict[Any, list[tuple[int, int, str]]] = {}
+    for key, lo, hi, name in claims:
+        by_key.setdefault(key, []).append((lo, hi, name))
+    for ranges in by_key.values():
+        ranges.sort()
+        reach, owner = -1, ""
+        for lo, hi, name in ranges:
+            if lo < reach and name != owner:
+                raise ValueError(f"{name} shares weight storage with {owner}; shared weights cannot be streamed")
+            if hi > reach:
+                reach, owner = hi, name
+
+
 def _unique_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
     seen: set[int] = set()
     out: list[torch.Tensor] = []
@@ -137,6 +170,7 @@ class LayerwiseStreamer:
         self._pin = pin and self._cuda
         self._progress = progress
         self._attached = False
+        self._released = False
         self._arena: HostArena | None = None
         self._slots: list[torch.Tensor] = []
         self._slot_owner: list[int | None] = []
@@ -216,6 +250,8 @@ class LayerwiseStreamer:
         """Pack streamed blocks into the host arena, allocate slots, install hooks, warm block 0."""
         if self._attached:
             return
+        if self._released:
+            raise RuntimeError("a detached streamer cannot attach again: its blocks were released (placeholders)")
         try:
             self._attach()
         except BaseException:
@@ -236,6 +272,7 @@ class LayerwiseStreamer:
             b.slot = None
         self._release_buffers()
         self._attached = False
+        self._released = True
 
     def take_step_stats(self) -> StepStats:
         """Totals since the previous call (or since attach); emits every resolved StagingEvent.
@@ -260,12 +297,13 @@ class LayerwiseStreamer:
         self._resident_bytes = sum(b.tensor_bytes for b in self._blocks if b.resident)
         if not self._streamed:
             return
-        owners: dict[Any, str] = {}
+        claims: list[tuple[Any, int, int, str]] = []
         cursor = 0
         for b in self._streamed:
-            self._plan_block(b, owners)
+            self._plan_block(b, claims)
             b.region_offset = cursor
             cursor = align_up(cursor + b.region_nbytes)
+        _reject_shared_ranges(claims)
         self._arena = HostArena(cursor, pin=self._pin)
         total = sum(b.region_nbytes for b in self._streamed)
         done = 0
@@ -287,8 +325,14 @@ class LayerwiseStreamer:
             self._handles.append(post)
         self._load(0, 0, sync=True)
 
-    def _plan_block(self, b: _Block, owners: dict[Any, str]) -> None:
-        """Decide where each tensor of the block goes inside its region (no copying yet)."""
+    def _plan_block(self, b: _Block, claims: list[tuple[Any, int, int, str]]) -> None:
+        """Decide where each tensor of the block goes inside its region (no copying yet).
+
+        Tensors are grouped by storage and then into clusters of overlapping byte ranges: a cluster
+        (tied views, a buffer viewing a weight) is packed as one span so aliasing survives, while
+        unrelated tensors that merely live in one big storage are packed separately. Each cluster's
+        range is recorded in `claims` so ranges used by two blocks can be rejected.
+        """
         groups: dict[Any, list[torch.Tensor]] = {}
         for t in _unique_tensors(b.module):
             if t.is_meta:
@@ -296,35 +340,29 @@ class LayerwiseStreamer:
             if t.numel() == 0:
                 rebind(t, lambda t=t: t.detach().to(self.device))
                 continue
-            key = storage_key(t)
-            other = owners.setdefault(key, b.name)
-            if other != b.name:
-                raise ValueError(f"{b.name} shares weight storage with {other}; shared weights cannot be streamed")
-            groups.setdefault(key, []).append(t)
+            groups.setdefault(storage_key(t), []).append(t)
         cursor = 0
-        for ts in groups.values():
-            cursor = align_up(cursor, ALIGNMENT)
-            starts = [t.storage_offset() * t.element_size() for t in ts]
-            spans = [span_elements(t.shape, t.stride()) * t.element_size() for t in ts]
-            if len(ts) == 1 and not is_dense(ts[0]):
-                t = ts[0]
-                shape = tuple(t.shape)
-                stride = contiguous_stride(shape)
-                nbytes = t.numel() * t.element_size()
-                binding = _Binding(t, cursor, t.dtype, shape, stride)
-                b.pieces.append(_Piece(cursor, nbytes, t, raw=False, binding=binding))
-                b.bindings.append(binding)
-            else:
-                lo = min(starts) // _GROUP_ALIGN * _GROUP_ALIGN
-                hi = max(s + n for s, n in zip(starts, spans, strict=True))
-                nbytes = hi - lo
-                src = storage_bytes(ts[0])[lo:hi]
-                b.pieces.append(_Piece(cursor, nbytes, src, raw=True))
-                for t, start in zip(ts, starts, strict=True):
-                    shape, stride = tuple(t.shape), tuple(t.stride())
-                    b.bindings.append(_Binding(t, cursor + start - lo, t.dtype, shape, stride))
-            b.tensor_bytes += nbytes
-            cursor += nbytes
+        for key, ts in groups.items():
+            for cluster, lo, hi in _clusters(ts):
+                claims.append((key, lo, hi, b.name))
+                cursor = align_up(cursor, ALIGNMENT)
+                if len(cluster) == 1 and not is_dense(cluster[0]):
+                    t = cluster[0]
+                    shape = tuple(t.shape)
+                    nbytes = t.numel() * t.element_size()
+                    binding = _Binding(t, cursor, t.dtype, shape, contiguous_stride(shape))
+                    b.pieces.append(_Piece(cursor, nbytes, t, raw=False, binding=binding))
+                    b.bindings.append(binding)
+                else:
+                    lo = lo // _GROUP_ALIGN * _GROUP_ALIGN
+                    nbytes = hi - lo
+                    b.pieces.append(_Piece(cursor, nbytes, storage_bytes(cluster[0])[lo:hi], raw=True))
+                    for t in cluster:
+                        start = t.storage_offset() * t.element_size()
+                        shape, stride = tuple(t.shape), tuple(t.stride())
+                        b.bindings.append(_Binding(t, cursor + start - lo, t.dtype, shape, stride))
+                b.tensor_bytes += nbytes
+                cursor += nbytes
         b.region_nbytes = align_up(cursor, ALIGNMENT)
 
     def _pack_block(self, b: _Block) -> None:

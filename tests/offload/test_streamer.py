@@ -9,7 +9,7 @@ import pytest
 import torch
 from offload_toy_models import ToyModel, block_tensor_bytes
 from omni_console.offload.events import EventBus, StagingEvent
-from omni_console.offload.pinned import pinned_bytes_held
+from omni_console.offload.pinned import pack_into_arena, pinned_bytes_held, unpack_view
 from omni_console.offload.streamer import LayerwiseStreamer
 
 DIM = 64
@@ -218,6 +218,8 @@ def test_detach_releases_everything_and_is_idempotent():
         assert not blk._forward_pre_hooks and not blk._forward_hooks
         assert all(t.numel() == 0 for t in [*blk.parameters(), *blk.buffers()])
     assert not streamer.attached
+    with pytest.raises(RuntimeError, match="cannot attach again"):
+        streamer.attach()
 
 
 def test_all_resident_means_no_hooks_and_no_buffers():
@@ -250,6 +252,11 @@ def test_failed_attach_releases_buffers_and_keeps_weights():
     assert all(not b._forward_pre_hooks and not b._forward_hooks for b in model.all_blocks())
     with torch.no_grad():
         assert torch.equal(model(_input()), reference(_input()))
+    streamer._progress = None  # the failure is gone: attaching again works
+    streamer.attach()
+    with torch.no_grad():
+        assert torch.equal(model(_input()), reference(_input()))
+    streamer.detach()
 
 
 def test_weights_shared_between_blocks_are_rejected_before_anything_moves():
@@ -262,6 +269,27 @@ def test_weights_shared_between_blocks_are_rejected_before_anything_moves():
         streamer.attach()
     with torch.no_grad():
         assert torch.equal(model(_input()), reference(_input()))
+
+
+def test_blocks_living_in_one_flat_storage_stream_separately():
+    """Some loaders keep every weight in one big buffer: blocks must not be seen as sharing weights."""
+    reference = ToyModel(3, DIM)
+    model = ToyModel(3, DIM)
+    params = [p for b in model.all_blocks() for p in b.parameters()]
+    arena, entries = pack_into_arena(params, pin=False)
+    for p, e in zip(params, entries, strict=True):
+        p.data = unpack_view(arena.tensor, e)
+    arena.close()  # the views keep the flat buffer alive
+    assert len({p.untyped_storage().data_ptr() for p in params}) == 1
+    rows = [b.row for b in model.all_blocks()]  # buffers still view the old weight storages
+    expected = sum(t.numel() * t.element_size() for t in [*params, *rows])
+    streamer = LayerwiseStreamer(model.block_lists(), "cpu")
+    streamer.attach()
+    assert streamer.host_bytes <= 1.02 * expected
+    with torch.no_grad():
+        assert torch.equal(model(_input()), reference(_input()))
+        assert torch.equal(model(_input()), reference(_input()))
+    streamer.detach()
 
 
 def test_meta_weights_are_rejected():
