@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
+# DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|console|all] [benchmark args...]
+set -uo pipefail
+what=${1:-all}; shift || true
+OUT=${OUT:-out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
+  && python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site . \
+  || exit 1
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,memory.used,pcie.link.gen.current,pcie.link.width.current \
+  --format=csv > "$OUT/gpu.txt" 2>&1
+python3 -c "import torch, diffusers, transformers; print(torch.__version__, diffusers.__version__, transformers.__version__)" \
+  >> "$OUT/gpu.txt" 2>&1
+if [[ $what == tests || $what == all ]]; then
+  python3 -m pytest -m cuda -q -rA -p no:cacheprovider tests 2>&1 | tail -60 > "$OUT/cuda.log"
+fi
+if [[ $what == bench || $what == all ]]; then
+  python3 benchmarks/dlo_stream.py --out "$OUT/dlo_stream.json" "$@" 2>&1 | tail -40 > "$OUT/bench.log"
+fi
+if [[ $what == console ]]; then
+  python3 benchmarks/console_responsiveness.py --device cuda --out "$OUT/console.json" "$@" 2>&1 \
+    | tail -40 > "$OUT/console.log"
+fi
+exit 0
