@@ -459,8 +459,20 @@ class LayerwiseStreamer:
                 self._load(nxt, other, sync=False)
 
     def _after(self, k: int) -> None:
+        """Free block k's slot and refill it at once with the block two ahead.
+
+        Issuing that copy here rather than at the next block's pre-hook changes nothing inside a
+        forward, but at the end of one (the last block) it starts block 1's copy while the tail
+        modules, the scheduler step and the next forward's embeddings run — the link would
+        otherwise idle there once per step.
+        """
         if len(self._slots) > 1:
+            slot = self._streamed[k].slot
             self._unbind(k)
+            n = len(self._streamed)
+            ahead = (k + 2) % n
+            if n > 2 and slot is not None and self._slot_owner[slot] == k:
+                self._load(ahead, slot, sync=False)
 
     def _sync_slot(self) -> int:
         if len(self._slots) == 1 or self._last_slot is None:
