@@ -96,8 +96,8 @@ class AllocatorPanel(VerticalScroll):
         )
 
     def on_mount(self) -> None:
-        if self.snapshot is not None:
-            self.update_snapshot(self.snapshot)
+        if self.snapshot is not None:  # fed before mount; is_mounted turns True after on_mount
+            self.call_after_refresh(self.update_snapshot, self.snapshot)
         else:
             self._show_group("torch", "no telemetry yet", TORCH_KEYS)
             self._show_group("nvml", "no telemetry yet", NVML_KEYS)
@@ -115,6 +115,18 @@ class AllocatorPanel(VerticalScroll):
             self.row(key).display = unavailable is None
         if unavailable is not None:
             self.query_one(f"#{name}-notes", Static).display = False
+
+    def update_snapshots(self, snapshots: list[TelemetrySnapshot]) -> None:
+        """Replay many samples at once (history first, one redraw for the newest)."""
+        if not snapshots:
+            return
+        if self.is_mounted:
+            past = snapshots[:-1]
+            readings = [torch_readings(s.torch) + nvml_readings(s.nvml) for s in past]
+            for i, key in enumerate(TORCH_KEYS + NVML_KEYS):
+                self.row(key).extend([rows[i].value for rows in readings])
+            self.row("free_for_us").extend([free_for_us_reading(s).value for s in past])
+        self.update_snapshot(snapshots[-1])
 
     def update_snapshot(self, snapshot: TelemetrySnapshot) -> None:
         """Show one telemetry sample and extend every history by it."""

@@ -53,8 +53,8 @@ class HostPanel(Vertical):
         yield Static("", id="host-notes", classes="notes", markup=False)
 
     def on_mount(self) -> None:
-        if self.snapshot is not None:
-            self.update_snapshot(self.snapshot)
+        if self.snapshot is not None:  # fed before mount; is_mounted turns True after on_mount
+            self.call_after_refresh(self.update_snapshot, self.snapshot)
         else:
             self._show("no telemetry yet")
 
@@ -70,6 +70,16 @@ class HostPanel(Vertical):
             self.row(key).display = unavailable is None
         if unavailable is not None:
             self.query_one("#host-notes", Static).display = False
+
+    def update_snapshots(self, snapshots: list[TelemetrySnapshot]) -> None:
+        """Replay many samples at once (history first, one redraw for the newest)."""
+        if not snapshots:
+            return
+        if self.is_mounted:
+            readings = [host_readings(s.host) for s in snapshots[:-1]]
+            for i, key in enumerate(HOST_KEYS):
+                self.row(key).extend([rows[i].value for rows in readings])
+        self.update_snapshot(snapshots[-1])
 
     def update_snapshot(self, snapshot: TelemetrySnapshot) -> None:
         """Show the host group of one telemetry sample."""

@@ -54,7 +54,11 @@ class MetricRow(Horizontal):
         yield Static(self.label, classes="metric-label", markup=False)
         yield Static(self.text, classes="metric-value", markup=False)
         if self._with_sparkline:
-            yield Sparkline([])
+            yield Sparkline(list(self.history))
+
+    def extend(self, values: list[float | None]) -> None:
+        """Append past values to the history only (a replay before the next `push` redraws)."""
+        self.history.extend(float(v) for v in values if v is not None)
 
     def push(self, value: float | None, text: str, reason: str | None = None, *, alert: bool = False) -> None:
         """Show `text`, and append `value` to the history unless it is missing."""

@@ -103,7 +103,7 @@ class StagingLog(Vertical):
         yield FilterBar(self._filter, id="staging-filter")
 
     def on_mount(self) -> None:
-        self._rewrite()
+        self.call_after_refresh(self._rewrite)  # lines added before mount (is_mounted is False in on_mount)
 
     # ---- state the app reads ---------------------------------------------------------------
 

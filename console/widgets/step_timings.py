@@ -32,7 +32,7 @@ def summarize(steps: list[StepTiming]) -> str:
     rate = len(window) / wall if wall > 0 else 0.0
     pct = 100.0 * stall / wall if wall > 0 else 0.0
     return (
-        f"request {last.request_id} step {last.step + 1}/{last.total_steps} · "
+        f"request {last.request_id} step {last.step}/{last.total_steps} · "
         f"mean of last {len(window)}: {wall / len(window):.3f} s/step ({rate:.2f} steps/s), "
         f"stall {stall / len(window):.3f} s ({pct:.0f} %), H2D {format_bytes(h2d / len(window))}/step"
         + (f" ({format_rate(h2d / wall)})" if wall > 0 and h2d else "")
@@ -102,7 +102,7 @@ class StepTimings(Vertical):
         rate = 1.0 / s.wall_s if s.wall_s > 0 else 0.0
         key = table.add_row(
             str(s.request_id),
-            f"{s.step + 1}/{s.total_steps}",
+            f"{s.step}/{s.total_steps}",
             f"{s.wall_s:.3f}",
             f"{s.stall_s:.3f}",
             f"{pct:.0f}",

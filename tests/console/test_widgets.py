@@ -311,7 +311,7 @@ async def test_staging_log_dropped_counter_in_title():
 
 def steps(n: int, request_id: int = 1) -> list[StepTiming]:
     return [
-        StepTiming(request_id=request_id, step=i, total_steps=n, wall_s=0.5, stall_s=0.05, h2d_bytes=23_800_000_000)
+        StepTiming(request_id=request_id, step=i + 1, total_steps=n, wall_s=0.5, stall_s=0.05, h2d_bytes=23_800_000_000)
         for i in range(n)
     ]
 

@@ -1,0 +1,598 @@
+"""The omni-console Textual app: plan → load → live, around one in-process engine.
+
+Threads: the engine runs on `EngineWorker`'s thread and telemetry on the sampler's; both only
+publish onto the engine's event bus. The app drains its bus subscription on a Textual timer and
+applies every event on its own thread, so the UI never blocks on the GPU and no sample or
+staging event is coalesced away (drops are counted and shown). Commands go down as worker
+futures whose completion comes back as a `CommandDone` message.
+
+Everything the app depends on can be injected (engine, worker, telemetry sources or sampler,
+bandwidth, output directory) so pilot tests run deterministically on CPU without sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
+from functools import partial
+from pathlib import Path
+from typing import Literal
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.timer import Timer
+
+from ..engine.engine import Engine
+from ..engine.export import vllm_serve_command
+from ..engine.loader import LoadCancelled
+from ..engine.plan import Plan
+from ..engine.runner import GenerateRequest
+from ..engine.units import fmt_bytes, fmt_seconds
+from ..engine.worker import EngineWorker
+from ..offload.errors import ConfigError, PolicyError
+from ..offload.events import (
+    CacheDecision,
+    EngineStateChanged,
+    ErrorEvent,
+    Event,
+    LoadProgress,
+    LogEvent,
+    OomRetry,
+    RequestFinished,
+    RequestStarted,
+    StagingEvent,
+    StepTiming,
+    TelemetryEvent,
+)
+from ..offload.policy import OffloadPolicy
+from ..offload.telemetry import Source, TelemetrySampler, TelemetrySnapshot, default_sources
+from ..themes import CSS_PATH, DEFAULT_THEME, THEMES, register_themes
+from . import policy_edits
+from .bandwidth import ObservedBandwidth, measure_h2d_bandwidth
+from .commands import console_commands
+from .device_info import read_device_info
+from .headless import default_request
+from .residency import residency_rows
+from .screens import GenerateDialog, HelpScreen, LiveScreen, PlanScreen
+from .screens.help import Section, binding_rows
+from .widgets import HISTORY_SAMPLES, FilterBar, format_event
+from .widgets.plan_forecast import LinkInfo
+
+DEFAULT_PROMPT = "a lighthouse on a cliff at dusk"
+DRAIN_INTERVAL_S = 0.05
+DRAIN_MAX_EVENTS = 5000
+RESIDENCY_REFRESH_S = 0.25
+DEFAULT_OUT_DIR = Path("omni-console-out")
+
+Phase = Literal["plan", "loading", "live", "unloading", "quitting"]
+LOG_EVENTS = (StagingEvent, CacheDecision, OomRetry, LogEvent, ErrorEvent)
+
+
+class CommandDone(Message):
+    """A worker future finished (posted from the engine thread; handled on the UI thread)."""
+
+    def __init__(self, kind: str, future: Future, output: Path | None = None, save_error: str | None = None) -> None:
+        super().__init__()
+        self.kind = kind
+        self.future = future
+        self.output = output
+        self.save_error = save_error
+
+
+def theme_or_error(name: str | None) -> str:
+    """The theme to start with; an unknown name is a ConfigError listing the valid ones."""
+    if name is None:
+        return DEFAULT_THEME
+    if name not in THEMES:
+        raise ConfigError(f"unknown theme {name!r}; valid themes: {', '.join(sorted(THEMES))}")
+    return name
+
+
+class OmniConsoleApp(App[int]):
+    """The operator console. `run()` returns 0 after a clean quit."""
+
+    CSS_PATH = CSS_PATH
+    TITLE = "omni-console"
+    BINDINGS = [
+        Binding("q", "quit", "quit", id="app.quit", tooltip="quit: cancel, release memory, stop threads"),
+        Binding("ctrl+q", "quit", "quit", show=False, priority=True, id="app.quit_ctrl",
+                tooltip="quit (also from text fields)"),
+        Binding("t", "cycle_theme", "theme", id="app.theme", tooltip="next theme"),
+        Binding("question_mark,f1", "help", "help", id="app.help", tooltip="this list of keys"),
+    ]
+
+    def __init__(
+        self,
+        engine: Engine,
+        policy: OffloadPolicy,
+        *,
+        sampler: TelemetrySampler | None = None,
+        sources: Sequence[Source] | None = None,
+        telemetry_hz: float = 10.0,
+        start_telemetry: bool | None = None,
+        theme: str | None = None,
+        bandwidth: float | None = None,
+        out_dir: Path | str | None = None,
+        worker: EngineWorker | None = None,
+        prompt: str = DEFAULT_PROMPT,
+    ) -> None:
+        """Validate everything that can be wrong (theme, policy) before the app ever runs.
+
+        Telemetry: `sampler` is used as given; else one is built from `sources` (default: the
+        device's torch/NVML/host sources). The sampling thread starts when `start_telemetry`
+        is True, or by default only for the real sources — injected ones are driven by the
+        test (`app.sampler.sample_now(publish=True)` then `app.drain_events()`).
+        """
+        self.initial_theme = theme_or_error(theme)
+        plan = engine.make_plan(policy)  # PolicyError (a ConfigError) before anything runs
+        super().__init__()
+        self.engine = engine
+        self.policy = policy
+        self.plan: Plan = plan
+        self.worker = worker or EngineWorker(engine)
+        self.sub = engine.bus.subscribe()
+        if sampler is None:
+            real = sources is None
+            srcs = list(default_sources(engine.device)) if real else list(sources or [])
+            sampler = TelemetrySampler(*srcs, bus=engine.bus, hz=telemetry_hz)
+            self.start_telemetry = real if start_telemetry is None else start_telemetry
+        else:
+            self.start_telemetry = bool(start_telemetry)
+        self.sampler = sampler
+        self.device_info = read_device_info(engine.device)
+        self.bandwidth = bandwidth
+        self.bandwidth_source = "given" if bandwidth else ""
+        self.observed = ObservedBandwidth()
+        self.out_dir = Path(out_dir) if out_dir is not None else DEFAULT_OUT_DIR
+        self.prompt = prompt
+        self.phase: Phase = "plan"
+        self.generating = False
+        self.busy: Future | None = None
+        self.last_command: dict[str, Future] = {}
+        self.snapshot: TelemetrySnapshot | None = None
+        self.telemetry_history: deque[TelemetrySnapshot] = deque(maxlen=HISTORY_SAMPLES)
+        self.plan_screen = PlanScreen()
+        self.live_screen: LiveScreen | None = None
+        self.notices: list[tuple[str, str]] = []
+        self.last_output: Path | None = None
+        self.last_error: str | None = None
+        self.load_seconds: float | None = None
+        self._mode_stash: OffloadPolicy | None = None
+        self._t0: float | None = None
+        self._drain_timer: Timer | None = None
+        self._residency_at = 0.0
+        self._link_rows: object = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def on_mount(self) -> None:
+        register_themes(self, activate=self.initial_theme)
+        self.sub_title = str(self.engine.model.path)
+        self.push_screen(self.plan_screen)
+        self._drain_timer = self.set_interval(DRAIN_INTERVAL_S, self.drain_events, name="drain-events")
+        if self.start_telemetry:
+            self.sampler.sample_now(publish=True)  # the header's free memory before the first tick
+            self.sampler.start()
+        if self.bandwidth is None and self.device_info.is_cuda:
+            future = self.worker.call(lambda engine: measure_h2d_bandwidth(engine.device))
+            future.add_done_callback(lambda f: self.post_message(CommandDone("bandwidth", f)))
+
+    def shutdown(self) -> None:
+        """Stop telemetry, cancel what runs, release the engine's memory, stop the worker (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.sampler.close()
+        self.worker.shutdown()
+        self.sub.close()
+
+    async def action_quit(self) -> None:
+        """q / ctrl+q: a clean exit — the worker releases memory on its own thread, the UI stays live."""
+        if self.phase == "quitting":
+            return
+        self.phase = "quitting"
+        if self._drain_timer is not None:
+            self._drain_timer.stop()
+        self.say("shutting down: cancelling, releasing memory…")
+        await asyncio.to_thread(self.shutdown)
+        self.exit(0)
+
+    def say(self, message: str, severity: str = "information", timeout: float | None = None) -> None:
+        """notify() without markup (paths and JSON contain brackets)."""
+        self.notify(message, severity=severity, timeout=timeout, markup=False)  # type: ignore[arg-type]
+
+    def notify(self, message: str, *, title: str = "", severity="information", timeout: float | None = None,
+               markup: bool = True) -> None:
+        """Also keep every notification in `notices` (tests and the operator's history read it)."""
+        self.notices.append((str(message), str(severity)))
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
+    # ------------------------------------------------------------------ policy edits (plan screen)
+
+    def _edit(self, edit: policy_edits.Edit) -> bool:
+        if self.phase != "plan":
+            self.say("the policy is read-only while the model is loaded or loading (u unloads)", "warning")
+            return False
+        if edit.refused:
+            self.say(edit.message, "warning")
+            return False
+        try:
+            plan = self.engine.make_plan(edit.policy)
+        except PolicyError as exc:
+            self.say(str(exc), "error")
+            return False
+        self.policy, self.plan = edit.policy, plan
+        self.refresh_plan_views()
+        self.say(edit.message, timeout=2)
+        return True
+
+    def edit_toggle(self, name: str) -> bool:
+        return self._edit(policy_edits.toggle_component(self.engine.model, self.policy, name))
+
+    def edit_clear(self, name: str) -> bool:
+        return self._edit(policy_edits.clear_component(self.engine.model, self.policy, name))
+
+    def edit_default(self) -> bool:
+        return self._edit(policy_edits.toggle_default(self.policy))
+
+    def edit_layers(self, delta: int) -> bool:
+        return self._edit(policy_edits.change_resident_layers(self.engine.model, self.policy, delta))
+
+    def edit_mode(self) -> bool:
+        edit, stash = policy_edits.switch_mode(self.policy, self._mode_stash)
+        if self._edit(edit):
+            self._mode_stash = stash
+            return True
+        return False
+
+    # ------------------------------------------------------------------ plan views
+
+    def link_info(self) -> LinkInfo:
+        """The device side of the forecast: bandwidth (measured or observed) and free memory."""
+        if not self.device_info.is_cuda:
+            return LinkInfo(is_cuda=False)
+        bw, bw_source = self.bandwidth, self.bandwidth_source
+        if bw is None and self.observed.rate is not None:
+            bw, bw_source = self.observed.rate, "mean of observed staging copies"
+        free, free_source = None, ""
+        snap = self.snapshot
+        if snap is not None and snap.free_for_us is not None:
+            free, free_source = snap.free_for_us, "free for us = NVML free + torch cached"
+        elif snap is not None and snap.torch.free is not None:
+            free, free_source = snap.torch.free, "cudaMemGetInfo free"
+        elif self.device_info.free_bytes is not None:
+            free, free_source = self.device_info.free_bytes, "cudaMemGetInfo free at startup"
+        return LinkInfo(True, bw, bw_source, free, free_source)
+
+    def header_text(self) -> str:
+        m, d = self.engine.model, self.device_info
+        device = d.describe()
+        host = d.describe_host()
+        snap = self.snapshot
+        if d.is_cuda and snap is not None and snap.torch.free is not None:
+            device = f"{d.device} {d.name} · {fmt_bytes(d.total_bytes)} ({fmt_bytes(snap.torch.free)} free)"
+        if snap is not None and snap.host.available is not None and snap.host.total is not None:
+            host = f"host RAM {fmt_bytes(snap.host.total)} ({fmt_bytes(snap.host.available)} available)"
+        return (f"model {m.path} · {m.pipeline_class} · {fmt_bytes(m.nbytes)} of weights\n"
+                f"device {device} · {host}")
+
+    def refresh_plan_views(self) -> None:
+        """Re-render the plan screen (table, policy JSON, forecast, header) for the current policy."""
+        link = self.link_info()
+        self._link_rows = (link, self.plan.policy)
+        self.plan_screen.show_plan(self.plan, link, self.header_text())
+        self.plan_screen.refresh_bindings()
+
+    def _refresh_link(self) -> None:
+        """After a telemetry sample: re-render forecast and header only when what they show changed."""
+        link = self.link_info()
+        key = (link, self.plan.policy)
+        if key == self._link_rows:
+            return
+        self._link_rows = key
+        self.plan_screen.show_link(self.plan, link)
+        self.plan_screen.header.update(self.header_text())
+
+    # ------------------------------------------------------------------ events
+
+    def drain_events(self) -> int:
+        """Apply queued bus events on the UI thread; returns how many were applied."""
+        events = self.sub.drain(DRAIN_MAX_EVENTS)
+        live = self.live_screen
+        if live is not None:
+            live.staging.set_dropped(self.sub.dropped)
+        if not events:
+            return 0
+        staged = snap = False
+        with self.batch_update():
+            for event in events:
+                kind = self._apply(event)
+                staged = staged or kind == "staging"
+                snap = snap or kind == "telemetry"
+        if staged:
+            self.refresh_residency()
+        if snap and self.phase in ("plan", "loading") and self.screen is self.plan_screen:
+            self._refresh_link()
+        return len(events)
+
+    def _line(self, event: Event) -> str | None:
+        if self._t0 is None:
+            self._t0 = event.t
+        if isinstance(event, EngineStateChanged):
+            return f"+{event.t - self._t0:9.3f}s STATE {event.old} → {event.new} {event.reason}".rstrip()
+        if isinstance(event, LoadProgress):
+            if event.done_bytes < event.total_bytes:
+                return None
+            return f"+{event.t - self._t0:9.3f}s LOAD {event.component} {event.phase} {fmt_bytes(event.total_bytes)}"
+        return format_event(event, self._t0)
+
+    def _apply(self, event: Event) -> str:
+        live = self.live_screen
+        if isinstance(event, TelemetryEvent):
+            snapshot = event.snapshot
+            if isinstance(snapshot, TelemetrySnapshot):
+                self.snapshot = snapshot
+                self.telemetry_history.append(snapshot)
+                if live is not None and live.telemetry_ready:
+                    live.allocator.update_snapshot(snapshot)
+                    live.host.update_snapshot(snapshot)
+            return "telemetry"
+        if self.phase == "loading":
+            self.plan_screen.load_event(event, self._line(event))
+        if isinstance(event, LOG_EVENTS):
+            if isinstance(event, StagingEvent) and self.device_info.is_cuda:
+                self.observed.observe(event)
+            if live is not None:
+                live.staging.add_event(event)
+            return "staging"
+        if live is None:
+            return ""
+        if isinstance(event, StepTiming):
+            live.add_step(event)
+            live.set_generation(f"request {event.request_id}: step {event.step}/{event.total_steps} · "
+                                f"{fmt_seconds(event.wall_s)} (stall {fmt_seconds(event.stall_s)})")
+        elif isinstance(event, RequestStarted):
+            live.set_generation(f"request {event.request_id}: {event.prompt!r} · started", 0, event.steps or 1)
+        elif isinstance(event, RequestFinished) and not event.ok:
+            live.set_generation(f"request {event.request_id} failed: {event.error}")
+        elif isinstance(event, EngineStateChanged):
+            self._live_status()
+        return ""
+
+    def refresh_residency(self, force: bool = False) -> None:
+        """Residency rows from the placement, at most every RESIDENCY_REFRESH_S unless forced."""
+        live = self.live_screen
+        now = time.monotonic()
+        if live is None or (not force and now - self._residency_at < RESIDENCY_REFRESH_S):
+            return
+        rows = residency_rows(self.engine)
+        if rows is not None:
+            self._residency_at = now
+            live.residency.update_rows(rows)
+
+    def _live_status(self) -> None:
+        live = self.live_screen
+        if live is None:
+            return
+        policy = self.engine.plan.policy if self.engine.plan else self.policy
+        loaded = f" · loaded in {fmt_seconds(self.load_seconds)}" if self.load_seconds is not None else ""
+        live.set_status(f"{self.device_info.describe()} · engine {self.engine.state.value} · mode={policy.mode} · "
+                        f"resident layers {policy.resident_layers}{loaded}")
+
+    # ------------------------------------------------------------------ commands
+
+    def _track(self, kind: str, future: Future) -> Future:
+        self.busy = self.last_command[kind] = future
+        future.add_done_callback(lambda f: self.post_message(CommandDone(kind, f)))
+        return future
+
+    def action_load(self) -> Future | None:
+        """l: load with the current policy on the worker thread; progress arrives as events."""
+        if self.phase != "plan":
+            self.say("already loaded or busy; u unloads first" if self.phase == "live" else f"busy ({self.phase})",
+                     "warning")
+            return None
+        try:
+            self.plan = self.engine.make_plan(self.policy)
+        except PolicyError as exc:
+            self.say(str(exc), "error")
+            return None
+        self.phase = "loading"
+        self.last_error = None
+        self.load_seconds = None
+        self.live_screen = LiveScreen()  # fresh panels per load; it collects events until shown
+        self.live_screen.show_plan(self.plan)
+        self.plan_screen.load_started()
+        return self._track("load", self.worker.load(self.policy))
+
+    def action_unload(self) -> Future | None:
+        """u: unload (memory released) and return to the plan screen."""
+        if self.phase != "live":
+            self.say("nothing loaded", "warning")
+            return None
+        if self.generating:
+            self.say("a request is running; esc cancels it first", "warning")
+            return None
+        self.phase = "unloading"
+        self.screen.refresh_bindings()
+        return self._track("unload", self.worker.unload())
+
+    def action_cancel(self) -> None:
+        """esc: stop the load (between components/blocks) or the request (at the next step end)."""
+        if self.phase == "loading" or self.generating:
+            self.worker.cancel()
+            self.say("cancelling…", "warning")
+
+    def action_generate(self) -> None:
+        """g: the generate dialog, prefilled with the model's working defaults."""
+        if self.phase != "live":
+            self.say("load the model first (l)", "warning")
+            return
+        if self.generating:
+            self.say("a request is running; esc cancels it", "warning")
+            return
+        defaults = default_request(self.engine, prompt=self.prompt)
+        self.push_screen(GenerateDialog(defaults, partial(default_request, self.engine)), self.start_generate)
+
+    def start_generate(self, request: GenerateRequest | None) -> Future | None:
+        """Run one request on the worker; the image is saved on the worker thread when it is done."""
+        if request is None or self.phase != "live" or self.generating:
+            return None
+        self.prompt = request.prompt
+        self.generating = True
+        if self.live_screen is not None:
+            self.live_screen.set_generation(f"request: {request.prompt!r} · queued", 0, request.steps or 1)
+        self.screen.refresh_bindings()
+        future = self.worker.generate(request)
+        self.busy = self.last_command["generate"] = future
+        future.add_done_callback(self._save_then_report)
+        return future
+
+    def _save_then_report(self, future: Future) -> None:
+        """Runs on the engine thread (or here if already done): save the image, then report."""
+        output: Path | None = None
+        save_error: str | None = None
+        if not future.cancelled() and future.exception() is None:
+            result = future.result()
+            image = result.image
+            if image is not None and hasattr(image, "save"):
+                try:
+                    self.out_dir.mkdir(parents=True, exist_ok=True)
+                    output = (self.out_dir / f"request-{result.request_id}.png").resolve()
+                    image.save(output)
+                except Exception as exc:  # a full disk must not take the console down
+                    output, save_error = None, f"{type(exc).__name__}: {exc}"
+        self.post_message(CommandDone("generate", future, output, save_error))
+
+    def action_copy_command(self) -> None:
+        """c: the vllm serve line for the current policy, to the clipboard."""
+        command = vllm_serve_command(self.plan)
+        self.copy_to_clipboard(command)
+        self.say(f"copied: {command}")
+
+    def action_cycle_theme(self) -> None:
+        names = list(THEMES)
+        current = names.index(self.theme) if self.theme in names else -1
+        self.theme = names[(current + 1) % len(names)]
+        self.say(f"theme: {self.theme}", timeout=2)
+
+    def help_sections(self) -> list[Section]:
+        """Every binding of the app, both screens and the dialogs, from their BINDINGS."""
+        def rows(bindings: Iterable) -> list[tuple[str, str]]:
+            return binding_rows(bindings, self.get_key_display)
+
+        palette = (self.COMMAND_PALETTE_BINDING, "command palette: load, unload, generate, cancel, copy, theme, help")
+        return [
+            ("anywhere", [*rows(self.BINDINGS), palette]),
+            ("plan screen (before load)", rows(PlanScreen.BINDINGS)),
+            ("live screen (after load)", rows(LiveScreen.BINDINGS)),
+            ("staging log filter (after /)", [*rows(FilterBar.BINDINGS), ("enter", "keep the filter, close the bar")]),
+            ("generate dialog (after g)", [*rows(GenerateDialog.BINDINGS), ("enter", "run the request")]),
+            ("this help", rows(HelpScreen.BINDINGS)),
+        ]
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.help_sections()))
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield from console_commands(self)
+
+    # ------------------------------------------------------------------ command results
+
+    def on_command_done(self, message: CommandDone) -> None:
+        self.drain_events()  # everything the command published, before its outcome
+        handler = {"load": self._load_done, "unload": self._unload_done, "generate": self._generate_done,
+                   "bandwidth": self._bandwidth_done}[message.kind]
+        try:
+            handler(message)
+        finally:
+            if message.future is self.busy:
+                self.busy = None
+            self.screen.refresh_bindings()
+
+    def _load_done(self, message: CommandDone) -> None:
+        if self.phase != "loading":
+            return  # quitting
+        exc = message.future.exception()
+        if exc is None:
+            report = message.future.result()
+            self.phase = "live"
+            self.load_seconds = report.seconds
+            self.plan_screen.load_ended(None)
+            live = self.live_screen
+            assert live is not None
+            self._live_status()
+            self.push_screen(live)
+            self.refresh_residency(force=True)
+            pinned = f" · pinned host {fmt_bytes(report.pinned_bytes)}" if report.pinned_bytes else ""
+            self.say(f"loaded in {fmt_seconds(report.seconds)}{pinned} · g generates, u unloads")
+            return
+        cancelled = isinstance(exc, LoadCancelled)
+        reason = self.engine.failure or f"{type(exc).__name__}: {exc}"
+        self.phase = "plan"
+        self.live_screen = None
+        self.last_error = reason
+        self.plan_screen.load_ended(reason, cancelled=cancelled)
+        self.refresh_plan_views()
+        self.say("load cancelled; memory released" if cancelled else f"load failed: {reason}",
+                 "warning" if cancelled else "error", timeout=10)
+
+    def _unload_done(self, message: CommandDone) -> None:
+        if self.phase != "unloading":
+            return
+        exc = message.future.exception()
+        if exc is not None:
+            self.phase = "live"
+            self.say(f"unload failed: {type(exc).__name__}: {exc}", "error")
+            return
+        self.phase = "plan"
+        while self.screen is not self.plan_screen and len(self.screen_stack) > 1:
+            self.pop_screen()
+        self.live_screen = None
+        self.refresh_plan_views()
+        self.say("unloaded; memory released — edit the policy and press l to load again")
+
+    def _generate_done(self, message: CommandDone) -> None:
+        self.generating = False
+        live = self.live_screen
+        future = message.future
+        exc = None if future.cancelled() else future.exception()
+        if future.cancelled() or exc is not None:
+            reason = "cancelled" if exc is None else f"{type(exc).__name__}: {exc}"
+            self.last_error = reason
+            if live is not None:
+                live.set_generation(f"request failed: {reason}")
+            self.say(f"request failed: {reason}", "error", timeout=10)
+            return
+        result = future.result()
+        done, total = len(result.steps), result.steps[-1].total_steps if result.steps else 0
+        cut = f" (cancelled after {done}/{total} steps)" if total and done < total else ""
+        if message.output is not None:
+            self.last_output = message.output
+            where = f"saved {message.output}"
+            self.say(f"image saved: {message.output}", timeout=10)
+        else:
+            where = f"image not saved: {message.save_error}" if message.save_error else "no image"
+            self.say(where, "warning" if message.save_error else "information")
+        if live is not None:
+            mean = sum(s.wall_s for s in result.steps) / done if done else 0.0
+            live.set_generation(f"request {result.request_id}: {done} steps in {fmt_seconds(result.seconds)} "
+                                f"({fmt_seconds(mean)}/step){cut} · {where}", done, max(total, 1))
+
+    def _bandwidth_done(self, message: CommandDone) -> None:
+        exc = message.future.exception()
+        if exc is not None or message.future.result() is None:
+            self.say(f"host→device bandwidth not measured: {exc}", "warning")
+            return
+        self.bandwidth = float(message.future.result())
+        self.bandwidth_source = "measured: 256 MiB pinned copy"
+        if self.phase == "plan":
+            self.refresh_plan_views()

@@ -1,0 +1,101 @@
+"""The plan screen's policy edits as pure functions: each returns the new policy or a refusal.
+
+Kept free of Textual so the rules (DiT rows are refused, resident mode is read-only, layers are
+clamped to the model's block count) are plain data transformations a test can check directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..engine.discovery import ModelInfo
+from ..offload.policy import DEFAULT_KEY, OffloadPolicy, build_policy
+
+DIT_REFUSAL = "{name} is a DiT: DLO always owns DiT offload (use +/- for resident layers)"
+RESIDENT_MODE_REFUSAL = "mode=resident keeps everything on the device; press m to switch to dlo mode"
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """The outcome of one key: a new policy (None when refused) and a line for the operator."""
+
+    policy: OffloadPolicy | None
+    message: str
+
+    @property
+    def refused(self) -> bool:
+        return self.policy is None
+
+
+def _residency_word(offload: bool) -> str:
+    return "offloaded (staged)" if offload else "resident"
+
+
+def _check_component(model: ModelInfo, policy: OffloadPolicy, name: str) -> str | None:
+    """Why `name` cannot be toggled, or None when it can."""
+    try:
+        info = model.component(name)
+    except KeyError:
+        return f"{name} is not a component of this model"
+    if info.role == "dit":
+        return DIT_REFUSAL.format(name=name)
+    if info.role not in ("encoder", "vae"):
+        what = "has no weights" if not info.has_weights else "is not an encoder or VAE (always resident)"
+        return f"{name} {what}: not part of the offload policy"
+    if policy.mode == "resident":
+        return RESIDENT_MODE_REFUSAL
+    return None
+
+
+def toggle_component(model: ModelInfo, policy: OffloadPolicy, name: str) -> Edit:
+    """Flip a component's effective residency by giving it its own explicit entry."""
+    why = _check_component(model, policy, name)
+    if why is not None:
+        return Edit(None, why)
+    offload = not policy.offload_enabled(name)
+    return Edit(policy.with_component(name, offload), f"{name}: {_residency_word(offload)} (explicit)")
+
+
+def clear_component(model: ModelInfo, policy: OffloadPolicy, name: str) -> Edit:
+    """Drop a component's explicit entry so it follows "default" (or the implicit True)."""
+    why = _check_component(model, policy, name)
+    if why is not None:
+        return Edit(None, why)
+    if name not in policy.dlo_offload_components:
+        return Edit(None, f"{name} has no explicit entry to clear")
+    new = policy.with_component(name, None)
+    return Edit(new, f"{name}: {_residency_word(new.offload_enabled(name))} ({new.source_of(name)})")
+
+
+def toggle_default(policy: OffloadPolicy) -> Edit:
+    """Flip the "default" entry; absent means True, so the first press sets it to False."""
+    if policy.mode == "resident":
+        return Edit(None, RESIDENT_MODE_REFUSAL)
+    current = policy.dlo_offload_components.get(DEFAULT_KEY)
+    value = False if current is None else not current
+    return Edit(policy.with_component(DEFAULT_KEY, value),
+                f'"default": {str(value).lower()} — components without an entry are {_residency_word(value)}')
+
+
+def change_resident_layers(model: ModelInfo, policy: OffloadPolicy, delta: int) -> Edit:
+    """Move resident leading DiT layers by `delta`, clamped to 0..number of DiT blocks."""
+    if policy.mode == "resident":
+        return Edit(None, RESIDENT_MODE_REFUSAL)
+    limit = model.num_dit_blocks
+    n = min(max(policy.resident_layers + delta, 0), limit)
+    if n == policy.resident_layers:
+        bound = "0" if delta < 0 else f"{limit} (every DiT block)"
+        return Edit(None, f"resident layers already at {bound}")
+    return Edit(policy.with_resident_layers(n), f"resident leading DiT layers: {n} of {limit}")
+
+
+def switch_mode(policy: OffloadPolicy, stash: OffloadPolicy | None) -> tuple[Edit, OffloadPolicy | None]:
+    """dlo → resident (the dlo policy is stashed) and back (the stash is restored).
+
+    Resident mode cannot carry a component map or resident layers, so they are kept aside
+    rather than lost. Returns the edit and the new stash.
+    """
+    if policy.mode == "dlo":
+        return Edit(build_policy(None, 0, "resident"), "mode=resident: no offload (baseline); m switches back"), policy
+    restored = stash if stash is not None else build_policy(None, 0, "dlo")
+    return Edit(restored, "mode=dlo: DiT blocks streamed, encoders/VAEs by policy"), None

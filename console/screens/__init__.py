@@ -1,0 +1,8 @@
+"""The console's screens: plan (before load), live (after load), and the dialogs."""
+
+from .generate import GenerateDialog
+from .help import HelpScreen
+from .live import LiveScreen
+from .plan import PlanScreen
+
+__all__ = ["GenerateDialog", "HelpScreen", "LiveScreen", "PlanScreen"]

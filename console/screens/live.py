@@ -1,0 +1,168 @@
+"""The live screen (after load): memory, residency, staging events, step timings, generation.
+
+The app feeds every widget from the event bus (on its own thread); this screen only lays the
+panels out and maps keys. Widgets are built in `__init__` so events that arrive while the
+model is still loading (before this screen is shown) are kept, not lost.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, ProgressBar, Static
+
+from ...engine.plan import Plan
+from ...offload.events import StepTiming
+from ..widgets import AllocatorPanel, HostPanel, ResidencyPanel, StagingLog, StepTimings
+from ..widgets.plan_policy import PolicyPanel
+
+if TYPE_CHECKING:
+    from ..app import OmniConsoleApp
+
+READONLY_ACTIONS = {"readonly_toggle", "readonly_default", "readonly_layers"}
+
+
+class LiveScreen(Screen[None]):
+    """After load: watch memory and transfers, run requests; `u` unloads back to the plan."""
+
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+
+    BINDINGS = [
+        Binding("g", "generate", "generate", id="live.generate", tooltip="open the generate dialog"),
+        Binding("escape", "cancel", "cancel request", id="live.cancel",
+                tooltip="cancel the running request at the next step end"),
+        Binding("u", "unload", "unload", id="live.unload", tooltip="unload and return to the plan screen"),
+        Binding("slash", "filter", "filter", id="live.filter", tooltip="filter the staging events (substring)"),
+        Binding("p", "pause", "pause log", id="live.pause", tooltip="pause / resume the staging events log"),
+        Binding("c", "copy_command", "copy cmd", id="live.copy", tooltip="copy the vllm serve command"),
+        Binding("space", "readonly_toggle", "toggle", id="live.toggle",
+                tooltip="policy toggles are read-only while loaded (u unloads)"),
+        Binding("d", "readonly_default", "default", id="live.default",
+                tooltip="policy toggles are read-only while loaded (u unloads)"),
+        Binding("plus,minus", "readonly_layers", "±layers", id="live.layers",
+                tooltip="resident layers are read-only while loaded (u unloads)"),
+    ]
+
+    DEFAULT_CSS = """
+    LiveScreen #live-status { height: auto; padding: 0 1; }
+    LiveScreen #gen-row { height: 1; padding: 0 1; }
+    LiveScreen #gen-label { width: 1fr; text-wrap: nowrap; text-overflow: ellipsis; }
+    LiveScreen #gen-progress { width: auto; }
+    LiveScreen #live-columns { height: 1fr; }
+    LiveScreen #live-left { width: 1fr; }
+    LiveScreen #live-right { width: 1fr; }
+    LiveScreen.-narrow #live-columns { layout: vertical; overflow-y: auto; }
+    LiveScreen.-narrow #live-left, LiveScreen.-narrow #live-right { width: 100%; height: auto; }
+    LiveScreen.-narrow StepTimings { height: 14; }
+    LiveScreen.-narrow StagingLog { height: 14; }
+    LiveScreen.-narrow AllocatorPanel { max-height: 24; }
+    LiveScreen #live-right ResidencyPanel { max-height: 40%; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.allocator = AllocatorPanel(id="allocator")
+        self.host = HostPanel(id="host")
+        self.residency = ResidencyPanel(id="residency")
+        self.steps = StepTimings(id="steps")
+        self.staging = StagingLog(id="staging")
+        self.policy_panel = PolicyPanel(id="live-policy")
+        self.gen_progress = ProgressBar(total=1, show_eta=False, id="gen-progress")
+        self.status_text = ""
+        self.gen_text = "no request yet — g opens the generate dialog"
+        self.telemetry_ready = False
+        self.status_line = Static(self.status_text, id="live-status", markup=False)
+        self.gen_label = Static(self.gen_text, id="gen-label", markup=False)
+
+    @property
+    def console_app(self) -> OmniConsoleApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield self.status_line
+        with Horizontal(id="gen-row"):
+            yield self.gen_label
+            yield self.gen_progress
+        with Horizontal(id="live-columns"):
+            with VerticalScroll(id="live-left"):
+                yield self.allocator
+                yield self.host
+                yield self.policy_panel
+            with Vertical(id="live-right"):
+                yield self.residency
+                yield self.steps
+                yield self.staging
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.residency.border_title = "residency now (what is on the device)"
+        self.staging.query_one("Log").focus()
+        self.call_after_refresh(self._replay_telemetry)
+
+    def _replay_telemetry(self) -> None:
+        """Fill the memory panels with the app's telemetry history (sparklines span the load too)."""
+        history = list(self.console_app.telemetry_history)
+        self.allocator.update_snapshots(history)
+        self.host.update_snapshots(history)
+        self.telemetry_ready = True
+
+    # ---- what the app calls ---------------------------------------------------------------
+
+    def show_plan(self, plan: Plan) -> None:
+        self.policy_panel.show_plan(plan, readonly=True)
+
+    def set_status(self, text: str) -> None:
+        self.status_text = text
+        self.status_line.update(text)
+
+    def set_generation(self, text: str, done: int | None = None, total: int | None = None) -> None:
+        self.gen_text = text
+        if total is not None:
+            self.gen_progress.update(total=max(total, 1), progress=done or 0)
+        self.gen_label.update(text)
+
+    def add_step(self, step: StepTiming) -> None:
+        self.steps.add_step(step)
+        self.gen_progress.update(total=max(step.total_steps, 1), progress=step.step)
+
+    # ---- keys ------------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        app = self.console_app
+        if action in READONLY_ACTIONS:
+            return None  # greyed: the loaded model does not follow policy edits
+        if action == "cancel":
+            return app.generating
+        if action in ("generate", "unload"):
+            return None if app.generating or app.phase != "live" else True
+        return True
+
+    def action_generate(self) -> None:
+        self.console_app.action_generate()
+
+    def action_cancel(self) -> None:
+        self.console_app.action_cancel()
+
+    def action_unload(self) -> None:
+        self.console_app.action_unload()
+
+    def action_filter(self) -> None:
+        self.staging.open_filter()
+
+    def action_pause(self) -> None:
+        paused = self.staging.toggle_pause()
+        self.notify("staging log paused (p resumes)" if paused else "staging log live")
+
+    def action_copy_command(self) -> None:
+        self.console_app.action_copy_command()
+
+    def action_readonly_toggle(self) -> None:  # pragma: no cover - disabled by check_action
+        self.notify("policy is read-only while loaded; u unloads")
+
+    action_readonly_default = action_readonly_toggle
+    action_readonly_layers = action_readonly_toggle

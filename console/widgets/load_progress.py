@@ -1,0 +1,61 @@
+"""Per-component load progress (bytes done / total) from the engine's LoadProgress events."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Label, ProgressBar
+
+from ...engine.units import fmt_bytes
+from ...offload.events import LoadProgress
+
+
+def _row_id(name: str) -> str:
+    return "lp-" + "".join(ch if ch.isalnum() else "-" for ch in name)
+
+
+class LoadProgressPanel(Vertical):
+    """One labelled ProgressBar per component, added as the engine first reports it."""
+
+    DEFAULT_CSS = """
+    LoadProgressPanel { height: auto; border: round $accent; padding: 0 1; }
+    LoadProgressPanel > Horizontal { height: 1; }
+    LoadProgressPanel .lp-label { width: 48; text-wrap: nowrap; text-overflow: ellipsis; }
+    LoadProgressPanel ProgressBar { width: 1fr; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.border_title = "loading — esc cancels"
+        self.progress: dict[str, tuple[int, int, str]] = {}
+        self._rows: dict[str, tuple[Label, ProgressBar]] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Label("waiting for the engine…", id="lp-status")
+
+    def reset(self) -> None:
+        self.progress.clear()
+        self._rows.clear()
+        for row in list(self.query(Horizontal)):
+            row.remove()
+        self.query_one("#lp-status", Label).update("waiting for the engine…")
+
+    def set_status(self, text: str) -> None:
+        self.query_one("#lp-status", Label).update(text)
+
+    def add_progress(self, event: LoadProgress) -> None:
+        """Create or advance the component's bar; weightless components (tokenizers) get none."""
+        if event.total_bytes <= 0:
+            return
+        name = event.component
+        phase = {"host": "read from disk", "place": "placed"}.get(event.phase, event.phase)
+        self.progress[name] = (event.done_bytes, event.total_bytes, phase)
+        label = f"{name} · {phase} · {fmt_bytes(event.done_bytes)} / {fmt_bytes(event.total_bytes)}"
+        if name in self._rows:
+            text, bar = self._rows[name]
+            text.update(label)
+        else:
+            text, bar = Label(label, classes="lp-label"), ProgressBar(total=event.total_bytes, show_eta=False)
+            self._rows[name] = (text, bar)
+            self.mount(Horizontal(text, bar, id=_row_id(name)))
+        bar.update(total=event.total_bytes, progress=event.done_bytes)

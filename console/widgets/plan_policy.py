@@ -1,0 +1,55 @@
+"""The policy as vLLM-Omni spells it: the exact `--dlo-offload-components` JSON and the serve line.
+
+It updates with every toggle so the operator can copy the chosen policy into a deployment;
+after load it is shown read-only (greyed), since the loaded model no longer follows edits.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from ...engine.export import vllm_serve_command
+from ...engine.plan import Plan
+
+
+class PolicyPanel(Static):
+    """`--dlo-offload-components '…'`, resident layers, mode and the `vllm serve` command."""
+
+    DEFAULT_CSS = """
+    PolicyPanel { height: auto; border: round $secondary; padding: 0 1; }
+    PolicyPanel.-readonly { opacity: 60%; border: round $panel-lighten-2; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__("", id=id)
+        self.border_title = "policy (vLLM-Omni)"
+        self.components_json = "{}"
+        self.flags = ""
+        self.command = ""
+        self.readonly = False
+
+    def show_plan(self, plan: Plan, *, readonly: bool = False) -> None:
+        policy = plan.policy
+        self.readonly = readonly
+        self.components_json = policy.components_json()
+        if policy.mode == "resident":
+            self.flags = ""
+        else:
+            self.flags = (f"--dlo-offload-components {shlex.quote(self.components_json)} "
+                          f"--dlo-resident-layers {policy.resident_layers}")
+        self.command = vllm_serve_command(plan)
+        self.set_class(readonly, "-readonly")
+        self.border_title = "policy (vLLM-Omni)" + (" — read-only while loaded; u unloads" if readonly else "")
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(style="bold", no_wrap=True)
+        grid.add_column(overflow="fold")
+        grid.add_row("mode", policy.mode + ("  (no offload: baseline)" if policy.mode == "resident" else ""))
+        grid.add_row("--dlo-offload-components", Text(self.components_json, style="bold"))
+        grid.add_row("--dlo-resident-layers", str(policy.resident_layers))
+        grid.add_row("vllm serve", Text(self.command))
+        grid.add_row("", Text("c copies the command", style="dim") if not readonly else "")
+        self.update(grid)

@@ -1,0 +1,106 @@
+"""The plan screen's component table: one row per component with its resolved residency.
+
+Rows are keyed by component name and updated in place when the policy changes, so the cursor
+stays on the row the operator is toggling.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from ...engine.plan import ComponentPlan, Plan
+from ...engine.units import fmt_bytes
+from ..plan_view import RESIDENCY_LABEL, RESIDENCY_STYLE
+
+COLUMNS = (("component", "name"), ("residency", "residency"), ("source", "source"), ("role", "role"),
+           ("size", "size"), ("blocks", "blocks"), ("dtype", "dtype"), ("class", "class"))
+"""Residency and its source first: they are what the operator edits, and stay visible at 80 columns."""
+SOURCES = {"explicit", "default", "implicit"}
+
+
+def blocks_cell(c: ComponentPlan) -> str:
+    lists = c.info.block_lists
+    if not lists:
+        return ""
+    total = sum(b.count for b in lists)
+    return str(total) if len(lists) == 1 else f"{total} ({'+'.join(str(b.count) for b in lists)})"
+
+
+def residency_text(c: ComponentPlan) -> str:
+    label = RESIDENCY_LABEL[c.residency]
+    if c.residency == "streamed" and c.resident_layers:
+        label += f" ({c.resident_layers} resident)"
+    return label
+
+
+def source_text(c: ComponentPlan) -> str:
+    """explicit / default / implicit for policy-controlled rows; what decided it otherwise."""
+    if c.why in SOURCES:
+        return c.why
+    return {"dlo": "DLO", "mode": "mode=resident", "no-weights": "—", "not-auxiliary": "always",
+            "no-blocks": "no block lists"}.get(c.why, c.why)
+
+
+def row_cells(c: ComponentPlan, readonly: bool) -> list:
+    style = "dim" if readonly else RESIDENCY_STYLE[c.residency]
+    info = c.info
+    return [
+        info.name, Text(residency_text(c), style=style), source_text(c), info.role,
+        Text(fmt_bytes(info.nbytes) if info.has_weights else "—", justify="right"), blocks_cell(c),
+        ", ".join(info.dtypes) or "—", info.class_name or "",
+    ]
+
+
+class ComponentTable(DataTable):
+    """Components of the plan; `show_plan` refreshes them, `selected_name` is the cursor row."""
+
+    DEFAULT_CSS = """
+    ComponentTable { height: auto; max-height: 20; }
+    ComponentTable.-readonly { opacity: 60%; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        self.plan: Plan | None = None
+        self.readonly = False
+
+    def on_mount(self) -> None:
+        for label, key in COLUMNS:
+            self.add_column(label, key=key)
+        if self.plan is not None:
+            self.show_plan(self.plan)
+
+    def show_plan(self, plan: Plan, *, readonly: bool = False) -> None:
+        names = [c.info.name for c in plan.components]
+        rebuild = self.plan is None or [c.info.name for c in self.plan.components] != names or self.row_count == 0
+        self.plan, self.readonly = plan, readonly
+        self.set_class(readonly, "-readonly")
+        if not self.is_mounted or not self.columns:
+            return
+        if rebuild:
+            self.clear()
+            for c in plan.components:
+                self.add_row(*row_cells(c, readonly), key=c.info.name)
+            return
+        for c in plan.components:
+            cells = row_cells(c, readonly)
+            self.update_cell(c.info.name, "residency", cells[1], update_width=True)
+            self.update_cell(c.info.name, "source", cells[2], update_width=True)
+
+    @property
+    def selected_name(self) -> str | None:
+        if self.plan is None or not self.row_count:
+            return None
+        row = min(max(self.cursor_row, 0), self.row_count - 1)
+        return self.plan.components[row].info.name
+
+    def select_name(self, name: str) -> None:
+        """Move the cursor to a component's row (tests and the command palette use this)."""
+        if self.plan is None:
+            return
+        for i, c in enumerate(self.plan.components):
+            if c.info.name == name:
+                self.move_cursor(row=i, animate=False)
+                return
+        raise KeyError(name)

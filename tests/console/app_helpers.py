@@ -1,0 +1,72 @@
+"""Shared pieces of the app pilot tests: deterministic telemetry sources, app factory, waits."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+
+from omni_console.console.app import OmniConsoleApp
+from omni_console.engine.engine import Engine
+from omni_console.offload.policy import OffloadPolicy, build_policy
+from omni_console.offload.telemetry import HostMemory, NvmlMemory, TorchMemory
+from textual.app import App
+from textual.pilot import Pilot
+
+GB = 10**9
+
+
+class FixedSource:
+    """A telemetry source that returns the same reading every time (no hardware)."""
+
+    def __init__(self, value: TorchMemory | NvmlMemory | HostMemory) -> None:
+        self.value = value
+        self.reads = 0
+
+    def read(self) -> TorchMemory | NvmlMemory | HostMemory:
+        self.reads += 1
+        return self.value
+
+
+def gpu_sources() -> list[FixedSource]:
+    return [
+        FixedSource(TorchMemory(allocated=3 * GB, reserved=5 * GB, cached=2 * GB, peak=4_200_000_000,
+                                alloc_retries=0, free=100 * GB, total=150 * GB, device_name="NVIDIA H200")),
+        FixedSource(NvmlMemory(device_name="NVIDIA H200", total=150 * GB, used=12_300_000_000,
+                               free=137_700_000_000, reserved=560_000_000, pcie_rx_bytes_per_s=55_400_000_000,
+                               pcie_tx_bytes_per_s=1_000_000, gpu_util_pct=87, mem_util_pct=41,
+                               memory_api="v2")),
+        FixedSource(HostMemory(rss=2_100_000_000, pinned_bytes=3_600_000, total=64 * GB, available=30 * GB)),
+    ]
+
+
+def make_app(engine: Engine, tmp_path: Path, policy: OffloadPolicy | None = None, **kwargs) -> OmniConsoleApp:
+    kwargs.setdefault("sources", gpu_sources())
+    return OmniConsoleApp(engine, policy or build_policy(), out_dir=tmp_path / "out", **kwargs)
+
+
+def screen_text(app: App) -> str:
+    """What the terminal shows, as plain text."""
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+async def until(pilot: Pilot, condition: Callable[[], bool], limit: int = 200) -> None:
+    """Let the app process messages until `condition` holds (bounded; no sleeps)."""
+    for _ in range(limit):
+        if condition():
+            return
+        await pilot.pause()
+    raise AssertionError("condition not reached")
+
+
+async def finish(pilot: Pilot, future: Future, condition: Callable[[], bool]) -> None:
+    """Wait for a worker command's future, then for the app to have applied its outcome."""
+    await asyncio.wrap_future(future)
+    await until(pilot, condition)
+
+
+async def load(pilot: Pilot, app: OmniConsoleApp) -> None:
+    """Press l and wait until the live screen shows."""
+    await pilot.press("l")
+    await finish(pilot, app.last_command["load"], lambda: app.phase == "live" and app.screen is app.live_screen)
