@@ -113,6 +113,7 @@ def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement
             stager = ModuleStager(info.name, module, device, bus=bus, cache=placement.cache, pin=pin)
             placement.stagers[info.name] = stager
             placement.undo.append(stage_around(stager, module, _methods_for(module, info.role)))
+            placement.undo.append(report_execution_device(module, device))
             bus.publish(LogEvent(level="info", message=f"{info.name}: staged ({comp.why}); "
                                                        f"{stager.staged_bytes:,} bytes in a host master"))
         elif comp.residency == "streamed":
@@ -136,6 +137,23 @@ def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement
         bus.publish(LogEvent(level="info", message=(
             f"DLO: {s.num_streamed} blocks streamed ({total:,} bytes), {s.num_resident} resident, "
             f"2 slots of {s.largest_block_bytes:,} bytes")))
+
+
+def report_execution_device(module: torch.nn.Module, device: torch.device) -> Callable[[], None]:
+    """Make `module.device` name where the module runs, not where its staged weights rest.
+
+    diffusers moves a component's inputs to `get_module_execution_device(component)`, which is
+    `component.device` (its first weight's device) without accelerate hooks — the host for a staged
+    component, whose weights reach the device only inside the call. Returns the undo.
+    """
+    cls = type(module)
+    module.__class__ = type(cls.__name__, (cls,), {"device": property(lambda _self: device),
+                                                   "__module__": cls.__module__})
+
+    def undo() -> None:
+        module.__class__ = cls
+
+    return undo
 
 
 def _methods_for(module: torch.nn.Module, role: str) -> tuple[str, ...]:

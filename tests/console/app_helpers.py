@@ -61,8 +61,8 @@ async def until(pilot: Pilot, condition: Callable[[], bool], limit: int = 200) -
 
 
 async def finish(pilot: Pilot, future: Future, condition: Callable[[], bool]) -> None:
-    """Wait for a worker command's future, then for the app to have applied its outcome."""
-    await asyncio.wrap_future(future)
+    """Wait for a worker command's future (success or failure), then for the app to apply its outcome."""
+    await asyncio.wait([asyncio.wrap_future(future)])
     await until(pilot, condition)
 
 

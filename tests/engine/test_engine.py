@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from omni_console.engine.engine import Engine, EngineState, EngineStateError
 from omni_console.engine.loader import LoadCancelled
 from omni_console.engine.runner import GenerateRequest
@@ -158,3 +159,18 @@ def test_unload_releases_streamer_and_stagers(demo_model_dir: Path):
     assert not streamer.attached
     assert all(s.closed for s in stagers)
     assert engine.pipe is None
+
+
+def test_staged_components_report_the_execution_device():
+    """diffusers sends a component's inputs to `component.device`; for a staged component that must
+    be the execution device even while its weights rest on the host."""
+    from diffusers.utils.torch_utils import get_module_execution_device
+    from omni_console.engine import placement as placement_mod
+
+    fake = torch.device("meta")  # any device other than the weights' shows the override
+    module = torch.nn.Linear(2, 2)
+    undo = placement_mod.report_execution_device(module, fake)
+    assert get_module_execution_device(module) == fake and module.weight.device.type == "cpu"
+    assert isinstance(module, torch.nn.Linear) and type(module).__name__ == "Linear"
+    undo()
+    assert type(module) is torch.nn.Linear and get_module_execution_device(module).type == "cpu"

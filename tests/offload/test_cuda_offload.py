@@ -129,7 +129,10 @@ def test_copies_overlap_and_are_measured():
     _non_blocks_to(model, DEV)
     streamer = LayerwiseStreamer(model.block_lists(), DEV, bus=bus)
     streamer.attach()
-    streamer.take_step_stats()
+    streamer.take_step_stats()  # the warm-up load of block 0
+    with torch.no_grad():
+        model(_x())  # first forward: 6 blocks plus the refill of block 1 for the next forward
+    assert streamer.take_step_stats().transfers == 7
     sub.drain()
     with torch.no_grad():
         model(_x())
