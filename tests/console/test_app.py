@@ -39,9 +39,9 @@ def app(engine, tmp_path):
 
 
 async def select(pilot, app: OmniConsoleApp, name: str) -> None:
-    """Move the cursor to `name` with k (to the top) then j presses, as an operator would."""
-    await pilot.press(*["k"] * len(ROWS))
-    await pilot.press(*["j"] * ROWS.index(name))
+    """Move the cursor to `name` with j / k presses, as an operator would."""
+    delta = ROWS.index(name) - app.plan_screen.table.cursor_row
+    await pilot.press(*(["j"] * delta if delta > 0 else ["k"] * -delta))
     assert app.plan_screen.table.selected_name == name
 
 
