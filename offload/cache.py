@@ -16,6 +16,7 @@ import torch
 
 from .devices import as_device, is_cuda
 from .events import CacheDecision, EventBus, NullBus
+from .units import format_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,14 +37,6 @@ def read_cuda_memory(device: torch.device) -> MemoryReading:
         free=free,
         total=total,
     )
-
-
-def format_bytes(n: float) -> str:
-    """Decimal units, one decimal: 3.1 GB, 512.0 MB, 17 B."""
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 def _percent(fraction: float) -> str:

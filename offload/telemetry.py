@@ -20,9 +20,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
-from rich import filesize
-
 from .events import EventBus, TelemetryEvent
+from .units import NA, format_bytes, format_rate
 
 # ---------------------------------------------------------------------------------------------
 # Labels (design.md §4: label panels exactly). Sizes are decimal: 1 GB = 10^9 bytes.
@@ -678,25 +677,6 @@ class TelemetrySampler:
 # ---------------------------------------------------------------------------------------------
 # Formatting (console and headless reports)
 # ---------------------------------------------------------------------------------------------
-
-NA = "N/A"
-
-
-def format_bytes(n: int | float | None) -> str:
-    """Decimal sizes ("23.8 GB", 1 GB = 10^9 B, as in design.md's anchors); None → "N/A"."""
-    if n is None:
-        return NA
-    if n < 0:
-        return "-" + filesize.decimal(int(-n))
-    return filesize.decimal(int(n))
-
-
-def format_rate(bytes_per_s: int | float | None) -> str:
-    """Decimal bytes per second ("55.4 GB/s"); None → "N/A"."""
-    if bytes_per_s is None:
-        return NA
-    return format_bytes(bytes_per_s) + "/s"
-
 
 def format_na(reason: str | None) -> str:
     """How a missing value reads: "N/A (reason)" or plain "N/A"."""

@@ -110,7 +110,7 @@ def test_custom_fractions():
     assert decision(sub).reason == "within bounds"
     cache, _, sub = make(reading, max_cached_fraction=0.3, min_free_fraction=0.2)
     assert cache.release_if_needed()
-    assert decision(sub).reason == "cached 400 B > 30% of 1.0 kB; free 150 B < 20% of 1.0 kB"
+    assert decision(sub).reason == "cached 400 bytes > 30% of 1.0 kB; free 150 bytes < 20% of 1.0 kB"
 
 
 @pytest.mark.parametrize("bad", [-0.01, 1.01])
@@ -147,4 +147,4 @@ def test_release_counter():
 def test_format_bytes():
     assert format_bytes(3.1e9) == "3.1 GB"
     assert format_bytes(512e6) == "512.0 MB"
-    assert format_bytes(17) == "17 B"
+    assert format_bytes(17) == "17 bytes"

@@ -1,0 +1,31 @@
+"""How every view writes sizes, rates and durations: decimal units (1 GB = 10^9 bytes), as
+`nvidia-smi`, link bandwidths and design.md's anchors do."""
+
+from __future__ import annotations
+
+from rich import filesize
+
+NA = "N/A"
+
+
+def format_bytes(n: int | float | None) -> str:
+    """`23.8 GB`; None → `N/A`."""
+    if n is None:
+        return NA
+    if n < 0:
+        return "-" + filesize.decimal(int(-n))
+    return filesize.decimal(int(n))
+
+
+def format_rate(bytes_per_s: int | float | None) -> str:
+    """`55.4 GB/s`; None → `N/A`."""
+    if bytes_per_s is None:
+        return NA
+    return format_bytes(bytes_per_s) + "/s"
+
+
+def format_seconds(s: float | None) -> str:
+    """`12.3 ms` below a second, `1.23 s` above; None → `N/A`."""
+    if s is None:
+        return NA
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
