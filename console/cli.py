@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--output", type=Path, default=Path("out.png"))
     run.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: cuda if available)")
     run.add_argument("--json", action="store_true", help="print the report as JSON")
+    run.add_argument("--telemetry-hz", type=float, default=10.0, help="telemetry sampling rate (default 10)")
 
     demo = sub.add_parser("demo-model", help="write the tiny random-weight Flux demo model to PATH")
     demo.add_argument("path", type=Path)

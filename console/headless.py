@@ -20,12 +20,15 @@ from ..offload.events import (
     EngineStateChanged,
     ErrorEvent,
     Event,
+    LoadProgress,
     LogEvent,
     OomRetry,
     StagingEvent,
     StepTiming,
     Subscription,
+    TelemetryEvent,
 )
+from ..offload.telemetry import TelemetrySampler, TelemetrySnapshot, default_sources, describe_snapshot
 
 
 class _Progress(threading.Thread):
@@ -51,6 +54,8 @@ class _Progress(threading.Thread):
             elif isinstance(event, StepTiming):
                 self.console.print(f"[dim]step[/] {event.step}/{event.total_steps} {fmt_seconds(event.wall_s)} "
                                    f"(stall {fmt_seconds(event.stall_s)})")
+            elif isinstance(event, LoadProgress) and event.done_bytes == event.total_bytes and event.total_bytes:
+                self.console.print(f"[dim]load[/] {event.component} {fmt_bytes(event.total_bytes)} ({event.phase})")
             elif isinstance(event, (ErrorEvent, OomRetry)):
                 self.console.print(f"[red]{event}[/]")
 
@@ -76,6 +81,23 @@ def summarize(events: list[Event]) -> dict[str, Any]:
     }
 
 
+def telemetry_peaks(events: list[Event]) -> dict[str, Any]:
+    """Peaks over the run's telemetry samples (None where a reading was unavailable)."""
+    snaps: list[TelemetrySnapshot] = [e.snapshot for e in events if isinstance(e, TelemetryEvent)]
+
+    def peak(get) -> int | None:
+        values = [v for v in (get(x) for x in snaps) if v is not None]
+        return max(values) if values else None
+
+    return {
+        "samples": len(snaps),
+        "torch_reserved_peak": peak(lambda x: x.torch.reserved),
+        "nvml_used_peak": peak(lambda x: x.nvml.used),
+        "host_rss_peak": peak(lambda x: x.host.rss),
+        "pinned_peak": peak(lambda x: x.host.pinned_bytes),
+    }
+
+
 def run_headless(args: argparse.Namespace) -> int:
     from .cli import policy_from_args, resolve_model_path
 
@@ -86,13 +108,22 @@ def run_headless(args: argparse.Namespace) -> int:
     engine = Engine(resolve_model_path(args.model), device=args.device, variant=args.variant)
     plan = engine.make_plan(policy)  # policy errors before anything is allocated
     progress = _Progress(engine.bus.subscribe(), err, quiet=args.json)
+    sampler = TelemetrySampler(*default_sources(engine.device), bus=engine.bus, hz=args.telemetry_hz)
     progress.start()
+    sampler.start()
     try:
         load = engine.load(policy)
         request = default_request(engine, prompt=args.prompt, steps=args.steps, height=args.height,
                                   width=args.width, seed=args.seed, guidance=args.guidance)
         result = engine.generate(request)
+        final = sampler.sample_now(publish=True)
+    except (ConfigError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # a load or run failure: one line, memory already released
+        err.print(f"omni-console: {engine.state.value}: {type(exc).__name__}: {exc}", markup=False, highlight=False)
+        return 1
     finally:
+        sampler.close()
         progress.stop.set()
         progress.join()
         engine.close()
@@ -111,6 +142,7 @@ def run_headless(args: argparse.Namespace) -> int:
                   for s in result.steps],
         "output": str(args.output) if result.image is not None else None,
         **summarize(progress.events),
+        "telemetry": {**telemetry_peaks(progress.events), "final": describe_snapshot(final)},
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -152,5 +184,11 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
     table.add_row("host→device bandwidth (mean)", fmt_rate(st["h2d_bytes_per_s"]))
     table.add_row("peak allocated (torch)", fmt_bytes(r["peak_allocated_bytes"]))
     table.add_row("cache decisions", f"{len(r['cache_decisions'])} ({r['cache_releases']} releases)")
+    t = r["telemetry"]
+    table.add_row("telemetry samples", str(t["samples"]))
+    table.add_row("peak torch reserved / NVML used", f"{fmt_bytes(t['torch_reserved_peak'])} / "
+                                                     f"{fmt_bytes(t['nvml_used_peak'])}")
+    table.add_row("peak RSS / pinned (host)", f"{fmt_bytes(t['host_rss_peak'])} / {fmt_bytes(t['pinned_peak'])}")
     table.add_row("image", r["output"] or "—")
     console.print(table)
+    console.print("\n".join(t["final"]), markup=False, highlight=False)

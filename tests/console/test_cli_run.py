@@ -1,0 +1,62 @@
+"""`omni-console run --headless`: the image, the report an operator reads, and clear failures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from omni_console.console.cli import main
+
+
+def test_headless_run_writes_image_and_json_report(demo_model_dir: Path, tmp_path: Path, capsys):
+    out = tmp_path / "img" / "out.png"
+    code = main(["run", "--headless", "--model", str(demo_model_dir), "--output", str(out), "--seed", "3",
+                 "--dlo-offload-components", '{"vae": false}', "--resident-layers", "1", "--json"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    image = Image.open(out)
+    assert image.size == (64, 64) and np.asarray(image).std() > 0
+    assert report["policy"] == {"mode": "dlo", "dlo_offload_components": {"vae": False}, "resident_layers": 1}
+    assert [s["step"] for s in report["steps"]] == [1, 2]
+    assert all(s["wall_s"] > 0 for s in report["steps"])
+    # 5 of 6 DiT blocks streamed per step, plus the two staged text encoders (the VAE is resident)
+    assert report["staging"]["h2d_bytes"] > report["forecast"]["streamed_bytes_per_forward"]
+    assert report["staging"]["h2d_bytes_per_s"] > 0
+    assert report["telemetry"]["samples"] >= 1 and report["telemetry"]["host_rss_peak"] > 0
+    assert any("no CUDA device" in line for line in report["telemetry"]["final"])
+    assert report["cache_decisions"] and report["load_seconds"] > 0
+
+
+def test_headless_run_text_report(demo_model_dir: Path, tmp_path: Path, capsys):
+    assert main(["run", "--headless", "--model", str(demo_model_dir), "--output", str(tmp_path / "o.png")]) == 0
+    captured = capsys.readouterr()
+    for label in ("load time", "step 1", "host→device bandwidth", "cache decisions", "peak RSS"):
+        assert label in captured.out
+    assert "state ready → running" in captured.err and "step 2/2" in captured.err
+
+
+def test_headless_run_invalid_policy_exit_2(demo_model_dir: Path, capsys):
+    assert main(["run", "--headless", "--model", str(demo_model_dir), "--dlo-offload-components",
+                 '{"transformer": true}']) == 2
+    assert "DLO always owns DiT offload" in capsys.readouterr().err
+
+
+def test_headless_run_load_failure_exit_1_one_line(demo_model_dir: Path, tmp_path: Path, capsys, monkeypatch):
+    from omni_console.offload import streamer
+
+    def boom(self):
+        raise RuntimeError("pinning failed on purpose")
+
+    monkeypatch.setattr(streamer.LayerwiseStreamer, "attach", boom)
+    assert main(["run", "--headless", "--model", str(demo_model_dir), "--output", str(tmp_path / "x.png")]) == 1
+    err = capsys.readouterr().err
+    assert "omni-console: failed: RuntimeError: pinning failed on purpose" in err and "Traceback" not in err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_run_requires_headless(capsys):
+    assert main(["run"]) == 2
+    assert "--headless" in capsys.readouterr().err
