@@ -56,7 +56,19 @@ class HostArena:
         self._registered_ptr: int | None = None
         self._pin_failure_reason: str | None = None
         if pin:
+            self.pin()
+
+    def pin(self) -> bool:
+        """Page-lock the buffer now (idempotent); False, with `pin_failure_reason`, if it cannot be.
+
+        Callers that fill a large arena from other host tensors pin it *after* filling: registering
+        faults in every page at once, so pinning first would hold the arena and all the source
+        tensors in RAM together, where filling first frees each source as it is copied.
+        """
+        if self._registered_ptr is None and self._tensor is not None:
+            self._pin_failure_reason = None
             self._try_register()
+        return self.pinned
 
     def _try_register(self) -> None:
         if not torch.cuda.is_available():

@@ -143,17 +143,21 @@ class ModuleStager:
         for k in to_copy:
             offsets[k] = cursor
             cursor = align_up(cursor + groups[k].nbytes, ALIGNMENT)
-        self._arena = HostArena(cursor, pin=pin) if to_copy else None
+        self._arena = HostArena(cursor, pin=False) if to_copy else None  # pinned once filled
         for k, g in groups.items():
             src = storage_bytes(sources[k])
             if k in offsets:
                 assert self._arena is not None
                 g.master = self._arena.tensor[offsets[k] : offsets[k] + g.nbytes]
                 g.master.copy_(src)
-                g.pinned = self._arena.pinned
             else:
                 g.master = src.detach()
                 g.pinned = True
+        if self._arena is not None:
+            if pin:
+                self._arena.pin()
+            for k in offsets:
+                groups[k].pinned = self._arena.pinned
         out = list(groups.values())
         for g in out:
             self._point_to_master(g)

@@ -304,7 +304,7 @@ class LayerwiseStreamer:
             b.region_offset = cursor
             cursor = align_up(cursor + b.region_nbytes)
         _reject_shared_ranges(claims)
-        self._arena = HostArena(cursor, pin=self._pin)
+        self._arena = HostArena(cursor, pin=False)  # pinned once filled: see HostArena.pin
         total = sum(b.region_nbytes for b in self._streamed)
         done = 0
         for b in self._streamed:
@@ -312,6 +312,8 @@ class LayerwiseStreamer:
             done += b.region_nbytes
             if self._progress is not None:
                 self._progress(done, total)
+        if self._pin:
+            self._arena.pin()
         largest = self.largest_block_bytes
         nslots = 1 if len(self._streamed) == 1 else 2
         self._slots = [torch.empty(largest, dtype=torch.uint8, device=self.device) for _ in range(nslots)]

@@ -163,3 +163,13 @@ def test_typed_view_rejects_misaligned_offsets():
 
 def test_module_exports_counter():
     assert pinned.pinned_bytes_held() >= 0
+
+
+def test_pin_after_filling_keeps_contents_and_says_why_it_cannot_pin_here():
+    arena = HostArena(64, pin=False)
+    arena.tensor.copy_(torch.arange(64, dtype=torch.uint8))
+    assert arena.pin() is torch.cuda.is_available()
+    if not torch.cuda.is_available():
+        assert arena.pin_failure_reason == "CUDA is not available"
+    assert torch.equal(arena.tensor, torch.arange(64, dtype=torch.uint8))
+    arena.close()
