@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|console|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|e2e|console|all] [benchmark args...]
 set -uo pipefail
 what=${1:-all}; shift || true
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -18,6 +18,10 @@ if [[ $what == tests || $what == all ]]; then
 fi
 if [[ $what == bench || $what == all ]]; then
   python3 benchmarks/dlo_stream.py --out "$OUT/dlo_stream.json" "$@" 2>&1 | tail -40 > "$OUT/bench.log"
+fi
+if [[ $what == e2e ]]; then
+  python3 benchmarks/engine_e2e.py --out "$OUT/engine_e2e.json" "$@" 2>&1 | grep -v "kept in float32" \
+    | tail -40 > "$OUT/e2e.log"
 fi
 if [[ $what == console ]]; then
   python3 benchmarks/console_responsiveness.py --device cuda --out "$OUT/console.json" "$@" 2>&1 \
