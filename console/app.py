@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Literal
@@ -64,13 +65,31 @@ from .widgets import HISTORY_SAMPLES, FilterBar, format_event
 from .widgets.plan_forecast import LinkInfo
 
 DEFAULT_PROMPT = "a lighthouse on a cliff at dusk"
-DRAIN_INTERVAL_S = 0.05
+DRAIN_INTERVAL_S = 0.1
+"""How often the bus is drained; each drain updates each widget at most once."""
 DRAIN_MAX_EVENTS = 5000
-RESIDENCY_REFRESH_S = 0.25
+LIGHT_UI_S = 0.25
+"""The request's progress bar and line redraw at most this often."""
+HEAVY_UI_S = 0.5
+HEAVY_UI_BUSY_S = 1.0
+"""Staging log, memory panels, step table and residency redraw at most this often (idle / while a
+request runs); no sample, step or event is skipped, they are applied in groups."""
 DEFAULT_OUT_DIR = Path("omni-console-out")
 
 Phase = Literal["plan", "loading", "live", "unloading", "quitting"]
 LOG_EVENTS = (StagingEvent, CacheDecision, OomRetry, LogEvent, ErrorEvent)
+
+
+@dataclass
+class _Batch:
+    """What one drain collected, applied to each widget once."""
+
+    log: list[Event] = field(default_factory=list)
+    steps: list[StepTiming] = field(default_factory=list)
+    progress: dict[str, LoadProgress] = field(default_factory=dict)
+    load_lines: list[str] = field(default_factory=list)
+    generation: str | None = None
+    telemetry: bool = False
 
 
 class CommandDone(Message):
@@ -165,7 +184,13 @@ class OmniConsoleApp(App[int]):
         self._mode_stash: OffloadPolicy | None = None
         self._t0: float | None = None
         self._drain_timer: Timer | None = None
-        self._residency_at = 0.0
+        self._heavy_at = 0.0
+        self._light_at = 0.0
+        self._pending_progress: StepTiming | None = None
+        self._pending_generation: str | None = None
+        self._pending_snapshots: list[TelemetrySnapshot] = []
+        self._pending_steps: list[StepTiming] = []
+        self._pending_log: list[Event] = []
         self._link_rows: object = None
         self._closed = False
 
@@ -175,7 +200,7 @@ class OmniConsoleApp(App[int]):
         register_themes(self, activate=self.initial_theme)
         self.sub_title = str(self.engine.model.path)
         self.push_screen(self.plan_screen)
-        self._drain_timer = self.set_interval(DRAIN_INTERVAL_S, self.drain_events, name="drain-events")
+        self._drain_timer = self.set_interval(DRAIN_INTERVAL_S, self._tick, name="drain-events")
         if self.start_telemetry:
             self.sampler.sample_now(publish=True)  # the header's free memory before the first tick
             self.sampler.start()
@@ -301,25 +326,88 @@ class OmniConsoleApp(App[int]):
 
     # ------------------------------------------------------------------ events
 
-    def drain_events(self) -> int:
-        """Apply queued bus events on the UI thread; returns how many were applied."""
+    def _tick(self) -> None:
+        """The drain timer: apply events; redraws follow LIGHT_UI_S / HEAVY_UI_S."""
+        self.drain_events(flush=False)
+
+    def drain_events(self, flush: bool = True) -> int:
+        """Apply queued bus events on the UI thread, each widget updated once per batch.
+
+        Every event is applied (histories get every sample, the log every line); only the
+        redraws are batched, so the UI thread stays light while the engine runs. Returns how
+        many events were applied.
+        """
+        if self._closed or not self._running:
+            return 0
         events = self.sub.drain(DRAIN_MAX_EVENTS)
         live = self.live_screen
         if live is not None:
             live.staging.set_dropped(self.sub.dropped)
-        if not events:
-            return 0
-        staged = snap = False
+        if not events and not flush and not self._pending():
+            return 0  # the common idle tick: touch no widget
+        batch = _Batch()
         with self.batch_update():
             for event in events:
-                kind = self._apply(event)
-                staged = staged or kind == "staging"
-                snap = snap or kind == "telemetry"
-        if staged:
-            self.refresh_residency()
-        if snap and self.phase in ("plan", "loading") and self.screen is self.plan_screen:
+                self._apply(event, batch)
+            if self.phase == "loading" and (batch.load_lines or batch.progress):
+                self.plan_screen.load_events(list(batch.progress.values()), batch.load_lines)
+            if live is not None:
+                self._pending_log.extend(batch.log)
+                self._pending_steps.extend(batch.steps)
+                if batch.steps:
+                    self._pending_progress = batch.steps[-1]
+                if batch.generation is not None:
+                    self._pending_generation = batch.generation
+            self._flush_light(force=flush)
+            self._flush_heavy(force=flush)
+        if batch.telemetry and self.phase in ("plan", "loading") and self.screen is self.plan_screen:
             self._refresh_link()
         return len(events)
+
+    def _pending(self) -> bool:
+        return bool(self._pending_log or self._pending_steps or self._pending_snapshots
+                    or self._pending_progress is not None or self._pending_generation is not None)
+
+    def _flush_light(self, force: bool) -> None:
+        """Every LIGHT_UI_S: the request's progress bar and line (two cheap widgets)."""
+        live = self.live_screen
+        now = time.monotonic()
+        if live is None or (not force and now - self._light_at < LIGHT_UI_S):
+            return
+        self._light_at = now
+        if self._pending_progress is not None:
+            last, self._pending_progress = self._pending_progress, None
+            live.gen_progress.update(total=max(last.total_steps, 1), progress=last.step)
+        if self._pending_generation is not None:
+            text, self._pending_generation = self._pending_generation, None
+            live.set_generation(text)
+
+    def _flush_heavy(self, force: bool) -> None:
+        """Every HEAVY_UI_S: staging log, memory panels (all pending samples), step table, residency.
+
+        These are the widgets whose redraw costs the most (a log or table growing re-lays-out the
+        screen; tables have hundreds of cells); batching them keeps the UI thread, which shares the
+        GIL with the engine, mostly idle during a request. Nothing is dropped, only grouped.
+        """
+        live = self.live_screen
+        now = time.monotonic()
+        interval = HEAVY_UI_BUSY_S if self.generating else HEAVY_UI_S
+        if live is None or (not force and now - self._heavy_at < interval):
+            return
+        self._heavy_at = now
+        moved = bool(self._pending_log)
+        if self._pending_log:
+            events, self._pending_log = self._pending_log, []
+            live.staging.add_events(events)
+        if live.telemetry_ready and self._pending_snapshots:
+            pending, self._pending_snapshots = self._pending_snapshots, []
+            live.allocator.update_snapshots(pending)
+            live.host.update_snapshots(pending)
+        if self._pending_steps:
+            steps, self._pending_steps = self._pending_steps, []
+            live.add_steps(steps)
+        if moved or force:  # weights move only with a staging event
+            self.refresh_residency()
 
     def _line(self, event: Event) -> str | None:
         if self._t0 is None:
@@ -332,48 +420,45 @@ class OmniConsoleApp(App[int]):
             return f"+{event.t - self._t0:9.3f}s LOAD {event.component} {event.phase} {fmt_bytes(event.total_bytes)}"
         return format_event(event, self._t0)
 
-    def _apply(self, event: Event) -> str:
-        live = self.live_screen
+    def _apply(self, event: Event, batch: _Batch) -> None:
         if isinstance(event, TelemetryEvent):
             snapshot = event.snapshot
             if isinstance(snapshot, TelemetrySnapshot):
                 self.snapshot = snapshot
                 self.telemetry_history.append(snapshot)
+                live = self.live_screen
                 if live is not None and live.telemetry_ready:
-                    live.allocator.update_snapshot(snapshot)
-                    live.host.update_snapshot(snapshot)
-            return "telemetry"
+                    self._pending_snapshots.append(snapshot)
+                batch.telemetry = True
+            return
         if self.phase == "loading":
-            self.plan_screen.load_event(event, self._line(event))
+            if isinstance(event, LoadProgress):
+                batch.progress[event.component] = event
+            line = self._line(event)
+            if line is not None:
+                batch.load_lines.append(line)
         if isinstance(event, LOG_EVENTS):
             if isinstance(event, StagingEvent) and self.device_info.is_cuda:
                 self.observed.observe(event)
-            if live is not None:
-                live.staging.add_event(event)
-            return "staging"
-        if live is None:
-            return ""
-        if isinstance(event, StepTiming):
-            live.add_step(event)
-            live.set_generation(f"request {event.request_id}: step {event.step}/{event.total_steps} · "
+            batch.log.append(event)
+        elif isinstance(event, StepTiming):
+            batch.steps.append(event)
+            batch.generation = (f"request {event.request_id}: step {event.step}/{event.total_steps} · "
                                 f"{fmt_seconds(event.wall_s)} (stall {fmt_seconds(event.stall_s)})")
         elif isinstance(event, RequestStarted):
-            live.set_generation(f"request {event.request_id}: {event.prompt!r} · started", 0, event.steps or 1)
+            batch.generation = f"request {event.request_id}: {event.prompt!r} · started"
         elif isinstance(event, RequestFinished) and not event.ok:
-            live.set_generation(f"request {event.request_id} failed: {event.error}")
+            batch.generation = f"request {event.request_id} failed: {event.error}"
         elif isinstance(event, EngineStateChanged):
             self._live_status()
-        return ""
 
     def refresh_residency(self, force: bool = False) -> None:
-        """Residency rows from the placement, at most every RESIDENCY_REFRESH_S unless forced."""
+        """Residency rows from the placement (the drain calls it every HEAVY_UI_S)."""
         live = self.live_screen
-        now = time.monotonic()
-        if live is None or (not force and now - self._residency_at < RESIDENCY_REFRESH_S):
+        if live is None:
             return
         rows = residency_rows(self.engine)
         if rows is not None:
-            self._residency_at = now
             live.residency.update_rows(rows)
 
     def _live_status(self) -> None:

@@ -19,6 +19,7 @@ from ...engine.plan import Plan
 from ...offload.events import StepTiming
 from ..widgets import AllocatorPanel, HostPanel, ResidencyPanel, StagingLog, StepTimings
 from ..widgets.plan_policy import PolicyPanel
+from ..widgets.text_update import set_text
 
 if TYPE_CHECKING:
     from ..app import OmniConsoleApp
@@ -118,17 +119,18 @@ class LiveScreen(Screen[None]):
 
     def set_status(self, text: str) -> None:
         self.status_text = text
-        self.status_line.update(text)
+        set_text(self.status_line, text)
 
     def set_generation(self, text: str, done: int | None = None, total: int | None = None) -> None:
         self.gen_text = text
         if total is not None:
             self.gen_progress.update(total=max(total, 1), progress=done or 0)
-        self.gen_label.update(text)
+        set_text(self.gen_label, text, fixed_size=True)  # one line, clipped
 
-    def add_step(self, step: StepTiming) -> None:
-        self.steps.add_step(step)
-        self.gen_progress.update(total=max(step.total_steps, 1), progress=step.step)
+    def add_steps(self, steps: list[StepTiming]) -> None:
+        self.steps.add_steps(steps)
+        last = steps[-1]
+        self.gen_progress.update(total=max(last.total_steps, 1), progress=last.step)
 
     # ---- keys ------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Log, Static
 
 from ...engine.plan import Plan
-from ...offload.events import Event, LoadProgress
+from ...offload.events import LoadProgress
 from ..widgets.load_progress import LoadProgressPanel
 from ..widgets.plan_forecast import ForecastPanel, LinkInfo
 from ..widgets.plan_policy import PolicyPanel
@@ -122,11 +122,12 @@ class PlanScreen(Screen[None]):
         self.set_status("loading… (esc cancels)")
         self.refresh_bindings()
 
-    def load_event(self, event: Event, line: str | None) -> None:
-        if isinstance(event, LoadProgress):
+    def load_events(self, progress: list[LoadProgress], lines: list[str]) -> None:
+        """One drained batch: the latest progress per component and the event lines."""
+        for event in progress:
             self.progress.add_progress(event)
-        if line is not None:
-            self.load_log.write_line(line)
+        if lines:
+            self.load_log.write_lines(lines)
 
     def load_ended(self, error: str | None, cancelled: bool = False) -> None:
         self.set_class(False, "-loading")

@@ -23,6 +23,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from .metric_row import HISTORY_SAMPLES, MetricRow
+from .text_update import set_text
 
 TORCH_KEYS = (
     "torch.allocated",
@@ -110,7 +111,7 @@ class AllocatorPanel(VerticalScroll):
         banner = self.query_one(f"#{name}-unavailable", Static)
         banner.display = unavailable is not None
         if unavailable is not None:
-            banner.update(format_unavailable(unavailable))
+            set_text(banner, format_unavailable(unavailable))
         for key in keys:
             self.row(key).display = unavailable is None
         if unavailable is not None:
@@ -135,10 +136,10 @@ class AllocatorPanel(VerticalScroll):
             return
         t, n = snapshot.torch, snapshot.nvml
         with self.app.batch_update():
-            self.query_one("#torch-title", Static).update(
+            set_text(self.query_one("#torch-title", Static),
                 "torch caching allocator" + (f" — {t.device_name}" if t.device_name else "")
             )
-            self.query_one("#nvml-title", Static).update(
+            set_text(self.query_one("#nvml-title", Static),
                 "NVML" + (f" — {n.device_name}" if n.device_name else "")
             )
             self._show_group("torch", t.unavailable, TORCH_KEYS)
@@ -150,7 +151,7 @@ class AllocatorPanel(VerticalScroll):
                 self.row(r.key).push(r.value, r.text, r.reason, alert=alert)
             for name, text in (("torch", _notes(torch_rows, t)), ("nvml", _notes(nvml_rows, n))):
                 notes = self.query_one(f"#{name}-notes", Static)
-                notes.update(text)
+                set_text(notes, text)
                 notes.display = bool(text)  # no blank line when every field answered
             ffu = free_for_us_reading(snapshot)
             self.row("free_for_us").push(ffu.value, ffu.text, ffu.reason)

@@ -19,6 +19,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from .metric_row import HISTORY_SAMPLES, MetricRow
+from .text_update import set_text
 
 HOST_KEYS = ("host.rss", "host.pinned", "host.total", "host.available")
 
@@ -65,7 +66,7 @@ class HostPanel(Vertical):
         banner = self.query_one("#host-unavailable", Static)
         banner.display = unavailable is not None
         if unavailable is not None:
-            banner.update(format_unavailable(unavailable))
+            set_text(banner, format_unavailable(unavailable))
         for key in HOST_KEYS:
             self.row(key).display = unavailable is None
         if unavailable is not None:
@@ -101,5 +102,5 @@ class HostPanel(Vertical):
                 notes.append(f"RAM limited by cgroup to {limit} (host has {host})")
             notes += [f"{r.label}: N/A ({r.reason})" for r in readings if r.value is None and r.reason]
             box = self.query_one("#host-notes", Static)
-            box.update("\n".join(notes))
+            set_text(box, "\n".join(notes))
             box.display = bool(notes)

@@ -8,6 +8,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Sparkline, Static
 
+from .text_update import set_text
+
 HISTORY_SAMPLES = 1200
 """Default history per metric: two minutes at the default 10 Hz telemetry rate."""
 
@@ -71,7 +73,7 @@ class MetricRow(Horizontal):
         if not self.is_mounted:
             return
         cell = self.query_one(".metric-value", Static)
-        cell.update(self.text)
+        set_text(cell, self.text, fixed_size=True)  # fixed 1-line cell: no reflow
         cell.tooltip = self.reason
         if self._with_sparkline and value is not None:
             self.query_one(Sparkline).data = list(self.history)

@@ -11,6 +11,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
+from .text_update import set_text
+
 STATES = ("resident", "device", "host", "in_flight", "staged")
 """resident: kept on the device by policy; device: a staged/streamed part currently loaded;
 host: offloaded to pinned host memory; in_flight: copy in progress; staged: queued to load."""
@@ -79,11 +81,11 @@ class ResidencyPanel(Vertical):
         """Replace the rows; same names in the same order update in place (cursor kept)."""
         new = _coerce(rows)
         rebuild = [r.name for r in new] != [r.name for r in self.rows]
-        self.rows = new
+        old, self.rows = self.rows, new
         if self.is_mounted:
-            self._render_rows(rebuild)
+            self._render_rows(rebuild, old)
 
-    def _render_rows(self, rebuild: bool) -> None:
+    def _render_rows(self, rebuild: bool, old: list[ResidencyRow] | None = None) -> None:
         table = self.query_one(DataTable)
         cells = [
             (r.name, Text(r.state.replace("_", " "), style=STATE_STYLE[r.state]), format_bytes(r.nbytes))
@@ -94,7 +96,9 @@ class ResidencyPanel(Vertical):
             for r, (name, state, size) in zip(self.rows, cells, strict=True):
                 table.add_row(name, state, size, key=r.name)
         else:
-            for r, (_, state, size) in zip(self.rows, cells, strict=True):
+            for i, (r, (_, state, size)) in enumerate(zip(self.rows, cells, strict=True)):
+                if old is not None and i < len(old) and old[i] == r:
+                    continue  # unchanged rows are not redrawn (a redraw of a table row is not cheap)
                 table.update_cell(r.name, "state", state)
                 table.update_cell(r.name, "bytes", size)
-        self.query_one(".summary", Static).update(summarize(self.rows))
+        set_text(self.query_one(".summary", Static), summarize(self.rows))

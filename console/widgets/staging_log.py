@@ -148,20 +148,37 @@ class StagingLog(Vertical):
         return True
 
     def add_events(self, events: list[Event]) -> int:
-        """Add a drained batch; returns how many were staging-log events."""
-        return sum(self.add_event(e) for e in events)
+        """Add a drained batch (one write to the log); returns how many were staging-log events."""
+        lines: list[str] = []
+        for event in events:
+            if self._t0 is None:
+                self._t0 = event.t
+            line = format_event(event, self._t0)
+            if line is not None:
+                lines.append(line)
+        self.add_lines(lines)
+        return len(lines)
 
     def add_line(self, line: str) -> None:
         """Add a preformatted line (paused: buffered)."""
+        self.add_lines([line])
+
+    def add_lines(self, lines: list[str]) -> None:
+        """Add preformatted lines with a single log write (paused: buffered)."""
+        if not lines:
+            return
         if self._paused:
-            if len(self._buffer) == self._buffer.maxlen:
-                self._buffer_dropped += 1
-            self._buffer.append(line)
+            for line in lines:
+                if len(self._buffer) == self._buffer.maxlen:
+                    self._buffer_dropped += 1
+                self._buffer.append(line)
             self._update_title()
             return
-        self._lines.append(line)
-        if self.is_mounted and self._matches(line):
-            self.query_one(Log).write_line(line)
+        self._lines.extend(lines)
+        if self.is_mounted:
+            shown = [line for line in lines if self._matches(line)]
+            if shown:
+                self.query_one(Log).write_lines(shown)
 
     def set_dropped(self, n: int) -> None:
         """The app's subscription drop count (events lost before reaching this widget)."""

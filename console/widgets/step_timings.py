@@ -15,6 +15,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Sparkline, Static
 
 from .metric_row import HISTORY_SAMPLES
+from .text_update import set_text
 
 TABLE_ROWS = 500
 MEAN_WINDOW = 10
@@ -90,13 +91,24 @@ class StepTimings(Vertical):
         self._add_row(step)
         self._refresh_summary()
 
+    def add_steps(self, steps: list[StepTiming]) -> None:
+        """Append a drained batch with one summary/sparkline refresh."""
+        self.steps.extend(steps)
+        if not self.is_mounted or not steps:
+            return
+        for s in steps[-self._max_rows :]:
+            self._add_row(s, move=False)
+        table = self.query_one(DataTable)
+        table.move_cursor(row=table.row_count - 1, animate=False)
+        self._refresh_summary()
+
     def reset(self) -> None:
         """Forget every step (a new model or a new run)."""
         self.steps.clear()
         if self.is_mounted:
             self._redraw()
 
-    def _add_row(self, s: StepTiming) -> None:
+    def _add_row(self, s: StepTiming, move: bool = True) -> None:
         table = self.query_one(DataTable)
         pct = 100.0 * s.stall_s / s.wall_s if s.wall_s > 0 else 0.0
         rate = 1.0 / s.wall_s if s.wall_s > 0 else 0.0
@@ -112,10 +124,11 @@ class StepTimings(Vertical):
         self._row_keys.append(key)
         while len(self._row_keys) > self._max_rows:
             table.remove_row(self._row_keys.popleft())
-        table.move_cursor(row=table.row_count - 1, animate=False)
+        if move:
+            table.move_cursor(row=table.row_count - 1, animate=False)
 
     def _refresh_summary(self) -> None:
-        self.query_one(".summary", Static).update(summarize(list(self.steps)))
+        set_text(self.query_one(".summary", Static), summarize(list(self.steps)))
         self.query_one("#wall-spark", Sparkline).data = [s.wall_s for s in self.steps]
         self.query_one("#stall-spark", Sparkline).data = [s.stall_s for s in self.steps]
 
