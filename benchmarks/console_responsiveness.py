@@ -1,6 +1,7 @@
 """How responsive the console stays while the engine generates, and what the console costs the engine.
 
-1. Headless baseline: the same request through `Engine` directly (no app), step wall times.
+1. Headless baseline: the same request through `Engine` directly (no app), step wall times; run
+   before and after the app (the mean of the two medians is the baseline, against drift).
 2. App, idle operator: the console app (headless Textual, real telemetry sources at --hz) loads the
    model and runs the same request; step wall times → overhead ratio app / headless (target ≤ 1.01).
 3. App, busy operator: while requests with many steps run, press a key (`p`, pause/resume the staging
@@ -160,10 +161,10 @@ async def run_app(model: Path, device: str, policy: OffloadPolicy, args: argpars
             busy: list[GenerateResult] = []
             frames_start, t_start = clock.frames, time.perf_counter()
             while len(state_ms) + failures < args.presses:
-                fut = app.start_generate(make_request(engine, args, args.key_steps))
-                assert fut is not None
-                await wait_for(lambda: any(s for s in app.live_screen.steps.steps if s.request_id > len(idle) + 1 + len(busy)), 30)
-                while not fut.done() and len(state_ms) + failures < args.presses:
+                running = app.start_generate(make_request(engine, args, args.key_steps))
+                assert running is not None
+                await wait_for(lambda f=running: f.done() or app.engine.state.value == "running", 30)
+                while not running.done() and len(state_ms) + failures < args.presses:
                     timed = await press_and_time(app, clock, args.key)
                     if timed is None:
                         failures += 1
@@ -171,7 +172,7 @@ async def run_app(model: Path, device: str, policy: OffloadPolicy, args: argpars
                         state_ms.append(timed[0])
                         frame_ms.append(timed[1])
                     await asyncio.sleep(args.gap_ms / 1e3)
-                busy.append(await asyncio.wrap_future(fut))
+                busy.append(await asyncio.wrap_future(running))
                 while app.generating:
                     await asyncio.sleep(0.001)
             elapsed = time.perf_counter() - t_start
@@ -208,17 +209,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cols", type=int, default=200)
     parser.add_argument("--rows", type=int, default=60)
     parser.add_argument("--out-dir", default="omni-console-out", help="where the app saves images")
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="torch intra-op threads (CPU runs: leave a core for the UI, e.g. nproc - 1)")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON report here")
     args = parser.parse_args(argv)
     if args.key != "p":
         parser.error("only --key p is timed (its effect, the staging log's paused state, is observable)")
 
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     model = resolve_model_path(args.model)
     policy = build_policy(parse_components_json(args.dlo_offload_components), args.resident_layers)
     log(f"model {model} on {args.device}; policy {policy.components_json()} resident_layers={policy.resident_layers}")
-    headless = headless_baseline(model, args.device, policy, args)
-    log(f"headless: median step {headless['median_s'] * 1e3:.2f} ms")
+    before = headless_baseline(model, args.device, policy, args)
+    log(f"headless (before): median step {before['median_s'] * 1e3:.2f} ms")
     app = asyncio.run(run_app(model, args.device, policy, args))
+    after = headless_baseline(model, args.device, policy, args)  # brackets the app run against drift
+    log(f"headless (after): median step {after['median_s'] * 1e3:.2f} ms")
+    headless = {"median_s": statistics.fmean([before["median_s"], after["median_s"]]), "before": before,
+                "after": after}
     ratio = app["app_idle"]["median_s"] / headless["median_s"] if headless["median_s"] else None
     busy_ratio = app["app_busy"]["median_s"] / headless["median_s"] if headless["median_s"] else None
     report = {
@@ -226,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": str(model), "device": args.device,
         "device_name": torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor(),
         "torch": torch.__version__, "textual": textual.__version__, "torch_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
         "steps": args.steps, "key_steps": args.key_steps, "repeats": args.repeats, "telemetry_hz": args.hz,
         "headless": headless, **app,
         "overhead_ratio_idle": ratio, "overhead_ratio_busy": busy_ratio, "overhead_target": 1.01,
@@ -233,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     lat = app["latency_ms"]
     print(f"device {args.device} · model {model.name} · {args.steps} steps × {args.repeats} · telemetry {args.hz:g} Hz")
     print(f"step median: headless {headless['median_s'] * 1e3:.2f} ms · app idle "
-          f"{app['app_idle']['median_s'] * 1e3:.2f} ms · app with key presses {app['app_busy']['median_s'] * 1e3:.2f} ms")
+          f"{app['app_idle']['median_s'] * 1e3:.2f} ms · "
+          f"app with key presses {app['app_busy']['median_s'] * 1e3:.2f} ms")
     print(f"overhead ratio (app idle / headless): {ratio:.3f} (target ≤ 1.01); with key presses: {busy_ratio:.3f}")
     for name in ("key_to_state", "key_to_frame"):
         p = lat[name]
