@@ -226,10 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     app = asyncio.run(run_app(model, args.device, policy, args))
     after = headless_baseline(model, args.device, policy, args)  # brackets the app run against drift
     log(f"headless (after): median step {after['median_s'] * 1e3:.2f} ms")
-    headless = {"median_s": statistics.fmean([before["median_s"], after["median_s"]]), "before": before,
-                "after": after}
+    headless = {"median_s": statistics.fmean([before["median_s"], after["median_s"]]),
+                "mean_s": statistics.fmean([before["mean_s"], after["mean_s"]]), "before": before, "after": after}
     ratio = app["app_idle"]["median_s"] / headless["median_s"] if headless["median_s"] else None
     busy_ratio = app["app_busy"]["median_s"] / headless["median_s"] if headless["median_s"] else None
+    mean_ratio = app["app_idle"]["mean_s"] / headless["mean_s"] if headless["mean_s"] else None
     report = {
         "schema": "omni-console.bench.console/1",
         "model": str(model), "device": args.device,
@@ -238,14 +239,16 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_count": os.cpu_count(),
         "steps": args.steps, "key_steps": args.key_steps, "repeats": args.repeats, "telemetry_hz": args.hz,
         "headless": headless, **app,
-        "overhead_ratio_idle": ratio, "overhead_ratio_busy": busy_ratio, "overhead_target": 1.01,
+        "overhead_ratio_idle": ratio, "overhead_ratio_idle_mean": mean_ratio, "overhead_ratio_busy": busy_ratio,
+        "overhead_target": 1.01,
     }
     lat = app["latency_ms"]
     print(f"device {args.device} · model {model.name} · {args.steps} steps × {args.repeats} · telemetry {args.hz:g} Hz")
     print(f"step median: headless {headless['median_s'] * 1e3:.2f} ms · app idle "
           f"{app['app_idle']['median_s'] * 1e3:.2f} ms · "
           f"app with key presses {app['app_busy']['median_s'] * 1e3:.2f} ms")
-    print(f"overhead ratio (app idle / headless): {ratio:.3f} (target ≤ 1.01); with key presses: {busy_ratio:.3f}")
+    print(f"overhead ratio (app idle / headless, medians): {ratio:.3f} (target ≤ 1.01); of means {mean_ratio:.3f}; "
+          f"with key presses (medians): {busy_ratio:.3f}")
     for name in ("key_to_state", "key_to_frame"):
         p = lat[name]
         if p["n"]:

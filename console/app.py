@@ -6,6 +6,10 @@ applies every event on its own thread, so the UI never blocks on the GPU and no 
 staging event is coalesced away (drops are counted and shown). Commands go down as worker
 futures whose completion comes back as a `CommandDone` message.
 
+A full gen-2 garbage collection over a loaded pipeline plus the UI takes 0.1–0.3 s and holds the
+GIL, stalling the engine mid-step; after a load the app therefore `gc.freeze()`s what exists (the
+model, the UI) and `gc.unfreeze()`s before unload so the released model can be collected.
+
 Everything the app depends on can be injected (engine, worker, telemetry sources or sampler,
 bandwidth, output directory) so pilot tests run deterministically on CPU without sleeps.
 """
@@ -13,6 +17,7 @@ bandwidth, output directory) so pilot tests run deterministically on CPU without
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -213,6 +218,7 @@ class OmniConsoleApp(App[int]):
         if self._closed:
             return
         self._closed = True
+        gc.unfreeze()
         self.sampler.close()
         self.worker.shutdown()
         self.sub.close()
@@ -505,6 +511,7 @@ class OmniConsoleApp(App[int]):
             self.say("a request is running; esc cancels it first", "warning")
             return None
         self.phase = "unloading"
+        gc.unfreeze()  # the model's objects must be collectable again when the engine releases them
         self.screen.refresh_bindings()
         return self._track("unload", self.worker.unload())
 
@@ -611,6 +618,7 @@ class OmniConsoleApp(App[int]):
             report = message.future.result()
             self.phase = "live"
             self.load_seconds = report.seconds
+            gc.freeze()  # the loaded model and the UI: never rescanned by the collector (module docstring)
             self.plan_screen.load_ended(None)
             live = self.live_screen
             assert live is not None

@@ -273,3 +273,18 @@ def test_policy_edits_never_put_a_dit_in_the_policy(engine):
         if edit.policy is not None:
             policy = edit.policy
     assert set(policy.dlo_offload_components) == set(AUX)
+
+
+def test_bandwidth_sources_for_the_forecast():
+    import torch
+    from omni_console.console.bandwidth import ObservedBandwidth, measure_h2d_bandwidth
+    from omni_console.offload.events import StagingEvent
+
+    assert measure_h2d_bandwidth(torch.device("cpu")) is None  # CPU: no device link
+    observed = ObservedBandwidth()
+    observed.observe(StagingEvent(target="b.0", direction="h2d", nbytes=2 << 20, seconds=0.001, sync=True))
+    observed.observe(StagingEvent(target="b.1", direction="d2h", nbytes=2 << 20, seconds=0.001))
+    assert observed.rate is None  # synchronous and device→host copies say nothing about the link
+    observed.observe(StagingEvent(target="b.2", direction="h2d", nbytes=4 << 20, seconds=0.002))
+    observed.observe(StagingEvent(target="b.3", direction="h2d", nbytes=2 << 20, seconds=0.002))
+    assert observed.rate == pytest.approx((6 << 20) / 0.004)
