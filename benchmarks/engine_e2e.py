@@ -89,6 +89,7 @@ def main() -> None:
     parser.add_argument("--out", default="engine_e2e.json")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--res", type=int, default=1024)
+    parser.add_argument("--write-only", action="store_true", help="only write the checkpoint (if missing)")
     args = parser.parse_args()
     report: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                               "date": time.strftime("%Y-%m-%d"), "steps": args.steps, "res": args.res}
@@ -97,6 +98,8 @@ def main() -> None:
         write_checkpoint(args.dir)
         report["write_s"] = time.perf_counter() - t0
         log(f"checkpoint written in {report['write_s']:.1f} s")
+    if args.write_only:
+        return
     request = GenerateRequest(prompt="a lighthouse on a cliff at dusk", steps=args.steps, height=args.res,
                               width=args.res, seed=5, guidance=3.5)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|e2e|console|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|e2e|console|console-flux|all] [benchmark args...]
 set -uo pipefail
 what=${1:-all}; shift || true
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -22,6 +22,11 @@ fi
 if [[ $what == e2e ]]; then
   python3 benchmarks/engine_e2e.py --out "$OUT/engine_e2e.json" "$@" 2>&1 | grep -v "kept in float32" \
     | tail -40 > "$OUT/e2e.log"
+fi
+if [[ $what == console-flux ]]; then  # the console on the Flux-size checkpoint (written if missing)
+  python3 benchmarks/engine_e2e.py --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5
+  python3 benchmarks/console_responsiveness.py --device cuda --model /tmp/flux-size --height 1024 --width 1024 \
+    --out "$OUT/console.json" "$@" 2>&1 | tail -60 > "$OUT/console.log"
 fi
 if [[ $what == console ]]; then
   python3 benchmarks/console_responsiveness.py --device cuda --out "$OUT/console.json" "$@" 2>&1 \
