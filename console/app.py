@@ -189,7 +189,7 @@ class OmniConsoleApp(App[int]):
         self._mode_stash: OffloadPolicy | None = None
         self._t0: float | None = None
         self._drain_timer: Timer | None = None
-        self._heavy_at = 0.0
+        self._heavy_at = [0.0, 0.0, 0.0]  # log, memory, steps: when each was last redrawn
         self._light_at = 0.0
         self._pending_progress: StepTiming | None = None
         self._pending_generation: str | None = None
@@ -389,31 +389,53 @@ class OmniConsoleApp(App[int]):
             live.set_generation(text)
 
     def _flush_heavy(self, force: bool) -> None:
-        """Every HEAVY_UI_S: staging log, memory panels (all pending samples), step table, residency.
+        """Staging log, memory panels (all pending samples), step table, residency — staggered.
 
         These are the widgets whose redraw costs the most (a log or table growing re-lays-out the
-        screen; tables have hundreds of cells); batching them keeps the UI thread, which shares the
-        GIL with the engine, mostly idle during a request. Nothing is dropped, only grouped.
+        screen; tables have hundreds of cells). Each group is redrawn at most every HEAVY_UI_S
+        (HEAVY_UI_BUSY_S during a request), and at most one group per drain tick unless forced:
+        a key press then never waits behind the whole batch, only behind one group, and the UI
+        thread, which shares the GIL with the engine, stays mostly idle. Nothing is dropped.
         """
         live = self.live_screen
+        if live is None:
+            return
         now = time.monotonic()
         interval = HEAVY_UI_BUSY_S if self.generating else HEAVY_UI_S
-        if live is None or (not force and now - self._heavy_at < interval):
-            return
-        self._heavy_at = now
-        moved = bool(self._pending_log)
-        if self._pending_log:
-            events, self._pending_log = self._pending_log, []
-            live.staging.add_events(events)
-        if live.telemetry_ready and self._pending_snapshots:
-            pending, self._pending_snapshots = self._pending_snapshots, []
-            live.allocator.update_snapshots(pending)
-            live.host.update_snapshots(pending)
-        if self._pending_steps:
-            steps, self._pending_steps = self._pending_steps, []
-            live.add_steps(steps)
-        if moved or force:  # weights move only with a staging event
+        groups = (self._flush_log, self._flush_memory, self._flush_steps)
+        for index in sorted(range(len(groups)), key=lambda i: self._heavy_at[i]):  # most overdue first
+            if not force and now - self._heavy_at[index] < interval:
+                continue
+            if groups[index](live) and not force:
+                self._heavy_at[index] = now
+                return
+            self._heavy_at[index] = now
+        if force:
             self.refresh_residency()
+
+    def _flush_log(self, live: LiveScreen) -> bool:
+        """The staging log; residency follows it (weights move only with a staging event)."""
+        if not self._pending_log:
+            return False
+        events, self._pending_log = self._pending_log, []
+        live.staging.add_events(events)
+        self.refresh_residency()
+        return True
+
+    def _flush_memory(self, live: LiveScreen) -> bool:
+        if not (live.telemetry_ready and self._pending_snapshots):
+            return False
+        pending, self._pending_snapshots = self._pending_snapshots, []
+        live.allocator.update_snapshots(pending)
+        live.host.update_snapshots(pending)
+        return True
+
+    def _flush_steps(self, live: LiveScreen) -> bool:
+        if not self._pending_steps:
+            return False
+        steps, self._pending_steps = self._pending_steps, []
+        live.add_steps(steps)
+        return True
 
     def _line(self, event: Event) -> str | None:
         if self._t0 is None:
