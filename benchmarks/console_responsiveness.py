@@ -34,13 +34,14 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import textual  # noqa: E402
 import torch  # noqa: E402
+from textual import events  # noqa: E402
+
 from omni_console.console.app import OmniConsoleApp  # noqa: E402
 from omni_console.console.cli import resolve_model_path  # noqa: E402
 from omni_console.console.headless import default_request  # noqa: E402
 from omni_console.engine.engine import Engine, GenerateResult  # noqa: E402
 from omni_console.engine.runner import GenerateRequest  # noqa: E402
 from omni_console.offload.policy import OffloadPolicy, build_policy, parse_components_json  # noqa: E402
-from textual import events  # noqa: E402
 
 TIMEOUT_S = 10.0
 

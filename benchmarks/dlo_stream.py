@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 import torch
+
 from omni_console.offload.pinned import HostArena, pinned_bytes_held
 from omni_console.offload.streamer import LayerwiseStreamer
 

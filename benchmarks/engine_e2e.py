@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from omni_console.engine.engine import Engine
 from omni_console.engine.runner import GenerateRequest
 from omni_console.offload.events import StagingEvent
@@ -48,9 +49,10 @@ def _on_cuda(factory) -> torch.nn.Module:
 def write_checkpoint(root: Path) -> None:
     """Flux-dev-size components with random weights, saved as sharded safetensors."""
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+
     from omni_console.engine.demo_model import save_pipeline
     from omni_console.engine.tokenizers_offline import build_clip_tokenizer, build_t5_tokenizer
-    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
     transformer = _random_(_on_cuda(lambda: FluxTransformer2DModel(guidance_embeds=True)), 1)
     t5 = _random_(_on_cuda(lambda: T5EncoderModel(T5Config(

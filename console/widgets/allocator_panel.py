@@ -6,6 +6,10 @@ Operators compare these numbers with nvidia-smi; the labels say what each one co
 
 from __future__ import annotations
 
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
 from omni_console.offload.telemetry import (
     LABELS,
     UNITS_NOTE,
@@ -18,9 +22,6 @@ from omni_console.offload.telemetry import (
     nvml_readings,
     torch_readings,
 )
-from textual.app import ComposeResult
-from textual.containers import VerticalScroll
-from textual.widgets import Static
 
 from .metric_row import HISTORY_SAMPLES, MetricRow
 from .text_update import set_text

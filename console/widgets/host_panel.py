@@ -6,6 +6,10 @@ machine's RAM, so both are shown explicitly (offload_peers.md §7.3).
 
 from __future__ import annotations
 
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
+
 from omni_console.offload.telemetry import (
     LABELS,
     UNITS_NOTE,
@@ -14,9 +18,6 @@ from omni_console.offload.telemetry import (
     format_unavailable,
     host_readings,
 )
-from textual.app import ComposeResult
-from textual.containers import Vertical
-from textual.widgets import Static
 
 from .metric_row import HISTORY_SAMPLES, MetricRow
 from .text_update import set_text

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from omni_console.offload.telemetry import format_bytes
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
+
+from omni_console.offload.telemetry import format_bytes
 
 from .text_update import set_text
 

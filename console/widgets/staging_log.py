@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections import deque
 
-from omni_console.offload.events import CacheDecision, ErrorEvent, Event, LogEvent, OomRetry, StagingEvent
-from omni_console.offload.telemetry import format_bytes
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.markup import escape
 from textual.widgets import Log
+
+from omni_console.offload.events import CacheDecision, ErrorEvent, Event, LogEvent, OomRetry, StagingEvent
+from omni_console.offload.telemetry import format_bytes
 
 from .filter_bar import FilterBar
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections import deque
 
-from omni_console.offload.events import StepTiming
-from omni_console.offload.telemetry import format_bytes, format_rate
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Sparkline, Static
+
+from omni_console.offload.events import StepTiming
+from omni_console.offload.telemetry import format_bytes, format_rate
 
 from .metric_row import HISTORY_SAMPLES
 from .text_update import set_text

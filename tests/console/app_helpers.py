@@ -7,12 +7,13 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
+from textual.app import App
+from textual.pilot import Pilot
+
 from omni_console.console.app import OmniConsoleApp
 from omni_console.engine.engine import Engine
 from omni_console.offload.policy import OffloadPolicy, build_policy
 from omni_console.offload.telemetry import HostMemory, NvmlMemory, TorchMemory
-from textual.app import App
-from textual.pilot import Pilot
 
 GB = 10**9
 

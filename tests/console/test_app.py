@@ -9,6 +9,8 @@ import json
 
 import pytest
 from app_helpers import make_app, screen_text, until
+from textual.binding import Binding
+
 from omni_console.console.app import OmniConsoleApp
 from omni_console.console.policy_edits import toggle_component
 from omni_console.console.screens import HelpScreen, LiveScreen, PlanScreen
@@ -18,7 +20,6 @@ from omni_console.engine.units import fmt_bytes, fmt_seconds
 from omni_console.offload.errors import ConfigError
 from omni_console.offload.policy import build_policy
 from omni_console.themes import THEMES
-from textual.binding import Binding
 
 ROWS = ["scheduler", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "transformer", "vae"]
 AUX = ["text_encoder", "text_encoder_2", "vae"]
@@ -277,6 +278,7 @@ def test_policy_edits_never_put_a_dit_in_the_policy(engine):
 
 def test_bandwidth_sources_for_the_forecast():
     import torch
+
     from omni_console.console.bandwidth import ObservedBandwidth, measure_h2d_bandwidth
     from omni_console.offload.events import StagingEvent
 

@@ -6,6 +6,8 @@ import threading
 
 import pytest
 from app_helpers import finish, load, make_app, screen_text, until
+from textual.widgets import Input
+
 from omni_console.console import app as app_module
 from omni_console.console.screens import GenerateDialog, LiveScreen, PlanScreen
 from omni_console.engine.engine import Engine, EngineState
@@ -20,7 +22,6 @@ from omni_console.offload.telemetry import (
     TorchMemory,
     TorchMemorySource,
 )
-from textual.widgets import Input
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from omni_console.console.cli import main
 from omni_console.engine.discovery import discover_model
 

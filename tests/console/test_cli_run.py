@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 import numpy as np
-from omni_console.console.cli import main
 from PIL import Image
+
+from omni_console.console.cli import main
 
 
 def test_headless_run_writes_image_and_json_report(demo_model_dir: Path, tmp_path: Path, capsys):

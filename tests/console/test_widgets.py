@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.widget import Widget
+from textual.widgets import DataTable, Log
+
 from omni_console.console.widgets import (
     HISTORY_SAMPLES,
     AllocatorPanel,
@@ -24,10 +29,6 @@ from omni_console.offload.events import (
 )
 from omni_console.offload.telemetry import HostMemory, NvmlMemory, TelemetrySnapshot, TorchMemory
 from omni_console.themes import CSS_PATH, DEFAULT_THEME, THEMES, register_themes
-from textual.app import App, ComposeResult
-from textual.binding import Binding
-from textual.widget import Widget
-from textual.widgets import DataTable, Log
 
 GB = 10**9
 

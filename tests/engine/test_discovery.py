@@ -11,9 +11,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file, save_file
+
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.weights import ModelDirError
-from safetensors.torch import load_file, save_file
 
 BLOCK = re.compile(r"^([A-Za-z_]+)\.(\d+)\.")
 

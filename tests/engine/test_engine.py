@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from omni_console.engine.engine import Engine, EngineState, EngineStateError
 from omni_console.engine.loader import LoadCancelled
 from omni_console.engine.runner import GenerateRequest
@@ -165,6 +166,7 @@ def test_staged_components_report_the_execution_device():
     """diffusers sends a component's inputs to `component.device`; for a staged component that must
     be the execution device even while its weights rest on the host."""
     from diffusers.utils.torch_utils import get_module_execution_device
+
     from omni_console.engine import placement as placement_mod
 
     fake = torch.device("meta")  # any device other than the weights' shows the override

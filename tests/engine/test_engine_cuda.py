@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from omni_console.engine.engine import Engine
 from omni_console.engine.runner import GenerateRequest
 from omni_console.engine.tiny_families import FAMILY_GENERATION

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from omni_console.engine.demo_model import (
     COMPLETE_MARKER,
     DEMO_GENERATION,
@@ -161,6 +162,7 @@ def test_family_layout_and_determinism(fixture: str, request: pytest.FixtureRequ
 @pytest.mark.parametrize("fixture", list(FAMILIES))
 def test_family_loads_and_generates(fixture: str, request: pytest.FixtureRequest) -> None:
     import diffusers
+
     from omni_console.engine.tiny_families import FAMILY_GENERATION
 
     family, pipeline_name, _, blocks = FAMILIES[fixture]
@@ -193,6 +195,7 @@ def _tensor_dtypes(path: Path) -> set[str]:
 
 def test_sharded_transformer_layout_loads_same_weights(demo_model_dir: Path, tmp_path: Path) -> None:
     from diffusers import FluxPipeline
+
     from omni_console.engine.tiny_families import build_tiny_flux
 
     root = build_tiny_flux(tmp_path / "sharded", seed=0, shard_transformer=True)
@@ -219,6 +222,7 @@ def test_sharded_transformer_layout_loads_same_weights(demo_model_dir: Path, tmp
 
 def test_fp16_variant_only(tmp_path: Path) -> None:
     from diffusers import PixArtSigmaPipeline
+
     from omni_console.engine.tiny_families import build_tiny_pixart_sigma
 
     root = build_tiny_pixart_sigma(tmp_path / "fp16", seed=0, variant="fp16")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from omni_console.offload.cache import AllocatorCache, MemoryReading, format_bytes
 from omni_console.offload.events import CacheDecision, EventBus
 

@@ -11,6 +11,7 @@ import gc
 import pytest
 import torch
 from offload_toy_models import ToyModel, block_tensor_bytes
+
 from omni_console.offload.cache import AllocatorCache
 from omni_console.offload.events import CacheDecision, EventBus, OomRetry, StagingEvent
 from omni_console.offload.pinned import HostArena, pinned_bytes_held

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from omni_console.offload import pinned
 from omni_console.offload.pinned import (
     ALIGNMENT,

@@ -4,6 +4,7 @@ resolution order, resident layers and mode."""
 from __future__ import annotations
 
 import pytest
+
 from omni_console.offload.errors import PolicyError, PolicyTypeError
 from omni_console.offload.policy import build_policy, parse_components_json
 

@@ -7,10 +7,11 @@ import weakref
 
 import pytest
 import torch
+from torch import nn
+
 from omni_console.offload.cache import AllocatorCache, MemoryReading
 from omni_console.offload.events import CacheDecision, EventBus, OomRetry, StagingEvent
 from omni_console.offload.stager import ModuleStager, default_allocate, stage_around
-from torch import nn
 
 
 class Aux(nn.Module):

@@ -8,6 +8,7 @@ import weakref
 import pytest
 import torch
 from offload_toy_models import ToyModel, block_tensor_bytes
+
 from omni_console.offload.events import EventBus, StagingEvent
 from omni_console.offload.pinned import pack_into_arena, pinned_bytes_held, unpack_view
 from omni_console.offload.streamer import LayerwiseStreamer

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from omni_console.offload import telemetry as tm
 from omni_console.offload.events import EventBus, TelemetryEvent
 from omni_console.offload.telemetry import (
