@@ -170,8 +170,16 @@ class TorchMemorySource:
 
     group = "torch"
 
-    def __init__(self, device: Any = None) -> None:
+    MEM_GET_INFO_EVERY_S = 2.0
+    """`mem_get_info` is a driver call (cudaMemGetInfo) made with the GIL held; while large copies
+    run it can stall for a long time, freezing the UI and the engine with it. The allocator
+    counters are host-side and read every sample; free/total from the driver at most this often."""
+
+    def __init__(self, device: Any = None, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._device = device
+        self._clock = clock
+        self._mem_info: tuple[int, int] | None = None
+        self._mem_info_at: float | None = None
 
     def _cuda_index(self) -> tuple[int | None, str | None]:
         """Resolve the CUDA device index, or the reason there is none."""
@@ -217,7 +225,11 @@ class TorchMemorySource:
         reserved = q("reserved", lambda: int(torch.cuda.memory_reserved(index)))
         peak = q("peak", lambda: int(torch.cuda.max_memory_allocated(index)))
         retries = q("alloc_retries", lambda: int(torch.cuda.memory_stats(index).get("num_alloc_retries", 0)))
-        info = q("free", lambda: torch.cuda.mem_get_info(index))
+        info = self._mem_info
+        now = self._clock()
+        if info is None or self._mem_info_at is None or now - self._mem_info_at >= self.MEM_GET_INFO_EVERY_S:
+            info = self._mem_info = q("free", lambda: torch.cuda.mem_get_info(index))
+            self._mem_info_at = now
         if info is None:
             errors["total"] = errors.get("free", "mem_get_info failed")
         name = q("device_name", lambda: str(torch.cuda.get_device_name(index)))

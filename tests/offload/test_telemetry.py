@@ -433,3 +433,21 @@ def test_telemetry_does_not_import_textual():
     code = "import sys, omni_console.offload.telemetry; print('textual' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_mem_get_info_is_a_slow_path_read_at_most_every_two_seconds(monkeypatch):
+    c = torch.cuda
+    calls = []
+    monkeypatch.setattr(c, "is_available", lambda: True)
+    for name in ("memory_allocated", "memory_reserved", "max_memory_allocated"):
+        monkeypatch.setattr(c, name, lambda i: GB)
+    monkeypatch.setattr(c, "memory_stats", lambda i: {})
+    monkeypatch.setattr(c, "get_device_name", lambda i: "Fake GPU")
+    monkeypatch.setattr(c, "mem_get_info", lambda i: (calls.append(i), (len(calls) * GB, 150 * GB))[1])
+    now = [100.0]
+    source = TorchMemorySource("cuda:0", clock=lambda: now[0])
+    assert source.read().free == 1 * GB
+    now[0] += 1.9
+    assert source.read().free == 1 * GB and len(calls) == 1  # cached between driver reads
+    now[0] += 0.2
+    assert source.read().free == 2 * GB and len(calls) == 2
