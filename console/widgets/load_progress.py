@@ -28,16 +28,18 @@ class LoadProgressPanel(Vertical):
         super().__init__(id=id)
         self.border_title = "loading — esc cancels"
         self.progress: dict[str, tuple[int, int, str]] = {}
-        self._rows: dict[str, tuple[Label, ProgressBar]] = {}
+        self._rows: dict[str, tuple[Horizontal, Label, ProgressBar]] = {}
 
     def compose(self) -> ComposeResult:
         yield Label("waiting for the engine…", id="lp-status")
 
     def reset(self) -> None:
+        """Hide every row for the next load; rows are reused by component name, never re-mounted
+        (a removal finishes asynchronously, so re-mounting the same id on a quick retry collides)."""
         self.progress.clear()
-        self._rows.clear()
-        for row in list(self.query(Horizontal)):
-            row.remove()
+        for row, _text, bar in self._rows.values():
+            row.display = False
+            bar.update(progress=0)
         self.query_one("#lp-status", Label).update("waiting for the engine…")
 
     def set_status(self, text: str) -> None:
@@ -52,10 +54,12 @@ class LoadProgressPanel(Vertical):
         self.progress[name] = (event.done_bytes, event.total_bytes, phase)
         label = f"{name} · {phase} · {fmt_bytes(event.done_bytes)} / {fmt_bytes(event.total_bytes)}"
         if name in self._rows:
-            text, bar = self._rows[name]
+            row, text, bar = self._rows[name]
+            row.display = True
             text.update(label)
         else:
             text, bar = Label(label, classes="lp-label"), ProgressBar(total=event.total_bytes, show_eta=False)
-            self._rows[name] = (text, bar)
-            self.mount(Horizontal(text, bar, id=_row_id(name)))
+            row = Horizontal(text, bar, id=_row_id(name))
+            self._rows[name] = (row, text, bar)
+            self.mount(row)
         bar.update(total=event.total_bytes, progress=event.done_bytes)

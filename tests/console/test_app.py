@@ -25,20 +25,6 @@ ROWS = ["scheduler", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2
 AUX = ["text_encoder", "text_encoder_2", "vae"]
 
 
-@pytest.fixture
-def engine(demo_model_dir):
-    engine = Engine(demo_model_dir, device="cpu")
-    yield engine
-    engine.close()
-
-
-@pytest.fixture
-def app(engine, tmp_path):
-    app = make_app(engine, tmp_path)
-    yield app
-    app.shutdown()
-
-
 async def select(pilot, app: OmniConsoleApp, name: str) -> None:
     """Move the cursor to `name` with j / k presses, as an operator would."""
     delta = ROWS.index(name) - app.plan_screen.table.cursor_row

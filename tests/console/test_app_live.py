@@ -10,7 +10,7 @@ from textual.widgets import Input
 
 from omni_console.console import app as app_module
 from omni_console.console.screens import GenerateDialog, LiveScreen, PlanScreen
-from omni_console.engine.engine import Engine, EngineState
+from omni_console.engine.engine import EngineState
 from omni_console.engine.loader import LoadCancelled
 from omni_console.offload.events import StagingEvent, TelemetryEvent
 from omni_console.offload.policy import build_policy
@@ -22,20 +22,6 @@ from omni_console.offload.telemetry import (
     TorchMemory,
     TorchMemorySource,
 )
-
-
-@pytest.fixture
-def engine(demo_model_dir):
-    engine = Engine(demo_model_dir, device="cpu")
-    yield engine
-    engine.close()
-
-
-@pytest.fixture
-def app(engine, tmp_path):
-    app = make_app(engine, tmp_path)
-    yield app
-    app.shutdown()
 
 
 def line_with(text: str, label: str) -> str:
