@@ -313,8 +313,20 @@ def set_model_index_class(root: Path, component: str, class_name: str) -> None:
 
 
 def build_demo_model(path: Path, *, seed: int = 0) -> Path:
-    """Write the tiny Flux demo pipeline to ``path`` (atomically) and return ``path``."""
-    return _build_demo(Path(path), seed, replace=True)
+    """Write the tiny Flux demo pipeline to ``path`` (atomically) and return ``path``.
+
+    ``path`` must not exist, be an empty folder, or hold an earlier demo build: anything else is
+    the operator's data and is never replaced (ConfigError, nothing touched).
+    """
+    from ..offload.errors import ConfigError
+
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{path}: is a file; give a new folder for the demo model")
+    if path.is_dir() and any(path.iterdir()) and not is_complete(path):
+        raise ConfigError(f"{path}: folder is not empty and is not an omni-console demo model; "
+                          "give a new or empty folder (nothing was changed)")
+    return _build_demo(path, seed, replace=True)
 
 
 def _build_demo(path: Path, seed: int, *, replace: bool) -> Path:

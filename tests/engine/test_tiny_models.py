@@ -259,3 +259,19 @@ def test_variant_beside_default_with_sharding(tmp_path: Path) -> None:
         assert _tensor_dtypes(root / enc / "model.fp16.safetensors") == {"F16"}
         # configs stay those of the float32 default files
         assert json.loads((root / enc / "config.json").read_text())["dtype"] == "float32"
+
+
+def test_demo_model_never_replaces_a_folder_of_other_files(tmp_path: Path, capsys):
+    from omni_console.console.cli import main
+
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "notes.txt").write_text("precious")
+    assert main(["demo-model", str(user)]) == 2
+    assert "not an omni-console demo model" in capsys.readouterr().err
+    assert (user / "notes.txt").read_text() == "precious" and len(list(user.iterdir())) == 1
+    (tmp_path / "file").write_text("x")
+    assert main(["demo-model", str(tmp_path / "file")]) == 2
+    # a new folder, then a rebuild over the earlier demo build, are fine
+    assert main(["demo-model", str(tmp_path / "demo")]) == 0
+    assert main(["demo-model", str(tmp_path / "demo")]) == 0
