@@ -333,6 +333,9 @@ def _build_demo(path: Path, seed: int, *, replace: bool) -> Path:
     marker = {"family": "flux", "version": VERSION, "seed": seed}
 
     def build(tmp: Path) -> None:
+        from .loader import quiet_libraries
+
+        quiet_libraries()  # no library progress bars: the command prints its own line
         save_pipeline(make_flux_pipeline(seed), tmp, class_names=FLUX_LAYOUT)
 
     return atomic_build(path, build, marker, replace=replace)
