@@ -542,6 +542,8 @@ class OmniConsoleApp(App[int]):
         if self.phase == "loading" or self.generating:
             self.worker.cancel()
             self.say("cancelling…", "warning")
+        elif self.phase == "live":
+            self.say("no request is running", timeout=2)
 
     def action_generate(self) -> None:
         """g: the generate dialog, prefilled with the model's working defaults."""
@@ -562,7 +564,6 @@ class OmniConsoleApp(App[int]):
         self.generating = True
         if self.live_screen is not None:
             self.live_screen.set_generation(f"request: {request.prompt!r} · queued", 0, request.steps or 1)
-        self.screen.refresh_bindings()
         future = self.worker.generate(request)
         self.busy = self.last_command["generate"] = future
         future.add_done_callback(self._save_then_report)
@@ -630,7 +631,8 @@ class OmniConsoleApp(App[int]):
         finally:
             if message.future is self.busy:
                 self.busy = None
-            self.screen.refresh_bindings()
+            if message.kind != "generate":  # live-screen bindings do not depend on a request running
+                self.screen.refresh_bindings()
 
     def _load_done(self, message: CommandDone) -> None:
         if self.phase != "loading":

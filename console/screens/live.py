@@ -138,10 +138,11 @@ class LiveScreen(Screen[None]):
         app = self.console_app
         if action in READONLY_ACTIONS:
             return None  # greyed: the loaded model does not follow policy edits
-        if action == "cancel":
-            return app.generating
+        # g, u and esc keep one state for the whole life of the live screen: flipping them when a
+        # request starts or ends made Textual rebuild the footer right then (~0.1 s of UI thread),
+        # delaying the first key an operator presses. Their actions refuse politely instead.
         if action in ("generate", "unload"):
-            return None if app.generating or app.phase != "live" else True
+            return True if app.phase == "live" else None
         return True
 
     def action_generate(self) -> None:
