@@ -176,3 +176,25 @@ def test_staged_components_report_the_execution_device():
     assert isinstance(module, torch.nn.Linear) and type(module).__name__ == "Linear"
     undo()
     assert type(module) is torch.nn.Linear and get_module_execution_device(module).type == "cpu"
+
+
+@pytest.mark.parametrize("family,fixture,pipeline_name", [
+    ("sd3", "sd3_model_dir", "StableDiffusion3Pipeline"),
+    ("wan", "wan_model_dir", "WanPipeline"),
+])
+def test_more_families_match_plain_diffusers(request, family, fixture, pipeline_name, wan_loadable):
+    """SD3 (three encoders, a context-only last block) and Wan (video: the first frame is compared)."""
+    import diffusers
+
+    path: Path = request.getfixturevalue(fixture)
+    req = request_for(family)
+    pipe = getattr(diffusers, pipeline_name).from_pretrained(path, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe(**req.call_kwargs(pipe))
+    expected = out.images[0] if hasattr(out, "images") else out.frames[0][0]
+    engine = Engine(path, device="cpu")
+    for comps, layers in (({}, 0), ({"default": False}, 1), ({"vae": False}, engine.model.num_dit_blocks)):
+        engine.load(build_policy(comps, layers))
+        assert np.array_equal(np.asarray(engine.generate(req).image), np.asarray(expected)), (comps, layers)
+        engine.unload()
+    engine.close()
