@@ -83,25 +83,28 @@ def _write(
     return atomic_build(Path(path), build, marker)
 
 
-def build_tiny_flux(
-    path: Path,
-    seed: int = 0,
-    *,
-    shard_transformer: bool = False,
-    variant: str | None = None,
-    keep_default: bool = False,
-) -> Path:
-    """The demo Flux pipeline, with the shard / variant layout options."""
-    return _write(
-        path,
-        "flux",
-        seed,
-        make_flux_pipeline,
-        FLUX_LAYOUT,
-        shard_transformer=shard_transformer,
-        variant=variant,
-        keep_default=keep_default,
-    )
+def _builder(family: str, make: Callable[[int], Any], layout: dict[str, str], doc: str) -> Callable[..., Path]:
+    """A ``build_tiny_<family>(path, seed=0, *, shard_transformer, variant, keep_default) -> Path``."""
+
+    def build(
+        path: Path,
+        seed: int = 0,
+        *,
+        shard_transformer: bool = False,
+        variant: str | None = None,
+        keep_default: bool = False,
+    ) -> Path:
+        return _write(path, family, seed, make, layout, shard_transformer=shard_transformer, variant=variant,
+                      keep_default=keep_default)
+
+    build.__name__ = build.__qualname__ = f"build_tiny_{family}"
+    build.__doc__ = doc
+    return build
+
+
+build_tiny_flux = _builder(
+    "flux", make_flux_pipeline, FLUX_LAYOUT, "The demo Flux pipeline, with the shard / variant layout options."
+)
 
 
 def make_sd3_pipeline(seed: int):
@@ -153,25 +156,9 @@ def make_sd3_pipeline(seed: int):
     )
 
 
-def build_tiny_sd3(
-    path: Path,
-    seed: int = 0,
-    *,
-    shard_transformer: bool = False,
-    variant: str | None = None,
-    keep_default: bool = False,
-) -> Path:
-    """A tiny StableDiffusion3Pipeline (3 DiT blocks) at ``path``."""
-    return _write(
-        path,
-        "sd3",
-        seed,
-        make_sd3_pipeline,
-        SD3_LAYOUT,
-        shard_transformer=shard_transformer,
-        variant=variant,
-        keep_default=keep_default,
-    )
+build_tiny_sd3 = _builder(
+    "sd3", make_sd3_pipeline, SD3_LAYOUT, "A tiny StableDiffusion3Pipeline (3 DiT blocks) at ``path``."
+)
 
 
 def make_pixart_sigma_pipeline(seed: int):
@@ -221,25 +208,9 @@ def make_pixart_sigma_pipeline(seed: int):
     )
 
 
-def build_tiny_pixart_sigma(
-    path: Path,
-    seed: int = 0,
-    *,
-    shard_transformer: bool = False,
-    variant: str | None = None,
-    keep_default: bool = False,
-) -> Path:
-    """A tiny PixArtSigmaPipeline (4 DiT blocks) at ``path``."""
-    return _write(
-        path,
-        "pixart_sigma",
-        seed,
-        make_pixart_sigma_pipeline,
-        PIXART_LAYOUT,
-        shard_transformer=shard_transformer,
-        variant=variant,
-        keep_default=keep_default,
-    )
+build_tiny_pixart_sigma = _builder(
+    "pixart_sigma", make_pixart_sigma_pipeline, PIXART_LAYOUT, "A tiny PixArtSigmaPipeline (4 DiT blocks) at ``path``."
+)
 
 
 def make_wan_pipeline(seed: int):
@@ -288,22 +259,6 @@ def make_wan_pipeline(seed: int):
     )
 
 
-def build_tiny_wan(
-    path: Path,
-    seed: int = 0,
-    *,
-    shard_transformer: bool = False,
-    variant: str | None = None,
-    keep_default: bool = False,
-) -> Path:
-    """A tiny WanPipeline (text-to-video, 3 DiT blocks) at ``path``."""
-    return _write(
-        path,
-        "wan",
-        seed,
-        make_wan_pipeline,
-        WAN_LAYOUT,
-        shard_transformer=shard_transformer,
-        variant=variant,
-        keep_default=keep_default,
-    )
+build_tiny_wan = _builder(
+    "wan", make_wan_pipeline, WAN_LAYOUT, "A tiny WanPipeline (text-to-video, 3 DiT blocks) at ``path``."
+)
