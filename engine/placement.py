@@ -9,12 +9,13 @@ Per component (engine/plan.py decides the residency):
 
 `Placement.release()` undoes everything (hooks, wrappers, slots, pinned arenas) and is safe to
 call after a partial placement — the load path relies on that to leave nothing behind on failure.
+Returning the freed device memory (gc, `empty_cache`) is the engine's job, once it has also
+dropped the pipeline that still references the modules.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,10 +61,6 @@ class Placement:
         for stager in self.stagers.values():
             stager.close()
         self.stagers.clear()
-        gc.collect()
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            torch.cuda.empty_cache()
 
 
 def _dit_non_block_to(module: torch.nn.Module, block_attrs: set[str], device: torch.device) -> None:
