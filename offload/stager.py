@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from .address_phase import phase_of, place_like
 from .cache import AllocatorCache
 from .devices import (
     as_device,
@@ -56,6 +57,7 @@ class _Group:
     targets: list[_Target]
     master: torch.Tensor | None = None  # uint8, whole storage
     pinned: bool = False
+    phase: int = 0  # the source storage's address modulo a page (see address_phase)
 
 
 def _view_of(storage_u8: torch.Tensor, t: _Target) -> torch.Tensor:
@@ -145,6 +147,7 @@ class ModuleStager:
             cursor = align_up(cursor + groups[k].nbytes, ALIGNMENT)
         self._arena = HostArena(cursor, pin=False) if to_copy else None  # pinned once filled
         for k, g in groups.items():
+            g.phase = phase_of(sources[k].untyped_storage().data_ptr(), max(t.dtype.itemsize for t in g.targets))
             src = storage_bytes(sources[k])
             if k in offsets:
                 assert self._arena is not None
@@ -188,7 +191,7 @@ class ModuleStager:
 
     def _load_once(self) -> None:
         # Allocate on the compute stream so the allocator can reuse blocks freed by earlier stages.
-        storages = [self.allocate(g.nbytes, self.device) for g in self._groups]
+        storages = [place_like(self.allocate, g.nbytes, self.device, g.phase) for g in self._groups]
         self._device_storages = storages
         nbytes = self.staged_bytes
         if self._cuda:

@@ -352,3 +352,40 @@ def test_meta_tensors_are_rejected():
         m = nn.Linear(4, 4)
     with pytest.raises(ValueError, match="meta"):
         ModuleStager("aux", m, "cpu")
+
+
+def _misaligned_copy(module: nn.Module, phase: int) -> None:
+    """Re-home every storage of `module` at `phase` modulo a page, as a file mapping may place it."""
+    from omni_console.offload.devices import storage_bytes, storage_key
+
+    homes: dict = {}
+    for t in [*module.parameters(), *module.buffers()]:
+        key = storage_key(t)
+        if key not in homes:
+            raw = torch.empty(t.untyped_storage().nbytes() + 8192, dtype=torch.uint8)
+            start = (phase - raw.data_ptr()) % 4096
+            homes[key] = raw[start : start + t.untyped_storage().nbytes()]
+            homes[key].copy_(storage_bytes(t))
+        home = homes[key]
+        view = torch.empty(0, dtype=t.dtype).set_(home.untyped_storage(), home.storage_offset() // t.element_size()
+                                                  + t.storage_offset(), t.shape, t.stride())
+        t.data = view
+
+
+@pytest.mark.parametrize("phase", [8, 40, 1656, 4088])
+def test_cpu_copies_keep_the_sources_address_phase(phase: int):
+    """CPU kernels may choose their path by operand alignment, so a staged copy must sit where the
+    plain module's tensor sits modulo a page: then the staged module runs the very same kernels."""
+    m = Aux()
+    _misaligned_copy(m, phase)
+    before = {n: t.data_ptr() % 4096 for n, t in [*m.named_parameters(), *m.named_buffers()]}
+    assert set(before.values()) != {0}  # really not page- or cache-line-aligned
+    expected = m(_x())
+    stager = ModuleStager("aux", m, "cpu", pin=False)
+    stager.load()
+    during = {n: t.data_ptr() % 4096 for n, t in [*m.named_parameters(), *m.named_buffers()]}
+    assert during == before
+    assert aliasing(m) == ALIASED
+    assert torch.equal(m(_x()), expected)
+    stager.offload()
+    stager.close()
