@@ -379,6 +379,8 @@ class NvmlSource:
             else:
                 errors["pcie_rx"] = errors["pcie_tx"] = "PCIe sampling off"
             util = q(["gpu_util", "mem_util"], lambda: nv.nvmlDeviceGetUtilizationRates(h))
+            if name is None and mem is None and util is None:  # the device stopped answering (lost, reset)
+                return NvmlMemory(unavailable=f"NVML queries failed: {errors['total']}")
             return NvmlMemory(
                 device_name=name,
                 total=total,

@@ -122,16 +122,24 @@ def test_nvml_v2_failure_falls_back_to_v1_once():
 
 
 def test_nvml_per_query_failures_are_na_with_reason():
-    nv = fake_nvml(v2=False, fail={"name", "pcie", "util", "mem_v1"})
+    nv = fake_nvml(v2=False, fail={"pcie", "util", "mem_v1"})
     m = NvmlSource(0, nvml=nv).read()
     assert m.unavailable is None
-    assert m.device_name is None and m.errors["device_name"] == "Not Supported"
+    assert m.device_name == "NVIDIA H200"
     assert m.total is None and m.errors["total"] == "Unknown Error"
     assert m.pcie_rx_bytes_per_s is None and m.errors["pcie_rx"] == "Not Supported"
     assert m.gpu_util_pct is None and m.errors["mem_util"] == "No Permission"
     rows = {r.key: r for r in tm.nvml_readings(m)}
     assert rows["nvml.free"].reason == "Unknown Error"
     assert tm.reading_text(rows["nvml.gpu_util"]) == "N/A (No Permission)"
+
+
+def test_nvml_device_that_stops_answering_makes_group_unavailable():
+    """Every query failing (a lost GPU, a driver reset) is not a row of N/As but a group that is gone."""
+    nv = fake_nvml(v2=False, fail={"name", "pcie", "util", "mem_v1"})
+    m = NvmlSource(0, nvml=nv).read()
+    assert m.unavailable == "NVML queries failed: Unknown Error"
+    assert m.total is None and m.device_name is None
 
 
 def test_nvml_init_and_handle_failures_make_group_unavailable():
