@@ -4,21 +4,29 @@ Rules for a component folder:
 - A sharded checkpoint is named by its `*.safetensors.index.json` (its `weight_map` lists shards).
 - A variant (`--variant fp16`) selects `NAME.fp16.safetensors` / `NAME.safetensors.index.fp16.json`
   files; without a variant, plain files are preferred and a variant-only folder uses its variant.
-- Pickle formats (`.bin`, `.pt`, `.pth`, `.ckpt`) are never opened: a folder holding only those
-  is refused with a clear error.
+- Pickle formats (`.bin`, `.pt`, `.pth`, `.ckpt`, `.pkl`) are never opened: a weights folder holding
+  only those is refused with a clear error.
+- Every file named here is a regular file inside the folder (a shard name with `..`, a FIFO, a
+  device or a directory is refused), and every parse error is one `ModelDirError` line.
 """
 
 from __future__ import annotations
 
 import json
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
 
-from ..offload.errors import ConfigError
+from .errors import ModelDirError
+from .safe_paths import check_relative_file, kind_of, open_regular, require_regular
 
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+__all__ = ["DTYPES", "PICKLE_SUFFIXES", "ModelDirError", "TensorInfo", "WeightSet", "find_weights", "load_json",
+           "read_header", "read_weight_set"]
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+MAX_JSON_BYTES = 64 * 2**20  # far above any real config or shard index; bounds what a hostile file costs
 
 # safetensors dtype tags → (torch-style name, bytes per element)
 DTYPES: dict[str, tuple[str, float]] = {
@@ -28,10 +36,6 @@ DTYPES: dict[str, tuple[str, float]] = {
     "U64": ("uint64", 8), "U32": ("uint32", 4), "U16": ("uint16", 2), "U8": ("uint8", 1),
     "BOOL": ("bool", 1), "F4": ("float4_e2m1fn_x2", 0.5), "C64": ("complex64", 8),
 }
-
-
-class ModelDirError(ConfigError):
-    """A model directory, component folder or weight file the engine cannot use."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,7 @@ def _tag_of(dtype_name: str) -> str:
 
 def read_header(path: Path) -> list[TensorInfo]:
     """Tensor names, dtypes and shapes of one safetensors file, validated against the file's size."""
+    require_regular(path, "weight file")  # never hand a FIFO or device to the reader
     try:
         with safe_open(str(path), framework="pt") as handle:
             infos = []
@@ -76,6 +81,8 @@ def read_header(path: Path) -> list[TensorInfo]:
             return infos
     except SafetensorError as exc:
         raise ModelDirError(f"{path}: corrupt safetensors header ({_short(exc)})") from None
+    except PermissionError:
+        raise ModelDirError(f"{path}: cannot read (permission denied)") from None
     except OSError as exc:
         raise ModelDirError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
@@ -85,15 +92,28 @@ def _short(exc: Exception) -> str:
 
 
 def load_json(path: Path) -> dict:
-    """Read a JSON object file with an error that names the file and the position."""
+    """Read a JSON object file with an error that names the file and the position.
+
+    Hostile documents (nested too deep, huge numbers, not UTF-8, not an object, a FIFO, too large)
+    are one `ModelDirError` line each.
+    """
+    with open_regular(path) as handle:
+        try:
+            raw = handle.read(MAX_JSON_BYTES + 1)
+        except OSError as exc:
+            raise ModelDirError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_JSON_BYTES:
+        raise ModelDirError(f"{path}: larger than {MAX_JSON_BYTES // 2**20} MiB (not a config file)")
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelDirError(f"{path}: file not found") from None
+        value = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ModelDirError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise ModelDirError(f"{path}: malformed JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ModelDirError(f"{path}: cannot read ({exc})") from None
+    except RecursionError:
+        raise ModelDirError(f"{path}: malformed JSON (nested too deeply)") from None
+    except ValueError as exc:  # e.g. an integer beyond Python's digit limit
+        raise ModelDirError(f"{path}: malformed JSON ({str(exc).splitlines()[0][:80]})") from None
     if not isinstance(value, dict):
         raise ModelDirError(f"{path}: expected a JSON object, got {type(value).__name__}")
     return value
@@ -113,21 +133,63 @@ def _variant_of(name: str) -> str | None:
     if name.endswith(".safetensors.index.json"):
         return None
     if ".safetensors.index." in name and name.endswith(".json"):
-        return name.split(".safetensors.index.", 1)[1][: -len(".json")]
+        return name.split(".safetensors.index.", 1)[1][: -len(".json")] or None
     stem = name[: -len(".safetensors")]
     # sharded names (model-00001-of-00002.safetensors) carry no variant unless dotted
     parts = stem.split(".")
-    return parts[-1] if len(parts) > 1 else None
+    return (parts[-1] or None) if len(parts) > 1 else None
 
 
-def find_weights(folder: Path, variant: str | None = None) -> WeightSet | None:
-    """Choose the safetensors files of a component folder; None when it has no weights at all."""
-    names = sorted(p.name for p in folder.iterdir() if p.is_file())
+def _list_folder(folder: Path) -> list[str]:
+    try:
+        return sorted(entry.name for entry in folder.iterdir())
+    except PermissionError:
+        raise ModelDirError(f"{folder}: cannot list (permission denied)") from None
+    except OSError as exc:
+        raise ModelDirError(f"{folder}: cannot list ({exc.strerror or exc})") from None
+
+
+def _require_regular_names(folder: Path, names: list[str]) -> None:
+    """A weight-looking entry that is a directory, FIFO or device is refused (never skipped, never opened)."""
+    for name in names:
+        try:
+            mode = (folder / name).stat().st_mode
+        except OSError:
+            continue  # a broken link: reported when (if) the file is read
+        if not stat.S_ISREG(mode):
+            raise ModelDirError(f"{folder / name}: is {kind_of(mode)}, not a regular file "
+                                "(only regular files are read)")
+
+
+def _shards(index_path: Path, folder: Path) -> list[str]:
+    """The shard file names of a sharded index, each a checked file name inside the folder."""
+    weight_map = load_json(index_path).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ModelDirError(f"{index_path}: missing or empty 'weight_map'")
+    shards = set()
+    for tensor, shard in weight_map.items():
+        shards.add(check_relative_file(shard, f"{index_path}: weight_map[{tensor!r:.80}]"))
+    for shard in sorted(shards):
+        path = folder / shard
+        if not path.exists():
+            raise ModelDirError(f"{index_path}: shard {shard} is missing")
+        require_regular(path, "shard")
+    return sorted(shards)
+
+
+def find_weights(folder: Path, variant: str | None = None, *, pickle_only_is_error: bool = True) -> WeightSet | None:
+    """Choose the safetensors files of a component folder; None when it has no weights at all.
+
+    `pickle_only_is_error=False` is for components that hold no weights (tokenizers, schedulers):
+    a stray pickle beside them is ignored rather than refused — it is never read either way.
+    """
+    names = _list_folder(folder)
     indexes = [n for n in names if ".safetensors.index" in n and n.endswith(".json")]
     singles = [n for n in names if n.endswith(".safetensors")]
     pickles = [n for n in names if n.endswith(PICKLE_SUFFIXES)]
+    _require_regular_names(folder, indexes + singles)
     if not indexes and not singles:
-        if pickles:
+        if pickles and pickle_only_is_error:
             raise ModelDirError(
                 f"{folder}: weights only in pickle format ({', '.join(pickles)}); omni-console loads "
                 "safetensors only and never unpickles checkpoints — convert them to .safetensors"
@@ -140,13 +202,7 @@ def find_weights(folder: Path, variant: str | None = None) -> WeightSet | None:
     index = next((n for n in indexes if _variant_of(n) == chosen), None)
     if index is not None:
         index_path = folder / index
-        weight_map = load_json(index_path).get("weight_map")
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise ModelDirError(f"{index_path}: missing or empty 'weight_map'")
-        shards = sorted(set(weight_map.values()))
-        for shard in shards:
-            if not (folder / shard).is_file():
-                raise ModelDirError(f"{index_path}: shard {shard} is missing")
+        shards = _shards(index_path, folder)
         return WeightSet(tuple(folder / s for s in shards), index_path, chosen)
     files = [n for n in singles if _variant_of(n) == chosen and "-of-" not in n]
     if not files:
@@ -160,9 +216,11 @@ def read_weight_set(weights: WeightSet) -> list[TensorInfo]:
     for file in weights.files:
         tensors.extend(read_header(file))
     if weights.index is not None:
-        expected = set(load_json(weights.index)["weight_map"])
+        weight_map = load_json(weights.index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise ModelDirError(f"{weights.index}: missing or empty 'weight_map'")
         found = {t.name for t in tensors}
-        missing = sorted(expected - found)
+        missing = sorted(set(weight_map) - found)
         if missing:
             raise ModelDirError(
                 f"{weights.index}: {len(missing)} tensors listed but absent from shards, e.g. {missing[0]}")
