@@ -78,6 +78,8 @@ def forecast_table(plan: Plan) -> Table:
 def render_plan(plan: Plan, console: Console | None = None) -> None:
     console = console or Console()
     console.print(component_table(plan))
+    for note in plan.model.notes:  # files discovery ignored on purpose (code, pickles)
+        console.print(Text(f"note: {note}", style="dim"))
     blocks = blocks_table(plan)
     if blocks is not None:
         console.print(blocks)

@@ -4,6 +4,10 @@
 safetensors headers, and returns what the plan and the console show: every component with its
 role, library, class, dtypes, parameter count and bytes, and for each DiT its block lists in
 execution order with bytes per block and the non-block remainder.
+
+The directory is untrusted: every name, class and path in it is checked before anything reads it
+(`safe_paths`, `trusted_classes`, `config_checks`, `dir_audit`); files nothing will read (code,
+pickles) are listed in `ModelInfo.notes`.
 """
 
 from __future__ import annotations
@@ -12,8 +16,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .blocks import BlockList, find_block_lists, order_block_lists, registration_order
+from .blocks import BlockList, check_config_block_counts, find_block_lists, order_block_lists, registration_order
+from .config_checks import check_config_document
+from .dir_audit import audit_component, audit_root
 from .roles import Role, classify
+from .safe_paths import allowed_roots, check_inside, check_segment
+from .trusted_classes import component_class, holds_weights, pipeline_class
 from .weights import ModelDirError, find_weights, load_json, read_weight_set
 
 CONFIG_NAMES = ("config.json", "scheduler_config.json", "tokenizer_config.json", "preprocessor_config.json")
@@ -34,6 +42,7 @@ class ComponentInfo:
     num_params: int = 0
     nbytes: int = 0
     block_lists: tuple[BlockList, ...] = ()
+    notes: tuple[str, ...] = ()
 
     @property
     def dtypes(self) -> list[str]:
@@ -64,6 +73,7 @@ class ModelInfo:
     path: Path
     pipeline_class: str
     components: tuple[ComponentInfo, ...]
+    notes: tuple[str, ...] = ()  # files ignored on purpose (code, pickles), one line each
 
     def by_role(self, role: Role) -> list[ComponentInfo]:
         return [c for c in self.components if c.role == role]
@@ -104,6 +114,10 @@ def _component_entries(index: dict, index_path: Path) -> list[tuple[str, str | N
         library, class_name = value
         if library is None and class_name is None:
             continue  # optional component left out of this checkpoint
+        check_segment(name, str(index_path))
+        if not isinstance(library, str) or not isinstance(class_name, str):
+            raise ModelDirError(f"{index_path}: component {name!r} must be [library, class] strings, "
+                                f"got {value!r:.80}")
         entries.append((name, library, class_name))
     return entries
 
@@ -118,14 +132,18 @@ def _read_config(folder: Path) -> dict:
 def discover_component(root: Path, name: str, library: str | None, class_name: str | None,
                        variant: str | None = None) -> ComponentInfo:
     """Discover one component folder (headers only)."""
-    folder = root / name
+    folder = root / check_segment(name, str(root / "model_index.json"))
+    cls = component_class(library, class_name, f"{root / 'model_index.json'}: {name!r}")
+    roots = allowed_roots(root)
+    check_inside(folder, roots)
     if not folder.is_dir():
         raise ModelDirError(f"{folder}: component folder for {name!r} ({class_name}) is missing")
+    notes = audit_component(root, folder, roots)  # links, special files, code references in configs
     config = _read_config(folder)  # also validates that configs are well-formed JSON
-    weights = find_weights(folder, variant)
+    weights = find_weights(folder, variant, pickle_only_is_error=holds_weights(cls))
     role = classify(name, library, class_name, weights is not None)
     if weights is None:
-        return ComponentInfo(name, role, library, class_name, folder)
+        return ComponentInfo(name, role, library, class_name, folder, notes=tuple(notes))
     tensors = read_weight_set(weights)
     dtype_bytes: Counter[str] = Counter()
     for tensor in tensors:
@@ -133,13 +151,14 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
     block_lists: tuple[BlockList, ...] = ()
     if role == "dit":
         lists = find_block_lists(tensors)
+        check_config_block_counts(folder, library, class_name, config, tensors)
         order = registration_order(library, class_name, config) if len(lists) > 1 else None
         block_lists = tuple(order_block_lists(lists, order))
     return ComponentInfo(
         name=name, role=role, library=library, class_name=class_name, folder=folder,
         files=weights.files, variant=weights.variant, dtype_bytes=dict(dtype_bytes),
         num_params=sum(t.numel for t in tensors), nbytes=sum(t.nbytes for t in tensors),
-        block_lists=block_lists,
+        block_lists=block_lists, notes=tuple(notes),
     )
 
 
@@ -151,14 +170,21 @@ def discover_model(path: str | Path, variant: str | None = None) -> ModelInfo:
     if not root.is_dir():
         raise ModelDirError(f"{root}: is a file, expected a diffusers model directory")
     index_path = root / "model_index.json"
-    if not index_path.is_file():
+    if not index_path.exists() and not index_path.is_symlink():
         raise ModelDirError(f"{root}: no model_index.json (not a diffusers-layout model directory)")
+    root_notes = audit_root(root, allowed_roots(root))
     index = load_json(index_path)
-    pipeline_class = index.get("_class_name")
-    if not isinstance(pipeline_class, str) or not pipeline_class:
+    check_config_document(index_path, index, top_class_name=False)
+    pipeline = index.get("_class_name")
+    if pipeline is None or pipeline == "":
         raise ModelDirError(f"{index_path}: missing '_class_name' (the pipeline class)")
+    if not isinstance(pipeline, str):
+        raise ModelDirError(f"{index_path}: '_class_name' must name a diffusers pipeline, got {pipeline!r:.60} "
+                            "(custom pipelines are never run)")
+    pipeline_class(pipeline, str(index_path))
     components = tuple(
         discover_component(root, name, library, class_name, variant)
         for name, library, class_name in _component_entries(index, index_path)
     )
-    return ModelInfo(root, pipeline_class, components)
+    notes = tuple(root_notes) + tuple(n for c in components for n in c.notes)
+    return ModelInfo(root, pipeline, components, notes)

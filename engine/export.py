@@ -41,7 +41,8 @@ def vllm_python_call(plan: Plan) -> str:
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
     """The `plan --json` document; its keys are stable within schema `omni-console.plan/1`.
 
-    All sizes are integers in bytes. `components[].residency` is one of streamed / staged /
+    All sizes are integers in bytes. `notes` lists files discovery ignored on purpose (code, pickles).
+    `components[].residency` is one of streamed / staged /
     resident / none; `why` is explicit / default / implicit (policy map), dlo (DiT), mode
     (mode=resident), no-weights, not-auxiliary, no-blocks.
     """
@@ -88,4 +89,5 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             "serve": vllm_serve_command(plan),
             "python": vllm_python_call(plan),
         },
+        "notes": list(plan.model.notes),
     }

@@ -1,14 +1,16 @@
 """Load a discovered model's components from local safetensors files and build its pipeline.
 
 Safety: only classes that the `diffusers` or `transformers` packages themselves define are built
-(no custom pipeline or remote code), weights come only from safetensors (`use_safetensors=True`,
-and discovery already refused pickle-only folders), and nothing touches the network
-(`local_files_only=True`, plus the offline environment set by `engine.offline`).
+(no custom pipeline or remote code: `engine.trusted_classes`, and `trust_remote_code=False` on every
+class that takes it, so no library ever asks on stdin whether to run the directory's code), weights
+come only from safetensors (`use_safetensors=True`, and discovery already refused pickle-only
+folders), and nothing touches the network (`local_files_only=True`, plus the offline environment set
+by `engine.offline`). Discovery checked the same rules first; they are checked again here so that a
+`ComponentInfo` built by other means cannot bypass them.
 """
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -17,9 +19,9 @@ import torch
 
 from ..offload.errors import ConfigError
 from .discovery import ComponentInfo, ModelInfo
+from .trusted_classes import accepts_trust_remote_code, component_class, holds_weights
+from .trusted_classes import pipeline_class as _trusted_pipeline_class
 from .weights import ModelDirError
-
-ALLOWED_LIBRARIES = ("diffusers", "transformers")
 
 _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -28,24 +30,8 @@ class LoadCancelled(Exception):
     """The operator cancelled a load; everything placed so far is released."""
 
 
-def _class_for(library: str | None, class_name: str | None, where: str) -> type:
-    if library not in ALLOWED_LIBRARIES:
-        raise ModelDirError(f"{where}: library {library!r} is not allowed (only {', '.join(ALLOWED_LIBRARIES)} "
-                            "classes are built; custom or remote code is never run)")
-    module = importlib.import_module(library)
-    cls = getattr(module, class_name or "", None)
-    if not isinstance(cls, type):
-        raise ModelDirError(f"{where}: {library} has no class {class_name!r} (custom code is never run)")
-    return cls
-
-
 def pipeline_class(model: ModelInfo) -> type:
-    import diffusers
-
-    cls = _class_for("diffusers", model.pipeline_class, str(model.path / "model_index.json"))
-    if not issubclass(cls, diffusers.DiffusionPipeline):
-        raise ModelDirError(f"{model.path}: {model.pipeline_class} is not a diffusers pipeline")
-    return cls
+    return _trusted_pipeline_class(model.pipeline_class, str(model.path / "model_index.json"))
 
 
 def load_dtype(info: ComponentInfo) -> torch.dtype | None:
@@ -58,9 +44,11 @@ def load_dtype(info: ComponentInfo) -> torch.dtype | None:
 
 def load_component(info: ComponentInfo) -> Any:
     """Build one component from its folder (weights on the host)."""
-    cls = _class_for(info.library, info.class_name, str(info.folder))
+    cls = component_class(info.library, info.class_name, str(info.folder))
     kwargs: dict[str, Any] = {"local_files_only": True}
-    if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
+    if accepts_trust_remote_code(info.library, cls):
+        kwargs["trust_remote_code"] = False  # never run the directory's code, never prompt on stdin
+    if holds_weights(cls):  # a module or an Auto* model class: safetensors only, never a pickle
         kwargs["use_safetensors"] = True
         dtype = load_dtype(info)
         if dtype is not None:

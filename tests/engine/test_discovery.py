@@ -185,7 +185,7 @@ def test_save_file_roundtrip_other_component(tmp_path: Path):
     root = tmp_path / "m"
     (root / "controlnet").mkdir(parents=True)
     (root / "model_index.json").write_text(json.dumps(
-        {"_class_name": "X", "controlnet": ["diffusers", "ControlNetModel"]}))
+        {"_class_name": "StableDiffusionControlNetPipeline", "controlnet": ["diffusers", "ControlNetModel"]}))
     save_file({"a": torch.zeros(10)}, str(root / "controlnet" / "diffusion_pytorch_model.safetensors"))
     model = discover_model(root)
     assert model.components[0].role == "other" and model.components[0].nbytes == 40

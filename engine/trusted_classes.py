@@ -1,0 +1,125 @@
+"""Which classes a model directory may name: only those the installed diffusers/transformers define.
+
+A `model_index.json` entry `[library, class]` and the class references inside config files decide
+what code runs when a model loads. Code shipped in the directory itself (`auto_map`, a custom
+pipeline module, a library name that is really a `.py` file) must never run, so:
+
+- a component's library is `diffusers` or `transformers`, and its class is one that package
+  defines and can load from a folder: a diffusers model or scheduler (or `AutoModel`), a
+  transformers model, tokenizer, processor, image processor or feature extractor (or an `Auto*`);
+- a component that is itself a pipeline (a nested pipeline) is refused: loading it would read a
+  second `model_index.json` and build its own components outside this engine's checks;
+- the pipeline class (`_class_name` of `model_index.json`) is a diffusers `DiffusionPipeline`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from functools import cache
+
+from .errors import ModelDirError
+
+ALLOWED_LIBRARIES = ("diffusers", "transformers")
+_IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_NO_CODE = "custom code is never run"
+
+
+def _library(library: object, where: str):
+    if library not in ALLOWED_LIBRARIES:
+        raise ModelDirError(f"{where}: library {library!r:.60} is not allowed (only {' and '.join(ALLOWED_LIBRARIES)} "
+                            f"classes are built; {_NO_CODE})")
+    return importlib.import_module(str(library))
+
+
+@cache
+def _names(library: str) -> frozenset[str]:
+    """Every public name the package exports, without importing the lazily loaded submodules."""
+    return frozenset(dir(importlib.import_module(library)))
+
+
+def library_defines(library: str, name: object) -> bool:
+    """True when `name` is a name the installed package exports (a `…Fast` alias of one counts too)."""
+    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+        return False
+    names = _names(library)
+    return name in names or (name.endswith("Fast") and name[: -len("Fast")] in names)
+
+
+def _import_class(library: object, class_name: object, where: str) -> type:
+    module = _library(library, where)
+    library = module.__name__
+    if not library_defines(library, class_name):
+        raise ModelDirError(f"{where}: {library} has no class {class_name!r:.60} ({_NO_CODE})")
+    try:
+        cls = getattr(module, class_name)
+    except Exception as exc:  # a lazy import failing (a missing optional dependency) is a refusal, not a crash
+        raise ModelDirError(f"{where}: {library}.{class_name} cannot be imported ({str(exc).splitlines()[0][:80]})") \
+            from None
+    if not isinstance(cls, type) or not (cls.__module__ == library or cls.__module__.startswith(library + ".")):
+        raise ModelDirError(f"{where}: {library}.{class_name} is not a {library} class ({_NO_CODE})")
+    return cls
+
+
+def _is_pipeline(cls: type) -> bool:
+    import diffusers
+
+    bases = tuple(getattr(diffusers, n) for n in ("DiffusionPipeline", "ModularPipeline", "ModularPipelineBlocks")
+                  if isinstance(getattr(diffusers, n, None), type))
+    return issubclass(cls, bases)
+
+
+def _loadable_bases(library: str) -> tuple[type, ...]:
+    module = importlib.import_module(library)
+    names = (("ModelMixin", "SchedulerMixin", "AutoModel") if library == "diffusers" else
+             ("PreTrainedModel", "PreTrainedTokenizerBase", "ProcessorMixin", "ImageProcessingMixin",
+              "FeatureExtractionMixin", "BaseVideoProcessor"))
+    return tuple(c for n in names if isinstance(c := getattr(module, n, None), type))
+
+
+def _is_transformers_auto(cls: type) -> bool:
+    return cls.__module__.startswith("transformers.models.auto.") and cls.__name__.startswith("Auto")
+
+
+def component_class(library: object, class_name: object, where: str) -> type:
+    """The class a component declares, refused unless the installed library defines it and it loads a folder."""
+    cls = _import_class(library, class_name, where)
+    if _is_pipeline(cls):
+        raise ModelDirError(f"{where}: {library}.{class_name} is a pipeline; nested pipelines are refused "
+                            "(a component must be a model, scheduler, tokenizer or processor)")
+    auto = library == "transformers" and _is_transformers_auto(cls)
+    if not (auto or issubclass(cls, _loadable_bases(str(library)))):
+        raise ModelDirError(f"{where}: {library}.{class_name} is not a model, scheduler, tokenizer or processor class "
+                            "(only those are loaded from a component folder)")
+    return cls
+
+
+def pipeline_class(class_name: object, where: str) -> type:
+    """The diffusers pipeline a `model_index.json` names, refused unless diffusers defines it."""
+    import diffusers
+
+    cls = _import_class("diffusers", class_name, where)
+    if not issubclass(cls, diffusers.DiffusionPipeline):
+        raise ModelDirError(f"{where}: '_class_name' {class_name!r} is not a diffusers pipeline ({_NO_CODE})")
+    return cls
+
+
+def accepts_trust_remote_code(library: str | None, cls: type) -> bool:
+    """Whether `cls.from_pretrained` takes `trust_remote_code` (every transformers class; diffusers' AutoModel)."""
+    if library == "transformers":
+        return True
+    import diffusers
+
+    return cls is getattr(diffusers, "AutoModel", None)
+
+
+def holds_weights(cls: type) -> bool:
+    """A class that loads weight files: a torch module, or an `Auto*` model class that builds one."""
+    import torch
+
+    if issubclass(cls, torch.nn.Module):
+        return True
+    import diffusers
+    from transformers.models.auto.auto_factory import _BaseAutoModelClass
+
+    return issubclass(cls, _BaseAutoModelClass) or cls is getattr(diffusers, "AutoModel", None)
