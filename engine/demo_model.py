@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import os
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+
+from ..offload.errors import ConfigError
+from .build_dir import COMPLETE_MARKER, UnwritableFolder, atomic_build, manifest_mismatch
 
 __all__ = [
     "CACHE_ENV",
@@ -40,11 +42,13 @@ __all__ = [
     "tiny_t5_config",
 ]
 
-VERSION = 1
-"""Bump when the demo's architecture or weights change, so cached copies are not reused."""
+VERSION = 2
+"""Bump when the demo's architecture, weights or marker change, so cached copies are not reused.
+
+2: the marker became a file manifest (``build_dir``); v1 copies, which cannot be checked, stay unused.
+"""
 
 CACHE_ENV = "OMNI_CONSOLE_CACHE_DIR"
-COMPLETE_MARKER = ".omni-console-complete.json"
 
 DEMO_GENERATION: dict[str, object] = {
     "height": 64,
@@ -72,7 +76,10 @@ def default_demo_model_path(seed: int = 0) -> Path:
 
 
 def is_complete(path: Path) -> bool:
-    """True when ``path`` was fully built (the marker is written last, before the atomic rename)."""
+    """True when ``path`` holds a build marker (written last, before the atomic rename).
+
+    A cheap test that a folder is one of ours; ``build_dir.manifest_mismatch`` checks every file.
+    """
     return (Path(path) / COMPLETE_MARKER).is_file()
 
 
@@ -85,38 +92,6 @@ def seeded(seed: int, component: int) -> Iterator[None]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed * 1000 + component)
         yield
-
-
-def atomic_build(path: Path, build: Callable[[Path], None], marker: dict[str, object], *, replace: bool = True) -> Path:
-    """Run ``build(tmp)`` in a temp dir beside ``path``, mark it complete, then rename into place.
-
-    Readers never see a half-built folder. An incomplete leftover at ``path`` is always replaced; a
-    complete one is replaced only with ``replace`` (otherwise, e.g. when a concurrent builder won the
-    race, our copy is discarded and theirs kept).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    old: Path | None = None
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o777 & ~umask)  # mkdtemp makes 0700; a cache dir should look like any other
-        build(tmp)
-        (tmp / COMPLETE_MARKER).write_text(json.dumps(marker, sort_keys=True) + "\n")
-        if path.exists() and (replace or not is_complete(path)):
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
-            os.rename(path, old / "x")
-        try:
-            os.rename(tmp, path)
-        except OSError:
-            if not is_complete(path):
-                raise
-    finally:
-        for leftover in (tmp, old):
-            if leftover is not None and leftover.exists():
-                shutil.rmtree(leftover, ignore_errors=True)
-    return path
 
 
 def tiny_clip_text_config(vocab_size: int, *, hidden: int = 32, projection: int = 32, layers: int = 2):
@@ -315,22 +290,16 @@ def set_model_index_class(root: Path, component: str, class_name: str) -> None:
 def build_demo_model(path: Path, *, seed: int = 0) -> Path:
     """Write the tiny Flux demo pipeline to ``path`` (atomically) and return ``path``.
 
-    ``path`` must not exist, be an empty folder, or hold an earlier demo build: anything else is
-    the operator's data and is never replaced (ConfigError, nothing touched).
+    ``path`` must not exist, be an empty folder (it keeps its mode bits), or hold an earlier build
+    whose files match its manifest exactly. Anything else is the operator's data and is never replaced
+    (ConfigError, nothing touched): deleting only what we provably wrote is the one safe rule, since a
+    folder we once built may since have collected notes or images. See ``build_dir``.
     """
-    from ..offload.errors import ConfigError
-
-    path = Path(path).expanduser()
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"{path}: is a file; give a new folder for the demo model")
-    if path.is_dir() and any(path.iterdir()) and not is_complete(path):
-        raise ConfigError(f"{path}: folder is not empty and is not an omni-console demo model; "
-                          "give a new or empty folder (nothing was changed)")
-    return _build_demo(path, seed, replace=True)
+    return _build_demo(Path(path).expanduser(), seed, replace=True)
 
 
 def _build_demo(path: Path, seed: int, *, replace: bool) -> Path:
-    marker = {"family": "flux", "version": VERSION, "seed": seed}
+    marker: dict[str, str | int | float | bool | None] = {"family": "flux", "version": VERSION, "seed": seed}
 
     def build(tmp: Path) -> None:
         from .loader import quiet_libraries
@@ -341,9 +310,53 @@ def _build_demo(path: Path, seed: int, *, replace: bool) -> Path:
     return atomic_build(path, build, marker, replace=replace)
 
 
+_CACHE_SLOTS = 8
+"""The cached demo's folder, then ``-2`` .. ``-8`` beside it when an earlier one holds other files."""
+
+
+def _cache_label(root: Path) -> str:
+    return f"{CACHE_ENV}={root}" if os.environ.get(CACHE_ENV) else f"omni-console cache folder {root}"
+
+
+def _cache_error(root: Path, reason: str) -> ConfigError:
+    fix = f"point {CACHE_ENV} at a folder you can write to, or unset it" if os.environ.get(CACHE_ENV) \
+        else f"set {CACHE_ENV} to a folder you can write to"
+    return ConfigError(f"{_cache_label(root)}: {reason}; {fix}")
+
+
 def ensure_demo_model(seed: int = 0) -> Path:
-    """Build the cached demo once; later calls (and concurrent winners) reuse the complete copy."""
-    path = default_demo_model_path(seed)
-    if is_complete(path):
-        return path
-    return _build_demo(path, seed, replace=False)
+    """The cached demo: reused when its files match its manifest, else built once (atomically).
+
+    The cache folder is ours, but an operator may have put files in it (or edited one), and an older
+    omni-console may have left a copy without a manifest. Such a folder is never wiped: it is left as
+    it is, a warning names it, and the demo is built into the next free sibling (``NAME-2``, ``NAME-3``
+    ...), which later calls then find and reuse. Concurrent builders each build in their own temp
+    folder; the first rename wins and the others keep the winner's copy.
+
+    ``OMNI_CONSOLE_CACHE_DIR`` (or the user cache dir) pointing at a file, or at a folder that cannot be
+    created or written when a build is needed, raises ConfigError with one line naming it. A complete
+    cached copy in a read-only folder is still used.
+    """
+    root = cache_root()
+    if os.path.lexists(root) and not root.is_dir():
+        raise _cache_error(root, "is not a folder")
+    primary = default_demo_model_path(seed)
+    candidates = [primary] + [primary.with_name(f"{primary.name}-{n}") for n in range(2, _CACHE_SLOTS + 1)]
+    for path in candidates:
+        if not os.path.lexists(path):
+            return _build_cached(root, path, seed, skipped=primary if path != primary else None)
+        if manifest_mismatch(path) is None:
+            return path
+    raise _cache_error(root, f"{primary.name} and its siblings hold files omni-console did not write; "
+                             "delete the ones you do not need")
+
+
+def _build_cached(root: Path, path: Path, seed: int, *, skipped: Path | None) -> Path:
+    if skipped is not None:
+        logging.getLogger(__name__).warning(
+            "omni-console: warning: %s holds files omni-console did not write (left as it is); "
+            "using %s for the demo model", skipped, path)
+    try:
+        return _build_demo(path, seed, replace=False)
+    except UnwritableFolder as exc:
+        raise _cache_error(root, exc.reason) from None
