@@ -2,6 +2,7 @@
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
 # Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|e2e|console|console-flux|all] [benchmark args...]
+# `tests` also runs benchmarks/cpu_exactness.py on the host CPU.
 set -uo pipefail
 what=${1:-all}; shift || true
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -15,6 +16,9 @@ python3 -c "import torch, diffusers, transformers; print(torch.__version__, diff
   >> "$OUT/gpu.txt" 2>&1
 if [[ $what == tests || $what == all ]]; then
   python3 -m pytest -m cuda -q -rA -p no:cacheprovider tests 2>&1 | tail -60 > "$OUT/cuda.log"
+  # the host CPU too: staged components must stay bit-identical on its kernels (AVX-512 or not)
+  lscpu | grep -E "Model name|Flags" | cut -c1-400 >> "$OUT/gpu.txt"
+  timeout 300 python3 benchmarks/cpu_exactness.py --out "$OUT/cpu_exactness.json" > "$OUT/cpu_exactness.log" 2>&1
 fi
 if [[ $what == bench || $what == all ]]; then
   python3 benchmarks/dlo_stream.py --out "$OUT/dlo_stream.json" "$@" 2>&1 | tail -40 > "$OUT/bench.log"
