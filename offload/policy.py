@@ -143,12 +143,44 @@ def build_policy(components: Any = None, resident_layers: Any = 0, mode: Any = "
         raise PolicyError(str(exc.errors()[0].get("msg", exc))) from None
 
 
+FLAG = "--dlo-offload-components"
+
+
+class _DuplicateKey(Exception):
+    """Raised from inside the JSON decoder; turned into a PolicyError naming the key."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`object_pairs_hook`: plain `json.loads` keeps the last of two equal keys without a word."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _DuplicateKey(key)
+        obj[key] = value
+    return obj
+
+
 def parse_components_json(text: str | None) -> dict[str, bool] | None:
-    """Parse the CLI's `--dlo-offload-components` JSON text, then apply the build-time checks."""
+    """Parse the CLI's `--dlo-offload-components` JSON text, then apply the build-time checks.
+
+    Every malformed text ends in a PolicyError (one line), never another exception: syntax errors,
+    duplicate keys (refused, where vLLM-Omni's parser would silently keep the last), nesting too deep
+    for the decoder, and numbers too long to convert.
+    """
     if text is None:
         return None
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_refuse_duplicates)
+    except _DuplicateKey as dup:
+        raise PolicyError(f"{FLAG} has a duplicate key {dup.key!r}") from None
     except json.JSONDecodeError as exc:
-        raise PolicyError(f"--dlo-offload-components is not valid JSON: {exc.msg} at column {exc.colno}") from None
+        raise PolicyError(f"{FLAG} is not valid JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise PolicyError(f"{FLAG} is nested too deeply (expected a flat JSON object of booleans)") from None
+    except ValueError as exc:  # e.g. an integer literal past Python's digit limit
+        raise PolicyError(f"{FLAG} is not valid JSON: {str(exc).split(':')[0]}") from None
     return validate_component_map(value)
