@@ -1,6 +1,7 @@
-"""`omni-console` command line: the console app (default), `plan`, `run --headless`, `demo-model`.
+"""`omni-console` command line: the console app (default), `plan`, `run`, `demo-model`.
 
-Errors the operator can fix print one line and exit 2 — no traceback.
+Errors the operator can fix print one line and exit 2 — no traceback, not even argparse's usage
+block. Ctrl+C prints one line and exits 130.
 """
 
 from __future__ import annotations
@@ -10,12 +11,24 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from ..offload.errors import ConfigError
 from ..offload.policy import build_policy, parse_components_json
 
 SUBCOMMANDS = ("console", "plan", "run", "demo-model")
 EXIT_USAGE = 2
+
+
+class UsageError(ConfigError):
+    """A flag argparse cannot parse (unknown flag, missing value, not a number)."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints its usage block and exits; here a bad flag is one line, like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{' '.join(message.split())} (see {self.prog} --help)")
 
 
 def _policy_flags(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +43,7 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="omni-console",
         description="Operator console for layerwise-offloaded diffusion models. "
                     "Without a subcommand, opens the console app.",
@@ -46,16 +59,18 @@ def build_parser() -> argparse.ArgumentParser:
     _policy_flags(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON (schema omni-console.plan/1)")
 
-    run = sub.add_parser("run", help="load and generate (use --headless)")
+    run = sub.add_parser("run", help="load, generate one image and report, without the UI")
     _policy_flags(run)
-    run.add_argument("--headless", action="store_true", help="run without the UI (required for now)")
+    run.add_argument("--headless", action="store_true", help="accepted for compatibility: run is always headless")
     run.add_argument("--prompt", default="a lighthouse on a cliff at dusk")
     run.add_argument("--steps", type=int, default=None, help="denoise steps (default: the model's)")
     run.add_argument("--height", type=int, default=None)
     run.add_argument("--width", type=int, default=None)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--guidance", type=float, default=None)
-    run.add_argument("--output", type=Path, default=Path("out.png"))
+    run.add_argument("--output", type=Path, default=Path("out.png"),
+                     help="image file to write (suffix picks the format; default out.png)")
+    run.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     run.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: cuda if available)")
     run.add_argument("--json", action="store_true", help="print the report as JSON")
     run.add_argument("--telemetry-hz", type=float, default=10.0, help="telemetry sampling rate (default 10)")
@@ -111,9 +126,12 @@ def cmd_demo_model(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .headless import run_headless
+    from .interrupts import InterruptGuard
 
-    return run_headless(args)
+    with InterruptGuard() as guard:  # before the heavy imports: Ctrl+C from here on is one line, 130
+        from .headless import run_headless
+
+        return run_headless(args, guard)
 
 
 def cmd_console(args: argparse.Namespace) -> int:
@@ -126,16 +144,21 @@ COMMANDS = {"plan": cmd_plan, "demo-model": cmd_demo_model, "run": cmd_run, "con
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(_normalise_argv(sys.argv[1:] if argv is None else argv))
+    from .interrupts import EXIT_INTERRUPTED, INTERRUPTED_LINE, Interrupted
+
     try:
+        args, unknown = build_parser().parse_known_args(_normalise_argv(sys.argv[1:] if argv is None else argv))
+        if unknown:
+            raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (see omni-console {args.command} --help)")
         return COMMANDS[args.command](args)
     except ConfigError as exc:
-        print(f"omni-console: error: {exc}", file=sys.stderr)
+        print(f"omni-console: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
         return EXIT_USAGE
+    except Interrupted:  # the guard printed the line when Ctrl+C came
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:
-        print("omni-console: interrupted", file=sys.stderr)
-        return 130
+        print(INTERRUPTED_LINE, file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

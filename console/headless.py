@@ -1,43 +1,54 @@
-"""`omni-console run --headless`: load, generate, write the image, print what happened."""
+"""`omni-console run`: check every flag, load, generate, write the image, print what happened.
+
+Order matters to the operator: flags that need no model (policy, rate, device, output path) are
+checked first, then the model is discovered (configs and safetensors headers only) and the request
+is checked against it — all before a single weight loads. Load and generation run on a worker
+thread under an `InterruptGuard`, so Ctrl+C always ends the same way (one line, exit 130).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import threading
-from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import torch
 from rich.console import Console
 from rich.table import Table
 
+from ..engine.device_choice import parse_device
 from ..engine.engine import Engine
+from ..engine.outputs import OutputTarget, check_output, write_image
+from ..engine.request_checks import check_request
 from ..engine.runner import GenerateRequest
 from ..engine.units import fmt_bytes, fmt_rate, fmt_seconds
 from ..offload.errors import ConfigError
-from ..offload.events import (
-    CacheDecision,
-    EngineStateChanged,
-    ErrorEvent,
-    Event,
-    LoadProgress,
-    LogEvent,
-    OomRetry,
-    StagingEvent,
-    StepTiming,
-    Subscription,
-    TelemetryEvent,
-)
-from ..offload.telemetry import TelemetrySampler, TelemetrySnapshot, default_sources, describe_snapshot
+from ..offload.events import EngineStateChanged, ErrorEvent, LoadProgress, OomRetry, StepTiming, Subscription
+from ..offload.policy import OffloadPolicy
+from ..offload.telemetry import TelemetrySampler, default_sources, describe_snapshot, validate_hz
+from .interrupts import Interrupted, InterruptGuard
+from .run_totals import RunTotals, summarize, telemetry_peaks
+
+__all__ = ["run_headless", "default_request", "summarize", "telemetry_peaks", "check_run_flags", "RunFlags"]
+
+REQUEST_FLAGS = {"steps": "--steps", "height": "--height", "width": "--width", "seed": "--seed",
+                 "guidance": "--guidance"}
+EXIT_FAILED = 1
 
 
 class _Progress(threading.Thread):
-    """Prints state changes and step timings to stderr while the engine works (not in --json mode)."""
+    """Prints state changes and step timings to stderr while the engine works (not in --json mode),
+    and folds every event into bounded running totals for the report."""
 
-    def __init__(self, sub: Subscription, console: Console, quiet: bool) -> None:
+    def __init__(self, sub: Subscription, console: Console, quiet: bool,
+                 muted: Callable[[], bool] = lambda: False) -> None:
         super().__init__(daemon=True, name="omni-progress")
-        self.sub, self.console, self.quiet, self.stop = sub, console, quiet, threading.Event()
-        self.events: list[Event] = []
+        self.sub, self.console, self.quiet, self.muted = sub, console, quiet, muted
+        self.stop = threading.Event()
+        self.totals = RunTotals()
 
     def run(self) -> None:
         while not self.stop.wait(0.1):
@@ -46,93 +57,119 @@ class _Progress(threading.Thread):
 
     def _flush(self) -> None:
         for event in self.sub.drain():
-            self.events.append(event)
-            if self.quiet:
+            self.totals.add(event)
+            if self.quiet or self.muted():  # after Ctrl+C the one "interrupted" line says it all
                 continue
-            if isinstance(event, EngineStateChanged):
-                self.console.print(f"[dim]state[/] {event.old} → {event.new} {event.reason}")
-            elif isinstance(event, StepTiming):
-                self.console.print(f"[dim]step[/] {event.step}/{event.total_steps} {fmt_seconds(event.wall_s)} "
-                                   f"(stall {fmt_seconds(event.stall_s)})")
-            elif isinstance(event, LoadProgress) and event.done_bytes == event.total_bytes and event.total_bytes:
-                self.console.print(f"[dim]load[/] {event.component} {fmt_bytes(event.total_bytes)} ({event.phase})")
-            elif isinstance(event, (ErrorEvent, OomRetry)):
-                self.console.print(f"[red]{event}[/]")
+            line = progress_line(event)
+            if line is not None:
+                text, style = line
+                self.console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
 
 
-def summarize(events: list[Event]) -> dict[str, Any]:
-    """Staging totals and bandwidth, cache decisions, per-step timings."""
-    staging = [e for e in events if isinstance(e, StagingEvent)]
-    h2d = [e for e in staging if e.direction == "h2d"]
-    moved = sum(e.nbytes for e in h2d)
-    secs = sum(e.seconds for e in h2d)
-    decisions = [e for e in events if isinstance(e, CacheDecision)]
-    return {
-        "staging": {
-            "h2d_transfers": len(h2d), "h2d_bytes": moved, "h2d_seconds": secs,
-            "h2d_bytes_per_s": moved / secs if secs > 0 else None,
-            "sync_transfers": sum(1 for e in h2d if e.sync),
-            "by_target_kind": dict(Counter("block" if "." in e.target and e.target.split(".")[-1].isdigit()
-                                           else "component" for e in h2d)),
-        },
-        "cache_decisions": [{"action": d.action, "reason": d.reason, "forced": d.forced} for d in decisions],
-        "cache_releases": sum(1 for d in decisions if d.action == "release"),
-        "log": [e.message for e in events if isinstance(e, LogEvent)],
-    }
+def progress_line(event: object) -> tuple[str, str] | None:
+    """The stderr line (text, style) for an event worth a line, else None."""
+    if isinstance(event, EngineStateChanged):
+        return f"state {event.old} → {event.new} {event.reason}".rstrip(), "dim"
+    if isinstance(event, StepTiming):
+        return (f"step {event.step}/{event.total_steps} {fmt_seconds(event.wall_s)} "
+                f"(stall {fmt_seconds(event.stall_s)})"), "dim"
+    if isinstance(event, LoadProgress) and event.done_bytes == event.total_bytes and event.total_bytes:
+        return f"load {event.component} {fmt_bytes(event.total_bytes)} ({event.phase})", "dim"
+    if isinstance(event, ErrorEvent):
+        return f"{event.where} failed: {_one_line(event.message)}", "red"
+    if isinstance(event, OomRetry):
+        return (f"out of device memory loading {event.component} ({fmt_bytes(event.nbytes)}): "
+                f"allocator cache released, retrying once"), "red"
+    return None
 
 
-def telemetry_peaks(events: list[Event]) -> dict[str, Any]:
-    """Peaks over the run's telemetry samples (None where a reading was unavailable)."""
-    snaps: list[TelemetrySnapshot] = [e.snapshot for e in events if isinstance(e, TelemetryEvent)]
-
-    def peak(get) -> int | None:
-        values = [v for v in (get(x) for x in snaps) if v is not None]
-        return max(values) if values else None
-
-    return {
-        "samples": len(snaps),
-        "torch_reserved_peak": peak(lambda x: x.torch.reserved),
-        "nvml_used_peak": peak(lambda x: x.nvml.used),
-        "host_rss_peak": peak(lambda x: x.host.rss),
-        "pinned_peak": peak(lambda x: x.host.pinned_bytes),
-    }
+def _one_line(text: str) -> str:
+    lines = str(text).strip().splitlines()
+    return lines[0] if lines else ""
 
 
-def run_headless(args: argparse.Namespace) -> int:
-    from .cli import policy_from_args, resolve_model_path
+@dataclass(frozen=True, slots=True)
+class RunFlags:
+    """The `run` flags that need no model, checked."""
 
-    if not args.headless:
-        raise ConfigError("run needs --headless for now (the console app is `omni-console --model PATH`)")
+    policy: OffloadPolicy
+    telemetry_hz: float
+    device: torch.device | None
+    output: OutputTarget
+
+
+def check_run_flags(args: argparse.Namespace) -> RunFlags:
+    """Everything about `run` that can be refused without reading the model (ConfigError, one line)."""
+    from .cli import policy_from_args
+
     policy = policy_from_args(args)
-    err = Console(stderr=True)
-    engine = Engine(resolve_model_path(args.model), device=args.device, variant=args.variant)
-    plan = engine.make_plan(policy)  # policy errors before anything is allocated
-    progress = _Progress(engine.bus.subscribe(), err, quiet=args.json)
-    sampler = TelemetrySampler(*default_sources(engine.device), bus=engine.bus, hz=args.telemetry_hz)
-    progress.start()
-    sampler.start()
     try:
-        load = engine.load(policy)
+        hz = validate_hz(args.telemetry_hz)
+    except ValueError as exc:
+        raise ConfigError(f"--telemetry-hz: {exc}") from None
+    device = parse_device(args.device)
+    output = check_output(args.output, overwrite=args.overwrite)
+    return RunFlags(policy, hz, device, output)
+
+
+def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) -> int:
+    from .cli import resolve_model_path
+
+    guard = guard or InterruptGuard()
+    flags = check_run_flags(args)
+    # On this (main) thread: building the demo model installs its own SIGTERM cleanup, which only
+    # the main thread can; Ctrl+C meanwhile lets the build finish cleanly, then ends the run.
+    model_path = resolve_model_path(args.model)
+    guard.check()
+    engine = guard.run(lambda: Engine(model_path, device=flags.device, variant=args.variant))
+    try:
+        plan = engine.make_plan(flags.policy)  # policy against the model, before anything is allocated
         request = default_request(engine, prompt=args.prompt, steps=args.steps, height=args.height,
                                   width=args.width, seed=args.seed, guidance=args.guidance)
-        result = engine.generate(request)
+        check_request(engine.model, request, REQUEST_FLAGS)
+        guard.check()
+        return _load_generate_report(args, flags, engine, plan, request, guard)
+    finally:
+        engine.close()
+
+
+def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Engine, plan: Any,
+                          request: GenerateRequest, guard: InterruptGuard) -> int:
+    err = Console(stderr=True)
+    progress = _Progress(engine.bus.subscribe(), err, quiet=args.json, muted=lambda: guard.interrupted)
+    sampler = TelemetrySampler(*default_sources(engine.device), bus=engine.bus, hz=flags.telemetry_hz)
+    progress.start()
+    sampler.start()
+    stage = "load"
+    try:
+        load = guard.run(engine.load, flags.policy, guard.cancel)
+        stage = "generation"
+        result = guard.run(engine.generate, request, guard.cancel)
         final = sampler.sample_now(publish=True)
-    except (ConfigError, KeyboardInterrupt):
+    except (ConfigError, Interrupted):
         raise
-    except Exception as exc:  # a load or run failure: one line, memory already released
-        err.print(f"omni-console: {engine.state.value}: {type(exc).__name__}: {exc}", markup=False, highlight=False)
-        return 1
+    except Exception as exc:  # a load or run failure: one line; the caller releases memory
+        where = engine.state.value if stage == "load" else "generation failed"
+        _fail(err, f"{where}: {type(exc).__name__}: {_one_line(str(exc))}")
+        return EXIT_FAILED
     finally:
         sampler.close()
         progress.stop.set()
         progress.join()
-        engine.close()
+    engine.close()  # the image is in host memory: release the device before writing and reporting
+    guard.check()
+    output = None
     if result.image is not None and hasattr(result.image, "save"):
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        result.image.save(args.output)
+        try:
+            write_image(result.image, flags.output)
+        except OSError as exc:
+            _fail(err, f"cannot write {flags.output.path}: {exc.strerror or exc}")
+            return EXIT_FAILED
+        output = str(flags.output.path)
+    totals = progress.totals
     report = {
         "model": str(engine.model.path), "device": str(engine.device),
-        "policy": json.loads(policy.model_dump_json()),
+        "policy": json.loads(flags.policy.model_dump_json()),
         "forecast": {"peak_device_weight_bytes": plan.forecast.peak_device_weight_bytes,
                      "pinned_host_bytes": plan.forecast.pinned_host_bytes,
                      "streamed_bytes_per_forward": plan.forecast.streamed_bytes_per_forward},
@@ -140,15 +177,20 @@ def run_headless(args: argparse.Namespace) -> int:
         "request_seconds": result.seconds, "peak_allocated_bytes": result.peak_allocated_bytes,
         "steps": [{"step": s.step, "wall_s": s.wall_s, "stall_s": s.stall_s, "h2d_bytes": s.h2d_bytes}
                   for s in result.steps],
-        "output": str(args.output) if result.image is not None else None,
-        **summarize(progress.events),
-        "telemetry": {**telemetry_peaks(progress.events), "final": describe_snapshot(final)},
+        "output": output,
+        **totals.summary(),
+        "events_dropped": progress.sub.dropped,
+        "telemetry": {**totals.telemetry_peaks(), "final": describe_snapshot(final)},
     }
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         _print_report(report, Console())
     return 0
+
+
+def _fail(err: Console, line: str) -> None:
+    err.print(f"omni-console: {line}", markup=False, highlight=False, soft_wrap=True)
 
 
 def default_request(engine: Engine, *, prompt: str, steps: int | None = None, height: int | None = None,
@@ -183,12 +225,14 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
     table.add_row("host→device bytes", fmt_bytes(st["h2d_bytes"]))
     table.add_row("host→device bandwidth (mean)", fmt_rate(st["h2d_bytes_per_s"]))
     table.add_row("peak allocated (torch)", fmt_bytes(r["peak_allocated_bytes"]))
-    table.add_row("cache decisions", f"{len(r['cache_decisions'])} ({r['cache_releases']} releases)")
+    table.add_row("cache decisions", f"{r['cache_decisions_total']} ({r['cache_releases']} releases)")
     t = r["telemetry"]
     table.add_row("telemetry samples", str(t["samples"]))
     table.add_row("peak torch reserved / NVML used", f"{fmt_bytes(t['torch_reserved_peak'])} / "
                                                      f"{fmt_bytes(t['nvml_used_peak'])}")
     table.add_row("peak RSS / pinned (host)", f"{fmt_bytes(t['host_rss_peak'])} / {fmt_bytes(t['pinned_peak'])}")
+    if r["events_dropped"]:
+        table.add_row("events dropped (totals are partial)", str(r["events_dropped"]))
     table.add_row("image", r["output"] or "—")
     console.print(table)
     console.print("\n".join(t["final"]), markup=False, highlight=False)

@@ -57,6 +57,8 @@ def test_headless_run_load_failure_exit_1_one_line(demo_model_dir: Path, tmp_pat
     assert not (tmp_path / "x.png").exists()
 
 
-def test_run_requires_headless(capsys):
-    assert main(["run"]) == 2
-    assert "--headless" in capsys.readouterr().err
+def test_run_is_headless_without_the_flag(demo_model_dir: Path, tmp_path: Path, capsys):
+    out = tmp_path / "plain.png"
+    assert main(["run", "--model", str(demo_model_dir), "--output", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["output"] == str(out) and Image.open(out).size == (64, 64)
