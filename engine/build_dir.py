@@ -95,6 +95,10 @@ class _Mismatch(Exception):
     """The folder is not exactly a build of ours; the message says the first difference found."""
 
 
+class _OldMarker(_Mismatch):
+    """A marker from before manifests: the folder's files cannot be checked."""
+
+
 # --- manifest ----------------------------------------------------------------------------------
 
 
@@ -166,7 +170,7 @@ def _read_manifest(root: Path) -> BuildManifest:
     except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit
         doc = None
     if isinstance(doc, dict) and "files" not in doc:
-        raise _Mismatch("its marker is from an older omni-console and lists no files, so it cannot be checked")
+        raise _OldMarker("its marker is from an older omni-console and lists no files, so it cannot be checked")
     try:
         return BuildManifest.model_validate(doc)
     except ValidationError:
@@ -230,10 +234,17 @@ def _existing(path: Path) -> Existing:
     if not os.path.lexists(path / COMPLETE_MARKER):
         raise ConfigError(f"{path}: folder is not empty and is not an omni-console demo model; "
                           f"give a new or empty folder ({_NOTHING_CHANGED})")
-    why = manifest_mismatch(path)
-    if why is not None:
-        raise ConfigError(f"{path}: not replaced, it does not match the omni-console build written there ({why}); "
-                          f"pick another folder, or delete this one yourself and run again ({_NOTHING_CHANGED})")
+    how_to_proceed = f"pick another folder, or delete this one yourself and run again ({_NOTHING_CHANGED})"
+    try:
+        _verify(path)
+    except _OldMarker:
+        raise ConfigError(f"{path}: not replaced, it holds a demo model from an older omni-console whose marker "
+                          f"lists no files, so it cannot be checked; {how_to_proceed}") from None
+    except _Mismatch as exc:
+        raise ConfigError(f"{path}: not replaced, it does not match the omni-console build written there ({exc}); "
+                          f"{how_to_proceed}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror}); {_NOTHING_CHANGED}") from None
     return "ours"
 
 

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from omni_console.console.cli import main
 from omni_console.engine.build_dir import COMPLETE_MARKER, atomic_build, manifest_mismatch
@@ -94,6 +96,26 @@ def test_marker_lists_every_file_with_size_and_sha256(demo_model_dir: Path) -> N
         assert marker["files"][name]["size"] == path.stat().st_size
         assert marker["files"][name]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     assert manifest_mismatch(demo_model_dir) is None
+
+
+_json_scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=8)
+_entries = st.fixed_dictionaries({"size": st.integers(-1, 10), "sha256": st.text("0123456789abcdef", max_size=64)})
+_hostile_paths = st.sampled_from(["../victim", "/etc/passwd", "a/../b", "", ".", "./x", "a\\b", "x/",
+                                  COMPLETE_MARKER]) | st.text(max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(files=st.dictionaries(_hostile_paths, _entries | _json_scalars, min_size=1, max_size=4),
+       extra=st.dictionaries(st.text(max_size=6), _json_scalars, max_size=2))
+def test_a_hostile_manifest_never_matches_and_never_raises(files: dict, extra: dict) -> None:
+    """Only the marker exists, so a manifest listing any file must be reported as a mismatch."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "demo"
+        root.mkdir()
+        doc = {**extra, "format": "omni-console.build-manifest/1", "build": {}, "files": files}
+        (root / COMPLETE_MARKER).write_text(json.dumps(doc))
+        assert isinstance(manifest_mismatch(root), str)
+        assert sorted(p.name for p in Path(tmp).iterdir()) == ["demo"]
 
 
 # --- demo-model PATH: what is replaced ---------------------------------------------------------
@@ -198,7 +220,7 @@ REFUSALS = [
     (_file_becomes_symlink, "model_index.json is a symbolic link"),
     (_symlink_to_outside_folder, "link is a symbolic link"),
     (_fifo, "pipe is not a regular file"),
-    (_old_format_marker, "older omni-console and lists no files"),
+    (_old_format_marker, "holds a demo model from an older omni-console whose marker lists no files"),
     (_garbage_marker, "is not a valid file manifest"),
     (_manifest_naming_a_file_outside, "is not a valid file manifest"),
     (_marker_is_symlink, f"{COMPLETE_MARKER} is a symbolic link"),
