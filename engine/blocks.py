@@ -1,4 +1,4 @@
-"""DiT block lists from tensor names, ordered as the model executes them.
+"""DiT block lists from tensor names, ordered as the model executes them, checked against the config.
 
 A block list is a top-level attribute whose tensors are named `ATTR.<i>.<rest>` with indices
 0..n-1, n >= 2, where every entry repeats the structure of entry 0: at least half of the smaller
@@ -7,22 +7,35 @@ entry's `<rest>` names (with shapes) appear in both — the repeated transformer
 stay in the list (SD3's last block is `context_pre_only` and has fewer tensors).
 Nested lists (`context_embedder.token_refiner.refiner_blocks.0`) belong to non-block modules.
 
-Execution order: the order the model class registers those attributes (its `__init__` order,
-which is the order its forward runs them in every diffusers DiT), read from a meta-device
-instance built from the config — no weights are touched. When the class cannot be built that
-way, a fallback order of known names applies, then alphabetical.
+Execution order: the order the model class's `__init__` assigns those attributes (which is the
+order its forward runs them in every diffusers DiT). It is read from the installed diffusers
+package's *source text* (`ast`), never by importing or building the class: building it from a
+config made discovery cost whatever the config's numbers asked for (`num_layers: 1000000` meant a
+million modules), while reading source costs the same for every config. When the source cannot
+be found, a fallback order of known names applies, then alphabetical.
+
+Config agreement: the same source says which config key sizes each `nn.ModuleList([... for _ in
+range(KEY)])`. A config whose KEY is not a whole number >= 0, or differs from the number of
+`ATTR.<i>.` entries the tensors hold (numbered 0..n-1), is refused with one line (`ModelDirError`)
+before anything loads. A key the config leaves out, or a count the source computes any other way,
+is not checked (no false refusals). The check costs one pass over the tensor names, whatever the
+config's numbers.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
-from .weights import TensorInfo
+from .init_layout import PACKAGE, init_layout
+from .weights import ModelDirError, TensorInfo
 
-_INDEXED = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\.(\d+)\.(.+)$")
+# An index is a canonical decimal (no leading zeros) short enough to be a real list position.
+_INDEXED = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\.(0|[1-9][0-9]{0,8})\.(.+)$")
 FALLBACK_ORDER = (
     "double_blocks", "transformer_blocks", "joint_blocks", "blocks", "layers",
     "single_transformer_blocks", "single_blocks",
@@ -74,22 +87,12 @@ def _repeats(first: dict[str, TensorInfo], other: dict[str, TensorInfo]) -> bool
     return len(a & b) * 2 >= min(len(a), len(b))
 
 
-def registration_order(library: str | None, class_name: str | None, config: dict) -> list[str] | None:
-    """Top-level child names of the model class in registration order, or None if it cannot be built."""
-    if library != "diffusers" or not class_name:
+def registration_order(library: str | None, class_name: str | None) -> list[str] | None:
+    """Attributes the model class's `__init__` assigns, in order, or None if its source is not found."""
+    if library != PACKAGE or not class_name:
         return None
-    try:
-        import diffusers
-        import torch
-
-        cls = getattr(diffusers, class_name, None)
-        if cls is None or not hasattr(cls, "from_config"):
-            return None
-        with torch.device("meta"):
-            model = cls.from_config({k: v for k, v in config.items() if not k.startswith("_")})
-        return [name for name, _ in model.named_children()]
-    except Exception:  # any failure falls back to the documented name order
-        return None
+    layout = init_layout(class_name)
+    return list(layout.order) if layout and layout.order else None
 
 
 def order_block_lists(lists: list[BlockList], order: list[str] | None) -> list[BlockList]:
@@ -102,3 +105,40 @@ def order_block_lists(lists: list[BlockList], order: list[str] | None) -> list[B
         return (2, 0, block_list.attr)
 
     return sorted(lists, key=key)
+
+
+# --- config agreement -----------------------------------------------------------------------------
+
+def check_config_block_counts(folder: Path, library: str | None, class_name: str | None, config: dict,
+                              tensors: Iterable[TensorInfo]) -> None:
+    """Refuse a config whose block counts are not whole numbers or disagree with the tensors held."""
+    layout = init_layout(class_name) if library == PACKAGE and class_name else None
+    if layout is None or not layout.counts:
+        return
+    sized = {c.attr for c in layout.counts}
+    held: dict[str, set[int]] = defaultdict(set)
+    for tensor in tensors:
+        match = _INDEXED.match(tensor.name)
+        if match and match.group(1) in sized:
+            held[match.group(1)].add(int(match.group(2)))
+    where = folder / "config.json"
+    for spec in layout.counts:
+        if spec.key not in config:
+            continue  # only what the config says is checked
+        value = config[spec.key]
+        shown = _shown(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ModelDirError(f"{where}: {spec.key} = {shown} is not a block count (expected a whole number >= 0)")
+        indices = held.get(spec.attr, set())
+        if len(indices) != value:
+            raise ModelDirError(f"{where}: {spec.key} = {shown} but the weights hold {len(indices)} {spec.attr} "
+                                "(config and tensors disagree)")
+        if indices and max(indices) != value - 1:
+            raise ModelDirError(f"{where}: {spec.key} = {shown} but the weights' {spec.attr} are not numbered "
+                                f"0..{value - 1} (config and tensors disagree)")
+
+
+def _shown(value: object, limit: int = 40) -> str:
+    """The value as the config spells it, cut short: a hostile config must not make a long line."""
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

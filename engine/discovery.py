@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .blocks import BlockList, find_block_lists, order_block_lists, registration_order
+from .blocks import BlockList, check_config_block_counts, find_block_lists, order_block_lists, registration_order
 from .config_checks import check_config_document
 from .dir_audit import audit_component, audit_root
 from .roles import Role, classify
@@ -151,7 +151,8 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
     block_lists: tuple[BlockList, ...] = ()
     if role == "dit":
         lists = find_block_lists(tensors)
-        order = registration_order(library, class_name, config) if len(lists) > 1 else None
+        check_config_block_counts(folder, library, class_name, config, tensors)
+        order = registration_order(library, class_name) if len(lists) > 1 else None
         block_lists = tuple(order_block_lists(lists, order))
     return ComponentInfo(
         name=name, role=role, library=library, class_name=class_name, folder=folder,

@@ -1,0 +1,378 @@
+"""What a diffusers model class's `__init__` assigns, read from the installed package's source text.
+
+Discovery needs two facts about a DiT class: the order its `__init__` registers child modules
+(the order its forward runs its block lists) and which config key sizes each block list. Building
+the class to find out costs whatever the config asks for (`num_layers: 1000000` is a million
+modules) and importing diffusers alone takes seconds, so this module reads the source instead:
+the class is found by following diffusers' own `from .x import Name` re-exports on disk (nothing
+is imported or run, and nothing outside the installed diffusers package is opened), then its
+`__init__` is walked with `ast`. The cost depends only on diffusers' source, never on a config.
+
+`__init__` is read in source order, following `super().__init__(...)` and `self.helper(...)` calls
+into the class hierarchy, and unrolling `for name, ... in (("video", ...), ("audio", ...))` loops
+so that `setattr(self, f"{name}_blocks", ...)` is named. A block-list size is only reported where
+it is certain: `self.ATTR = nn.ModuleList([... for _ in range(KEY)])` run unconditionally by
+`__init__` itself, with KEY an `__init__` argument that is never rebound or `self.config.KEY`.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PACKAGE = "diffusers"
+_MAX_HOPS = 8  # re-exports, base classes and nested helper calls followed before giving up
+_MODULE_METHODS = frozenset({"add_module", "register_module", "register_buffer", "register_parameter"})
+
+
+@dataclass(frozen=True, slots=True)
+class ListCount:
+    """A `self.ATTR = nn.ModuleList([... for _ in range(KEY)])`: its length is config[KEY]."""
+
+    attr: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class InitLayout:
+    """Attributes a model class's `__init__` assigns to `self`, in order, and how lists are sized."""
+
+    order: tuple[str, ...]
+    counts: tuple[ListCount, ...]
+
+
+@functools.lru_cache(maxsize=128)
+def init_layout(class_name: str) -> InitLayout | None:
+    """The layout of `diffusers.<class_name>.__init__`, or None when its source cannot be read."""
+    if not class_name.isidentifier() or class_name.startswith("_"):
+        return None
+    package = _locate(PACKAGE)
+    found = _find_class(package, class_name, 0) if package else None
+    if found is None:
+        return None
+    try:
+        return _InitReader(_mro(*found, 0)).layout()
+    except RecursionError:
+        return None
+
+
+# --- finding source on disk -----------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _Module:
+    name: str  # dotted, inside the diffusers package
+    path: Path
+    is_package: bool
+
+
+@functools.lru_cache(maxsize=1)
+def _package_root() -> Path | None:
+    try:
+        spec = importlib.util.find_spec(PACKAGE)  # finds the installed package; runs none of it
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _locate(dotted: str) -> _Module | None:
+    parts = dotted.split(".")
+    root = _package_root()
+    if root is None or parts[0] != PACKAGE or not all(p.isidentifier() for p in parts):
+        return None
+    base = root.joinpath(*parts[1:])
+    if (base / "__init__.py").is_file():
+        return _Module(dotted, base / "__init__.py", True)
+    if len(parts) > 1 and base.with_suffix(".py").is_file():
+        return _Module(dotted, base.with_suffix(".py"), False)
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _parse(path: Path) -> ast.Module | None:
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return None
+
+
+def _module_level(statements: list[ast.stmt]) -> list[ast.stmt]:
+    """Module-level statements, including those inside `if`/`try` blocks (not inside defs)."""
+    out: list[ast.stmt] = []
+    for node in statements:
+        out.append(node)
+        if isinstance(node, ast.If):
+            out += _module_level(node.body + node.orelse)
+        elif isinstance(node, ast.Try):
+            out += _module_level(node.body + node.orelse + node.finalbody)
+            for handler in node.handlers:
+                out += _module_level(handler.body)
+    return out
+
+
+def _import_source(module: _Module, node: ast.ImportFrom) -> str | None:
+    if node.level == 0:
+        return node.module
+    package = module.name.split(".")
+    drop = node.level - 1 if module.is_package else node.level
+    if drop >= len(package):
+        return None
+    return ".".join(package[: len(package) - drop] + ([node.module] if node.module else []))
+
+
+def _find_class(module: _Module, name: str, hops: int) -> tuple[_Module, ast.ClassDef] | None:
+    """Follow `from X import name` re-exports (skipping diffusers' dummy placeholders) to a class."""
+    tree = _parse(module.path)
+    if tree is None or hops > _MAX_HOPS:
+        return None
+    statements = _module_level(tree.body)
+    for node in statements:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return module, node
+    for node in statements:
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    source = _import_source(module, node)
+                    target = _locate(source) if source and "dummy" not in source else None
+                    found = _find_class(target, alias.name, hops + 1) if target else None
+                    if found:
+                        return found
+    for key in _lazy_exports(statements, name) if module.is_package else []:
+        target = _locate(f"{module.name}.{key}") if "dummy" not in key else None
+        found = _find_class(target, name, hops + 1) if target else None
+        if found:
+            return found
+    return None
+
+
+def _lazy_exports(statements: list[ast.stmt], name: str) -> list[str]:
+    """Submodules whose `_import_structure` entry lists `name` (how diffusers' lazy module finds it)."""
+    def names(node: ast.expr | None) -> list[object]:
+        items = node.elts if isinstance(node, ast.List | ast.Tuple) else [node]
+        return [i.value for i in items if isinstance(i, ast.Constant)]
+
+    def entry_key(node: ast.expr) -> str | None:
+        if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
+                and node.value.id == "_import_structure" and isinstance(node.slice, ast.Constant)):
+            return str(node.slice.value)
+        return None
+
+    keys = []
+    for node in statements:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name) and target.id == "_import_structure" and isinstance(node.value, ast.Dict):
+                keys += [k.value for k, v in zip(node.value.keys, node.value.values, strict=True)
+                         if isinstance(k, ast.Constant) and name in names(v)]
+            elif (key := entry_key(target)) and name in names(node.value):
+                keys.append(key)
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            if (isinstance(func, ast.Attribute) and func.attr in ("append", "extend") and (key := entry_key(func.value))
+                    and any(name in names(arg) for arg in node.value.args)):
+                keys.append(key)
+    return [k for k in keys if isinstance(k, str)]
+
+
+def _mro(module: _Module, cls: ast.ClassDef, hops: int) -> list[tuple[_Module, ast.ClassDef]]:
+    """The class and its diffusers bases, depth first (Python's MRO for single-chain hierarchies)."""
+    chain = [(module, cls)]
+    for base in cls.bases:
+        found = _find_class(module, base.id, 0) if isinstance(base, ast.Name) and hops < _MAX_HOPS else None
+        if found:
+            chain += [c for c in _mro(*found, hops + 1) if all(c[1] is not k for _, k in chain)]
+    return chain
+
+
+# --- reading __init__ -----------------------------------------------------------------------------
+
+def _self_attr(node: ast.expr, self_name: str) -> str | None:
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == self_name:
+        return node.attr
+    return None
+
+
+def _own_calls(node: ast.stmt) -> list[ast.Call]:
+    """Calls in a statement's own expressions (not in the bodies of a compound statement), in order."""
+    calls = []
+    for _, value in ast.iter_fields(node):
+        for part in value if isinstance(value, list) else [value]:
+            if isinstance(part, ast.expr):
+                calls += [n for n in ast.walk(part) if isinstance(n, ast.Call)]
+    return sorted(calls, key=lambda c: (c.lineno, c.col_offset))
+
+
+def _name_of(node: ast.expr, env: dict[str, object]) -> str | None:
+    """A constant string, or an f-string whose parts are constants or names bound by an unrolled loop."""
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else None
+    if not isinstance(node, ast.JoinedStr):
+        return None
+    parts = []
+    for part in node.values:
+        if isinstance(part, ast.Constant):
+            parts.append(str(part.value))
+        elif (isinstance(part, ast.FormattedValue) and isinstance(part.value, ast.Name) and part.conversion == -1
+              and part.format_spec is None and isinstance(env.get(part.value.id), str)):
+            parts.append(str(env[part.value.id]))
+        else:
+            return None
+    return "".join(parts)
+
+
+def _unrolled(loop: ast.For) -> list[dict[str, object]] | None:
+    """Per-iteration constants of `for a, b in (("x", v), ("y", w))`; None when not such a loop."""
+    if not isinstance(loop.iter, ast.Tuple | ast.List):
+        return None
+    targets = loop.target.elts if isinstance(loop.target, ast.Tuple) else [loop.target]
+    if not all(isinstance(t, ast.Name) for t in targets):
+        return None
+    envs = []
+    for item in loop.iter.elts:
+        values = item.elts if isinstance(loop.target, ast.Tuple) and isinstance(item, ast.Tuple) else [item]
+        if len(values) != len(targets):
+            return None
+        envs.append({t.id: v.value for t, v in zip(targets, values, strict=True) if isinstance(v, ast.Constant)})
+    return envs
+
+
+def _parameters(init: ast.FunctionDef) -> set[str]:
+    """__init__ parameter names after self: register_to_config stores each as a config key."""
+    args = init.args
+    return {a.arg for a in (args.posonlyargs + args.args)[1:] + args.kwonlyargs}
+
+
+@dataclass
+class _InitReader:
+    """Walks `__init__` (and what it calls on self) in source order, recording `self.X = ...`."""
+
+    mro: list[tuple[_Module, ast.ClassDef]]
+    order: list[str] = field(default_factory=list)
+    values: dict[str, list[ast.expr | None]] = field(default_factory=dict)  # None: not countable
+    mutated: set[str] = field(default_factory=set)
+    returned: bool = False
+
+    def layout(self) -> InitLayout | None:
+        found = self._method("__init__", 0)
+        if found is None:
+            return None
+        _, init = found
+        self._read_function(found, 0)
+        params = _parameters(init)
+        rebound = {n.id for n in ast.walk(init) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store | ast.Del)}
+        self_name = init.args.args[0].arg
+        counts = []
+        for attr, values in self.values.items():
+            if len(values) == 1 and values[0] is not None and attr not in self.mutated:
+                key = _count_key(values[0], params, rebound, self_name)
+                if key:
+                    counts.append(ListCount(attr, key))
+        return InitLayout(tuple(self.order), tuple(counts))
+
+    def _method(self, name: str, start: int) -> tuple[int, ast.FunctionDef] | None:
+        for index, (_, cls) in enumerate(self.mro[start:], start):
+            for node in cls.body:
+                if isinstance(node, ast.FunctionDef) and node.name == name:
+                    return index, node
+        return None
+
+    def _read_function(self, found: tuple[int, ast.FunctionDef], depth: int) -> None:
+        index, function = found
+        if function.args.args and depth <= _MAX_HOPS:
+            self._read(function.body, function.args.args[0].arg, index, depth, {}, countable=depth == 0)
+
+    def _read(self, body: list[ast.stmt], self_name: str, index: int, depth: int, env: dict[str, object],
+              countable: bool) -> None:
+        for node in body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                continue
+            for call in _own_calls(node):
+                self._follow(call, self_name, index, depth)
+            self._record(node, self_name, env, countable and not self.returned)
+            if depth == 0 and any(isinstance(n, ast.Return) for n in ast.walk(node)):
+                self.returned = True  # what follows an early return in __init__ may not run
+            envs = _unrolled(node) if isinstance(node, ast.For) else None
+            for loop_env in envs if envs is not None else [env]:
+                nested = {**env, **loop_env}
+                for part in ("body", "orelse", "finalbody"):
+                    self._read(getattr(node, part, []), self_name, index, depth, nested, countable=False)
+                for sub in getattr(node, "handlers", []) + getattr(node, "cases", []):
+                    self._read(sub.body, self_name, index, depth, nested, countable=False)
+
+    def _follow(self, call: ast.Call, self_name: str, index: int, depth: int) -> None:
+        """Read what `super().__init__(...)` and `self.helper(...)` assign, where they are called."""
+        func = call.func
+        if (isinstance(func, ast.Attribute) and func.attr == "__init__" and isinstance(func.value, ast.Call)
+                and isinstance(func.value.func, ast.Name) and func.value.func.id == "super"):
+            found = self._method("__init__", index + 1)
+        else:
+            name = _self_attr(func, self_name)
+            found = self._method(name, 0) if name and name not in _MODULE_METHODS else None
+        if found:
+            self._read_function(found, depth + 1)
+
+    def _record(self, node: ast.stmt, self_name: str, env: dict[str, object], countable: bool) -> None:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Attribute) and n.attr in ("append", "extend", "insert", "pop", "__setitem__"):
+                self.mutated.add(_self_attr(n.value, self_name) or "")
+            elif isinstance(n, ast.Delete):
+                self.mutated.update(_self_attr(t, self_name) or "" for t in n.targets)
+        for attr, value in _assigned(node, self_name, env):
+            self.values.setdefault(attr, []).append(value if countable else None)
+            # a constant (`self.x = None`) never registers a module, so it does not fix x's position
+            if attr not in self.order and not isinstance(value, ast.Constant):
+                self.order.append(attr)
+
+
+def _assigned(node: ast.stmt, self_name: str, env: dict[str, object]) -> list[tuple[str, ast.expr | None]]:
+    """(attr, value) for each `self.attr = value` in this statement; value None when not a plain one."""
+    if isinstance(node, ast.Assign):
+        out = []
+        for target in node.targets:
+            elements = target.elts if isinstance(target, ast.Tuple | ast.List) else [target]
+            single = len(node.targets) == 1 and len(elements) == 1
+            out += [(a, node.value if single else None) for e in elements if (a := _self_attr(e, self_name))]
+        return out
+    if isinstance(node, ast.AnnAssign | ast.AugAssign) and node.value is not None:
+        attr = _self_attr(node.target, self_name)
+        return [(attr, node.value if isinstance(node, ast.AnnAssign) else None)] if attr else []
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):  # add_module("x", m), setattr(self, "x", m)
+        call, name = node.value, None
+        if _self_attr(call.func, self_name) in ("add_module", "register_module") and call.args:
+            name = _name_of(call.args[0], env)
+        elif (isinstance(call.func, ast.Name) and call.func.id == "setattr" and len(call.args) == 3
+              and isinstance(call.args[0], ast.Name) and call.args[0].id == self_name):
+            name = _name_of(call.args[1], env)
+        if name:
+            return [(name, None)]
+    return []
+
+
+def _count_key(value: ast.expr, params: set[str], rebound: set[str], self_name: str) -> str | None:
+    """KEY when value is `ModuleList([... for _ in range(KEY)])` with KEY a config entry, else None."""
+    if not (isinstance(value, ast.Call) and len(value.args) == 1 and not value.keywords):
+        return None
+    func, comp = value.func, value.args[0]
+    func_name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if func_name != "ModuleList" or not isinstance(comp, ast.ListComp | ast.GeneratorExp):
+        return None
+    if len(comp.generators) != 1 or comp.generators[0].ifs or comp.generators[0].is_async:
+        return None
+    rng = comp.generators[0].iter
+    if not (isinstance(rng, ast.Call) and isinstance(rng.func, ast.Name) and rng.func.id == "range"
+            and not rng.keywords and 1 <= len(rng.args) <= 2):
+        return None
+    if len(rng.args) == 2 and not (isinstance(rng.args[0], ast.Constant) and rng.args[0].value == 0):
+        return None
+    expr = rng.args[-1]
+    if isinstance(expr, ast.Name) and expr.id in params and expr.id not in rebound:
+        return expr.id  # an __init__ argument: register_to_config stores it as config[KEY]
+    if isinstance(expr, ast.Attribute) and (_self_attr(expr.value, self_name) == "config" or (
+            isinstance(expr.value, ast.Name) and expr.value.id == "config" and "config" not in params)):
+        return expr.attr
+    return None
