@@ -10,6 +10,12 @@ A full gen-2 garbage collection over a loaded pipeline plus the UI takes 0.1–0
 GIL, stalling the engine mid-step; after a load the app therefore `gc.freeze()`s what exists (the
 model, the UI) and `gc.unfreeze()`s before unload so the released model can be collected.
 
+Quit never waits for the engine: a step of a big video model can run for minutes inside one
+kernel. `q` cancels, queues the release behind the command in flight (`EngineWorker.request_shutdown`),
+gives it QUIT_RELEASE_WAIT_S to finish and exits; the engine thread is a daemon that is never
+joined, and `app_main.run_app` ends the process at once (after the terminal is restored) when it
+is still busy. SIGTERM and SIGHUP take the same path (`quit_on_signal`).
+
 Everything the app depends on can be injected (engine, worker, telemetry sources or sampler,
 bandwidth, output directory) so pilot tests run deterministically on CPU without sleeps.
 """
@@ -17,6 +23,8 @@ bandwidth, output directory) so pilot tests run deterministically on CPU without
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import gc
 import time
 from collections import deque
@@ -33,7 +41,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 
-from ..engine.engine import Engine
+from ..engine.engine import Engine, GenerateResult
 from ..engine.export import vllm_serve_command
 from ..engine.loader import LoadCancelled
 from ..engine.plan import Plan
@@ -63,6 +71,7 @@ from .bandwidth import ObservedBandwidth, measure_h2d_bandwidth
 from .commands import console_commands
 from .device_info import read_device_info
 from .headless import default_request
+from .outputs import save_image
 from .residency import residency_rows
 from .screens import GenerateDialog, HelpScreen, LiveScreen, PlanScreen
 from .screens.help import Section, binding_rows
@@ -80,6 +89,10 @@ HEAVY_UI_BUSY_S = 1.0
 """Staging log, memory panels, step table and residency redraw at most this often (idle / while a
 request runs); no sample, step or event is skipped, they are applied in groups."""
 DEFAULT_OUT_DIR = Path("omni-console-out")
+QUIT_RELEASE_WAIT_S = 0.8
+"""q waits at most this long for the engine's release before the app exits (it continues on the
+engine thread; a process that exits first leaves the memory to the OS)."""
+SAMPLER_STOP_S = 0.3
 
 Phase = Literal["plan", "loading", "live", "unloading", "quitting"]
 LOG_EVENTS = (StagingEvent, CacheDecision, OomRetry, LogEvent, ErrorEvent)
@@ -106,6 +119,13 @@ class CommandDone(Message):
         self.future = future
         self.output = output
         self.save_error = save_error
+
+
+def steps_done(result: GenerateResult) -> tuple[int, int]:
+    """(denoise steps run, steps asked for); fewer run than asked means the request was cancelled."""
+    if not result.steps:
+        return 0, 0
+    return len(result.steps), result.steps[-1].total_steps
 
 
 def theme_or_error(name: str | None) -> str:
@@ -144,6 +164,7 @@ class OmniConsoleApp(App[int]):
         out_dir: Path | str | None = None,
         worker: EngineWorker | None = None,
         prompt: str = DEFAULT_PROMPT,
+        save_partial: bool = False,
     ) -> None:
         """Validate everything that can be wrong (theme, policy) before the app ever runs.
 
@@ -151,6 +172,8 @@ class OmniConsoleApp(App[int]):
         device's torch/NVML/host sources). The sampling thread starts when `start_telemetry`
         is True, or by default only for the real sources — injected ones are driven by the
         test (`app.sampler.sample_now(publish=True)` then `app.drain_events()`).
+        `save_partial`: also save the image of a request cancelled before its last step (by default
+        a half-denoised image is not saved: it is not a result).
         """
         self.initial_theme = theme_or_error(theme)
         plan = engine.make_plan(policy)  # PolicyError (a ConfigError) before anything runs
@@ -174,6 +197,8 @@ class OmniConsoleApp(App[int]):
         self.observed = ObservedBandwidth()
         self.out_dir = Path(out_dir) if out_dir is not None else DEFAULT_OUT_DIR
         self.prompt = prompt
+        self.save_partial = save_partial
+        self.exit_code = 0
         self.phase: Phase = "plan"
         self.generating = False
         self.busy: Future | None = None
@@ -185,6 +210,8 @@ class OmniConsoleApp(App[int]):
         self.notices: list[tuple[str, str]] = []
         self.last_output: Path | None = None
         self.last_error: str | None = None
+        self.request_id: int | None = None
+        """The engine's number of the request running or last run (from its RequestStarted event)."""
         self.load_seconds: float | None = None
         self._mode_stash: OffloadPolicy | None = None
         self._t0: float | None = None
@@ -198,10 +225,16 @@ class OmniConsoleApp(App[int]):
         self._pending_log: list[Event] = []
         self._link_rows: object = None
         self._closed = False
+        self._released: Future[None] | None = None
+        self._ui_loop: asyncio.AbstractEventLoop | None = None
+        self._quit_pending = False
 
     # ------------------------------------------------------------------ lifecycle
 
     def on_mount(self) -> None:
+        self._ui_loop = asyncio.get_running_loop()
+        if self._quit_pending:  # a signal arrived before the event loop ran
+            self.call_later(self.action_quit)
         register_themes(self, activate=self.initial_theme)
         self.sub_title = str(self.engine.model.path)
         self.push_screen(self.plan_screen)
@@ -211,28 +244,69 @@ class OmniConsoleApp(App[int]):
             self.sampler.start()
         if self.bandwidth is None and self.device_info.is_cuda:
             future = self.worker.call(lambda engine: measure_h2d_bandwidth(engine.device))
-            future.add_done_callback(lambda f: self.post_message(CommandDone("bandwidth", f)))
+            future.add_done_callback(lambda f: self._post_from_worker(CommandDone("bandwidth", f)))
 
-    def shutdown(self) -> None:
-        """Stop telemetry, cancel what runs, release the engine's memory, stop the worker (idempotent)."""
-        if self._closed:
-            return
-        self._closed = True
-        gc.unfreeze()
-        self.sampler.close()
-        self.worker.shutdown()
-        self.sub.close()
+    def _post_from_worker(self, message: Message) -> None:
+        """post_message from the engine thread; a command that ends after the app has gone is dropped."""
+        with contextlib.suppress(RuntimeError):  # the event loop is closed: nobody is left to tell
+            self.post_message(message)
+
+    def begin_shutdown(self) -> Future[None]:
+        """Never waits for the engine: stop telemetry, cancel, queue the release (idempotent).
+
+        Returns the release's future; it completes on the engine thread once the command in flight
+        (if any) has returned and `engine.close()` has run.
+        """
+        if self._released is None:
+            self._closed = True
+            gc.unfreeze()  # the model's objects must be collectable when the engine drops them
+            self.sampler.stop(timeout=SAMPLER_STOP_S)
+            self.sampler.close()
+            self._released = self.worker.request_shutdown()
+            self.sub.close()
+        return self._released
+
+    def shutdown(self, timeout: float | None = QUIT_RELEASE_WAIT_S) -> bool:
+        """`begin_shutdown()`, then wait at most `timeout` s for the release; True when it is done."""
+        released = self.begin_shutdown()
+        concurrent.futures.wait([released], timeout=timeout)
+        return released.done()
 
     async def action_quit(self) -> None:
-        """q / ctrl+q: a clean exit — the worker releases memory on its own thread, the UI stays live."""
+        """q / ctrl+q: cancel, release, exit — within QUIT_RELEASE_WAIT_S whatever the engine is doing.
+
+        The release is queued on the engine thread; the UI polls it (never blocks on it) and exits
+        when it is done or the wait is over. A step stuck in a kernel is not waited for.
+        """
         if self.phase == "quitting":
             return
         self.phase = "quitting"
         if self._drain_timer is not None:
             self._drain_timer.stop()
         self.say("shutting down: cancelling, releasing memory…")
-        await asyncio.to_thread(self.shutdown)
-        self.exit(0)
+        released = self.begin_shutdown()
+        deadline = time.monotonic() + QUIT_RELEASE_WAIT_S
+        while not released.done() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        self.exit(self.exit_code)
+
+    def quit_on_signal(self, signum: int) -> None:
+        """From a signal handler (SIGTERM, SIGHUP): quit like q, exit status 128 + signum.
+
+        Safe in a handler: it only hands a callback to the event loop (`call_soon_threadsafe`);
+        the quit itself runs on the UI thread.
+        """
+        self.exit_code = 128 + int(signum)
+        loop = self._ui_loop
+        if loop is None:
+            self._quit_pending = True  # on_mount quits
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the app has already exited
+            loop.call_soon_threadsafe(self._quit_from_loop)
+
+    def _quit_from_loop(self) -> None:
+        if self.is_running:
+            self.call_later(self.action_quit)
 
     def say(self, message: str, severity: str = "information", timeout: float | None = None) -> None:
         """notify() without markup (paths and JSON contain brackets)."""
@@ -474,6 +548,7 @@ class OmniConsoleApp(App[int]):
             batch.generation = (f"request {event.request_id}: step {event.step}/{event.total_steps} · "
                                 f"{fmt_seconds(event.wall_s)} (stall {fmt_seconds(event.stall_s)})")
         elif isinstance(event, RequestStarted):
+            self.request_id = event.request_id
             batch.generation = f"request {event.request_id}: {event.prompt!r} · started"
         elif isinstance(event, RequestFinished) and not event.ok:
             batch.generation = f"request {event.request_id} failed: {event.error}"
@@ -502,7 +577,7 @@ class OmniConsoleApp(App[int]):
 
     def _track(self, kind: str, future: Future) -> Future:
         self.busy = self.last_command[kind] = future
-        future.add_done_callback(lambda f: self.post_message(CommandDone(kind, f)))
+        future.add_done_callback(lambda f: self._post_from_worker(CommandDone(kind, f)))
         return future
 
     def action_load(self) -> Future | None:
@@ -562,6 +637,7 @@ class OmniConsoleApp(App[int]):
             return None
         self.prompt = request.prompt
         self.generating = True
+        self.request_id = None
         if self.live_screen is not None:
             self.live_screen.set_generation(f"request: {request.prompt!r} · queued", 0, request.steps or 1)
         future = self.worker.generate(request)
@@ -570,20 +646,24 @@ class OmniConsoleApp(App[int]):
         return future
 
     def _save_then_report(self, future: Future) -> None:
-        """Runs on the engine thread (or here if already done): save the image, then report."""
+        """Runs on the engine thread (or here if already done): save the image, then report.
+
+        Every image goes to a new file (`outputs.save_image`: timestamped, created exclusively);
+        a request cancelled before its last step is not saved unless `save_partial`.
+        """
         output: Path | None = None
         save_error: str | None = None
         if not future.cancelled() and future.exception() is None:
             result = future.result()
             image = result.image
-            if image is not None and hasattr(image, "save"):
+            done, total = steps_done(result)
+            partial = total > 0 and done < total
+            if image is not None and hasattr(image, "save") and (self.save_partial or not partial):
                 try:
-                    self.out_dir.mkdir(parents=True, exist_ok=True)
-                    output = (self.out_dir / f"request-{result.request_id}.png").resolve()
-                    image.save(output)
+                    output = save_image(image, self.out_dir, result.request_id)
                 except Exception as exc:  # a full disk must not take the console down
                     output, save_error = None, f"{type(exc).__name__}: {exc}"
-        self.post_message(CommandDone("generate", future, output, save_error))
+        self._post_from_worker(CommandDone("generate", future, output, save_error))
 
     def action_copy_command(self) -> None:
         """c: the vllm serve line for the current policy, to the clipboard."""
@@ -677,32 +757,52 @@ class OmniConsoleApp(App[int]):
         self.refresh_plan_views()
         self.say("unloaded; memory released — edit the policy and press l to load again")
 
+    def _log_line(self, event: Event) -> None:
+        """One line in the live screen's event log, now (outcomes the engine's events do not carry)."""
+        if self.live_screen is not None:
+            self.live_screen.staging.add_events([event])
+
     def _generate_done(self, message: CommandDone) -> None:
         self.generating = False
         live = self.live_screen
         future = message.future
         exc = None if future.cancelled() else future.exception()
         if future.cancelled() or exc is not None:
-            reason = "cancelled" if exc is None else f"{type(exc).__name__}: {exc}"
+            reason = "cancelled before it started" if exc is None else f"{type(exc).__name__}: {exc}"
             self.last_error = reason
+            where = "request" if self.request_id is None else f"request {self.request_id}"
+            self._log_line(ErrorEvent(where=where, message=f"failed: {reason}"))
             if live is not None:
                 live.set_generation(f"request failed: {reason}")
             self.say(f"request failed: {reason}", "error", timeout=10)
             return
         result = future.result()
-        done, total = len(result.steps), result.steps[-1].total_steps if result.steps else 0
-        cut = f" (cancelled after {done}/{total} steps)" if total and done < total else ""
+        done, total = steps_done(result)
+        partial = total > 0 and done < total
+        outcome = f"request {result.request_id} cancelled after {done}/{total} steps"
         if message.output is not None:
             self.last_output = message.output
-            where = f"saved {message.output}"
+            where = f"{'partial image ' if partial else ''}saved {message.output}"
+        elif message.save_error:
+            where = f"image not saved: {message.save_error}"
+        else:
+            where = "nothing saved" if partial else "no image"
+        if partial:
+            outcome = f"{outcome}; {where}"
+            self._log_line(LogEvent(level="warning", message=outcome))
+            self.say(outcome, "warning", timeout=10)
+        elif message.output is not None:
             self.say(f"image saved: {message.output}", timeout=10)
         else:
-            where = f"image not saved: {message.save_error}" if message.save_error else "no image"
+            if message.save_error:
+                self._log_line(ErrorEvent(where=f"request {result.request_id}", message=where))
             self.say(where, "warning" if message.save_error else "information")
         if live is not None:
             mean = sum(s.wall_s for s in result.steps) / done if done else 0.0
-            live.set_generation(f"request {result.request_id}: {done} steps in {fmt_seconds(result.seconds)} "
-                                f"({fmt_seconds(mean)}/step){cut} · {where}", done, max(total, 1))
+            head = (f"request {result.request_id}: {done} steps in {fmt_seconds(result.seconds)} "
+                    f"({fmt_seconds(mean)}/step)")
+            text = f"{outcome} ({fmt_seconds(result.seconds)})" if partial else f"{head} · {where}"
+            live.set_generation(text, done, max(total, 1))
 
     def _bandwidth_done(self, message: CommandDone) -> None:
         exc = message.future.exception()

@@ -3,11 +3,23 @@
 Everything an operator can get wrong (policy JSON, resident layers against the model's blocks,
 mode, theme, model directory) is checked before Textual takes the terminal, so a bad flag prints
 one line and exits 2 instead of flashing an app.
+
+Ending the app: q, SIGTERM and SIGHUP all go through the app's quit (the terminal is restored by
+Textual on the way out). The engine thread is never waited for past a short bound: when it is
+still inside a step after the app has exited, the process ends with `os._exit` — letting the
+interpreter finalize under a thread that is inside torch can hang or abort, and the OS frees the
+device and pinned memory of an exiting process anyway.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Iterator
 
 from ..engine.engine import Engine
 from ..offload.errors import ConfigError
@@ -34,10 +46,52 @@ def build_app(args: argparse.Namespace):
         raise
 
 
+EXIT_RELEASE_WAIT_S = 0.2
+"""After the app has exited: how long to wait for the engine's release before ending the process."""
+QUIT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def quit_on_signals(app) -> Iterator[None]:
+    """SIGTERM/SIGHUP quit the app like q (terminal restored) instead of killing it mid-screen.
+
+    The handler only hands the quit to the app's event loop (`OmniConsoleApp.quit_on_signal`);
+    the previous handlers come back afterwards. Outside the main thread (tests) nothing is installed.
+    """
+    previous: dict[int, object] = {}
+    try:
+        for signum in QUIT_SIGNALS:
+            previous[signum] = signal.signal(signum, lambda num, _frame: app.quit_on_signal(num))
+    except ValueError:  # not the main thread: signals cannot be handled here
+        pass
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+
+
+def exit_now(code: int) -> None:
+    """End the process without waiting for the engine thread (see the module docstring)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 def run_app(args: argparse.Namespace) -> int:
+    """Run the console; its exit status (0 after q, 128 + signal number after SIGTERM/SIGHUP)."""
     app = build_app(args)
     try:
-        result = app.run()
-    finally:
-        app.shutdown()  # idempotent: q already did it; covers crashes and signals
-    return 0 if result is None else int(result)
+        with quit_on_signals(app):
+            result = app.run()
+    except BaseException:
+        if not app.shutdown(timeout=EXIT_RELEASE_WAIT_S) and app.worker.busy:
+            traceback.print_exc()
+            exit_now(1)
+        raise
+    code = int(result) if result is not None else (app.return_code or 0)
+    # idempotent: q already began it. The terminal is restored by now; do not wait for a stuck step.
+    if not app.shutdown(timeout=EXIT_RELEASE_WAIT_S) and app.worker.busy:
+        exit_now(code)
+    return code

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -55,8 +56,8 @@ async def test_load_generate_unload_end_to_end_on_cpu(app, engine, tmp_path):
         dialog.query_one("#prompt", Input).value = "a red cube"
         await pilot.press("enter")
         await finish(pilot, app.last_command["generate"], lambda: not app.generating)
-        output = tmp_path / "out" / "request-1.png"
-        assert output.is_file()
+        [output] = (tmp_path / "out").iterdir()
+        assert re.fullmatch(r"\d{8}-\d{6}-request-1\.png", output.name)
         assert app.last_output == output.resolve()
         assert app.notices[-1] == (f"image saved: {output.resolve()}", "information")
         assert [s.step for s in live.steps.steps] == [1, 2, 3]
