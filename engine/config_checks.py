@@ -8,6 +8,11 @@ directory that asks for it is refused at discovery, so `plan` says so before any
 - `auto_map` anywhere in a config document (also nested, e.g. inside `tokenizer_config`);
 - a transformers class key naming a class the installed transformers does not define;
 - a diffusers `_class_name` naming a class the installed diffusers does not define.
+
+Config values can also name files: older transformers releases open a tokenizer's `vocab_file`,
+`merges_file`, `tokenizer_file`, … as written in `tokenizer_config.json`. A `*_file` value that
+points at an existing file outside the model directory is refused (a creator's stale absolute path
+to a file that does not exist here is harmless and allowed).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ModelDirError
+from .safe_paths import is_inside
 from .trusted_classes import library_defines
 
 TRANSFORMERS_CLASS_KEYS = ("tokenizer_class", "processor_class", "image_processor_type", "feature_extractor_type",
@@ -28,11 +34,13 @@ def is_config_file(name: str) -> bool:
     return name.endswith("config.json")
 
 
-def check_config_document(path: Path, document: dict[str, Any], *, top_class_name: bool = True) -> None:
-    """Refuse a config that references code (rules in the module docstring); `path` names it in the message.
+def check_config_document(path: Path, document: dict[str, Any], *, top_class_name: bool = True,
+                          roots: tuple[Path, ...] | None = None) -> None:
+    """Refuse a config that references code or outside files (rules in the module docstring).
 
-    `top_class_name=False` skips the top-level `_class_name` (model_index.json's is the pipeline,
-    checked as such by `trusted_classes.pipeline_class`).
+    `path` names the file in the message. `top_class_name=False` skips the top-level `_class_name`
+    (model_index.json's is the pipeline, checked as such by `trusted_classes.pipeline_class`).
+    `roots` (see `safe_paths.allowed_roots`) enables the `*_file` check.
     """
     if top_class_name and "_class_name" in document:
         value = document["_class_name"]
@@ -48,6 +56,21 @@ def check_config_document(path: Path, document: dict[str, Any], *, top_class_nam
                     raise ModelDirError(f"{path}: '{key_path}' names code shipped with the model ({_NO_CODE})")
                 if key in TRANSFORMERS_CLASS_KEYS and item is not None and not library_defines("transformers", item):
                     raise ModelDirError(f"{path}: '{key_path}' {item!r:.60} is not a transformers class ({_NO_CODE})")
+                if roots is not None and isinstance(key, str) and key.endswith("_file") and isinstance(item, str):
+                    _check_file_value(path, key_path, item, roots)
                 pending.append((key_path, item))
         elif isinstance(value, list):
             pending.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
+
+
+def _check_file_value(path: Path, key_path: str, value: str, roots: tuple[Path, ...]) -> None:
+    if not value or "\0" in value:
+        return
+    target = path.parent / value  # an absolute value replaces the folder, as the libraries would
+    try:
+        exists = target.exists() or target.is_symlink()
+    except (OSError, ValueError):
+        return
+    if exists and not is_inside(target, roots):
+        raise ModelDirError(f"{path}: '{key_path}' names {value!r:.80}, a file outside the model directory "
+                            "(files outside it are never opened)")

@@ -58,7 +58,7 @@ def audit_component(root: Path, folder: Path, roots: tuple[Path, ...]) -> list[s
     notes = []
     for path in files:
         if path.parent == folder and is_config_file(path.name):
-            check_config_document(path, load_json(path))
+            check_config_document(path, load_json(path), roots=roots)
         if path.parent == folder and (note := note_for(path, root)):
             notes.append(note)
     return notes

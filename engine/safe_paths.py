@@ -61,6 +61,14 @@ def _inside(path: Path, roots: tuple[Path, ...]) -> bool:
     return any(path == r or path.is_relative_to(r) for r in roots)
 
 
+def is_inside(path: Path, roots: tuple[Path, ...]) -> bool:
+    """Whether a path, resolved through every symlink, stays inside the model directory."""
+    try:
+        return _inside(path.resolve(), roots)
+    except (OSError, RuntimeError):
+        return False
+
+
 def check_inside(path: Path, roots: tuple[Path, ...]) -> None:
     """Refuse a path whose resolved target (through any symlink on the way) leaves the model directory."""
     try:
@@ -126,7 +134,10 @@ def open_regular(path: Path) -> BinaryIO:
     """Open a regular file for reading; a FIFO or device is refused without blocking (O_NONBLOCK + fstat)."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
+        mode = os.stat(path).st_mode  # a FIFO or device is refused before it is ever opened
+        if not stat.S_ISREG(mode):
+            raise ModelDirError(f"{path}: is {kind_of(mode)}, not a regular file (only regular files are read)")
+        fd = os.open(path, flags)  # O_NONBLOCK + fstat below: still safe if the entry is swapped meanwhile
     except FileNotFoundError:
         raise ModelDirError(f"{path}: file not found") from None
     except OSError as exc:

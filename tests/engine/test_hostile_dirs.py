@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -344,6 +345,27 @@ def test_symlinks_out_of_the_directory_are_refused(case, demo_model_dir: Path, t
     assert_refused(root, capsys, "points outside the model directory")
 
 
+@pytest.mark.parametrize("key,value", [("vocab_file", "/etc/passwd"), ("merges_file", "../../outside/merges.txt"),
+                                       ("tokenizer_file", "/etc/hostname")])
+def test_config_file_values_pointing_outside_are_refused(key, value, demo_model_dir, tmp_path, capsys):
+    """Older transformers open `vocab_file` & co. as the tokenizer config writes them."""
+    root = copy_model(demo_model_dir, tmp_path)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "merges.txt").write_text("#version: 0.2\n")
+    if not (root / "tokenizer" / value).exists():
+        pytest.skip(f"{value} does not exist on this machine")
+    _set("tokenizer", "tokenizer_config.json", key, value)(root)
+    assert_refused(root, capsys, "tokenizer_config.json", f"'{key}'", "a file outside the model directory")
+
+
+def test_config_file_values_that_are_stale_or_inside_are_fine(demo_model_dir: Path, tmp_path: Path):
+    """A creator's absolute cache path that does not exist here, or a file of the model itself, is harmless."""
+    root = copy_model(demo_model_dir, tmp_path)
+    _set("tokenizer", "tokenizer_config.json", "tokenizer_file", "/home/creator/.cache/hf/tokenizer.json")(root)
+    _set("tokenizer", "tokenizer_config.json", "vocab_file", "../tokenizer/vocab.json")(root)
+    assert discover_model(root).component("tokenizer").class_name == "CLIPTokenizer"
+
+
 def test_symlinks_inside_the_directory_are_fine(demo_model_dir: Path, tmp_path: Path):
     root = copy_model(demo_model_dir, tmp_path)
     (root / "blobs").mkdir()
@@ -457,6 +479,7 @@ JSON_CASES = {
     "malformed shard index": ("vae/diffusion_pytorch_model.safetensors.index.json", "{", "malformed JSON"),
     "empty weight_map": ("vae/diffusion_pytorch_model.safetensors.index.json", '{"weight_map": {}}',
                          "missing or empty 'weight_map'"),
+    "deep safetensors header": ("vae/diffusion_pytorch_model.safetensors", None, "corrupt safetensors header"),
     "weight_map a list": ("vae/diffusion_pytorch_model.safetensors.index.json", '{"weight_map": [1]}',
                           "missing or empty 'weight_map'"),
 }
@@ -467,6 +490,9 @@ def test_hostile_json_is_one_line(case, demo_model_dir: Path, tmp_path: Path, ca
     rel, content, fragment = JSON_CASES[case]
     root = copy_model(demo_model_dir, tmp_path)
     path = root / rel
+    if content is None:  # a safetensors file whose header JSON is nested 100 000 deep
+        header = ('{"a": ' + _deep() + "}").encode()
+        content = struct.pack("<Q", len(header)) + header
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     assert_refused(root, capsys, rel, fragment)
 
