@@ -117,3 +117,11 @@ def test_cli_json_parse_errors():
         parse_components_json("{text_encoder: false}")
     with pytest.raises(PolicyTypeError, match="got list"):
         parse_components_json('["vae"]')
+
+
+def test_cli_json_duplicate_keys_and_deep_nesting_are_policy_errors():
+    with pytest.raises(PolicyError) as err:
+        parse_components_json('{"vae": true, "vae": false}')
+    assert str(err.value) == "--dlo-offload-components has a duplicate key 'vae'"
+    with pytest.raises(PolicyError, match="nested too deeply"):
+        parse_components_json('{"vae": ' * 100_000)
