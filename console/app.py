@@ -41,7 +41,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 
-from ..engine.engine import Engine, GenerateResult
+from ..engine.engine import Engine
 from ..engine.export import vllm_serve_command
 from ..engine.loader import LoadCancelled
 from ..engine.plan import Plan
@@ -66,7 +66,7 @@ from ..offload.events import (
 from ..offload.policy import OffloadPolicy
 from ..offload.telemetry import Source, TelemetrySampler, TelemetrySnapshot, default_sources
 from ..themes import CSS_PATH, DEFAULT_THEME, THEMES, register_themes
-from . import policy_edits
+from . import policy_edits, request_outcome
 from .bandwidth import ObservedBandwidth, measure_h2d_bandwidth
 from .commands import console_commands
 from .device_info import read_device_info
@@ -119,13 +119,6 @@ class CommandDone(Message):
         self.future = future
         self.output = output
         self.save_error = save_error
-
-
-def steps_done(result: GenerateResult) -> tuple[int, int]:
-    """(denoise steps run, steps asked for); fewer run than asked means the request was cancelled."""
-    if not result.steps:
-        return 0, 0
-    return len(result.steps), result.steps[-1].total_steps
 
 
 def theme_or_error(name: str | None) -> str:
@@ -655,12 +648,9 @@ class OmniConsoleApp(App[int]):
         save_error: str | None = None
         if not future.cancelled() and future.exception() is None:
             result = future.result()
-            image = result.image
-            done, total = steps_done(result)
-            partial = total > 0 and done < total
-            if image is not None and hasattr(image, "save") and (self.save_partial or not partial):
+            if request_outcome.should_save(result, self.save_partial):
                 try:
-                    output = save_image(image, self.out_dir, result.request_id)
+                    output = save_image(result.image, self.out_dir, result.request_id)
                 except Exception as exc:  # a full disk must not take the console down
                     output, save_error = None, f"{type(exc).__name__}: {exc}"
         self._post_from_worker(CommandDone("generate", future, output, save_error))
@@ -757,52 +747,29 @@ class OmniConsoleApp(App[int]):
         self.refresh_plan_views()
         self.say("unloaded; memory released — edit the policy and press l to load again")
 
-    def _log_line(self, event: Event) -> None:
-        """One line in the live screen's event log, now (outcomes the engine's events do not carry)."""
-        if self.live_screen is not None:
-            self.live_screen.staging.add_events([event])
-
     def _generate_done(self, message: CommandDone) -> None:
         self.generating = False
-        live = self.live_screen
         future = message.future
         exc = None if future.cancelled() else future.exception()
         if future.cancelled() or exc is not None:
-            reason = "cancelled before it started" if exc is None else f"{type(exc).__name__}: {exc}"
-            self.last_error = reason
-            where = "request" if self.request_id is None else f"request {self.request_id}"
-            self._log_line(ErrorEvent(where=where, message=f"failed: {reason}"))
-            if live is not None:
-                live.set_generation(f"request failed: {reason}")
-            self.say(f"request failed: {reason}", "error", timeout=10)
+            self.last_error = "cancelled before it started" if exc is None else f"{type(exc).__name__}: {exc}"
+            self._show_outcome(request_outcome.failed(self.request_id, self.last_error))
             return
         result = future.result()
-        done, total = steps_done(result)
-        partial = total > 0 and done < total
-        outcome = f"request {result.request_id} cancelled after {done}/{total} steps"
         if message.output is not None:
             self.last_output = message.output
-            where = f"{'partial image ' if partial else ''}saved {message.output}"
-        elif message.save_error:
-            where = f"image not saved: {message.save_error}"
-        else:
-            where = "nothing saved" if partial else "no image"
-        if partial:
-            outcome = f"{outcome}; {where}"
-            self._log_line(LogEvent(level="warning", message=outcome))
-            self.say(outcome, "warning", timeout=10)
-        elif message.output is not None:
-            self.say(f"image saved: {message.output}", timeout=10)
-        else:
-            if message.save_error:
-                self._log_line(ErrorEvent(where=f"request {result.request_id}", message=where))
-            self.say(where, "warning" if message.save_error else "information")
+        done, total = request_outcome.steps_done(result)
+        self._show_outcome(request_outcome.finished(result, message.output, message.save_error), done, total)
+
+    def _show_outcome(self, outcome: request_outcome.Outcome, done: int | None = None,
+                      total: int | None = None) -> None:
+        """Toast, request line and (for failures, cancellations, save errors) a line in the event log."""
+        live = self.live_screen
         if live is not None:
-            mean = sum(s.wall_s for s in result.steps) / done if done else 0.0
-            head = (f"request {result.request_id}: {done} steps in {fmt_seconds(result.seconds)} "
-                    f"({fmt_seconds(mean)}/step)")
-            text = f"{outcome} ({fmt_seconds(result.seconds)})" if partial else f"{head} · {where}"
-            live.set_generation(text, done, max(total, 1))
+            if outcome.log is not None:
+                live.staging.add_events([outcome.log])
+            live.set_generation(outcome.status, done, None if total is None else max(total, 1))
+        self.say(outcome.notice, outcome.severity, timeout=10)
 
     def _bandwidth_done(self, message: CommandDone) -> None:
         exc = message.future.exception()

@@ -7,15 +7,18 @@ import asyncio
 import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from app_helpers import finish, load, make_app, screen_text, until
 from PIL import Image
 
-from omni_console.console import outputs
+from omni_console.console import outputs, request_outcome
 from omni_console.console.headless import default_request
-from omni_console.engine.engine import EngineState
+from omni_console.console.widgets import format_event
+from omni_console.engine.engine import EngineState, GenerateResult
 from omni_console.engine.runner import StepClock
+from omni_console.offload.events import StepTiming
 
 PINNED_TIME = 1_700_000_000.0  # every name this test's run makes carries this second
 
@@ -172,3 +175,21 @@ async def test_a_failed_request_is_in_the_event_log_not_only_a_toast(app, tmp_pa
         assert f"ERROR request 1: failed: {reason}" in log
         await until(pilot, lambda: "ERROR request 1: failed" in screen_text(app))
     assert not (tmp_path / "out").exists()
+
+
+def test_outcome_lines_for_a_full_disk_a_cancel_and_a_success():
+    def result(done: int, total: int) -> GenerateResult:
+        steps = [StepTiming(request_id=4, step=i + 1, total_steps=total, wall_s=0.5, stall_s=0.0, h2d_bytes=0)
+                 for i in range(done)]
+        return GenerateResult(4, Image.new("RGB", (2, 2)), 2.0, steps)
+
+    full = request_outcome.finished(result(3, 3), None, "OSError: No space left on device")
+    assert (full.notice, full.severity) == ("image not saved: OSError: No space left on device", "warning")
+    assert format_event(full.log).endswith("ERROR request 4: image not saved: OSError: No space left on device")
+    cut = request_outcome.finished(result(2, 5), None, None)
+    assert cut.notice == "request 4 cancelled after 2/5 steps; nothing saved" and cut.severity == "warning"
+    assert not request_outcome.should_save(result(2, 5), save_partial=False)
+    assert request_outcome.should_save(result(2, 5), save_partial=True)
+    ok = request_outcome.finished(result(3, 3), Path("/out/x.png"), None)
+    assert ok.notice == "image saved: /out/x.png" and ok.log is None
+    assert ok.status.startswith("request 4: 3 steps in ")

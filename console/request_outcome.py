@@ -1,0 +1,75 @@
+"""What the operator is told when a request ends: toast, the live screen's request line, event-log line.
+
+Pure functions of the engine's result and of what saving did, so the app only shows them. A request
+that ran fewer denoise steps than asked was cancelled: its image is half-denoised and not a result,
+so it is not saved unless asked for (`should_save`), and every place says after how many steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from ..engine.engine import GenerateResult
+from ..engine.units import fmt_seconds
+from ..offload.events import ErrorEvent, Event, LogEvent
+
+Severity = Literal["information", "warning", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    notice: str
+    severity: Severity
+    status: str
+    """The live screen's request line."""
+    log: Event | None = None
+    """A line for the event log (failures, cancellations, save errors); None for a plain success."""
+
+
+def steps_done(result: GenerateResult) -> tuple[int, int]:
+    """(denoise steps run, steps asked for); (0, 0) when the pipeline reported no steps."""
+    if not result.steps:
+        return 0, 0
+    return len(result.steps), result.steps[-1].total_steps
+
+
+def is_partial(result: GenerateResult) -> bool:
+    """Cancelled before its last step (the image is half-denoised)."""
+    done, total = steps_done(result)
+    return total > 0 and done < total
+
+
+def should_save(result: GenerateResult, save_partial: bool) -> bool:
+    image = result.image
+    return image is not None and hasattr(image, "save") and (save_partial or not is_partial(result))
+
+
+def failed(request_id: int | None, reason: str) -> Outcome:
+    """The request raised (or never started): error toast, and the reason in the event log."""
+    where = "request" if request_id is None else f"request {request_id}"
+    return Outcome(f"request failed: {reason}", "error", f"request failed: {reason}",
+                   ErrorEvent(where=where, message=f"failed: {reason}"))
+
+
+def finished(result: GenerateResult, output: Path | None, save_error: str | None) -> Outcome:
+    """The request returned: saved (where), not saved (why), or cancelled after k/n steps."""
+    done, total = steps_done(result)
+    rid = result.request_id
+    if is_partial(result):
+        if output is not None:
+            where = f"partial image saved {output}"
+        else:
+            where = f"image not saved: {save_error}" if save_error else "nothing saved"
+        said = f"request {rid} cancelled after {done}/{total} steps; {where}"
+        return Outcome(said, "warning", f"{said} ({fmt_seconds(result.seconds)})",
+                       LogEvent(level="warning", message=said))
+    mean = sum(s.wall_s for s in result.steps) / done if done else 0.0
+    head = f"request {rid}: {done} steps in {fmt_seconds(result.seconds)} ({fmt_seconds(mean)}/step)"
+    if output is not None:
+        return Outcome(f"image saved: {output}", "information", f"{head} · saved {output}")
+    if save_error:
+        where = f"image not saved: {save_error}"
+        return Outcome(where, "warning", f"{head} · {where}", ErrorEvent(where=f"request {rid}", message=where))
+    return Outcome("no image", "information", f"{head} · no image")
