@@ -23,14 +23,15 @@ EXIT_LIMIT_S = 3.0
 ALT_SCREEN_ON, ALT_SCREEN_OFF = b"\x1b[?1049h", b"\x1b[?1049l"
 
 # The console as the CLI runs it; once mounted, the engine thread enters a "kernel" that ignores cancel
-# for two minutes, then the ready file is written.
+# for two minutes, then the ready file is written. Mode "cuda": the engine first loads the model on the
+# GPU (pinned host arena, streamed blocks), then runs long matrix products back to back.
 SCRIPT = r"""
-import os, sys, threading
+import os, sys, threading, time
 from pathlib import Path
 from omni_console.console.app import OmniConsoleApp
 from omni_console.console.cli import main
 
-ready, model = Path(sys.argv[1]), sys.argv[2]
+ready, model, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 real_mount = OmniConsoleApp.on_mount
 
 def on_mount(self):
@@ -38,11 +39,21 @@ def on_mount(self):
     entered = threading.Event()
 
     def stuck_kernel(engine):
+        if mode == "cuda":
+            import torch
+            engine.load(self.policy)
+            a = torch.randn(32768, 32768, device="cuda", dtype=torch.bfloat16)
+            torch.cuda.synchronize()
+            entered.set()
+            end = time.monotonic() + 120
+            while time.monotonic() < end:
+                a @ a
+                torch.cuda.synchronize()
         entered.set()
         threading.Event().wait(120)
 
     self.worker.call(stuck_kernel)
-    entered.wait(30)
+    assert entered.wait(120)
     self.call_after_refresh(lambda: ready.write_text(str(os.getpid())))
 
 OmniConsoleApp.on_mount = on_mount
@@ -53,13 +64,13 @@ sys.exit(main(["--model", model, "--telemetry-hz", "2"]))
 class Terminal:
     """A pseudo-terminal running the console; collects everything the app writes to it."""
 
-    def __init__(self, tmp_path: Path, model: Path) -> None:
+    def __init__(self, tmp_path: Path, model: Path, mode: str = "wait") -> None:
         self.ready = tmp_path / "ready"
         self.master, self.slave = os.openpty()
         fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
         self.cooked = termios.tcgetattr(self.slave)
         env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "140", "LINES": "40"}
-        self.proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(self.ready), str(model)],
+        self.proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(self.ready), str(model), mode],
                                      stdin=self.slave, stdout=self.slave, stderr=self.slave, env=env,
                                      cwd=tmp_path, start_new_session=True)
         self.output = bytearray()
@@ -139,3 +150,23 @@ def test_sigterm_and_sighup_quit_like_q_and_restore_the_terminal(terminal, signu
     assert code == 128 + signum, f"exit status {code}"
     assert elapsed < EXIT_LIMIT_S, f"exit took {elapsed:.2f} s after the signal"
     assert terminal.restored()
+
+
+@pytest.mark.cuda
+def test_q_while_cuda_kernels_run_on_a_loaded_model_exits_within_seconds(tmp_path, demo_model_dir):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    term = Terminal(tmp_path, demo_model_dir, mode="cuda")
+    try:
+        term.wait_ready(limit_s=300)
+        start = time.monotonic()
+        os.write(term.master, b"q")
+        code, _ = term.wait_exit(EXIT_LIMIT_S)
+        elapsed = time.monotonic() - start
+        print(f"exit {elapsed:.2f} s after q with CUDA kernels in flight")
+        assert code == 0
+        assert elapsed < EXIT_LIMIT_S, f"exit took {elapsed:.2f} s after q"
+        assert term.restored()
+    finally:
+        term.close()
