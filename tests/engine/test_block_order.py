@@ -124,6 +124,14 @@ BOUNDED_RUN = textwrap.dedent("""
     from omni_console.engine.weights import ModelDirError
 
     def peak_bytes():
+        # VmHWM is this process's own peak: ru_maxrss on Linux keeps the forking parent's peak across exec
+        try:
+            with open("/proc/self/status") as status:
+                for line in status:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return rss if sys.platform == "darwin" else rss * 1024
 
