@@ -60,6 +60,9 @@ def main() -> None:
     args = parser.parse_args()
     import diffusers
 
+    from omni_console.engine.loader import quiet_libraries
+
+    quiet_libraries()
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     report = {"cpu": cpu_model(), "avx512f": " avx512f" in flags, "torch": torch.__version__,
               "cpu_capability": torch.backends.cpu.get_cpu_capability(), "families": {}}
