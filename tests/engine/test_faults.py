@@ -85,6 +85,7 @@ def test_exception_in_a_streamed_block_hook_leaves_engine_ready_and_next_request
     engine = Engine(demo_model_dir, device=device)
     engine.load(build_policy({}, 1))
     streamer = engine.placement.streamer
+    engine.generate(REQUEST)  # the scheduler keeps its timesteps and sigmas on the device between requests
     level = _device_level(device)
     block = engine.pipe.transformer.single_transformer_blocks[1]  # mid-forward: streamed, not the first
     fired = []
