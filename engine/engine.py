@@ -25,15 +25,17 @@ from ..offload.events import (
     EventBus,
     LoadProgress,
     RequestFinished,
+    RequestPhases,
     RequestStarted,
     StepTiming,
 )
 from ..offload.policy import OffloadPolicy
+from .call_options import default_fps
 from .discovery import ModelInfo, discover_model
 from .loader import LoadCancelled, load_pipeline
 from .placement import Placement, place
 from .plan import Plan, make_plan
-from .runner import GenerateRequest, run_pipeline
+from .runner import GenerateRequest, RunOutput, run_pipeline
 
 
 class EngineState(StrEnum):
@@ -64,6 +66,19 @@ class GenerateResult:
     seconds: float
     steps: list[StepTiming] = field(default_factory=list)
     peak_allocated_bytes: int | None = None
+    frames: list[Any] = field(default_factory=list)  # every frame of the first batch item (PIL, or arrays for "np")
+    is_video: bool = False
+    fps: float | None = None  # call_options.default_fps(model): the pipeline's own frame rate, if it has one
+    latent_shape: tuple[int, ...] | None = None  # of the denoised latents the VAE decoded
+    phases: dict[str, float] = field(default_factory=dict)  # seconds: text_encoding, denoise, vae_decode
+    vae_decode_peak_bytes: int | None = None  # device allocator peak during VAE decode (CUDA), else None
+
+
+def run_peak(run: RunOutput, peak_since_last_reset: int | None) -> int | None:
+    """The request's device peak: the VAE decode meter resets the peak stats, so combine both halves."""
+    if peak_since_last_reset is None:
+        return None
+    return max(run.peak_before_decode or 0, peak_since_last_reset)
 
 
 def default_device() -> torch.device:
@@ -173,7 +188,7 @@ class Engine:
                 torch.cuda.reset_peak_memory_stats(self.device)
             start = time.perf_counter()
             try:
-                image, steps = run_pipeline(
+                run = run_pipeline(
                     self.pipe, request, bus=self.bus, request_id=request_id, device=self.device,
                     dits=[getattr(self.pipe, d.name) for d in self.model.dits],
                     streamer=self.placement.streamer if self.placement else None, cancel=cancel)
@@ -184,10 +199,19 @@ class Engine:
                 self._set_state(EngineState.READY, "request failed")
                 raise
             seconds = time.perf_counter() - start
+            peak = run_peak(run, torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None)
+            self.bus.publish(RequestPhases(request_id=request_id, frames=len(run.frames), latent_shape=run.latent_shape,
+                                           phases=dict(run.phases), vae_decode_peak_bytes=run.vae_decode_peak_bytes))
             self.bus.publish(RequestFinished(request_id=request_id, seconds=seconds, ok=True))
             self._set_state(EngineState.READY)
-            peak = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None
-            return GenerateResult(request_id, image, seconds, steps, peak)
+            return GenerateResult(request_id, run.image, seconds, run.steps, peak, frames=run.frames,
+                                  is_video=run.is_video, fps=self.fps, latent_shape=run.latent_shape,
+                                  phases=run.phases, vae_decode_peak_bytes=run.vae_decode_peak_bytes)
+
+    @property
+    def fps(self) -> float | None:
+        """The frame rate a video from this model is written at unless the operator says otherwise."""
+        return default_fps(self.model)
 
     def close(self) -> None:
         """Release everything (the console calls this on quit)."""

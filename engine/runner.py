@@ -11,40 +11,87 @@ from __future__ import annotations
 import inspect
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..offload.errors import ConfigError
 from ..offload.events import EventBus, StepTiming
 from ..offload.streamer import LayerwiseStreamer
+from .request_phases import DecodeMeter, phase_seconds, sync
+
+# Request fields the engine maps onto a pipeline's own parameter names, in the order tried.
+FRAME_PARAMETERS = ("num_frames", "video_length")
+IMAGE_PARAMETERS = ("image",)
+
+
+def pipeline_parameter(accepted: Mapping[str, Any], names: tuple[str, ...]) -> str | None:
+    """The first of `names` the pipeline's `__call__` takes (None: it takes none of them)."""
+    return next((name for name in names if name in accepted), None)
+
+
+def load_condition_image(path: Path) -> Any:
+    """The conditioning image as PIL RGB, fully read (the file is closed before the call)."""
+    from PIL import Image
+
+    with Image.open(path) as opened:
+        return opened.convert("RGB")
 
 
 @dataclass(frozen=True, slots=True)
 class GenerateRequest:
+    """One generation. Fields left None are not sent: the pipeline's own default applies."""
+
     prompt: str
     steps: int | None = None
     height: int | None = None
     width: int | None = None
     seed: int = 0
     guidance: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    frames: int | None = None  # -> the pipeline's num_frames
+    negative_prompt: str | None = None
+    max_sequence_length: int | None = None
+    image: Path | None = None  # conditioning image file, opened with PIL at request time
+    params: dict[str, Any] = field(default_factory=dict)  # --param KEY=VALUE, already typed; merged last
+    output_type: str = "pil"  # "np" for exactness tests
+    extra: dict[str, Any] = field(default_factory=dict)  # built-in defaults (demo); params win
+
+    def explicit_kwargs(self, accepted: Mapping[str, Any]) -> dict[str, Any]:
+        """The pipeline keyword for each field the request sets (values as given; the image as its path).
+
+        A field the pipeline has no parameter for keeps a default name (`num_frames`, `image`), so the
+        caller finds it among the keys the pipeline does not take."""
+        frames_key = pipeline_parameter(accepted, FRAME_PARAMETERS) or "num_frames"
+        image_key = pipeline_parameter(accepted, IMAGE_PARAMETERS) or "image"
+        pairs = (("num_inference_steps", self.steps), ("height", self.height), ("width", self.width),
+                 ("guidance_scale", self.guidance), (frames_key, self.frames),
+                 ("negative_prompt", self.negative_prompt), ("max_sequence_length", self.max_sequence_length),
+                 (image_key, self.image))
+        return {key: value for key, value in pairs if value is not None}
 
     def call_kwargs(self, pipe: Any) -> dict[str, Any]:
-        """Keyword arguments for the pipeline call (only those the pipeline accepts)."""
+        """Keyword arguments for the pipeline call.
+
+        `extra` (built-in defaults) is filtered to what the pipeline takes; every field the request sets and
+        every `params` key must be a parameter of the pipeline (`call_options.check_call` refuses the rest
+        before load; here it is a `ConfigError` rather than a silent drop)."""
         accepted = inspect.signature(pipe.__call__).parameters
-        kwargs: dict[str, Any] = {"prompt": self.prompt, "output_type": "pil",
-                                  "generator": torch.Generator("cpu").manual_seed(self.seed), **self.extra}
-        for key, value in (("num_inference_steps", self.steps), ("height", self.height), ("width", self.width),
-                           ("guidance_scale", self.guidance)):
-            if value is not None:
-                kwargs[key] = value
-        return {k: v for k, v in kwargs.items() if k in accepted}
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+        kwargs: dict[str, Any] = {key: value for key, value in self.extra.items() if key in accepted}
+        kwargs.update(prompt=self.prompt, output_type=self.output_type,
+                      generator=torch.Generator("cpu").manual_seed(self.seed))
+        explicit = {**self.explicit_kwargs(accepted), **self.params}
+        unknown = sorted(key for key in explicit if key not in accepted)
+        if unknown:
+            raise ConfigError(f"{type(pipe).__name__} takes no {', '.join(unknown)}")
+        image_key = pipeline_parameter(accepted, IMAGE_PARAMETERS)
+        if image_key is not None and isinstance(explicit.get(image_key), Path | str) and self.image is not None \
+                and image_key not in self.params:
+            explicit[image_key] = load_condition_image(Path(self.image))
+        kwargs.update(explicit)
+        return kwargs
 
 
 class StepClock:
@@ -56,17 +103,26 @@ class StepClock:
         self.device, self.streamer, self.cancel = device, streamer, cancel
         self.started: float | None = None
         self.steps: list[StepTiming] = []
+        self.first_forward: float | None = None  # perf_counter at the request's first DiT forward
+        self.last_step_end: float | None = None
+        self.latent_shape: tuple[int, ...] | None = None
 
     def on_dit_forward(self, *_: Any, **__: Any) -> None:
         if self.started is None:
-            _sync(self.device)
+            sync(self.device)
             if self.streamer is not None:
                 self.streamer.take_step_stats()  # transfers before the loop belong to no step
             self.started = time.perf_counter()
+            if self.first_forward is None:
+                self.first_forward = self.started
 
     def on_step_end(self, pipe: Any, step: int, _timestep: Any, callback_kwargs: dict[str, Any]) -> dict[str, Any]:
-        _sync(self.device)
-        wall = time.perf_counter() - (self.started or time.perf_counter())
+        sync(self.device)
+        self.last_step_end = time.perf_counter()
+        wall = self.last_step_end - (self.started or self.last_step_end)
+        latents = callback_kwargs.get("latents")
+        if isinstance(latents, torch.Tensor):
+            self.latent_shape = tuple(latents.shape)
         stats = self.streamer.take_step_stats() if self.streamer is not None else None
         timing = StepTiming(request_id=self.request_id, step=step + 1, total_steps=self.total_steps, wall_s=wall,
                             stall_s=stats.stall_s if stats else 0.0, h2d_bytes=stats.h2d_bytes if stats else 0)
@@ -85,25 +141,57 @@ def total_steps_of(pipe: Any, request: GenerateRequest) -> int:
     return int(default.default) if default is not None and isinstance(default.default, int) else 0
 
 
+@dataclass(frozen=True, slots=True)
+class RunOutput:
+    """What one pipeline call produced and where its time went."""
+
+    frames: list[Any]  # every frame of the first batch item (PIL images, or arrays for output_type="np")
+    is_video: bool  # the pipeline returned `frames` (a video), not `images`
+    steps: list[StepTiming]
+    latent_shape: tuple[int, ...] | None
+    phases: dict[str, float]
+    vae_decode_peak_bytes: int | None
+    peak_before_decode: int | None  # device peak reached before the decode reset (CUDA), for the request peak
+
+    @property
+    def image(self) -> Any:
+        return self.frames[0] if self.frames else None
+
+
+def first_item_frames(output: Any) -> tuple[list[Any], bool]:
+    """(frames of the first batch item, is_video): video pipelines return `frames` [batch][frame],
+    image pipelines `images` [batch]."""
+    frames = getattr(output, "frames", None)
+    if frames is not None:
+        return (list(frames[0]) if len(frames) else []), True
+    images = getattr(output, "images", None)
+    if images is None and isinstance(output, tuple | list) and output:
+        images = output[0]
+    return ([images[0]] if images is not None and len(images) else []), False
+
+
 def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_id: int, device: torch.device,
                  dits: list[torch.nn.Module], streamer: LayerwiseStreamer | None,
-                 cancel: threading.Event | None = None) -> tuple[Any, list[StepTiming]]:
-    """Call the pipeline once; returns (first output image, step timings)."""
+                 cancel: threading.Event | None = None) -> RunOutput:
+    """Call the pipeline once; returns every frame of the first batch item, step timings and phases."""
     clock = StepClock(bus, request_id, total_steps_of(pipe, request), device, streamer, cancel)
     kwargs = request.call_kwargs(pipe)
     if "callback_on_step_end" in inspect.signature(pipe.__call__).parameters:
         kwargs["callback_on_step_end"] = clock.on_step_end
+    decode = DecodeMeter(device)
+    undo_decode = decode.install(getattr(pipe, "vae", None))
     handles = [dit.register_forward_pre_hook(clock.on_dit_forward) for dit in dits]
     try:
+        sync(device)
+        call_start = time.perf_counter()
         output = pipe(**kwargs)  # diffusers runs it under no_grad, exactly as the plain pipeline does
-        _sync(device)
+        sync(device)
     finally:
         for handle in handles:
             handle.remove()
-    images = getattr(output, "images", None)
-    if images is None:
-        images = getattr(output, "frames", None)
-    image = images[0] if images is not None and len(images) else None
-    if isinstance(image, list):  # video pipelines return frames per batch item
-        image = image[0]
-    return image, clock.steps
+        undo_decode()
+    frames, is_video = first_item_frames(output)
+    return RunOutput(frames=frames, is_video=is_video, steps=clock.steps,
+                     latent_shape=decode.latent_shape or clock.latent_shape,
+                     phases=phase_seconds(call_start, clock.first_forward, clock.last_step_end, decode),
+                     vae_decode_peak_bytes=decode.peak_bytes, peak_before_decode=decode.peak_before_decode)

@@ -122,6 +122,23 @@ class RequestFinished(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RequestPhases(Event):
+    """Where a finished request's time went, published once after it ends.
+
+    `phases` holds seconds per measured phase: "text_encoding" (call start to the first DiT forward),
+    "denoise" (first DiT forward to the last step end), "vae_decode" (the VAE's decode calls); a phase
+    that did not run is absent. `latent_shape` is the shape of the latents the VAE decoded (else of the
+    step-end latents); `vae_decode_peak_bytes` the device allocator's peak during decode (CUDA only).
+    """
+
+    request_id: int
+    frames: int
+    latent_shape: tuple[int, ...] | None
+    phases: dict[str, float]
+    vae_decode_peak_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TelemetryEvent(Event):
     """A telemetry snapshot (an `offload.telemetry.TelemetrySnapshot`)."""
 
