@@ -251,6 +251,41 @@ def _check_image(path: Path, label: str) -> None:
         raise ConfigError(f"{label} {path}: cannot be read as an image ({str(exc).splitlines()[0][:80]})") from None
 
 
+# ------------------------------------------------------------------------------------------ text length
+def _dit_config(model: ModelInfo) -> dict[str, Any]:
+    dits = model.dits
+    path = dits[0].folder / "config.json" if dits else None
+    return load_json(path) if path is not None and path.is_file() else {}
+
+
+def fixed_text_length(model: ModelInfo) -> int | None:
+    """The text length a pipeline's DiT takes exactly, where it has one (None: any).
+
+    CogVideoX models with absolute position embeddings (sin-cos, or learned) add one embedding table over
+    text + video tokens, sized by the transformer's `max_text_seq_length`: a prompt encoded to any other
+    length fails in the first DiT forward ("The size of tensor a (274) must match the size of tensor b")."""
+    if not model.pipeline_class.startswith("CogVideoX"):
+        return None
+    config = _dit_config(model)
+    if config.get("use_rotary_positional_embeddings") and not config.get("use_learned_positional_embeddings"):
+        return None
+    return _int(config.get("max_text_seq_length"), 226)
+
+
+def _check_text_length(model: ModelInfo, request: GenerateRequest, label: str,
+                       signature: Mapping[str, inspect.Parameter]) -> None:
+    required = fixed_text_length(model)
+    parameter = signature.get("max_sequence_length")
+    if required is None or parameter is None:
+        return
+    asked = request.max_sequence_length
+    effective = asked if asked is not None else parameter.default
+    if effective != required:
+        given = f"{label} {asked}" if asked is not None else f"{label}: the pipeline's default {effective}"
+        raise ConfigError(f"{given} does not fit: {model.pipeline_class}'s transformer takes text of exactly "
+                          f"{required} tokens (max_text_seq_length); pass {label} {required}")
+
+
 # ------------------------------------------------------------------------------------------ check_call
 def _requested_options(request: GenerateRequest) -> dict[str, Any]:
     return {option: value for option in OPTION_PARAMETERS if (value := getattr(request, option)) is not None}
@@ -271,6 +306,7 @@ def check_call(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, 
         elif option == "image":
             _check_image(Path(value), names["image"])
     _check_params(model, request.params, names["param"], signature, names)
+    _check_text_length(model, request, names["max_sequence_length"], signature)
 
 
 # ------------------------------------------------------------------------------------------ fps

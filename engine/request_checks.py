@@ -6,12 +6,14 @@ The rule each pipeline applies is derived here from the model's configs, the way
 derives it in its constructor and `check_inputs`:
 
 - VAE spatial factor: `scale_factor_spatial` or `spatial_compression_ratio` where the VAE config
-  has one (Wan, LTX-style VAEs), else `2 ** (len(block_out_channels) - 1)` (AutoencoderKL);
-  a pipeline without a VAE uses 8, as the pipelines do.
+  has one (Wan, HunyuanVideo), else `patch_size * 2 ** sum(spatio_temporal_scaling)` for the LTX
+  video VAE (as its constructor computes it), else `2 ** (len(block_out_channels) - 1)`
+  (AutoencoderKL, CogVideoX); a pipeline without a VAE uses 8, as the pipelines do.
 - times each DiT's spatial patch size (`patch_size`: an int, or a list whose last two items are
   the height and width patch);
 - Flux-style pipelines pack latents into 2x2 patches: ×2 (`vae_scale_factor * 2`);
-- pipelines with a fixed divisor in `check_inputs` (PixArt: 8, Wan: 16) need that too;
+- pipelines with a fixed divisor in `check_inputs` (PixArt: 8, Wan: 16, LTX-Video: 32, CogVideoX: 8,
+  HunyuanVideo: 16, Mochi: 8) need that too;
 - a DiT with learned position embeddings cropped to `pos_embed_max_size` (SD3) caps the size.
 """
 
@@ -33,7 +35,7 @@ NO_VAE_FACTOR = 8  # what the pipelines assume when they have no VAE
 # Pipelines whose check is `height % (vae_scale_factor * 2)`: latents packed into 2x2 patches.
 PACKED_2X2_PREFIXES = ("Flux", "Chroma", "QwenImage")
 # Pipelines whose `check_inputs` divides by a fixed number, whatever the configs say.
-FIXED_DIVISORS = (("PixArt", 8), ("Wan", 16))
+FIXED_DIVISORS = (("PixArt", 8), ("Wan", 16), ("LTX", 32), ("CogVideoX", 8), ("HunyuanVideo", 16), ("Mochi", 8))
 # PixArt's resolution binning (on by default) knows these transformer sample sizes only.
 PIXART_BINNED_SAMPLE_SIZES = (32, 64, 128, 256)
 
@@ -69,6 +71,9 @@ def vae_spatial_factor(model: ModelInfo) -> int | None:
     for key in ("scale_factor_spatial", "spatial_compression_ratio"):
         if (factor := _positive_int(config.get(key))) is not None:
             return factor
+    scaling = config.get("spatio_temporal_scaling")  # the LTX video VAE: patches, then 2x per scaling block
+    if isinstance(scaling, list) and (patch := _positive_int(config.get("patch_size"))) is not None:
+        return patch * 2 ** sum(bool(s) for s in scaling)
     for key in ("block_out_channels", "encoder_block_out_channels"):
         channels = config.get(key)
         if isinstance(channels, list) and channels:

@@ -61,6 +61,30 @@ def wan_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_wan(tmp_path_factory.mktemp("models") / "wan", seed=0)
 
 
+@pytest.fixture(scope="session")
+def ltx_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny LTXPipeline (T5, 3 video DiT blocks, LTX video VAE with 8x temporal compression)."""
+    from omni_console.engine.tiny_families import build_tiny_ltx
+
+    return build_tiny_ltx(tmp_path_factory.mktemp("models") / "ltx", seed=0)
+
+
+@pytest.fixture(scope="session")
+def ltx_i2v_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny LTXImageToVideoPipeline (image-to-video: the LTX parts, the first frame from an image)."""
+    from omni_console.engine.tiny_families import build_tiny_ltx_i2v
+
+    return build_tiny_ltx_i2v(tmp_path_factory.mktemp("models") / "ltx-i2v", seed=0)
+
+
+@pytest.fixture(scope="session")
+def cogvideox_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny CogVideoXPipeline (T5, 3 DiT blocks; its transformer takes text of exactly 16 tokens)."""
+    from omni_console.engine.tiny_families import build_tiny_cogvideox
+
+    return build_tiny_cogvideox(tmp_path_factory.mktemp("models") / "cogvideox", seed=0)
+
+
 @pytest.fixture
 def wan_loadable(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let ``WanPipeline.from_pretrained`` load float32 weights when ``accelerate`` is not installed.
