@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     _policy_flags(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON (schema omni-console.plan/1)")
 
-    run = sub.add_parser("run", help="load, generate one image and report, without the UI")
+    run = sub.add_parser("run", help="load, generate one image or video and report, without the UI")
     _policy_flags(run)
     run.add_argument("--headless", action="store_true", help="accepted for compatibility: run is always headless")
     run.add_argument("--prompt", default="a lighthouse on a cliff at dusk")
@@ -68,8 +68,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--width", type=int, default=None)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--guidance", type=float, default=None)
+    run.add_argument("--frames", type=int, default=None, metavar="N",
+                     help="number of frames of a video pipeline (default: the pipeline's)")
+    run.add_argument("--max-sequence-length", type=int, default=None, metavar="N",
+                     help="text tokens the pipeline encodes the prompt to (default: the pipeline's)")
+    run.add_argument("--negative-prompt", default=None, metavar="TEXT")
+    run.add_argument("--image", type=Path, default=None, metavar="PATH",
+                     help="conditioning image (image-to-video, image editing pipelines)")
+    run.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                     help="any other parameter of the pipeline's call, VALUE as JSON if it parses (repeatable)")
+    run.add_argument("--fps", type=float, default=None,
+                     help="frame rate of a video output (default: the pipeline's, else 16)")
     run.add_argument("--output", type=Path, default=Path("out.png"),
-                     help="image file to write (suffix picks the format; default out.png)")
+                     help="file to write; the suffix picks the format: .png/.jpg/… (several frames: NAME-0001.png, "
+                          "…), .gif/.webp (animated), .mp4 (video) (default out.png)")
     run.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     run.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: cuda if available)")
     run.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -1,8 +1,9 @@
-"""`omni-console run`: check every flag, load, generate, write the image, print what happened.
+"""`omni-console run`: check every flag, load, generate, write the image or video, print what happened.
 
-Order matters to the operator: flags that need no model (policy, rate, device, output path) are
-checked first, then the model is discovered (configs and safetensors headers only) and the request
-is checked against it — all before a single weight loads. Load and generation run on a worker
+Order matters to the operator: flags that need no model (policy, rate, device, output path, --param
+syntax, --fps) are checked first, then the model is discovered (configs and safetensors headers only)
+and the request is checked against it (sizes, the pipeline's call signature, the output's suffix and
+every file it would write) — all before a single weight loads. Load and generation run on a worker
 thread under an `InterruptGuard`, so Ctrl+C always ends the same way (one line, exit 130).
 """
 
@@ -11,8 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,22 +23,30 @@ from rich.table import Table
 
 from ..engine.device_choice import parse_device
 from ..engine.engine import Engine
-from ..engine.outputs import OutputTarget, check_output, write_image
-from ..engine.request_checks import check_request
+from ..engine.outputs import DEFAULT_FPS, check_output_place, write_notes, write_result
 from ..engine.runner import GenerateRequest
 from ..engine.units import fmt_bytes, fmt_rate, fmt_seconds
 from ..offload.errors import ConfigError
-from ..offload.events import EngineStateChanged, ErrorEvent, LoadProgress, OomRetry, StepTiming, Subscription
+from ..offload.events import (
+    EngineStateChanged,
+    ErrorEvent,
+    LoadProgress,
+    OomRetry,
+    RequestPhases,
+    StepTiming,
+    Subscription,
+)
 from ..offload.policy import OffloadPolicy
 from ..offload.telemetry import TelemetrySampler, default_sources, describe_snapshot, validate_hz
 from .interrupts import Interrupted, InterruptGuard
+from .run_request import REQUEST_FLAGS, CheckedRun, OptionFlags, checked_request, parse_option_flags
 from .run_totals import RunTotals, summarize, telemetry_peaks
 
-__all__ = ["run_headless", "default_request", "summarize", "telemetry_peaks", "check_run_flags", "RunFlags"]
+__all__ = ["run_headless", "default_request", "summarize", "telemetry_peaks", "check_run_flags", "RunFlags",
+           "REQUEST_FLAGS"]
 
-REQUEST_FLAGS = {"steps": "--steps", "height": "--height", "width": "--width", "seed": "--seed",
-                 "guidance": "--guidance"}
 EXIT_FAILED = 1
+PHASE_LABELS = {"text_encoding": "text encoding", "denoise": "denoise", "vae_decode": "VAE decode"}
 
 
 class _Progress(threading.Thread):
@@ -75,12 +85,23 @@ def progress_line(event: object) -> tuple[str, str] | None:
                 f"(stall {fmt_seconds(event.stall_s)})"), "dim"
     if isinstance(event, LoadProgress) and event.done_bytes == event.total_bytes and event.total_bytes:
         return f"load {event.component} {fmt_bytes(event.total_bytes)} ({event.phase})", "dim"
+    if isinstance(event, RequestPhases):
+        return f"request {event.request_id}: {describe_phases(event.frames, event.latent_shape, event.phases)}", "dim"
     if isinstance(event, ErrorEvent):
         return f"{event.where} failed: {_one_line(event.message)}", "red"
     if isinstance(event, OomRetry):
         return (f"out of device memory loading {event.component} ({fmt_bytes(event.nbytes)}): "
                 f"allocator cache released, retrying once"), "red"
     return None
+
+
+def describe_phases(frames: int, latent_shape: Sequence[int] | None, phases: dict[str, float]) -> str:
+    """`5 frames, latents 1x16x2x4x4; text encoding 0.12 s, denoise 0.80 s, VAE decode 0.31 s`."""
+    what = f"{frames} frame{'s' if frames != 1 else ''}"
+    if latent_shape:
+        what += f", latents {'x'.join(map(str, latent_shape))}"
+    times = ", ".join(f"{PHASE_LABELS.get(k, k)} {fmt_seconds(v)}" for k, v in phases.items())
+    return f"{what}; {times}" if times else what
 
 
 def _one_line(text: str) -> str:
@@ -95,7 +116,7 @@ class RunFlags:
     policy: OffloadPolicy
     telemetry_hz: float
     device: torch.device | None
-    output: OutputTarget
+    options: OptionFlags  # --param values and --fps
 
 
 def check_run_flags(args: argparse.Namespace) -> RunFlags:
@@ -108,8 +129,9 @@ def check_run_flags(args: argparse.Namespace) -> RunFlags:
     except ValueError as exc:
         raise ConfigError(f"--telemetry-hz: {exc}") from None
     device = parse_device(args.device)
-    output = check_output(args.output, overwrite=args.overwrite)
-    return RunFlags(policy, hz, device, output)
+    options = parse_option_flags(args)
+    check_output_place(args.output)  # which files it writes depends on the model: checked after discovery
+    return RunFlags(policy, hz, device, options)
 
 
 def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) -> int:
@@ -125,16 +147,18 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
     try:
         plan = engine.make_plan(flags.policy)  # policy against the model, before anything is allocated
         request = default_request(engine, prompt=args.prompt, steps=args.steps, height=args.height,
-                                  width=args.width, seed=args.seed, guidance=args.guidance)
-        check_request(engine.model, request, REQUEST_FLAGS)
+                                  width=args.width, seed=args.seed, guidance=args.guidance, frames=args.frames,
+                                  negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,
+                                  image=args.image, params=flags.options.params)
+        run = checked_request(engine.model, request, flags.options, args.output, overwrite=args.overwrite)
         guard.check()
-        return _load_generate_report(args, flags, engine, plan, request, guard)
+        return _load_generate_report(args, flags, engine, plan, run, guard)
     finally:
         engine.close()
 
 
 def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Engine, plan: Any,
-                          request: GenerateRequest, guard: InterruptGuard) -> int:
+                          run: CheckedRun, guard: InterruptGuard) -> int:
     err = Console(stderr=True)
     progress = _Progress(engine.bus.subscribe(), err, quiet=args.json, muted=lambda: guard.interrupted)
     sampler = TelemetrySampler(*default_sources(engine.device), bus=engine.bus, hz=flags.telemetry_hz)
@@ -144,7 +168,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
     try:
         load = guard.run(engine.load, flags.policy, guard.cancel)
         stage = "generation"
-        result = guard.run(engine.generate, request, guard.cancel)
+        result = guard.run(engine.generate, run.request, guard.cancel)
         final = sampler.sample_now(publish=True)
     except (ConfigError, Interrupted):
         raise
@@ -156,16 +180,23 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         sampler.close()
         progress.stop.set()
         progress.join()
-    engine.close()  # the image is in host memory: release the device before writing and reporting
+    engine.close()  # the frames are in host memory: release the device before writing and reporting
     guard.check()
-    output = None
-    if result.image is not None and hasattr(result.image, "save"):
+    frames = list(result.frames) or ([result.image] if result.image is not None else [])
+    video = run.video or result.is_video
+    fps, fps_source = _frame_rate(flags.options.fps, result.fps) if video else (None, None)
+    files: list[Path] = []
+    notes: list[str] = []
+    if frames:
         try:
-            write_image(result.image, flags.output)
+            notes = write_notes(frames, run.output, fps=fps)
+            files = write_result(frames, run.output, fps=fps)
         except OSError as exc:
-            _fail(err, f"cannot write {flags.output.path}: {exc.strerror or exc}")
+            _fail(err, f"cannot write {exc.filename or run.output.path}: {exc.strerror or exc}")
             return EXIT_FAILED
-        output = str(flags.output.path)
+        except ValueError as exc:  # frames the writers cannot take (mixed sizes, not RGB)
+            _fail(err, f"cannot write {run.output.path}: {_one_line(str(exc))}")
+            return EXIT_FAILED
     totals = progress.totals
     report = {
         "model": str(engine.model.path), "device": str(engine.device),
@@ -177,7 +208,16 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         "request_seconds": result.seconds, "peak_allocated_bytes": result.peak_allocated_bytes,
         "steps": [{"step": s.step, "wall_s": s.wall_s, "stall_s": s.stall_s, "h2d_bytes": s.h2d_bytes}
                   for s in result.steps],
-        "output": output,
+        "output": str(run.output.path) if files else None,
+        "files": [str(f) for f in files],
+        "frames": len(frames),
+        "is_video": video,
+        "fps": DEFAULT_FPS if video and fps is None else fps,
+        "fps_source": fps_source,
+        "latent_shape": list(result.latent_shape) if result.latent_shape is not None else None,
+        "phases": dict(result.phases),
+        "vae_decode_peak_bytes": result.vae_decode_peak_bytes,
+        "notes": notes,
         **totals.summary(),
         "events_dropped": progress.sub.dropped,
         "telemetry": {**totals.telemetry_peaks(), "final": describe_snapshot(final)},
@@ -193,9 +233,22 @@ def _fail(err: Console, line: str) -> None:
     err.print(f"omni-console: {line}", markup=False, highlight=False, soft_wrap=True)
 
 
+def _frame_rate(flag: float | None, pipeline: float | None) -> tuple[float | None, str]:
+    """(rate to write at, where it came from); None: neither says, the writers' DEFAULT_FPS applies."""
+    if flag is not None:
+        return flag, "--fps"
+    if pipeline is not None:
+        return pipeline, "pipeline"
+    return None, "default"
+
+
 def default_request(engine: Engine, *, prompt: str, steps: int | None = None, height: int | None = None,
-                    width: int | None = None, seed: int = 0, guidance: float | None = None) -> GenerateRequest:
-    """A request; for the demo model, unset fields take the demo's working defaults (64 px, 2 steps)."""
+                    width: int | None = None, seed: int = 0, guidance: float | None = None,
+                    frames: int | None = None, negative_prompt: str | None = None,
+                    max_sequence_length: int | None = None, image: Path | None = None,
+                    params: dict[str, Any] | None = None) -> GenerateRequest:
+    """A request; for the demo model, unset fields take the demo's working defaults (64 px, 2 steps).
+    Fields left None are not sent: the pipeline's own default applies."""
     from ..engine.demo_model import DEMO_GENERATION, is_complete
 
     extra: dict[str, Any] = {}
@@ -207,7 +260,8 @@ def default_request(engine: Engine, *, prompt: str, steps: int | None = None, he
         guidance = guidance if guidance is not None else float(d["guidance_scale"])
         extra["max_sequence_length"] = d["max_sequence_length"]
     return GenerateRequest(prompt=prompt, steps=steps, height=height, width=width, seed=seed, guidance=guidance,
-                           extra=extra)
+                           frames=frames, negative_prompt=negative_prompt, max_sequence_length=max_sequence_length,
+                           image=image, params=dict(params or {}), extra=extra)
 
 
 def _print_report(r: dict[str, Any], console: Console) -> None:
@@ -217,6 +271,14 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
     table.add_row("load time", fmt_seconds(r["load_seconds"]))
     table.add_row("pinned host memory", fmt_bytes(r["pinned_bytes"]))
     table.add_row("request time", fmt_seconds(r["request_seconds"]))
+    for key, seconds in r["phases"].items():
+        table.add_row(f"  {PHASE_LABELS.get(key, key)}", fmt_seconds(seconds))
+    if "vae_decode" in r["phases"]:
+        table.add_row("  VAE decode peak (torch)", fmt_bytes(r["vae_decode_peak_bytes"]))
+    latents = f" (latents {'x'.join(map(str, r['latent_shape']))})" if r["latent_shape"] else ""
+    table.add_row("frames", f"{r['frames']}{latents}")
+    if r["is_video"]:
+        table.add_row("frame rate", f"{r['fps']:g} fps ({r['fps_source']})")
     for s in r["steps"]:
         table.add_row(f"step {s['step']}", f"{fmt_seconds(s['wall_s'])} (stall {fmt_seconds(s['stall_s'])}, "
                                            f"H2D {fmt_bytes(s['h2d_bytes'])})")
@@ -233,6 +295,15 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
     table.add_row("peak RSS / pinned (host)", f"{fmt_bytes(t['host_rss_peak'])} / {fmt_bytes(t['pinned_peak'])}")
     if r["events_dropped"]:
         table.add_row("events dropped (totals are partial)", str(r["events_dropped"]))
-    table.add_row("image", r["output"] or "—")
     console.print(table)
     console.print("\n".join(t["final"]), markup=False, highlight=False)
+    # after the table, unwrapped: paths an operator copies
+    console.print(f"wrote {_files_line(r['files'])}", markup=False, highlight=False, soft_wrap=True)
+    for note in r["notes"]:
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _files_line(files: list[str]) -> str:
+    if len(files) <= 2:
+        return ", ".join(files) or "nothing"
+    return f"{len(files)} files: {files[0]} … {files[-1]}"

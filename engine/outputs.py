@@ -151,7 +151,7 @@ def _kind_of(shown: str, suffix: str, video: bool | None) -> tuple[str, Kind]:
             what = f"no video or image writer for {suffix!r}" if suffix else "no file suffix to choose a format"
             raise ConfigError(f"{shown}: {what} (use {', '.join(VIDEO_SUGGESTED_SUFFIXES)}, …)")
         what = f"no image writer for {suffix!r}" if suffix else "no file suffix to choose an image format"
-        videos = "" if video is False else "; .mp4 for a video model"
+        videos = "" if video is False else f"; a video: {', '.join(VIDEO_SUGGESTED_SUFFIXES)}"
         raise ConfigError(f"{shown}: {what} (use {', '.join(SUGGESTED_SUFFIXES)}, …{videos})")
     if image_format in ANIMATED_FORMATS and _animation_writer(image_format):
         return image_format, "animation"

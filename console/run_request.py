@@ -1,0 +1,103 @@
+"""`run`'s request flags → a checked `GenerateRequest` and output target, before anything loads.
+
+Two stages, because some checks need the model and some do not: `parse_option_flags` reads what the
+flags alone decide (`--param KEY=VALUE` syntax, `--fps`), before the model is even looked for;
+`checked_request` then checks the request against the discovered pipeline (sizes, its call signature,
+whether it makes videos) and the output against what the result will be (suffix for a video or an
+image, every file a numbered sequence would write), still before any weight loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..engine.call_options import call_signature, check_call, option_parameter
+from ..engine.discovery import ModelInfo
+from ..engine.outputs import OutputTarget, check_output
+from ..engine.request_checks import check_request
+from ..engine.runner import GenerateRequest
+from ..offload.errors import ConfigError
+
+REQUEST_FLAGS = {"steps": "--steps", "height": "--height", "width": "--width", "seed": "--seed",
+                 "guidance": "--guidance"}
+CALL_FLAGS = {**REQUEST_FLAGS, "frames": "--frames", "negative_prompt": "--negative-prompt",
+              "max_sequence_length": "--max-sequence-length", "image": "--image", "param": "--param"}
+
+
+@dataclass(frozen=True, slots=True)
+class OptionFlags:
+    """The request flags that need no model, parsed and checked."""
+
+    params: dict[str, Any]
+    fps: float | None
+
+
+def parse_params(texts: Sequence[str]) -> dict[str, Any]:
+    """`--param KEY=VALUE` flags → {key: typed value}; a key given twice is refused (which one would win?)."""
+    from ..engine.call_options import parse_param
+
+    params: dict[str, Any] = {}
+    for text in texts:
+        try:
+            key, value = parse_param(text)
+        except ConfigError as exc:
+            raise ConfigError(f"--param {exc}") from None
+        if key in params:
+            raise ConfigError(f"--param {key}: given twice")
+        params[key] = value
+    return params
+
+
+def check_fps(fps: float | None) -> float | None:
+    if fps is not None and not (math.isfinite(fps) and fps > 0):
+        raise ConfigError(f"--fps {fps}: must be a positive finite number of frames per second")
+    return fps
+
+
+def parse_option_flags(args: argparse.Namespace) -> OptionFlags:
+    return OptionFlags(parse_params(args.param or ()), check_fps(args.fps))
+
+
+def frames_parameter(model: ModelInfo) -> str | None:
+    """The pipeline's frame-count parameter (`num_frames`, …); None for a still-image pipeline."""
+    return option_parameter(call_signature(model.pipeline_class), "frames")
+
+
+def makes_video(model: ModelInfo) -> bool:
+    return frames_parameter(model) is not None
+
+
+def expected_frames(model: ModelInfo, request: GenerateRequest) -> int | None:
+    """How many frames the result will have, known before load: the request's, else the pipeline's own
+    default (None: the pipeline computes it at call time)."""
+    key = frames_parameter(model)
+    if key is None:
+        return 1
+    if request.frames is not None:
+        return request.frames
+    value = request.extra.get(key, call_signature(model.pipeline_class)[key].default)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedRun:
+    request: GenerateRequest
+    output: OutputTarget
+    video: bool
+
+
+def checked_request(model: ModelInfo, request: GenerateRequest, options: OptionFlags, output: Path, *,
+                    overwrite: bool) -> CheckedRun:
+    """Refuse (ConfigError, one line naming the flag) what this pipeline cannot run or the output cannot hold."""
+    check_request(model, request, REQUEST_FLAGS)
+    check_call(model, request, CALL_FLAGS)
+    video = makes_video(model)
+    if options.fps is not None and not video:
+        raise ConfigError(f"--fps: {model.pipeline_class} makes still images (no frame rate)")
+    target = check_output(output, overwrite=overwrite, video=video, frames=expected_frames(model, request))
+    return CheckedRun(request, target, video)
