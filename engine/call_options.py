@@ -242,7 +242,7 @@ def _check_image(path: Path, label: str) -> None:
         if not path.is_file():
             raise ConfigError(f"{label} {path}: no such file" if not path.exists() else f"{label} {path}: not a file")
         with Image.open(path) as image:
-            image.verify()
+            image.load()  # the whole file: a truncated one fails here, not after the model has loaded
     except ConfigError:
         raise
     except (UnidentifiedImageError, Image.DecompressionBombError) as exc:
@@ -292,9 +292,13 @@ def _requested_options(request: GenerateRequest) -> dict[str, Any]:
 
 
 def check_call(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, str] | None = None) -> None:
-    """Refuse, with one line naming the option (`labels` maps field -> what the user typed, e.g. "--frames"),
-    what the pipeline's call would not take, before anything loads."""
+    """Refuse, with one line naming the option (`labels` maps field -> what the user typed, e.g. "--frames";
+    "param" or "params" for the `--param` values), what the pipeline's call would not take, before anything
+    loads: an option it has no parameter for, a bad frame count, an unreadable image, an unknown or ill-typed
+    parameter, a text length its transformer cannot take."""
     names = {**OPTION_LABELS, **(labels or {})}
+    if labels and "param" not in labels and "params" in labels:  # the request's field is `params`
+        names["param"] = labels["params"]
     signature = call_signature(model.pipeline_class)
     for option, value in _requested_options(request).items():
         if option_parameter(signature, option) is None:

@@ -79,17 +79,16 @@ class GenerateRequest:
         every `params` key must be a parameter of the pipeline (`call_options.check_call` refuses the rest
         before load; here it is a `ConfigError` rather than a silent drop)."""
         accepted = inspect.signature(pipe.__call__).parameters
-        kwargs: dict[str, Any] = {key: value for key, value in self.extra.items() if key in accepted}
-        kwargs.update(prompt=self.prompt, output_type=self.output_type,
-                      generator=torch.Generator("cpu").manual_seed(self.seed))
         explicit = {**self.explicit_kwargs(accepted), **self.params}
         unknown = sorted(key for key in explicit if key not in accepted)
         if unknown:
             raise ConfigError(f"{type(pipe).__name__} takes no {', '.join(unknown)}")
-        image_key = pipeline_parameter(accepted, IMAGE_PARAMETERS)
-        if image_key is not None and isinstance(explicit.get(image_key), Path | str) and self.image is not None \
+        if self.image is not None and (image_key := pipeline_parameter(accepted, IMAGE_PARAMETERS)) is not None \
                 and image_key not in self.params:
             explicit[image_key] = load_condition_image(Path(self.image))
+        kwargs: dict[str, Any] = {key: value for key, value in self.extra.items() if key in accepted}
+        kwargs.update(prompt=self.prompt, output_type=self.output_type,
+                      generator=torch.Generator("cpu").manual_seed(self.seed))
         kwargs.update(explicit)
         return kwargs
 
