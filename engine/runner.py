@@ -1,9 +1,13 @@
-"""Run one generation on a placed pipeline, timing every denoise step.
+"""Run one generation on a placed pipeline, timing every denoise step and the request's phases.
 
 A step is timed from the first DiT forward of that step (a forward pre-hook) to the pipeline's
 `callback_on_step_end`, with the device synchronized at both ends so the wall time is the
 device's, not the host's enqueue time. The streamer's exposed stall and H2D bytes are taken at
 the same boundary. Cancellation sets the pipeline's interrupt flag at the next step end.
+
+The request maps onto the pipeline's own parameter names (`frames` -> `num_frames`, the image file
+-> a PIL image, ...); the result keeps every frame of the first batch item, and where the time went
+(`request_phases`: text encoding, denoise, VAE decode).
 """
 
 from __future__ import annotations

@@ -186,3 +186,87 @@ def test_new_tiny_families_are_deterministic_safetensors_dirs(tmp_path: Path, bu
     assert {c.name: c.role for c in model.components if c.has_weights} == {
         "text_encoder": "encoder", "transformer": "dit", "vae": "vae"}
     assert model.num_dit_blocks == 3
+
+
+# ----------------------------------------------------------------------------------------- the decode meter
+class FakeAllocator:
+    """torch.cuda's peak counter, driven by hand: `allocate` raises the peak since the last reset."""
+
+    def __init__(self) -> None:
+        self.now = self.peak = 0
+        self.syncs = 0
+
+    def allocate(self, nbytes: int) -> None:
+        self.now += nbytes
+        self.peak = max(self.peak, self.now)
+
+    def free(self, nbytes: int) -> None:
+        self.now -= nbytes
+
+    def reset(self, _device=None) -> None:
+        self.peak = self.now
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda _device=None: self.peak)
+        monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", self.reset)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda _device=None: setattr(self, "syncs", self.syncs + 1))
+
+
+@pytest.mark.parametrize("decode_bytes,request_peak", [(20, 100), (300, 640)])
+def test_decode_peak_is_its_own_and_the_request_peak_is_kept(monkeypatch, decode_bytes, request_peak):
+    """On CUDA the meter resets the peak counter for decode; the request's peak before it must survive."""
+    from omni_console.engine.engine import run_peak
+    from omni_console.engine.request_phases import DecodeMeter
+    from omni_console.engine.runner import RunOutput
+
+    allocator = FakeAllocator()
+    allocator.install(monkeypatch)
+    meter = DecodeMeter(torch.device("cuda"))
+
+    class Vae:
+        def decode(self, latents, return_dict=False):
+            allocator.allocate(decode_bytes)
+            if latents.shape[2] > 1:
+                self.decode(latents[:, :, :1])  # a nested call (tiling, framewise decoding) is part of this one
+            allocator.free(decode_bytes)
+            return latents
+
+    vae = Vae()
+    undo = meter.install(vae)
+    allocator.allocate(100)  # denoise: the request's peak so far
+    allocator.free(60)
+    vae.decode(torch.zeros(1, 4, 3, 2, 2))
+    undo()
+    assert "decode" not in vars(vae)  # the wrapper is gone after the request
+    assert meter.calls == 1 and meter.latent_shape == (1, 4, 3, 2, 2) and meter.seconds > 0
+    assert meter.peak_before_decode == 100
+    assert meter.peak_bytes == 40 + 2 * decode_bytes  # the nested call's bytes on top of the outer one's
+    assert allocator.syncs == 2  # before and after the outermost call: device time, not enqueue time
+    run = RunOutput(frames=[], is_video=True, steps=[], latent_shape=None, phases={}, vae_decode_peak_bytes=None,
+                    peak_before_decode=meter.peak_before_decode)
+    assert run_peak(run, allocator.peak) == request_peak
+
+
+def test_the_meter_sits_outside_a_staged_vae_and_is_removed_after_a_failure():
+    from omni_console.engine.request_phases import DecodeMeter
+
+    calls: list[str] = []
+
+    class Vae:
+        def decode(self, latents):
+            raise RuntimeError("decode failed")
+
+    vae = Vae()
+    staged = vae.decode
+
+    def stager_wrapper(latents):  # what stage_around installs: an instance attribute
+        calls.append("stage")
+        return staged(latents)
+
+    vae.decode = stager_wrapper
+    meter = DecodeMeter(torch.device("cpu"))
+    undo = meter.install(vae)
+    with pytest.raises(RuntimeError, match="decode failed"):
+        vae.decode(torch.zeros(1, 4, 2, 2))
+    undo()
+    assert vae.decode is stager_wrapper and calls == ["stage"] and meter.calls == 1
