@@ -218,7 +218,7 @@ def frames_rule(model: ModelInfo) -> FramesRule | None:
         # one, so an even latent count comes back with extra frames: (n - 1) must be a multiple of 2 * ratio
         ratio = _int(config.get("temporal_compression_ratio"), 4)
         return FramesRule(name, 2 * ratio, f"its VAE's temporal compression is {ratio}, decoded in pairs")
-    if name.startswith("HunyuanVideo"):
+    if name.startswith("HunyuanVideo") and "Framepack" not in name:  # Framepack renders in sections: no rule
         step = _int(config.get("temporal_compression_ratio"), 4)
         return FramesRule(name, step, f"its VAE's temporal compression is {step}")
     return None
