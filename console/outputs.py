@@ -5,17 +5,28 @@ image in the same second with the same number (two consoles in one directory) ge
 Request numbers restart at 1 in every process, so a name from the number alone would replace an
 earlier run's image. Each file is created with `open(path, "xb")` (O_CREAT | O_EXCL), so even two
 processes racing for one name never replace each other's file: the loser takes the next suffix.
+
+A video result is saved the way `run --output NAME.mp4` writes one (`engine.outputs.write_result`,
+every frame, the pipeline's frame rate) under the same kind of name with `.mp4`. Its name is claimed
+the same exclusive way first (an empty file); the video is written into a fresh scratch folder next
+to it and then moved over that claim, so a half-written video never stands under the final name.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from ..engine.outputs import check_output, write_result
 
 MAX_SUFFIX = 1000
 """Collisions tried within one second before giving up (a real directory never gets near)."""
+VIDEO_SUFFIX = ".mp4"
 now = time.time
 """The clock of the names (a module attribute so tests can pin it)."""
 
@@ -32,20 +43,52 @@ def save_image(image: Any, out_dir: Path, request_id: int, when: float | None = 
     Raises OSError (disk full, no permission) or FileExistsError when every suffix is taken; a
     file this call created and could not finish writing is removed again (it is ours, half-written).
     """
+    def write(handle: IO[bytes], _path: Path) -> None:
+        image.save(handle, format="PNG")
+
+    return _save_new(out_dir, output_stem(request_id, when), ".png", write)
+
+
+def save_video(frames: Sequence[Any], out_dir: Path, request_id: int, fps: float | None,
+               when: float | None = None) -> Path:
+    """Write every frame (PIL images) as an .mp4 under a new name in `out_dir`; returns the absolute path.
+
+    Same guarantees as `save_image`: no existing file is opened or replaced, and on failure only
+    this call's own claim and scratch files are removed.
+    """
+    def write(handle: IO[bytes], path: Path) -> None:
+        handle.close()  # the empty claim keeps the name ours while the video is written beside it
+        with tempfile.TemporaryDirectory(prefix=".omni-console-video-", dir=path.parent) as scratch:
+            temp = Path(scratch) / f"video{path.suffix}"
+            write_result(list(frames), check_output(temp, video=True), fps=fps)
+            os.replace(temp, path)  # over our own empty claim only
+
+    return _save_new(out_dir, output_stem(request_id, when), VIDEO_SUFFIX, write)
+
+
+def save_result(result: Any, out_dir: Path, request_id: int, when: float | None = None) -> Path:
+    """A request's output: a video result as .mp4 (fps from the result), an image as .png."""
+    frames = getattr(result, "frames", None)
+    if getattr(result, "is_video", False) and frames:
+        return save_video(frames, out_dir, request_id, getattr(result, "fps", None), when)
+    return save_image(result.image, out_dir, request_id, when)
+
+
+def _save_new(out_dir: Path, stem: str, extension: str, write: Callable[[IO[bytes], Path], None]) -> Path:
+    """Create `stem{extension}` (or `stem-2{extension}`, …) exclusively in `out_dir` and fill it."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = output_stem(request_id, when)
     for suffix in range(1, MAX_SUFFIX + 1):
-        path = out_dir / (f"{stem}.png" if suffix == 1 else f"{stem}-{suffix}.png")
+        path = out_dir / (f"{stem}{extension}" if suffix == 1 else f"{stem}-{suffix}{extension}")
         try:
             handle = open(path, "xb")  # noqa: SIM115 - closed below; exclusive creation is the point
         except FileExistsError:
             continue
         try:
             with handle:
-                image.save(handle, format="PNG")
+                write(handle, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 path.unlink()
             raise
         return path.resolve()
-    raise FileExistsError(f"no free name for {stem}.png in {out_dir} after {MAX_SUFFIX} tries")
+    raise FileExistsError(f"no free name for {stem}{extension} in {out_dir} after {MAX_SUFFIX} tries")

@@ -57,19 +57,20 @@ def finished(result: GenerateResult, output: Path | None, save_error: str | None
     """The request returned: saved (where), not saved (why), or cancelled after k/n steps."""
     done, total = steps_done(result)
     rid = result.request_id
+    what = "video" if result.is_video else "image"
     if is_partial(result):
         if output is not None:
-            where = f"partial image saved {output}"
+            where = f"partial {what} saved {output}"
         else:
-            where = f"image not saved: {save_error}" if save_error else "nothing saved"
+            where = f"{what} not saved: {save_error}" if save_error else "nothing saved"
         said = f"request {rid} cancelled after {done}/{total} steps; {where}"
         return Outcome(said, "warning", f"{said} ({fmt_seconds(result.seconds)})",
                        LogEvent(level="warning", message=said))
     mean = sum(s.wall_s for s in result.steps) / done if done else 0.0
     head = f"request {rid}: {done} steps in {fmt_seconds(result.seconds)} ({fmt_seconds(mean)}/step)"
     if output is not None:
-        return Outcome(f"image saved: {output}", "information", f"{head} · saved {output}")
+        return Outcome(f"{what} saved: {output}", "information", f"{head} · saved {output}")
     if save_error:
-        where = f"image not saved: {save_error}"
+        where = f"{what} not saved: {save_error}"
         return Outcome(where, "warning", f"{head} · {where}", ErrorEvent(where=f"request {rid}", message=where))
     return Outcome("no image", "information", f"{head} · no image")
