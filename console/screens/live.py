@@ -1,4 +1,5 @@
-"""The live screen (after load): memory, residency, staging events, step timings, generation.
+"""The live screen (after load): memory, residency, staging events, step timings, generation, and
+for a video request its frames, latent size and where its time went (two lines under the request line).
 
 The app feeds every widget from the event bus (on its own thread); this screen only lays the
 panels out and maps keys. Widgets are built in `__init__` so events that arrive while the
@@ -16,9 +17,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, ProgressBar, Static
 
 from ...engine.plan import Plan
-from ...offload.events import StepTiming
+from ...offload.events import RequestPhases, StepTiming
 from ..widgets import AllocatorPanel, HostPanel, ResidencyPanel, StagingLog, StepTimings
 from ..widgets.plan_policy import PolicyPanel
+from ..widgets.request_phases import RequestPhasesLine
 from ..widgets.text_update import set_text
 
 if TYPE_CHECKING:
@@ -78,6 +80,7 @@ class LiveScreen(Screen[None]):
         self.telemetry_ready = False
         self.status_line = Static(self.status_text, id="live-status", markup=False)
         self.gen_label = Static(self.gen_text, id="gen-label", markup=False)
+        self.phases = RequestPhasesLine(id="request-phases")
 
     @property
     def console_app(self) -> OmniConsoleApp:
@@ -89,6 +92,7 @@ class LiveScreen(Screen[None]):
         with Horizontal(id="gen-row"):
             yield self.gen_label
             yield self.gen_progress
+        yield self.phases
         with Horizontal(id="live-columns"):
             with VerticalScroll(id="live-left"):
                 yield self.allocator
@@ -126,6 +130,14 @@ class LiveScreen(Screen[None]):
         if total is not None:
             self.gen_progress.update(total=max(total, 1), progress=done or 0)
         set_text(self.gen_label, text, fixed_size=True)  # one line, clipped
+
+    def show_request_frames(self, frames: int | None) -> None:
+        """A request starts: its frame count for a video pipeline (None hides the phase lines)."""
+        self.phases.show_pending(frames)
+
+    def show_phases(self, event: RequestPhases) -> None:
+        """A request ended: frames, latent size, text encoding / denoise / VAE decode times."""
+        self.phases.show_phases(event)
 
     def add_steps(self, steps: list[StepTiming]) -> None:
         self.steps.add_steps(steps)
