@@ -58,6 +58,7 @@ from ..offload.events import (
     LogEvent,
     OomRetry,
     RequestFinished,
+    RequestPhases,
     RequestStarted,
     StagingEvent,
     StepTiming,
@@ -70,8 +71,9 @@ from . import policy_edits, request_outcome
 from .bandwidth import ObservedBandwidth, measure_h2d_bandwidth
 from .commands import console_commands
 from .device_info import read_device_info
+from .generate_form import RequestForm, expected_frames
 from .headless import default_request
-from .outputs import save_image
+from .outputs import save_result
 from .residency import residency_rows
 from .screens import GenerateDialog, HelpScreen, LiveScreen, PlanScreen
 from .screens.help import Section, binding_rows
@@ -543,6 +545,8 @@ class OmniConsoleApp(App[int]):
         elif isinstance(event, RequestStarted):
             self.request_id = event.request_id
             batch.generation = f"request {event.request_id}: {event.prompt!r} · started"
+        elif isinstance(event, RequestPhases) and self.live_screen is not None:
+            self.live_screen.show_phases(event)  # once per request: applied at once, not batched
         elif isinstance(event, RequestFinished) and not event.ok:
             batch.generation = f"request {event.request_id} failed: {event.error}"
         elif isinstance(event, EngineStateChanged):
@@ -621,8 +625,9 @@ class OmniConsoleApp(App[int]):
         if self.generating:
             self.say("a request is running; esc cancels it", "warning")
             return
-        defaults = default_request(self.engine, prompt=self.prompt)
-        self.push_screen(GenerateDialog(defaults, partial(default_request, self.engine)), self.start_generate)
+        make_request = partial(default_request, self.engine)
+        form = RequestForm.for_model(self.engine.model, make_request(prompt=self.prompt), make_request)
+        self.push_screen(GenerateDialog(form), self.start_generate)
 
     def start_generate(self, request: GenerateRequest | None) -> Future | None:
         """Run one request on the worker; the image is saved on the worker thread when it is done."""
@@ -633,6 +638,7 @@ class OmniConsoleApp(App[int]):
         self.request_id = None
         if self.live_screen is not None:
             self.live_screen.set_generation(f"request: {request.prompt!r} · queued", 0, request.steps or 1)
+            self.live_screen.show_request_frames(expected_frames(self.engine.model, request))
         future = self.worker.generate(request)
         self.busy = self.last_command["generate"] = future
         future.add_done_callback(self._save_then_report)
@@ -641,7 +647,7 @@ class OmniConsoleApp(App[int]):
     def _save_then_report(self, future: Future) -> None:
         """Runs on the engine thread (or here if already done): save the image, then report.
 
-        Every image goes to a new file (`outputs.save_image`: timestamped, created exclusively);
+        Every image or video goes to a new file (`outputs.save_result`: timestamped, created exclusively);
         a request cancelled before its last step is not saved unless `save_partial`.
         """
         output: Path | None = None
@@ -650,7 +656,7 @@ class OmniConsoleApp(App[int]):
             result = future.result()
             if request_outcome.should_save(result, self.save_partial):
                 try:
-                    output = save_image(result.image, self.out_dir, result.request_id)
+                    output = save_result(result, self.out_dir, result.request_id)
                 except Exception as exc:  # a full disk must not take the console down
                     output, save_error = None, f"{type(exc).__name__}: {exc}"
         self._post_from_worker(CommandDone("generate", future, output, save_error))
@@ -753,6 +759,8 @@ class OmniConsoleApp(App[int]):
         exc = None if future.cancelled() else future.exception()
         if future.cancelled() or exc is not None:
             self.last_error = "cancelled before it started" if exc is None else f"{type(exc).__name__}: {exc}"
+            if self.live_screen is not None:
+                self.live_screen.show_request_frames(None)  # no phases follow a failed request
             self._show_outcome(request_outcome.failed(self.request_id, self.last_error))
             return
         result = future.result()
