@@ -63,7 +63,13 @@ async def until(pilot: Pilot, condition: Callable[[], bool], limit: int = 200) -
 
 async def finish(pilot: Pilot, future: Future, condition: Callable[[], bool]) -> None:
     """Wait for a worker command's future (success or failure), then for the app to apply its outcome."""
-    await asyncio.wait([asyncio.wrap_future(future)])
+    waited = asyncio.wrap_future(future)
+    await asyncio.wait([waited])
+    if not waited.cancelled():
+        # Retrieved here, so asyncio does not log "exception was never retrieved" when the wrapper
+        # is collected: that log can fire inside another ast.parse (pytest's assertion rewriting) and
+        # Python 3.11's traceback formatting parses too, which corrupts ast's recursion counter.
+        waited.exception()
     await until(pilot, condition)
 
 
