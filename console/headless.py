@@ -249,10 +249,10 @@ def default_request(engine: Engine, *, prompt: str, steps: int | None = None, he
                     params: dict[str, Any] | None = None) -> GenerateRequest:
     """A request; for the demo model, unset fields take the demo's working defaults (64 px, 2 steps).
     Fields left None are not sent: the pipeline's own default applies."""
-    from ..engine.demo_model import DEMO_GENERATION, is_complete
+    from ..engine.demo_model import DEMO_GENERATION, is_demo_model
 
     extra: dict[str, Any] = {}
-    if is_complete(engine.model.path):
+    if is_demo_model(engine.model.path):
         d = DEMO_GENERATION
         steps = steps if steps is not None else int(d["num_inference_steps"])
         height = height if height is not None else int(d["height"])

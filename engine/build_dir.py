@@ -177,6 +177,14 @@ def _read_manifest(root: Path) -> BuildManifest:
         raise _Mismatch(f"its marker {COMPLETE_MARKER} is not a valid file manifest") from None
 
 
+def build_info(root: Path) -> dict[str, _ScalarJson] | None:
+    """What the marker in `root` says was built (family, seed, …), or None without a valid marker."""
+    try:
+        return dict(_read_manifest(Path(root)).build)
+    except (_Mismatch, OSError):
+        return None
+
+
 def manifest_mismatch(root: Path) -> str | None:
     """None when ``root`` holds exactly the files its manifest lists (same sizes and sha256), else why not.
 

@@ -33,6 +33,7 @@ __all__ = [
     "ensure_demo_model",
     "FLUX_LAYOUT",
     "is_complete",
+    "is_demo_model",
     "make_flux_pipeline",
     "save_pipeline",
     "seeded",
@@ -73,6 +74,15 @@ def cache_root() -> Path:
 def default_demo_model_path(seed: int = 0) -> Path:
     """Versioned so an upgraded builder never reuses an old cached demo."""
     return cache_root() / f"demo-flux-v{VERSION}-seed{seed}"
+
+
+def is_demo_model(path: Path) -> bool:
+    """True for a built demo (or tiny Flux) model: its defaults (64 px, 2 steps) suit it. Other tiny
+    families carry markers too, and their pipelines have defaults of their own."""
+    from .build_dir import build_info
+
+    info = build_info(Path(path))
+    return info is not None and info.get("family") == "flux"
 
 
 def is_complete(path: Path) -> bool:

@@ -63,3 +63,15 @@ def test_run_is_headless_without_the_flag(demo_model_dir: Path, tmp_path: Path, 
     assert main(["run", "--model", str(demo_model_dir), "--output", str(out), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["output"] == str(out) and Image.open(out).size == (64, 64)
+
+
+def test_demo_defaults_apply_to_the_demo_only(demo_model_dir: Path, wan_model_dir: Path):
+    """The demo's working defaults (64 px, 2 steps) must not leak onto other tiny models: a Wan
+    request with nothing set takes the Wan pipeline's own defaults."""
+    from omni_console.console.headless import default_request
+    from omni_console.engine.engine import Engine
+
+    demo = default_request(Engine(demo_model_dir, device="cpu"), prompt="x")
+    assert (demo.steps, demo.height, demo.width) == (2, 64, 64)
+    wan = default_request(Engine(wan_model_dir, device="cpu"), prompt="x")
+    assert (wan.steps, wan.height, wan.width, wan.guidance, wan.extra) == (None, None, None, None, {})
