@@ -3,7 +3,9 @@
 Rules for a component folder:
 - A sharded checkpoint is named by its `*.safetensors.index.json` (its `weight_map` lists shards).
 - A variant (`--variant fp16`) selects `NAME.fp16.safetensors` / `NAME.safetensors.index.fp16.json`
-  files; without a variant, plain files are preferred and a variant-only folder uses its variant.
+  files; a weights folder without that variant is refused (one line naming the variants it has), never
+  quietly read at another dtype. Without a variant, plain files are preferred and a variant-only folder
+  uses its variant. Folders without weights (tokenizers, schedulers) are unaffected.
 - Pickle formats (`.bin`, `.pt`, `.pth`, `.ckpt`, `.pkl`) are never opened: a weights folder holding
   only those is refused with a clear error.
 - Every file named here is a regular file inside the folder (a shard name with `..`, a FIFO, a
@@ -13,6 +15,7 @@ Rules for a component folder:
 from __future__ import annotations
 
 import json
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,8 +199,15 @@ def find_weights(folder: Path, variant: str | None = None, *, pickle_only_is_err
             )
         return None
     variants_present = sorted({v for v in map(_variant_of, indexes + singles) if v})
-    chosen = variant if variant in variants_present else None
-    if variant is None and not [n for n in indexes + singles if _variant_of(n) is None]:
+    has_plain = any(_variant_of(n) is None for n in indexes + singles)
+    if variant is not None and variant not in variants_present:
+        # never fall back to other files quietly: the operator asked for this dtype/size
+        named = sorted({re.sub(r"-\d+-of-\d+$", "", v) for v in variants_present})  # a variant's shards
+        present = ", ".join((["plain"] if has_plain else []) + named)
+        raise ModelDirError(f"--variant {variant}: {folder.name} has no {variant} files (it has: {present}) "
+                            f"in {folder}")
+    chosen = variant
+    if variant is None and not has_plain:
         chosen = variants_present[0]  # variant-only folder
     index = next((n for n in indexes if _variant_of(n) == chosen), None)
     if index is not None:
