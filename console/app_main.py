@@ -24,12 +24,12 @@ from collections.abc import Iterator
 from ..engine.engine import Engine
 from ..offload.errors import ConfigError
 from ..offload.telemetry import validate_hz
+from .args import policy_from_args, resolve_model_path
 
 
 def build_app(args: argparse.Namespace):
     """The configured app (raises ConfigError for anything invalid); the CLI runs it."""
     from .app import OmniConsoleApp, theme_or_error
-    from .cli import policy_from_args, resolve_model_path
 
     theme_or_error(args.theme)
     policy = policy_from_args(args)  # build-time policy checks: no disk access for a bad flag

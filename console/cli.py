@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..offload.errors import ConfigError
-from ..offload.policy import build_policy, parse_components_json
+from .args import policy_from_args, resolve_model_path
 
 SUBCOMMANDS = ("console", "plan", "run", "demo-model")
 EXIT_USAGE = 2
@@ -99,18 +99,6 @@ def _normalise_argv(argv: Sequence[str]) -> list[str]:
     if not argv or argv[0] not in (*SUBCOMMANDS, "-h", "--help"):
         return ["console", *argv]
     return argv
-
-
-def resolve_model_path(model: Path | None) -> Path:
-    if model is not None:
-        return model
-    from ..engine.demo_model import ensure_demo_model
-
-    return ensure_demo_model()
-
-
-def policy_from_args(args: argparse.Namespace):
-    return build_policy(parse_components_json(args.dlo_offload_components), args.resident_layers, args.mode)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

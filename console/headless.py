@@ -38,6 +38,7 @@ from ..offload.events import (
 )
 from ..offload.policy import OffloadPolicy
 from ..offload.telemetry import TelemetrySampler, default_sources, describe_snapshot, validate_hz
+from .args import policy_from_args, resolve_model_path
 from .interrupts import Interrupted, InterruptGuard
 from .run_request import REQUEST_FLAGS, CheckedRun, OptionFlags, checked_request, parse_option_flags
 from .run_totals import RunTotals, summarize, telemetry_peaks
@@ -121,8 +122,6 @@ class RunFlags:
 
 def check_run_flags(args: argparse.Namespace) -> RunFlags:
     """Everything about `run` that can be refused without reading the model (ConfigError, one line)."""
-    from .cli import policy_from_args
-
     policy = policy_from_args(args)
     try:
         hz = validate_hz(args.telemetry_hz)
@@ -135,8 +134,6 @@ def check_run_flags(args: argparse.Namespace) -> RunFlags:
 
 
 def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) -> int:
-    from .cli import resolve_model_path
-
     guard = guard or InterruptGuard()
     flags = check_run_flags(args)
     # On this (main) thread: building the demo model installs its own SIGTERM cleanup, which only

@@ -1,32 +1,70 @@
-"""Layers point one way: console → engine → offload. engine/ and offload/ never import Textual."""
+"""Layers point one way: console → engine → offload; only console/ imports Textual; console/ has no cycles.
+
+The rules are import-linter contracts in pyproject.toml ([tool.importlinter]); these tests run them
+on the installed `omni_console` packages, and once on a copy with a forbidden import planted, so a
+contract that stopped seeing the code would fail here too.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
-CHECK = """
-import importlib, pkgutil, sys
-import omni_console.engine, omni_console.offload
-for pkg in (omni_console.offload, omni_console.engine):
-    for mod in pkgutil.iter_modules(pkg.__path__):
-        importlib.import_module(f"{pkg.__name__}.{mod.name}")
-bad = sorted(m for m in sys.modules if m == "textual" or m.startswith("textual."))
-print("TEXTUAL:" + ",".join(bad))
-offload_to_engine = [m for m in sys.modules if m.startswith("omni_console.console")]
-print("CONSOLE:" + ",".join(offload_to_engine))
-"""
+import pytest
 
+ROOT = Path(__file__).resolve().parents[1]
+CONTRACTS = ("layers", "no-textual-below-console", "console-acyclic")
+PARTS = ("console", "engine", "offload", "themes")
 
-def test_engine_and_offload_import_no_textual_nor_console():
-    out = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, check=True).stdout
-    assert "TEXTUAL:\n" in out, out
-    assert "CONSOLE:\n" in out, out
+LINT = (
+    "import sys\n"
+    "from importlinter.cli import lint_imports\n"
+    "sys.exit(lint_imports(config_filename=sys.argv[1], limit_to_contracts=tuple(sys.argv[2:]),"
+    " no_cache=True, no_logo=True))\n"
+)
 
 
-def test_offload_does_not_import_engine():
-    code = ("import importlib, pkgutil, sys, omni_console.offload as o\n"
-            "[importlib.import_module(f'omni_console.offload.{m.name}') for m in pkgutil.iter_modules(o.__path__)]\n"
-            "print([m for m in sys.modules if m.startswith('omni_console.engine')])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]", out
+def lint(contract: str, *, cwd: Path = ROOT, pythonpath: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`lint-imports` for one contract, in a fresh interpreter (it edits sys.path and logging)."""
+    env = None if pythonpath is None else {**os.environ, "PYTHONPATH": str(pythonpath)}
+    return subprocess.run([sys.executable, "-c", LINT, str(ROOT / "pyproject.toml"), contract],
+                          capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+
+
+@pytest.mark.parametrize("contract", CONTRACTS)
+def test_contract_is_kept(contract):
+    result = lint(contract)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 kept, 0 broken" in result.stdout, result.stdout
+
+
+def planted_copy(tmp_path: Path, modules: dict[str, str]) -> Path:
+    """The four parts copied under tmp_path/omni_console/, plus `modules` ({"engine/_planted.py": source}).
+
+    On PYTHONPATH the copy is found before the editable install's finder, so the contracts read it.
+    """
+    for name in PARTS:
+        shutil.copytree(ROOT / name, tmp_path / "omni_console" / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for relpath, source in modules.items():
+        (tmp_path / "omni_console" / relpath).write_text(source)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("modules", "contract"), [
+    ({"engine/_planted.py": "import textual\n"}, "no-textual-below-console"),
+    ({"offload/_planted.py": "from textual.widget import Widget\n"}, "no-textual-below-console"),
+    ({"engine/_planted.py": "from ..themes import THEMES\n"}, "no-textual-below-console"),
+    ({"engine/_planted.py": "from ..console import cli\n"}, "layers"),
+    ({"offload/_planted.py": "from ..engine import plan\n"}, "layers"),
+    ({"console/_planted.py": "from . import _planted_too\n",
+      "console/_planted_too.py": "def later():\n    from . import _planted\n"}, "console-acyclic"),
+])
+def test_planted_forbidden_import_breaks_its_contract(tmp_path, modules, contract):
+    copy = planted_copy(tmp_path, modules)
+    result = lint(contract, cwd=tmp_path, pythonpath=copy)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "0 kept, 1 broken" in result.stdout, result.stdout
+    assert "_planted" in result.stdout, result.stdout

@@ -1,0 +1,26 @@
+"""Flag values shared by every subcommand: the model path and the offload policy.
+
+Its own module so that `cli` (which dispatches), `app_main` and `headless` (which it dispatches to)
+all import it without importing each other: the import graph inside console/ stays acyclic.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..offload.policy import OffloadPolicy, build_policy, parse_components_json
+
+
+def resolve_model_path(model: Path | None) -> Path:
+    """`--model`, else the embedded demo model (built into the cache on first use)."""
+    if model is not None:
+        return model
+    from ..engine.demo_model import ensure_demo_model  # builds a model: only when no --model is given
+
+    return ensure_demo_model()
+
+
+def policy_from_args(args: argparse.Namespace) -> OffloadPolicy:
+    """The build-time-checked policy from `--dlo-offload-components`, `--resident-layers` and `--mode`."""
+    return build_policy(parse_components_json(args.dlo_offload_components), args.resident_layers, args.mode)
