@@ -66,13 +66,16 @@ class LiveScreen(Screen[None]):
     LiveScreen #live-right ResidencyPanel { max-height: 40%; }
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, on_cpu: bool | None = None) -> None:
+        """`on_cpu`: transfers are host copies (said so, with no GB/s); None asks the running app."""
         super().__init__()
+        if on_cpu is None:
+            on_cpu = self._app_runs_on_cpu()
         self.allocator = AllocatorPanel(id="allocator")
         self.host = HostPanel(id="host")
         self.residency = ResidencyPanel(id="residency")
-        self.steps = StepTimings(id="steps")
-        self.staging = StagingLog(id="staging")
+        self.steps = StepTimings(id="steps", on_cpu=on_cpu)
+        self.staging = StagingLog(id="staging", on_cpu=on_cpu)
         self.policy_panel = PolicyPanel(id="live-policy")
         self.gen_progress = ProgressBar(total=1, show_eta=False, id="gen-progress")
         self.status_text = ""
@@ -81,6 +84,13 @@ class LiveScreen(Screen[None]):
         self.status_line = Static(self.status_text, id="live-status", markup=False)
         self.gen_label = Static(self.gen_text, id="gen-label", markup=False)
         self.phases = RequestPhasesLine(id="request-phases")
+
+    def _app_runs_on_cpu(self) -> bool:
+        try:
+            device_info = getattr(self.app, "device_info", None)
+        except RuntimeError:  # built outside a running app (NoActiveAppError)
+            return False
+        return device_info is not None and not device_info.is_cuda
 
     @property
     def console_app(self) -> OmniConsoleApp:

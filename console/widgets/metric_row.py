@@ -9,6 +9,7 @@ from textual.containers import Horizontal
 from textual.widgets import Sparkline, Static
 
 from .text_update import set_text
+from .zero_sparkline import ZeroSparkline
 
 HISTORY_SAMPLES = 1200
 """Default history per metric: two minutes at the default 10 Hz telemetry rate."""
@@ -56,7 +57,7 @@ class MetricRow(Horizontal):
         yield Static(self.label, classes="metric-label", markup=False)
         yield Static(self.text, classes="metric-value", markup=False)
         if self._with_sparkline:
-            yield Sparkline(list(self.history))
+            yield ZeroSparkline(list(self.history))  # from zero: equal values, equal bars
 
     def extend(self, values: list[float | None]) -> None:
         """Append past values to the history only (a replay before the next `push` redraws)."""

@@ -15,6 +15,8 @@ from ...engine.plan import Plan
 from ...engine.units import fmt_bytes, fmt_rate, fmt_seconds
 
 NO_LINK = "no device link (CPU)"
+HOST_MEMORY_KEY = "pinned host memory"
+HOST_MEMORY_ON_CPU = "host memory (not pinned: CPU)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +39,7 @@ def forecast_rows(plan: Plan, link: LinkInfo) -> list[tuple[str, str, str]]:
         ("device peak weights", fmt_bytes(f.peak_device_weight_bytes),
          f"resident + 2 slots × largest streamed block ({fmt_bytes(f.largest_streamed_block_bytes)}) "
          f"+ largest staged component ({fmt_bytes(f.largest_staged_bytes)})"),
-        ("pinned host memory", fmt_bytes(f.pinned_host_bytes),
-         "one pinned copy of streamed blocks + staged components"),
+        host_memory_row(plan, link),
         ("streamed per step", fmt_bytes(f.streamed_bytes_per_forward),
          f"{f.num_streamed_blocks} DiT blocks cross the link once per DiT forward "
          f"({f.num_resident_blocks} resident)"),
@@ -54,6 +55,14 @@ def forecast_rows(plan: Plan, link: LinkInfo) -> list[tuple[str, str, str]]:
     return rows
 
 
+def host_memory_row(plan: Plan, link: LinkInfo) -> tuple[str, str, str]:
+    """Pinned (page-locked) memory exists only for a GPU link; on a CPU the copies are plain host memory."""
+    held = fmt_bytes(plan.forecast.pinned_host_bytes)
+    if not link.is_cuda:
+        return (HOST_MEMORY_ON_CPU, held, "one host copy of streamed blocks + staged components")
+    return ("pinned host memory", held, "one pinned copy of streamed blocks + staged components")
+
+
 def fits_row(plan: Plan, link: LinkInfo) -> tuple[str, str, str]:
     peak = plan.forecast.peak_device_weight_bytes
     if not link.is_cuda:
@@ -67,7 +76,11 @@ def fits_row(plan: Plan, link: LinkInfo) -> tuple[str, str, str]:
 
 
 class ForecastPanel(Static):
-    """The forecast table; `show(plan, link)` re-renders it and keeps the rows for tests."""
+    """The forecast table; `show(plan, link)` re-renders it and keeps the rows for tests.
+
+    `rows` is keyed by the GPU label, whatever the device: the host-memory row is shown as
+    HOST_MEMORY_ON_CPU on a CPU but kept under HOST_MEMORY_KEY, so readers need not know the device.
+    """
 
     DEFAULT_CSS = """
     ForecastPanel { height: auto; border: round $success; padding: 0 1; }
@@ -80,7 +93,7 @@ class ForecastPanel(Static):
 
     def show(self, plan: Plan, link: LinkInfo) -> None:
         rows = forecast_rows(plan, link)
-        self.rows = {label: value for label, value, _ in rows}
+        self.rows = {HOST_MEMORY_KEY if label == HOST_MEMORY_ON_CPU else label: value for label, value, _ in rows}
         table = Table.grid(padding=(0, 2))
         table.add_column(no_wrap=True, style="bold")
         table.add_column(justify="right", no_wrap=True)

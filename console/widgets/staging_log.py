@@ -1,17 +1,24 @@
 """The live staging log: transfers, cache decisions, OOM retries, log lines and errors.
 
-Events are never coalesced (design.md §3): while the operator pauses, new lines are buffered
-(bounded, overflow counted) and appear on resume; events the app's subscription dropped are
-counted in the title via `set_dropped`.
+Events are never coalesced: while the operator pauses, new lines are buffered (bounded, overflow
+counted) and appear on resume; events the app's subscription dropped are counted in the title via
+`set_dropped`.
+
+The log follows the newest line unless the operator scrolled up or paused it, and its title says
+which. Following is decided here, not by `Log`'s own "was I at the end?" check: that check reads
+the scroll offset before the previous write's deferred scroll has happened, so two batches in one
+refresh left the view stuck on old lines for the rest of a request.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.markup import escape
+from textual.message import Message
 from textual.widgets import Log
 
 from omni_console.offload.events import CacheDecision, ErrorEvent, Event, LogEvent, OomRetry, StagingEvent
@@ -23,16 +30,33 @@ SHOWN_LINES = 5000
 PAUSE_BUFFER = 5000
 
 
-def format_event(event: Event, t0: float = 0.0) -> str | None:
+def format_staging(event: StagingEvent, *, on_cpu: bool = False) -> str:
+    """What one transfer really did, without the timestamp.
+
+    An offload moves no bytes on any device (the component is re-pointed to its host master copy),
+    so it is never reported as a device→host copy at 0.0 GB/s. On a CPU there is no device link:
+    a "transfer" is a host copy, and a GB/s figure would read as link bandwidth.
+    """
+    sync = "  SYNC" if event.sync else ""
+    if event.direction == "d2h" and event.nbytes == 0:
+        return f"offload {event.target} (re-pointed to host master, no copy) {event.seconds * 1e3:.1f} ms{sync}"
+    if on_cpu:
+        return (
+            f"H2D {event.target}  {format_bytes(event.nbytes)}  {event.seconds:.4f} s"
+            f"  host copy (CPU: no device link){sync}"
+        )
+    rate = f"{event.gbps:6.1f} GB/s" if event.seconds > 0 else "     n/a GB/s"
+    return (
+        f"{event.direction.upper()} {event.target}  {format_bytes(event.nbytes)}"
+        f"  {event.seconds:.4f} s  {rate}{sync}"
+    )
+
+
+def format_event(event: Event, t0: float = 0.0, *, on_cpu: bool = False) -> str | None:
     """One log line for an event the staging log shows; None for other event types."""
     ts = f"+{event.t - t0:9.3f}s"
     if isinstance(event, StagingEvent):
-        rate = f"{event.gbps:6.1f} GB/s" if event.seconds > 0 else "     n/a GB/s"
-        sync = "  SYNC" if event.sync else ""
-        return (
-            f"{ts} {event.direction.upper()} {event.target}  {format_bytes(event.nbytes)}"
-            f"  {event.seconds:.4f} s  {rate}{sync}"
-        )
+        return f"{ts} {format_staging(event, on_cpu=on_cpu)}"
     if isinstance(event, CacheDecision):
         nums = [
             f"{name} {format_bytes(value)}"
@@ -63,11 +87,82 @@ def format_event(event: Event, t0: float = 0.0) -> str | None:
     return None
 
 
+FOLLOWING = "live"
+PAUSED = "paused (p resumes)"
+SCROLLED_UP = "scrolled up — End follows again"
+
+
+class FollowLog(Log):
+    """A `Log` that knows whether the operator wants the newest line: scrolling up (keys, wheel)
+    stops following, End (or scrolling back to the bottom) follows again."""
+
+    class FollowChanged(Message):
+        def __init__(self, following: bool) -> None:
+            super().__init__()
+            self.following = following
+
+    def __init__(self, *, max_lines: int | None = None) -> None:
+        super().__init__(max_lines=max_lines, auto_scroll=False)
+        self.following = True
+
+    def set_following(self, following: bool) -> None:
+        if following != self.following:
+            self.following = following
+            self.post_message(self.FollowChanged(following))
+        if following:
+            self.scroll_end(animate=False, x_axis=False)
+
+    def follow_newest(self) -> None:
+        """Scroll to the newest line after the next layout (the new lines' height is known then)."""
+        self.scroll_end(animate=False, x_axis=False)
+
+    def _left_the_end(self) -> None:
+        if self.max_scroll_y > 0 and self.scroll_target_y < self.max_scroll_y:
+            self.set_following(False)
+
+    def _back_at_the_end(self) -> None:
+        if self.scroll_target_y >= self.max_scroll_y:
+            self.set_following(True)
+
+    def action_scroll_up(self) -> None:
+        super().action_scroll_up()
+        self._left_the_end()
+
+    def action_page_up(self) -> None:
+        super().action_page_up()
+        self._left_the_end()
+
+    def action_scroll_home(self) -> None:
+        super().action_scroll_home()
+        self.scroll_target_y = 0
+        self._left_the_end()
+
+    def action_scroll_down(self) -> None:
+        super().action_scroll_down()
+        self._back_at_the_end()
+
+    def action_page_down(self) -> None:
+        super().action_page_down()
+        self._back_at_the_end()
+
+    def action_scroll_end(self) -> None:
+        self.set_following(True)
+
+    def _on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        super()._on_mouse_scroll_up(event)
+        self._left_the_end()
+
+    def _on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        super()._on_mouse_scroll_down(event)
+        self._back_at_the_end()
+
+
 class StagingLog(Vertical):
     """Scrolling event lines with a substring filter, pause/resume and a drop counter.
 
     The app feeds it (`add_event` / `add_events`), binds `/` to `open_filter()` and a pause
     key to `toggle_pause()`, and passes its subscription's drop count to `set_dropped`.
+    `follow_state` is what the title says: live, paused, or scrolled up.
     """
 
     DEFAULT_CSS = """
@@ -84,6 +179,7 @@ class StagingLog(Vertical):
         max_lines: int = SHOWN_LINES,
         pause_buffer: int = PAUSE_BUFFER,
         t0: float | None = None,
+        on_cpu: bool = False,
         id: str | None = None,
         classes: str | None = None,
     ) -> None:
@@ -91,6 +187,7 @@ class StagingLog(Vertical):
         self._lines: deque[str] = deque(maxlen=max_lines)
         self._buffer: deque[str] = deque(maxlen=pause_buffer)
         self._t0 = t0
+        self.on_cpu = on_cpu  # transfers are host copies: no "GB/s" that would read as link bandwidth
         self._filter = ""
         self._paused = False
         self._bus_dropped = 0
@@ -100,7 +197,7 @@ class StagingLog(Vertical):
     # ---- composition -----------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield Log(max_lines=self._lines.maxlen, auto_scroll=True)
+        yield FollowLog(max_lines=self._lines.maxlen)
         yield FilterBar(self._filter, id="staging-filter")
 
     def on_mount(self) -> None:
@@ -111,6 +208,19 @@ class StagingLog(Vertical):
     @property
     def paused(self) -> bool:
         return self._paused
+
+    @property
+    def follow_state(self) -> str:
+        """FOLLOWING, PAUSED or SCROLLED_UP (pause wins: nothing new is shown while paused)."""
+        if self._paused:
+            return PAUSED
+        if self.is_mounted and not self.query_one(FollowLog).following:
+            return SCROLLED_UP
+        return FOLLOWING
+
+    def follow(self) -> None:
+        """Resume following the newest line (what End does in the log)."""
+        self.query_one(FollowLog).set_following(True)
 
     @property
     def filter_text(self) -> str:
@@ -142,7 +252,7 @@ class StagingLog(Vertical):
         """Add one event; False when it is not a staging-log event type."""
         if self._t0 is None:
             self._t0 = event.t
-        line = format_event(event, self._t0)
+        line = format_event(event, self._t0, on_cpu=self.on_cpu)
         if line is None:
             return False
         self.add_line(line)
@@ -154,7 +264,7 @@ class StagingLog(Vertical):
         for event in events:
             if self._t0 is None:
                 self._t0 = event.t
-            line = format_event(event, self._t0)
+            line = format_event(event, self._t0, on_cpu=self.on_cpu)
             if line is not None:
                 lines.append(line)
         self.add_lines(lines)
@@ -177,9 +287,7 @@ class StagingLog(Vertical):
             return
         self._lines.extend(lines)
         if self.is_mounted:
-            shown = [line for line in lines if self._matches(line)]
-            if shown:
-                self.query_one(Log).write_lines(shown)
+            self._write([line for line in lines if self._matches(line)])
 
     def set_dropped(self, n: int) -> None:
         """The app's subscription drop count (events lost before reaching this widget)."""
@@ -219,6 +327,10 @@ class StagingLog(Vertical):
         bar.remove_class("-open")
         self.query_one(Log).focus()
 
+    def on_follow_log_follow_changed(self, message: FollowLog.FollowChanged) -> None:
+        message.stop()
+        self._update_title()
+
     def on_filter_bar_filter_changed(self, message: FilterBar.FilterChanged) -> None:
         message.stop()
         self.set_filter(message.text)
@@ -244,23 +356,37 @@ class StagingLog(Vertical):
             self._buffer.clear()
             self._lines.extend(pending)
             if self.is_mounted:
-                self.query_one(Log).write_lines([line for line in pending if self._matches(line)])
+                self._write([line for line in pending if self._matches(line)])
+                self.query_one(FollowLog).set_following(True)
         self._update_title()
 
     # ---- rendering -------------------------------------------------------------------------
 
+    def _write(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        log = self.query_one(FollowLog)
+        log.write_lines(lines, scroll_end=False)
+        if log.following:
+            log.follow_newest()
+
     def _rewrite(self) -> None:
         if not self.is_mounted:
             return
-        log = self.query_one(Log)
+        log = self.query_one(FollowLog)
         log.clear()
-        log.write_lines(self.visible_lines)
+        self._write(self.visible_lines)
 
     def _update_title(self) -> None:
-        title = "staging events — "
-        title += f"paused ({len(self._buffer)} buffered)" if self._paused else "live"
+        state = self.follow_state
+        resume_hint = state == PAUSED and bool(self._buffer)  # said last, after the counts
+        if resume_hint:
+            state = f"paused ({len(self._buffer)} buffered)"
+        title = f"staging events — {state}"
         if self._filter:
             title += f" · filter “{escape(self._filter)}”"  # user text, not markup
         if self.dropped:
             title += f" · {self.dropped} dropped"
+        if resume_hint:
+            title += " · p resumes"
         self.border_title = title

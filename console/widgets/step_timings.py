@@ -1,7 +1,9 @@
 """Per-step timing: wall time, exposed transfer stall, steps/s and H2D bytes per step.
 
 The stall is the time compute waited on weight copies — the cost of offload the operator is
-tuning against (design.md §4), so it gets its own sparkline next to the wall time.
+tuning against, so it gets its own sparkline next to the wall time. Both sparklines are drawn
+from zero: equal times draw equal bars. On a CPU the copies are host copies (no device link), and
+the panel says so instead of "H2D".
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from omni_console.offload.telemetry import format_bytes, format_rate
 
 from .metric_row import HISTORY_SAMPLES
 from .text_update import set_text
+from .zero_sparkline import ZeroSparkline
 
 TABLE_ROWS = 500
 MEAN_WINDOW = 10
 
 
-def summarize(steps: list[StepTiming]) -> str:
+def summarize(steps: list[StepTiming], *, on_cpu: bool = False) -> str:
     """The summary line over the last steps (mean of up to MEAN_WINDOW)."""
     if not steps:
         return "no steps yet"
@@ -33,11 +36,13 @@ def summarize(steps: list[StepTiming]) -> str:
     h2d = sum(s.h2d_bytes for s in window)
     rate = len(window) / wall if wall > 0 else 0.0
     pct = 100.0 * stall / wall if wall > 0 else 0.0
+    copies = f"host copies {format_bytes(h2d / len(window))}/step (CPU: no device link)" if on_cpu else (
+        f"H2D {format_bytes(h2d / len(window))}/step" + (f" ({format_rate(h2d / wall)})" if wall > 0 and h2d else "")
+    )
     return (
         f"request {last.request_id} step {last.step}/{last.total_steps} · "
         f"mean of last {len(window)}: {wall / len(window):.3f} s/step ({rate:.2f} steps/s), "
-        f"stall {stall / len(window):.3f} s ({pct:.0f} %), H2D {format_bytes(h2d / len(window))}/step"
-        + (f" ({format_rate(h2d / wall)})" if wall > 0 and h2d else "")
+        f"stall {stall / len(window):.3f} s ({pct:.0f} %), {copies}"
     )
 
 
@@ -60,25 +65,27 @@ class StepTimings(Vertical):
         *,
         history: int = HISTORY_SAMPLES,
         max_rows: int = TABLE_ROWS,
+        on_cpu: bool = False,
         id: str | None = None,
         classes: str | None = None,
     ) -> None:
         super().__init__(id=id, classes=classes)
         self.steps: deque[StepTiming] = deque(maxlen=history)
         self._max_rows = max_rows
+        self.on_cpu = on_cpu
         self._row_keys: deque = deque()
         self.border_title = "step timings"
 
     def compose(self) -> ComposeResult:
-        yield Static(summarize([]), classes="summary", markup=False)
+        yield Static(summarize([], on_cpu=self.on_cpu), classes="summary", markup=False)
         with Horizontal(id="wall-row"):
             yield Static("wall s/step", classes="spark-label")
-            yield Sparkline([], id="wall-spark")
+            yield ZeroSparkline([], id="wall-spark")
         with Horizontal(id="stall-row"):
             yield Static("stall s/step", classes="spark-label")
-            yield Sparkline([], id="stall-spark")
+            yield ZeroSparkline([], id="stall-spark")
         table: DataTable = DataTable(cursor_type="row", zebra_stripes=True)
-        table.add_columns(*self.COLUMNS)
+        table.add_columns(*self.COLUMNS[:-1], "host copy" if self.on_cpu else self.COLUMNS[-1])
         yield table
 
     def on_mount(self) -> None:
@@ -129,7 +136,7 @@ class StepTimings(Vertical):
             table.move_cursor(row=table.row_count - 1, animate=False)
 
     def _refresh_summary(self) -> None:
-        set_text(self.query_one(".summary", Static), summarize(list(self.steps)))
+        set_text(self.query_one(".summary", Static), summarize(list(self.steps), on_cpu=self.on_cpu))
         self.query_one("#wall-spark", Sparkline).data = [s.wall_s for s in self.steps]
         self.query_one("#stall-spark", Sparkline).data = [s.stall_s for s in self.steps]
 
