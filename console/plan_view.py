@@ -1,6 +1,26 @@
-"""Rich rendering of a plan for the headless `plan` command (the app has its own widgets)."""
+"""The plan as the headless `plan` command prints it (the app has its own widgets).
+
+Two renderings of the same rows, chosen by where stdout goes:
+
+- **A terminal** gets rich tables sized to the terminal. No cell is ever cut short with `…`: a value
+  wider than its column wraps onto the next line (`overflow="fold"`), so a narrow terminal costs
+  height, never information.
+- **A pipe or a file** (`omni-console plan | less`, `| cut -f1`, `> plan.txt`) gets plain text with
+  no width at all: each table is one tab-separated header row followed by its rows, every value in
+  full, sections separated by a blank line; the model line, notes, the forecast's formula and the
+  vLLM-Omni equivalents are plain lines (`serve: vllm serve …` holds the whole command, ready for
+  `sed -n 's/^serve: //p'`). Tabs and newlines inside a value are written as `\\t` / `\\n` so a row is
+  always one line. Sizes are the same human units as on screen; `plan --json` has exact byte counts.
+
+Plain rows rather than wide rich tables because a reader piping the plan wants to cut, grep and awk
+it: box-drawing borders and padding would have to be stripped first, and a table as wide as its
+longest path is unreadable in `less` anyway.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -16,6 +36,19 @@ RESIDENCY_LABEL = {"streamed": "streamed by DLO", "staged": "offloaded (staged)"
                    "none": "—"}
 
 
+@dataclass(frozen=True, slots=True)
+class Sheet:
+    """One table's words, before it is drawn as a rich table or written as tab-separated rows."""
+
+    title: str
+    header: tuple[str, ...]
+    rows: list[tuple[str, ...]]
+    right: frozenset[str] = frozenset()  # right-justified columns (numbers)
+    show_header: bool = True
+    caption: str | None = None
+    styles: dict[tuple[int, int], str] = field(default_factory=dict)  # (row, column) → rich style
+
+
 def _blocks_cell(c: ComponentPlan) -> str:
     lists = c.info.block_lists
     if not lists:
@@ -24,71 +57,148 @@ def _blocks_cell(c: ComponentPlan) -> str:
     return str(total) if len(lists) == 1 else f"{total} ({'+'.join(str(b.count) for b in lists)})"
 
 
-def component_table(plan: Plan) -> Table:
-    table = Table(title=f"{plan.model.pipeline_class} — {plan.model.path}", expand=False)
-    for col in ("component", "role", "class", "dtype", "size", "blocks", "residency", "why"):
-        table.add_column(col, justify="right" if col in ("size", "blocks") else "left")
-    for c in plan.components:
+def component_sheet(plan: Plan) -> Sheet:
+    header = ("component", "role", "class", "dtype", "size", "blocks", "residency", "why")
+    rows, styles = [], {}
+    for i, c in enumerate(plan.components):
         info = c.info
-        table.add_row(
+        rows.append((
             info.name, info.role, info.class_name or "", ", ".join(info.dtypes) or "—",
-            fmt_bytes(info.nbytes) if info.has_weights else "—",
-            _blocks_cell(c),
-            Text(RESIDENCY_LABEL[c.residency], style=RESIDENCY_STYLE[c.residency]),
-            c.why,
-        )
-    return table
+            fmt_bytes(info.nbytes) if info.has_weights else "—", _blocks_cell(c),
+            RESIDENCY_LABEL[c.residency], c.why,
+        ))
+        styles[(i, header.index("residency"))] = RESIDENCY_STYLE[c.residency]
+    return Sheet(f"{plan.model.pipeline_class} — {plan.model.path}", header, rows,
+                 right=frozenset({"size", "blocks"}), styles=styles)
 
 
-def blocks_table(plan: Plan) -> Table | None:
+def blocks_sheet(plan: Plan) -> Sheet | None:
     """Each DiT's block lists in execution order, with how many leading blocks stay resident."""
     dits = [c for c in plan.components if c.info.block_lists]
     if not dits:
         return None
-    table = Table(title="DiT blocks (execution order)")
-    for col in ("DiT", "block list", "count", "bytes/block", "largest", "total", "resident", "streamed"):
-        table.add_column(col, justify="left" if col in ("DiT", "block list") else "right")
+    header = ("DiT", "block list", "count", "bytes/block", "largest", "total", "resident", "streamed")
+    rows = []
     for c in dits:
         for b in c.info.block_lists:
             mine = [x for x in plan.blocks if x.dit == c.info.name and x.attr == b.attr]
             kept = sum(1 for x in mine if not x.streamed)
             sizes = sorted(set(b.block_bytes))
             per = fmt_bytes(sizes[0]) if len(sizes) == 1 else f"{fmt_bytes(sizes[0])}–{fmt_bytes(sizes[-1])}"
-            table.add_row(c.info.name, b.attr, str(b.count), per, fmt_bytes(b.largest_bytes),
-                          fmt_bytes(b.total_bytes), str(kept), str(b.count - kept))
-        table.add_row(c.info.name, "(non-block modules: resident)", "", "", "", fmt_bytes(c.info.non_block_bytes),
-                      "", "")
-    return table
+            rows.append((c.info.name, b.attr, str(b.count), per, fmt_bytes(b.largest_bytes),
+                         fmt_bytes(b.total_bytes), str(kept), str(b.count - kept)))
+        rows.append((c.info.name, "(non-block modules: resident)", "", "", "", fmt_bytes(c.info.non_block_bytes),
+                     "", ""))
+    return Sheet("DiT blocks (execution order)", header, rows, right=frozenset(header[2:]))
 
 
-def forecast_table(plan: Plan) -> Table:
+def forecast_sheet(plan: Plan) -> Sheet:
     f = plan.forecast
-    table = Table(title="forecast (from safetensors headers)", show_header=False)
-    table.add_column("what")
-    table.add_column("bytes", justify="right")
-    table.add_row("device resident weights", fmt_bytes(f.device_resident_bytes))
-    table.add_row("device peak weights", fmt_bytes(f.peak_device_weight_bytes))
-    table.add_row("pinned host memory", fmt_bytes(f.pinned_host_bytes))
-    table.add_row(f"streamed per DiT forward ({f.num_streamed_blocks} blocks)", fmt_bytes(f.streamed_bytes_per_forward))
-    table.caption = (f"peak = resident + 2 × largest streamed block ({fmt_bytes(f.largest_streamed_block_bytes)})"
-                     f" + largest staged component ({fmt_bytes(f.largest_staged_bytes)})")
+    rows = [
+        ("device resident weights", fmt_bytes(f.device_resident_bytes)),
+        ("device peak weights", fmt_bytes(f.peak_device_weight_bytes)),
+        ("pinned host memory", fmt_bytes(f.pinned_host_bytes)),
+        (f"streamed per DiT forward ({f.num_streamed_blocks} blocks)", fmt_bytes(f.streamed_bytes_per_forward)),
+    ]
+    caption = (f"peak = resident + 2 × largest streamed block ({fmt_bytes(f.largest_streamed_block_bytes)})"
+               f" + largest staged component ({fmt_bytes(f.largest_staged_bytes)})")
+    return Sheet("forecast (from safetensors headers)", ("forecast", "bytes"), rows, right=frozenset({"bytes"}),
+                 show_header=False, caption=caption)
+
+
+def vllm_lines(plan: Plan) -> list[str]:
+    """The vLLM-Omni equivalent of the chosen policy, one labelled line each."""
+    if plan.policy.mode == "resident":
+        first = "mode=resident: no offload (baseline); vLLM-Omni without DLO flags"
+    else:
+        first = f"flags: {vllm_flags(plan)}"
+    return [first, f"serve: {vllm_serve_command(plan)}", f"python: {vllm_python_call(plan)}"]
+
+
+SHORT_CELL = 10
+"""Columns whose values all fit in this many characters keep their width while the long ones wrap."""
+LONG_MIN = 8
+"""Room each long column must keep for short columns to be held at a fixed width."""
+
+
+def _fixed_widths(sheet: Sheet, max_width: int | None) -> list[int | None]:
+    """A fixed width for each short column when the long ones still get `LONG_MIN` characters; else none.
+
+    rich shrinks every wrapping column alike, splitting `2.5 MB` over two lines while a 30-character
+    class name keeps its room; fixing the short ones makes the long names fold instead. On a terminal
+    too narrow for that, every column wraps (a fixed column beside it could squeeze a name to nothing).
+    """
+    widths: list[int | None] = []
+    for j, col in enumerate(sheet.header):
+        longest = max((len(row[j]) for row in sheet.rows), default=0)
+        widths.append(max(longest, *(len(w) for w in col.split())) if longest <= SHORT_CELL else None)
+    borders = 3 * len(widths) + 1
+    needed = sum(w if w is not None else LONG_MIN for w in widths) + borders
+    return widths if max_width is not None and needed <= max_width else [None] * len(widths)
+
+
+def rich_table(sheet: Sheet, max_width: int | None = None) -> Table:
+    """A rich table whose cells wrap (fold) when the terminal is narrow — never `…`."""
+    table = Table(title=sheet.title, expand=False, show_header=sheet.show_header, caption=sheet.caption)
+    for col, width in zip(sheet.header, _fixed_widths(sheet, max_width), strict=True):
+        table.add_column(col, justify="right" if col in sheet.right else "left", overflow="fold", no_wrap=False,
+                         width=width)
+    for i, row in enumerate(sheet.rows):
+        table.add_row(*(Text(cell, style=sheet.styles.get((i, j), ""), overflow="fold") for j, cell in enumerate(row)))
     return table
+
+
+def component_table(plan: Plan, max_width: int | None = None) -> Table:
+    return rich_table(component_sheet(plan), max_width)
+
+
+def blocks_table(plan: Plan, max_width: int | None = None) -> Table | None:
+    sheet = blocks_sheet(plan)
+    return None if sheet is None else rich_table(sheet, max_width)
+
+
+def forecast_table(plan: Plan, max_width: int | None = None) -> Table:
+    return rich_table(forecast_sheet(plan), max_width)
+
+
+def _plain(value: str) -> str:
+    """One field of one line: a tab or newline inside a value must not split the row."""
+    return value.replace("\t", "\\t").replace("\r", "\\r").replace("\n", "\\n")
+
+
+def tsv_rows(sheet: Sheet) -> list[str]:
+    return ["\t".join(_plain(cell) for cell in row) for row in (sheet.header, *sheet.rows)]
+
+
+def plan_text(plan: Plan) -> str:
+    """The whole plan as plain lines for a pipe or a file (see the module docstring)."""
+    sections: list[Sequence[str]] = [[_plain(f"model: {plan.model.path} ({plan.model.pipeline_class})")],
+                                     tsv_rows(component_sheet(plan))]
+    if plan.model.notes:
+        sections.append([_plain(f"note: {note}") for note in plan.model.notes])
+    blocks = blocks_sheet(plan)
+    if blocks is not None:
+        sections.append(tsv_rows(blocks))
+    forecast = forecast_sheet(plan)
+    sections.append(tsv_rows(forecast))
+    sections.append([_plain(forecast.caption or "")])  # its own paragraph: a table section is rows only
+    sections.append(["vLLM-Omni equivalent", *(_plain(line) for line in vllm_lines(plan))])
+    return "\n\n".join("\n".join(lines) for lines in sections) + "\n"
 
 
 def render_plan(plan: Plan, console: Console | None = None) -> None:
+    """Rich tables on a terminal; plain tab-separated rows when the output is a pipe or a file."""
     console = console or Console()
-    console.print(component_table(plan))
+    if not console.is_terminal:
+        console.file.write(plan_text(plan))
+        console.file.flush()
+        return
+    console.print(component_table(plan, console.width))
     for note in plan.model.notes:  # files discovery ignored on purpose (code, pickles)
         console.print(Text(f"note: {note}", style="dim"))
-    blocks = blocks_table(plan)
+    blocks = blocks_table(plan, console.width)
     if blocks is not None:
         console.print(blocks)
-    console.print(forecast_table(plan))
-    lines = [Text("vLLM-Omni equivalent", style="bold")]
-    if plan.policy.mode == "resident":
-        lines.append(Text("mode=resident: no offload (baseline); vLLM-Omni without DLO flags"))
-    else:
-        lines.append(Text(f"flags:  {vllm_flags(plan)}"))
-    lines.append(Text(f"serve:  {vllm_serve_command(plan)}"))
-    lines.append(Text(f"python: {vllm_python_call(plan)}"))
+    console.print(forecast_table(plan, console.width))
+    lines = [Text("vLLM-Omni equivalent", style="bold"), *(Text(line) for line in vllm_lines(plan))]
     console.print(Panel(Group(*lines), expand=False))
