@@ -40,6 +40,7 @@ from ..offload.policy import OffloadPolicy
 from ..offload.telemetry import TelemetrySampler, default_sources, describe_snapshot, validate_hz
 from .args import policy_from_args, resolve_model_path
 from .interrupts import Interrupted, InterruptGuard
+from .run_report import RunReport
 from .run_request import REQUEST_FLAGS, CheckedRun, OptionFlags, checked_request, parse_option_flags
 from .run_totals import RunTotals, summarize, telemetry_peaks
 
@@ -195,7 +196,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
             _fail(err, f"cannot write {run.output.path}: {_one_line(str(exc))}")
             return EXIT_FAILED
     totals = progress.totals
-    report = {
+    report = RunReport.model_validate({  # checked against the published schema's model as it is built
         "model": str(engine.model.path), "device": str(engine.device),
         "policy": json.loads(flags.policy.model_dump_json()),
         "forecast": {"peak_device_weight_bytes": plan.forecast.peak_device_weight_bytes,
@@ -218,7 +219,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         **totals.summary(),
         "events_dropped": progress.sub.dropped,
         "telemetry": {**totals.telemetry_peaks(), "final": describe_snapshot(final)},
-    }
+    }).to_json_dict()
     if args.json:
         print(json.dumps(report, indent=2))
     else:

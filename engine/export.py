@@ -5,9 +5,19 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from .documents import (
+    PLAN_SCHEMA,
+    BlockListDoc,
+    ComponentDoc,
+    ForecastDoc,
+    ModelDoc,
+    PlanDocument,
+    PolicyDoc,
+    VllmOmniDoc,
+)
 from .plan import Plan
 
-PLAN_SCHEMA = "omni-console.plan/1"
+__all__ = ["PLAN_SCHEMA", "plan_document", "plan_to_dict", "vllm_flags", "vllm_python_call", "vllm_serve_command"]
 
 
 def vllm_flags(plan: Plan) -> str:
@@ -38,56 +48,47 @@ def vllm_python_call(plan: Plan) -> str:
             f"dlo_offload_components={{{comps}}})")
 
 
-def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    """The `plan --json` document; its keys are stable within schema `omni-console.plan/1`.
-
-    All sizes are integers in bytes. `notes` lists files discovery ignored on purpose (code, pickles).
-    `components[].residency` is one of streamed / staged /
-    resident / none; `why` is explicit / default / implicit (policy map), dlo (DiT), mode
-    (mode=resident), no-weights, not-auxiliary, no-blocks.
-    """
+def plan_document(plan: Plan) -> PlanDocument:
+    """The `plan --json` document (schema `omni-console.plan/1`; the fields are described in engine/documents.py)."""
     forecast = plan.forecast
-    return {
-        "schema": PLAN_SCHEMA,
-        "model": {"path": str(plan.model.path), "pipeline_class": plan.model.pipeline_class,
-                  "total_bytes": plan.model.nbytes},
-        "policy": {
-            "mode": plan.policy.mode,
-            "dlo_offload_components": dict(plan.policy.dlo_offload_components),
-            "resident_layers": plan.policy.resident_layers,
-        },
-        "components": [
-            {
-                "name": c.info.name, "role": c.info.role, "library": c.info.library,
-                "class": c.info.class_name, "dtypes": c.info.dtypes, "num_params": c.info.num_params,
-                "bytes": c.info.nbytes, "variant": c.info.variant,
-                "files": [str(f.relative_to(plan.model.path)) for f in c.info.files],
-                "residency": c.residency, "why": c.why,
-                "device_bytes": c.device_bytes, "host_bytes": c.host_bytes,
-                "block_lists": [
-                    {"attr": b.attr, "count": b.count, "bytes_per_block": list(b.block_bytes),
-                     "largest_block_bytes": b.largest_bytes, "total_bytes": b.total_bytes}
+    return PlanDocument(
+        model=ModelDoc(path=str(plan.model.path), pipeline_class=plan.model.pipeline_class,
+                       total_bytes=plan.model.nbytes),
+        policy=PolicyDoc(mode=plan.policy.mode, dlo_offload_components=dict(plan.policy.dlo_offload_components),
+                         resident_layers=plan.policy.resident_layers),
+        components=[
+            ComponentDoc(
+                name=c.info.name, role=c.info.role, library=c.info.library,
+                class_name=c.info.class_name, dtypes=c.info.dtypes, num_params=c.info.num_params,
+                bytes=c.info.nbytes, variant=c.info.variant,
+                files=[str(f.relative_to(plan.model.path)) for f in c.info.files],
+                residency=c.residency, why=c.why,
+                device_bytes=c.device_bytes, host_bytes=c.host_bytes,
+                block_lists=[
+                    BlockListDoc(attr=b.attr, count=b.count, bytes_per_block=list(b.block_bytes),
+                                 largest_block_bytes=b.largest_bytes, total_bytes=b.total_bytes)
                     for b in c.info.block_lists
                 ],
-                "non_block_bytes": c.info.non_block_bytes if c.info.role == "dit" else None,
-                "resident_layers": c.resident_layers if c.info.role == "dit" else None,
-            }
+                non_block_bytes=c.info.non_block_bytes if c.info.role == "dit" else None,
+                resident_layers=c.resident_layers if c.info.role == "dit" else None,
+            )
             for c in plan.components
         ],
-        "forecast": {
-            "device_resident_bytes": forecast.device_resident_bytes,
-            "pinned_host_bytes": forecast.pinned_host_bytes,
-            "streamed_bytes_per_forward": forecast.streamed_bytes_per_forward,
-            "peak_device_weight_bytes": forecast.peak_device_weight_bytes,
-            "largest_streamed_block_bytes": forecast.largest_streamed_block_bytes,
-            "largest_staged_bytes": forecast.largest_staged_bytes,
-            "num_streamed_blocks": forecast.num_streamed_blocks,
-            "num_resident_blocks": forecast.num_resident_blocks,
-        },
-        "vllm_omni": {
-            "flags": vllm_flags(plan),
-            "serve": vllm_serve_command(plan),
-            "python": vllm_python_call(plan),
-        },
-        "notes": list(plan.model.notes),
-    }
+        forecast=ForecastDoc(
+            device_resident_bytes=forecast.device_resident_bytes,
+            pinned_host_bytes=forecast.pinned_host_bytes,
+            streamed_bytes_per_forward=forecast.streamed_bytes_per_forward,
+            peak_device_weight_bytes=forecast.peak_device_weight_bytes,
+            largest_streamed_block_bytes=forecast.largest_streamed_block_bytes,
+            largest_staged_bytes=forecast.largest_staged_bytes,
+            num_streamed_blocks=forecast.num_streamed_blocks,
+            num_resident_blocks=forecast.num_resident_blocks,
+        ),
+        vllm_omni=VllmOmniDoc(flags=vllm_flags(plan), serve=vllm_serve_command(plan), python=vllm_python_call(plan)),
+        notes=list(plan.model.notes),
+    )
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    """The `plan --json` document as printed (JSON types, keys as in the schema)."""
+    return plan_document(plan).to_json_dict()

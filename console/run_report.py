@@ -1,0 +1,91 @@
+"""The `run --json` report as pydantic models: one definition gives the output and its JSON schema.
+
+Versioned by its `schema` field (`omni-console.run-report/1`): within a version no key is removed,
+renamed or changes meaning; new keys may be added. The published schema (docs/schemas/) is
+generated from these models by `python -m omni_console.console.schemas`. Sizes are bytes, times
+seconds; a reading this machine cannot make (no CUDA, no NVML) is null.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import ConfigDict, Field
+
+from ..engine.documents import Document, PolicyDoc
+
+RUN_REPORT_SCHEMA = "omni-console.run-report/1"
+
+
+class ForecastSummary(Document):
+    """The plan's forecast for the policy the run used (the full forecast is in `plan --json`)."""
+
+    peak_device_weight_bytes: int = Field(ge=0)
+    pinned_host_bytes: int = Field(ge=0)
+    streamed_bytes_per_forward: int = Field(ge=0)
+
+
+class StepReport(Document):
+    step: int
+    wall_s: float = Field(description="wall time of the denoise step")
+    stall_s: float = Field(description="time compute waited on weight transfers in the step")
+    h2d_bytes: int = Field(ge=0)
+
+
+class StagingTotals(Document):
+    h2d_transfers: int = Field(ge=0)
+    h2d_bytes: int = Field(ge=0)
+    h2d_seconds: float
+    h2d_bytes_per_s: float | None = Field(description="mean host->device bandwidth; null without transfers")
+    sync_transfers: int = Field(ge=0)
+    by_target_kind: dict[str, int] = Field(description="transfers by target: block (streamed DiT) / component")
+
+
+class CacheDecisionReport(Document):
+    action: Literal["retain", "release"]
+    reason: str
+    forced: bool
+
+
+class TelemetryPeaks(Document):
+    samples: int = Field(ge=0)
+    torch_reserved_peak: int | None
+    nvml_used_peak: int | None
+    host_rss_peak: int | None
+    pinned_peak: int | None
+    final: list[str] = Field(description="the last telemetry sample as report lines")
+
+
+class RunReport(Document):
+    """`omni-console run --json`: what the load and the request cost, and what was written."""
+
+    model_config = ConfigDict(title="omni-console run report")
+
+    schema_id: Literal["omni-console.run-report/1"] = Field(RUN_REPORT_SCHEMA, alias="schema")
+    model: str = Field(description="model directory")
+    device: str
+    policy: PolicyDoc
+    forecast: ForecastSummary
+    load_seconds: float
+    pinned_bytes: int = Field(ge=0, description="pinned host memory held after the load")
+    request_seconds: float
+    peak_allocated_bytes: int | None
+    steps: list[StepReport]
+    output: str | None = Field(description="--output when something was written, else null")
+    files: list[str] = Field(description="every file written (several for frames written as images)")
+    frames: int = Field(ge=0)
+    is_video: bool
+    fps: float | None = Field(description="frame rate written (videos only)")
+    fps_source: Literal["--fps", "pipeline", "default"] | None
+    latent_shape: list[int] | None
+    phases: dict[str, float] = Field(description="seconds by phase: text_encoding, denoise, vae_decode")
+    vae_decode_peak_bytes: int | None
+    notes: list[str]
+    staging: StagingTotals
+    cache_decisions: list[CacheDecisionReport] = Field(description="the most recent allocator-cache decisions")
+    cache_decisions_total: int = Field(ge=0)
+    cache_releases: int = Field(ge=0)
+    log: list[str] = Field(description="the most recent engine log lines")
+    log_lines_total: int = Field(ge=0)
+    events_dropped: int = Field(ge=0, description="events the report missed (totals are then partial)")
+    telemetry: TelemetryPeaks

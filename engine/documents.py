@@ -1,0 +1,106 @@
+"""The `plan --json` document as pydantic models: one definition gives the output and its JSON schema.
+
+Versioned by its `schema` field (`omni-console.plan/1`): within a version no key is removed,
+renamed or changes meaning; new keys may be added. The published schema (docs/schemas/) is
+generated from these models by `python -m omni_console.console.schemas`. All sizes are bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .plan import Residency, Why
+from .roles import Role
+
+PLAN_SCHEMA = "omni-console.plan/1"
+
+
+class Document(BaseModel):
+    """A JSON document the CLI prints: exact keys (a misspelt one is an error), frozen once built."""
+
+    # a printed document always holds every key, defaulted ones (`schema`) included: the schema says so
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True,
+                              json_schema_serialization_defaults_required=True)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The document as printed: JSON types, wire names (`schema`, `class`)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class PolicyDoc(Document):
+    """The offload policy as the operator chose it (the same three keys as `OffloadPolicy`)."""
+
+    mode: Literal["dlo", "resident"]
+    dlo_offload_components: dict[str, bool] = Field(description="component -> offloaded (staged); 'default' key")
+    resident_layers: int = Field(ge=0, description="leading DiT blocks kept on the device")
+
+
+class ModelDoc(Document):
+    path: str
+    pipeline_class: str | None
+    total_bytes: int = Field(ge=0)
+
+
+class BlockListDoc(Document):
+    """One list of repeated DiT blocks (e.g. `transformer_blocks`), in execution order."""
+
+    attr: str
+    count: int = Field(ge=0)
+    bytes_per_block: list[int]
+    largest_block_bytes: int = Field(ge=0)
+    total_bytes: int = Field(ge=0)
+
+
+class ComponentDoc(Document):
+    name: str
+    role: Role
+    library: str | None
+    class_name: str | None = Field(alias="class")
+    dtypes: list[str] = Field(description="dtypes by bytes held, largest first")
+    num_params: int = Field(ge=0)
+    bytes: int = Field(ge=0)
+    variant: str | None
+    files: list[str] = Field(description="weight files, relative to the model directory")
+    residency: Residency = Field(description="streamed (DiT blocks), staged (offloaded encoder/VAE), resident, none")
+    why: Why = Field(description="explicit / default / implicit: the policy map's entry; dlo, mode, no-weights, "
+                                 "not-auxiliary, no-blocks: not the map's to decide")
+    device_bytes: int = Field(ge=0)
+    host_bytes: int = Field(ge=0)
+    block_lists: list[BlockListDoc]
+    non_block_bytes: int | None = Field(description="DiT only: bytes outside the block lists")
+    resident_layers: int | None = Field(description="DiT only: leading blocks kept on the device")
+
+
+class ForecastDoc(Document):
+    device_resident_bytes: int = Field(ge=0)
+    pinned_host_bytes: int = Field(ge=0)
+    streamed_bytes_per_forward: int = Field(ge=0)
+    peak_device_weight_bytes: int = Field(ge=0)
+    largest_streamed_block_bytes: int = Field(ge=0)
+    largest_staged_bytes: int = Field(ge=0)
+    num_streamed_blocks: int = Field(ge=0)
+    num_resident_blocks: int = Field(ge=0)
+
+
+class VllmOmniDoc(Document):
+    """The same policy in vLLM-Omni's spellings (flags empty in resident mode)."""
+
+    flags: str
+    serve: str
+    python: str
+
+
+class PlanDocument(Document):
+    """`omni-console plan --json`: components, residency, forecast and vLLM-Omni flags, before any load."""
+
+    model_config = ConfigDict(title="omni-console plan document")
+
+    schema_id: Literal["omni-console.plan/1"] = Field(PLAN_SCHEMA, alias="schema")
+    model: ModelDoc
+    policy: PolicyDoc
+    components: list[ComponentDoc]
+    forecast: ForecastDoc
+    vllm_omni: VllmOmniDoc
+    notes: list[str] = Field(description="files discovery ignored on purpose (code, pickles), one line each")
