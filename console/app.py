@@ -38,6 +38,7 @@ from typing import Literal
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.message import Message
+from textual.notifications import Notify
 from textual.screen import Screen
 from textual.timer import Timer
 
@@ -77,6 +78,7 @@ from .outputs import save_result
 from .residency import residency_rows
 from .screens import GenerateDialog, HelpScreen, LiveScreen, PlanScreen
 from .screens.help import Section, binding_rows
+from .toasts import toasts_replaced_by
 from .widgets import HISTORY_SAMPLES, FilterBar, format_event
 from .widgets.plan_forecast import LinkInfo
 
@@ -312,6 +314,11 @@ class OmniConsoleApp(App[int]):
         """Also keep every notification in `notices` (tests and the operator's history read it)."""
         self.notices.append((str(message), str(severity)))
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
+    def _on_notify(self, event: Notify) -> None:
+        """Coalesce toasts (repeats replace, at most two shown); Textual's own handler then adds the new one."""
+        for stale in toasts_replaced_by(event.notification, list(self._notifications)):
+            self._unnotify(stale, refresh=False)
 
     # ------------------------------------------------------------------ policy edits (plan screen)
 
@@ -614,6 +621,8 @@ class OmniConsoleApp(App[int]):
         if self.phase == "loading" or self.generating:
             self.worker.cancel()
             self.say("cancelling…", "warning")
+            if self.generating and self.live_screen is not None:
+                self.live_screen.set_cancelling(True)  # lasts until the request ends
         elif self.phase == "live":
             self.say("no request is running", timeout=2)
 
@@ -755,6 +764,8 @@ class OmniConsoleApp(App[int]):
 
     def _generate_done(self, message: CommandDone) -> None:
         self.generating = False
+        if self.live_screen is not None:
+            self.live_screen.set_cancelling(False)
         future = message.future
         exc = None if future.cancelled() else future.exception()
         if future.cancelled() or exc is not None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..app import OmniConsoleApp
 
 READONLY_ACTIONS = {"readonly_toggle", "readonly_default", "readonly_layers"}
+CANCELLING = "cancelling… (stops at the end of this step)"
 
 
 class LiveScreen(Screen[None]):
@@ -79,6 +80,7 @@ class LiveScreen(Screen[None]):
         self.policy_panel = PolicyPanel(id="live-policy")
         self.gen_progress = ProgressBar(total=1, show_eta=False, id="gen-progress")
         self.status_text = ""
+        self.cancelling = False
         self.gen_text = "no request yet — g opens the generate dialog"
         self.telemetry_ready = False
         self.status_line = Static(self.status_text, id="live-status", markup=False)
@@ -133,6 +135,15 @@ class LiveScreen(Screen[None]):
 
     def set_status(self, text: str) -> None:
         self.status_text = text
+        self._show_status()
+
+    def set_cancelling(self, cancelling: bool) -> None:
+        """esc on a running request: say so in the status line until the request ends."""
+        self.cancelling = cancelling
+        self._show_status()
+
+    def _show_status(self) -> None:
+        text = f"{CANCELLING} · {self.status_text}" if self.cancelling else self.status_text
         set_text(self.status_line, text)
 
     def set_generation(self, text: str, done: int | None = None, total: int | None = None) -> None:

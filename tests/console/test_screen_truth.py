@@ -4,14 +4,21 @@ cancelled request says "cancelling…" until it ends."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
+from dataclasses import dataclass
 
-from app_helpers import screen_text
+from app_helpers import finish, load, screen_text, until
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 
+from omni_console.console.headless import default_request
+from omni_console.console.screens.live import CANCELLING
+from omni_console.console.toasts import toasts_replaced_by
 from omni_console.console.widgets import StagingLog, StepTimings, format_event
 from omni_console.console.widgets.zero_sparkline import BARS, ZeroSparkline, zero_based_bars
+from omni_console.engine.runner import StepClock
 from omni_console.offload.events import StagingEvent, StepTiming
 from omni_console.themes import CSS_PATH, DEFAULT_THEME, register_themes
 
@@ -152,3 +159,71 @@ async def test_step_timings_on_cpu_say_host_copies():
         text = screen_text(app)
         assert "host copies 1.0 GB/step (CPU: no device link)" in text
         assert "H2D" not in text and not re.search(r"GB/s\b", text), text
+
+
+# --------------------------------------------------------------------------- toasts
+
+
+@dataclass
+class FakeToast:
+    message: str
+    raised_at: float
+    severity: str = "information"
+    title: str = ""
+    timeout: float = 5.0
+
+
+def test_a_repeated_notice_replaces_its_toast_and_at_most_two_show():
+    shown = [FakeToast("resident layers 3", 100.0)]
+    assert toasts_replaced_by(FakeToast("resident layers 3", 101.0), shown) == shown
+    assert toasts_replaced_by(FakeToast("resident layers 3", 110.0), shown) == []  # expired by then
+    error, old, newer = FakeToast("boom", 100.0, "error"), FakeToast("a", 100.5), FakeToast("b", 101.0)
+    replaced = toasts_replaced_by(FakeToast("c", 102.0), [error, old, newer])
+    assert replaced == [old, newer]  # the error stays: with the new one, two show
+
+
+async def test_seven_presses_of_minus_leave_at_most_two_toasts(app):
+    async with app.run_test(size=(160, 48), notifications=True) as pilot:
+        await pilot.pause()
+        await pilot.press(*["minus"] * 7)
+        await pilot.pause()
+        await pilot.pause()
+        assert len(app.notices) == 7  # every notice is still kept in the history
+        assert len(app.screen.query("Toast")) == 1  # seven equal notices: one toast
+        await pilot.press("plus", "plus", "minus")  # different texts: still at most two
+        await pilot.pause()
+        await pilot.pause()
+        assert len(app.screen.query("Toast")) <= 2
+
+
+# --------------------------------------------------------------------------- cancelling
+
+
+async def test_escape_on_a_slow_step_says_cancelling_until_the_request_ends(app, monkeypatch):
+    in_first_step, finish_step = threading.Event(), threading.Event()
+    real_step_end = StepClock.on_step_end
+
+    def slow_step_end(self, pipe, step, timestep, kwargs):
+        if step == 0:
+            in_first_step.set()
+            assert finish_step.wait(30)  # a slow step: it ends when the test says so
+        return real_step_end(self, pipe, step, timestep, kwargs)
+
+    monkeypatch.setattr(StepClock, "on_step_end", slow_step_end)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        await load(pilot, app)
+        future = app.start_generate(default_request(app.engine, prompt="a red cube", steps=4))
+        assert await asyncio.to_thread(in_first_step.wait, 30)
+        await pilot.press("escape")
+        for _ in range(3):  # toasts expire; the status line keeps saying it while the step runs
+            await pilot.pause()
+            assert CANCELLING in screen_text(app)
+            await asyncio.sleep(0.05)
+        app.drain_events()
+        await pilot.pause()
+        assert CANCELLING in screen_text(app)  # events during the step do not overwrite it
+        finish_step.set()
+        await finish(pilot, future, lambda: not app.generating)
+        await until(pilot, lambda: CANCELLING not in screen_text(app))
+        assert "cancelled after 1/4 steps" in app.live_screen.gen_text
