@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -24,16 +25,43 @@ class UsageError(ConfigError):
     """A flag argparse cannot parse (unknown flag, missing value, not a number)."""
 
 
+class WholeWordsHelpFormatter(argparse.HelpFormatter):
+    """Wrap help at spaces only: `omni-high-contrast` or `--dlo-offload-components` is never split at a hyphen."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse prints its usage block and exits; here a bad flag is one line, like every other error."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", WholeWordsHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{' '.join(message.split())} (see {self.prog} --help)")
 
+    def format_help(self) -> str:
+        """Fill help that is costly to build (the theme names import Textual) only when help is shown."""
+        for action in self._actions:
+            fill = getattr(action, "fill_help", None)
+            if fill is not None:
+                action.help = fill()
+        return super().format_help()
+
+
+def _theme_help() -> str:
+    from ..themes import DEFAULT_THEME, THEMES
+
+    names = ", ".join(f"{name} (default)" if name == DEFAULT_THEME else name for name in THEMES)
+    return f"colour theme: {names}; press t in the app to cycle"
+
 
 def _policy_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", type=Path, help="diffusers model directory (default: the embedded demo model)")
-    parser.add_argument("--variant", help="weight variant to read, e.g. fp16 (files NAME.fp16.safetensors)")
+    parser.add_argument("--variant", help="weight variant to read, e.g. fp16 (files NAME.fp16.safetensors); "
+                                          "refused if a component with weights has no such files")
     parser.add_argument("--dlo-offload-components", metavar="JSON",
                         help='per-component policy, e.g. \'{"text_encoder": false, "default": true}\'')
     parser.add_argument("--resident-layers", type=int, default=0, metavar="N",
@@ -52,10 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     app = sub.add_parser("console", help="open the Textual console (default)")
     _policy_flags(app)
-    app.add_argument("--theme", help="theme name (see --help of the app, or press t to cycle)")
+    theme = app.add_argument("--theme", metavar="NAME", help="colour theme (press t in the app to cycle)")
+    theme.fill_help = _theme_help  # type: ignore[attr-defined]  # names filled in when help is printed
     app.add_argument("--telemetry-hz", type=float, default=10.0, help="telemetry sampling rate (default 10)")
 
-    plan = sub.add_parser("plan", help="show components, residency and the forecast without loading")
+    plan = sub.add_parser("plan", help="show components, residency and the forecast without loading",
+                          description="Show components, residency and the forecast without loading. On a "
+                                      "terminal: tables whose long names wrap. Piped or redirected: plain "
+                                      "tab-separated rows (a header row per table, every value complete).")
     _policy_flags(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON (schema omni-console.plan/1)")
 

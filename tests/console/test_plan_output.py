@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from omni_console.console.cli import main
@@ -91,3 +92,20 @@ def test_narrow_terminal_wraps_names_never_truncates(demo_model_dir: Path):
         assert _column(body, 3) == "".join(c.info.class_name or "" for c in plan.components), width
         flat = "".join(text.replace("│", "").split())  # the panel wraps the command at spaces, never cuts it
         assert "".join(vllm_serve_command(plan).split()) in flat
+
+
+def _help(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as done:
+        main([*argv, "--help"])
+    assert done.value.code == 0
+    return " ".join(capsys.readouterr().out.split())  # argparse wraps at the terminal width
+
+
+def test_theme_help_lists_the_theme_names(capsys, monkeypatch):
+    from omni_console import themes
+
+    text = _help(capsys, "console")
+    assert f"{themes.DEFAULT_THEME} (default)" in text
+    assert all(name in text for name in themes.THEMES)
+    monkeypatch.setitem(themes.THEMES, "omni-sepia", themes.THEMES[themes.DEFAULT_THEME])
+    assert "omni-sepia" in _help(capsys, "console")  # read from the themes module, not a list of its own
