@@ -65,6 +65,7 @@ class LiveScreen(Screen[None]):
     LiveScreen.-narrow StagingLog { height: 14; }
     LiveScreen.-narrow AllocatorPanel { max-height: 24; }
     LiveScreen #live-right ResidencyPanel { max-height: 40%; }
+    LiveScreen.-wide ToastHolder { align-horizontal: left; }  /* over the policy, not the newest staging events */
     """
 
     def __init__(self, *, on_cpu: bool | None = None) -> None:

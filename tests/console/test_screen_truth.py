@@ -227,3 +227,15 @@ async def test_escape_on_a_slow_step_says_cancelling_until_the_request_ends(app,
         await finish(pilot, future, lambda: not app.generating)
         await until(pilot, lambda: CANCELLING not in screen_text(app))
         assert "cancelled after 1/4 steps" in app.live_screen.gen_text
+
+
+async def test_live_screen_toasts_stay_off_the_staging_log(app):
+    async with app.run_test(size=(160, 48), notifications=True) as pilot:
+        await pilot.pause()
+        await load(pilot, app)
+        app.say("a notice")
+        await until(pilot, lambda: len(app.screen.query("Toast")) > 0)
+        await pilot.pause()
+        staging = app.live_screen.staging.region
+        for toast in app.screen.query("Toast"):
+            assert not toast.region.overlaps(staging), (toast.region, staging)
