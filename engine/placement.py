@@ -2,7 +2,8 @@
 
 Per component (engine/plan.py decides the residency):
 - `streamed` (a DiT): its non-block modules go to the device; its block lists feed one
-  `LayerwiseStreamer` ring across all DiTs in execution order, leading `resident_layers` kept.
+  `LayerwiseStreamer` ring across all DiTs in execution order, which keeps exactly the blocks
+  `plan.residency` marks resident and allocates exactly `plan.residency.slots` slots.
 - `staged`: a `ModuleStager` with a pinned master, wrapped around the methods the pipeline calls
   (`forward`; for VAEs also `encode`/`decode`), sharing one `AllocatorCache` for boundary decisions.
 - `resident`: `.to(device)` once, never staged.
@@ -127,13 +128,22 @@ def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement
             if progress:
                 progress("DiT blocks", done, _total)
 
-        placement.streamer = LayerwiseStreamer(block_lists, device, resident_layers=plan.policy.resident_layers,
+        _check_block_order(block_lists, plan)
+        placement.streamer = LayerwiseStreamer(block_lists, device, residency=plan.residency,
                                                bus=bus, pin=pin, progress=on_pack)
         placement.streamer.attach()
         s = placement.streamer
         bus.publish(LogEvent(level="info", message=(
             f"DLO: {s.num_streamed} blocks streamed ({total:,} bytes), {s.num_resident} resident, "
-            f"2 slots of {s.largest_block_bytes:,} bytes")))
+            f"{s.num_slots} slot{'s' if s.num_slots != 1 else ''} of {s.largest_block_bytes:,} bytes")))
+
+
+def _check_block_order(block_lists: list[tuple[str, list[torch.nn.Module]]], plan: Plan) -> None:
+    """The loaded block lists must be the plan's blocks, in its order, or its residency would shift."""
+    loaded = [f"{name}.{i}" for name, modules in block_lists for i in range(len(modules))]
+    planned = [f"{b.dit}.{b.attr}.{b.index}" for b in plan.blocks]
+    if loaded != planned:
+        raise RuntimeError(f"loaded DiT blocks differ from the plan's ({len(loaded)} loaded, {len(planned)} planned)")
 
 
 def report_execution_device(module: torch.nn.Module, device: torch.device) -> Callable[[], None]:

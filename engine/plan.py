@@ -1,7 +1,9 @@
 """Resolve a policy against a discovered model and forecast what it costs — before any load.
 
 Residency of each component:
-- `streamed`: DiT blocks (DLO always owns them), minus the leading `resident_layers`;
+- `streamed`: DiT blocks (DLO always owns them), minus the leading `resident_layers` — decided once,
+  by `OffloadPolicy.block_residency` (offload/residency.py), and handed as `Plan.residency` to the
+  streamer, so the forecast and the placement use the same block list and slot count;
 - `staged`: an encoder/VAE whose policy resolves to True (pinned on host, on the device only
   for its stage);
 - `resident`: an encoder/VAE whose policy resolves to False, every weighted `other` component, a
@@ -12,8 +14,9 @@ Forecast (all figures from the safetensors headers):
 - device resident bytes = resident components + DiT non-block bytes + resident DiT layers;
 - pinned host bytes = streamed blocks + staged components (one pinned master each);
 - streamed per DiT forward = bytes of all streamed blocks (each crosses the link once per forward);
-- peak device weight bytes = resident bytes + 2 slots of the largest streamed block + the largest
-  staged component (only one auxiliary stage runs at a time).
+- peak device weight bytes = resident bytes + the streamer's slots (`residency.slots`: 1 for a single
+  streamed block, else 2) × the largest streamed block + the largest staged component (only one
+  auxiliary stage runs at a time).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..offload.policy import OffloadPolicy
+from ..offload.residency import BlockResidency
 from .discovery import ComponentInfo, ModelInfo
 
 Residency = Literal["streamed", "staged", "resident", "none"]
@@ -61,6 +65,7 @@ class Forecast:
     largest_staged_bytes: int
     num_streamed_blocks: int
     num_resident_blocks: int
+    streaming_slots: int = 0
 
     def transfer_seconds(self, bandwidth_bytes_per_s: float | None) -> float | None:
         """Time to stream the DiT once at a given host→device bandwidth (None when unknown)."""
@@ -76,15 +81,16 @@ class Plan:
     components: tuple[ComponentPlan, ...]
     blocks: tuple[StreamedBlock, ...]
     forecast: Forecast
+    residency: BlockResidency  # the decision `blocks` shows, passed as is to the streamer
 
 
-def execution_blocks(model: ModelInfo, resident_layers: int, mode: str) -> list[StreamedBlock]:
-    """Every DiT block in execution order; the first `resident_layers` (across all DiTs) stay."""
+def execution_blocks(model: ModelInfo, residency: BlockResidency) -> list[StreamedBlock]:
+    """Every DiT block in execution order (across all DiTs), streamed as `residency` decided."""
     blocks: list[StreamedBlock] = []
     for dit in model.dits:
         for block_list in dit.block_lists:
             for i, nbytes in enumerate(block_list.block_bytes):
-                streamed = mode == "dlo" and len(blocks) >= resident_layers
+                streamed = not residency.resident[len(blocks)]
                 blocks.append(StreamedBlock(dit.name, block_list.attr, i, nbytes, streamed))
     return blocks
 
@@ -114,7 +120,8 @@ def _component_plan(info: ComponentInfo, policy: OffloadPolicy, blocks: list[Str
 def make_plan(model: ModelInfo, policy: OffloadPolicy) -> Plan:
     """Check the policy against the model (raising PolicyError) and compute residency and forecast."""
     policy.check_against(model.auxiliary_names, [d.name for d in model.dits], model.num_dit_blocks)
-    blocks = execution_blocks(model, policy.resident_layers, policy.mode)
+    residency = policy.block_residency(model.num_dit_blocks)
+    blocks = execution_blocks(model, residency)
     plans = tuple(_component_plan(c, policy, blocks) for c in model.components)
     streamed = [b.nbytes for b in blocks if b.streamed]
     staged = [p.info.nbytes for p in plans if p.residency == "staged"]
@@ -125,10 +132,11 @@ def make_plan(model: ModelInfo, policy: OffloadPolicy) -> Plan:
         device_resident_bytes=resident,
         pinned_host_bytes=sum(streamed) + sum(staged),
         streamed_bytes_per_forward=sum(streamed),
-        peak_device_weight_bytes=resident + 2 * largest_block + largest_staged,
+        peak_device_weight_bytes=resident + residency.slot_bytes(largest_block) + largest_staged,
         largest_streamed_block_bytes=largest_block,
         largest_staged_bytes=largest_staged,
         num_streamed_blocks=len(streamed),
         num_resident_blocks=len(blocks) - len(streamed),
+        streaming_slots=residency.slots,
     )
-    return Plan(model, policy, plans, tuple(blocks), forecast)
+    return Plan(model, policy, plans, tuple(blocks), forecast, residency)

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import PolicyError, PolicyTypeError
+from .residency import BlockResidency
 
 Mode = Literal["dlo", "resident"]
 Source = Literal["explicit", "default", "implicit"]
@@ -85,6 +86,16 @@ class OffloadPolicy(BaseModel):
             return False
         comps = self.dlo_offload_components
         return comps.get(name, comps.get(DEFAULT_KEY, True))
+
+    def block_residency(self, num_blocks: int) -> BlockResidency:
+        """Which of the model's `num_blocks` DiT blocks (execution order) stream, and through how many slots.
+
+        `mode=resident` streams nothing; `mode=dlo` keeps the leading `resident_layers` blocks.
+        Call after `check_against`, which turns an out-of-range `resident_layers` into a PolicyError.
+        """
+        if self.mode == "resident":
+            return BlockResidency.all_resident(num_blocks)
+        return BlockResidency.leading(num_blocks, self.resident_layers)
 
     def source_of(self, name: str) -> Source:
         """Why `offload_enabled(name)` says what it says."""

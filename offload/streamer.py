@@ -1,9 +1,13 @@
-"""Layerwise streaming of DiT blocks through two device slots (design.md §2.2).
+"""Layerwise streaming of DiT blocks through device slots.
+
+Which blocks stream and how many slots they share is decided elsewhere (`BlockResidency`,
+offload/residency.py — the plan's decision, passed in by placement); the streamer only carries it out.
 
 Every streamed block's weights live once in one host arena (page-locked on CUDA), each block a
-256-byte aligned region. Two device slots, each the size of the largest region, hold the block
-that runs and the block that runs next: while block i computes, block i+1 is copied into the
-other slot on a copy stream, and the last block prefetches the first so the next step starts warm.
+256-byte aligned region. Two device slots (one when a single block is streamed), each the size of
+the largest region, hold the block that runs and the block that runs next: while block i computes,
+block i+1 is copied into the other slot on a copy stream, and the last block prefetches the first
+so the next step starts warm.
 
 Swapping never replaces modules or Parameters: each tensor's storage is re-pointed
 (`param.data = view into a slot`) and, after the block ran, to a zero-element placeholder.
@@ -37,6 +41,7 @@ from .devices import (
 )
 from .events import EventBus, NullBus, StagingEvent
 from .pinned import ALIGNMENT, HostArena, align_up, contiguous_stride, is_dense, span_elements, typed_view
+from .residency import BlockResidency
 from .transfer_timing import Measured, TransferClock
 
 _GROUP_ALIGN = 16  # storage-group starts are rounded down to this so every dtype stays aligned
@@ -145,14 +150,21 @@ def _unique_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
 
 
 class LayerwiseStreamer:
-    """Streams the blocks of one or more block lists (execution order) through two device slots."""
+    """Streams the blocks of one or more block lists (execution order) through its device slots.
+
+    `residency` (one flag per block, in execution order, and the slot count) is the plan's
+    decision and is carried out as given. `resident_layers` is shorthand for
+    `BlockResidency.leading(num_blocks, resident_layers)` for callers without a plan; give one or
+    neither (neither: every block streamed).
+    """
 
     def __init__(
         self,
         block_lists: Sequence[tuple[str, Sequence[torch.nn.Module]]],
         device: torch.device | str,
         *,
-        resident_layers: int = 0,
+        residency: BlockResidency | None = None,
+        resident_layers: int | None = None,
         bus: EventBus | None = None,
         pin: bool = True,
         progress: Callable[[int, int], None] | None = None,
@@ -162,9 +174,14 @@ class LayerwiseStreamer:
         blocks: list[tuple[str, torch.nn.Module]] = []
         for list_name, modules in block_lists:
             blocks.extend((f"{list_name}.{i}", m) for i, m in enumerate(modules))
-        if not 0 <= resident_layers <= len(blocks):
-            raise ValueError(f"resident_layers must be in [0, {len(blocks)}], got {resident_layers}")
-        self._blocks = [_Block(name, m, resident=i < resident_layers) for i, (name, m) in enumerate(blocks)]
+        if residency is not None and resident_layers is not None:
+            raise ValueError("give residency or resident_layers, not both")
+        if residency is None:
+            residency = BlockResidency.leading(len(blocks), resident_layers or 0)
+        if residency.num_blocks != len(blocks):
+            raise ValueError(f"residency covers {residency.num_blocks} blocks, the block lists hold {len(blocks)}")
+        self.residency = residency
+        self._blocks = [_Block(name, m, resident=r) for (name, m), r in zip(blocks, residency.resident, strict=True)]
         self._streamed = [b for b in self._blocks if not b.resident]
         self._bus = bus or NullBus()
         self._pin = pin and self._cuda
@@ -225,8 +242,13 @@ class LayerwiseStreamer:
 
     @property
     def slot_bytes(self) -> int:
-        """Device bytes held by the slots (two slots; one when a single block is streamed)."""
+        """Device bytes held by the slots (`residency.slots` of them while attached)."""
         return sum(s.numel() for s in self._slots)
+
+    @property
+    def num_slots(self) -> int:
+        """Device slots allocated now (`residency.slots` while attached, 0 otherwise)."""
+        return len(self._slots)
 
     def block_states(self) -> list[tuple[str, str, int]]:
         """(name, state, bytes) per block; state is resident / device / in_flight / host."""
@@ -315,7 +337,7 @@ class LayerwiseStreamer:
         if self._pin:
             self._arena.pin()
         largest = self.largest_block_bytes
-        nslots = 1 if len(self._streamed) == 1 else 2
+        nslots = self.residency.slots
         self._slots = [torch.empty(largest, dtype=torch.uint8, device=self.device) for _ in range(nslots)]
         self._slot_owner = [None] * nslots
         self._slot_ready = [None] * nslots

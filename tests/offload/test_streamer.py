@@ -11,6 +11,7 @@ from offload_toy_models import ToyModel, block_tensor_bytes
 
 from omni_console.offload.events import EventBus, StagingEvent
 from omni_console.offload.pinned import pack_into_arena, pinned_bytes_held, unpack_view
+from omni_console.offload.residency import BlockResidency
 from omni_console.offload.streamer import LayerwiseStreamer
 
 DIM = 64
@@ -306,3 +307,38 @@ def test_meta_weights_are_rejected():
     streamer = LayerwiseStreamer(model.block_lists(), "cpu")
     with pytest.raises(ValueError, match="meta"):
         streamer.attach()
+
+
+@pytest.mark.parametrize("resident", [(False, True, False, False, True), (True, False, False, False, False)])
+def test_streamer_carries_out_a_given_residency_with_one_slot(resident):
+    """The plan may keep any blocks and give fewer slots; the streamer does exactly that, bit-exact."""
+    reference = ToyModel(5, DIM)
+    model = ToyModel(5, DIM)
+    residency = BlockResidency(resident, 1)
+    streamer = LayerwiseStreamer(model.block_lists(), "cpu", residency=residency)
+    streamer.attach()
+    assert streamer.num_slots == 1 and streamer.slot_bytes == streamer.largest_block_bytes
+    assert [state == "resident" for _, state, _ in streamer.block_states()] == list(resident)
+    x = _input()
+    with torch.no_grad():
+        expected = reference(x)
+        for _ in range(3):
+            assert torch.equal(model(x), expected)
+    streamer.detach()
+
+
+@pytest.mark.parametrize(("resident_layers", "slots"), [(0, 2), (2, 1), (3, 0)])
+def test_resident_layers_shorthand_is_the_leading_residency(resident_layers, slots):
+    model, streamer = _streamed(3, resident_layers)
+    assert streamer.residency == BlockResidency.leading(3, resident_layers)
+    assert streamer.num_slots == slots
+    streamer.detach()
+    assert streamer.num_slots == 0
+
+
+def test_residency_must_cover_every_block_and_not_come_twice():
+    model = ToyModel(3, DIM)
+    with pytest.raises(ValueError, match="residency covers 2 blocks, the block lists hold 3"):
+        LayerwiseStreamer(model.block_lists(), "cpu", residency=BlockResidency.leading(2, 0))
+    with pytest.raises(ValueError, match="not both"):
+        LayerwiseStreamer(model.block_lists(), "cpu", residency=BlockResidency.leading(3, 0), resident_layers=0)
