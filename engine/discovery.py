@@ -21,7 +21,7 @@ from .config_checks import check_config_document
 from .dir_audit import audit_component, audit_root
 from .roles import Role, classify
 from .safe_paths import allowed_roots, check_inside, check_segment
-from .trusted_classes import component_class, holds_weights, pipeline_class
+from .trusted_classes import check_component, check_pipeline
 from .weights import ModelDirError, find_weights, load_json, read_weight_set
 
 CONFIG_NAMES = ("config.json", "scheduler_config.json", "tokenizer_config.json", "preprocessor_config.json")
@@ -133,14 +133,14 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
                        variant: str | None = None) -> ComponentInfo:
     """Discover one component folder (headers only)."""
     folder = root / check_segment(name, str(root / "model_index.json"))
-    cls = component_class(library, class_name, f"{root / 'model_index.json'}: {name!r}")
+    ref = check_component(library, class_name, f"{root / 'model_index.json'}: {name!r}")  # imports nothing
     roots = allowed_roots(root)
     check_inside(folder, roots)
     if not folder.is_dir():
         raise ModelDirError(f"{folder}: component folder for {name!r} ({class_name}) is missing")
     notes = audit_component(root, folder, roots)  # links, special files, code references in configs
     config = _read_config(folder)  # also validates that configs are well-formed JSON
-    weights = find_weights(folder, variant, pickle_only_is_error=holds_weights(cls))
+    weights = find_weights(folder, variant, pickle_only_is_error=ref.kind == "weights")
     role = classify(name, library, class_name, weights is not None)
     if weights is None:
         return ComponentInfo(name, role, library, class_name, folder, notes=tuple(notes))
@@ -181,7 +181,7 @@ def discover_model(path: str | Path, variant: str | None = None) -> ModelInfo:
     if not isinstance(pipeline, str):
         raise ModelDirError(f"{index_path}: '_class_name' must name a diffusers pipeline, got {pipeline!r:.60} "
                             "(custom pipelines are never run)")
-    pipeline_class(pipeline, str(index_path))
+    check_pipeline(pipeline, str(index_path))
     components = tuple(
         discover_component(root, name, library, class_name, variant)
         for name, library, class_name in _component_entries(index, index_path)

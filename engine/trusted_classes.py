@@ -10,14 +10,19 @@ pipeline module, a library name that is really a `.py` file) must never run, so:
 - a component that is itself a pipeline (a nested pipeline) is refused: loading it would read a
   second `model_index.json` and build its own components outside this engine's checks;
 - the pipeline class (`_class_name` of `model_index.json`) is a diffusers `DiffusionPipeline`.
+
+Discovery (`check_component`, `check_pipeline`) decides from the installed packages' lazy-import
+tables and source (`class_index`), without importing either library; the loader
+(`component_class`, `pipeline_class`) runs the same checks, then imports the real class and checks
+it again.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
-from functools import cache
 
+from .class_index import ClassRef, exports, find_class
 from .errors import ModelDirError
 
 ALLOWED_LIBRARIES = ("diffusers", "transformers")
@@ -25,25 +30,53 @@ _IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _NO_CODE = "custom code is never run"
 
 
-def _library(library: object, where: str):
+def _check_library(library: object, where: str) -> str:
     if library not in ALLOWED_LIBRARIES:
         raise ModelDirError(f"{where}: library {library!r:.60} is not allowed (only {' and '.join(ALLOWED_LIBRARIES)} "
                             f"classes are built; {_NO_CODE})")
-    return importlib.import_module(str(library))
+    return str(library)
 
 
-@cache
-def _names(library: str) -> frozenset[str]:
-    """Every public name the package exports, without importing the lazily loaded submodules."""
-    return frozenset(dir(importlib.import_module(library)))
+def _library(library: object, where: str):
+    return importlib.import_module(_check_library(library, where))
 
 
 def library_defines(library: str, name: object) -> bool:
     """True when `name` is a name the installed package exports (a `…Fast` alias of one counts too)."""
-    if not isinstance(name, str) or not _IDENTIFIER.match(name):
-        return False
-    names = _names(library)
-    return name in names or (name.endswith("Fast") and name[: -len("Fast")] in names)
+    return isinstance(name, str) and bool(_IDENTIFIER.match(name)) and exports(library, name)
+
+
+def _find(library: object, class_name: object, where: str) -> ClassRef:
+    library = _check_library(library, where)
+    if not library_defines(library, class_name):
+        raise ModelDirError(f"{where}: {library} has no class {class_name!r:.60} ({_NO_CODE})")
+    ref = find_class(library, str(class_name))
+    if ref is None or not ref.is_class:
+        raise ModelDirError(f"{where}: {library}.{class_name} is not a {library} class ({_NO_CODE})")
+    return ref
+
+
+def check_component(library: object, class_name: object, where: str) -> ClassRef:
+    """The class a component declares, refused unless the installed library defines it and it loads a folder.
+
+    Decided from the installed packages' files; nothing is imported.
+    """
+    ref = _find(library, class_name, where)
+    if ref.kind == "pipeline":
+        raise ModelDirError(f"{where}: {library}.{class_name} is a pipeline; nested pipelines are refused "
+                            "(a component must be a model, scheduler, tokenizer or processor)")
+    if ref.kind == "other":
+        raise ModelDirError(f"{where}: {library}.{class_name} is not a model, scheduler, tokenizer or processor class "
+                            "(only those are loaded from a component folder)")
+    return ref
+
+
+def check_pipeline(class_name: object, where: str) -> ClassRef:
+    """The diffusers pipeline a `model_index.json` names, refused unless diffusers defines it (nothing imported)."""
+    ref = _find("diffusers", class_name, where)
+    if ref.kind != "pipeline":
+        raise ModelDirError(f"{where}: '_class_name' {class_name!r} is not a diffusers pipeline ({_NO_CODE})")
+    return ref
 
 
 def _import_class(library: object, class_name: object, where: str) -> type:
@@ -82,7 +115,8 @@ def _is_transformers_auto(cls: type) -> bool:
 
 
 def component_class(library: object, class_name: object, where: str) -> type:
-    """The class a component declares, refused unless the installed library defines it and it loads a folder."""
+    """The imported class a component declares: `check_component`, then the same rules on the real class."""
+    check_component(library, class_name, where)
     cls = _import_class(library, class_name, where)
     if _is_pipeline(cls):
         raise ModelDirError(f"{where}: {library}.{class_name} is a pipeline; nested pipelines are refused "
@@ -95,9 +129,10 @@ def component_class(library: object, class_name: object, where: str) -> type:
 
 
 def pipeline_class(class_name: object, where: str) -> type:
-    """The diffusers pipeline a `model_index.json` names, refused unless diffusers defines it."""
+    """The imported diffusers pipeline a `model_index.json` names: `check_pipeline`, then checked as a class."""
     import diffusers
 
+    check_pipeline(class_name, where)
     cls = _import_class("diffusers", class_name, where)
     if not issubclass(cls, diffusers.DiffusionPipeline):
         raise ModelDirError(f"{where}: '_class_name' {class_name!r} is not a diffusers pipeline ({_NO_CODE})")

@@ -73,7 +73,7 @@ def read_header(path: Path) -> list[TensorInfo]:
     """Tensor names, dtypes and shapes of one safetensors file, validated against the file's size."""
     require_regular(path, "weight file")  # never hand a FIFO or device to the reader
     try:
-        with safe_open(str(path), framework="pt") as handle:
+        with safe_open(str(path), framework="numpy") as handle:  # headers only: "pt" would import torch
             infos = []
             for name in handle.keys():  # noqa: SIM118 - safe_open is not iterable
                 tensor_slice = handle.get_slice(name)

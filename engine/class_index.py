@@ -1,0 +1,260 @@
+"""What kind of class `diffusers.X` or `transformers.X` is, read from the installed packages' files.
+
+Importing diffusers and transformers to check a model directory's class names costs seconds (both
+pull in torch), and `plan` only reads headers. Both packages list their exports in lazy-import
+tables that they themselves read before importing anything: diffusers' `_import_structure` dicts
+in each package `__init__.py`, transformers' top-level `_import_structure` plus one `__all__` per
+file under `models/<name>/`. This module reads those tables and the defining class's source with
+`ast` (nothing is imported or run, nothing outside the installed package is opened), then follows
+the class's bases by name to tell a pipeline from a model, scheduler, tokenizer or processor.
+
+The loader still imports the real class at load time and checks it again (`trusted_classes`).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from .init_layout import _import_source, _Module, _module_level, _parse
+
+Kind = Literal["pipeline", "weights", "loadable", "other"]
+
+_MAX_HOPS = 10
+PIPELINE_BASES = frozenset({"DiffusionPipeline", "ModularPipeline", "ModularPipelineBlocks"})
+WEIGHT_BASES = {"diffusers": frozenset({"ModelMixin", "AutoModel"}),
+                "transformers": frozenset({"PreTrainedModel", "_BaseAutoModelClass"})}
+LOADABLE_BASES = {"diffusers": frozenset({"SchedulerMixin"}),
+                  # the documented bases, and the intermediate ones every tokenizer/processor derives from
+                  "transformers": frozenset({"PreTrainedTokenizerBase", "ProcessorMixin", "ImageProcessingMixin",
+                                             "FeatureExtractionMixin", "BaseVideoProcessor", "PreTrainedTokenizer",
+                                             "PreTrainedTokenizerFast", "TokenizersBackend", "SentencePieceBackend",
+                                             "PythonBackend", "BaseImageProcessor", "TorchvisionBackend", "PilBackend",
+                                             "SequenceFeatureExtractor"})}
+_ALL = re.compile(r"^__all__\s*=\s*(\[[^\]]*\])", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassRef:
+    """A class an installed package defines: where, and what it can load."""
+
+    library: str
+    name: str
+    module: str  # dotted name of the defining module
+    kind: Kind
+    is_class: bool = True
+
+
+@functools.cache
+def _root(package: str) -> Path | None:
+    try:
+        spec = importlib.util.find_spec(package)  # finds the installed package; runs none of it
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _locate(dotted: str) -> _Module | None:
+    parts = dotted.split(".")
+    root = _root(parts[0])
+    if root is None or not all(p.isidentifier() for p in parts):
+        return None
+    base = root.joinpath(*parts[1:])
+    if (base / "__init__.py").is_file():
+        return _Module(dotted, base / "__init__.py", True)
+    if len(parts) > 1 and base.with_suffix(".py").is_file():
+        return _Module(dotted, base.with_suffix(".py"), False)
+    return None
+
+
+def _strings(node: ast.expr | None) -> list[str]:
+    items = node.elts if isinstance(node, ast.List | ast.Tuple | ast.Set) else [node]
+    return [i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)]
+
+
+def _table_key(node: ast.expr) -> str | None:
+    if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "_import_structure"
+            and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)):
+        return node.slice.value
+    return None
+
+
+@functools.cache
+def _import_table(path: Path) -> dict[str, str]:
+    """name -> submodule from a package `__init__.py`'s `_import_structure` (dummy placeholders skipped)."""
+    tree = _parse(path)
+    table: dict[str, str] = {}
+
+    def add(key: str | None, value: ast.expr | None) -> None:
+        if key and "dummy" not in key:
+            for name in _strings(value):
+                table.setdefault(name, key)
+
+    for node in _module_level(tree.body) if tree else []:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name) and target.id == "_import_structure" and isinstance(node.value, ast.Dict):
+                for k, v in zip(node.value.keys, node.value.values, strict=True):
+                    add(k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None, v)
+            else:
+                add(_table_key(target), node.value)
+        elif isinstance(node, ast.AugAssign):
+            add(_table_key(node.target), node.value)
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            if isinstance(func, ast.Attribute) and func.attr in ("append", "extend"):
+                for arg in node.value.args:
+                    add(_table_key(func.value), arg)
+    return table
+
+
+@functools.cache
+def _file_exports(folder: Path) -> dict[str, str]:
+    """name -> module file stem, from the `__all__` of each file in a transformers model folder."""
+    table: dict[str, str] = {}
+    for path in sorted(folder.glob("*.py")):
+        if path.stem.startswith(("modular_", "convert_", "__")):
+            continue
+        try:
+            match = _ALL.search(path.read_text(encoding="utf-8"))
+            names = ast.literal_eval(match.group(1)) if match else []
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+            continue
+        for name in names if isinstance(names, list) else []:
+            if isinstance(name, str):
+                table.setdefault(name, path.stem)
+    return table
+
+
+@functools.cache
+def _model_folders() -> tuple[tuple[str, str], ...]:
+    """transformers' model folders as (squashed lower-case name, folder name), e.g. ('qwen25vl', 'qwen2_5_vl')."""
+    root = _root("transformers")
+    models = root / "models" if root else None
+    if models is None or not models.is_dir():
+        return ()
+    return tuple((p.name.replace("_", "").lower(), p.name) for p in sorted(models.iterdir())
+                 if p.is_dir() and (p / "__init__.py").is_file())
+
+
+def _exporting_module(library: str, name: str) -> str | None:
+    """The dotted module the package's lazy tables name for `name` (None: the package does not export it)."""
+    root = _root(library)
+    if root is None:
+        return None
+    key = _import_table(root / "__init__.py").get(name)
+    if key is not None:
+        return f"{library}.{key}"
+    if library != "transformers":
+        return None
+    squashed = name.replace("_", "").lower()
+    for prefix, folder in _model_folders():  # CLIPTextModel lives in models/clip, Qwen2_5_VL… in models/qwen2_5_vl
+        if squashed.startswith(prefix) and (stem := _file_exports(root / "models" / folder).get(name)):
+            return f"transformers.models.{folder}.{stem}"
+    return None
+
+
+def _find_class(module: _Module, name: str, hops: int) -> tuple[_Module, ast.ClassDef] | None:
+    """Follow re-exports (`from X import name`, lazy tables, `Name = Other` aliases) to a class statement."""
+    tree = _parse(module.path)
+    if tree is None or hops > _MAX_HOPS:
+        return None
+    statements = _module_level(tree.body)
+    for node in statements:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return module, node
+    for node in statements:
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    source = _import_source(module, node)
+                    target = _locate(source) if source and "dummy" not in source else None
+                    if target and (found := _find_class(target, alias.name, hops + 1)):
+                        return found
+        elif (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+              and node.targets[0].id == name and isinstance(node.value, ast.Name)
+              and (found := _find_class(module, node.value.id, hops + 1))):
+            return found
+    if module.is_package and (key := _import_table(module.path).get(name)):
+        target = _locate(f"{module.name}.{key}")
+        if target and (found := _find_class(target, name, hops + 1)):
+            return found
+    return None
+
+
+def _direct_bases(cls: ast.ClassDef) -> list[tuple[str, bool]]:
+    """(name, resolvable) per base: `Other` can be followed in source, `nn.Module` only named."""
+    out = []
+    for base in cls.bases:
+        if isinstance(base, ast.Name):
+            out.append((base.id, True))
+        elif isinstance(base, ast.Attribute):
+            out.append((base.attr, False))
+    return out
+
+
+def _kind(library: str, module: str, bases: set[str]) -> Kind:
+    if bases & PIPELINE_BASES:
+        return "pipeline"
+    if bases & WEIGHT_BASES[library]:
+        return "weights"
+    if bases & LOADABLE_BASES[library]:
+        return "loadable"
+    if library == "transformers" and module.startswith("transformers.models.auto."):
+        return "loadable"  # AutoTokenizer, AutoProcessor…: plain classes that pick a loadable one
+    return "other"
+
+
+def _kind_of(library: str, module: _Module, cls: ast.ClassDef) -> Kind:
+    """Walk the bases breadth first and stop at the first level naming a known root (fewest files parsed)."""
+    seen = {cls.name}
+    level = [(module, cls)]
+    for _ in range(_MAX_HOPS):
+        names = set().union(*(({c.name} | {n for n, _ in _direct_bases(c)}) for _, c in level))
+        kind = _kind(library, module.name, names)
+        if kind != "other" or not level:
+            return kind
+        following = []
+        for where, c in level:
+            for name, resolvable in _direct_bases(c):
+                if resolvable and name not in seen and (found := _find_class(where, name, 0)):
+                    seen.add(name)
+                    following.append(found)
+        level = following
+    return "other"
+
+
+@functools.cache
+def find_class(library: str, name: str) -> ClassRef | None:
+    """The class `library.name` as the installed package's tables define it; None when it is no class there.
+
+    A `…Fast` name the package does not list resolves to the class without the suffix, as transformers'
+    own lazy module does (`T5TokenizerFast` is `T5Tokenizer` in transformers 5).
+    """
+    if not name.isidentifier() or name.startswith("_"):
+        return None
+    dotted = _exporting_module(library, name)
+    if dotted is None:
+        return find_class(library, name[: -len("Fast")]) if name.endswith("Fast") else None
+    module = _locate(dotted)
+    found = _find_class(module, name, 0) if module else None
+    if found is None:
+        return ClassRef(library, name, dotted, "other", is_class=False) if module else None
+    where, cls = found
+    return ClassRef(library, name, where.name, _kind_of(library, where, cls))
+
+
+def exports(library: str, name: str) -> bool:
+    """Whether the installed package exports `name` at top level (class or not; a `…Fast` alias counts)."""
+    if not name.isidentifier() or name.startswith("_"):
+        return False
+    if _exporting_module(library, name) is not None:
+        return True
+    return name.endswith("Fast") and _exporting_module(library, name[: -len("Fast")]) is not None
