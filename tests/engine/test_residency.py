@@ -114,3 +114,22 @@ def test_a_single_streamed_block_is_bit_identical_to_plain_diffusers(demo_model_
         assert np.array_equal(np.asarray(demo_engine.generate(req).image), expected)
     finally:
         demo_engine.unload()
+
+
+def test_placement_refuses_loaded_blocks_that_are_not_the_plans(demo_model_dir: Path):
+    """A block list that differs from the plan's would shift every residency flag: refuse it."""
+    import torch
+
+    from omni_console.engine.placement import _check_block_order
+
+    plan = make_plan(discover_model(demo_model_dir), build_policy({}, 1))
+    by_list: dict[str, int] = {}
+    for b in plan.blocks:
+        by_list[f"{b.dit}.{b.attr}"] = by_list.get(f"{b.dit}.{b.attr}", 0) + 1
+    lists = [(name, [torch.nn.Identity() for _ in range(n)]) for name, n in by_list.items()]
+    _check_block_order(lists, plan)  # the plan's own blocks pass
+    with pytest.raises(RuntimeError, match="differ from the plan's"):
+        _check_block_order([*lists[:-1], (lists[-1][0], lists[-1][1][:-1])], plan)  # one block short
+    if len(lists) > 1:  # Flux: double-stream blocks run before single-stream ones
+        with pytest.raises(RuntimeError, match="differ from the plan's"):
+            _check_block_order([*reversed(lists)], plan)
