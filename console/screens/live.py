@@ -12,13 +12,15 @@ from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, ScrollableContainer, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, ProgressBar, Static
 
 from ...engine.plan import Plan
 from ...offload.events import RequestPhases, StepTiming
+from ...offload.telemetry import TelemetrySnapshot
 from ..widgets import AllocatorPanel, HostPanel, ResidencyPanel, StagingLog, StepTimings
+from ..widgets.key_numbers import KeyNumbers
 from ..widgets.plan_policy import PolicyPanel
 from ..widgets.request_phases import RequestPhasesLine
 from ..widgets.text_update import set_text
@@ -26,7 +28,6 @@ from ..widgets.text_update import set_text
 if TYPE_CHECKING:
     from ..app import OmniConsoleApp
 
-READONLY_ACTIONS = {"readonly_toggle", "readonly_default", "readonly_layers"}
 CANCELLING = "cancelling… (stops at the end of this step)"
 
 
@@ -37,26 +38,22 @@ class LiveScreen(Screen[None]):
 
     BINDINGS = [
         Binding("g", "generate", "generate", id="live.generate", tooltip="open the generate dialog"),
-        Binding("escape", "cancel", "cancel request", id="live.cancel",
+        Binding("escape", "cancel", "cancel", id="live.cancel",
                 tooltip="cancel the running request at the next step end"),
         Binding("u", "unload", "unload", id="live.unload", tooltip="unload and return to the plan screen"),
         Binding("slash", "filter", "filter", id="live.filter", tooltip="filter the staging events (substring)"),
         Binding("p", "pause", "pause log", id="live.pause", tooltip="pause / resume the staging events log"),
-        Binding("c", "copy_command", "copy cmd", id="live.copy", tooltip="copy the vllm serve command"),
-        Binding("space", "readonly_toggle", "toggle", id="live.toggle",
-                tooltip="policy toggles are read-only while loaded (u unloads)"),
-        Binding("d", "readonly_default", "default", id="live.default",
-                tooltip="policy toggles are read-only while loaded (u unloads)"),
-        Binding("plus,minus", "readonly_layers", "±layers", id="live.layers",
-                tooltip="resident layers are read-only while loaded (u unloads)"),
+        Binding("c", "copy_command", "copy", id="live.copy", tooltip="copy the vllm serve command"),
     ]
 
     DEFAULT_CSS = """
     LiveScreen #live-status { height: auto; padding: 0 1; }
-    LiveScreen #gen-row { height: 1; padding: 0 1; }
-    LiveScreen #gen-label { width: 1fr; text-wrap: nowrap; text-overflow: ellipsis; }
-    LiveScreen #gen-progress { width: auto; }
-    LiveScreen #live-columns { height: 1fr; }
+    LiveScreen #gen-row { height: auto; max-height: 3; padding: 0 1; }
+    LiveScreen #gen-label { width: 1fr; height: auto; }
+    LiveScreen #gen-progress { width: auto; margin-left: 1; }
+    LiveScreen #gen-progress Bar { width: 12; }
+    LiveScreen #key-numbers { height: auto; padding: 0 1; text-style: bold; }
+    LiveScreen #live-columns { height: 1fr; layout: horizontal; overflow: hidden hidden; }
     LiveScreen #live-left { width: 1fr; }
     LiveScreen #live-right { width: 1fr; }
     LiveScreen.-narrow #live-columns { layout: vertical; overflow-y: auto; }
@@ -87,6 +84,7 @@ class LiveScreen(Screen[None]):
         self.status_line = Static(self.status_text, id="live-status", markup=False)
         self.gen_label = Static(self.gen_text, id="gen-label", markup=False)
         self.phases = RequestPhasesLine(id="request-phases")
+        self.key_numbers = KeyNumbers(id="key-numbers")
 
     def _app_runs_on_cpu(self) -> bool:
         try:
@@ -102,12 +100,15 @@ class LiveScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield self.status_line
+        yield self.key_numbers
         with Horizontal(id="gen-row"):
             yield self.gen_label
             yield self.gen_progress
         yield self.phases
-        with Horizontal(id="live-columns"):
-            with VerticalScroll(id="live-left"):
+        with ScrollableContainer(id="live-columns") as columns:
+            columns.can_focus = False  # narrow: PgUp/PgDn from a focused panel that cannot scroll scroll this
+            with VerticalScroll(id="live-left") as left:
+                left.can_focus = False  # tab goes to its panels; PgUp/PgDn on them scroll it
                 yield self.allocator
                 yield self.host
                 yield self.policy_panel
@@ -115,7 +116,7 @@ class LiveScreen(Screen[None]):
                 yield self.residency
                 yield self.steps
                 yield self.staging
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)  # ^p is in the help (?)
 
     def on_mount(self) -> None:
         self.residency.border_title = "residency now (what is on the device)"
@@ -125,9 +126,15 @@ class LiveScreen(Screen[None]):
     def _replay_telemetry(self) -> None:
         """Fill the memory panels with the app's telemetry history (sparklines span the load too)."""
         history = list(self.console_app.telemetry_history)
-        self.allocator.update_snapshots(history)
-        self.host.update_snapshots(history)
+        self.show_snapshots(history)
         self.telemetry_ready = True
+
+    def show_snapshots(self, snapshots: list[TelemetrySnapshot]) -> None:
+        """New telemetry samples: the memory panels get them all, the headline the newest."""
+        self.allocator.update_snapshots(snapshots)
+        self.host.update_snapshots(snapshots)
+        if snapshots:
+            self.key_numbers.show_snapshot(snapshots[-1])
 
     # ---- what the app calls ---------------------------------------------------------------
 
@@ -151,7 +158,7 @@ class LiveScreen(Screen[None]):
         self.gen_text = text
         if total is not None:
             self.gen_progress.update(total=max(total, 1), progress=done or 0)
-        set_text(self.gen_label, text, fixed_size=True)  # one line, clipped
+        set_text(self.gen_label, text)  # wraps: a saved path is shown whole
 
     def show_request_frames(self, frames: int | None) -> None:
         """A request starts: its frame count for a video pipeline (None hides the phase lines)."""
@@ -164,14 +171,13 @@ class LiveScreen(Screen[None]):
     def add_steps(self, steps: list[StepTiming]) -> None:
         self.steps.add_steps(steps)
         last = steps[-1]
+        self.key_numbers.show_step(last)
         self.gen_progress.update(total=max(last.total_steps, 1), progress=last.step)
 
     # ---- keys ------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         app = self.console_app
-        if action in READONLY_ACTIONS:
-            return None  # greyed: the loaded model does not follow policy edits
         # g, u and esc keep one state for the whole life of the live screen: flipping them when a
         # request starts or ends made Textual rebuild the footer right then (~0.1 s of UI thread),
         # delaying the first key an operator presses. Their actions refuse politely instead.
@@ -197,9 +203,3 @@ class LiveScreen(Screen[None]):
 
     def action_copy_command(self) -> None:
         self.console_app.action_copy_command()
-
-    def action_readonly_toggle(self) -> None:  # pragma: no cover - disabled by check_action
-        self.notify("policy is read-only while loaded; u unloads")
-
-    action_readonly_default = action_readonly_toggle
-    action_readonly_layers = action_readonly_toggle

@@ -18,6 +18,7 @@ from textual.widgets import Footer, Header, Log, Static
 from ...engine.plan import Plan
 from ...offload.events import LoadProgress
 from ..widgets.load_progress import LoadProgressPanel
+from ..widgets.plan_blocks import BlockListPanel
 from ..widgets.plan_forecast import ForecastPanel, LinkInfo
 from ..widgets.plan_policy import PolicyPanel
 from ..widgets.plan_table import ComponentTable
@@ -25,6 +26,8 @@ from ..widgets.plan_table import ComponentTable
 if TYPE_CHECKING:
     from ..app import OmniConsoleApp
 
+LAYERS = Binding.Group("layers")
+"""+ and - share one footer entry (`+ - layers`), so the footer fits 80 columns."""
 EDIT_ACTIONS = {"toggle", "toggle_default", "clear_entry", "layers_up", "layers_down", "switch_mode", "load"}
 
 
@@ -39,14 +42,14 @@ class PlanScreen(Screen[None]):
                 tooltip="toggle the selected encoder/VAE between resident and offloaded (space or enter)"),
         Binding("d", "toggle_default", "default", id="plan.default",
                 tooltip='flip the "default" entry (components without their own entry)'),
-        Binding("x", "clear_entry", "clear entry", id="plan.clear",
+        Binding("x", "clear_entry", "clear", id="plan.clear",
                 tooltip="remove the selected component's explicit entry (back to default)"),
-        Binding("plus,equals_sign", "layers_up", "+layer", id="plan.layers_up",
+        Binding("plus,equals_sign", "layers_up", "+layer", id="plan.layers_up", group=LAYERS,
                 tooltip="one more resident leading DiT layer (+)"),
-        Binding("minus", "layers_down", "-layer", id="plan.layers_down",
+        Binding("minus", "layers_down", "-layer", id="plan.layers_down", group=LAYERS,
                 tooltip="one fewer resident leading DiT layer (-)"),
         Binding("m", "switch_mode", "mode", id="plan.mode", tooltip="switch mode dlo ⇄ resident (baseline)"),
-        Binding("c", "copy_command", "copy cmd", id="plan.copy",
+        Binding("c", "copy_command", "copy", id="plan.copy",
                 tooltip="copy the vllm serve command to the clipboard"),
         Binding("escape", "cancel", "cancel load", id="plan.cancel", tooltip="cancel the load in progress"),
     ]
@@ -55,6 +58,7 @@ class PlanScreen(Screen[None]):
     PlanScreen #plan-body { height: 1fr; }
     PlanScreen #plan-header { height: auto; padding: 0 1; }
     PlanScreen #plan-status { height: auto; padding: 0 1; }
+    PlanScreen #plan-status.-empty { display: none; }
     PlanScreen #plan-status.-error { color: $error; text-style: bold; }
     PlanScreen #plan-status.-warning { color: $warning; }
     PlanScreen LoadProgressPanel { display: none; }
@@ -68,9 +72,10 @@ class PlanScreen(Screen[None]):
         self.table = ComponentTable(id="components")
         self.policy_panel = PolicyPanel(id="policy")
         self.forecast = ForecastPanel(id="forecast")
+        self.blocks = BlockListPanel(id="block-lists")
         self.progress = LoadProgressPanel(id="load-progress")
         self.header = Static("", id="plan-header", markup=False)
-        self.status_line = Static("", id="plan-status", markup=False)
+        self.status_line = Static("", id="plan-status", markup=False, classes="-empty")
         self.load_log = Log(max_lines=2000, id="load-log")
         self.status = ""
 
@@ -86,9 +91,10 @@ class PlanScreen(Screen[None]):
             yield self.status_line
             yield self.progress
             yield self.load_log
+            yield self.forecast  # before the rest: at 80x24 it fits under the table without scrolling
+            yield self.blocks
             yield self.policy_panel
-            yield self.forecast
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)  # ^p is in the help (?)
 
     def on_mount(self) -> None:
         self.table.border_title = "components"
@@ -101,6 +107,7 @@ class PlanScreen(Screen[None]):
     def show_plan(self, plan: Plan, link: LinkInfo, header: str) -> None:
         self.table.show_plan(plan)
         self.policy_panel.show_plan(plan)
+        self.blocks.show_plan(plan)
         self.show_link(plan, link)
         self.header.update(header)
 
@@ -111,6 +118,7 @@ class PlanScreen(Screen[None]):
         self.status = text
         status = self.status_line
         status.update(text)
+        status.set_class(not text, "-empty")
         status.set_class(severity == "error", "-error")
         status.set_class(severity == "warning", "-warning")
 
