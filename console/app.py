@@ -98,6 +98,14 @@ QUIT_RELEASE_WAIT_S = 0.8
 engine thread; a process that exits first leaves the memory to the OS)."""
 SAMPLER_STOP_S = 0.3
 
+COPY_NOTICE = ("sent to the terminal's clipboard (OSC 52: the terminal may or may not accept it; "
+               "tmux and ssh often drop it) — to select by hand:")
+NAVIGATION_ROWS = [
+    ("tab / shift+tab", "focus the next / previous panel (its title is shown reversed)"),
+    ("pgup / pgdn, home / end", "scroll the focused panel (or the screen around it)"),
+]
+PLAN_TABLE_ROWS = [("↑ / ↓", "move the selection in the component table (as j / k)")]
+
 Phase = Literal["plan", "loading", "live", "unloading", "quitting"]
 LOG_EVENTS = (StagingEvent, CacheDecision, OomRetry, LogEvent, ErrorEvent)
 
@@ -143,7 +151,7 @@ class OmniConsoleApp(App[int]):
         Binding("q", "quit", "quit", id="app.quit", tooltip="quit: cancel, release memory, stop threads"),
         Binding("ctrl+q", "quit", "quit", show=False, priority=True, id="app.quit_ctrl",
                 tooltip="quit (also from text fields)"),
-        Binding("t", "cycle_theme", "theme", id="app.theme", tooltip="next theme"),
+        Binding("t", "cycle_theme", "theme", id="app.theme", show=False, tooltip="next theme"),
         Binding("question_mark,f1", "help", "help", id="app.help", tooltip="this list of keys"),
     ]
 
@@ -502,8 +510,7 @@ class OmniConsoleApp(App[int]):
         if not (live.telemetry_ready and self._pending_snapshots):
             return False
         pending, self._pending_snapshots = self._pending_snapshots, []
-        live.allocator.update_snapshots(pending)
-        live.host.update_snapshots(pending)
+        live.show_snapshots(pending)
         return True
 
     def _flush_steps(self, live: LiveScreen) -> bool:
@@ -671,10 +678,14 @@ class OmniConsoleApp(App[int]):
         self._post_from_worker(CommandDone("generate", future, output, save_error))
 
     def action_copy_command(self) -> None:
-        """c: the vllm serve line for the current policy, to the clipboard."""
+        """c: the vllm serve line for the current policy, to the terminal's clipboard (OSC 52).
+
+        Nothing reports whether the terminal accepted it (tmux, ssh and many terminals drop OSC 52),
+        so the notice says how it was sent and shows the whole line to select by hand.
+        """
         command = vllm_serve_command(self.plan)
         self.copy_to_clipboard(command)
-        self.say(f"copied: {command}")
+        self.say(f"{COPY_NOTICE}\n{command}", timeout=15)
 
     def action_cycle_theme(self) -> None:
         names = list(THEMES)
@@ -689,8 +700,8 @@ class OmniConsoleApp(App[int]):
 
         palette = (self.COMMAND_PALETTE_BINDING, "command palette: load, unload, generate, cancel, copy, theme, help")
         return [
-            ("anywhere", [*rows(self.BINDINGS), palette]),
-            ("plan screen (before load)", rows(PlanScreen.BINDINGS)),
+            ("anywhere", [*rows(self.BINDINGS), palette, *NAVIGATION_ROWS]),
+            ("plan screen (before load)", [*PLAN_TABLE_ROWS, *rows(PlanScreen.BINDINGS)]),
             ("live screen (after load)", rows(LiveScreen.BINDINGS)),
             ("staging log filter (after /)", [*rows(FilterBar.BINDINGS), ("enter", "keep the filter, close the bar")]),
             ("generate dialog (after g)", [*rows(GenerateDialog.BINDINGS), ("enter", "run the request")]),
@@ -702,7 +713,10 @@ class OmniConsoleApp(App[int]):
             self.push_screen(HelpScreen(self.help_sections()))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        """Textual's commands without its "Keys" panel: "Help" (?) lists every key, one place for it."""
+        for command in super().get_system_commands(screen):
+            if command.title != "Keys":
+                yield command
         yield from console_commands(self)
 
     # ------------------------------------------------------------------ command results

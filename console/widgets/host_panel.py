@@ -29,7 +29,7 @@ def _row_id(key: str) -> str:
     return "m-" + key.replace(".", "-")
 
 
-class HostPanel(Vertical):
+class HostPanel(Vertical, can_focus=True):
     """Host RAM rows with history; "unavailable: <reason>" when psutil cannot say."""
 
     DEFAULT_CSS = """

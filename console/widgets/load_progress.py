@@ -19,9 +19,10 @@ class LoadProgressPanel(Vertical):
 
     DEFAULT_CSS = """
     LoadProgressPanel { height: auto; border: round $accent; padding: 0 1; }
-    LoadProgressPanel > Horizontal { height: 1; }
-    LoadProgressPanel .lp-label { width: 48; text-wrap: nowrap; text-overflow: ellipsis; }
-    LoadProgressPanel ProgressBar { width: 1fr; }
+    LoadProgressPanel > Horizontal { height: auto; }
+    LoadProgressPanel .lp-label { width: 1fr; height: auto; }
+    LoadProgressPanel ProgressBar { width: auto; margin-left: 1; }
+    LoadProgressPanel ProgressBar Bar { width: 16; }
     """
 
     def __init__(self, *, id: str | None = None) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich.table import Table
+from rich.text import Text
 from textual.widgets import Static
 
 from ...engine.plan import Plan
@@ -75,7 +76,7 @@ def fits_row(plan: Plan, link: LinkInfo) -> tuple[str, str, str]:
             f"peak weights {fmt_bytes(peak)} vs {fmt_bytes(free)} free ({link.free_source}); activations need more")
 
 
-class ForecastPanel(Static):
+class ForecastPanel(Static, can_focus=True):
     """The forecast table; `show(plan, link)` re-renders it and keeps the rows for tests.
 
     `rows` is keyed by the GPU label, whatever the device: the host-memory row is shown as
@@ -86,19 +87,45 @@ class ForecastPanel(Static):
     ForecastPanel { height: auto; border: round $success; padding: 0 1; }
     """
 
+    COMPACT_BELOW = 110
+    """Narrower than this (an 80-column terminal), the notes are left out so each row is one line and
+    the whole forecast fits on a 24-line screen under the component table; wider, each row has its note."""
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("", id=id)
         self.border_title = "forecast (weights, from safetensors headers; GB = 10^9 bytes)"
         self.rows: dict[str, str] = {}
+        self._shown: list[tuple[str, str, str]] = []
+        self._compact: bool | None = None
+
+    @property
+    def compact(self) -> bool:
+        width = self.size.width or (self.app.size.width if self.is_attached else 0)
+        return 0 < width < self.COMPACT_BELOW
 
     def show(self, plan: Plan, link: LinkInfo) -> None:
         rows = forecast_rows(plan, link)
         self.rows = {HOST_MEMORY_KEY if label == HOST_MEMORY_ON_CPU else label: value for label, value, _ in rows}
+        self._shown = rows
+        self._draw()
+
+    def on_resize(self) -> None:
+        if self.compact != self._compact:
+            self._draw()
+
+    def _draw(self) -> None:
+        compact = self._compact = self.compact
+        self.border_title = ("forecast (weights; GB = 10^9 bytes; notes on a wider terminal)" if compact
+                             else "forecast (weights, from safetensors headers; GB = 10^9 bytes)")
         table = Table.grid(padding=(0, 2))
         table.add_column(no_wrap=True, style="bold")
-        table.add_column(justify="right", no_wrap=True)
-        table.add_column(style="dim", overflow="fold")
-        for label, value, note in rows:
-            style = "bold red" if value.startswith("NO") else ""
-            table.add_row(label, f"[{style}]{value}[/]" if style else value, note)
+        table.add_column(justify="right", no_wrap=not compact, overflow="fold")
+        if not compact:
+            table.add_column(style="dim", overflow="fold")
+        for label, value, note in self._shown:
+            cell = Text(value, style="bold red" if value.startswith("NO") else "")
+            if compact:
+                table.add_row(label, cell)
+            else:
+                table.add_row(label, cell, note)
         self.update(table)

@@ -16,7 +16,7 @@ from ...engine.export import vllm_serve_command
 from ...engine.plan import Plan
 
 
-class PolicyPanel(Static):
+class PolicyPanel(Static, can_focus=True):
     """`--dlo-offload-components '…'`, resident layers, mode and the `vllm serve` command."""
 
     DEFAULT_CSS = """

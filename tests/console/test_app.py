@@ -197,7 +197,9 @@ async def test_copy_command_puts_the_serve_line_on_the_clipboard(app, engine):
         expected = vllm_serve_command(engine.make_plan(build_policy({"text_encoder": False})))
         assert app.clipboard == expected
         assert """--dlo-offload-components '{"text_encoder": false}'""" in expected
-        assert app.notices[-1][0] == f"copied: {expected}"
+        notice = app.notices[-1][0]
+        assert "OSC 52" in notice and "may or may not accept it" in notice and "copied" not in notice
+        assert notice.endswith(f"select by hand:\n{expected}")
 
 
 async def test_theme_cycles_with_t_and_can_be_chosen(engine, tmp_path):
@@ -225,6 +227,8 @@ async def test_help_lists_every_binding(app):
             for binding in Binding.make_bindings(cls.BINDINGS):
                 assert (binding.tooltip or binding.description) in help_text, binding
         assert "ctrl+p command palette" in help_text
+        for words in ("↑ / ↓", "tab / shift+tab", "pgup / pgdn", "x remove the selected", "m switch mode"):
+            assert words in help_text, words
         shown = screen_text(app)
         assert "toggle the selected encoder/VAE" in shown and "live screen (after load)" in shown
         await pilot.press("escape")
@@ -238,6 +242,7 @@ async def test_command_palette_offers_the_main_actions(app):
         for title in ("Load model", "Unload model", "Generate", "Cancel", "Copy vLLM-Omni command", "Next theme",
                       "Help", "Quit"):
             assert title in titles
+        assert "Keys" not in titles  # one help entry in the palette, not two
         titles["Next theme"].callback()
         assert app.theme == "omni-light"
         titles["Generate"].callback()  # refused before load, with the reason

@@ -1,0 +1,141 @@
+"""At 80x24 (a default terminal) the numbers that matter are on screen without scrolling, the footer
+is whole and lists only keys that work, and every panel is reachable with tab and scrollable with PgDn."""
+
+from __future__ import annotations
+
+from app_helpers import load, screen_text, until
+from textual.geometry import Region
+from textual.widget import Widget
+from textual.widgets import Footer
+
+from omni_console.console.screens import LiveScreen, PlanScreen
+from omni_console.console.widgets.plan_blocks import LEGEND, BlockListPanel
+from omni_console.console.widgets.plan_forecast import ForecastPanel
+from omni_console.offload.events import StepTiming
+
+SIZE = (80, 24)
+
+
+def assert_fully_shown(widget: Widget) -> None:
+    """The widget is drawn, whole, inside the terminal (no scrolling needed to read it)."""
+    screen = widget.screen
+    assert widget.display and widget.visible
+    region = widget.region
+    assert region.area > 0, f"{widget!r} is not drawn"
+    assert Region(0, 0, *screen.size).contains_region(region), f"{widget!r} at {region} is off the {screen.size} screen"
+    # and no scroll container around it cuts it off
+    for ancestor in widget.ancestors_with_self:
+        if isinstance(ancestor, Widget) and ancestor is not widget and ancestor is not screen:
+            assert ancestor.region.contains_region(region), f"{widget!r} is clipped by {ancestor!r}"
+
+
+def footer_text(app) -> str:
+    return screen_text(app).splitlines()[-1]
+
+
+async def test_plan_screen_forecast_and_footer_fit_80x24(app):
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        plan = app.screen
+        assert isinstance(plan, PlanScreen)
+        forecast = plan.query_one(ForecastPanel)
+        assert_fully_shown(forecast)
+        text = screen_text(app)
+        for label, value in forecast.rows.items():
+            shown = "host memory (not pinned: CPU)" if label == "pinned host memory" else label
+            line = next(ln for ln in text.splitlines() if shown in ln)
+            assert value in line, (label, value, line)
+        footer = plan.query_one(Footer)
+        assert_fully_shown(footer)
+        last = footer_text(app)
+        for words in ("⏎ toggle", "l load", "+ - layers", "m mode", "? help"):
+            assert words in last, last
+        assert last.rstrip().endswith("? help")  # the last key is whole, not cut at column 80
+
+
+async def test_plan_screen_shows_the_block_lists_and_what_6_2_plus_4_means(app):
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        blocks = app.screen.query_one(BlockListPanel)
+        assert_fully_shown(blocks)
+        attrs = {row[1]: row[2] for row in blocks.rows if row[0] == "transformer"}
+        assert attrs == {"transformer_blocks": "2", "single_transformer_blocks": "4",
+                         "(non-block modules: resident)": ""}
+        text = screen_text(app)
+        assert "6 (2+4)" in text and LEGEND in text
+        assert "single_transformer_blocks" in text
+
+
+async def test_live_screen_key_numbers_and_footer_fit_80x24(app, engine):
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await load(pilot, app)
+        live = app.live_screen
+        assert isinstance(live, LiveScreen)
+        app.sampler.sample_now(publish=True)
+        app.drain_events()
+        engine.bus.publish(StepTiming(request_id=1, step=2, total_steps=2, wall_s=0.25, stall_s=0.05))
+        app.drain_events()
+        await until(pilot, lambda: "step 250.0 ms (stall 50.0 ms)" in live.key_numbers.text)
+        assert_fully_shown(live.key_numbers)
+        text = screen_text(app)
+        line = next(ln for ln in text.splitlines() if "allocated" in ln)
+        # the injected sources: 3 GB allocated, 5 GB reserved, free for us = 137.7 + 2 GB cached
+        for words in ("allocated 3.0 GB", "reserved 5.0 GB", "free 139.7 GB", "step 250.0 ms"):
+            assert words in line, line
+        assert_fully_shown(live.query_one(Footer))
+        last = footer_text(app)
+        for words in ("g generate", "u unload", "/ filter", "p pause log", "? help"):
+            assert words in last, last
+        for dead in ("toggle", "default", "layers"):  # policy keys do nothing once loaded: not offered
+            assert dead not in last, last
+
+
+async def test_tab_reaches_every_live_panel_and_pgdn_scrolls_the_screen_80x24(app):
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await load(pilot, app)
+        await pilot.pause()
+        live = app.live_screen
+        panels = {live.allocator, live.host, live.policy_panel, live.residency, live.steps, live.staging}
+        reached: set[Widget] = set()
+        for _ in range(12):
+            await pilot.press("tab")
+            await pilot.pause()
+            focused = app.focused
+            assert focused is not None
+            panel = next((w for w in focused.ancestors_with_self if w in panels), None)
+            assert panel is not None, f"tab focused {focused!r}, outside every panel"
+            reached.add(panel)
+            # a focused panel is scrolled into view: its top line is on screen
+            assert panel.region.y < SIZE[1] - 1 and panel.region.bottom > 0, panel
+        assert reached == panels
+        columns = live.query_one("#live-columns")
+        live.host.focus()
+        await pilot.pause()
+        before = columns.scroll_y
+        await pilot.press("pagedown")
+        await pilot.pause()
+        assert columns.scroll_y > before  # the host panel cannot scroll: PgDn scrolls the screen around it
+        await pilot.press("pageup")
+        await pilot.pause()
+        assert columns.scroll_y < before + 1 or columns.scroll_y == 0
+
+
+async def test_tab_reaches_every_plan_panel(app):
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        plan = app.screen
+        wanted = {plan.table, plan.forecast, plan.blocks, plan.policy_panel}
+        reached = set()
+        for _ in range(6):
+            reached.add(app.focused)
+            await pilot.press("tab")
+            await pilot.pause()
+        assert wanted <= reached
+        plan.policy_panel.focus()
+        await pilot.pause()
+        region = plan.policy_panel.region
+        assert 0 < region.y < SIZE[1] - 1 and region.height > 0  # scrolled into view
+        body = plan.query_one("#plan-body")
+        assert body.scroll_y > 0  # focusing the policy panel scrolled the body to it
