@@ -47,7 +47,6 @@ from ..engine.export import vllm_serve_command
 from ..engine.loader import LoadCancelled
 from ..engine.plan import Plan
 from ..engine.runner import GenerateRequest
-from ..engine.units import fmt_bytes, fmt_seconds
 from ..engine.worker import EngineWorker
 from ..offload.errors import ConfigError, PolicyError
 from ..offload.events import (
@@ -66,12 +65,14 @@ from ..offload.events import (
     TelemetryEvent,
 )
 from ..offload.policy import OffloadPolicy
-from ..offload.telemetry import Source, TelemetrySampler, TelemetrySnapshot, default_sources
+from ..offload.telemetry import DEFAULT_HZ, Source, TelemetrySampler, TelemetrySnapshot, default_sources
+from ..offload.units import format_bytes, format_seconds
 from ..themes import CSS_PATH, DEFAULT_THEME, THEMES, register_themes
 from . import policy_edits, request_outcome
 from .bandwidth import ObservedBandwidth, measure_h2d_bandwidth
 from .commands import console_commands
 from .device_info import read_device_info
+from .event_text import loading_line
 from .generate_form import RequestForm, expected_frames
 from .headless import default_request
 from .outputs import save_result
@@ -79,7 +80,7 @@ from .residency import residency_rows
 from .screens import GenerateDialog, HelpScreen, LiveScreen, PlanScreen
 from .screens.help import Section, binding_rows
 from .toasts import toasts_replaced_by
-from .widgets import HISTORY_SAMPLES, FilterBar, format_event
+from .widgets import HISTORY_SAMPLES, FilterBar
 from .widgets.plan_forecast import LinkInfo
 
 DEFAULT_PROMPT = "a lighthouse on a cliff at dusk"
@@ -162,7 +163,7 @@ class OmniConsoleApp(App[int]):
         *,
         sampler: TelemetrySampler | None = None,
         sources: Sequence[Source] | None = None,
-        telemetry_hz: float = 10.0,
+        telemetry_hz: float = DEFAULT_HZ,
         start_telemetry: bool | None = None,
         theme: str | None = None,
         bandwidth: float | None = None,
@@ -391,10 +392,10 @@ class OmniConsoleApp(App[int]):
         host = d.describe_host()
         snap = self.snapshot
         if d.is_cuda and snap is not None and snap.torch.free is not None:
-            device = f"{d.device} {d.name} · {fmt_bytes(d.total_bytes)} ({fmt_bytes(snap.torch.free)} free)"
+            device = f"{d.device} {d.name} · {format_bytes(d.total_bytes)} ({format_bytes(snap.torch.free)} free)"
         if snap is not None and snap.host.available is not None and snap.host.total is not None:
-            host = f"host RAM {fmt_bytes(snap.host.total)} ({fmt_bytes(snap.host.available)} available)"
-        return (f"model {m.path} · {m.pipeline_class} · {fmt_bytes(m.nbytes)} of weights\n"
+            host = f"host RAM {format_bytes(snap.host.total)} ({format_bytes(snap.host.available)} available)"
+        return (f"model {m.path} · {m.pipeline_class} · {format_bytes(m.nbytes)} of weights\n"
                 f"device {device} · {host}")
 
     def refresh_plan_views(self) -> None:
@@ -523,13 +524,7 @@ class OmniConsoleApp(App[int]):
     def _line(self, event: Event) -> str | None:
         if self._t0 is None:
             self._t0 = event.t
-        if isinstance(event, EngineStateChanged):
-            return f"+{event.t - self._t0:9.3f}s STATE {event.old} → {event.new} {event.reason}".rstrip()
-        if isinstance(event, LoadProgress):
-            if event.done_bytes < event.total_bytes:
-                return None
-            return f"+{event.t - self._t0:9.3f}s LOAD {event.component} {event.phase} {fmt_bytes(event.total_bytes)}"
-        return format_event(event, self._t0)
+        return loading_line(event, self._t0)
 
     def _apply(self, event: Event, batch: _Batch) -> None:
         if isinstance(event, TelemetryEvent):
@@ -555,7 +550,7 @@ class OmniConsoleApp(App[int]):
         elif isinstance(event, StepTiming):
             batch.steps.append(event)
             batch.generation = (f"request {event.request_id}: step {event.step}/{event.total_steps} · "
-                                f"{fmt_seconds(event.wall_s)} (stall {fmt_seconds(event.stall_s)})")
+                                f"{format_seconds(event.wall_s)} (stall {format_seconds(event.stall_s)})")
         elif isinstance(event, RequestStarted):
             self.request_id = event.request_id
             batch.generation = f"request {event.request_id}: {event.prompt!r} · started"
@@ -566,7 +561,7 @@ class OmniConsoleApp(App[int]):
         elif isinstance(event, EngineStateChanged):
             self._live_status()
 
-    def refresh_residency(self, force: bool = False) -> None:
+    def refresh_residency(self) -> None:
         """Residency rows from the placement (the drain calls it every HEAVY_UI_S)."""
         live = self.live_screen
         if live is None:
@@ -580,7 +575,7 @@ class OmniConsoleApp(App[int]):
         if live is None:
             return
         policy = self.engine.plan.policy if self.engine.plan else self.policy
-        loaded = f" · loaded in {fmt_seconds(self.load_seconds)}" if self.load_seconds is not None else ""
+        loaded = f" · loaded in {format_seconds(self.load_seconds)}" if self.load_seconds is not None else ""
         live.set_status(f"{self.device_info.describe()} · engine {self.engine.state.value} · mode={policy.mode} · "
                         f"resident layers {policy.resident_layers}{loaded}")
 
@@ -747,9 +742,9 @@ class OmniConsoleApp(App[int]):
             assert live is not None
             self._live_status()
             self.push_screen(live)
-            self.refresh_residency(force=True)
-            pinned = f" · pinned host {fmt_bytes(report.pinned_bytes)}" if report.pinned_bytes else ""
-            self.say(f"loaded in {fmt_seconds(report.seconds)}{pinned} · g generates, u unloads")
+            self.refresh_residency()
+            pinned = f" · pinned host {format_bytes(report.pinned_bytes)}" if report.pinned_bytes else ""
+            self.say(f"loaded in {format_seconds(report.seconds)}{pinned} · g generates, u unloads")
             return
         cancelled = isinstance(exc, LoadCancelled)
         reason = self.engine.failure or f"{type(exc).__name__}: {exc}"

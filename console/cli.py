@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..offload.errors import ConfigError
+from ..offload.telemetry_types import DEFAULT_HZ
 from .args import policy_from_args, resolve_model_path
 
 SUBCOMMANDS = ("console", "plan", "run", "demo-model")
@@ -82,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     _policy_flags(app)
     theme = app.add_argument("--theme", metavar="NAME", help="colour theme (press t in the app to cycle)")
     theme.fill_help = _theme_help  # type: ignore[attr-defined]  # names filled in when help is printed
-    app.add_argument("--telemetry-hz", type=float, default=10.0, help="telemetry sampling rate (default 10)")
+    app.add_argument("--telemetry-hz", type=float, default=DEFAULT_HZ,
+                     help=f"telemetry sampling rate (default {DEFAULT_HZ:g})")
 
     plan = sub.add_parser("plan", help="show components, residency and the forecast without loading",
                           description="Show components, residency and the forecast without loading. On a "
@@ -117,7 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     run.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: cuda if available)")
     run.add_argument("--json", action="store_true", help="print the report as JSON")
-    run.add_argument("--telemetry-hz", type=float, default=10.0, help="telemetry sampling rate (default 10)")
+    run.add_argument("--telemetry-hz", type=float, default=DEFAULT_HZ,
+                     help=f"telemetry sampling rate (default {DEFAULT_HZ:g})")
 
     demo = sub.add_parser("demo-model", help="write the tiny random-weight Flux demo model to PATH")
     demo.add_argument("path", type=Path)

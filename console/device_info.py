@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..engine.units import fmt_bytes
+from ..offload.units import format_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,16 +31,17 @@ class DeviceInfo:
         """`cuda:0 NVIDIA H200 · 150.0 GB (139.2 GB free)` or `CPU`."""
         if not self.is_cuda:
             return "CPU (no GPU: weights and compute in host RAM)"
-        mem = fmt_bytes(self.total_bytes)
+        mem = format_bytes(self.total_bytes)
         if self.free_bytes is not None:
-            mem += f" ({fmt_bytes(self.free_bytes)} free)"
+            mem += f" ({format_bytes(self.free_bytes)} free)"
         return f"{self.device} {self.name} · {mem}"
 
     def describe_host(self) -> str:
         if self.host_total_bytes is None:
             return "host RAM N/A"
-        avail = f" ({fmt_bytes(self.host_available_bytes)} available)" if self.host_available_bytes is not None else ""
-        return f"host RAM {fmt_bytes(self.host_total_bytes)}{avail}"
+        available = self.host_available_bytes
+        avail = f" ({format_bytes(available)} available)" if available is not None else ""
+        return f"host RAM {format_bytes(self.host_total_bytes)}{avail}"
 
 
 def read_device_info(device: torch.device) -> DeviceInfo:

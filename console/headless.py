@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,30 +25,26 @@ from ..engine.device_choice import parse_device
 from ..engine.engine import Engine
 from ..engine.outputs import DEFAULT_FPS, check_output_place, write_notes, write_result
 from ..engine.runner import GenerateRequest
-from ..engine.units import fmt_bytes, fmt_rate, fmt_seconds
 from ..offload.errors import ConfigError
 from ..offload.events import (
-    EngineStateChanged,
-    ErrorEvent,
-    LoadProgress,
-    OomRetry,
-    RequestPhases,
-    StepTiming,
     Subscription,
 )
 from ..offload.policy import OffloadPolicy
-from ..offload.telemetry import TelemetrySampler, default_sources, describe_snapshot, validate_hz
+from ..offload.telemetry import TelemetrySampler, default_sources, validate_hz
+from ..offload.units import format_bytes, format_rate, format_seconds
 from .args import policy_from_args, resolve_model_path
+from .event_text import PHASE_LABELS, progress_line
+from .event_text import one_line as _one_line
 from .interrupts import Interrupted, InterruptGuard
 from .run_report import RunReport
 from .run_request import REQUEST_FLAGS, CheckedRun, OptionFlags, checked_request, parse_option_flags
 from .run_totals import RunTotals, summarize, telemetry_peaks
+from .telemetry_text import describe_snapshot
 
 __all__ = ["run_headless", "default_request", "summarize", "telemetry_peaks", "check_run_flags", "RunFlags",
            "REQUEST_FLAGS"]
 
 EXIT_FAILED = 1
-PHASE_LABELS = {"text_encoding": "text encoding", "denoise": "denoise", "vae_decode": "VAE decode"}
 
 
 class _Progress(threading.Thread):
@@ -76,39 +72,6 @@ class _Progress(threading.Thread):
             if line is not None:
                 text, style = line
                 self.console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
-
-
-def progress_line(event: object) -> tuple[str, str] | None:
-    """The stderr line (text, style) for an event worth a line, else None."""
-    if isinstance(event, EngineStateChanged):
-        return f"state {event.old} → {event.new} {event.reason}".rstrip(), "dim"
-    if isinstance(event, StepTiming):
-        return (f"step {event.step}/{event.total_steps} {fmt_seconds(event.wall_s)} "
-                f"(stall {fmt_seconds(event.stall_s)})"), "dim"
-    if isinstance(event, LoadProgress) and event.done_bytes == event.total_bytes and event.total_bytes:
-        return f"load {event.component} {fmt_bytes(event.total_bytes)} ({event.phase})", "dim"
-    if isinstance(event, RequestPhases):
-        return f"request {event.request_id}: {describe_phases(event.frames, event.latent_shape, event.phases)}", "dim"
-    if isinstance(event, ErrorEvent):
-        return f"{event.where} failed: {_one_line(event.message)}", "red"
-    if isinstance(event, OomRetry):
-        return (f"out of device memory loading {event.component} ({fmt_bytes(event.nbytes)}): "
-                f"allocator cache released, retrying once"), "red"
-    return None
-
-
-def describe_phases(frames: int, latent_shape: Sequence[int] | None, phases: dict[str, float]) -> str:
-    """`5 frames, latents 1x16x2x4x4; text encoding 0.12 s, denoise 0.80 s, VAE decode 0.31 s`."""
-    what = f"{frames} frame{'s' if frames != 1 else ''}"
-    if latent_shape:
-        what += f", latents {'x'.join(map(str, latent_shape))}"
-    times = ", ".join(f"{PHASE_LABELS.get(k, k)} {fmt_seconds(v)}" for k, v in phases.items())
-    return f"{what}; {times}" if times else what
-
-
-def _one_line(text: str) -> str:
-    lines = str(text).strip().splitlines()
-    return lines[0] if lines else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,31 +229,31 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
     table = Table(title=f"run — {r['model']} on {r['device']}", show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
-    table.add_row("load time", fmt_seconds(r["load_seconds"]))
-    table.add_row("pinned host memory", fmt_bytes(r["pinned_bytes"]))
-    table.add_row("request time", fmt_seconds(r["request_seconds"]))
+    table.add_row("load time", format_seconds(r["load_seconds"]))
+    table.add_row("pinned host memory", format_bytes(r["pinned_bytes"]))
+    table.add_row("request time", format_seconds(r["request_seconds"]))
     for key, seconds in r["phases"].items():
-        table.add_row(f"  {PHASE_LABELS.get(key, key)}", fmt_seconds(seconds))
+        table.add_row(f"  {PHASE_LABELS.get(key, key)}", format_seconds(seconds))
     if "vae_decode" in r["phases"]:
-        table.add_row("  VAE decode peak (torch)", fmt_bytes(r["vae_decode_peak_bytes"]))
+        table.add_row("  VAE decode peak (torch)", format_bytes(r["vae_decode_peak_bytes"]))
     latents = f" (latents {'x'.join(map(str, r['latent_shape']))})" if r["latent_shape"] else ""
     table.add_row("frames", f"{r['frames']}{latents}")
     if r["is_video"]:
         table.add_row("frame rate", f"{r['fps']:g} fps ({r['fps_source']})")
     for s in r["steps"]:
-        table.add_row(f"step {s['step']}", f"{fmt_seconds(s['wall_s'])} (stall {fmt_seconds(s['stall_s'])}, "
-                                           f"H2D {fmt_bytes(s['h2d_bytes'])})")
+        table.add_row(f"step {s['step']}", f"{format_seconds(s['wall_s'])} (stall {format_seconds(s['stall_s'])}, "
+                                           f"H2D {format_bytes(s['h2d_bytes'])})")
     st = r["staging"]
     table.add_row("host→device transfers", f"{st['h2d_transfers']} ({st['sync_transfers']} synchronous)")
-    table.add_row("host→device bytes", fmt_bytes(st["h2d_bytes"]))
-    table.add_row("host→device bandwidth (mean)", fmt_rate(st["h2d_bytes_per_s"]))
-    table.add_row("peak allocated (torch)", fmt_bytes(r["peak_allocated_bytes"]))
+    table.add_row("host→device bytes", format_bytes(st["h2d_bytes"]))
+    table.add_row("host→device bandwidth (mean)", format_rate(st["h2d_bytes_per_s"]))
+    table.add_row("peak allocated (torch)", format_bytes(r["peak_allocated_bytes"]))
     table.add_row("cache decisions", f"{r['cache_decisions_total']} ({r['cache_releases']} releases)")
     t = r["telemetry"]
     table.add_row("telemetry samples", str(t["samples"]))
-    table.add_row("peak torch reserved / NVML used", f"{fmt_bytes(t['torch_reserved_peak'])} / "
-                                                     f"{fmt_bytes(t['nvml_used_peak'])}")
-    table.add_row("peak RSS / pinned (host)", f"{fmt_bytes(t['host_rss_peak'])} / {fmt_bytes(t['pinned_peak'])}")
+    table.add_row("peak torch reserved / NVML used", f"{format_bytes(t['torch_reserved_peak'])} / "
+                                                     f"{format_bytes(t['nvml_used_peak'])}")
+    table.add_row("peak RSS / pinned (host)", f"{format_bytes(t['host_rss_peak'])} / {format_bytes(t['pinned_peak'])}")
     if r["events_dropped"]:
         table.add_row("events dropped (totals are partial)", str(r["events_dropped"]))
     console.print(table)

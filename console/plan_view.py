@@ -29,7 +29,7 @@ from rich.text import Text
 
 from ..engine.export import vllm_flags, vllm_python_call, vllm_serve_command
 from ..engine.plan import ComponentPlan, Plan
-from ..engine.units import fmt_bytes
+from ..offload.units import format_bytes
 
 RESIDENCY_STYLE = {"streamed": "cyan", "staged": "yellow", "resident": "green", "none": "dim"}
 RESIDENCY_LABEL = {"streamed": "streamed by DLO", "staged": "offloaded (staged)", "resident": "resident",
@@ -49,7 +49,8 @@ class Sheet:
     styles: dict[tuple[int, int], str] = field(default_factory=dict)  # (row, column) → rich style
 
 
-def _blocks_cell(c: ComponentPlan) -> str:
+def blocks_cell(c: ComponentPlan) -> str:
+    """The blocks column: the block count, split per block list when there are several ("40 (30+10)")."""
     lists = c.info.block_lists
     if not lists:
         return ""
@@ -64,7 +65,7 @@ def component_sheet(plan: Plan) -> Sheet:
         info = c.info
         rows.append((
             info.name, info.role, info.class_name or "", ", ".join(info.dtypes) or "—",
-            fmt_bytes(info.nbytes) if info.has_weights else "—", _blocks_cell(c),
+            format_bytes(info.nbytes) if info.has_weights else "—", blocks_cell(c),
             RESIDENCY_LABEL[c.residency], c.why,
         ))
         styles[(i, header.index("residency"))] = RESIDENCY_STYLE[c.residency]
@@ -84,10 +85,10 @@ def blocks_sheet(plan: Plan) -> Sheet | None:
             mine = [x for x in plan.blocks if x.dit == c.info.name and x.attr == b.attr]
             kept = sum(1 for x in mine if not x.streamed)
             sizes = sorted(set(b.block_bytes))
-            per = fmt_bytes(sizes[0]) if len(sizes) == 1 else f"{fmt_bytes(sizes[0])}–{fmt_bytes(sizes[-1])}"
-            rows.append((c.info.name, b.attr, str(b.count), per, fmt_bytes(b.largest_bytes),
-                         fmt_bytes(b.total_bytes), str(kept), str(b.count - kept)))
-        rows.append((c.info.name, "(non-block modules: resident)", "", "", "", fmt_bytes(c.info.non_block_bytes),
+            per = format_bytes(sizes[0]) if len(sizes) == 1 else f"{format_bytes(sizes[0])}–{format_bytes(sizes[-1])}"
+            rows.append((c.info.name, b.attr, str(b.count), per, format_bytes(b.largest_bytes),
+                         format_bytes(b.total_bytes), str(kept), str(b.count - kept)))
+        rows.append((c.info.name, "(non-block modules: resident)", "", "", "", format_bytes(c.info.non_block_bytes),
                      "", ""))
     return Sheet("DiT blocks (execution order)", header, rows, right=frozenset(header[2:]))
 
@@ -95,13 +96,13 @@ def blocks_sheet(plan: Plan) -> Sheet | None:
 def forecast_sheet(plan: Plan) -> Sheet:
     f = plan.forecast
     rows = [
-        ("device resident weights", fmt_bytes(f.device_resident_bytes)),
-        ("device peak weights", fmt_bytes(f.peak_device_weight_bytes)),
-        ("pinned host memory", fmt_bytes(f.pinned_host_bytes)),
-        (f"streamed per DiT forward ({f.num_streamed_blocks} blocks)", fmt_bytes(f.streamed_bytes_per_forward)),
+        ("device resident weights", format_bytes(f.device_resident_bytes)),
+        ("device peak weights", format_bytes(f.peak_device_weight_bytes)),
+        ("pinned host memory", format_bytes(f.pinned_host_bytes)),
+        (f"streamed per DiT forward ({f.num_streamed_blocks} blocks)", format_bytes(f.streamed_bytes_per_forward)),
     ]
-    caption = (f"peak = resident + 2 × largest streamed block ({fmt_bytes(f.largest_streamed_block_bytes)})"
-               f" + largest staged component ({fmt_bytes(f.largest_staged_bytes)})")
+    caption = (f"peak = resident + 2 × largest streamed block ({format_bytes(f.largest_streamed_block_bytes)})"
+               f" + largest staged component ({format_bytes(f.largest_staged_bytes)})")
     return Sheet("forecast (from safetensors headers)", ("forecast", "bytes"), rows, right=frozenset({"bytes"}),
                  show_header=False, caption=caption)
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Literal
 
 from ..engine.engine import GenerateResult
-from ..engine.units import fmt_seconds
 from ..offload.events import ErrorEvent, Event, LogEvent
+from ..offload.units import format_seconds
 
 Severity = Literal["information", "warning", "error"]
 
@@ -64,10 +64,10 @@ def finished(result: GenerateResult, output: Path | None, save_error: str | None
         else:
             where = f"{what} not saved: {save_error}" if save_error else "nothing saved"
         said = f"request {rid} cancelled after {done}/{total} steps; {where}"
-        return Outcome(said, "warning", f"{said} ({fmt_seconds(result.seconds)})",
+        return Outcome(said, "warning", f"{said} ({format_seconds(result.seconds)})",
                        LogEvent(level="warning", message=said))
     mean = sum(s.wall_s for s in result.steps) / done if done else 0.0
-    head = f"request {rid}: {done} steps in {fmt_seconds(result.seconds)} ({fmt_seconds(mean)}/step)"
+    head = f"request {rid}: {done} steps in {format_seconds(result.seconds)} ({format_seconds(mean)}/step)"
     if output is not None:
         return Outcome(f"{what} saved: {output}", "information", f"{head} · saved {output}")
     if save_error:

@@ -1,12 +1,12 @@
-"""Exact-size host arenas and an aligned packing layout.
+"""Exact-size host arenas, and the layout helpers the streamer and stager use to fill them.
 
 PyTorch's pinned allocator (`pin_memory()`, `torch.empty(pin_memory=True)`) rounds every block up
-to a power of two, so a 2.25 GiB block costs 4 GiB of page-locked RAM (design.md §2.2). An arena
-here is one ordinary (pageable) allocation of exactly the requested size that is then page-locked in
-place with `cudaHostRegister`, so host use equals the bytes we asked for.
+to a power of two, so a 2.25 GiB block costs 4 GiB of page-locked RAM. An arena here is one
+ordinary (pageable) allocation of exactly the requested size that is then page-locked in place
+with `cudaHostRegister`, so host use equals the bytes we asked for.
 
-The layout helpers pack many tensors into one arena at 256-byte aligned offsets, so a whole DiT
-block (or a whole component) is one contiguous region that one memcpy can move.
+The layout helpers (`align_up`, `typed_view`, ...) place tensors at 256-byte aligned offsets, so a
+whole DiT block (or a whole component) is one contiguous region that one memcpy can move.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
@@ -178,37 +177,6 @@ def is_dense(t: torch.Tensor) -> bool:
     return True
 
 
-@dataclass(frozen=True, slots=True)
-class PackedTensor:
-    """Where one tensor's bytes sit in a flat buffer, and how to view them back."""
-
-    offset: int
-    nbytes: int
-    dtype: torch.dtype
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
-
-
-def plan_packing(
-    tensors: Sequence[torch.Tensor], *, alignment: int = ALIGNMENT, start: int = 0
-) -> tuple[list[PackedTensor], int]:
-    """Lay tensors out back to back at `alignment`-byte offsets; returns entries and the total size.
-
-    Dense tensors (any dimension order) keep their strides and occupy exactly their bytes.
-    Tensors with gaps (e.g. a `[:, ::2]` slice) are packed as `.contiguous()` data with contiguous
-    strides: copying their gaps would waste host and device memory, and values are unchanged.
-    """
-    entries: list[PackedTensor] = []
-    offset = align_up(start, alignment)
-    for t in tensors:
-        shape = tuple(int(s) for s in t.shape)
-        stride = tuple(int(s) for s in t.stride()) if is_dense(t) else contiguous_stride(shape)
-        nbytes = span_elements(shape, stride) * t.element_size()
-        entries.append(PackedTensor(offset, nbytes, t.dtype, shape, stride))
-        offset = align_up(offset + nbytes, alignment)
-    return entries, offset
-
-
 def typed_view(
     buffer: torch.Tensor, byte_offset: int, dtype: torch.dtype, shape: Sequence[int], stride: Sequence[int]
 ) -> torch.Tensor:
@@ -219,33 +187,3 @@ def typed_view(
     n_elem = span_elements(shape, stride)
     flat = buffer[byte_offset : byte_offset + max(n_elem, 1) * itemsize].view(dtype)
     return flat.as_strided(tuple(shape), tuple(stride))
-
-
-def unpack_view(buffer: torch.Tensor, entry: PackedTensor) -> torch.Tensor:
-    return typed_view(buffer, entry.offset, entry.dtype, entry.shape, entry.stride)
-
-
-def pack_tensor(buffer: torch.Tensor, entry: PackedTensor, src: torch.Tensor) -> None:
-    """Copy `src`'s values into its packed place (a strided copy keeps the planned layout)."""
-    if src.numel() == 0:
-        return
-    unpack_view(buffer, entry).copy_(src)
-
-
-def pack_into_arena(
-    tensors: Sequence[torch.Tensor], *, pin: bool, alignment: int = ALIGNMENT
-) -> tuple[HostArena, list[PackedTensor]]:
-    """Pack `tensors` into one fresh arena; returns the arena and each tensor's entry."""
-    entries, total = plan_packing(tensors, alignment=alignment)
-    arena = HostArena(total, pin=pin)
-    try:
-        for entry, t in zip(entries, tensors, strict=True):
-            pack_tensor(arena.tensor, entry, t)
-    except BaseException:
-        arena.close()
-        raise
-    return arena, entries
-
-
-def dtype_itemsize(dtype: torch.dtype) -> int:
-    return dtype.itemsize

@@ -1,4 +1,4 @@
-"""GPU memory panel: torch caching allocator and NVML side by side, labelled per design.md §4.
+"""GPU memory panel: torch caching allocator and NVML side by side, with the labels of console/telemetry_text.py.
 
 Operators compare these numbers with nvidia-smi; the labels say what each one counts
 (torch `reserved` is ours only, NVML `used` includes other processes and the CUDA context).
@@ -10,18 +10,16 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from omni_console.offload.telemetry import (
+from omni_console.console.telemetry_text import (
     LABELS,
     UNITS_NOTE,
-    NvmlMemory,
     Reading,
-    TelemetrySnapshot,
-    TorchMemory,
     format_unavailable,
     free_for_us_reading,
     nvml_readings,
     torch_readings,
 )
+from omni_console.offload.telemetry import NvmlMemory, TelemetrySnapshot, TorchMemory
 
 from .metric_row import HISTORY_SAMPLES, MetricRow
 from .text_update import set_text

@@ -1,7 +1,7 @@
 """Host memory panel: process RSS, engine-held pinned bytes, RAM total/available.
 
 Pinned pages often do not show in RSS, and a container's cgroup limit can be far below the
-machine's RAM, so both are shown explicitly (offload_peers.md §7.3).
+machine's RAM, so both are shown explicitly.
 """
 
 from __future__ import annotations
@@ -10,14 +10,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from omni_console.offload.telemetry import (
-    LABELS,
-    UNITS_NOTE,
-    TelemetrySnapshot,
-    format_bytes,
-    format_unavailable,
-    host_readings,
-)
+from omni_console.console.telemetry_text import LABELS, UNITS_NOTE, format_unavailable, host_readings
+from omni_console.offload.telemetry import TelemetrySnapshot
+from omni_console.offload.units import format_bytes
 
 from .metric_row import HISTORY_SAMPLES, MetricRow
 from .text_update import set_text

@@ -6,8 +6,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, ProgressBar
 
-from ...engine.units import fmt_bytes
 from ...offload.events import LoadProgress
+from ...offload.units import format_bytes
 
 
 def _row_id(name: str) -> str:
@@ -53,7 +53,7 @@ class LoadProgressPanel(Vertical):
         name = event.component
         phase = {"host": "read from disk", "place": "placed"}.get(event.phase, event.phase)
         self.progress[name] = (event.done_bytes, event.total_bytes, phase)
-        label = f"{name} · {phase} · {fmt_bytes(event.done_bytes)} / {fmt_bytes(event.total_bytes)}"
+        label = f"{name} · {phase} · {format_bytes(event.done_bytes)} / {format_bytes(event.total_bytes)}"
         if name in self._rows:
             row, text, bar = self._rows[name]
             row.display = True

@@ -12,7 +12,7 @@ from .text_update import set_text
 from .zero_sparkline import ZeroSparkline
 
 HISTORY_SAMPLES = 1200
-"""Default history per metric: two minutes at the default 10 Hz telemetry rate."""
+"""Default history per metric: two minutes at the default telemetry rate (`DEFAULT_HZ`, 10 Hz)."""
 
 
 class MetricRow(Horizontal):

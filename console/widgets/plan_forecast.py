@@ -13,7 +13,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ...engine.plan import Plan
-from ...engine.units import fmt_bytes, fmt_rate, fmt_seconds
+from ...offload.units import format_bytes, format_rate, format_seconds
 
 NO_LINK = "no device link (CPU)"
 HOST_MEMORY_KEY = "pinned host memory"
@@ -35,13 +35,13 @@ def forecast_rows(plan: Plan, link: LinkInfo) -> list[tuple[str, str, str]]:
     """(label, value, note) rows, in display order."""
     f = plan.forecast
     rows = [
-        ("device resident weights", fmt_bytes(f.device_resident_bytes),
+        ("device resident weights", format_bytes(f.device_resident_bytes),
          "resident components + DiT non-block modules + resident DiT layers"),
-        ("device peak weights", fmt_bytes(f.peak_device_weight_bytes),
-         f"resident + 2 slots × largest streamed block ({fmt_bytes(f.largest_streamed_block_bytes)}) "
-         f"+ largest staged component ({fmt_bytes(f.largest_staged_bytes)})"),
+        ("device peak weights", format_bytes(f.peak_device_weight_bytes),
+         f"resident + 2 slots × largest streamed block ({format_bytes(f.largest_streamed_block_bytes)}) "
+         f"+ largest staged component ({format_bytes(f.largest_staged_bytes)})"),
         host_memory_row(plan, link),
-        ("streamed per step", fmt_bytes(f.streamed_bytes_per_forward),
+        ("streamed per step", format_bytes(f.streamed_bytes_per_forward),
          f"{f.num_streamed_blocks} DiT blocks cross the link once per DiT forward "
          f"({f.num_resident_blocks} resident)"),
     ]
@@ -50,15 +50,15 @@ def forecast_rows(plan: Plan, link: LinkInfo) -> list[tuple[str, str, str]]:
     elif link.bandwidth is None:
         rows.append(("transfer time per step", "measuring…", "host→device bandwidth not known yet"))
     else:
-        rows.append(("transfer time per step", fmt_seconds(f.transfer_seconds(link.bandwidth)),
-                     f"at {fmt_rate(link.bandwidth)} host→device ({link.bandwidth_source})"))
+        rows.append(("transfer time per step", format_seconds(f.transfer_seconds(link.bandwidth)),
+                     f"at {format_rate(link.bandwidth)} host→device ({link.bandwidth_source})"))
     rows.append(fits_row(plan, link))
     return rows
 
 
 def host_memory_row(plan: Plan, link: LinkInfo) -> tuple[str, str, str]:
     """Pinned (page-locked) memory exists only for a GPU link; on a CPU the copies are plain host memory."""
-    held = fmt_bytes(plan.forecast.pinned_host_bytes)
+    held = format_bytes(plan.forecast.pinned_host_bytes)
     if not link.is_cuda:
         return (HOST_MEMORY_ON_CPU, held, "one host copy of streamed blocks + staged components")
     return ("pinned host memory", held, "one pinned copy of streamed blocks + staged components")
@@ -71,9 +71,13 @@ def fits_row(plan: Plan, link: LinkInfo) -> tuple[str, str, str]:
     if link.free_bytes is None:
         return ("fits in device free memory", "unknown", "free device memory not reported")
     free = link.free_bytes
-    verdict = f"yes ({fmt_bytes(free - peak)} to spare)" if peak <= free else f"NO (short by {fmt_bytes(peak - free)})"
+    if peak <= free:
+        verdict = f"yes ({format_bytes(free - peak)} to spare)"
+    else:
+        verdict = f"NO (short by {format_bytes(peak - free)})"
     return ("fits in device free memory", verdict,
-            f"peak weights {fmt_bytes(peak)} vs {fmt_bytes(free)} free ({link.free_source}); activations need more")
+            f"peak weights {format_bytes(peak)} vs {format_bytes(free)} free ({link.free_source}); "
+            "activations need more")
 
 
 class ForecastPanel(Static, can_focus=True):

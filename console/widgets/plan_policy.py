@@ -6,13 +6,11 @@ after load it is shown read-only (greyed), since the loaded model no longer foll
 
 from __future__ import annotations
 
-import shlex
-
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from ...engine.export import vllm_serve_command
+from ...engine.export import vllm_flags, vllm_serve_command
 from ...engine.plan import Plan
 
 
@@ -36,11 +34,7 @@ class PolicyPanel(Static, can_focus=True):
         policy = plan.policy
         self.readonly = readonly
         self.components_json = policy.components_json()
-        if policy.mode == "resident":
-            self.flags = ""
-        else:
-            self.flags = (f"--dlo-offload-components {shlex.quote(self.components_json)} "
-                          f"--dlo-resident-layers {policy.resident_layers}")
+        self.flags = vllm_flags(plan)
         self.command = vllm_serve_command(plan)
         self.set_class(readonly, "-readonly")
         self.border_title = "policy (vLLM-Omni)" + (" — read-only while loaded; u unloads" if readonly else "")

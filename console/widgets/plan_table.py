@@ -10,21 +10,13 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from ...engine.plan import ComponentPlan, Plan
-from ...engine.units import fmt_bytes
-from ..plan_view import RESIDENCY_LABEL, RESIDENCY_STYLE
+from ...offload.units import format_bytes
+from ..plan_view import RESIDENCY_LABEL, RESIDENCY_STYLE, blocks_cell
 
 COLUMNS = (("component", "name"), ("residency", "residency"), ("source", "source"), ("role", "role"),
            ("size", "size"), ("blocks", "blocks"), ("dtype", "dtype"), ("class", "class"))
 """Residency and its source first: they are what the operator edits, and stay visible at 80 columns."""
 SOURCES = {"explicit", "default", "implicit"}
-
-
-def blocks_cell(c: ComponentPlan) -> str:
-    lists = c.info.block_lists
-    if not lists:
-        return ""
-    total = sum(b.count for b in lists)
-    return str(total) if len(lists) == 1 else f"{total} ({'+'.join(str(b.count) for b in lists)})"
 
 
 def residency_text(c: ComponentPlan) -> str:
@@ -47,7 +39,7 @@ def row_cells(c: ComponentPlan, readonly: bool) -> list:
     info = c.info
     return [
         info.name, Text(residency_text(c), style=style), source_text(c), info.role,
-        Text(fmt_bytes(info.nbytes) if info.has_weights else "—", justify="right"), blocks_cell(c),
+        Text(format_bytes(info.nbytes) if info.has_weights else "—", justify="right"), blocks_cell(c),
         ", ".join(info.dtypes) or "—", info.class_name or "",
     ]
 

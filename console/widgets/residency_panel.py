@@ -1,4 +1,4 @@
-"""Where each component's weights are right now: resident, on device, on host, in flight, staged."""
+"""Where each component's weights are right now: resident, on device, on host or in flight."""
 
 from __future__ import annotations
 
@@ -10,20 +10,20 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from omni_console.offload.telemetry import format_bytes
+from omni_console.offload.units import format_bytes
 
 from .text_update import set_text
 
-STATES = ("resident", "device", "host", "in_flight", "staged")
+STATES = ("resident", "device", "host", "in_flight")
 """resident: kept on the device by policy; device: a staged/streamed part currently loaded;
-host: offloaded to pinned host memory; in_flight: copy in progress; staged: queued to load."""
+host: offloaded to pinned host memory; in_flight: copy in progress (console/residency.py and the
+streamer's `block_states` produce exactly these)."""
 
 STATE_STYLE = {
     "resident": "bold green",
     "device": "cyan",
     "host": "dim",
     "in_flight": "bold yellow",
-    "staged": "magenta",
 }
 
 

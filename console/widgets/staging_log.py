@@ -21,70 +21,13 @@ from textual.markup import escape
 from textual.message import Message
 from textual.widgets import Log
 
-from omni_console.offload.events import CacheDecision, ErrorEvent, Event, LogEvent, OomRetry, StagingEvent
-from omni_console.offload.telemetry import format_bytes
+from omni_console.console.event_text import format_event
+from omni_console.offload.events import Event
 
 from .filter_bar import FilterBar
 
 SHOWN_LINES = 5000
 PAUSE_BUFFER = 5000
-
-
-def format_staging(event: StagingEvent, *, on_cpu: bool = False) -> str:
-    """What one transfer really did, without the timestamp.
-
-    An offload moves no bytes on any device (the component is re-pointed to its host master copy),
-    so it is never reported as a device→host copy at 0.0 GB/s. On a CPU there is no device link:
-    a "transfer" is a host copy, and a GB/s figure would read as link bandwidth.
-    """
-    sync = "  SYNC" if event.sync else ""
-    if event.direction == "d2h" and event.nbytes == 0:
-        return f"offload {event.target} (re-pointed to host master, no copy) {event.seconds * 1e3:.1f} ms{sync}"
-    if on_cpu:
-        return (
-            f"H2D {event.target}  {format_bytes(event.nbytes)}  {event.seconds:.4f} s"
-            f"  host copy (CPU: no device link){sync}"
-        )
-    rate = f"{event.gbps:6.1f} GB/s" if event.seconds > 0 else "     n/a GB/s"
-    return (
-        f"{event.direction.upper()} {event.target}  {format_bytes(event.nbytes)}"
-        f"  {event.seconds:.4f} s  {rate}{sync}"
-    )
-
-
-def format_event(event: Event, t0: float = 0.0, *, on_cpu: bool = False) -> str | None:
-    """One log line for an event the staging log shows; None for other event types."""
-    ts = f"+{event.t - t0:9.3f}s"
-    if isinstance(event, StagingEvent):
-        return f"{ts} {format_staging(event, on_cpu=on_cpu)}"
-    if isinstance(event, CacheDecision):
-        nums = [
-            f"{name} {format_bytes(value)}"
-            for name, value in (
-                ("reserved", event.reserved),
-                ("allocated", event.allocated),
-                ("cached", event.cached),
-                ("free", event.free),
-                ("total", event.total),
-            )
-            if value is not None
-        ]
-        forced = " (forced)" if event.forced else ""
-        context = getattr(event, "context", "")  # newer events say which boundary asked
-        if context:
-            forced += f" {context}"
-        return f"{ts} CACHE {event.action}{forced}: {event.reason}" + (
-            f"  [{', '.join(nums)}]" if nums else ""
-        )
-    if isinstance(event, OomRetry):
-        msg = f": {event.message}" if event.message else ""
-        size = format_bytes(event.nbytes)
-        return f"{ts} OOM {event.component} {size} — cache released, attempt {event.attempt}{msg}"
-    if isinstance(event, LogEvent):
-        return f"{ts} {event.level.upper()} {event.message}"
-    if isinstance(event, ErrorEvent):
-        return f"{ts} ERROR {event.where}: {event.message}"
-    return None
 
 
 FOLLOWING = "live"

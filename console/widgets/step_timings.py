@@ -15,7 +15,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Sparkline, Static
 
 from omni_console.offload.events import StepTiming
-from omni_console.offload.telemetry import format_bytes, format_rate
+from omni_console.offload.units import format_bytes, format_rate
 
 from .metric_row import HISTORY_SAMPLES
 from .text_update import set_text

@@ -16,9 +16,9 @@ from omni_console.console.policy_edits import toggle_component
 from omni_console.console.screens import HelpScreen, LiveScreen, PlanScreen
 from omni_console.engine.engine import Engine
 from omni_console.engine.export import vllm_serve_command
-from omni_console.engine.units import fmt_bytes, fmt_seconds
 from omni_console.offload.errors import ConfigError
 from omni_console.offload.policy import build_policy
+from omni_console.offload.units import format_bytes, format_seconds
 from omni_console.themes import THEMES
 
 ROWS = ["scheduler", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "transformer", "vae"]
@@ -40,10 +40,10 @@ def residency_cell(app: OmniConsoleApp, name: str) -> tuple[str, str]:
 def forecast_expected(engine: Engine, policy) -> dict[str, str]:
     f = engine.make_plan(policy).forecast
     return {
-        "device resident weights": fmt_bytes(f.device_resident_bytes),
-        "device peak weights": fmt_bytes(f.peak_device_weight_bytes),
-        "pinned host memory": fmt_bytes(f.pinned_host_bytes),
-        "streamed per step": fmt_bytes(f.streamed_bytes_per_forward),
+        "device resident weights": format_bytes(f.device_resident_bytes),
+        "device peak weights": format_bytes(f.peak_device_weight_bytes),
+        "pinned host memory": format_bytes(f.pinned_host_bytes),
+        "streamed per step": format_bytes(f.streamed_bytes_per_forward),
     }
 
 
@@ -135,7 +135,7 @@ async def test_resident_layers_stay_within_bounds_and_move_the_forecast(app, eng
         await pilot.press("plus")
         assert app.policy.resident_layers == 6  # the demo has 6 DiT blocks
         assert app.notices[-1][0] == "resident layers already at 6 (every DiT block)"
-        assert app.plan_screen.forecast.rows["streamed per step"] == fmt_bytes(0)
+        assert app.plan_screen.forecast.rows["streamed per step"] == format_bytes(0)
         assert residency_cell(app, "transformer")[0] == "streamed by DLO (6 resident)"
         assert "--dlo-resident-layers 6" in app.plan_screen.policy_panel.flags
         await pilot.press("minus")
@@ -153,9 +153,9 @@ async def test_forecast_changes_as_predicted_by_the_plan(app, engine):
         assert after.device_resident_bytes == before.device_resident_bytes + vae
         assert after.pinned_host_bytes == before.pinned_host_bytes - vae
         rows = app.plan_screen.forecast.rows
-        assert rows["device resident weights"] == fmt_bytes(after.device_resident_bytes)
-        assert rows["pinned host memory"] == fmt_bytes(after.pinned_host_bytes)
-        assert rows["device peak weights"] == fmt_bytes(after.peak_device_weight_bytes)
+        assert rows["device resident weights"] == format_bytes(after.device_resident_bytes)
+        assert rows["pinned host memory"] == format_bytes(after.pinned_host_bytes)
+        assert rows["device peak weights"] == format_bytes(after.peak_device_weight_bytes)
 
 
 def test_forecast_rows_on_a_gpu_link_say_transfer_time_and_fit(engine):
@@ -164,11 +164,11 @@ def test_forecast_rows_on_a_gpu_link_say_transfer_time_and_fit(engine):
     plan = engine.make_plan(build_policy())
     f = plan.forecast
     rows = {label: value for label, value, _ in forecast_rows(plan, LinkInfo(True, 55.4e9, "measured", 10**9, "x"))}
-    assert rows["transfer time per step"] == fmt_seconds(f.streamed_bytes_per_forward / 55.4e9)
+    assert rows["transfer time per step"] == format_seconds(f.streamed_bytes_per_forward / 55.4e9)
     assert rows["fits in device free memory"].startswith("yes")
     tight = LinkInfo(True, 55.4e9, "measured", f.peak_device_weight_bytes - 1000, "x")
     rows = {label: value for label, value, _ in forecast_rows(plan, tight)}
-    assert rows["fits in device free memory"] == f"NO (short by {fmt_bytes(1000)})"
+    assert rows["fits in device free memory"] == f"NO (short by {format_bytes(1000)})"
     rows = {label: value for label, value, _ in forecast_rows(plan, LinkInfo(True))}
     assert rows["transfer time per step"] == "measuring…"
 

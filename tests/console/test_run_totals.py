@@ -9,7 +9,8 @@ import random
 import pytest
 from rich.console import Console
 
-from omni_console.console.headless import _Progress, progress_line
+from omni_console.console.event_text import progress_line
+from omni_console.console.headless import _Progress
 from omni_console.console.run_totals import KEEP_CACHE_DECISIONS, KEEP_LOG_LINES, RunTotals
 from omni_console.offload.events import (
     CacheDecision,

@@ -350,13 +350,13 @@ async def test_residency_panel_rows_totals_and_validation():
             [
                 ("text_encoder", "resident", 9_500_000_000),
                 ("transformer", "host", 23_800_000_000),
-                ("vae", "staged", 168_000_000),
+                ("vae", "device", 168_000_000),
             ]
         )
         await pilot.pause()
         text = screen_text(app)
         assert "text_encoder" in text and "resident" in text and "9.5 GB" in text
-        assert "resident 9.5 GB · host 23.8 GB · staged 168.0 MB" in text
+        assert "resident 9.5 GB · device 168.0 MB · host 23.8 GB" in text
         table = panel.query_one(DataTable)
         table.move_cursor(row=2)
         panel.update_rows(

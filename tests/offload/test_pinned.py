@@ -1,21 +1,15 @@
-"""Exact-size host arenas (pin accounting, failure fallback) and the aligned packing layout."""
+"""Exact-size host arenas (pin accounting, failure fallback) and typed views over their bytes."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from omni_console.offload import pinned
 from omni_console.offload.pinned import (
-    ALIGNMENT,
     HostArena,
     is_dense,
-    pack_into_arena,
-    pack_tensor,
     pinned_bytes_held,
-    plan_packing,
     typed_view,
-    unpack_view,
 )
 
 
@@ -111,59 +105,21 @@ def test_is_dense_recognises_permutations_but_not_gaps():
     assert is_dense(torch.randn(8, 6)[2:4])
 
 
-def test_layout_offsets_are_aligned_and_total_is_tight():
-    tensors = [torch.randn(3), torch.randn(64, 64), torch.randn(5, dtype=torch.float64).to(torch.bfloat16)]
-    entries, total = plan_packing(tensors)
-    assert [e.offset % ALIGNMENT for e in entries] == [0, 0, 0]
-    assert [e.nbytes for e in entries] == [12, 64 * 64 * 4, 10]
-    assert entries[1].offset == 256 and entries[2].offset == 256 + 64 * 64 * 4
-    assert total == entries[2].offset + 256
-
-
-def test_layout_keeps_dense_strides_and_makes_gappy_tensors_contiguous():
-    transposed = torch.randn(8, 16).t()
-    gappy = torch.randn(8, 32)[:, ::4]
-    entries, _ = plan_packing([transposed, gappy])
-    assert entries[0].stride == transposed.stride() and entries[0].nbytes == 8 * 16 * 4
-    assert entries[1].stride == (8, 1) and entries[1].nbytes == 8 * 8 * 4
-
-
-def test_pack_and_view_back_roundtrip_mixed_dtypes():
-    tensors = [
-        torch.randn(7, 9),
-        torch.randn(9, 7).t(),
-        torch.randn(5, 10, dtype=torch.bfloat16)[:, ::2],
-        torch.arange(11, dtype=torch.int64),
-        torch.tensor([True, False, True]),
-        torch.randn(4, dtype=torch.complex64),
-    ]
-    arena, entries = pack_into_arena(tensors, pin=False)
-    for t, e in zip(tensors, entries, strict=True):
-        view = unpack_view(arena.tensor, e)
-        assert view.dtype == t.dtype and view.shape == t.shape
-        assert torch.equal(view, t)
-        assert view.data_ptr() == arena.tensor.data_ptr() + e.offset
-    assert torch.equal(unpack_view(arena.tensor, entries[1]), tensors[1])
-    assert unpack_view(arena.tensor, entries[1]).stride() == tensors[1].stride()
-    arena.close()
-
-
-def test_pack_tensor_writes_only_its_bytes():
-    buf = torch.zeros(1024, dtype=torch.uint8)
-    entries, _ = plan_packing([torch.ones(4), torch.ones(4)])
-    pack_tensor(buf, entries[1], torch.full((4,), 2.0))
-    assert torch.equal(unpack_view(buf, entries[0]), torch.zeros(4))
-    assert torch.equal(unpack_view(buf, entries[1]), torch.full((4,), 2.0))
+def test_typed_view_reads_a_strided_tensor_back_from_its_bytes():
+    """The streamer re-points weights at typed views of its arena: dtype, shape and strides survive."""
+    transposed = torch.randn(9, 7).t()
+    buf = torch.zeros(256 + 9 * 7 * 4, dtype=torch.uint8)
+    storage = torch.empty(0).set_(transposed.untyped_storage()).view(torch.uint8)
+    buf[256 : 256 + storage.numel()].copy_(storage)
+    view = typed_view(buf, 256, transposed.dtype, transposed.shape, transposed.stride())
+    assert view.stride() == transposed.stride() and torch.equal(view, transposed)
+    assert view.data_ptr() == buf.data_ptr() + 256
 
 
 def test_typed_view_rejects_misaligned_offsets():
     buf = torch.zeros(64, dtype=torch.uint8)
     with pytest.raises(ValueError, match="aligned"):
         typed_view(buf, 2, torch.float32, (2,), (1,))
-
-
-def test_module_exports_counter():
-    assert pinned.pinned_bytes_held() >= 0
 
 
 def test_pin_after_filling_keeps_contents_and_says_why_it_cannot_pin_here():

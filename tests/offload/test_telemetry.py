@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from omni_console.console import telemetry_text as tt
 from omni_console.offload import telemetry as tm
 from omni_console.offload.events import EventBus, TelemetryEvent
 from omni_console.offload.telemetry import (
@@ -129,9 +130,9 @@ def test_nvml_per_query_failures_are_na_with_reason():
     assert m.total is None and m.errors["total"] == "Unknown Error"
     assert m.pcie_rx_bytes_per_s is None and m.errors["pcie_rx"] == "Not Supported"
     assert m.gpu_util_pct is None and m.errors["mem_util"] == "No Permission"
-    rows = {r.key: r for r in tm.nvml_readings(m)}
+    rows = {r.key: r for r in tt.nvml_readings(m)}
     assert rows["nvml.free"].reason == "Unknown Error"
-    assert tm.reading_text(rows["nvml.gpu_util"]) == "N/A (No Permission)"
+    assert tt.reading_text(rows["nvml.gpu_util"]) == "N/A (No Permission)"
 
 
 def test_nvml_device_that_stops_answering_makes_group_unavailable():
@@ -238,7 +239,7 @@ def test_free_for_us_is_nvml_free_plus_torch_cached():
     assert s2.free_for_us == 92 * GB and s2.free_for_us_source == "mem_get_info"
     s3 = TelemetrySnapshot(t=0.0, torch=TorchMemory(unavailable="no CUDA device"))
     assert s3.free_for_us is None
-    assert "no CUDA device" in tm.free_for_us_reading(s3).reason
+    assert "no CUDA device" in tt.free_for_us_reading(s3).reason
 
 
 # --------------------------------------------------------------------------- host / cgroup
@@ -275,7 +276,7 @@ def test_host_source_caps_total_by_cgroup(tmp_path: Path):
     assert h.available is not None and h.available <= 1_000_000
     assert h.host_total is not None and h.host_total > h.total
     assert h.pinned_bytes == 123 and h.rss and h.rss > 0
-    total_row = next(r for r in tm.host_readings(h) if r.key == "host.total")
+    total_row = next(r for r in tt.host_readings(h) if r.key == "host.total")
     assert "cgroup limit; host has" in total_row.text
 
 
@@ -417,22 +418,10 @@ def test_default_sources_on_cpu_give_reasons(monkeypatch):
     assert snap.torch.unavailable.startswith("no CUDA device")
     assert isinstance(snap.nvml, NvmlMemory)
     assert snap.host.rss and snap.host.pinned_bytes == 0
-    text = "\n".join(tm.describe_snapshot(snap))
+    text = "\n".join(tt.describe_snapshot(snap))
     assert "torch: unavailable: no CUDA device" in text
     assert "process RSS" in text
     sampler.close()
-
-
-# --------------------------------------------------------------------------- formatting
-
-
-def test_format_helpers():
-    assert tm.format_bytes(23_800_000_000) == "23.8 GB"
-    assert tm.format_bytes(None) == "N/A"
-    assert tm.format_bytes(0) == "0 bytes"
-    assert tm.format_rate(55_400_000_000) == "55.4 GB/s"
-    assert tm.format_na("Not Supported") == "N/A (Not Supported)"
-    assert tm.format_unavailable("no CUDA device") == "unavailable: no CUDA device"
 
 
 def test_telemetry_does_not_import_textual():

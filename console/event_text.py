@@ -1,0 +1,133 @@
+"""Every event's line of text: the staging log, the loading screen and `run`'s stderr progress.
+
+One place words each event, so the live log, the loading log and the headless progress lines
+cannot drift apart. Lines in the logs carry a `+seconds` stamp relative to the first event;
+progress lines on stderr carry a style instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..offload.events import (
+    CacheDecision,
+    EngineStateChanged,
+    ErrorEvent,
+    Event,
+    LoadProgress,
+    LogEvent,
+    OomRetry,
+    RequestPhases,
+    StagingEvent,
+    StepTiming,
+)
+from ..offload.units import format_bytes, format_seconds
+
+PHASE_LABELS = {"text_encoding": "text encoding", "denoise": "denoise", "vae_decode": "VAE decode"}
+
+
+def stamp(event: Event, t0: float) -> str:
+    """`+    1.234s`: the event's time since `t0`, aligned for a log column."""
+    return f"+{event.t - t0:9.3f}s"
+
+
+def format_staging(event: StagingEvent, *, on_cpu: bool = False) -> str:
+    """What one transfer really did, without the timestamp.
+
+    An offload moves no bytes on any device (the component is re-pointed to its host master copy),
+    so it is never reported as a device→host copy at 0.0 GB/s. On a CPU there is no device link:
+    a "transfer" is a host copy, and a GB/s figure would read as link bandwidth.
+    """
+    sync = "  SYNC" if event.sync else ""
+    if event.direction == "d2h" and event.nbytes == 0:
+        return f"offload {event.target} (re-pointed to host master, no copy) {event.seconds * 1e3:.1f} ms{sync}"
+    if on_cpu:
+        return (
+            f"H2D {event.target}  {format_bytes(event.nbytes)}  {event.seconds:.4f} s"
+            f"  host copy (CPU: no device link){sync}"
+        )
+    rate = f"{event.gbps:6.1f} GB/s" if event.seconds > 0 else "     n/a GB/s"
+    return (
+        f"{event.direction.upper()} {event.target}  {format_bytes(event.nbytes)}"
+        f"  {event.seconds:.4f} s  {rate}{sync}"
+    )
+
+
+def format_event(event: Event, t0: float = 0.0, *, on_cpu: bool = False) -> str | None:
+    """One log line for an event the staging log shows; None for other event types."""
+    ts = stamp(event, t0)
+    if isinstance(event, StagingEvent):
+        return f"{ts} {format_staging(event, on_cpu=on_cpu)}"
+    if isinstance(event, CacheDecision):
+        nums = [
+            f"{name} {format_bytes(value)}"
+            for name, value in (
+                ("reserved", event.reserved),
+                ("allocated", event.allocated),
+                ("cached", event.cached),
+                ("free", event.free),
+                ("total", event.total),
+            )
+            if value is not None
+        ]
+        forced = " (forced)" if event.forced else ""
+        context = getattr(event, "context", "")  # newer events say which boundary asked
+        if context:
+            forced += f" {context}"
+        return f"{ts} CACHE {event.action}{forced}: {event.reason}" + (
+            f"  [{', '.join(nums)}]" if nums else ""
+        )
+    if isinstance(event, OomRetry):
+        msg = f": {event.message}" if event.message else ""
+        size = format_bytes(event.nbytes)
+        return f"{ts} OOM {event.component} {size} — cache released, attempt {event.attempt}{msg}"
+    if isinstance(event, LogEvent):
+        return f"{ts} {event.level.upper()} {event.message}"
+    if isinstance(event, ErrorEvent):
+        return f"{ts} ERROR {event.where}: {event.message}"
+    return None
+
+
+def loading_line(event: Event, t0: float) -> str | None:
+    """A loading-screen log line: state changes and finished components, then what `format_event` says."""
+    if isinstance(event, EngineStateChanged):
+        return f"{stamp(event, t0)} STATE {event.old} → {event.new} {event.reason}".rstrip()
+    if isinstance(event, LoadProgress):
+        if event.done_bytes < event.total_bytes:
+            return None
+        return f"{stamp(event, t0)} LOAD {event.component} {event.phase} {format_bytes(event.total_bytes)}"
+    return format_event(event, t0)
+
+
+def progress_line(event: object) -> tuple[str, str] | None:
+    """The stderr line (text, style) for an event worth a line, else None."""
+    if isinstance(event, EngineStateChanged):
+        return f"state {event.old} → {event.new} {event.reason}".rstrip(), "dim"
+    if isinstance(event, StepTiming):
+        return (f"step {event.step}/{event.total_steps} {format_seconds(event.wall_s)} "
+                f"(stall {format_seconds(event.stall_s)})"), "dim"
+    if isinstance(event, LoadProgress) and event.done_bytes == event.total_bytes and event.total_bytes:
+        return f"load {event.component} {format_bytes(event.total_bytes)} ({event.phase})", "dim"
+    if isinstance(event, RequestPhases):
+        return f"request {event.request_id}: {describe_phases(event.frames, event.latent_shape, event.phases)}", "dim"
+    if isinstance(event, ErrorEvent):
+        return f"{event.where} failed: {one_line(event.message)}", "red"
+    if isinstance(event, OomRetry):
+        return (f"out of device memory loading {event.component} ({format_bytes(event.nbytes)}): "
+                f"allocator cache released, retrying once"), "red"
+    return None
+
+
+def describe_phases(frames: int, latent_shape: Sequence[int] | None, phases: dict[str, float]) -> str:
+    """`5 frames, latents 1x16x2x4x4; text encoding 0.12 s, denoise 0.80 s, VAE decode 0.31 s`."""
+    what = f"{frames} frame{'s' if frames != 1 else ''}"
+    if latent_shape:
+        what += f", latents {'x'.join(map(str, latent_shape))}"
+    times = ", ".join(f"{PHASE_LABELS.get(k, k)} {format_seconds(v)}" for k, v in phases.items())
+    return f"{what}; {times}" if times else what
+
+
+def one_line(text: str) -> str:
+    """The first line of a message (stderr progress is one line per event)."""
+    lines = str(text).strip().splitlines()
+    return lines[0] if lines else ""
