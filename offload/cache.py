@@ -1,4 +1,4 @@
-"""Bounded retention of the device allocator cache at component boundaries (design.md §2.4).
+"""Bounded retention of the device allocator cache at component boundaries (after each staged component).
 
 Releasing the caching allocator's free blocks (`empty_cache`) after every staged component costs
 re-allocation (and sometimes a synchronizing cudaMalloc) on the next stage; keeping them costs

@@ -68,7 +68,7 @@ class StagingEvent(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CacheDecision(Event):
-    """Allocator cache retention decision at a component boundary (design.md §2.4)."""
+    """Allocator cache retention decision at a component boundary (the rule is in offload/cache.py)."""
 
     action: Literal["retain", "release"]
     reason: str

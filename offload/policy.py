@@ -1,6 +1,6 @@
 """The per-component offload policy, with vLLM-Omni's `dlo_offload_components` semantics.
 
-Two validation moments, as upstream (design.md §2.1):
+Two validation moments, as vLLM-Omni has them:
 - when the policy is built: shape and types of the map, and "requires DLO" for a non-empty map
   with `mode="resident"`;
 - after discovery, before anything is moved (`check_against`): only `"default"` and the discovered

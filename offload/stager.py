@@ -1,4 +1,4 @@
-"""Staging of an auxiliary component (text encoder, VAE) onto the device for its stage (§2.3).
+"""Staging of an auxiliary component (text encoder, VAE) onto the device for its stage only.
 
 `module.to("cpu")` after every use copies every weight back to the host; inference weights never
 change, so the stager keeps one host master per underlying storage (in one arena, page-locked on

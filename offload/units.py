@@ -1,5 +1,5 @@
 """How every view writes sizes, rates and durations: decimal units (1 GB = 10^9 bytes), as
-`nvidia-smi`, link bandwidths and design.md's anchors do."""
+`nvidia-smi`, PCIe link bandwidths and the numbers in docs/benchmarks.md do."""
 
 from __future__ import annotations
 

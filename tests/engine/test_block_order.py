@@ -272,7 +272,9 @@ def test_zero_layers_with_no_tensors_is_accepted(tmp_path: Path):
     tensors = [TensorInfo(f"single_transformer_blocks.{i}.w", "float32", (2,), folder / "w.safetensors")
                for i in range(3)]
     config = {"num_layers": 0, "num_single_layers": 3}
-    check_config_block_counts(folder, "diffusers", "FluxTransformer2DModel", config, tensors)  # no error
+    assert check_config_block_counts(folder, "diffusers", "FluxTransformer2DModel", config, tensors) is None
+    with pytest.raises(ModelDirError, match="num_layers = 1"):  # the same tensors refuse a count they lack
+        check_config_block_counts(folder, "diffusers", "FluxTransformer2DModel", {**config, "num_layers": 1}, tensors)
 
 
 # --- any JSON value: accepted only when it is the count the tensors hold -------------------------

@@ -122,8 +122,14 @@ def test_fractions_must_be_in_unit_interval(name, bad):
 
 
 def test_fraction_bounds_are_inclusive():
-    AllocatorCache("cuda", max_cached_fraction=0.0, min_free_fraction=1.0)
-    AllocatorCache("cuda", max_cached_fraction=1.0, min_free_fraction=0.0)
+    """0 and 1 are accepted, and mean what they say: release on any cached byte / never for the rule."""
+    full = MemoryReading(reserved=1000, allocated=0, free=0, total=1000)  # everything cached, nothing free
+    never, emptied, _ = make(full, max_cached_fraction=1.0, min_free_fraction=0.0)
+    assert never.release_if_needed() is False and emptied == []
+    one_byte = MemoryReading(reserved=101, allocated=100, free=1000, total=1000)
+    always, emptied, sub = make(one_byte, max_cached_fraction=0.0, min_free_fraction=0.0)
+    assert always.release_if_needed() is True and emptied == [1]
+    assert decision(sub).reason.startswith("cached 1 byte > 0%")
 
 
 @pytest.mark.parametrize("force", [False, True])

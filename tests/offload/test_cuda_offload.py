@@ -139,9 +139,10 @@ def test_copies_overlap_and_are_measured():
         model(_x())
     stats = streamer.take_step_stats()
     assert stats.transfers == 6 and stats.h2d_bytes > 0
-    assert stats.stall_s >= 0
     events = [e for e in sub.drain() if isinstance(e, StagingEvent)]
     assert len(events) == 6 and not any(e.sync for e in events)
+    # overlapped: compute waits on a copy at most as long as the copy itself runs (1 ms for event timing)
+    assert stats.stall_s <= sum(e.seconds for e in events) + 1e-3
     assert all(e.gbps > 0 for e in events)
     states = {s for _, s, _ in streamer.block_states()}
     assert states <= {"device", "in_flight", "host"}

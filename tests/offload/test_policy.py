@@ -1,4 +1,4 @@
-"""`dlo_offload_components` semantics (design.md §2.1): build-time checks, post-discovery checks,
+"""`dlo_offload_components` semantics (as vLLM-Omni has them): build-time checks, post-discovery checks,
 resolution order, resident layers and mode."""
 
 from __future__ import annotations
@@ -83,7 +83,9 @@ def test_dit_names_rejected_after_discovery_with_sorted_unknowns():
 
 
 def test_default_and_discovered_names_allowed():
-    build_policy({"default": False, "vae": True, "text_encoder_2": False}).check_against(AUX, DITS, 6)
+    policy = build_policy({"default": False, "vae": True, "text_encoder_2": False})
+    assert policy.check_against(AUX, DITS, 6) is None
+    assert [policy.offload_enabled(n) for n in ("vae", "text_encoder_2", "text_encoder")] == [True, False, False]
 
 
 @pytest.mark.parametrize("layers,ok", [(0, True), (6, True), (7, False)])
