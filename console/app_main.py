@@ -5,10 +5,10 @@ mode, theme, model directory) is checked before Textual takes the terminal, so a
 one line and exits 2 instead of flashing an app.
 
 Ending the app: q, SIGTERM and SIGHUP all go through the app's quit (the terminal is restored by
-Textual on the way out). The engine thread is never waited for past a short bound: when it is
-still inside a step after the app has exited, the process ends with `os._exit` — letting the
-interpreter finalize under a thread that is inside torch can hang or abort, and the OS frees the
-device and pinned memory of an exiting process anyway.
+Textual on the way out). The engine thread is never waited for past a short bound, and once the
+app has exited the process ends with `os._exit`: letting the interpreter finalize under a thread
+that is inside torch can hang or abort, finalizing it after an idle quit takes over a second (torch's
+modules), and the OS frees the device and pinned memory of an exiting process anyway.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Iterator
+from typing import NoReturn
 
 from ..engine.engine import Engine
 from ..offload.errors import ConfigError
@@ -71,7 +72,7 @@ def quit_on_signals(app) -> Iterator[None]:
             signal.signal(signum, handler)  # type: ignore[arg-type]
 
 
-def exit_now(code: int) -> None:
+def exit_now(code: int) -> NoReturn:
     """End the process without waiting for the engine thread (see the module docstring)."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -79,8 +80,13 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
-def run_app(args: argparse.Namespace) -> int:
-    """Run the console; its exit status (0 after q, 128 + signal number after SIGTERM/SIGHUP)."""
+def run_app(args: argparse.Namespace) -> NoReturn:
+    """Run the console, then end the process: 0 after q, 128 + signal number after SIGTERM/SIGHUP.
+
+    Once the app has exited the terminal is restored, the output flushed and the engine released, so
+    the process ends with `exit_now` at once: finalizing the interpreter (torch, CUDA, thread states)
+    took over a second and does nothing the operator needs.
+    """
     app = build_app(args)
     try:
         with quit_on_signals(app):
@@ -92,6 +98,5 @@ def run_app(args: argparse.Namespace) -> int:
         raise
     code = int(result) if result is not None else (app.return_code or 0)
     # idempotent: q already began it. The terminal is restored by now; do not wait for a stuck step.
-    if not app.shutdown(timeout=EXIT_RELEASE_WAIT_S) and app.worker.busy:
-        exit_now(code)
-    return code
+    app.shutdown(timeout=EXIT_RELEASE_WAIT_S)
+    exit_now(code)  # released (or stuck): the interpreter's teardown of torch would only add a second
