@@ -158,6 +158,9 @@ def _exporting_module(library: str, name: str) -> str | None:
     for prefix, folder in _model_folders():  # CLIPTextModel lives in models/clip, Qwen2_5_VL… in models/qwen2_5_vl
         if squashed.startswith(prefix) and (stem := _file_exports(root / "models" / folder).get(name)):
             return f"transformers.models.{folder}.{stem}"
+    for _, folder in _model_folders():  # the few named otherwise (ASTModel in audio_spectrogram_transformer)
+        if stem := _file_exports(root / "models" / folder).get(name):
+            return f"transformers.models.{folder}.{stem}"
     return None
 
 

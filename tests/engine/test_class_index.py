@@ -50,10 +50,8 @@ EXTRA = [("transformers", n) for n in ("T5TokenizerFast", "CLIPTokenizerFast", "
 
 
 def _imported_kind(library: str, name: str) -> str:
-    """What the real class is, by importing it (the way the loader checks)."""
+    """What the real class is, by importing it: the rules the loader applies to the imported class."""
     import importlib
-
-    import torch
 
     module = importlib.import_module(library)
     try:
@@ -65,13 +63,14 @@ def _imported_kind(library: str, name: str) -> str:
     diffusers = importlib.import_module("diffusers")
     if issubclass(cls, (diffusers.DiffusionPipeline, diffusers.ModularPipeline, diffusers.ModularPipelineBlocks)):
         return "pipeline"
-    if issubclass(cls, torch.nn.Module) or holds_weights(cls):
-        return "weights"
     transformers = importlib.import_module("transformers")
-    loadable = (diffusers.SchedulerMixin, transformers.PreTrainedTokenizerBase, transformers.ProcessorMixin,
-                transformers.ImageProcessingMixin, transformers.FeatureExtractionMixin)
-    auto = cls.__module__.startswith("transformers.models.auto.")
-    return "loadable" if auto or issubclass(cls, loadable) else "other"
+    loadable = (diffusers.ModelMixin, diffusers.SchedulerMixin, diffusers.AutoModel, transformers.PreTrainedModel,
+                transformers.PreTrainedTokenizerBase, transformers.ProcessorMixin, transformers.ImageProcessingMixin,
+                transformers.FeatureExtractionMixin, transformers.BaseVideoProcessor)
+    auto = cls.__module__.startswith("transformers.models.auto.") and cls.__name__.startswith("Auto")
+    if not (auto or issubclass(cls, loadable)):
+        return "other"
+    return "weights" if holds_weights(cls) else "loadable"
 
 
 def _quick_kind(library: str, name: str) -> str:
