@@ -11,7 +11,7 @@ from textual.widgets import Footer
 from omni_console.console.screens import LiveScreen, PlanScreen
 from omni_console.console.widgets.plan_blocks import LEGEND, BlockListPanel
 from omni_console.console.widgets.plan_forecast import ForecastPanel
-from omni_console.offload.events import StepTiming
+from omni_console.offload.events import LoadProgress, StepTiming
 
 SIZE = (80, 24)
 
@@ -139,3 +139,37 @@ async def test_tab_reaches_every_plan_panel(app):
         assert 0 < region.y < SIZE[1] - 1 and region.height > 0  # scrolled into view
         body = plan.query_one("#plan-body")
         assert body.scroll_y > 0  # focusing the policy panel scrolled the body to it
+
+
+async def test_text_beside_a_progress_bar_is_never_cut_short(app):
+    """The request line and the load rows take the width; the bar beside them is short, not the text."""
+    saved = "request 7: 'a red cube' · saved /home/operator/renders/omni-console-out/request-0007-20260101-120000.png"
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        plan = app.screen
+        plan.load_started()
+        plan.load_events([LoadProgress(component="text_encoder", done_bytes=0, total_bytes=172_000, phase="host"),
+                          LoadProgress(component="transformer", done_bytes=1_000_000, total_bytes=2_500_000,
+                                       phase="place")], [])
+        await pilot.pause()
+        text = screen_text(app)
+        assert "text_encoder · read from disk · 0 bytes / 172.0 kB" in text
+        assert "transformer · placed · 1.0 MB / 2.5 MB" in text
+        assert "…" not in "".join(ln for ln in text.splitlines() if "read from disk" in ln or "placed" in ln)
+        plan.load_ended(None)
+        await load(pilot, app)
+        app.live_screen.set_generation(saved, 3, 3)
+        await pilot.pause()
+        line = next(ln for ln in screen_text(app).splitlines() if "request 7" in ln)
+        assert saved in line and "100%" in line  # the whole path on one line, the bar after it
+
+
+async def test_a_saved_path_wraps_whole_at_80_columns(app):
+    saved = "request 7: 'a red cube' · saved /home/operator/renders/omni-console-out/request-0007-20260101-120000.png"
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await load(pilot, app)
+        app.live_screen.set_generation(saved, 3, 3)
+        await pilot.pause()
+        shown = "".join(ln.strip() for ln in screen_text(app).splitlines()[1:8])  # under the Header
+        assert "request-0007-20260101-120000.png" in shown and "…" not in shown
