@@ -38,7 +38,8 @@ def forecast_rows(plan: Plan, link: LinkInfo) -> list[tuple[str, str, str]]:
         ("device resident weights", format_bytes(f.device_resident_bytes),
          "resident components + DiT non-block modules + resident DiT layers"),
         ("device peak weights", format_bytes(f.peak_device_weight_bytes),
-         f"resident + 2 slots × largest streamed block ({format_bytes(f.largest_streamed_block_bytes)}) "
+         f"resident + {slots_text(f.streaming_slots)} × largest streamed block "
+         f"({format_bytes(f.largest_streamed_block_bytes)}) "
          f"+ largest staged component ({format_bytes(f.largest_staged_bytes)})"),
         host_memory_row(plan, link),
         ("streamed per step", format_bytes(f.streamed_bytes_per_forward),
@@ -54,6 +55,11 @@ def forecast_rows(plan: Plan, link: LinkInfo) -> list[tuple[str, str, str]]:
                      f"at {format_rate(link.bandwidth)} host→device ({link.bandwidth_source})"))
     rows.append(fits_row(plan, link))
     return rows
+
+
+def slots_text(slots: int) -> str:
+    """The streamer's slots the peak counts: 1 for a single streamed block, else 2 (one computing, one filling)."""
+    return "1 slot" if slots == 1 else f"{slots} slots"
 
 
 def host_memory_row(plan: Plan, link: LinkInfo) -> tuple[str, str, str]:

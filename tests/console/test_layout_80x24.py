@@ -173,3 +173,16 @@ async def test_a_saved_path_wraps_whole_at_80_columns(app):
         await pilot.pause()
         shown = "".join(ln.strip() for ln in screen_text(app).splitlines()[1:8])  # under the Header
         assert "request-0007-20260101-120000.png" in shown and "…" not in shown
+
+
+def test_forecast_note_counts_the_streamers_slots(engine):
+    """One streamed block is one slot on the device (what the streamer uses), more are two."""
+    from omni_console.console.widgets.plan_forecast import LinkInfo, forecast_rows
+    from omni_console.offload.policy import build_policy
+
+    def peak_note(resident_layers: int) -> str:
+        plan = engine.make_plan(build_policy({}, resident_layers))
+        return next(note for label, _, note in forecast_rows(plan, LinkInfo(False)) if label == "device peak weights")
+
+    assert "resident + 1 slot × largest streamed block" in peak_note(5)  # 6 blocks, 5 resident
+    assert "resident + 2 slots × largest streamed block" in peak_note(0)
