@@ -101,7 +101,8 @@ def forecast_sheet(plan: Plan) -> Sheet:
         ("pinned host memory", format_bytes(f.pinned_host_bytes)),
         (f"streamed per DiT forward ({f.num_streamed_blocks} blocks)", format_bytes(f.streamed_bytes_per_forward)),
     ]
-    caption = (f"peak = resident + 2 × largest streamed block ({format_bytes(f.largest_streamed_block_bytes)})"
+    caption = (f"peak = resident + {f.streaming_slots} × largest streamed block "
+               f"({format_bytes(f.largest_streamed_block_bytes)})"
                f" + largest staged component ({format_bytes(f.largest_staged_bytes)})")
     return Sheet("forecast (from safetensors headers)", ("forecast", "bytes"), rows, right=frozenset({"bytes"}),
                  show_header=False, caption=caption)

@@ -109,3 +109,13 @@ def test_theme_help_lists_the_theme_names(capsys, monkeypatch):
     assert all(name in text for name in themes.THEMES)
     monkeypatch.setitem(themes.THEMES, "omni-sepia", themes.THEMES[themes.DEFAULT_THEME])
     assert "omni-sepia" in _help(capsys, "console")  # read from the themes module, not a list of its own
+
+
+def test_forecast_caption_counts_the_streamers_slots(demo_model_dir, capsys):
+    """One streamed block uses one slot, and the caption's formula says so (it said 2 always)."""
+    from omni_console.console.cli import main
+
+    assert main(["plan", "--model", str(demo_model_dir), "--resident-layers", "5"]) == 0
+    assert "peak = resident + 1 × largest streamed block" in capsys.readouterr().out
+    assert main(["plan", "--model", str(demo_model_dir)]) == 0
+    assert "peak = resident + 2 × largest streamed block" in capsys.readouterr().out
