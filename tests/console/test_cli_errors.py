@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import one_error_line
 from PIL import Image
 
 from omni_console.console.cli import main
@@ -16,30 +17,6 @@ from omni_console.engine import outputs
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.request_checks import SEED_MAX, check_request, size_rule
 from omni_console.engine.runner import GenerateRequest
-
-
-@pytest.fixture
-def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Records every Engine.load call (and refuses it): a pre-load check must leave this empty."""
-    from omni_console.engine.engine import Engine
-
-    calls: list[str] = []
-
-    def refuse(self, *args, **kwargs):
-        calls.append(str(self.model.path))
-        raise AssertionError("Engine.load was called for an input that should be refused before loading")
-
-    monkeypatch.setattr(Engine, "load", refuse)
-    return calls
-
-
-def one_error_line(capsys) -> str:
-    captured = capsys.readouterr()
-    lines = captured.err.splitlines()
-    assert len(lines) == 1, captured.err
-    assert lines[0].startswith("omni-console: error: ") and "Traceback" not in captured.err
-    assert captured.out == ""
-    return lines[0]
 
 
 def run_refused(capsys, loads: list[str], model: Path, out: Path, *flags: str) -> str:

@@ -10,36 +10,13 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from cli_helpers import one_error_line
 from PIL import Image
 
 from omni_console.console.cli import main
 
 WAN_FAST = ["--height", "32", "--width", "32", "--steps", "2", "--max-sequence-length", "32"]
 PHASES = {"text_encoding", "denoise", "vae_decode"}
-
-
-@pytest.fixture
-def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Records every Engine.load call (and refuses it): a pre-load check must leave this empty."""
-    from omni_console.engine.engine import Engine
-
-    calls: list[str] = []
-
-    def refuse(self, *args, **kwargs):
-        calls.append(str(self.model.path))
-        raise AssertionError("Engine.load was called for an input that should be refused before loading")
-
-    monkeypatch.setattr(Engine, "load", refuse)
-    return calls
-
-
-def one_error_line(capsys) -> str:
-    captured = capsys.readouterr()
-    lines = captured.err.splitlines()
-    assert len(lines) == 1, captured.err
-    assert lines[0].startswith("omni-console: error: ") and "Traceback" not in captured.err
-    assert captured.out == ""
-    return lines[0]
 
 
 def run_wan(wan_model_dir: Path, output: Path, *flags: str) -> int:
