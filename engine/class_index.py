@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .init_layout import _import_source, _Module, _module_level, _parse
+from .init_layout import _find_class, _import_table, _locate, _Module, _root
 
 Kind = Literal["pipeline", "weights", "loadable", "other"]
 
-_MAX_HOPS = 10
+_MAX_BASE_LEVELS = 10
+
 PIPELINE_BASES = frozenset({"DiffusionPipeline", "ModularPipeline", "ModularPipelineBlocks"})
 WEIGHT_BASES = {"diffusers": frozenset({"ModelMixin", "AutoModel"}),
                 "transformers": frozenset({"PreTrainedModel", "_BaseAutoModelClass"})}
@@ -48,71 +48,6 @@ class ClassRef:
     module: str  # dotted name of the defining module
     kind: Kind
     is_class: bool = True
-
-
-@functools.cache
-def _root(package: str) -> Path | None:
-    try:
-        spec = importlib.util.find_spec(package)  # finds the installed package; runs none of it
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _locate(dotted: str) -> _Module | None:
-    parts = dotted.split(".")
-    root = _root(parts[0])
-    if root is None or not all(p.isidentifier() for p in parts):
-        return None
-    base = root.joinpath(*parts[1:])
-    if (base / "__init__.py").is_file():
-        return _Module(dotted, base / "__init__.py", True)
-    if len(parts) > 1 and base.with_suffix(".py").is_file():
-        return _Module(dotted, base.with_suffix(".py"), False)
-    return None
-
-
-def _strings(node: ast.expr | None) -> list[str]:
-    items = node.elts if isinstance(node, ast.List | ast.Tuple | ast.Set) else [node]
-    return [i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)]
-
-
-def _table_key(node: ast.expr) -> str | None:
-    if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "_import_structure"
-            and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)):
-        return node.slice.value
-    return None
-
-
-@functools.cache
-def _import_table(path: Path) -> dict[str, str]:
-    """name -> submodule from a package `__init__.py`'s `_import_structure` (dummy placeholders skipped)."""
-    tree = _parse(path)
-    table: dict[str, str] = {}
-
-    def add(key: str | None, value: ast.expr | None) -> None:
-        if key and "dummy" not in key:
-            for name in _strings(value):
-                table.setdefault(name, key)
-
-    for node in _module_level(tree.body) if tree else []:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-            if isinstance(target, ast.Name) and target.id == "_import_structure" and isinstance(node.value, ast.Dict):
-                for k, v in zip(node.value.keys, node.value.values, strict=True):
-                    add(k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None, v)
-            else:
-                add(_table_key(target), node.value)
-        elif isinstance(node, ast.AugAssign):
-            add(_table_key(node.target), node.value)
-        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
-            func = node.value.func
-            if isinstance(func, ast.Attribute) and func.attr in ("append", "extend"):
-                for arg in node.value.args:
-                    add(_table_key(func.value), arg)
-    return table
 
 
 @functools.cache
@@ -149,9 +84,9 @@ def _exporting_module(library: str, name: str) -> str | None:
     root = _root(library)
     if root is None:
         return None
-    key = _import_table(root / "__init__.py").get(name)
-    if key is not None:
-        return f"{library}.{key}"
+    keys = _import_table(root / "__init__.py").get(name)
+    if keys:
+        return f"{library}.{keys[0]}"
     if library != "transformers":
         return None
     squashed = name.replace("_", "").lower()
@@ -161,34 +96,6 @@ def _exporting_module(library: str, name: str) -> str | None:
     for _, folder in _model_folders():  # the few named otherwise (ASTModel in audio_spectrogram_transformer)
         if stem := _file_exports(root / "models" / folder).get(name):
             return f"transformers.models.{folder}.{stem}"
-    return None
-
-
-def _find_class(module: _Module, name: str, hops: int) -> tuple[_Module, ast.ClassDef] | None:
-    """Follow re-exports (`from X import name`, lazy tables, `Name = Other` aliases) to a class statement."""
-    tree = _parse(module.path)
-    if tree is None or hops > _MAX_HOPS:
-        return None
-    statements = _module_level(tree.body)
-    for node in statements:
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            return module, node
-    for node in statements:
-        if isinstance(node, ast.ImportFrom):
-            for alias in node.names:
-                if (alias.asname or alias.name) == name:
-                    source = _import_source(module, node)
-                    target = _locate(source) if source and "dummy" not in source else None
-                    if target and (found := _find_class(target, alias.name, hops + 1)):
-                        return found
-        elif (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-              and node.targets[0].id == name and isinstance(node.value, ast.Name)
-              and (found := _find_class(module, node.value.id, hops + 1))):
-            return found
-    if module.is_package and (key := _import_table(module.path).get(name)):
-        target = _locate(f"{module.name}.{key}")
-        if target and (found := _find_class(target, name, hops + 1)):
-            return found
     return None
 
 
@@ -219,7 +126,7 @@ def _kind_of(library: str, module: _Module, cls: ast.ClassDef) -> Kind:
     """Walk the bases breadth first and stop at the first level naming a known root (fewest files parsed)."""
     seen = {cls.name}
     level = [(module, cls)]
-    for _ in range(_MAX_HOPS):
+    for _ in range(_MAX_BASE_LEVELS):
         names = set().union(*(({c.name} | {n for n, _ in _direct_bases(c)}) for _, c in level))
         kind = _kind(library, module.name, names)
         if kind != "other" or not level:

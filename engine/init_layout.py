@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PACKAGE = "diffusers"
-_MAX_HOPS = 8  # re-exports, base classes and nested helper calls followed before giving up
+_MAX_HOPS = 10  # re-exports, base classes and nested helper calls followed before giving up
 _MODULE_METHODS = frozenset({"add_module", "register_module", "register_buffer", "register_parameter"})
 
 
@@ -50,7 +50,7 @@ def init_layout(class_name: str) -> InitLayout | None:
     if not class_name.isidentifier() or class_name.startswith("_"):
         return None
     package = _locate(PACKAGE)
-    found = _find_class(package, class_name, 0) if package else None
+    found = _in_package(_find_class(package, class_name, 0)) if package else None
     if found is None:
         return None
     try:
@@ -63,15 +63,16 @@ def init_layout(class_name: str) -> InitLayout | None:
 
 @dataclass(frozen=True, slots=True)
 class _Module:
-    name: str  # dotted, inside the diffusers package
+    name: str  # dotted, e.g. diffusers.models.transformers.transformer_flux
     path: Path
     is_package: bool
 
 
-@functools.lru_cache(maxsize=1)
-def _package_root() -> Path | None:
+@functools.cache
+def _root(package: str) -> Path | None:
+    """Where an installed package lives (found by its spec; none of its code runs)."""
     try:
-        spec = importlib.util.find_spec(PACKAGE)  # finds the installed package; runs none of it
+        spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):
         return None
     if spec is None or not spec.submodule_search_locations:
@@ -80,9 +81,10 @@ def _package_root() -> Path | None:
 
 
 def _locate(dotted: str) -> _Module | None:
+    """The source file of an installed module (`pkg.sub.mod`), without importing it."""
     parts = dotted.split(".")
-    root = _package_root()
-    if root is None or parts[0] != PACKAGE or not all(p.isidentifier() for p in parts):
+    root = _root(parts[0])
+    if root is None or not all(p.isidentifier() for p in parts):
         return None
     base = root.joinpath(*parts[1:])
     if (base / "__init__.py").is_file():
@@ -124,8 +126,52 @@ def _import_source(module: _Module, node: ast.ImportFrom) -> str | None:
     return ".".join(package[: len(package) - drop] + ([node.module] if node.module else []))
 
 
+def _strings(node: ast.expr | None) -> list[str]:
+    items = node.elts if isinstance(node, ast.List | ast.Tuple | ast.Set) else [node]
+    return [i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)]
+
+
+def _table_key(node: ast.expr) -> str | None:
+    if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "_import_structure"
+            and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)):
+        return node.slice.value
+    return None
+
+
+@functools.cache
+def _import_table(path: Path) -> dict[str, tuple[str, ...]]:
+    """name -> submodules (in file order) from a package `__init__.py`'s `_import_structure`, the table
+    diffusers' and transformers' lazy modules read; dummy placeholders are skipped."""
+    tree = _parse(path)
+    table: dict[str, tuple[str, ...]] = {}
+
+    def add(key: str | None, value: ast.expr | None) -> None:
+        if key and "dummy" not in key:
+            for name in _strings(value):
+                if key not in table.get(name, ()):
+                    table[name] = (*table.get(name, ()), key)
+
+    for node in _module_level(tree.body) if tree else []:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name) and target.id == "_import_structure" and isinstance(node.value, ast.Dict):
+                for k, v in zip(node.value.keys, node.value.values, strict=True):
+                    add(k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None, v)
+            else:
+                add(_table_key(target), node.value)
+        elif isinstance(node, ast.AugAssign):
+            add(_table_key(node.target), node.value)
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            if isinstance(func, ast.Attribute) and func.attr in ("append", "extend"):
+                for arg in node.value.args:
+                    add(_table_key(func.value), arg)
+    return table
+
+
 def _find_class(module: _Module, name: str, hops: int) -> tuple[_Module, ast.ClassDef] | None:
-    """Follow `from X import name` re-exports (skipping diffusers' dummy placeholders) to a class."""
+    """Follow re-exports (`from X import name`, lazy tables, `Name = Other` aliases) to a class statement,
+    skipping diffusers' dummy placeholders."""
     tree = _parse(module.path)
     if tree is None or hops > _MAX_HOPS:
         return None
@@ -139,51 +185,31 @@ def _find_class(module: _Module, name: str, hops: int) -> tuple[_Module, ast.Cla
                 if (alias.asname or alias.name) == name:
                     source = _import_source(module, node)
                     target = _locate(source) if source and "dummy" not in source else None
-                    found = _find_class(target, alias.name, hops + 1) if target else None
-                    if found:
+                    if target and (found := _find_class(target, alias.name, hops + 1)):
                         return found
-    for key in _lazy_exports(statements, name) if module.is_package else []:
-        target = _locate(f"{module.name}.{key}") if "dummy" not in key else None
-        found = _find_class(target, name, hops + 1) if target else None
-        if found:
+        elif (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+              and node.targets[0].id == name and isinstance(node.value, ast.Name)
+              and (found := _find_class(module, node.value.id, hops + 1))):
+            return found
+    for key in _import_table(module.path).get(name, ()) if module.is_package else ():
+        target = _locate(f"{module.name}.{key}")
+        if target and (found := _find_class(target, name, hops + 1)):
             return found
     return None
 
 
-def _lazy_exports(statements: list[ast.stmt], name: str) -> list[str]:
-    """Submodules whose `_import_structure` entry lists `name` (how diffusers' lazy module finds it)."""
-    def names(node: ast.expr | None) -> list[object]:
-        items = node.elts if isinstance(node, ast.List | ast.Tuple) else [node]
-        return [i.value for i in items if isinstance(i, ast.Constant)]
-
-    def entry_key(node: ast.expr) -> str | None:
-        if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
-                and node.value.id == "_import_structure" and isinstance(node.slice, ast.Constant)):
-            return str(node.slice.value)
-        return None
-
-    keys = []
-    for node in statements:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-            if isinstance(target, ast.Name) and target.id == "_import_structure" and isinstance(node.value, ast.Dict):
-                keys += [k.value for k, v in zip(node.value.keys, node.value.values, strict=True)
-                         if isinstance(k, ast.Constant) and name in names(v)]
-            elif (key := entry_key(target)) and name in names(node.value):
-                keys.append(key)
-        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
-            func = node.value.func
-            if (isinstance(func, ast.Attribute) and func.attr in ("append", "extend") and (key := entry_key(func.value))
-                    and any(name in names(arg) for arg in node.value.args)):
-                keys.append(key)
-    return [k for k in keys if isinstance(k, str)]
+def _in_package(found: tuple[_Module, ast.ClassDef] | None) -> tuple[_Module, ast.ClassDef] | None:
+    """Only diffusers' own classes make a diffusers layout."""
+    return found if found and found[0].name.split(".")[0] == PACKAGE else None
 
 
 def _mro(module: _Module, cls: ast.ClassDef, hops: int) -> list[tuple[_Module, ast.ClassDef]]:
     """The class and its diffusers bases, depth first (Python's MRO for single-chain hierarchies)."""
     chain = [(module, cls)]
     for base in cls.bases:
-        found = _find_class(module, base.id, 0) if isinstance(base, ast.Name) and hops < _MAX_HOPS else None
+        if not isinstance(base, ast.Name) or hops >= _MAX_HOPS:
+            continue
+        found = _in_package(_find_class(module, base.id, 0))
         if found:
             chain += [c for c in _mro(*found, hops + 1) if all(c[1] is not k for _, k in chain)]
     return chain
