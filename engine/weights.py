@@ -129,6 +129,7 @@ class WeightSet:
     files: tuple[Path, ...]
     index: Path | None
     variant: str | None
+    listed: frozenset[str] = frozenset()  # tensor names the index's weight_map lists (read once)
 
 
 def _variant_of(name: str) -> str | None:
@@ -164,8 +165,9 @@ def _require_regular_names(folder: Path, names: list[str]) -> None:
                                 "(only regular files are read)")
 
 
-def _shards(index_path: Path, folder: Path) -> list[str]:
-    """The shard file names of a sharded index, each a checked file name inside the folder."""
+def _shards(index_path: Path, folder: Path) -> tuple[list[str], frozenset[str]]:
+    """The shard file names of a sharded index (each a checked file name inside the folder) and the
+    tensor names it lists."""
     weight_map = load_json(index_path).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise ModelDirError(f"{index_path}: missing or empty 'weight_map'")
@@ -177,7 +179,7 @@ def _shards(index_path: Path, folder: Path) -> list[str]:
         if not path.exists():
             raise ModelDirError(f"{index_path}: shard {shard} is missing")
         require_regular(path, "shard")
-    return sorted(shards)
+    return sorted(shards), frozenset(weight_map)
 
 
 def find_weights(folder: Path, variant: str | None = None, *, pickle_only_is_error: bool = True) -> WeightSet | None:
@@ -212,8 +214,8 @@ def find_weights(folder: Path, variant: str | None = None, *, pickle_only_is_err
     index = next((n for n in indexes if _variant_of(n) == chosen), None)
     if index is not None:
         index_path = folder / index
-        shards = _shards(index_path, folder)
-        return WeightSet(tuple(folder / s for s in shards), index_path, chosen)
+        shards, listed = _shards(index_path, folder)
+        return WeightSet(tuple(folder / s for s in shards), index_path, chosen, listed)
     files = [n for n in singles if _variant_of(n) == chosen and "-of-" not in n]
     if not files:
         return None
@@ -226,11 +228,8 @@ def read_weight_set(weights: WeightSet) -> list[TensorInfo]:
     for file in weights.files:
         tensors.extend(read_header(file))
     if weights.index is not None:
-        weight_map = load_json(weights.index).get("weight_map")
-        if not isinstance(weight_map, dict):
-            raise ModelDirError(f"{weights.index}: missing or empty 'weight_map'")
         found = {t.name for t in tensors}
-        missing = sorted(set(weight_map) - found)
+        missing = sorted(weights.listed - found)
         if missing:
             raise ModelDirError(
                 f"{weights.index}: {len(missing)} tensors listed but absent from shards, e.g. {missing[0]}")
