@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import PolicyError, PolicyTypeError
-from .residency import BlockResidency
+from .residency import DEFAULT_SLOTS, BlockResidency, Placement
 
 Mode = Literal["dlo", "resident"]
 Source = Literal["explicit", "default", "implicit"]
@@ -49,13 +49,16 @@ def validate_component_map(value: object) -> dict[str, bool]:
 
 
 class OffloadPolicy(BaseModel):
-    """What the operator chose: DLO or the resident baseline, the component map, resident layers."""
+    """What the operator chose: DLO or the resident baseline, the component map, resident layers,
+    which blocks those are (`placement`) and the streamer's ring depth (`prefetch_slots`, k >= 2)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     mode: Mode = "dlo"
     dlo_offload_components: dict[str, bool] = Field(default_factory=dict)
     resident_layers: int = 0
+    placement: Placement = "leading"
+    prefetch_slots: int = DEFAULT_SLOTS
 
     @field_validator("dlo_offload_components", mode="before")
     @classmethod
@@ -69,6 +72,15 @@ class OffloadPolicy(BaseModel):
             raise PolicyTypeError(f"resident_layers must be an integer, got {_type_name(value)}")
         if value < 0:
             raise PolicyError(f"resident_layers must be >= 0, got {value}")
+        return value
+
+    @field_validator("prefetch_slots", mode="before")
+    @classmethod
+    def _check_slots(cls, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PolicyTypeError(f"prefetch slots must be an integer, got {_type_name(value)}")
+        if value < 2:
+            raise PolicyError(f"prefetch slots must be >= 2 (the running block and one ahead), got {value}")
         return value
 
     @model_validator(mode="after")
@@ -90,12 +102,13 @@ class OffloadPolicy(BaseModel):
     def block_residency(self, num_blocks: int) -> BlockResidency:
         """Which of the model's `num_blocks` DiT blocks (execution order) stream, and through how many slots.
 
-        `mode=resident` streams nothing; `mode=dlo` keeps the leading `resident_layers` blocks.
+        `mode=resident` streams nothing; `mode=dlo` keeps `resident_layers` blocks where `placement`
+        puts them (`leading`: vLLM-Omni's first N) through a ring of `prefetch_slots` slots.
         Call after `check_against`, which turns an out-of-range `resident_layers` into a PolicyError.
         """
         if self.mode == "resident":
             return BlockResidency.all_resident(num_blocks)
-        return BlockResidency.leading(num_blocks, self.resident_layers)
+        return BlockResidency.placed(self.placement, num_blocks, self.resident_layers, self.prefetch_slots)
 
     def source_of(self, name: str) -> Source:
         """Why `offload_enabled(name)` says what it says."""
@@ -133,19 +146,26 @@ class OffloadPolicy(BaseModel):
         return self.model_copy(update={"dlo_offload_components": comps})
 
     def with_resident_layers(self, n: int) -> OffloadPolicy:
-        return build_policy(self.dlo_offload_components, n, self.mode)
+        return build_policy(self.dlo_offload_components, n, self.mode, self.placement, self.prefetch_slots)
+
+    def with_streaming(self, placement: Placement, prefetch_slots: int) -> OffloadPolicy:
+        return build_policy(self.dlo_offload_components, self.resident_layers, self.mode, placement, prefetch_slots)
 
     def components_json(self) -> str:
         """The exact `--dlo-offload-components` value (compact JSON, keys in insertion order)."""
         return json.dumps(self.dlo_offload_components, separators=(", ", ": "))
 
 
-def build_policy(components: Any = None, resident_layers: Any = 0, mode: Any = "dlo") -> OffloadPolicy:
+def build_policy(components: Any = None, resident_layers: Any = 0, mode: Any = "dlo", placement: Any = "leading",
+                 prefetch_slots: Any = DEFAULT_SLOTS) -> OffloadPolicy:
     """Build a policy, turning pydantic's wrapped errors back into our one-line errors."""
     if mode not in ("dlo", "resident"):
         raise PolicyError(f"mode must be 'dlo' or 'resident', got {mode!r}")
+    if placement not in ("leading", "spread"):
+        raise PolicyError(f"placement must be 'leading' or 'spread', got {placement!r}")
     try:
-        return OffloadPolicy(mode=mode, dlo_offload_components=components, resident_layers=resident_layers)
+        return OffloadPolicy(mode=mode, dlo_offload_components=components, resident_layers=resident_layers,
+                             placement=placement, prefetch_slots=prefetch_slots)
     except ValidationError as exc:
         for err in exc.errors():
             original = (err.get("ctx") or {}).get("error")

@@ -4,10 +4,12 @@ Which blocks stream and how many slots they share is decided elsewhere (`BlockRe
 offload/residency.py — the plan's decision, passed in by placement); the streamer only carries it out.
 
 Every streamed block's weights live once in one host arena (page-locked on CUDA), each block a
-256-byte aligned region. Two device slots (one when a single block is streamed), each the size of
-the largest region, hold the block that runs and the block that runs next: while block i computes,
-block i+1 is copied into the other slot on a copy stream, and the last block prefetches the first
-so the next step starts warm.
+256-byte aligned region. A ring of k device slots (the plan's `residency.slots`; never more than
+the streamed blocks), each the size of the largest region, holds the block that runs and the next
+k-1 streamed blocks: when block i finishes, its slot is refilled at once with block i+k on a copy
+stream, so copies run up to k-1 blocks ahead of compute. The order is cyclic: the last blocks of a
+step copy the first ones of the next, which therefore arrive during the step's tail, the scheduler
+and any resident blocks that run before them.
 
 Swapping never replaces modules or Parameters: each tensor's storage is re-pointed
 (`param.data = view into a slot`) and, after the block ran, to a zero-element placeholder.
@@ -348,6 +350,7 @@ class LayerwiseStreamer:
             post = b.module.register_forward_hook(self._make_post_hook(k))
             self._handles.append(post)
         self._load(0, 0, sync=True)
+        self._fill_window(0)
 
     def _plan_block(self, b: _Block, claims: list[tuple[Any, int, int, str]]) -> None:
         """Decide where each tensor of the block goes inside its region (no copying yet).
@@ -459,11 +462,11 @@ class LayerwiseStreamer:
         b = self._streamed[k]
         synced = False
         if b.slot is None or self._slot_owner[b.slot] != k:
-            held = next((s for s, owner in enumerate(self._slot_owner) if owner == k), None)
+            held = self._slot_of(k)
             if held is not None:
                 self._bind(k, held)  # its bytes are still in a slot: no copy needed
             else:
-                self._load(k, self._sync_slot(), sync=True)
+                self._load(k, self._free_slot(k), sync=True)
                 synced = True
         slot = b.slot
         assert slot is not None
@@ -474,34 +477,43 @@ class LayerwiseStreamer:
             compute.wait_event(ready)
             self._clock.finish(mark, "stall", b.name, 0, stream=compute)
         self._last_slot = slot
-        if len(self._slots) > 1:
-            nxt, other = (k + 1) % len(self._streamed), 1 - slot
-            if self._slot_owner[other] == nxt:
-                if self._streamed[nxt].slot != other:
-                    self._bind(nxt, other)
-            else:
-                self._load(nxt, other, sync=False)
+        self._fill_window(k)  # normally a no-op: the post-hooks keep the window full
 
     def _after(self, k: int) -> None:
-        """Free block k's slot and refill it at once with the block two ahead.
+        """Free block k's slot and refill it at once with the block k slots ahead.
 
-        Issuing that copy here rather than at the next block's pre-hook changes nothing inside a
-        forward, but at the end of one (the last block) it starts block 1's copy while the tail
-        modules, the scheduler step and the next forward's embeddings run — the link would
+        Issuing that copy here rather than at a later pre-hook changes nothing inside a forward,
+        but at the end of one it starts the next step's first copies while the tail modules, the
+        scheduler step, the next forward's embeddings and any resident prefix run — the link would
         otherwise idle there once per step.
         """
-        if len(self._slots) > 1:
-            slot = self._streamed[k].slot
+        if len(self._streamed) > len(self._slots):
             self._unbind(k)
-            n = len(self._streamed)
-            ahead = (k + 2) % n
-            if n > 2 and slot is not None and self._slot_owner[slot] == k:
-                self._load(ahead, slot, sync=False)
+            self._fill_window((k + 1) % len(self._streamed))
 
-    def _sync_slot(self) -> int:
-        if len(self._slots) == 1 or self._last_slot is None:
-            return 0
-        return 1 - self._last_slot
+    def _window(self, base: int) -> list[int]:
+        """The streamed blocks the ring should hold from `base` on: base and the next k-1 (cyclic)."""
+        n = len(self._streamed)
+        return [(base + d) % n for d in range(min(len(self._slots), n))]
+
+    def _slot_of(self, k: int) -> int | None:
+        return next((s for s, owner in enumerate(self._slot_owner) if owner == k), None)
+
+    def _free_slot(self, base: int) -> int:
+        """A slot whose block the window from `base` does not need: an empty one first, else the one
+        whose block ran longest ago."""
+        window = self._window(base)
+        n = len(self._streamed)
+        candidates = [s for s, owner in enumerate(self._slot_owner) if owner not in window]
+        return max(candidates, key=lambda s: n if self._slot_owner[s] is None else (base - self._slot_owner[s]) % n)
+
+    def _fill_window(self, base: int) -> None:
+        """Issue async copies, in execution order, for the window's blocks that no slot holds yet."""
+        if len(self._slots) < 2:
+            return
+        for j in self._window(base):
+            if self._slot_of(j) is None:
+                self._load(j, self._free_slot(base), sync=False)
 
     def _load(self, k: int, slot: int, *, sync: bool) -> None:
         """Copy block k's region into `slot` (one memcpy) and point its tensors there."""

@@ -92,7 +92,7 @@ def test_leading_residency_keeps_vllm_omni_meaning():
 
 
 @pytest.mark.parametrize(("resident", "slots"), [((True, True), 1), ((False, True), 0), ((False, True), 2),
-                                                 ((False, False, False), 3)])
+                                                 ((False, False, False), 4)])
 def test_residency_refuses_a_slot_count_the_streamer_cannot_run(resident, slots):
     with pytest.raises(ValueError, match="slots"):
         BlockResidency(resident, slots)

@@ -165,19 +165,18 @@ def test_staging_events_and_step_stats_count_every_copy():
     sub = bus.subscribe()
     model, streamer = _streamed(5, bus=bus)
     regions = {name: nbytes for name, _, nbytes in streamer.block_states()}
-    first = streamer.take_step_stats()  # the warm-up load of block 0 at attach
-    assert first.transfers == 1 and first.h2d_bytes == regions["blocks_a.0"] > 0
+    first = streamer.take_step_stats()  # attach warms the ring: block 0 at once, block 1 ahead of it
+    assert first.transfers == 2 and first.h2d_bytes == regions["blocks_a.0"] + regions["blocks_a.1"] > 0
     events = _staging(sub)
-    assert len(events) == 1 and events[0].sync and events[0].target == "blocks_a.0"
+    assert [(e.target, e.sync) for e in events] == [("blocks_a.0", True), ("blocks_a.1", False)]
     with torch.no_grad():
         model(_input())
     stats = streamer.take_step_stats()
-    # blocks 1..4, then the wrap-around: block 0 and (from the last block's freed slot) block 1
-    assert stats.transfers == 6
+    # blocks 2..4, then the wrap-around: block 0 and (from the last block's freed slot) block 1
+    assert stats.transfers == 5
     events = _staging(sub)
     assert stats.stall_s == pytest.approx(sum(e.seconds for e in events))  # CPU: every copy is exposed
-    assert [e.target for e in events] == ["blocks_a.1", "blocks_a.2", "blocks_b.0", "blocks_b.1", "blocks_a.0",
-                                          "blocks_a.1"]
+    assert [e.target for e in events] == ["blocks_a.2", "blocks_b.0", "blocks_b.1", "blocks_a.0", "blocks_a.1"]
     assert not any(e.sync for e in events)
     assert sum(e.nbytes for e in events) == stats.h2d_bytes
     with torch.no_grad():
