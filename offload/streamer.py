@@ -298,6 +298,26 @@ class LayerwiseStreamer:
         self._attached = False
         self._released = True
 
+    def set_slots(self, slots: int) -> None:
+        """Change the ring's depth in place (no repacking): the slots are reallocated and refilled.
+
+        Used between requests, when only the prefetch depth changes; the residency keeps its blocks."""
+        if not self._attached or not self._streamed:
+            raise RuntimeError("set_slots needs an attached streamer with streamed blocks")
+        residency = BlockResidency(self.residency.resident, min(slots, len(self._streamed)), self.residency.placement)
+        synchronize(self.device)
+        self._absorb(self._clock.drain() if self._cuda else self._clock.poll())
+        for k in range(len(self._streamed)):
+            self._unbind(k)
+        self._slots, self._slot_owner, self._slot_ready, self._last_slot = [], [], [], None
+        largest = self.largest_block_bytes
+        self._slots = [torch.empty(largest, dtype=torch.uint8, device=self.device) for _ in range(residency.slots)]
+        self._slot_owner = [None] * residency.slots
+        self._slot_ready = [None] * residency.slots
+        self.residency = residency
+        self._load(0, 0, sync=True)
+        self._fill_window(0)
+
     def take_step_stats(self) -> StepStats:
         """Totals since the previous call (or since attach); emits every resolved StagingEvent.
 

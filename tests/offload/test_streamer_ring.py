@@ -99,3 +99,20 @@ def test_a_ring_deeper_than_the_streamed_blocks_never_reloads():
         model(_input())
     assert _copies(sub) == []
     streamer.detach()
+
+
+def test_set_slots_changes_the_depth_in_place_and_stays_exact():
+    reference = ToyModel(6, DIM)
+    model = ToyModel(6, DIM)
+    streamer = LayerwiseStreamer(model.block_lists(), "cpu", residency=BlockResidency.spread(6, 2, 2))
+    streamer.attach()
+    x = _input()
+    with torch.no_grad():
+        expected = reference(x)
+        assert torch.equal(model(x), expected)
+        for slots in (4, 3, 9, 2):
+            streamer.set_slots(slots)
+            assert streamer.num_slots == min(slots, 4) == streamer.residency.slots
+            assert streamer.residency.placement == "spread"
+            assert torch.equal(model(x), expected)
+    streamer.detach()

@@ -1,0 +1,291 @@
+"""Every VRAM budget at full speed: resident-layer sweeps, ring depth, placement and the auto-plan.
+
+One DiT (Flux-dev-size at 1024², or Wan2.1-14B-size at 81x480x832; random bf16 weights) on one GPU:
+
+1. resident run: per-block compute (offload.block_timing), the forward's other time, activation bytes
+   above the weights (allocator peak - allocated before), the reference output;
+2. link bandwidth, measured as the streamer copies (pinned, async, warmed, best of four);
+3. leading placement (vLLM-Omni's `resident_layers`) at each --points value, every ring depth in
+   --depths (the depth changes in place, `set_slots`): measured step, predicted step (the same
+   replay the planner uses), floor = max(resident compute, streamed bytes / bandwidth);
+4. spread placement at equal device bytes: the planner's best spread residency whose weights +
+   slots fit in the leading point's (best depth);
+5. auto-plan for each --budgets value (GB): the planner's choice (engine/stream_choice), run and
+   measured: peak allocated vs budget, step vs forecast, and vs the best measured configuration of
+   steps 3-4 whose measured peak fits the same budget.
+
+Every streamed run's output is compared with the resident output (bit-identical expected).
+A "step" here is one DiT forward (one denoise step without classifier-free guidance).
+Usage: python benchmarks/budget_sweep.py --model flux|wan|flux-small|wan-small --out sweep.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from omni_console.console.bandwidth import measure_h2d_bandwidth
+from omni_console.engine.stream_choice import DitProfile, choose_streaming, evaluate
+from omni_console.offload.block_timing import BlockTimer
+from omni_console.offload.residency import BlockResidency
+from omni_console.offload.streamer import LayerwiseStreamer
+
+GB = 1e9
+MODELS: dict[str, dict[str, Any]] = {
+    "flux": dict(kind="flux", cfg=dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=38,
+                                       attention_head_dim=128, num_attention_heads=24, joint_attention_dim=4096,
+                                       pooled_projection_dim=768, guidance_embeds=True, axes_dims_rope=(16, 56, 56)),
+                 res=1024, points=[0, 10, 20, 28, 40, 50, 57]),
+    "flux-small": dict(kind="flux", cfg=dict(patch_size=1, in_channels=64, num_layers=2, num_single_layers=4,
+                                             attention_head_dim=32, num_attention_heads=2, joint_attention_dim=64,
+                                             pooled_projection_dim=32, guidance_embeds=True, axes_dims_rope=(8, 12, 12)),
+                       res=128, points=[0, 3, 6]),
+    "wan": dict(kind="wan", cfg=dict(patch_size=(1, 2, 2), num_attention_heads=40, attention_head_dim=128,
+                                     in_channels=16, out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=13824,
+                                     num_layers=40, cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6),
+                frames=81, height=480, width=832, points=[0, 10, 20, 30, 40]),
+    "wan-small": dict(kind="wan", cfg=dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16,
+                                           in_channels=4, out_channels=4, text_dim=32, freq_dim=16, ffn_dim=64,
+                                           num_layers=4, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
+                                           eps=1e-6),
+                      frames=5, height=32, width=32, points=[0, 2, 4]),
+}
+BLOCK_ATTRS = {"flux": ("transformer_blocks", "single_transformer_blocks"), "wan": ("blocks",)}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def build(spec: dict[str, Any], device: torch.device) -> torch.nn.Module:
+    from diffusers import FluxTransformer2DModel, WanTransformer3DModel
+
+    cls = FluxTransformer2DModel if spec["kind"] == "flux" else WanTransformer3DModel
+    with torch.device("meta"):
+        model = cls(**spec["cfg"])
+    model = model.to(dtype=torch.bfloat16).to_empty(device=device)
+    gen = torch.Generator(device.type).manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.02, generator=gen)
+        for b in model.buffers():
+            b.zero_()
+    return model.requires_grad_(False).eval()
+
+
+def inputs_for(spec: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    g = torch.Generator(device.type).manual_seed(1)
+    kw: dict[str, Any] = dict(device=device, dtype=torch.bfloat16)
+    cfg = spec["cfg"]
+    if spec["kind"] == "flux":
+        side = spec["res"] // 16
+        ids = torch.zeros(side * side, 3, device=device)
+        ids[:, 1] = torch.arange(side, device=device).repeat_interleave(side)
+        ids[:, 2] = torch.arange(side, device=device).repeat(side)
+        return dict(hidden_states=torch.randn(1, side * side, cfg["in_channels"], generator=g, **kw),
+                    encoder_hidden_states=torch.randn(1, 512, cfg["joint_attention_dim"], generator=g, **kw),
+                    pooled_projections=torch.randn(1, cfg["pooled_projection_dim"], generator=g, **kw),
+                    timestep=torch.tensor([0.5], **kw), guidance=torch.tensor([3.5], **kw),
+                    img_ids=ids, txt_ids=torch.zeros(512, 3, device=device), return_dict=False)
+    frames = (spec["frames"] - 1) // 4 + 1
+    return dict(hidden_states=torch.randn(1, cfg["in_channels"], frames, spec["height"] // 8, spec["width"] // 8,
+                                          generator=g, **kw),
+                timestep=torch.tensor([500], device=device),
+                encoder_hidden_states=torch.randn(1, 512, cfg["text_dim"], generator=g, **kw), return_dict=False)
+
+
+def blocks_of(model: torch.nn.Module, kind: str) -> list[tuple[str, list[torch.nn.Module]]]:
+    return [(a, list(getattr(model, a))) for a in BLOCK_ATTRS[kind]]
+
+
+def time_forwards(model: torch.nn.Module, inputs: dict[str, Any], device: torch.device, iters: int,
+                  warmup: int = 2) -> tuple[float, torch.Tensor]:
+    with torch.no_grad():
+        for _ in range(warmup):
+            out = model(**inputs)[0]
+        sync(device)
+        times = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            out = model(**inputs)[0]
+            sync(device)
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def peak_reset(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak(device: torch.device) -> int:
+    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
+
+
+class Masters:
+    """Host copies of every block's tensors, re-bound before each streamer so nothing is rebuilt."""
+
+    def __init__(self, lists: list[tuple[str, list[torch.nn.Module]]]) -> None:
+        self.lists = lists
+        self.tensors = [[(t, t.detach().to("cpu").clone()) for t in [*b.parameters(), *b.buffers()]]
+                        for _, blocks in lists for b in blocks]
+
+    def bind(self) -> None:
+        for block in self.tensors:
+            for t, master in block:
+                t.data = master
+
+
+def measured_run(model, inputs, device, lists, masters, residency, depths, iters, ref, profile, bw, fixed):
+    """Attach once, then time each ring depth in place; returns one row per depth."""
+    masters.bind()
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    t0 = time.perf_counter()
+    streamer = LayerwiseStreamer(lists, device, residency=residency)
+    streamer.attach()
+    attach_s = time.perf_counter() - t0
+    rows = []
+    try:
+        for k in depths:
+            if residency.num_streamed == 0 and rows:
+                break
+            if residency.num_streamed:
+                streamer.set_slots(k)
+            r = streamer.residency
+            peak_reset(device)
+            step, out = time_forwards(model, inputs, device, iters)
+            stats = streamer.take_step_stats()
+            predicted = evaluate(profile, r, bw, fixed)
+            rows.append(dict(placement=r.placement, resident=r.num_resident, slots=r.slots,
+                             resident_blocks=list(r.resident_indices), step_s=step,
+                             predicted_step_s=predicted.step_s, forecast_error=predicted.step_s / step - 1,
+                             floor_s=max(sum(profile.compute_s) + profile.other_s, predicted.forward.transfer_s),
+                             stall_s_per_forward=stats.stall_s / (iters + 2),
+                             peak_allocated=peak(device), predicted_peak=predicted.peak_bytes,
+                             peak_error=(predicted.peak_bytes / peak(device) - 1) if peak(device) else None,
+                             identical=bool(torch.equal(out, ref)), attach_s=attach_s))
+            rows[-1]["ratio_to_floor"] = step / rows[-1]["floor_s"]
+            log(f"  {r.placement} resident={r.num_resident} k={r.slots}: {step:.4f} s (pred {predicted.step_s:.4f},"
+                f" floor {rows[-1]['floor_s']:.4f}, x{rows[-1]['ratio_to_floor']:.3f}) peak "
+                f"{peak(device) / GB:.2f} GB (pred {predicted.peak_bytes / GB:.2f}) identical {rows[-1]['identical']}")
+    finally:
+        streamer.detach()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=sorted(MODELS), default="flux")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--points", type=int, nargs="*", default=None)
+    parser.add_argument("--depths", type=int, nargs="*", default=[2, 4, 8, 16])
+    parser.add_argument("--budgets", type=float, nargs="*", default=[8, 12, 16, 24, 32, 48])
+    parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--out", default="budget_sweep.json")
+    args = parser.parse_args()
+    spec = MODELS[args.model]
+    device = torch.device(args.device)
+    import diffusers
+
+    report: dict[str, Any] = {"model": args.model, "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
+                              "diffusers": diffusers.__version__,
+                              "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
+    model = build(spec, device)
+    inputs = inputs_for(spec, device)
+    lists = blocks_of(model, spec["kind"])
+    blocks = [b for _, bl in lists for b in bl]
+    block_bytes = tuple(sum(t.numel() * t.element_size() for t in [*b.parameters(), *b.buffers()]) for b in blocks)
+    sync(device)
+    weights = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+    peak_reset(device)
+    resident_step, ref = time_forwards(model, inputs, device, args.iters)
+    activation = peak(device) - weights
+    timer = BlockTimer(blocks, device)
+    with torch.no_grad():
+        model(**inputs)
+        sync(device)
+        t0 = time.perf_counter()
+        model(**inputs)
+        sync(device)
+        timed_forward = time.perf_counter() - t0
+    compute, forwards = timer.take()
+    timer.remove()
+    compute = [c for c in compute]  # mean of the two forwards
+    other = max(resident_step - sum(compute), 0.0)
+    non_block = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]) - sum(block_bytes)
+    profile = DitProfile(block_bytes, tuple(compute), other, 1, activation)
+    fixed = non_block
+    report["resident"] = dict(step_s=resident_step, timed_forward_s=timed_forward, block_compute_s=sum(compute),
+                              other_s=other, activation_bytes=activation, weights_bytes=weights,
+                              block_bytes=list(block_bytes), non_block_bytes=non_block, peak_allocated=peak(device))
+    log(f"resident {resident_step:.4f} s/forward; blocks {sum(compute):.4f} s, other {other:.4f} s; "
+        f"activations {activation / GB:.2f} GB; weights {weights / GB:.2f} GB")
+    for _, bl in lists:
+        for b in bl:
+            b.to("cpu")
+    masters = Masters(lists)
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    bw = measure_h2d_bandwidth(device) or 10 * GB
+    report["bandwidth_gbps"] = bw / GB
+    log(f"bandwidth {bw / GB:.1f} GB/s")
+    n = len(blocks)
+    rows: list[dict[str, Any]] = []
+    for point in args.points or spec["points"]:
+        log(f"leading resident_layers={point}")
+        lead = measured_run(model, inputs, device, lists, masters, BlockResidency.leading(n, point, 2),
+                            args.depths, args.iters, ref, profile, bw, fixed)
+        rows += lead
+        if 0 < point < n:
+            best = min(lead, key=lambda r: r["step_s"])
+            r_best = BlockResidency.leading(n, point, best["slots"])
+            weight_budget = sum(block_bytes[:point]) + r_best.slots * max(block_bytes[point:])
+            choice, _ = choose_streaming(profile, bw, fixed, fixed + weight_budget + activation, ("spread",))
+            if choice is not None and choice.residency.placement == "spread":
+                log(f"spread at <= {weight_budget / GB:.2f} GB of block weights")
+                spread = measured_run(model, inputs, device, lists, masters, choice.residency,
+                                      [choice.residency.slots], args.iters, ref, profile, bw, fixed)
+                for r in spread:
+                    r["equal_bytes_as_leading"] = point
+                rows += spread
+    report["sweep"] = rows
+    plans = []
+    for budget_gb in args.budgets:
+        budget = int(budget_gb * GB)
+        choice, smallest = choose_streaming(profile, bw, fixed, budget)
+        if choice is None:
+            plans.append(dict(budget_gb=budget_gb, fits=False, smallest_peak=smallest.peak_bytes))
+            log(f"budget {budget_gb} GB: nothing fits (smallest peak {smallest.peak_bytes / GB:.2f} GB)")
+            continue
+        log(f"budget {budget_gb} GB: {choice.residency.placement} resident={choice.residency.num_resident} "
+            f"k={choice.residency.slots}")
+        row = measured_run(model, inputs, device, lists, masters, choice.residency, [choice.residency.slots],
+                           args.iters, ref, profile, bw, fixed)[0]
+        fitting = [r for r in rows if r["peak_allocated"] <= budget] or [r for r in rows if r["predicted_peak"] <= budget]
+        best_measured = min((r["step_s"] for r in fitting), default=None)
+        row.update(budget_gb=budget_gb, fits=True, within_budget=row["peak_allocated"] <= budget,
+                   best_measured_step_s=best_measured,
+                   vs_best_measured=(row["step_s"] / best_measured) if best_measured else None)
+        plans.append(row)
+    report["auto_plan"] = plans
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=2)
+    log(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

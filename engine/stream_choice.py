@@ -1,0 +1,89 @@
+"""Choose how the DiT streams under a device budget: which blocks stay resident, where, and k.
+
+Pure arithmetic over a measured (or estimated) profile, shared by the auto-planner and the
+benchmarks: every candidate (placement x resident count x ring depth) is replayed with the
+streamer's copy schedule (`step_forecast.replay_forward`) and its denoise-phase peak is counted:
+
+    fixed device bytes (DiT non-block weights, resident components)
+  + resident block bytes + k x largest streamed block + DiT activations at the requested size.
+
+The fastest candidate whose peak fits wins; among equally fast ones (within 0.5 %), the smaller peak.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from ..offload.pinned import align_up
+from ..offload.residency import PLACEMENTS, BlockResidency
+from .step_forecast import ForwardTime, replay_forward
+
+RING_DEPTHS = (2, 3, 4, 6, 8, 12, 16, 24, 32)
+TIE = 0.005  # candidates within 0.5 % of the fastest count as equally fast
+
+
+@dataclass(frozen=True, slots=True)
+class DitProfile:
+    """What the choice needs to know about one DiT at one request size (execution order)."""
+
+    block_bytes: tuple[int, ...]
+    compute_s: tuple[float, ...]  # per block, one forward
+    other_s: float  # per forward, outside the blocks (embeddings, norms, the scheduler step)
+    forwards_per_step: int  # 2 with classifier-free guidance run as two forwards
+    activation_bytes: int  # denoise-phase device bytes above the weights (latents, activations)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamChoice:
+    residency: BlockResidency
+    forward: ForwardTime
+    step_s: float
+    peak_bytes: int  # denoise phase
+    resident_bytes: int  # resident blocks
+    slot_bytes: int
+
+
+def largest_streamed(block_bytes: Sequence[int], residency: BlockResidency) -> int:
+    return max((align_up(b) for b, r in zip(block_bytes, residency.resident, strict=True) if not r), default=0)
+
+
+def evaluate(profile: DitProfile, residency: BlockResidency, bandwidth: float, fixed_bytes: int) -> StreamChoice:
+    """Predicted step time and denoise-phase peak of one residency."""
+    forward = replay_forward(profile.compute_s, profile.block_bytes, residency, bandwidth, profile.other_s)
+    resident = sum(b for b, r in zip(profile.block_bytes, residency.resident, strict=True) if r)
+    slots = residency.slots * largest_streamed(profile.block_bytes, residency)
+    peak = fixed_bytes + resident + slots + profile.activation_bytes
+    return StreamChoice(residency, forward, forward.seconds * profile.forwards_per_step, peak, resident, slots)
+
+
+def candidates(num_blocks: int, depths: Sequence[int] = RING_DEPTHS) -> Iterator[BlockResidency]:
+    """Every placement x resident count x ring depth (depths past the streamed count collapse)."""
+    seen: set[tuple[str, tuple[bool, ...], int]] = set()
+    for placement in PLACEMENTS:
+        for resident in range(num_blocks + 1):
+            for k in depths:
+                r = BlockResidency.placed(placement, num_blocks, resident, k)
+                if (r.placement, r.resident, r.slots) not in seen:
+                    seen.add((r.placement, r.resident, r.slots))
+                    yield r
+
+
+def choose_streaming(profile: DitProfile, bandwidth: float, fixed_bytes: int, budget: int | None,
+                     placements: Sequence[str] = PLACEMENTS) -> tuple[StreamChoice | None, StreamChoice]:
+    """(the fastest choice within `budget` or None, the choice with the smallest peak)."""
+    best: StreamChoice | None = None
+    smallest: StreamChoice | None = None
+    for residency in candidates(len(profile.block_bytes)):
+        if residency.placement not in placements and residency.num_streamed:
+            continue
+        c = evaluate(profile, residency, bandwidth, fixed_bytes)
+        if smallest is None or c.peak_bytes < smallest.peak_bytes:
+            smallest = c
+        if budget is not None and c.peak_bytes > budget:
+            continue
+        if best is None or c.step_s < best.step_s * (1 - TIE) or \
+                (c.step_s <= best.step_s * (1 + TIE) and c.peak_bytes < best.peak_bytes):
+            best = c
+    assert smallest is not None
+    return best, smallest
