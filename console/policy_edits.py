@@ -6,9 +6,12 @@ clamped to the model's block count) are plain data transformations a test can ch
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..engine.discovery import ModelInfo
+from ..engine.plan import Plan
+from ..offload.errors import PolicyError
 from ..offload.policy import DEFAULT_KEY, OffloadPolicy, build_policy
 
 DIT_REFUSAL = "{name} is a DiT: DLO always owns DiT offload (use +/- for resident layers)"
@@ -99,3 +102,57 @@ def switch_mode(policy: OffloadPolicy, stash: OffloadPolicy | None) -> tuple[Edi
         return Edit(build_policy(None, 0, "resident"), "mode=resident: no offload (baseline); m switches back"), policy
     restored = stash if stash is not None else build_policy(None, 0, "dlo")
     return Edit(restored, "mode=dlo: DiT blocks streamed, encoders/VAEs by policy"), None
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What one edit did, as the operator is told: kept or not, the line and its severity."""
+
+    kept: bool
+    message: str
+    severity: str = "information"
+
+
+class PolicyEditor:
+    """The plan screen's policy and its plan: an edit is kept only when the engine can plan it.
+
+    The mode switch's stash lives here too, so m twice restores the dlo policy as it was.
+    """
+
+    def __init__(self, model: ModelInfo, make_plan: Callable[[OffloadPolicy], Plan], policy: OffloadPolicy) -> None:
+        self.model = model
+        self.make_plan = make_plan
+        self.policy = policy
+        self.plan = make_plan(policy)  # PolicyError (a ConfigError) before anything runs
+        self._mode_stash: OffloadPolicy | None = None
+
+    def replan(self) -> Plan:
+        """Plan the current policy again (the model directory may have changed since)."""
+        self.plan = self.make_plan(self.policy)
+        return self.plan
+
+    def edit(self, what: str, value: object = None) -> Applied:
+        """`toggle`/`clear` a component (`value` names it), flip the `default`, move `layers` by `value`, or `mode`."""
+        if what == "mode":
+            edit, stash = switch_mode(self.policy, self._mode_stash)
+            applied = self._apply(edit)
+            if applied.kept:
+                self._mode_stash = stash
+            return applied
+        edits: dict[str, Callable[[], Edit]] = {
+            "toggle": lambda: toggle_component(self.model, self.policy, str(value)),
+            "clear": lambda: clear_component(self.model, self.policy, str(value)),
+            "default": lambda: toggle_default(self.policy),
+            "layers": lambda: change_resident_layers(self.model, self.policy, int(value)),  # type: ignore[call-overload]
+        }
+        return self._apply(edits[what]())
+
+    def _apply(self, edit: Edit) -> Applied:
+        if edit.policy is None:
+            return Applied(False, edit.message, "warning")
+        try:
+            plan = self.make_plan(edit.policy)
+        except PolicyError as exc:
+            return Applied(False, str(exc), "error")
+        self.policy, self.plan = edit.policy, plan
+        return Applied(True, edit.message)

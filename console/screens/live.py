@@ -1,32 +1,32 @@
 """The live screen (after load): memory, residency, staging events, step timings, generation, and
 for a video request its frames, latent size and where its time went (two lines under the request line).
 
-The app feeds every widget from the event bus (on its own thread); this screen only lays the
-panels out and maps keys. Widgets are built in `__init__` so events that arrive while the
-model is still loading (before this screen is shown) are kept, not lost.
+The screen owns its widgets: the app's `EventRouter` drives it through the `LiveView` methods
+(`add_log`, `add_steps`, `show_snapshots`, ...) and the app sets `status_text`, `cancelling` and the
+request line; nothing outside reaches into a widget. Widgets are built in `__init__` so events that
+arrive while the model is still loading (before this screen is shown) are kept, not lost.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, ScrollableContainer, Vertical, VerticalScroll
+from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, Header, ProgressBar, Static
 
 from ...engine.plan import Plan
-from ...offload.events import RequestPhases, StepTiming
+from ...offload.events import Event, RequestPhases, StepTiming
 from ...offload.telemetry import TelemetrySnapshot
 from ..widgets import AllocatorPanel, HostPanel, ResidencyPanel, StagingLog, StepTimings
 from ..widgets.key_numbers import KeyNumbers
 from ..widgets.plan_policy import PolicyPanel
 from ..widgets.request_phases import RequestPhasesLine
+from ..widgets.residency_panel import ResidencyRow
 from ..widgets.text_update import set_text
-
-if TYPE_CHECKING:
-    from ..app import OmniConsoleApp
 
 CANCELLING = "cancelling… (stops at the end of this step)"
 
@@ -37,13 +37,13 @@ class LiveScreen(Screen[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
 
     BINDINGS = [
-        Binding("g", "generate", "generate", id="live.generate", tooltip="open the generate dialog"),
-        Binding("escape", "cancel", "cancel", id="live.cancel",
+        Binding("g", "app.generate", "generate", id="live.generate", tooltip="open the generate dialog"),
+        Binding("escape", "app.cancel", "cancel", id="live.cancel",
                 tooltip="cancel the running request at the next step end"),
-        Binding("u", "unload", "unload", id="live.unload", tooltip="unload and return to the plan screen"),
+        Binding("u", "app.unload", "unload", id="live.unload", tooltip="unload and return to the plan screen"),
         Binding("slash", "filter", "filter", id="live.filter", tooltip="filter the staging events (substring)"),
         Binding("p", "pause", "pause log", id="live.pause", tooltip="pause / resume the staging events log"),
-        Binding("c", "copy_command", "copy", id="live.copy", tooltip="copy the vllm serve command"),
+        Binding("c", "app.copy_command", "copy", id="live.copy", tooltip="copy the vllm serve command"),
     ]
 
     DEFAULT_CSS = """
@@ -65,11 +65,19 @@ class LiveScreen(Screen[None]):
     LiveScreen.-wide ToastHolder { align-horizontal: left; }  /* over the policy, not the newest staging events */
     """
 
-    def __init__(self, *, on_cpu: bool | None = None) -> None:
-        """`on_cpu`: transfers are host copies (said so, with no GB/s); None asks the running app."""
+    status_text = var("")
+    """The engine line (device, state, mode, load time); the app sets it."""
+    cancelling = var(False)
+    """esc on a running request: said in the status line until the request ends."""
+
+    def __init__(self, *, on_cpu: bool = False, history: Iterable[TelemetrySnapshot] = (),
+                 residency: Callable[[], Iterable[ResidencyRow | tuple] | None] = lambda: None) -> None:
+        """`on_cpu`: transfers are host copies (said so, with no GB/s). `history`: the telemetry samples
+        so far (replayed into the sparklines when shown, so they span the load). `residency`: reads the
+        residency rows now (None keeps the last ones)."""
         super().__init__()
-        if on_cpu is None:
-            on_cpu = self._app_runs_on_cpu()
+        self.history = history
+        self.residency_source = residency
         self.allocator = AllocatorPanel(id="allocator")
         self.host = HostPanel(id="host")
         self.residency = ResidencyPanel(id="residency")
@@ -77,25 +85,12 @@ class LiveScreen(Screen[None]):
         self.staging = StagingLog(id="staging", on_cpu=on_cpu)
         self.policy_panel = PolicyPanel(id="live-policy")
         self.gen_progress = ProgressBar(total=1, show_eta=False, id="gen-progress")
-        self.status_text = ""
-        self.cancelling = False
         self.gen_text = "no request yet — g opens the generate dialog"
         self.telemetry_ready = False
-        self.status_line = Static(self.status_text, id="live-status", markup=False)
+        self.status_line = Static("", id="live-status", markup=False)
         self.gen_label = Static(self.gen_text, id="gen-label", markup=False)
         self.phases = RequestPhasesLine(id="request-phases")
         self.key_numbers = KeyNumbers(id="key-numbers")
-
-    def _app_runs_on_cpu(self) -> bool:
-        try:
-            device_info = getattr(self.app, "device_info", None)
-        except RuntimeError:  # built outside a running app (NoActiveAppError)
-            return False
-        return device_info is not None and not device_info.is_cuda
-
-    @property
-    def console_app(self) -> OmniConsoleApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -124,9 +119,8 @@ class LiveScreen(Screen[None]):
         self.call_after_refresh(self._replay_telemetry)
 
     def _replay_telemetry(self) -> None:
-        """Fill the memory panels with the app's telemetry history (sparklines span the load too)."""
-        history = list(self.console_app.telemetry_history)
-        self.show_snapshots(history)
+        """Fill the memory panels with the telemetry history (sparklines span the load too)."""
+        self.show_snapshots(list(self.history))
         self.telemetry_ready = True
 
     def show_snapshots(self, snapshots: list[TelemetrySnapshot]) -> None:
@@ -136,18 +130,15 @@ class LiveScreen(Screen[None]):
         if snapshots:
             self.key_numbers.show_snapshot(snapshots[-1])
 
-    # ---- what the app calls ---------------------------------------------------------------
+    # ---- what the app and its event router call -------------------------------------------
 
     def show_plan(self, plan: Plan) -> None:
         self.policy_panel.show_plan(plan, readonly=True)
 
-    def set_status(self, text: str) -> None:
-        self.status_text = text
+    def watch_status_text(self) -> None:
         self._show_status()
 
-    def set_cancelling(self, cancelling: bool) -> None:
-        """esc on a running request: say so in the status line until the request ends."""
-        self.cancelling = cancelling
+    def watch_cancelling(self) -> None:
         self._show_status()
 
     def _show_status(self) -> None:
@@ -172,27 +163,24 @@ class LiveScreen(Screen[None]):
         self.steps.add_steps(steps)
         last = steps[-1]
         self.key_numbers.show_step(last)
-        self.gen_progress.update(total=max(last.total_steps, 1), progress=last.step)
+        self.show_step_progress(last)
+
+    def show_step_progress(self, step: StepTiming) -> None:
+        self.gen_progress.update(total=max(step.total_steps, 1), progress=step.step)
+
+    def add_log(self, events: list[Event]) -> None:
+        self.staging.add_events(events)
+
+    def show_dropped(self, dropped: int) -> None:
+        self.staging.set_dropped(dropped)
+
+    def refresh_residency(self) -> None:
+        """Residency rows from the placement now; None (released under us) keeps the last rows."""
+        rows = self.residency_source()
+        if rows is not None:
+            self.residency.update_rows(rows)
 
     # ---- keys ------------------------------------------------------------------------------
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        app = self.console_app
-        # g, u and esc keep one state for the whole life of the live screen: flipping them when a
-        # request starts or ends made Textual rebuild the footer right then (~0.1 s of UI thread),
-        # delaying the first key an operator presses. Their actions refuse politely instead.
-        if action in ("generate", "unload"):
-            return True if app.phase == "live" else None
-        return True
-
-    def action_generate(self) -> None:
-        self.console_app.action_generate()
-
-    def action_cancel(self) -> None:
-        self.console_app.action_cancel()
-
-    def action_unload(self) -> None:
-        self.console_app.action_unload()
 
     def action_filter(self) -> None:
         self.staging.open_filter()
@@ -200,6 +188,3 @@ class LiveScreen(Screen[None]):
     def action_pause(self) -> None:
         paused = self.staging.toggle_pause()
         self.notify("staging log paused (p resumes)" if paused else "staging log live")
-
-    def action_copy_command(self) -> None:
-        self.console_app.action_copy_command()

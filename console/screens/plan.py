@@ -1,34 +1,34 @@
 """The plan screen (before load): components, policy toggles, the vLLM-Omni flags and the forecast.
 
-Keys edit the app's policy through `policy_edits`; the app re-plans and calls `show_plan`, so
-the table, the JSON preview and the forecast always describe the same policy. While a load
-runs, the toggles are disabled (greyed in the footer) and Esc cancels.
+Keys edit the app's policy (`app.edit(...)` actions, or `edit_selected` for the selected row); the
+app re-plans and calls `show_plan`, so the table, the JSON preview and the forecast always describe
+the same policy. While a load runs (`busy`), the toggles are disabled (greyed in the footer) and Esc
+cancels. The screen owns its widgets: the app calls its methods, never a widget's.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.message import Message
+from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Log, Static
 
 from ...engine.plan import Plan
 from ...offload.events import LoadProgress
+from ..plan_context import LinkInfo
 from ..widgets.load_progress import LoadProgressPanel
 from ..widgets.plan_blocks import BlockListPanel
-from ..widgets.plan_forecast import ForecastPanel, LinkInfo
+from ..widgets.plan_forecast import ForecastPanel
 from ..widgets.plan_policy import PolicyPanel
 from ..widgets.plan_table import ComponentTable
 
-if TYPE_CHECKING:
-    from ..app import OmniConsoleApp
-
 LAYERS = Binding.Group("layers")
 """+ and - share one footer entry (`+ - layers`), so the footer fits 80 columns."""
-EDIT_ACTIONS = {"toggle", "toggle_default", "clear_entry", "layers_up", "layers_down", "switch_mode", "load"}
+SELECTION_EDITS = {"toggle", "clear_entry"}
+"""The screen's own edit actions: they need the selected row, so they are not app actions."""
 
 
 class PlanScreen(Screen[None]):
@@ -37,21 +37,21 @@ class PlanScreen(Screen[None]):
     BINDINGS = [
         Binding("j", "cursor_down", "down", show=False, id="plan.down"),
         Binding("k", "cursor_up", "up", show=False, id="plan.up"),
-        Binding("l", "load", "load", id="plan.load", tooltip="load the model with this policy"),
+        Binding("l", "app.load", "load", id="plan.load", tooltip="load the model with this policy"),
         Binding("space,enter", "toggle", "toggle", priority=True, id="plan.toggle",
                 tooltip="toggle the selected encoder/VAE between resident and offloaded (space or enter)"),
-        Binding("d", "toggle_default", "default", id="plan.default",
+        Binding("d", "app.edit('default')", "default", id="plan.default",
                 tooltip='flip the "default" entry (components without their own entry)'),
         Binding("x", "clear_entry", "clear", id="plan.clear",
                 tooltip="remove the selected component's explicit entry (back to default)"),
-        Binding("plus,equals_sign", "layers_up", "+layer", id="plan.layers_up", group=LAYERS,
+        Binding("plus,equals_sign", "app.edit('layers', 1)", "+layer", id="plan.layers_up", group=LAYERS,
                 tooltip="one more resident leading DiT layer (+)"),
-        Binding("minus", "layers_down", "-layer", id="plan.layers_down", group=LAYERS,
+        Binding("minus", "app.edit('layers', -1)", "-layer", id="plan.layers_down", group=LAYERS,
                 tooltip="one fewer resident leading DiT layer (-)"),
-        Binding("m", "switch_mode", "mode", id="plan.mode", tooltip="switch mode dlo ⇄ resident (baseline)"),
-        Binding("c", "copy_command", "copy", id="plan.copy",
+        Binding("m", "app.edit('mode')", "mode", id="plan.mode", tooltip="switch mode dlo ⇄ resident (baseline)"),
+        Binding("c", "app.copy_command", "copy", id="plan.copy",
                 tooltip="copy the vllm serve command to the clipboard"),
-        Binding("escape", "cancel", "cancel load", id="plan.cancel", tooltip="cancel the load in progress"),
+        Binding("escape", "app.cancel", "cancel load", id="plan.cancel", tooltip="cancel the load in progress"),
     ]
 
     DEFAULT_CSS = """
@@ -79,9 +79,19 @@ class PlanScreen(Screen[None]):
         self.load_log = Log(max_lines=2000, id="load-log")
         self.status = ""
 
-    @property
-    def console_app(self) -> OmniConsoleApp:
-        return self.app  # type: ignore[return-value]
+    busy = var(False)
+    """A load is running: the selection's edits are greyed (the app's own actions check its phase)."""
+
+    class Ready(Message):
+        """Mounted: the app fills the views for the current policy."""
+
+    class EditSelected(Message):
+        """space/enter or x on a component row: the app applies `what` to the component `name`."""
+
+        def __init__(self, what: str, name: str) -> None:
+            super().__init__()
+            self.what = what
+            self.name = name
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -99,7 +109,7 @@ class PlanScreen(Screen[None]):
     def on_mount(self) -> None:
         self.table.border_title = "components"
         self.load_log.border_title = "engine events"
-        self.console_app.refresh_plan_views()
+        self.post_message(self.Ready())
         self.table.focus()
 
     # ---- what the app calls ---------------------------------------------------------------
@@ -108,11 +118,13 @@ class PlanScreen(Screen[None]):
         self.table.show_plan(plan)
         self.policy_panel.show_plan(plan)
         self.blocks.show_plan(plan)
-        self.show_link(plan, link)
-        self.header.update(header)
+        self.show_link(plan, link, header)
+        self.refresh_bindings()
 
-    def show_link(self, plan: Plan, link: LinkInfo) -> None:
+    def show_link(self, plan: Plan, link: LinkInfo, header: str) -> None:
+        """The parts that follow the machine (free memory, bandwidth): forecast and header."""
         self.forecast.show(plan, link)
+        self.header.update(header)
 
     def set_status(self, text: str, severity: str = "") -> None:
         self.status = text
@@ -128,6 +140,7 @@ class PlanScreen(Screen[None]):
         self.set_class(True, "-loading")
         self.set_class(False, "-failed")
         self.set_status("loading… (esc cancels)")
+        self.busy = True
         self.refresh_bindings()
 
     def load_events(self, progress: list[LoadProgress], lines: list[str]) -> None:
@@ -138,6 +151,7 @@ class PlanScreen(Screen[None]):
             self.load_log.write_lines(lines)
 
     def load_ended(self, error: str | None, cancelled: bool = False) -> None:
+        self.busy = False
         self.set_class(False, "-loading")
         self.set_class(error is not None, "-failed")
         if error is None:
@@ -152,10 +166,7 @@ class PlanScreen(Screen[None]):
     # ---- keys ------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        busy = self.console_app.phase != "plan"
-        if action == "cancel":
-            return busy
-        if action in EDIT_ACTIONS and busy:
+        if action in SELECTION_EDITS and self.busy:
             return None  # shown greyed while loading
         return True
 
@@ -165,36 +176,13 @@ class PlanScreen(Screen[None]):
     def action_cursor_up(self) -> None:
         self.table.action_cursor_up()
 
-    def _selected(self) -> str | None:
-        return self.table.selected_name
-
     def action_toggle(self) -> None:
-        name = self._selected()
-        if name is not None:
-            self.console_app.edit_toggle(name)
+        self._edit_selected("toggle")
 
     def action_clear_entry(self) -> None:
-        name = self._selected()
+        self._edit_selected("clear")
+
+    def _edit_selected(self, what: str) -> None:
+        name = self.table.selected_name
         if name is not None:
-            self.console_app.edit_clear(name)
-
-    def action_toggle_default(self) -> None:
-        self.console_app.edit_default()
-
-    def action_layers_up(self) -> None:
-        self.console_app.edit_layers(+1)
-
-    def action_layers_down(self) -> None:
-        self.console_app.edit_layers(-1)
-
-    def action_switch_mode(self) -> None:
-        self.console_app.edit_mode()
-
-    def action_load(self) -> None:
-        self.console_app.action_load()
-
-    def action_cancel(self) -> None:
-        self.console_app.action_cancel()
-
-    def action_copy_command(self) -> None:
-        self.console_app.action_copy_command()
+            self.post_message(self.EditSelected(what, name))

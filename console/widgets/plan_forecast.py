@@ -6,29 +6,19 @@ device's measured host→device bandwidth and the fit uses live free device memo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
 from ...engine.plan import Plan
 from ...offload.units import format_bytes, format_rate, format_seconds
+from ..plan_context import LinkInfo
 
 NO_LINK = "no device link (CPU)"
 HOST_MEMORY_KEY = "pinned host memory"
 HOST_MEMORY_ON_CPU = "host memory (not pinned: CPU)"
 
-
-@dataclass(frozen=True, slots=True)
-class LinkInfo:
-    """The device side the forecast is judged against."""
-
-    is_cuda: bool
-    bandwidth: float | None = None  # bytes/s host→device
-    bandwidth_source: str = ""
-    free_bytes: int | None = None
-    free_source: str = ""
+__all__ = ["ForecastPanel", "LinkInfo", "forecast_rows"]
 
 
 def forecast_rows(plan: Plan, link: LinkInfo) -> list[tuple[str, str, str]]:

@@ -1,0 +1,248 @@
+"""Engine events → the state the screens show, and when each part of the live screen is redrawn.
+
+No Textual here: the app drains its bus subscription on a timer and hands the events to
+`EventRouter.route`; the router keeps what outlives a screen (latest telemetry sample and its
+history, the request's number, the observed bandwidth) and queues what the live screen shows.
+`flush` then decides which redraws are due: the request's line and progress bar at most every
+LIGHT_UI_S, the heavy groups (staging log, memory panels, step table) at most every HEAVY_UI_S
+(HEAVY_UI_BUSY_S while a request runs) and one group per tick. Every event is applied — histories
+get every sample, the log every line; only redraws are grouped, so the UI thread, which shares the
+GIL with the engine, stays mostly idle.
+
+The live screen is reached only through the `LiveView` protocol, so pacing and routing are
+unit-tested with a plain recorder object and a fake clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..offload.events import (
+    CacheDecision,
+    EngineStateChanged,
+    ErrorEvent,
+    Event,
+    LoadProgress,
+    LogEvent,
+    OomRetry,
+    RequestFinished,
+    RequestPhases,
+    RequestStarted,
+    StagingEvent,
+    StepTiming,
+    TelemetryEvent,
+)
+from ..offload.telemetry import TelemetrySnapshot
+from ..offload.units import format_seconds
+from .bandwidth import ObservedBandwidth
+from .event_text import loading_line
+
+LIGHT_UI_S = 0.25
+"""The request's progress bar and line redraw at most this often."""
+HEAVY_UI_S = 0.5
+HEAVY_UI_BUSY_S = 1.0
+"""Staging log, memory panels, step table and residency redraw at most this often (idle / while a
+request runs); no sample, step or event is skipped, they are applied in groups."""
+LOG_EVENTS = (StagingEvent, CacheDecision, OomRetry, LogEvent, ErrorEvent)
+
+
+class LiveView(Protocol):
+    """What the router drives on the live screen (LiveScreen implements it)."""
+
+    telemetry_ready: bool
+    """False until the screen has replayed the telemetry history; samples are queued only after that."""
+
+    def add_log(self, events: list[Event]) -> None: ...
+    def show_dropped(self, dropped: int) -> None: ...
+    def show_snapshots(self, snapshots: list[TelemetrySnapshot]) -> None: ...
+    def add_steps(self, steps: list[StepTiming]) -> None: ...
+    def show_step_progress(self, step: StepTiming) -> None: ...
+    def set_generation(self, text: str, done: int | None = None, total: int | None = None) -> None: ...
+    def show_phases(self, event: RequestPhases) -> None: ...
+    def refresh_residency(self) -> None: ...
+
+
+@dataclass
+class Routed:
+    """What one batch changed outside the live screen: the app acts on these."""
+
+    count: int = 0
+    telemetry: bool = False
+    """A new telemetry sample arrived (the plan screen's header and forecast may change)."""
+    state_changed: bool = False
+    """The engine changed state (the live screen's status line names it)."""
+    load_progress: dict[str, LoadProgress] = field(default_factory=dict)
+    """The newest progress per component, while loading."""
+    load_lines: list[str] = field(default_factory=list)
+    """The loading log's new lines, while loading."""
+
+
+class EventRouter:
+    """Routes engine events to the live screen's queues and paces its redraws."""
+
+    def __init__(self, *, on_cpu: bool, history: int, clock: Callable[[], float] = time.monotonic) -> None:
+        """`on_cpu`: transfers are host copies (no bandwidth is observed); `history`: telemetry samples
+        kept for the sparklines (the live screen replays them when it is shown)."""
+        self.on_cpu = on_cpu
+        self.clock = clock
+        self.snapshot: TelemetrySnapshot | None = None
+        self.telemetry_history: deque[TelemetrySnapshot] = deque(maxlen=history)
+        self.request_id: int | None = None
+        """The engine's number of the request running or last run (from its RequestStarted event)."""
+        self.observed = ObservedBandwidth()
+        self.live: LiveView | None = None
+        self._t0: float | None = None
+        self._heavy_at = [0.0, 0.0, 0.0]  # log, memory, steps: when each was last redrawn
+        self._light_at = 0.0
+        self._progress: StepTiming | None = None
+        self._generation: str | None = None
+        self._snapshots: list[TelemetrySnapshot] = []
+        self._steps: list[StepTiming] = []
+        self._log: list[Event] = []
+
+    # ---- the live screen's life ------------------------------------------------------------
+
+    def start_load(self, live: LiveView) -> None:
+        """A load begins: its events go to this (not yet shown) live screen; loading times start at 0."""
+        self.detach()
+        self.live = live
+        self._t0 = None
+
+    def detach(self) -> None:
+        """The live screen is gone (load failed, unloaded): nothing queued for it is kept."""
+        self.live = None
+        self._progress = self._generation = None
+        self._snapshots, self._steps, self._log = [], [], []
+
+    # ---- events ------------------------------------------------------------------------------
+
+    def route(self, events: Iterable[Event], *, loading: bool, dropped: int = 0) -> Routed:
+        """Apply every event: state here, queues for the live screen, loading rows for the plan screen."""
+        routed = Routed()
+        live = self.live
+        if live is not None:
+            live.show_dropped(dropped)
+        for event in events:
+            routed.count += 1
+            self._apply(event, routed, loading)
+        return routed
+
+    def _apply(self, event: Event, routed: Routed, loading: bool) -> None:
+        live = self.live
+        if isinstance(event, TelemetryEvent):
+            snapshot = event.snapshot
+            if isinstance(snapshot, TelemetrySnapshot):
+                self.snapshot = snapshot
+                self.telemetry_history.append(snapshot)
+                if live is not None and live.telemetry_ready:
+                    self._snapshots.append(snapshot)
+                routed.telemetry = True
+            return
+        if loading:
+            if isinstance(event, LoadProgress):
+                routed.load_progress[event.component] = event
+            if self._t0 is None:
+                self._t0 = event.t
+            line = loading_line(event, self._t0)
+            if line is not None:
+                routed.load_lines.append(line)
+        if isinstance(event, LOG_EVENTS):
+            if isinstance(event, StagingEvent) and not self.on_cpu:
+                self.observed.observe(event)
+            if live is not None:
+                self._log.append(event)
+        elif isinstance(event, StepTiming):
+            if live is not None:
+                self._steps.append(event)
+                self._progress = event
+            self._set_generation(f"request {event.request_id}: step {event.step}/{event.total_steps} · "
+                                 f"{format_seconds(event.wall_s)} (stall {format_seconds(event.stall_s)})")
+        elif isinstance(event, RequestStarted):
+            self.request_id = event.request_id
+            self._set_generation(f"request {event.request_id}: {event.prompt!r} · started")
+        elif isinstance(event, RequestPhases):
+            if live is not None:
+                live.show_phases(event)  # once per request: applied at once, not batched
+        elif isinstance(event, RequestFinished) and not event.ok:
+            self._set_generation(f"request {event.request_id} failed: {event.error}")
+        elif isinstance(event, EngineStateChanged):
+            routed.state_changed = True
+
+    def _set_generation(self, text: str) -> None:
+        if self.live is not None:
+            self._generation = text
+
+    # ---- redraws -------------------------------------------------------------------------------
+
+    def has_pending(self) -> bool:
+        return bool(self._log or self._steps or self._snapshots
+                    or self._progress is not None or self._generation is not None)
+
+    def flush(self, *, busy: bool, force: bool = False) -> None:
+        """Redraw what is due (everything when `force`): the light widgets, then at most one heavy group."""
+        live = self.live
+        if live is None:
+            return
+        self._flush_light(live, force)
+        self._flush_heavy(live, busy, force)
+
+    def _flush_light(self, live: LiveView, force: bool) -> None:
+        """Every LIGHT_UI_S: the request's progress bar and line (two cheap widgets)."""
+        now = self.clock()
+        if not force and now - self._light_at < LIGHT_UI_S:
+            return
+        self._light_at = now
+        if self._progress is not None:
+            last, self._progress = self._progress, None
+            live.show_step_progress(last)
+        if self._generation is not None:
+            text, self._generation = self._generation, None
+            live.set_generation(text)
+
+    def _flush_heavy(self, live: LiveView, busy: bool, force: bool) -> None:
+        """Staging log, memory panels (all pending samples), step table, residency — staggered.
+
+        These are the widgets whose redraw costs the most (a log or table growing re-lays-out the
+        screen; tables have hundreds of cells). Each group is redrawn at most every HEAVY_UI_S
+        (HEAVY_UI_BUSY_S during a request), and at most one group per tick unless forced: a key
+        press then never waits behind the whole batch, only behind one group.
+        """
+        now = self.clock()
+        interval = HEAVY_UI_BUSY_S if busy else HEAVY_UI_S
+        groups = (self._flush_log, self._flush_memory, self._flush_steps)
+        for index in sorted(range(len(groups)), key=lambda i: self._heavy_at[i]):  # most overdue first
+            if not force and now - self._heavy_at[index] < interval:
+                continue
+            if groups[index](live) and not force:
+                self._heavy_at[index] = now
+                return
+            self._heavy_at[index] = now
+        if force:
+            live.refresh_residency()
+
+    def _flush_log(self, live: LiveView) -> bool:
+        """The staging log; residency follows it (weights move only with a staging event)."""
+        if not self._log:
+            return False
+        events, self._log = self._log, []
+        live.add_log(events)
+        live.refresh_residency()
+        return True
+
+    def _flush_memory(self, live: LiveView) -> bool:
+        if not (live.telemetry_ready and self._snapshots):
+            return False
+        pending, self._snapshots = self._snapshots, []
+        live.show_snapshots(pending)
+        return True
+
+    def _flush_steps(self, live: LiveView) -> bool:
+        if not self._steps:
+            return False
+        steps, self._steps = self._steps, []
+        live.add_steps(steps)
+        return True

@@ -1,0 +1,38 @@
+"""The help screen's sections: every binding of the app, its screens and dialogs, from their BINDINGS.
+
+Generated from the bindings themselves so the list cannot go stale; the few keys that belong to a
+widget rather than a binding (navigation, the table's arrows, enter in a form) are added by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from textual.binding import Binding, BindingType
+
+from .screens import GenerateDialog, HelpScreen, LiveScreen, PlanScreen
+from .screens.help import Section, binding_rows
+from .widgets import FilterBar
+
+NAVIGATION_ROWS = [
+    ("tab / shift+tab", "focus the next / previous panel (its title is shown reversed)"),
+    ("pgup / pgdn, home / end", "scroll the focused panel (or the screen around it)"),
+]
+PLAN_TABLE_ROWS = [("↑ / ↓", "move the selection in the component table (as j / k)")]
+PALETTE_TEXT = "command palette: load, unload, generate, cancel, copy, theme, help"
+
+
+def help_sections(app_bindings: Iterable[BindingType], palette_key: str,
+                  key_display: Callable[[Binding], str]) -> list[Section]:
+    """(title, rows) per place a key works, in the order an operator meets them."""
+    def rows(bindings: Iterable[BindingType]) -> list[tuple[str, str]]:
+        return binding_rows(bindings, key_display)
+
+    return [
+        ("anywhere", [*rows(app_bindings), (palette_key, PALETTE_TEXT), *NAVIGATION_ROWS]),
+        ("plan screen (before load)", [*PLAN_TABLE_ROWS, *rows(PlanScreen.BINDINGS)]),
+        ("live screen (after load)", rows(LiveScreen.BINDINGS)),
+        ("staging log filter (after /)", [*rows(FilterBar.BINDINGS), ("enter", "keep the filter, close the bar")]),
+        ("generate dialog (after g)", [*rows(GenerateDialog.BINDINGS), ("enter", "run the request")]),
+        ("this help", rows(HelpScreen.BINDINGS)),
+    ]

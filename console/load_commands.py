@@ -1,0 +1,110 @@
+"""Load and unload: the plan screen's `l` and the live screen's `u`, and what their results change.
+
+Part of `OmniConsoleApp` (a mixin: it shares the app's phase, screens and worker). A load builds a
+fresh live screen that collects the load's events (through the event router) before it is shown;
+a failed or cancelled load, like an unload, drops it and returns to the plan screen.
+"""
+
+from __future__ import annotations
+
+import gc
+from concurrent.futures import Future
+from functools import partial
+from typing import TYPE_CHECKING
+
+from ..engine.loader import LoadCancelled
+from ..offload.errors import PolicyError
+from ..offload.units import format_bytes, format_seconds
+from .command_done import CommandDone
+from .residency import residency_rows
+from .screens import LiveScreen
+
+if TYPE_CHECKING:
+    from .app import OmniConsoleApp
+
+
+class LoadCommands:
+    """l and u for the app, and their outcomes."""
+
+    def action_load(self: OmniConsoleApp) -> Future | None:
+        """l: load with the current policy on the worker thread; progress arrives as events."""
+        if self.phase != "plan":
+            self.say("already loaded or busy; u unloads first" if self.phase == "live" else f"busy ({self.phase})",
+                     "warning")
+            return None
+        try:
+            plan = self.editor.replan()
+        except PolicyError as exc:
+            self.say(str(exc), "error")
+            return None
+        self.phase = "loading"
+        self.last_error = None
+        self.load_seconds = None
+        # fresh panels per load; it collects events until shown
+        self.live_screen = LiveScreen(on_cpu=not self.device_info.is_cuda, history=self.router.telemetry_history,
+                                      residency=partial(residency_rows, self.engine))
+        self.live_screen.show_plan(plan)
+        self.router.start_load(self.live_screen)
+        self.plan_screen.load_started()
+        return self._track("load", self.worker.load(self.policy))
+
+    def action_unload(self: OmniConsoleApp) -> Future | None:
+        """u: unload (memory released) and return to the plan screen."""
+        if self.phase != "live":
+            self.say("nothing loaded", "warning")
+            return None
+        if self.generating:
+            self.say("a request is running; esc cancels it first", "warning")
+            return None
+        self.phase = "unloading"
+        gc.unfreeze()  # the model's objects must be collectable again when the engine releases them
+        self.screen.refresh_bindings()
+        return self._track("unload", self.worker.unload())
+
+    def _load_done(self: OmniConsoleApp, message: CommandDone) -> None:
+        if self.phase != "loading":
+            return  # quitting
+        exc = message.future.exception()
+        if exc is None:
+            report = message.future.result()
+            self.phase = "live"
+            self.load_seconds = report.seconds
+            gc.freeze()  # the loaded model and the UI: never rescanned by the collector (module docstring)
+            self.plan_screen.load_ended(None)
+            live = self.live_screen
+            assert live is not None
+            self._live_status()
+            self.push_screen(live)
+            live.refresh_residency()
+            pinned = f" · pinned host {format_bytes(report.pinned_bytes)}" if report.pinned_bytes else ""
+            self.say(f"loaded in {format_seconds(report.seconds)}{pinned} · g generates, u unloads")
+            return
+        cancelled = isinstance(exc, LoadCancelled)
+        reason = self.engine.failure or f"{type(exc).__name__}: {exc}"
+        self.phase = "plan"
+        self._drop_live_screen()
+        self.last_error = reason
+        self.plan_screen.load_ended(reason, cancelled=cancelled)
+        self.refresh_plan_views()
+        self.say("load cancelled; memory released" if cancelled else f"load failed: {reason}",
+                 "warning" if cancelled else "error", timeout=10)
+
+    def _drop_live_screen(self: OmniConsoleApp) -> None:
+        self.live_screen = None
+        self.router.detach()
+
+    def _unload_done(self: OmniConsoleApp, message: CommandDone) -> None:
+        if self.phase != "unloading":
+            return
+        exc = message.future.exception()
+        if exc is not None:
+            self.phase = "live"
+            self.say(f"unload failed: {type(exc).__name__}: {exc}", "error")
+            return
+        self.phase = "plan"
+        while self.screen is not self.plan_screen and len(self.screen_stack) > 1:
+            self.pop_screen()
+        self._drop_live_screen()
+        self.refresh_plan_views()
+        self.say("unloaded; memory released — edit the policy and press l to load again")
+

@@ -1,0 +1,68 @@
+"""The plan screen's side of the app: policy edits, the forecast's device link and the header.
+
+Part of `OmniConsoleApp` (a mixin: it shares the app's phase, editor and telemetry). Edits arrive as
+the `app.edit(...)` action (d, +, -, m) or the screen's `EditSelected` message (space/enter, x on a
+row); each is kept only when the engine can plan it, then every view is redrawn for the new plan.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .command_done import CommandDone
+from .plan_context import LinkInfo, header_text, link_info
+from .screens import PlanScreen
+
+if TYPE_CHECKING:
+    from .app import OmniConsoleApp
+
+
+class PlanCommands:
+    """The policy edits and the plan screen's views."""
+
+    def action_edit(self: OmniConsoleApp, what: str, value: object = None) -> bool:
+        """d, +, -, m (and the selection's space/enter, x): one policy edit, kept only when it plans."""
+        if self.phase != "plan":
+            self.say("the policy is read-only while the model is loaded or loading (u unloads)", "warning")
+            return False
+        applied = self.editor.edit(what, value)
+        if applied.kept:
+            self.refresh_plan_views()
+        self.say(applied.message, applied.severity, timeout=2 if applied.kept else None)
+        return applied.kept
+
+    def on_plan_screen_edit_selected(self: OmniConsoleApp, message: PlanScreen.EditSelected) -> None:
+        self.action_edit(message.what, message.name)
+
+    def on_plan_screen_ready(self: OmniConsoleApp, _message: PlanScreen.Ready) -> None:
+        self.refresh_plan_views()
+
+    def link_info(self: OmniConsoleApp) -> LinkInfo:
+        """The device side of the forecast: bandwidth (given, measured or observed) and free memory."""
+        return link_info(self.device_info, self.snapshot, self.bandwidth, self.bandwidth_source,
+                         self.router.observed.rate)
+
+    def refresh_plan_views(self: OmniConsoleApp) -> None:
+        """Re-render the plan screen (table, policy JSON, forecast, header) for the current policy."""
+        link = self.link_info()
+        self._link_shown = (link, self.plan.policy, self.snapshot)
+        self.plan_screen.show_plan(self.plan, link, header_text(self.engine.model, self.device_info, self.snapshot))
+
+    def _refresh_link(self: OmniConsoleApp) -> None:
+        """After a telemetry sample: re-render forecast and header only when what they show changed."""
+        link = self.link_info()
+        header = header_text(self.engine.model, self.device_info, self.snapshot)
+        shown = (link, self.plan.policy, header)
+        if shown != self._link_shown:
+            self._link_shown = shown
+            self.plan_screen.show_link(self.plan, link, header)
+
+    def _bandwidth_done(self: OmniConsoleApp, message: CommandDone) -> None:
+        exc = message.future.exception()
+        if exc is not None or message.future.result() is None:
+            self.say(f"host→device bandwidth not measured: {exc}", "warning")
+            return
+        self.bandwidth = float(message.future.result())
+        self.bandwidth_source = "measured: 256 MiB pinned copy"
+        if self.phase == "plan":
+            self.refresh_plan_views()

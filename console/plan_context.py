@@ -1,0 +1,55 @@
+"""The machine side of the plan screen: the device link the forecast is judged against, and the header.
+
+No Textual here. Both read the newest telemetry sample when there is one (free memory moves while
+the operator edits the policy) and fall back to what was read at startup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..engine.discovery import ModelInfo
+from ..offload.telemetry import TelemetrySnapshot
+from ..offload.units import format_bytes
+from .device_info import DeviceInfo
+
+
+@dataclass(frozen=True, slots=True)
+class LinkInfo:
+    """The device side the forecast is judged against."""
+
+    is_cuda: bool
+    bandwidth: float | None = None  # bytes/s host→device
+    bandwidth_source: str = ""
+    free_bytes: int | None = None
+    free_source: str = ""
+
+
+def link_info(device: DeviceInfo, snapshot: TelemetrySnapshot | None, bandwidth: float | None,
+              bandwidth_source: str, observed_rate: float | None) -> LinkInfo:
+    """Bandwidth (given or measured, else the mean of observed copies) and the best free-memory figure."""
+    if not device.is_cuda:
+        return LinkInfo(is_cuda=False)
+    if bandwidth is None and observed_rate is not None:
+        bandwidth, bandwidth_source = observed_rate, "mean of observed staging copies"
+    free, free_source = None, ""
+    if snapshot is not None and snapshot.free_for_us is not None:
+        free, free_source = snapshot.free_for_us, "free for us = NVML free + torch cached"
+    elif snapshot is not None and snapshot.torch.free is not None:
+        free, free_source = snapshot.torch.free, "cudaMemGetInfo free"
+    elif device.free_bytes is not None:
+        free, free_source = device.free_bytes, "cudaMemGetInfo free at startup"
+    return LinkInfo(True, bandwidth, bandwidth_source, free, free_source)
+
+
+def header_text(model: ModelInfo, device: DeviceInfo, snapshot: TelemetrySnapshot | None) -> str:
+    """Two lines: the model (path, pipeline, weight bytes), then the device and host memory."""
+    described = device.describe()
+    host = device.describe_host()
+    if device.is_cuda and snapshot is not None and snapshot.torch.free is not None:
+        described = (f"{device.device} {device.name} · {format_bytes(device.total_bytes)} "
+                     f"({format_bytes(snapshot.torch.free)} free)")
+    if snapshot is not None and snapshot.host.available is not None and snapshot.host.total is not None:
+        host = f"host RAM {format_bytes(snapshot.host.total)} ({format_bytes(snapshot.host.available)} available)"
+    return (f"model {model.path} · {model.pipeline_class} · {format_bytes(model.nbytes)} of weights\n"
+            f"device {described} · {host}")

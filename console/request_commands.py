@@ -1,0 +1,101 @@
+"""Requests: the live screen's `g`, the generate dialog's request on the worker, and its outcome.
+
+Part of `OmniConsoleApp` (a mixin: it shares the app's phase, live screen and worker). The image or
+video is saved on the engine thread as soon as the request returns; the outcome (toast, request
+line, event-log line) is worded by `request_outcome`.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..engine.runner import GenerateRequest
+from . import request_outcome
+from .command_done import CommandDone
+from .generate_form import RequestForm, expected_frames
+from .headless import default_request
+from .outputs import save_result
+from .screens import GenerateDialog
+
+if TYPE_CHECKING:
+    from .app import OmniConsoleApp
+
+
+class RequestCommands:
+    """g for the app, the request it runs, and its outcome."""
+
+    def action_generate(self: OmniConsoleApp) -> None:
+        """g: the generate dialog, prefilled with the model's working defaults."""
+        if self.phase != "live":
+            self.say("load the model first (l)", "warning")
+            return
+        if self.generating:
+            self.say("a request is running; esc cancels it", "warning")
+            return
+        make_request = partial(default_request, self.engine)
+        form = RequestForm.for_model(self.engine.model, make_request(prompt=self.prompt), make_request)
+        self.push_screen(GenerateDialog(form), self.start_generate)
+
+    def start_generate(self: OmniConsoleApp, request: GenerateRequest | None) -> Future | None:
+        """Run one request on the worker; the image is saved on the worker thread when it is done."""
+        if request is None or self.phase != "live" or self.generating:
+            return None
+        self.prompt = request.prompt
+        self.generating = True
+        self.router.request_id = None
+        if self.live_screen is not None:
+            self.live_screen.set_generation(f"request: {request.prompt!r} · queued", 0, request.steps or 1)
+            self.live_screen.show_request_frames(expected_frames(self.engine.model, request))
+        future = self.worker.generate(request)
+        self.busy = self.last_command["generate"] = future
+        future.add_done_callback(self._save_then_report)
+        return future
+
+    def _save_then_report(self: OmniConsoleApp, future: Future) -> None:
+        """Runs on the engine thread (or here if already done): save the image, then report.
+
+        Every image or video goes to a new file (`outputs.save_result`: timestamped, created exclusively);
+        a request cancelled before its last step is not saved unless `save_partial`.
+        """
+        output: Path | None = None
+        save_error: str | None = None
+        if not future.cancelled() and future.exception() is None:
+            result = future.result()
+            if request_outcome.should_save(result, self.save_partial):
+                try:
+                    output = save_result(result, self.out_dir, result.request_id)
+                except Exception as exc:  # a full disk must not take the console down
+                    output, save_error = None, f"{type(exc).__name__}: {exc}"
+        self._post_from_worker(CommandDone("generate", future, output, save_error))
+
+    def _generate_done(self: OmniConsoleApp, message: CommandDone) -> None:
+        self.generating = False
+        if self.live_screen is not None:
+            self.live_screen.cancelling = False
+        future = message.future
+        exc = None if future.cancelled() else future.exception()
+        if future.cancelled() or exc is not None:
+            self.last_error = "cancelled before it started" if exc is None else f"{type(exc).__name__}: {exc}"
+            if self.live_screen is not None:
+                self.live_screen.show_request_frames(None)  # no phases follow a failed request
+            self._show_outcome(request_outcome.failed(self.router.request_id, self.last_error))
+            return
+        result = future.result()
+        if message.output is not None:
+            self.last_output = message.output
+        done, total = request_outcome.steps_done(result)
+        self._show_outcome(request_outcome.finished(result, message.output, message.save_error), done, total)
+
+    def _show_outcome(self: OmniConsoleApp, outcome: request_outcome.Outcome, done: int | None = None,
+                      total: int | None = None) -> None:
+        """Toast, request line and (for failures, cancellations, save errors) a line in the event log."""
+        live = self.live_screen
+        if live is not None:
+            if outcome.log is not None:
+                live.add_log([outcome.log])
+            live.set_generation(outcome.status, done, None if total is None else max(total, 1))
+        self.say(outcome.notice, outcome.severity, timeout=10)
+
