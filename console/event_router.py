@@ -85,8 +85,8 @@ class EventRouter:
     """Routes engine events to the live screen's queues and paces its redraws."""
 
     def __init__(self, *, on_cpu: bool, history: int, clock: Callable[[], float] = time.monotonic) -> None:
-        """`on_cpu`: transfers are host copies (no bandwidth is observed); `history`: telemetry samples
-        kept for the sparklines (the live screen replays them when it is shown)."""
+        """`on_cpu`: transfers are host copies (the loading log says so, no bandwidth is observed).
+        `history`: telemetry samples kept for the sparklines (the live screen replays them when shown)."""
         self.on_cpu = on_cpu
         self.clock = clock
         self.snapshot: TelemetrySnapshot | None = None
@@ -147,7 +147,7 @@ class EventRouter:
                 routed.load_progress[event.component] = event
             if self._t0 is None:
                 self._t0 = event.t
-            line = loading_line(event, self._t0)
+            line = loading_line(event, self._t0, on_cpu=self.on_cpu)
             if line is not None:
                 routed.load_lines.append(line)
         if isinstance(event, LOG_EVENTS):

@@ -41,9 +41,9 @@ def format_staging(event: StagingEvent, *, on_cpu: bool = False) -> str:
     sync = "  SYNC" if event.sync else ""
     if event.direction == "d2h" and event.nbytes == 0:
         return f"offload {event.target} (re-pointed to host master, no copy) {event.seconds * 1e3:.1f} ms{sync}"
-    if on_cpu:
+    if on_cpu:  # not "H2D": there is no device to copy to
         return (
-            f"H2D {event.target}  {format_bytes(event.nbytes)}  {event.seconds:.4f} s"
+            f"COPY {event.target}  {format_bytes(event.nbytes)}  {event.seconds:.4f} s"
             f"  host copy (CPU: no device link){sync}"
         )
     rate = f"{event.gbps:6.1f} GB/s" if event.seconds > 0 else "     n/a GB/s"
@@ -88,15 +88,16 @@ def format_event(event: Event, t0: float = 0.0, *, on_cpu: bool = False) -> str 
     return None
 
 
-def loading_line(event: Event, t0: float) -> str | None:
-    """A loading-screen log line: state changes and finished components, then what `format_event` says."""
+def loading_line(event: Event, t0: float, *, on_cpu: bool = False) -> str | None:
+    """A loading-screen log line: state changes and finished components, then what `format_event` says
+    (`on_cpu`: transfers are host copies, worded as such and without a rate)."""
     if isinstance(event, EngineStateChanged):
         return f"{stamp(event, t0)} STATE {event.old} → {event.new} {event.reason}".rstrip()
     if isinstance(event, LoadProgress):
         if event.done_bytes < event.total_bytes:
             return None
         return f"{stamp(event, t0)} LOAD {event.component} {event.phase} {format_bytes(event.total_bytes)}"
-    return format_event(event, t0)
+    return format_event(event, t0, on_cpu=on_cpu)
 
 
 def progress_line(event: object) -> tuple[str, str] | None:

@@ -39,6 +39,9 @@ async def test_load_generate_unload_end_to_end_on_cpu(app, engine, tmp_path):
         live = app.live_screen
         assert engine.state == EngineState.READY
         assert engine.plan.policy.dlo_offload_components == {"vae": False}
+        loading_log = "\n".join(app.plan_screen.load_log.lines)  # the plan screen's log while loading
+        assert "LOAD transformer" in loading_log and "COPY " in loading_log, loading_log
+        assert "H2D" not in loading_log and "GB/s" not in loading_log, loading_log
         # residency: vae resident by policy, encoders on the host between stages, DiT blocks streamed
         rows = {r.name: r.state for r in live.residency.rows}
         assert rows["vae"] == "resident" and rows["text_encoder"] == "host"
@@ -65,7 +68,10 @@ async def test_load_generate_unload_end_to_end_on_cpu(app, engine, tmp_path):
         assert (bar.progress, bar.total) == (3, 3)
         assert "request 1: 3 steps" in screen_text(app)
         assert "request 1 step 3/3" in screen_text(app)  # step timings summary
-        assert any("H2D transformer" in line for line in live.staging.lines)
+        # on a CPU a transfer is a host copy: no "H2D", no rate that would read as link bandwidth
+        copies = [line for line in live.staging.lines if " COPY transformer" in line]
+        assert copies and all("host copy (CPU: no device link)" in line for line in copies)
+        assert not any("H2D" in line or "GB/s" in line for line in live.staging.lines)
 
         await pilot.press("u")
         await finish(pilot, app.last_command["unload"], lambda: isinstance(app.screen, PlanScreen))
