@@ -94,3 +94,26 @@ def test_live_screen_snapshot(snap_compare, stable_engine, tmp_path, theme, size
         assert snap_compare(app, terminal_size=size, run_before=settle_live)
     finally:
         app.shutdown()
+
+
+async def open_help(pilot) -> None:
+    await settle_plan(pilot)
+    await pilot.press("question_mark")
+    await pilot.pause()
+
+
+async def open_generate(pilot) -> None:
+    await settle_live(pilot)
+    await pilot.press("g")
+    await until(pilot, lambda: type(pilot.app.screen).__name__ == "GenerateDialog")
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("name, run_before", [("help", open_help), ("generate", open_generate)])
+def test_dialog_snapshot_at_80x24(snap_compare, stable_engine, tmp_path, name, run_before):
+    """The help screen (over the plan screen) and the generate dialog (over the live screen) at 80x24."""
+    app = stable_app(stable_engine, tmp_path, "omni-dark")
+    try:
+        assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+    finally:
+        app.shutdown()
