@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from omni_console.console.bandwidth import measure_h2d_bandwidth
-from omni_console.engine.stream_choice import DitProfile, choose_streaming, evaluate
+from omni_console.engine.stream_choice import choose_streaming, evaluate, profile_from_timings
 from omni_console.offload.block_timing import BlockTimer
 from omni_console.offload.residency import BlockResidency
 from omni_console.offload.streamer import LayerwiseStreamer
@@ -44,7 +44,8 @@ MODELS: dict[str, dict[str, Any]] = {
                  res=1024, points=[0, 10, 20, 28, 40, 50, 57]),
     "flux-small": dict(kind="flux", cfg=dict(patch_size=1, in_channels=64, num_layers=2, num_single_layers=4,
                                              attention_head_dim=32, num_attention_heads=2, joint_attention_dim=64,
-                                             pooled_projection_dim=32, guidance_embeds=True, axes_dims_rope=(8, 12, 12)),
+                                             pooled_projection_dim=32, guidance_embeds=True,
+                                             axes_dims_rope=(8, 12, 12)),
                        res=128, points=[0, 3, 6]),
     "wan": dict(kind="wan", cfg=dict(patch_size=(1, 2, 2), num_attention_heads=40, attention_head_dim=128,
                                      in_channels=16, out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=13824,
@@ -64,8 +65,9 @@ def log(msg: str) -> None:
 
 
 def sync(device: torch.device) -> None:
+    """The compute stream only, as the engine's step clock does: copies for the next forward run on."""
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
+        torch.cuda.current_stream(device).synchronize()
 
 
 def build(spec: dict[str, Any], device: torch.device) -> torch.nn.Module:
@@ -138,7 +140,7 @@ class Masters:
 
     def __init__(self, lists: list[tuple[str, list[torch.nn.Module]]]) -> None:
         self.lists = lists
-        self.tensors = [[(t, t.detach().to("cpu").clone()) for t in [*b.parameters(), *b.buffers()]]
+        self.tensors = [[(t, t.detach().to("cpu")) for t in [*b.parameters(), *b.buffers()]]
                         for _, blocks in lists for b in blocks]
 
     def bind(self) -> None:
@@ -167,7 +169,7 @@ def measured_run(model, inputs, device, lists, masters, residency, depths, iters
             r = streamer.residency
             peak_reset(device)
             step, out = time_forwards(model, inputs, device, iters)
-            stats = streamer.take_step_stats()
+            stats = streamer.take_step_stats(wait=True)
             predicted = evaluate(profile, r, bw, fixed)
             rows.append(dict(placement=r.placement, resident=r.num_resident, slots=r.slots,
                              resident_blocks=list(r.resident_indices), step_s=step,
@@ -223,15 +225,15 @@ def main() -> None:
         timed_forward = time.perf_counter() - t0
     compute, forwards = timer.take()
     timer.remove()
-    compute = [c for c in compute]  # mean of the two forwards
-    other = max(resident_step - sum(compute), 0.0)
+    raw_compute = sum(compute)
     non_block = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]) - sum(block_bytes)
-    profile = DitProfile(block_bytes, tuple(compute), other, 1, activation)
+    profile = profile_from_timings(block_bytes, compute, resident_step, 1, activation)
+    other = profile.other_s
     fixed = non_block
-    report["resident"] = dict(step_s=resident_step, timed_forward_s=timed_forward, block_compute_s=sum(compute),
+    report["resident"] = dict(step_s=resident_step, timed_forward_s=timed_forward, block_compute_s=raw_compute,
                               other_s=other, activation_bytes=activation, weights_bytes=weights,
                               block_bytes=list(block_bytes), non_block_bytes=non_block, peak_allocated=peak(device))
-    log(f"resident {resident_step:.4f} s/forward; blocks {sum(compute):.4f} s, other {other:.4f} s; "
+    log(f"resident {resident_step:.4f} s/forward; blocks {raw_compute:.4f} s (timed), other {other:.4f} s; "
         f"activations {activation / GB:.2f} GB; weights {weights / GB:.2f} GB")
     for _, bl in lists:
         for b in bl:
@@ -275,7 +277,7 @@ def main() -> None:
             f"k={choice.residency.slots}")
         row = measured_run(model, inputs, device, lists, masters, choice.residency, [choice.residency.slots],
                            args.iters, ref, profile, bw, fixed)[0]
-        fitting = [r for r in rows if r["peak_allocated"] <= budget] or [r for r in rows if r["predicted_peak"] <= budget]
+        fitting = [r for r in rows if (r["peak_allocated"] or r["predicted_peak"]) <= budget]
         best_measured = min((r["step_s"] for r in fitting), default=None)
         row.update(budget_gb=budget_gb, fits=True, within_budget=row["peak_allocated"] <= budget,
                    best_measured_step_s=best_measured,

@@ -28,6 +28,14 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def sync_compute(device: torch.device) -> None:
+    """Wait for the compute stream only: the streamer's copy stream keeps running across a step
+    boundary (the next step's first blocks are on their way), and a device-wide synchronize there
+    would make every step wait for them."""
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
+
+
 class DecodeMeter:
     """Wraps a VAE's `decode` for one request: seconds, device peak and the decoded latents' shape."""
 

@@ -1,9 +1,9 @@
 """Run one generation on a placed pipeline, timing every denoise step and the request's phases.
 
 A step is timed from the first DiT forward of that step (a forward pre-hook) to the pipeline's
-`callback_on_step_end`, with the device synchronized at both ends so the wall time is the
-device's, not the host's enqueue time. The streamer's exposed stall and H2D bytes are taken at
-the same boundary. Cancellation sets the pipeline's interrupt flag at the next step end.
+`callback_on_step_end`, with the compute stream synchronized at both ends so the wall time is the
+device's, not the host's enqueue time (the copy stream runs on: see `sync_compute`). The
+streamer's exposed stall and H2D bytes are taken at the same boundary. Cancellation sets the pipeline's interrupt flag at the next step end.
 
 The request maps onto the pipeline's own parameter names (`frames` -> `num_frames`, the image file
 -> a PIL image, ...); the result keeps every frame of the first batch item, and where the time went
@@ -25,7 +25,7 @@ import torch
 from ..offload.errors import ConfigError
 from ..offload.events import EventBus, StepTiming
 from ..offload.streamer import LayerwiseStreamer
-from .request_phases import DecodeMeter, phase_seconds, sync
+from .request_phases import DecodeMeter, phase_seconds, sync, sync_compute
 
 # Request fields the engine maps onto a pipeline's own parameter names, in the order tried.
 FRAME_PARAMETERS = ("num_frames", "video_length")
@@ -112,7 +112,7 @@ class StepClock:
 
     def on_dit_forward(self, *_: Any, **__: Any) -> None:
         if self.started is None:
-            sync(self.device)
+            sync_compute(self.device)
             if self.streamer is not None:
                 self.streamer.take_step_stats()  # transfers before the loop belong to no step
             self.started = time.perf_counter()
@@ -120,7 +120,7 @@ class StepClock:
                 self.first_forward = self.started
 
     def on_step_end(self, pipe: Any, step: int, _timestep: Any, callback_kwargs: dict[str, Any]) -> dict[str, Any]:
-        sync(self.device)
+        sync_compute(self.device)
         self.last_step_end = time.perf_counter()
         wall = self.last_step_end - (self.started or self.last_step_end)
         latents = callback_kwargs.get("latents")

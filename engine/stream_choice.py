@@ -34,6 +34,19 @@ class DitProfile:
     activation_bytes: int  # denoise-phase device bytes above the weights (latents, activations)
 
 
+def profile_from_timings(block_bytes: Sequence[int], compute_s: Sequence[float], forward_s: float,
+                         forwards_per_step: int, activation_bytes: int) -> DitProfile:
+    """A profile from per-block timings and the whole forward's time without timing hooks.
+
+    The hooks' own launch overhead can make the blocks add up to more than the plain forward; then
+    the blocks are scaled down to it (and nothing is left outside them), else the rest is `other_s`."""
+    total = sum(compute_s)
+    scale = forward_s / total if total > forward_s > 0 else 1.0
+    compute = tuple(c * scale for c in compute_s)
+    return DitProfile(tuple(block_bytes), compute, max(forward_s - sum(compute), 0.0), forwards_per_step,
+                      activation_bytes)
+
+
 @dataclass(frozen=True, slots=True)
 class StreamChoice:
     residency: BlockResidency

@@ -318,13 +318,16 @@ class LayerwiseStreamer:
         self._load(0, 0, sync=True)
         self._fill_window(0)
 
-    def take_step_stats(self) -> StepStats:
+    def take_step_stats(self, wait: bool = False) -> StepStats:
         """Totals since the previous call (or since attach); emits every resolved StagingEvent.
 
-        Call it at each denoise-step boundary. On CUDA it waits for this streamer's outstanding
-        copy/wait measurements (the engine synchronizes there anyway); it never blocks mid-step.
+        Call it at each denoise-step boundary. Copies and bytes count when issued; the stall and the
+        staging events count when their timing events have resolved. By default it never blocks: the
+        copies issued at the end of a step (the next step's first blocks) are still running on the
+        copy stream, and waiting for them here would stop the next step's compute from overlapping
+        them. `wait=True` resolves everything (teardown, tests).
         """
-        self._absorb(self._clock.drain() if self._cuda else self._clock.poll())
+        self._absorb(self._clock.drain() if self._cuda and wait else self._clock.poll())
         stats = StepStats(self._stall_s, self._h2d_bytes, self._transfers)
         self._stall_s, self._h2d_bytes, self._transfers = 0.0, 0, 0
         return stats

@@ -130,14 +130,14 @@ def test_copies_overlap_and_are_measured():
     _non_blocks_to(model, DEV)
     streamer = LayerwiseStreamer(model.block_lists(), DEV, bus=bus)
     streamer.attach()
-    streamer.take_step_stats()  # the warm-up load of block 0
+    streamer.take_step_stats(wait=True)  # the warm-up: block 0, and block 1 ahead of it
     with torch.no_grad():
-        model(_x())  # first forward: 6 blocks plus the refill of block 1 for the next forward
-    assert streamer.take_step_stats().transfers == 7
+        model(_x())  # first forward: blocks 2..5, then the refill of blocks 0 and 1 for the next forward
+    assert streamer.take_step_stats(wait=True).transfers == 6
     sub.drain()
     with torch.no_grad():
         model(_x())
-    stats = streamer.take_step_stats()
+    stats = streamer.take_step_stats(wait=True)
     assert stats.transfers == 6 and stats.h2d_bytes > 0
     events = [e for e in sub.drain() if isinstance(e, StagingEvent)]
     assert len(events) == 6 and not any(e.sync for e in events)
@@ -226,3 +226,25 @@ def test_stager_out_of_memory_retry_on_cuda():
     stager.offload()
     assert module.enc.weight.device.type == "cpu" and module.enc.weight.is_pinned()
     stager.close()
+
+
+@pytest.mark.parametrize("placement", ["leading", "spread"])
+@pytest.mark.parametrize(("resident", "slots"), [(0, 3), (2, 2), (3, 4)])
+def test_every_placement_and_ring_depth_is_bit_identical_on_the_device(placement, resident, slots):
+    from omni_console.offload.residency import BlockResidency
+
+    reference = _resident_reference(7)
+    model = ToyModel(7, DIM)
+    _non_blocks_to(model, DEV)
+    streamer = LayerwiseStreamer(model.block_lists(), DEV,
+                                 residency=BlockResidency.placed(placement, 7, resident, slots))
+    streamer.attach()
+    x = _x()
+    with torch.no_grad():
+        expected = reference(x)
+        for depth in (slots, slots + 2):
+            streamer.set_slots(depth)
+            for _ in range(3):
+                assert torch.equal(model(x), expected)
+                streamer.take_step_stats()  # never waits: copies for the next forward keep running
+    streamer.detach()
