@@ -30,11 +30,16 @@ class Document(BaseModel):
 
 
 class PolicyDoc(Document):
-    """The offload policy as the operator chose it (the same three keys as `OffloadPolicy`)."""
+    """The offload policy as the operator chose it (the same keys as `OffloadPolicy`)."""
 
     mode: Literal["dlo", "resident"]
     dlo_offload_components: dict[str, bool] = Field(description="component -> offloaded (staged); 'default' key")
-    resident_layers: int = Field(ge=0, description="leading DiT blocks kept on the device")
+    resident_layers: int = Field(ge=0, description="DiT blocks kept on the device (leading ones with placement "
+                                                   "'leading', vLLM-Omni's meaning)")
+    placement: Literal["leading", "spread"] = Field(
+        "leading", description="which blocks stay resident: the first N, or N spread evenly between streamed ones")
+    prefetch_slots: int = Field(2, ge=2, description="device slots of the streamer's ring (k): copies run up to "
+                                                     "k-1 blocks ahead")
 
 
 class ModelDoc(Document):
@@ -90,6 +95,8 @@ class VllmOmniDoc(Document):
     flags: str
     serve: str
     python: str
+    exact: bool = Field(True, description="false when the policy has choices vLLM-Omni cannot say (see gaps)")
+    gaps: list[str] = Field(default_factory=list, description="one line per choice without a vLLM-Omni spelling")
 
 
 class PlanDocument(Document):

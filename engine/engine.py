@@ -23,7 +23,9 @@ from ..offload.events import (
     EngineStateChanged,
     ErrorEvent,
     EventBus,
+    ForecastCheck,
     LoadProgress,
+    LogEvent,
     RequestFinished,
     RequestPhases,
     RequestStarted,
@@ -35,6 +37,9 @@ from .discovery import ModelInfo, discover_model
 from .loader import LoadCancelled, load_pipeline
 from .placement import Placement, place
 from .plan import Plan, make_plan
+from .profiler import ProfileRecorder, forecast_check, request_size, save_quietly
+from .request_forecast import RequestForecast, forecast_for
+from .request_profile import RequestSize, device_name
 from .runner import GenerateRequest, RunOutput, run_pipeline
 
 
@@ -72,13 +77,14 @@ class GenerateResult:
     latent_shape: tuple[int, ...] | None = None  # of the denoised latents the VAE decoded
     phases: dict[str, float] = field(default_factory=dict)  # seconds: text_encoding, denoise, vae_decode
     vae_decode_peak_bytes: int | None = None  # device allocator peak during VAE decode (CUDA), else None
+    check: ForecastCheck | None = None  # the forecast made before the request vs what it measured
 
 
 def run_peak(run: RunOutput, peak_since_last_reset: int | None) -> int | None:
     """The request's device peak: the VAE decode meter resets the peak stats, so combine both halves."""
     if peak_since_last_reset is None:
         return None
-    return max(run.peak_before_decode or 0, peak_since_last_reset)
+    return max(run.text_peak or 0, run.peak_before_decode or 0, peak_since_last_reset)
 
 
 def default_device() -> torch.device:
@@ -114,6 +120,20 @@ class Engine:
     def make_plan(self, policy: OffloadPolicy) -> Plan:
         """Validate a policy against this model (PolicyError) and forecast it; allocates nothing."""
         return make_plan(self.model, policy)
+
+    @property
+    def device_name(self) -> str:
+        return device_name(self.device)
+
+    def forecast(self, size: RequestSize, plan: Plan | None = None, probe_bandwidth: float | None = None
+                 ) -> RequestForecast | None:
+        """The request forecast for `plan` (default: the loaded one) at `size` on this device."""
+        plan = plan or self.plan
+        if plan is None:
+            return None
+        streamer = self.placement.streamer if self.placement else None
+        observed = streamer.observed_bandwidth if streamer is not None else None
+        return forecast_for(plan, size, self.device_name, observed, probe_bandwidth)
 
     # ---------------------------------------------------------------- load / unload
     def load(self, policy: OffloadPolicy, cancel: threading.Event | None = None) -> LoadReport:
@@ -186,6 +206,9 @@ class Engine:
                                             height=request.height or 0, width=request.width or 0, seed=request.seed))
             if self.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(self.device)
+            forecast = self.forecast(request_size(request))
+            assert self.plan is not None
+            recorder = ProfileRecorder(self.pipe, self.plan, self.device)
             start = time.perf_counter()
             try:
                 run = run_pipeline(
@@ -193,6 +216,7 @@ class Engine:
                     dits=[getattr(self.pipe, d.name) for d in self.model.dits],
                     streamer=self.placement.streamer if self.placement else None, cancel=cancel)
             except BaseException as exc:
+                recorder.close()
                 seconds = time.perf_counter() - start
                 self.bus.publish(RequestFinished(request_id=request_id, seconds=seconds, ok=False,
                                                  error=f"{type(exc).__name__}: {exc}"))
@@ -200,13 +224,21 @@ class Engine:
                 raise
             seconds = time.perf_counter() - start
             peak = run_peak(run, torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None)
+            streamer = self.placement.streamer if self.placement else None
+            profile = recorder.finish(request, run, streamer.observed_bandwidth if streamer else None)
+            if profile is not None and not (cancel is not None and cancel.is_set()):
+                problem = save_quietly(profile)
+                if problem:
+                    self.bus.publish(LogEvent(level="warning", message=problem))
+            check = forecast_check(request_id, forecast, run, peak)
+            self.bus.publish(check)
             self.bus.publish(RequestPhases(request_id=request_id, frames=len(run.frames), latent_shape=run.latent_shape,
                                            phases=dict(run.phases), vae_decode_peak_bytes=run.vae_decode_peak_bytes))
             self.bus.publish(RequestFinished(request_id=request_id, seconds=seconds, ok=True))
             self._set_state(EngineState.READY)
             return GenerateResult(request_id, run.image, seconds, run.steps, peak, frames=run.frames,
                                   is_video=run.is_video, fps=self.fps, latent_shape=run.latent_shape,
-                                  phases=run.phases, vae_decode_peak_bytes=run.vae_decode_peak_bytes)
+                                  phases=run.phases, vae_decode_peak_bytes=run.vae_decode_peak_bytes, check=check)
 
     @property
     def fps(self) -> float | None:

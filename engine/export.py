@@ -17,7 +17,8 @@ from .documents import (
 )
 from .plan import Plan
 
-__all__ = ["PLAN_SCHEMA", "plan_document", "plan_to_dict", "vllm_flags", "vllm_python_call", "vllm_serve_command"]
+__all__ = ["PLAN_SCHEMA", "plan_document", "plan_to_dict", "vllm_flags", "vllm_gaps", "vllm_python_call",
+           "vllm_serve_command"]
 
 
 def vllm_flags(plan: Plan) -> str:
@@ -27,6 +28,33 @@ def vllm_flags(plan: Plan) -> str:
         return ""
     return (f"--dlo-offload-components {shlex.quote(policy.components_json())} "
             f"--dlo-resident-layers {policy.resident_layers}")
+
+
+def vllm_gaps(plan: Plan) -> list[str]:
+    """What the policy chose that vLLM-Omni cannot say; the flags keep the closest spelling."""
+    policy, residency = plan.policy, plan.residency
+    if policy.mode == "resident":
+        return []
+    gaps = []
+    if not residency.is_leading:
+        gaps.append(f"placement 'spread' has no vLLM-Omni spelling: --dlo-resident-layers {policy.resident_layers} "
+                    f"keeps the leading {policy.resident_layers} blocks resident instead of blocks "
+                    f"{_index_ranges(residency.resident_indices)}")
+    if residency.slots > 2:
+        gaps.append(f"a {residency.slots}-slot prefetch ring has no vLLM-Omni spelling: vLLM-Omni prefetches one "
+                    f"block ahead (2 slots)")
+    return gaps
+
+
+def _index_ranges(indices: tuple[int, ...]) -> str:
+    """0,1,2,5,7,8 -> '0-2,5,7-8'."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 def vllm_serve_command(plan: Plan) -> str:
@@ -55,7 +83,8 @@ def plan_document(plan: Plan) -> PlanDocument:
         model=ModelDoc(path=str(plan.model.path), pipeline_class=plan.model.pipeline_class,
                        total_bytes=plan.model.nbytes),
         policy=PolicyDoc(mode=plan.policy.mode, dlo_offload_components=dict(plan.policy.dlo_offload_components),
-                         resident_layers=plan.policy.resident_layers),
+                         resident_layers=plan.policy.resident_layers, placement=plan.policy.placement,
+                         prefetch_slots=plan.policy.prefetch_slots),
         components=[
             ComponentDoc(
                 name=c.info.name, role=c.info.role, library=c.info.library,
@@ -84,7 +113,8 @@ def plan_document(plan: Plan) -> PlanDocument:
             num_streamed_blocks=forecast.num_streamed_blocks,
             num_resident_blocks=forecast.num_resident_blocks,
         ),
-        vllm_omni=VllmOmniDoc(flags=vllm_flags(plan), serve=vllm_serve_command(plan), python=vllm_python_call(plan)),
+        vllm_omni=VllmOmniDoc(flags=vllm_flags(plan), serve=vllm_serve_command(plan), python=vllm_python_call(plan),
+                              exact=not vllm_gaps(plan), gaps=vllm_gaps(plan)),
         notes=list(plan.model.notes),
     )
 

@@ -3,7 +3,8 @@
 A step is timed from the first DiT forward of that step (a forward pre-hook) to the pipeline's
 `callback_on_step_end`, with the compute stream synchronized at both ends so the wall time is the
 device's, not the host's enqueue time (the copy stream runs on: see `sync_compute`). The
-streamer's exposed stall and H2D bytes are taken at the same boundary. Cancellation sets the pipeline's interrupt flag at the next step end.
+streamer's exposed stall and H2D bytes are taken at the same boundary. Cancellation sets the
+pipeline's interrupt flag at the next step end.
 
 The request maps onto the pipeline's own parameter names (`frames` -> `num_frames`, the image file
 -> a PIL image, ...); the result keeps every frame of the first batch item, and where the time went
@@ -109,10 +110,14 @@ class StepClock:
         self.first_forward: float | None = None  # perf_counter at the request's first DiT forward
         self.last_step_end: float | None = None
         self.latent_shape: tuple[int, ...] | None = None
+        self.text_peak: int | None = None  # device allocator peak before the first DiT forward (CUDA)
 
     def on_dit_forward(self, *_: Any, **__: Any) -> None:
         if self.started is None:
             sync_compute(self.device)
+            if self.first_forward is None and self.device.type == "cuda":
+                self.text_peak = torch.cuda.max_memory_allocated(self.device)  # text encoding ends here
+                torch.cuda.reset_peak_memory_stats(self.device)
             if self.streamer is not None:
                 self.streamer.take_step_stats()  # transfers before the loop belong to no step
             self.started = time.perf_counter()
@@ -155,6 +160,7 @@ class RunOutput:
     phases: dict[str, float]
     vae_decode_peak_bytes: int | None
     peak_before_decode: int | None  # device peak reached before the decode reset (CUDA), for the request peak
+    text_peak: int | None = None  # device peak of text encoding (until the first DiT forward; CUDA)
 
     @property
     def image(self) -> Any:
@@ -197,4 +203,5 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
     return RunOutput(frames=frames, is_video=is_video, steps=clock.steps,
                      latent_shape=decode.latent_shape or clock.latent_shape,
                      phases=phase_seconds(call_start, clock.first_forward, clock.last_step_end, decode),
-                     vae_decode_peak_bytes=decode.peak_bytes, peak_before_decode=decode.peak_before_decode)
+                     vae_decode_peak_bytes=decode.peak_bytes, peak_before_decode=decode.peak_before_decode,
+                     text_peak=clock.text_peak)

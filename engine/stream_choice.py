@@ -61,12 +61,14 @@ def largest_streamed(block_bytes: Sequence[int], residency: BlockResidency) -> i
     return max((align_up(b) for b, r in zip(block_bytes, residency.resident, strict=True) if not r), default=0)
 
 
-def evaluate(profile: DitProfile, residency: BlockResidency, bandwidth: float, fixed_bytes: int) -> StreamChoice:
-    """Predicted step time and denoise-phase peak of one residency."""
+def evaluate(profile: DitProfile, residency: BlockResidency, bandwidth: float, fixed_bytes: int,
+             phase_extra: int = 0) -> StreamChoice:
+    """Predicted step time and peak of one residency: the denoise phase, or another phase (text
+    encoding, VAE decode) when its bytes above the weights (`phase_extra`) are larger."""
     forward = replay_forward(profile.compute_s, profile.block_bytes, residency, bandwidth, profile.other_s)
     resident = sum(b for b, r in zip(profile.block_bytes, residency.resident, strict=True) if r)
     slots = residency.slots * largest_streamed(profile.block_bytes, residency)
-    peak = fixed_bytes + resident + slots + profile.activation_bytes
+    peak = fixed_bytes + resident + slots + max(profile.activation_bytes, phase_extra)
     return StreamChoice(residency, forward, forward.seconds * profile.forwards_per_step, peak, resident, slots)
 
 
@@ -83,14 +85,15 @@ def candidates(num_blocks: int, depths: Sequence[int] = RING_DEPTHS) -> Iterator
 
 
 def choose_streaming(profile: DitProfile, bandwidth: float, fixed_bytes: int, budget: int | None,
-                     placements: Sequence[str] = PLACEMENTS) -> tuple[StreamChoice | None, StreamChoice]:
+                     placements: Sequence[str] = PLACEMENTS, phase_extra: int = 0
+                     ) -> tuple[StreamChoice | None, StreamChoice]:
     """(the fastest choice within `budget` or None, the choice with the smallest peak)."""
     best: StreamChoice | None = None
     smallest: StreamChoice | None = None
     for residency in candidates(len(profile.block_bytes)):
         if residency.placement not in placements and residency.num_streamed:
             continue
-        c = evaluate(profile, residency, bandwidth, fixed_bytes)
+        c = evaluate(profile, residency, bandwidth, fixed_bytes, phase_extra)
         if smallest is None or c.peak_bytes < smallest.peak_bytes:
             smallest = c
         if budget is not None and c.peak_bytes > budget:

@@ -139,6 +139,38 @@ class RequestPhases(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ForecastCheck(Event):
+    """Predicted vs measured after a request: device peak (bytes) and median step time (seconds).
+
+    A prediction is None when nothing could predict it (no profile of this model on this device
+    yet); a measurement is None where the device cannot report it (peak on a CPU). `*_source` says
+    where the prediction came from: cached, estimated or unknown."""
+
+    request_id: int
+    predicted_peak: int | None
+    measured_peak: int | None
+    peak_source: str
+    predicted_step_s: float | None
+    measured_step_s: float | None
+    step_source: str
+
+    @staticmethod
+    def error(predicted: float | None, measured: float | None) -> float | None:
+        """(predicted - measured) / measured, or None."""
+        if predicted is None or not measured:
+            return None
+        return (predicted - measured) / measured
+
+    @property
+    def peak_error(self) -> float | None:
+        return self.error(self.predicted_peak, self.measured_peak)
+
+    @property
+    def step_error(self) -> float | None:
+        return self.error(self.predicted_step_s, self.measured_step_s)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TelemetryEvent(Event):
     """A telemetry snapshot (an `offload.telemetry.TelemetrySnapshot`)."""
 

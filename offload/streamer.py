@@ -202,6 +202,8 @@ class LayerwiseStreamer:
         self._h2d_bytes = 0
         self._transfers = 0
         self._resident_bytes = 0
+        self._async_bytes = 0  # resolved asynchronous copies since attach: the link's rate as streamed
+        self._async_seconds = 0.0
 
     # ------------------------------------------------------------------ public API
 
@@ -241,6 +243,12 @@ class LayerwiseStreamer:
     @property
     def largest_block_bytes(self) -> int:
         return max((b.region_nbytes for b in self._streamed), default=0)
+
+    @property
+    def observed_bandwidth(self) -> float | None:
+        """Bytes per second of the block copies resolved so far (None before any): the asynchronous ones
+        on CUDA (a synchronous warm-up copy would understate the link), every copy on a CPU."""
+        return self._async_bytes / self._async_seconds if self._async_seconds > 0 else None
 
     @property
     def slot_bytes(self) -> int:
@@ -590,6 +598,9 @@ class LayerwiseStreamer:
         for m in measured:
             if m.kind == "stall" or m.sync or not self._cuda:
                 self._stall_s += m.seconds
+            if m.kind == "copy" and (not m.sync or not self._cuda) and m.seconds > 0:  # on a CPU all are sync
+                self._async_bytes += m.nbytes
+                self._async_seconds += m.seconds
             if m.kind == "copy":
                 self._bus.publish(
                     StagingEvent(target=m.target, direction="h2d", nbytes=m.nbytes, seconds=m.seconds, sync=m.sync)

@@ -1,0 +1,97 @@
+"""Measure a request's profile while it runs, and check the forecast made before it against it.
+
+Around each request the engine installs a `BlockTimer` on every DiT block (execution order, after
+the streamer's hooks), remembers the device bytes allocated before the call, and afterwards turns
+the step timings, phase peaks and the streamer's copy rate into a `RequestProfile` (saved to the
+cache) and a `ForecastCheck` event: predicted vs measured peak and step time.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..offload.block_timing import BlockTimer
+from ..offload.events import ForecastCheck
+from .plan import Plan
+from .request_forecast import RequestForecast, staged_bytes
+from .request_profile import RequestProfile, RequestSize, device_name, save_profile
+from .runner import GenerateRequest, RunOutput
+
+
+def request_size(request: GenerateRequest) -> RequestSize:
+    return RequestSize(height=request.height, width=request.width, frames=request.frames,
+                       max_sequence_length=request.max_sequence_length, guidance=request.guidance)
+
+
+def plan_blocks(pipe: Any, plan: Plan) -> list[torch.nn.Module]:
+    return [getattr(getattr(pipe, b.dit), b.attr)[b.index] for b in plan.blocks]
+
+
+class ProfileRecorder:
+    """One request's measurement: install before the call, `finish` after it."""
+
+    def __init__(self, pipe: Any, plan: Plan, device: torch.device) -> None:
+        self.plan, self.device = plan, device
+        self.timer = BlockTimer(plan_blocks(pipe, plan), device) if plan.blocks else None
+        self.weights_before = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
+
+    def close(self) -> None:
+        if self.timer is not None:
+            self.timer.remove()
+            self.timer = None
+
+    def finish(self, request: GenerateRequest, run: RunOutput, bandwidth: float | None) -> RequestProfile | None:
+        """The measured profile (None when no step ran); timer removed either way."""
+        timer, self.timer = self.timer, None
+        if timer is None or not run.steps:
+            if timer is not None:
+                timer.remove()
+            return None
+        compute, forwards = timer.take()
+        timer.remove()
+        steps = len(run.steps)
+        per_step = max(1, round(forwards / steps)) if forwards else 1
+        busy = sum(s.wall_s - s.stall_s for s in run.steps) / max(forwards, 1)
+        text = denoise = decode = None
+        base = self.weights_before
+        if base is not None:
+            if run.text_peak is not None:
+                text = max(run.text_peak - base - staged_bytes(self.plan, "encoder"), 0)
+            denoise_peak = run.peak_before_decode if run.vae_decode_peak_bytes is not None else None
+            if denoise_peak is not None:
+                denoise = max(denoise_peak - base, 0)
+            if run.vae_decode_peak_bytes is not None:
+                decode = max(run.vae_decode_peak_bytes - base - staged_bytes(self.plan, "vae"), 0)
+        model = self.plan.model
+        return RequestProfile(
+            model=str(Path(model.path).resolve()), model_bytes=model.nbytes, device=device_name(self.device),
+            size=request_size(request), block_compute_s=compute,
+            other_s=max(busy - sum(compute), 0.0), forwards_per_step=per_step,
+            text_extra_bytes=text, denoise_extra_bytes=denoise, decode_extra_bytes=decode,
+            bandwidth_bytes_per_s=bandwidth, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+
+
+def save_quietly(profile: RequestProfile) -> str | None:
+    """Save to the cache; a cache that cannot be written costs the next plan its figures, nothing more."""
+    try:
+        save_profile(profile)
+    except OSError as exc:
+        return f"profile not cached: {exc}"
+    return None
+
+
+def forecast_check(request_id: int, forecast: RequestForecast | None, run: RunOutput,
+                   peak: int | None) -> ForecastCheck:
+    walls = [s.wall_s for s in run.steps[1:]] or [s.wall_s for s in run.steps]  # the first step warms up
+    return ForecastCheck(
+        request_id=request_id,
+        predicted_peak=forecast.peak_bytes if forecast is not None and forecast.peak_source != "unknown" else None,
+        measured_peak=peak, peak_source=forecast.peak_source if forecast else "unknown",
+        predicted_step_s=forecast.step_s if forecast else None,
+        measured_step_s=statistics.median(walls) if walls else None,
+        step_source=forecast.step_source if forecast else "unknown")
