@@ -25,7 +25,7 @@ from typing import NoReturn
 from ..engine.engine import Engine
 from ..offload.errors import ConfigError
 from ..offload.telemetry import validate_hz
-from .args import policy_from_args, resolve_model_path
+from .args import budget_from_args, policy_from_args, resolve_model_path
 
 
 def build_app(args: argparse.Namespace):
@@ -34,13 +34,19 @@ def build_app(args: argparse.Namespace):
 
     theme_or_error(args.theme)
     policy = policy_from_args(args)  # build-time policy checks: no disk access for a bad flag
+    budget = budget_from_args(args)
     try:
         hz = validate_hz(args.telemetry_hz)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     engine = Engine(resolve_model_path(args.model), variant=args.variant)
     try:
-        engine.make_plan(policy)  # post-discovery checks (DiT names, resident layers > blocks)
+        plan = engine.make_plan(policy)  # post-discovery checks (DiT names, resident layers > blocks)
+        if budget is not None:  # the planner's choice becomes the starting policy; nothing fits: exit 2
+            from ..engine.auto_plan import auto_plan_for
+            from ..engine.request_profile import RequestSize
+
+            policy = auto_plan_for(plan, budget, RequestSize(), engine.device_name).plan.policy
         return OmniConsoleApp(engine, policy, theme=args.theme, telemetry_hz=hz)
     except BaseException:
         engine.close()

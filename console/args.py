@@ -22,5 +22,17 @@ def resolve_model_path(model: Path | None) -> Path:
 
 
 def policy_from_args(args: argparse.Namespace) -> OffloadPolicy:
-    """The build-time-checked policy from `--dlo-offload-components`, `--resident-layers` and `--mode`."""
-    return build_policy(parse_components_json(args.dlo_offload_components), args.resident_layers, args.mode)
+    """The build-time-checked policy from `--dlo-offload-components`, `--resident-layers`, `--mode`,
+    `--placement` and `--prefetch-slots`."""
+    return build_policy(parse_components_json(args.dlo_offload_components), args.resident_layers, args.mode,
+                        getattr(args, "placement", "leading"), getattr(args, "prefetch_slots", 2))
+
+
+def budget_from_args(args: argparse.Namespace) -> int | None:
+    """`--vram-budget` in bytes, or None (checked before anything loads: ConfigError, one line)."""
+    text = getattr(args, "vram_budget", None)
+    if text is None:
+        return None
+    from .size_arg import parse_size
+
+    return parse_size(text)

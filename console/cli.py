@@ -16,7 +16,7 @@ from typing import NoReturn
 
 from ..offload.errors import ConfigError
 from ..offload.telemetry_types import DEFAULT_HZ
-from .args import policy_from_args, resolve_model_path
+from .args import budget_from_args, policy_from_args, resolve_model_path
 
 SUBCOMMANDS = ("console", "plan", "run", "demo-model")
 EXIT_USAGE = 2
@@ -66,7 +66,16 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dlo-offload-components", metavar="JSON",
                         help='per-component policy, e.g. \'{"text_encoder": false, "default": true}\'')
     parser.add_argument("--resident-layers", type=int, default=0, metavar="N",
-                        help="leading DiT blocks kept on the device (0..number of blocks)")
+                        help="DiT blocks kept on the device (0..number of blocks); the leading ones unless "
+                             "--placement spread")
+    parser.add_argument("--placement", choices=("leading", "spread"), default="leading",
+                        help="which blocks stay resident: leading (vLLM-Omni's resident_layers, default) or "
+                             "spread evenly between the streamed ones")
+    parser.add_argument("--prefetch-slots", type=int, default=2, metavar="K",
+                        help="device slots of the streaming ring (>= 2, default 2): copies run K-1 blocks ahead")
+    parser.add_argument("--vram-budget", metavar="SIZE",
+                        help="choose encoder/VAE residency, resident blocks, placement and K for the fastest "
+                             "predicted step within SIZE (e.g. 24GB, 24GiB); overrides the three flags above")
     parser.add_argument("--mode", choices=("dlo", "resident"), default="dlo",
                         help="dlo: stream DiT blocks (default); resident: no offload (baseline)")
 
@@ -92,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
                                       "tab-separated rows (a header row per table, every value complete).")
     _policy_flags(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON (schema omni-console.plan/1)")
+    for name in ("--height", "--width", "--frames", "--max-sequence-length"):
+        plan.add_argument(name, type=int, default=None, help="request size the forecast is for (default: the "
+                                                              "pipeline's)" if name == "--height" else None)
+    plan.add_argument("--guidance", type=float, default=None)
+    plan.add_argument("--device", default=None, help="device the forecast is for (default: cuda if available)")
 
     run = sub.add_parser("run", help="load, generate one image or video and report, without the UI")
     _policy_flags(run)
@@ -140,15 +154,28 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ..engine.discovery import discover_model
     from ..engine.export import plan_to_dict
     from ..engine.plan import make_plan
+    from ..engine.request_forecast import forecast_for
+    from ..engine.request_profile import RequestSize, device_name_for_plan
 
     policy = policy_from_args(args)  # build-time checks first: no disk access for a bad flag
+    budget = budget_from_args(args)
+    size = RequestSize(height=args.height, width=args.width, frames=args.frames,
+                       max_sequence_length=args.max_sequence_length, guidance=args.guidance)
     plan = make_plan(discover_model(resolve_model_path(args.model), args.variant), policy)
+    device = device_name_for_plan(args.device)
+    reasons: list[str] = []
+    if budget is not None:
+        from ..engine.auto_plan import auto_plan_for
+
+        auto = auto_plan_for(plan, budget, size, device)
+        plan, reasons = auto.plan, auto.reasons
+    forecast = forecast_for(plan, size, device)
     if args.json:
-        print(json.dumps(plan_to_dict(plan), indent=2))
+        print(json.dumps(plan_to_dict(plan, forecast, device, budget, reasons), indent=2))
     else:
         from .plan_view import render_plan
 
-        render_plan(plan)
+        render_plan(plan, forecast=forecast, reasons=reasons)
     return 0
 
 

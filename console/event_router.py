@@ -26,6 +26,7 @@ from ..offload.events import (
     EngineStateChanged,
     ErrorEvent,
     Event,
+    ForecastCheck,
     LoadProgress,
     LogEvent,
     OomRetry,
@@ -63,6 +64,8 @@ class LiveView(Protocol):
     def show_step_progress(self, step: StepTiming) -> None: ...
     def set_generation(self, text: str, done: int | None = None, total: int | None = None) -> None: ...
     def show_phases(self, event: RequestPhases) -> None: ...
+
+    def show_check(self, event: ForecastCheck) -> None: ...
     def refresh_residency(self) -> None: ...
 
 
@@ -167,6 +170,9 @@ class EventRouter:
         elif isinstance(event, RequestPhases):
             if live is not None:
                 live.show_phases(event)  # once per request: applied at once, not batched
+        elif isinstance(event, ForecastCheck):
+            if live is not None:
+                live.show_check(event)
         elif isinstance(event, RequestFinished) and not event.ok:
             self._set_generation(f"request {event.request_id} failed: {event.error}")
         elif isinstance(event, EngineStateChanged):

@@ -14,6 +14,7 @@ from ..offload.events import (
     EngineStateChanged,
     ErrorEvent,
     Event,
+    ForecastCheck,
     LoadProgress,
     LogEvent,
     OomRetry,
@@ -132,3 +133,22 @@ def one_line(text: str) -> str:
     """The first line of a message (stderr progress is one line per event)."""
     lines = str(text).strip().splitlines()
     return lines[0] if lines else ""
+
+
+def forecast_check_text(check: ForecastCheck) -> str:
+    """Predicted vs measured after a request, in one line: step time, then peak."""
+
+    def part(name: str, predicted: str | None, measured: str | None, error: float | None, source: str) -> str:
+        if measured is None:
+            return f"{name}: not measurable here"
+        if predicted is None:
+            return f"{name} {measured} (no forecast yet; cached for the next request)"
+        return f"{name} {predicted} predicted vs {measured} ({error * 100:+.1f}%, {source})"
+
+    step = part("step", f"{check.predicted_step_s:.3f} s" if check.predicted_step_s is not None else None,
+                f"{check.measured_step_s:.3f} s" if check.measured_step_s is not None else None,
+                check.step_error, check.step_source)
+    peak = part("peak", format_bytes(check.predicted_peak) if check.predicted_peak is not None else None,
+                format_bytes(check.measured_peak) if check.measured_peak is not None else None,
+                check.peak_error, check.peak_source)
+    return f"forecast · {step} · {peak}"

@@ -13,7 +13,7 @@ import argparse
 import json
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from rich.table import Table
 from ..engine.device_choice import parse_device
 from ..engine.engine import Engine
 from ..engine.outputs import DEFAULT_FPS, check_output_place, write_notes, write_result
+from ..engine.profiler import request_size
 from ..engine.runner import GenerateRequest
 from ..offload.errors import ConfigError
 from ..offload.events import (
@@ -32,7 +33,7 @@ from ..offload.events import (
 from ..offload.policy import OffloadPolicy
 from ..offload.telemetry import TelemetrySampler, default_sources, validate_hz
 from ..offload.units import format_bytes, format_rate, format_seconds
-from .args import policy_from_args, resolve_model_path
+from .args import budget_from_args, policy_from_args, resolve_model_path
 from .event_text import PHASE_LABELS, progress_line
 from .event_text import one_line as _one_line
 from .interrupts import Interrupted, InterruptGuard
@@ -79,14 +80,17 @@ class RunFlags:
     """The `run` flags that need no model, checked."""
 
     policy: OffloadPolicy
+    budget: int | None
     telemetry_hz: float
     device: torch.device | None
     options: OptionFlags  # --param values and --fps
+    reasons: list[str] = field(default_factory=list)  # --vram-budget's decisions, one line each
 
 
 def check_run_flags(args: argparse.Namespace) -> RunFlags:
     """Everything about `run` that can be refused without reading the model (ConfigError, one line)."""
     policy = policy_from_args(args)
+    budget = budget_from_args(args)
     try:
         hz = validate_hz(args.telemetry_hz)
     except ValueError as exc:
@@ -94,7 +98,7 @@ def check_run_flags(args: argparse.Namespace) -> RunFlags:
     device = parse_device(args.device)
     options = parse_option_flags(args)
     check_output_place(args.output)  # which files it writes depends on the model: checked after discovery
-    return RunFlags(policy, hz, device, options)
+    return RunFlags(policy, budget, hz, device, options)
 
 
 def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) -> int:
@@ -112,6 +116,16 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
                                   negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,
                                   image=args.image, params=flags.options.params)
         run = checked_request(engine.model, request, flags.options, args.output, overwrite=args.overwrite)
+        if flags.budget is not None:  # before load: nothing fits is one line and exit 2
+            from ..engine.auto_plan import auto_plan_for
+
+            auto = auto_plan_for(plan, flags.budget, request_size(run.request), engine.device_name)
+            plan = auto.plan
+            flags = replace(flags, policy=plan.policy)
+            flags.reasons.extend(auto.reasons)
+            if not args.json:
+                for line in auto.reasons:
+                    Console(stderr=True).print(f"--vram-budget: {line}", markup=False, highlight=False)
         guard.check()
         return _load_generate_report(args, flags, engine, plan, run, guard)
     finally:
@@ -178,6 +192,8 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         "latent_shape": list(result.latent_shape) if result.latent_shape is not None else None,
         "phases": dict(result.phases),
         "vae_decode_peak_bytes": result.vae_decode_peak_bytes,
+        "forecast_check": _check_doc(result.check),
+        "auto_plan": {"budget_bytes": flags.budget, "reasons": flags.reasons} if flags.budget is not None else None,
         "notes": notes,
         **totals.summary(),
         "events_dropped": progress.sub.dropped,
@@ -188,6 +204,15 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
     else:
         _print_report(report, Console())
     return 0
+
+
+def _check_doc(check: Any) -> dict[str, Any] | None:
+    if check is None:
+        return None
+    return {"predicted_peak_bytes": check.predicted_peak, "measured_peak_bytes": check.measured_peak,
+            "peak_error": check.peak_error, "peak_source": check.peak_source,
+            "predicted_step_s": check.predicted_step_s, "measured_step_s": check.measured_step_s,
+            "step_error": check.step_error, "step_source": check.step_source}
 
 
 def _fail(err: Console, line: str) -> None:
@@ -248,6 +273,17 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
     table.add_row("host→device bytes", format_bytes(st["h2d_bytes"]))
     table.add_row("host→device bandwidth (mean)", format_rate(st["h2d_bytes_per_s"]))
     table.add_row("peak allocated (torch)", format_bytes(r["peak_allocated_bytes"]))
+    check = r.get("forecast_check")
+    if check:
+        for name, unit in (("step", "s"), ("peak", "bytes")):
+            predicted, measured = check[f"predicted_{name}_s" if unit == "s" else f"predicted_{name}_bytes"], \
+                check[f"measured_{name}_s" if unit == "s" else f"measured_{name}_bytes"]
+            error = check[f"{name}_error"]
+            shown = (lambda v: f"{v:.3f} s") if unit == "s" else format_bytes
+            text = "no forecast yet (cached for the next run)" if predicted is None else (
+                f"{shown(predicted)} vs {shown(measured)} ({error * 100:+.1f}%, {check[f'{name}_source']})"
+                if measured is not None and error is not None else f"{shown(predicted)} (not measurable here)")
+            table.add_row(f"forecast {name}: predicted vs measured", text)
     table.add_row("cache decisions", f"{r['cache_decisions_total']} ({r['cache_releases']} releases)")
     t = r["telemetry"]
     table.add_row("telemetry samples", str(t["samples"]))

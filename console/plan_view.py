@@ -27,8 +27,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..engine.export import vllm_flags, vllm_python_call, vllm_serve_command
+from ..engine.export import vllm_flags, vllm_gaps, vllm_python_call, vllm_serve_command
 from ..engine.plan import ComponentPlan, Plan
+from ..engine.request_forecast import RequestForecast
 from ..offload.units import format_bytes
 
 RESIDENCY_STYLE = {"streamed": "cyan", "staged": "yellow", "resident": "green", "none": "dim"}
@@ -101,6 +102,10 @@ def forecast_sheet(plan: Plan) -> Sheet:
         ("pinned host memory", format_bytes(f.pinned_host_bytes)),
         (f"streamed per DiT forward ({f.num_streamed_blocks} blocks)", format_bytes(f.streamed_bytes_per_forward)),
     ]
+    r = plan.residency
+    if f.num_streamed_blocks:
+        rows.append((f"resident DiT blocks ({r.placement})", f"{r.num_resident} of {r.num_blocks}"))
+        rows.append(("prefetch ring", f"{f.streaming_slots} slots"))
     caption = (f"peak = resident + {f.streaming_slots} × largest streamed block "
                f"({format_bytes(f.largest_streamed_block_bytes)})"
                f" + largest staged component ({format_bytes(f.largest_staged_bytes)})")
@@ -108,13 +113,31 @@ def forecast_sheet(plan: Plan) -> Sheet:
                  show_header=False, caption=caption)
 
 
+def request_sheet(forecast: RequestForecast) -> Sheet:
+    """The whole request's forecast, each figure with where it came from."""
+    step = f"{forecast.step_s:.3f} s" if forecast.step_s is not None else "not measured yet"
+    rows = [
+        (f"device peak ({forecast.peak_phase.replace('_', ' ')})", format_bytes(forecast.peak_bytes),
+         forecast.peak_source),
+        ("step time", step, forecast.step_source),
+    ]
+    if forecast.floor_s is not None:
+        rows.append(("step floor: max(compute, transfer)", f"{forecast.floor_s:.3f} s", forecast.step_source))
+    if forecast.bandwidth:
+        rows.append(("host→device link", f"{forecast.bandwidth / 1e9:.1f} GB/s", forecast.bandwidth_source))
+    caption = "; ".join(forecast.notes) or None
+    return Sheet(f"request forecast ({forecast.size.label()})", ("figure", "value", "source"), rows,
+                 right=frozenset({"value"}), caption=caption)
+
+
 def vllm_lines(plan: Plan) -> list[str]:
-    """The vLLM-Omni equivalent of the chosen policy, one labelled line each."""
+    """The vLLM-Omni equivalent of the chosen policy, one labelled line each, then what it cannot say."""
     if plan.policy.mode == "resident":
         first = "mode=resident: no offload (baseline); vLLM-Omni without DLO flags"
     else:
         first = f"flags: {vllm_flags(plan)}"
-    return [first, f"serve: {vllm_serve_command(plan)}", f"python: {vllm_python_call(plan)}"]
+    return [first, f"serve: {vllm_serve_command(plan)}", f"python: {vllm_python_call(plan)}",
+            *(f"note: {gap}" for gap in vllm_gaps(plan))]
 
 
 SHORT_CELL = 10
@@ -172,7 +195,7 @@ def tsv_rows(sheet: Sheet) -> list[str]:
     return ["\t".join(_plain(cell) for cell in row) for row in (sheet.header, *sheet.rows)]
 
 
-def plan_text(plan: Plan) -> str:
+def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Sequence[str] = ()) -> str:
     """The whole plan as plain lines for a pipe or a file (see the module docstring)."""
     sections: list[Sequence[str]] = [[_plain(f"model: {plan.model.path} ({plan.model.pipeline_class})")],
                                      tsv_rows(component_sheet(plan))]
@@ -184,15 +207,23 @@ def plan_text(plan: Plan) -> str:
     forecast = forecast_sheet(plan)
     sections.append(tsv_rows(forecast))
     sections.append([_plain(forecast.caption or "")])  # its own paragraph: a table section is rows only
+    if request is not None:
+        sheet = request_sheet(request)
+        sections.append(tsv_rows(sheet))
+        if sheet.caption:
+            sections.append([_plain(sheet.caption)])
+    if reasons:
+        sections.append(["auto-plan (--vram-budget)", *(_plain(line) for line in reasons)])
     sections.append(["vLLM-Omni equivalent", *(_plain(line) for line in vllm_lines(plan))])
     return "\n\n".join("\n".join(lines) for lines in sections) + "\n"
 
 
-def render_plan(plan: Plan, console: Console | None = None) -> None:
+def render_plan(plan: Plan, console: Console | None = None, forecast: RequestForecast | None = None,
+                reasons: Sequence[str] = ()) -> None:
     """Rich tables on a terminal; plain tab-separated rows when the output is a pipe or a file."""
     console = console or Console()
     if not console.is_terminal:
-        console.file.write(plan_text(plan))
+        console.file.write(plan_text(plan, forecast, reasons))
         console.file.flush()
         return
     console.print(component_table(plan, console.width))
@@ -202,5 +233,9 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
     if blocks is not None:
         console.print(blocks)
     console.print(forecast_table(plan, console.width))
+    if forecast is not None:
+        console.print(rich_table(request_sheet(forecast), console.width))
+    if reasons:
+        console.print(Panel(Group(*(Text(line) for line in reasons)), title="--vram-budget", expand=False))
     lines = [Text("vLLM-Omni equivalent", style="bold"), *(Text(line) for line in vllm_lines(plan))]
     console.print(Panel(Group(*lines), expand=False))

@@ -56,6 +56,24 @@ class TelemetryPeaks(Document):
     final: list[str] = Field(description="the last telemetry sample as report lines")
 
 
+class ForecastCheckReport(Document):
+    """The forecast made before the request vs what it measured (errors as (predicted - measured) / measured)."""
+
+    predicted_peak_bytes: int | None
+    measured_peak_bytes: int | None
+    peak_error: float | None
+    peak_source: str = Field(description="cached / estimated / unknown (no prediction)")
+    predicted_step_s: float | None
+    measured_step_s: float | None = Field(description="median step after the first")
+    step_error: float | None
+    step_source: str
+
+
+class AutoPlanReport(Document):
+    budget_bytes: int = Field(ge=1)
+    reasons: list[str] = Field(description="one line per decision --vram-budget took")
+
+
 class RunReport(Document):
     """`omni-console run --json`: what the load and the request cost, and what was written."""
 
@@ -78,6 +96,8 @@ class RunReport(Document):
     fps: float | None = Field(description="frame rate written (videos only)")
     fps_source: Literal["--fps", "pipeline", "default"] | None
     latent_shape: list[int] | None
+    forecast_check: ForecastCheckReport | None = Field(None, description="predicted vs measured peak and step")
+    auto_plan: AutoPlanReport | None = Field(None, description="present with --vram-budget")
     phases: dict[str, float] = Field(description="seconds by phase: text_encoding, denoise, vae_decode")
     vae_decode_peak_bytes: int | None
     notes: list[str]

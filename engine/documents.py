@@ -87,6 +87,36 @@ class ForecastDoc(Document):
     largest_staged_bytes: int = Field(ge=0)
     num_streamed_blocks: int = Field(ge=0)
     num_resident_blocks: int = Field(ge=0)
+    streaming_slots: int = Field(0, ge=0, description="device slots of the streaming ring (k)")
+    resident_block_indices: list[int] = Field(default_factory=list,
+                                              description="resident DiT blocks, execution order (0-based)")
+    placement: Literal["leading", "spread"] = "leading"
+
+
+class RequestForecastDoc(Document):
+    """The whole request before load: device peak and step time, each with where it came from."""
+
+    device: str = Field(description="device name the forecast is for (the profile cache key)")
+    size: dict[str, int | float | None] = Field(description="height, width, frames, max_sequence_length, guidance")
+    peak_bytes: int = Field(ge=0, description="the largest phase: weights on the device + that phase's extra")
+    peak_phase: str = Field(description="text_encoding, denoise or vae_decode")
+    peak_source: Literal["measured", "cached", "estimated", "unknown"] = Field(
+        description="cached: measured by an earlier request of this size; estimated: scaled from another size; "
+                    "unknown: weights only, activations not measured yet")
+    phase_peaks: dict[str, int]
+    step_seconds: float | None = Field(description="predicted denoise step (null: nothing measured yet)")
+    step_floor_seconds: float | None = Field(description="max(compute, streamed bytes / link rate) per step")
+    step_source: Literal["measured", "cached", "estimated", "unknown"]
+    bandwidth_bytes_per_s: float | None
+    bandwidth_source: Literal["measured", "cached", "estimated", "unknown"]
+    notes: list[str]
+
+
+class AutoPlanDoc(Document):
+    """`--vram-budget`: the budget and one line per decision the planner took."""
+
+    budget_bytes: int = Field(ge=1)
+    reasons: list[str]
 
 
 class VllmOmniDoc(Document):
@@ -111,3 +141,5 @@ class PlanDocument(Document):
     forecast: ForecastDoc
     vllm_omni: VllmOmniDoc
     notes: list[str] = Field(description="files discovery ignored on purpose (code, pickles), one line each")
+    request_forecast: RequestForecastDoc | None = Field(None, description="peak and step time of a request")
+    auto_plan: AutoPlanDoc | None = Field(None, description="present with --vram-budget")

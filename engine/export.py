@@ -7,15 +7,18 @@ from typing import Any
 
 from .documents import (
     PLAN_SCHEMA,
+    AutoPlanDoc,
     BlockListDoc,
     ComponentDoc,
     ForecastDoc,
     ModelDoc,
     PlanDocument,
     PolicyDoc,
+    RequestForecastDoc,
     VllmOmniDoc,
 )
 from .plan import Plan
+from .request_forecast import RequestForecast
 
 __all__ = ["PLAN_SCHEMA", "plan_document", "plan_to_dict", "vllm_flags", "vllm_gaps", "vllm_python_call",
            "vllm_serve_command"]
@@ -76,9 +79,19 @@ def vllm_python_call(plan: Plan) -> str:
             f"dlo_offload_components={{{comps}}})")
 
 
-def plan_document(plan: Plan) -> PlanDocument:
+def request_forecast_doc(forecast: RequestForecast, device: str) -> RequestForecastDoc:
+    return RequestForecastDoc(
+        device=device, size=forecast.size.model_dump(), peak_bytes=forecast.peak_bytes, peak_phase=forecast.peak_phase,
+        peak_source=forecast.peak_source, phase_peaks=dict(forecast.phase_peaks), step_seconds=forecast.step_s,
+        step_floor_seconds=forecast.floor_s, step_source=forecast.step_source,
+        bandwidth_bytes_per_s=forecast.bandwidth, bandwidth_source=forecast.bandwidth_source,
+        notes=list(forecast.notes))
+
+
+def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: str = "",
+                  budget: int | None = None, reasons: list[str] | None = None) -> PlanDocument:
     """The `plan --json` document (schema `omni-console.plan/1`; the fields are described in engine/documents.py)."""
-    forecast = plan.forecast
+    request, forecast = forecast, plan.forecast
     return PlanDocument(
         model=ModelDoc(path=str(plan.model.path), pipeline_class=plan.model.pipeline_class,
                        total_bytes=plan.model.nbytes),
@@ -112,13 +125,19 @@ def plan_document(plan: Plan) -> PlanDocument:
             largest_staged_bytes=forecast.largest_staged_bytes,
             num_streamed_blocks=forecast.num_streamed_blocks,
             num_resident_blocks=forecast.num_resident_blocks,
+            streaming_slots=forecast.streaming_slots,
+            resident_block_indices=list(plan.residency.resident_indices),
+            placement=plan.residency.placement,
         ),
         vllm_omni=VllmOmniDoc(flags=vllm_flags(plan), serve=vllm_serve_command(plan), python=vllm_python_call(plan),
                               exact=not vllm_gaps(plan), gaps=vllm_gaps(plan)),
         notes=list(plan.model.notes),
+        request_forecast=request_forecast_doc(request, device) if request is not None else None,
+        auto_plan=AutoPlanDoc(budget_bytes=budget, reasons=list(reasons or [])) if budget is not None else None,
     )
 
 
-def plan_to_dict(plan: Plan) -> dict[str, Any]:
+def plan_to_dict(plan: Plan, forecast: RequestForecast | None = None, device: str = "",
+                 budget: int | None = None, reasons: list[str] | None = None) -> dict[str, Any]:
     """The `plan --json` document as printed (JSON types, keys as in the schema)."""
-    return plan_document(plan).to_json_dict()
+    return plan_document(plan, forecast, device, budget, reasons).to_json_dict()

@@ -119,3 +119,22 @@ def save_profile(profile: RequestProfile) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def device_name_for_plan(device: str | None) -> str:
+    """The profile key's device name without initialising CUDA (`plan` stays quick): NVML's name of
+    the GPU `device` names (default GPU 0), or "cpu" when it is a CPU or no NVIDIA driver answers."""
+    if device is not None and not device.startswith("cuda"):
+        return "cpu"
+    index = int(device.split(":")[1]) if device and ":" in device else 0
+    try:
+        import pynvml  # nvidia-ml-py
+
+        pynvml.nvmlInit()
+        try:
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no driver, no GPU, no library: a CPU plan
+        return "cpu"
+    return name.decode() if isinstance(name, bytes) else str(name)

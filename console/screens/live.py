@@ -19,8 +19,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, ProgressBar, Static
 
 from ...engine.plan import Plan
-from ...offload.events import Event, RequestPhases, StepTiming
+from ...offload.events import Event, ForecastCheck, RequestPhases, StepTiming
 from ...offload.telemetry import TelemetrySnapshot
+from ..event_text import forecast_check_text
 from ..widgets import AllocatorPanel, HostPanel, ResidencyPanel, StagingLog, StepTimings
 from ..widgets.key_numbers import KeyNumbers
 from ..widgets.plan_policy import PolicyPanel
@@ -158,6 +159,10 @@ class LiveScreen(Screen[None]):
     def show_phases(self, event: RequestPhases) -> None:
         """A request ended: frames, latent size, text encoding / denoise / VAE decode times."""
         self.phases.show_phases(event)
+
+    def show_check(self, event: ForecastCheck) -> None:
+        """A request ended: its forecast (made before it) against what it measured, in the step panel."""
+        self.steps.show_check(forecast_check_text(event))
 
     def add_steps(self, steps: list[StepTiming]) -> None:
         self.steps.add_steps(steps)

@@ -74,10 +74,12 @@ class StepTimings(Vertical):
         self._max_rows = max_rows
         self.on_cpu = on_cpu
         self._row_keys: deque = deque()
+        self.check_text = ""
         self.border_title = "step timings"
 
     def compose(self) -> ComposeResult:
         yield Static(summarize([], on_cpu=self.on_cpu), classes="summary", markup=False)
+        yield Static("", classes="forecast-check", markup=False)
         with Horizontal(id="wall-row"):
             yield Static("wall s/step", classes="spark-label")
             yield ZeroSparkline([], id="wall-spark")
@@ -90,6 +92,7 @@ class StepTimings(Vertical):
 
     def on_mount(self) -> None:
         self._redraw()
+        set_text(self.query_one(".forecast-check", Static), self.check_text)
 
     def add_step(self, step: StepTiming) -> None:
         """Append one step (oldest table rows and history points fall off when full)."""
@@ -110,9 +113,16 @@ class StepTimings(Vertical):
         table.move_cursor(row=table.row_count - 1, animate=False)
         self._refresh_summary()
 
+    def show_check(self, text: str) -> None:
+        """The last request's predicted vs measured line (step time and peak)."""
+        self.check_text = text
+        if self.is_mounted:
+            set_text(self.query_one(".forecast-check", Static), text)
+
     def reset(self) -> None:
         """Forget every step (a new model or a new run)."""
         self.steps.clear()
+        self.check_text = ""
         if self.is_mounted:
             self._redraw()
 
