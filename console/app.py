@@ -42,6 +42,7 @@ from textual.timer import Timer
 from ..engine.engine import Engine
 from ..engine.export import vllm_serve_command
 from ..engine.plan import Plan
+from ..engine.request_profile import RequestSize
 from ..engine.worker import EngineWorker
 from ..offload.errors import ConfigError
 from ..offload.policy import OffloadPolicy
@@ -146,6 +147,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         self.bandwidth_source = "given" if bandwidth else ""
         self.out_dir = Path(out_dir) if out_dir is not None else DEFAULT_OUT_DIR
         self.prompt = prompt
+        self.request_size = RequestSize()  # the size the plan screen's forecast is for: the last request's
         self.save_partial = save_partial
         self.exit_code = 0
         self.phase: Phase = "plan"
@@ -263,7 +265,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Which of the app's actions the screens' keys may run now (None: shown greyed)."""
-        if action in ("edit", "load"):
+        if action in ("edit", "load", "budget"):
             return True if self.phase == "plan" else None
         if action == "cancel" and self.screen is self.plan_screen:
             return self.phase != "plan"  # esc is offered on the plan screen only while a load runs
@@ -364,7 +366,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
     def on_command_done(self, message: CommandDone) -> None:
         self.drain_events()  # everything the command published, before its outcome
         handler = {"load": self._load_done, "unload": self._unload_done, "generate": self._generate_done,
-                   "bandwidth": self._bandwidth_done}[message.kind]
+                   "bandwidth": self._bandwidth_done, "budget": self._budget_done}[message.kind]
         try:
             handler(message)
         finally:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..engine.request_forecast import RequestForecast
+from ..offload.units import format_bytes
 from .command_done import CommandDone
 from .plan_context import LinkInfo, header_text, link_info
 from .screens import PlanScreen
+from .screens.budget import BudgetDialog
 
 if TYPE_CHECKING:
     from .app import OmniConsoleApp
@@ -31,6 +34,32 @@ class PlanCommands:
         self.say(applied.message, applied.severity, timeout=2 if applied.kept else None)
         return applied.kept
 
+    def action_budget(self: OmniConsoleApp) -> None:
+        """b: ask for a VRAM budget, then let the planner choose the policy (off the UI thread)."""
+        if self.phase != "plan":
+            self.say("the policy is read-only while the model is loaded or loading (u unloads)", "warning")
+            return
+        self.push_screen(BudgetDialog(), self._plan_for_budget)
+
+    def _plan_for_budget(self: OmniConsoleApp, budget: int | None) -> None:
+        if budget is None:
+            return
+        from ..engine.auto_plan import auto_plan_for
+
+        plan, size, bandwidth = self.plan, self.request_size, self.bandwidth
+        future = self.worker.call(lambda engine: auto_plan_for(plan, budget, size, engine.device_name, bandwidth))
+        self.say(f"planning for {format_bytes(budget)}…", timeout=2)
+        future.add_done_callback(lambda f: self._post_from_worker(CommandDone("budget", f)))
+
+    def _budget_done(self: OmniConsoleApp, message: CommandDone) -> None:
+        exc = message.future.exception()
+        if exc is not None:
+            self.say(str(exc), "error")
+            return
+        auto = message.future.result()
+        if self.action_edit("policy", auto.plan.policy):
+            self.say("\n".join([f"VRAM budget {format_bytes(auto.budget)}:", *auto.reasons]), timeout=12)
+
     def on_plan_screen_edit_selected(self: OmniConsoleApp, message: PlanScreen.EditSelected) -> None:
         self.action_edit(message.what, message.name)
 
@@ -42,11 +71,17 @@ class PlanCommands:
         return link_info(self.device_info, self.snapshot, self.bandwidth, self.bandwidth_source,
                          self.router.observed.rate)
 
+    def request_forecast(self: OmniConsoleApp) -> RequestForecast | None:
+        """The whole request's forecast for the plan on screen, at the last request's size (reads the small
+        profile cache; never the device)."""
+        return self.engine.forecast(self.request_size, plan=self.plan, probe_bandwidth=self.bandwidth)
+
     def refresh_plan_views(self: OmniConsoleApp) -> None:
         """Re-render the plan screen (table, policy JSON, forecast, header) for the current policy."""
         link = self.link_info()
         self._link_shown = (link, self.plan.policy, self.snapshot)
-        self.plan_screen.show_plan(self.plan, link, header_text(self.engine.model, self.device_info, self.snapshot))
+        self.plan_screen.show_plan(self.plan, link, header_text(self.engine.model, self.device_info, self.snapshot),
+                                   self.request_forecast())
 
     def _refresh_link(self: OmniConsoleApp) -> None:
         """After a telemetry sample: re-render forecast and header only when what they show changed."""
@@ -55,7 +90,7 @@ class PlanCommands:
         shown = (link, self.plan.policy, header)
         if shown != self._link_shown:
             self._link_shown = shown
-            self.plan_screen.show_link(self.plan, link, header)
+            self.plan_screen.show_link(self.plan, link, header, self.request_forecast())
 
     def _bandwidth_done(self: OmniConsoleApp, message: CommandDone) -> None:
         exc = message.future.exception()
@@ -63,6 +98,6 @@ class PlanCommands:
             self.say(f"host→device bandwidth not measured: {exc}", "warning")
             return
         self.bandwidth = float(message.future.result())
-        self.bandwidth_source = "measured: 256 MiB pinned copy"
+        self.bandwidth_source = "measured: best of 4 pinned 256 MiB copies"
         if self.phase == "plan":
             self.refresh_plan_views()

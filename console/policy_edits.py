@@ -89,7 +89,31 @@ def change_resident_layers(model: ModelInfo, policy: OffloadPolicy, delta: int) 
     if n == policy.resident_layers:
         bound = "0" if delta < 0 else f"{limit} (every DiT block)"
         return Edit(None, f"resident layers already at {bound}")
-    return Edit(policy.with_resident_layers(n), f"resident leading DiT layers: {n} of {limit}")
+    which = "leading" if policy.placement == "leading" else "spread"
+    return Edit(policy.with_resident_layers(n), f"resident DiT layers ({which}): {n} of {limit}")
+
+
+def toggle_placement(policy: OffloadPolicy) -> Edit:
+    """leading (vLLM-Omni's resident_layers) ⇄ spread (resident blocks between the streamed ones)."""
+    if policy.mode == "resident":
+        return Edit(None, RESIDENT_MODE_REFUSAL)
+    new = "spread" if policy.placement == "leading" else "leading"
+    words = {"leading": "leading: the first N blocks stay resident (vLLM-Omni's resident_layers)",
+             "spread": "spread: resident blocks between the streamed ones (no vLLM-Omni spelling)"}
+    return Edit(policy.with_streaming(new, policy.prefetch_slots), f"placement {words[new]}")
+
+
+MAX_PREFETCH_SLOTS = 32
+
+
+def change_prefetch_slots(policy: OffloadPolicy, delta: int) -> Edit:
+    """Ring depth k by `delta`, clamped to 2..MAX_PREFETCH_SLOTS (the plan uses at most the streamed blocks)."""
+    if policy.mode == "resident":
+        return Edit(None, RESIDENT_MODE_REFUSAL)
+    k = min(max(policy.prefetch_slots + delta, 2), MAX_PREFETCH_SLOTS)
+    if k == policy.prefetch_slots:
+        return Edit(None, f"prefetch slots already at {k} ({'the least' if delta < 0 else 'the most'})")
+    return Edit(policy.with_streaming(policy.placement, k), f"prefetch ring: {k} slots, copies run {k - 1} ahead")
 
 
 def switch_mode(policy: OffloadPolicy, stash: OffloadPolicy | None) -> tuple[Edit, OffloadPolicy | None]:
@@ -132,7 +156,8 @@ class PolicyEditor:
         return self.plan
 
     def edit(self, what: str, value: object = None) -> Applied:
-        """`toggle`/`clear` a component (`value` names it), flip the `default`, move `layers` by `value`, or `mode`."""
+        """`toggle`/`clear` a component (`value` names it), flip the `default`, move `layers` or `slots` by
+        `value`, flip `placement`, switch `mode`, or take a whole `policy` (the VRAM-budget choice)."""
         if what == "mode":
             edit, stash = switch_mode(self.policy, self._mode_stash)
             applied = self._apply(edit)
@@ -144,6 +169,9 @@ class PolicyEditor:
             "clear": lambda: clear_component(self.model, self.policy, str(value)),
             "default": lambda: toggle_default(self.policy),
             "layers": lambda: change_resident_layers(self.model, self.policy, int(value)),  # type: ignore[call-overload]
+            "placement": lambda: toggle_placement(self.policy),
+            "slots": lambda: change_prefetch_slots(self.policy, int(value)),  # type: ignore[call-overload]
+            "policy": lambda: Edit(value, "policy chosen for the VRAM budget"),  # type: ignore[arg-type]
         }
         return self._apply(edits[what]())
 

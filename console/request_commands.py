@@ -12,6 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..engine.profiler import request_size
 from ..engine.runner import GenerateRequest
 from . import request_outcome
 from .command_done import CommandDone
@@ -44,6 +45,7 @@ class RequestCommands:
         if request is None or self.phase != "live" or self.generating:
             return None
         self.prompt = request.prompt
+        self.request_size = request_size(request)
         self.generating = True
         self.router.request_id = None
         if self.live_screen is not None:

@@ -17,6 +17,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Log, Static
 
 from ...engine.plan import Plan
+from ...engine.request_forecast import RequestForecast
 from ...offload.events import LoadProgress
 from ..plan_context import LinkInfo
 from ..widgets.load_progress import LoadProgressPanel
@@ -26,6 +27,7 @@ from ..widgets.plan_policy import PolicyPanel
 from ..widgets.plan_table import ComponentTable
 
 LAYERS = Binding.Group("layers")
+SLOTS = Binding.Group("slots")
 """+ and - share one footer entry (`+ - layers`), so the footer fits 80 columns."""
 SELECTION_EDITS = {"toggle", "clear_entry"}
 """The screen's own edit actions: they need the selected row, so they are not app actions."""
@@ -49,6 +51,14 @@ class PlanScreen(Screen[None]):
         Binding("minus", "app.edit('layers', -1)", "-layer", id="plan.layers_down", group=LAYERS,
                 tooltip="one fewer resident leading DiT layer (-)"),
         Binding("m", "app.edit('mode')", "mode", id="plan.mode", tooltip="switch mode dlo ⇄ resident (baseline)"),
+        Binding("p", "app.edit('placement')", "placement", id="plan.placement",
+                tooltip="resident blocks: leading (vLLM-Omni) ⇄ spread between the streamed ones"),
+        Binding("right_square_bracket", "app.edit('slots', 1)", "+slot", id="plan.slots_up", group=SLOTS,
+                tooltip="one more prefetch slot (copies run further ahead; one more block of device memory)"),
+        Binding("left_square_bracket", "app.edit('slots', -1)", "-slot", id="plan.slots_down", group=SLOTS,
+                tooltip="one prefetch slot less"),
+        Binding("b", "app.budget", "budget", id="plan.budget",
+                tooltip="VRAM budget: the planner chooses the fastest policy that fits"),
         Binding("c", "app.copy_command", "copy", id="plan.copy",
                 tooltip="copy the vllm serve command to the clipboard"),
         Binding("escape", "app.cancel", "cancel load", id="plan.cancel", tooltip="cancel the load in progress"),
@@ -114,16 +124,16 @@ class PlanScreen(Screen[None]):
 
     # ---- what the app calls ---------------------------------------------------------------
 
-    def show_plan(self, plan: Plan, link: LinkInfo, header: str) -> None:
+    def show_plan(self, plan: Plan, link: LinkInfo, header: str, request: RequestForecast | None = None) -> None:
         self.table.show_plan(plan)
         self.policy_panel.show_plan(plan)
         self.blocks.show_plan(plan)
-        self.show_link(plan, link, header)
+        self.show_link(plan, link, header, request)
         self.refresh_bindings()
 
-    def show_link(self, plan: Plan, link: LinkInfo, header: str) -> None:
+    def show_link(self, plan: Plan, link: LinkInfo, header: str, request: RequestForecast | None = None) -> None:
         """The parts that follow the machine (free memory, bandwidth): forecast and header."""
-        self.forecast.show(plan, link)
+        self.forecast.show(plan, link, request)
         self.header.update(header)
 
     def set_status(self, text: str, severity: str = "") -> None:

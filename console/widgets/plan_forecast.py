@@ -11,6 +11,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ...engine.plan import Plan
+from ...engine.request_forecast import RequestForecast
 from ...offload.units import format_bytes, format_rate, format_seconds
 from ..plan_context import LinkInfo
 
@@ -21,29 +22,44 @@ HOST_MEMORY_ON_CPU = "host memory (not pinned: CPU)"
 __all__ = ["ForecastPanel", "LinkInfo", "forecast_rows"]
 
 
-def forecast_rows(plan: Plan, link: LinkInfo) -> list[tuple[str, str, str]]:
-    """(label, value, note) rows, in display order."""
+def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = None) -> list[tuple[str, str, str]]:
+    """(label, value, note) rows, in display order. With a request forecast whose figures were measured
+    (cached, or estimated from another size), the peak counts activations and the step time replaces
+    the transfer time; otherwise both are the weights-only figures."""
     f = plan.forecast
+    r = plan.residency
+    placed = (f"{r.num_resident} resident ({r.placement}), {slots_text(f.streaming_slots)}"
+              if f.num_streamed_blocks else "")
+    weights_peak = (f"resident + {slots_text(f.streaming_slots)} × largest streamed block "
+                    f"({format_bytes(f.largest_streamed_block_bytes)}) "
+                    f"+ largest staged component ({format_bytes(f.largest_staged_bytes)})")
+    if request is not None and request.peak_source != "unknown":
+        peak_row = ("device peak", format_bytes(request.peak_bytes),
+                    f"{request.peak_phase.replace('_', ' ')} with activations at {request.size.label()} "
+                    f"({request.peak_source}); weights alone {format_bytes(f.peak_device_weight_bytes)}")
+    else:
+        peak_row = ("device peak weights", format_bytes(f.peak_device_weight_bytes), weights_peak)
     rows = [
         ("device resident weights", format_bytes(f.device_resident_bytes),
          "resident components + DiT non-block modules + resident DiT layers"),
-        ("device peak weights", format_bytes(f.peak_device_weight_bytes),
-         f"resident + {slots_text(f.streaming_slots)} × largest streamed block "
-         f"({format_bytes(f.largest_streamed_block_bytes)}) "
-         f"+ largest staged component ({format_bytes(f.largest_staged_bytes)})"),
+        peak_row,
         host_memory_row(plan, link),
         ("streamed per step", format_bytes(f.streamed_bytes_per_forward),
          f"{f.num_streamed_blocks} DiT blocks cross the link once per DiT forward "
-         f"({f.num_resident_blocks} resident)"),
+         f"({f.num_resident_blocks} resident{'; ' + placed if placed else ''})"),
     ]
-    if not link.is_cuda:
+    if request is not None and request.step_s is not None:
+        floor = f"; floor {format_seconds(request.floor_s)}" if request.floor_s is not None else ""
+        rows.append(("step time", format_seconds(request.step_s),
+                     f"{request.step_source}: copy schedule replayed over measured block times{floor}"))
+    elif not link.is_cuda:
         rows.append(("transfer time per step", NO_LINK, "bandwidth applies to a GPU only"))
     elif link.bandwidth is None:
         rows.append(("transfer time per step", "measuring…", "host→device bandwidth not known yet"))
     else:
         rows.append(("transfer time per step", format_seconds(f.transfer_seconds(link.bandwidth)),
                      f"at {format_rate(link.bandwidth)} host→device ({link.bandwidth_source})"))
-    rows.append(fits_row(plan, link))
+    rows.append(fits_row(plan, link, request))
     return rows
 
 
@@ -60,8 +76,9 @@ def host_memory_row(plan: Plan, link: LinkInfo) -> tuple[str, str, str]:
     return ("pinned host memory", held, "one pinned copy of streamed blocks + staged components")
 
 
-def fits_row(plan: Plan, link: LinkInfo) -> tuple[str, str, str]:
-    peak = plan.forecast.peak_device_weight_bytes
+def fits_row(plan: Plan, link: LinkInfo, request: RequestForecast | None = None) -> tuple[str, str, str]:
+    measured = request is not None and request.peak_source != "unknown"
+    peak = request.peak_bytes if request is not None and measured else plan.forecast.peak_device_weight_bytes
     if not link.is_cuda:
         return ("fits in device free memory", "n/a (CPU)", "no device memory: weights stay in host RAM")
     if link.free_bytes is None:
@@ -72,8 +89,8 @@ def fits_row(plan: Plan, link: LinkInfo) -> tuple[str, str, str]:
     else:
         verdict = f"NO (short by {format_bytes(peak - free)})"
     return ("fits in device free memory", verdict,
-            f"peak weights {format_bytes(peak)} vs {format_bytes(free)} free ({link.free_source}); "
-            "activations need more")
+            f"peak {'with activations' if measured else 'weights'} {format_bytes(peak)} vs {format_bytes(free)} "
+            f"free ({link.free_source}){'' if measured else '; activations need more'}")
 
 
 class ForecastPanel(Static, can_focus=True):
@@ -103,8 +120,8 @@ class ForecastPanel(Static, can_focus=True):
         width = self.size.width or (self.app.size.width if self.is_attached else 0)
         return 0 < width < self.COMPACT_BELOW
 
-    def show(self, plan: Plan, link: LinkInfo) -> None:
-        rows = forecast_rows(plan, link)
+    def show(self, plan: Plan, link: LinkInfo, request: RequestForecast | None = None) -> None:
+        rows = forecast_rows(plan, link, request)
         self.rows = {HOST_MEMORY_KEY if label == HOST_MEMORY_ON_CPU else label: value for label, value, _ in rows}
         self._shown = rows
         self._draw()
