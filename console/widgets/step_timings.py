@@ -92,7 +92,13 @@ class StepTimings(Vertical):
 
     def on_mount(self) -> None:
         self._redraw()
-        set_text(self.query_one(".forecast-check", Static), self.check_text)
+        self._show_check_line()
+
+    def _show_check_line(self) -> None:
+        """Shown once a request has ended (an empty line before that would cost a row at 80x24)."""
+        line = self.query_one(".forecast-check", Static)
+        set_text(line, self.check_text)
+        line.display = bool(self.check_text)
 
     def add_step(self, step: StepTiming) -> None:
         """Append one step (oldest table rows and history points fall off when full)."""
@@ -117,7 +123,7 @@ class StepTimings(Vertical):
         """The last request's predicted vs measured line (step time and peak)."""
         self.check_text = text
         if self.is_mounted:
-            set_text(self.query_one(".forecast-check", Static), text)
+            self._show_check_line()
 
     def reset(self) -> None:
         """Forget every step (a new model or a new run)."""
@@ -125,6 +131,7 @@ class StepTimings(Vertical):
         self.check_text = ""
         if self.is_mounted:
             self._redraw()
+            self._show_check_line()
 
     def _add_row(self, s: StepTiming, move: bool = True) -> None:
         table = self.query_one(DataTable)

@@ -19,7 +19,8 @@ def test_headless_run_writes_image_and_json_report(demo_model_dir: Path, tmp_pat
     report = json.loads(capsys.readouterr().out)
     image = Image.open(out)
     assert image.size == (64, 64) and np.asarray(image).std() > 0
-    assert report["policy"] == {"mode": "dlo", "dlo_offload_components": {"vae": False}, "resident_layers": 1}
+    assert report["policy"] == {"mode": "dlo", "dlo_offload_components": {"vae": False}, "resident_layers": 1,
+                                "placement": "leading", "prefetch_slots": 2}
     assert [s["step"] for s in report["steps"]] == [1, 2]
     assert all(s["wall_s"] > 0 for s in report["steps"])
     # 5 of 6 DiT blocks streamed per step, plus the two staged text encoders (the VAE is resident)
