@@ -23,7 +23,10 @@ from ..offload.events import (
     StepTiming,
 )
 from ..offload.units import format_bytes, format_seconds
+from .theme_colors import resolve_default
 
+FAILURE_STYLE = "$error"
+"""A failure line on stderr: the default theme's error colour (`run` has no app, hence no active theme)."""
 PHASE_LABELS = {"text_encoding": "text encoding", "denoise": "denoise", "vae_decode": "VAE decode"}
 
 
@@ -113,10 +116,10 @@ def progress_line(event: object) -> tuple[str, str] | None:
     if isinstance(event, RequestPhases):
         return f"request {event.request_id}: {describe_phases(event.frames, event.latent_shape, event.phases)}", "dim"
     if isinstance(event, ErrorEvent):
-        return f"{event.where} failed: {one_line(event.message)}", "red"
+        return f"{event.where} failed: {one_line(event.message)}", resolve_default(FAILURE_STYLE)
     if isinstance(event, OomRetry):
         return (f"out of device memory loading {event.component} ({format_bytes(event.nbytes)}): "
-                f"allocator cache released, retrying once"), "red"
+                f"allocator cache released, retrying once"), resolve_default(FAILURE_STYLE)
     return None
 
 

@@ -19,7 +19,7 @@ longest path is unreadable in `less` anyway.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rich.console import Console, Group
@@ -31,8 +31,10 @@ from ..engine.export import vllm_flags, vllm_gaps, vllm_python_call, vllm_serve_
 from ..engine.plan import ComponentPlan, Plan
 from ..engine.request_forecast import RequestForecast
 from ..offload.units import format_bytes
+from .theme_colors import default_variables, resolve
 
-RESIDENCY_STYLE = {"streamed": "cyan", "staged": "yellow", "resident": "green", "none": "dim"}
+RESIDENCY_STYLE = {"streamed": "$primary", "staged": "$warning", "resident": "$success", "none": "$foreground-muted"}
+"""Theme variables, not colours: the app resolves them against the active theme, `plan` against the default."""
 RESIDENCY_LABEL = {"streamed": "streamed by DLO", "staged": "offloaded (staged)", "resident": "resident",
                    "none": "—"}
 
@@ -47,7 +49,7 @@ class Sheet:
     right: frozenset[str] = frozenset()  # right-justified columns (numbers)
     show_header: bool = True
     caption: str | None = None
-    styles: dict[tuple[int, int], str] = field(default_factory=dict)  # (row, column) → rich style
+    styles: dict[tuple[int, int], str] = field(default_factory=dict)  # (row, column) → style with $theme names
 
 
 def blocks_cell(c: ComponentPlan) -> str:
@@ -162,28 +164,34 @@ def _fixed_widths(sheet: Sheet, max_width: int | None) -> list[int | None]:
     return widths if max_width is not None and needed <= max_width else [None] * len(widths)
 
 
-def rich_table(sheet: Sheet, max_width: int | None = None) -> Table:
-    """A rich table whose cells wrap (fold) when the terminal is narrow — never `…`."""
+def rich_table(sheet: Sheet, max_width: int | None = None, variables: Mapping[str, str] | None = None) -> Table:
+    """A rich table whose cells wrap (fold) when the terminal is narrow — never `…`.
+
+    Cell styles are resolved against `variables` (a theme's), the default theme's when None.
+    """
+    variables = default_variables() if variables is None else variables
     table = Table(title=sheet.title, expand=False, show_header=sheet.show_header, caption=sheet.caption)
     for col, width in zip(sheet.header, _fixed_widths(sheet, max_width), strict=True):
         table.add_column(col, justify="right" if col in sheet.right else "left", overflow="fold", no_wrap=False,
                          width=width)
     for i, row in enumerate(sheet.rows):
-        table.add_row(*(Text(cell, style=sheet.styles.get((i, j), ""), overflow="fold") for j, cell in enumerate(row)))
+        table.add_row(*(Text(cell, style=resolve(sheet.styles.get((i, j), ""), variables), overflow="fold")
+                        for j, cell in enumerate(row)))
     return table
 
 
-def component_table(plan: Plan, max_width: int | None = None) -> Table:
-    return rich_table(component_sheet(plan), max_width)
+def component_table(plan: Plan, max_width: int | None = None, variables: Mapping[str, str] | None = None) -> Table:
+    return rich_table(component_sheet(plan), max_width, variables)
 
 
-def blocks_table(plan: Plan, max_width: int | None = None) -> Table | None:
+def blocks_table(plan: Plan, max_width: int | None = None,
+                 variables: Mapping[str, str] | None = None) -> Table | None:
     sheet = blocks_sheet(plan)
-    return None if sheet is None else rich_table(sheet, max_width)
+    return None if sheet is None else rich_table(sheet, max_width, variables)
 
 
-def forecast_table(plan: Plan, max_width: int | None = None) -> Table:
-    return rich_table(forecast_sheet(plan), max_width)
+def forecast_table(plan: Plan, max_width: int | None = None, variables: Mapping[str, str] | None = None) -> Table:
+    return rich_table(forecast_sheet(plan), max_width, variables)
 
 
 def _plain(value: str) -> str:
@@ -219,22 +227,27 @@ def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Seque
 
 
 def render_plan(plan: Plan, console: Console | None = None, forecast: RequestForecast | None = None,
-                reasons: Sequence[str] = ()) -> None:
-    """Rich tables on a terminal; plain tab-separated rows when the output is a pipe or a file."""
+                reasons: Sequence[str] = (), variables: Mapping[str, str] | None = None) -> None:
+    """Rich tables on a terminal; plain tab-separated rows when the output is a pipe or a file.
+
+    On a terminal the colours are `variables`' (a theme's), the default theme's when None; a pipe gets
+    no colour, so it never imports Textual or the themes.
+    """
     console = console or Console()
     if not console.is_terminal:
         console.file.write(plan_text(plan, forecast, reasons))
         console.file.flush()
         return
-    console.print(component_table(plan, console.width))
+    variables = default_variables() if variables is None else variables
+    console.print(component_table(plan, console.width, variables))
     for note in plan.model.notes:  # files discovery ignored on purpose (code, pickles)
         console.print(Text(f"note: {note}", style="dim"))
-    blocks = blocks_table(plan, console.width)
+    blocks = blocks_table(plan, console.width, variables)
     if blocks is not None:
         console.print(blocks)
-    console.print(forecast_table(plan, console.width))
+    console.print(forecast_table(plan, console.width, variables))
     if forecast is not None:
-        console.print(rich_table(request_sheet(forecast), console.width))
+        console.print(rich_table(request_sheet(forecast), console.width, variables))
     if reasons:
         console.print(Panel(Group(*(Text(line) for line in reasons)), title="--vram-budget", expand=False))
     lines = [Text("vLLM-Omni equivalent", style="bold"), *(Text(line) for line in vllm_lines(plan))]

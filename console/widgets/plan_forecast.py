@@ -14,10 +14,13 @@ from ...engine.plan import Plan
 from ...engine.request_forecast import RequestForecast
 from ...offload.units import format_bytes, format_rate, format_seconds
 from ..plan_context import LinkInfo
+from ..theme_colors import follow_theme, resolve, widget_variables
 
 NO_LINK = "no device link (CPU)"
 HOST_MEMORY_KEY = "pinned host memory"
 HOST_MEMORY_ON_CPU = "host memory (not pinned: CPU)"
+SHORT_STYLE = "bold $error"
+"""A "NO" verdict (the plan does not fit), in the active theme's error colour."""
 
 __all__ = ["ForecastPanel", "LinkInfo", "forecast_rows"]
 
@@ -126,6 +129,13 @@ class ForecastPanel(Static, can_focus=True):
         self._shown = rows
         self._draw()
 
+    def on_mount(self) -> None:
+        follow_theme(self, self._redraw)
+
+    def _redraw(self) -> None:
+        if self._shown:
+            self._draw()
+
     def on_resize(self) -> None:
         if self.compact != self._compact:
             self._draw()
@@ -139,8 +149,9 @@ class ForecastPanel(Static, can_focus=True):
         table.add_column(justify="right", no_wrap=not compact, overflow="fold")
         if not compact:
             table.add_column(style="dim", overflow="fold")
+        short = resolve(SHORT_STYLE, widget_variables(self))
         for label, value, note in self._shown:
-            cell = Text(value, style="bold red" if value.startswith("NO") else "")
+            cell = Text(value, style=short if value.startswith("NO") else "")
             if compact:
                 table.add_row(label, cell)
             else:

@@ -6,12 +6,15 @@ stays on the row the operator is toggling.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from rich.text import Text
 from textual.widgets import DataTable
 
 from ...engine.plan import ComponentPlan, Plan
 from ...offload.units import format_bytes
 from ..plan_view import RESIDENCY_LABEL, RESIDENCY_STYLE, blocks_cell
+from ..theme_colors import follow_theme, resolve, widget_variables
 
 COLUMNS = (("component", "name"), ("residency", "residency"), ("source", "source"), ("role", "role"),
            ("size", "size"), ("blocks", "blocks"), ("dtype", "dtype"), ("class", "class"))
@@ -34,8 +37,9 @@ def source_text(c: ComponentPlan) -> str:
             "no-blocks": "no block lists"}.get(c.why, c.why)
 
 
-def row_cells(c: ComponentPlan, readonly: bool) -> list:
-    style = "dim" if readonly else RESIDENCY_STYLE[c.residency]
+def row_cells(c: ComponentPlan, readonly: bool, variables: Mapping[str, str]) -> list:
+    """The row's cells; the residency is coloured with `variables` (the active theme's)."""
+    style = "dim" if readonly else resolve(RESIDENCY_STYLE[c.residency], variables)
     info = c.info
     return [
         info.name, Text(residency_text(c), style=style), source_text(c), info.role,
@@ -62,6 +66,11 @@ class ComponentTable(DataTable):
             self.add_column(label, key=key)
         if self.plan is not None:
             self.show_plan(self.plan)
+        follow_theme(self, self._redraw)
+
+    def _redraw(self) -> None:
+        if self.plan is not None:
+            self.show_plan(self.plan, readonly=self.readonly)
 
     def show_plan(self, plan: Plan, *, readonly: bool = False) -> None:
         names = [c.info.name for c in plan.components]
@@ -70,13 +79,14 @@ class ComponentTable(DataTable):
         self.set_class(readonly, "-readonly")
         if not self.is_mounted or not self.columns:
             return
+        variables = widget_variables(self)
         if rebuild:
             self.clear()
             for c in plan.components:
-                self.add_row(*row_cells(c, readonly), key=c.info.name)
+                self.add_row(*row_cells(c, readonly, variables), key=c.info.name)
             return
         for c in plan.components:
-            cells = row_cells(c, readonly)
+            cells = row_cells(c, readonly, variables)
             self.update_cell(c.info.name, "residency", cells[1], update_width=True)
             self.update_cell(c.info.name, "source", cells[2], update_width=True)
 

@@ -12,6 +12,7 @@ from textual.widgets import DataTable, Static
 
 from omni_console.offload.units import format_bytes
 
+from ..theme_colors import follow_theme, resolve, widget_variables
 from .text_update import set_text
 
 STATES = ("resident", "device", "host", "in_flight")
@@ -20,11 +21,12 @@ host: offloaded to pinned host memory; in_flight: copy in progress (console/resi
 streamer's `block_states` produce exactly these)."""
 
 STATE_STYLE = {
-    "resident": "bold green",
-    "device": "cyan",
-    "host": "dim",
-    "in_flight": "bold yellow",
+    "resident": "bold $success",
+    "device": "$primary",
+    "host": "$foreground-muted",
+    "in_flight": "bold $warning",
 }
+"""Theme variables, resolved against the active theme when drawn (and redrawn when it changes)."""
 
 
 class ResidencyRow(NamedTuple):
@@ -77,6 +79,7 @@ class ResidencyPanel(Vertical):
 
     def on_mount(self) -> None:
         self._render_rows(rebuild=True)
+        follow_theme(self, lambda: self._render_rows(rebuild=False))  # every state cell, in the new colours
 
     def update_rows(self, rows: Iterable[ResidencyRow | tuple]) -> None:
         """Replace the rows; same names in the same order update in place (cursor kept)."""
@@ -88,8 +91,10 @@ class ResidencyPanel(Vertical):
 
     def _render_rows(self, rebuild: bool, old: list[ResidencyRow] | None = None) -> None:
         table = self.query_one(DataTable)
+        variables = widget_variables(self)
         cells = [
-            (r.name, Text(r.state.replace("_", " "), style=STATE_STYLE[r.state]), format_bytes(r.nbytes))
+            (r.name, Text(r.state.replace("_", " "), style=resolve(STATE_STYLE[r.state], variables)),
+             format_bytes(r.nbytes))
             for r in self.rows
         ]
         if rebuild:

@@ -12,6 +12,7 @@ from rich.console import Console
 from omni_console.console.event_text import progress_line
 from omni_console.console.headless import _Progress
 from omni_console.console.run_totals import KEEP_CACHE_DECISIONS, KEEP_LOG_LINES, RunTotals
+from omni_console.console.theme_colors import resolve_default
 from omni_console.offload.events import (
     CacheDecision,
     ErrorEvent,
@@ -93,7 +94,8 @@ def test_empty_run_reports_no_bandwidth():
 
 def test_error_and_oom_events_print_as_sentences_not_reprs():
     text, style = progress_line(ErrorEvent(where="load", message="RuntimeError: pinning failed\nmore detail"))
-    assert (text, style) == ("load failed: RuntimeError: pinning failed", "red")
+    assert text == "load failed: RuntimeError: pinning failed"
+    assert style == resolve_default("$error")  # the default theme's error colour (test_theme_colours checks it)
     text, _ = progress_line(OomRetry(component="vae", nbytes=2_000_000, attempt=1, message="CUDA out of memory"))
     assert text.startswith("out of device memory loading vae (2") and "retrying once" in text
     assert "OomRetry(" not in text
