@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from app_helpers import make_app
 from rich.console import Console
 from rich.style import Style
 from rich.text import Text
@@ -203,3 +204,25 @@ async def test_forecast_short_verdict_is_the_themes_error_colour(demo_plan):
             await pilot.pause()
             colours = rendered_colours(panel.content)  # the rich table the panel draws
             assert opaque(theme, "error") in colours and colours <= palette(theme), theme
+
+
+async def test_pressing_t_recolours_the_plan_screens_residency_cells(engine, tmp_path):
+    """The real console: each `t` press moves every residency cell to the next theme's colours."""
+    app = make_app(engine, tmp_path, theme=DEFAULT_THEME)
+    try:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            table = app.plan_screen.query_one(ComponentTable)
+            seen = set()
+            for _ in THEMES:
+                await pilot.press("t")
+                await pilot.pause()
+                theme = app.theme
+                seen.add(theme)
+                shown = {c.info.name: colour_of(table.get_cell(c.info.name, "residency").style)
+                         for c in table.plan.components}
+                assert shown == {c.info.name: opaque(theme, RESIDENCY_VARIABLE[c.residency])
+                                 for c in table.plan.components}, theme
+            assert seen == set(THEMES)
+    finally:
+        app.shutdown()
