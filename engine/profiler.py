@@ -21,6 +21,7 @@ from .plan import Plan
 from .request_forecast import RequestForecast, staged_bytes
 from .request_profile import RequestProfile, RequestSize, device_name, save_profile
 from .runner import GenerateRequest, RunOutput
+from .stream_choice import profile_from_timings
 
 
 def request_size(request: GenerateRequest) -> RequestSize:
@@ -67,11 +68,14 @@ class ProfileRecorder:
                 denoise = max(denoise_peak - base, 0)
             if run.vae_decode_peak_bytes is not None:
                 decode = max(run.vae_decode_peak_bytes - base - staged_bytes(self.plan, "vae"), 0)
+        # the timing events also catch launch gaps (the host running hooks while the device waits):
+        # the blocks are scaled to the steps' own busy time (wall - stall), the figure the replay needs
+        dit = profile_from_timings([b.nbytes for b in self.plan.blocks], compute, busy, per_step, 0)
         model = self.plan.model
         return RequestProfile(
             model=str(Path(model.path).resolve()), model_bytes=model.nbytes, device=device_name(self.device),
-            size=request_size(request), block_compute_s=compute,
-            other_s=max(busy - sum(compute), 0.0), forwards_per_step=per_step,
+            size=request_size(request), block_compute_s=list(dit.compute_s),
+            other_s=dit.other_s, forwards_per_step=per_step,
             text_extra_bytes=text, denoise_extra_bytes=denoise, decode_extra_bytes=decode,
             bandwidth_bytes_per_s=bandwidth, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
 

@@ -66,6 +66,8 @@ def test_a_request_caches_its_profile_and_the_next_forecast_uses_it(demo_model_d
         profile = load_profile(demo_model_dir, engine.model.nbytes, "cpu", size)
         assert profile is not None and len(profile.block_compute_s) == DEMO_BLOCKS
         assert all(c > 0 for c in profile.block_compute_s) and profile.forwards_per_step == 1
+        busy = sum(s.wall_s - s.stall_s for s in first.steps) / len(first.steps)  # one forward per step
+        assert sum(profile.block_compute_s) + profile.other_s == pytest.approx(busy)
         after = engine.forecast(size)
         assert after.step_source == "cached" and after.step_s > 0
         second = engine.generate(request)
