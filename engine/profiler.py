@@ -57,7 +57,8 @@ class ProfileRecorder:
         timer.remove()
         steps = len(run.steps)
         per_step = max(1, round(forwards / steps)) if forwards else 1
-        busy = sum(s.wall_s - s.stall_s for s in run.steps) / max(forwards, 1)
+        steady = run.steps[1:] or run.steps  # the first step runs cold: kernel selection, allocator growth
+        busy = statistics.median(s.wall_s - s.stall_s for s in steady) / per_step
         text = denoise = decode = None
         base = self.weights_before
         if base is not None:

@@ -9,6 +9,7 @@ anyway (the end of a request), so the hot path never blocks.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -19,7 +20,7 @@ from .devices import as_device, current_stream, is_cuda
 
 
 class BlockTimer:
-    """Times every forward of every block in `blocks` (execution order); `take()` gives the means."""
+    """Times every forward of every block in `blocks` (execution order); `take()` gives the medians."""
 
     def __init__(self, blocks: Sequence[torch.nn.Module], device: torch.device | str) -> None:
         self.device = as_device(device)
@@ -56,14 +57,15 @@ class BlockTimer:
         return hook
 
     def take(self) -> tuple[list[float], int]:
-        """(mean seconds per forward of each block, forwards of block 0) since the last call; waits for
-        outstanding events on CUDA. A block that never ran gets 0.0."""
+        """(median seconds per forward of each block, forwards of block 0) since the last call; waits
+        for outstanding events on CUDA. The median, because a request's first forward runs cold
+        (kernel selection, allocator growth) and would pull a mean up. A block that never ran gets 0.0."""
         means: list[float] = []
         for marks in self._marks:
             if self._cuda and marks:
                 marks[-1][1].synchronize()
             seconds = [(e.elapsed_time(f) / 1000.0 if self._cuda else f - e) for e, f in marks]
-            means.append(sum(seconds) / len(seconds) if seconds else 0.0)
+            means.append(statistics.median(seconds) if seconds else 0.0)
         forwards = len(self._marks[0]) if self._marks else 0
         self._marks = [[] for _ in self._marks]
         return means, forwards
