@@ -19,6 +19,7 @@ import torch
 
 from ..offload.errors import ConfigError
 from .build_dir import COMPLETE_MARKER, UnwritableFolder, atomic_build, manifest_mismatch
+from .cache_dir import CACHE_ENV, cache_root
 
 __all__ = [
     "CACHE_ENV",
@@ -49,7 +50,6 @@ VERSION = 2
 2: the marker became a file manifest (``build_dir``); v1 copies, which cannot be checked, stay unused.
 """
 
-CACHE_ENV = "OMNI_CONSOLE_CACHE_DIR"
 
 DEMO_GENERATION: dict[str, object] = {
     "height": 64,
@@ -59,16 +59,6 @@ DEMO_GENERATION: dict[str, object] = {
     "max_sequence_length": 32,
 }
 """Call kwargs that work for the demo (64 px = 8x8 latent = 4x4 packed tokens per side)."""
-
-
-def cache_root() -> Path:
-    """Root of omni-console's cache: ``$OMNI_CONSOLE_CACHE_DIR`` or the platform user cache dir."""
-    override = os.environ.get(CACHE_ENV)
-    if override:
-        return Path(override).expanduser()
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("omni-console", appauthor=False))
 
 
 def default_demo_model_path(seed: int = 0) -> Path:

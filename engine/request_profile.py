@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .demo_model import cache_root
+from .cache_dir import cache_root
 
 PROFILE_VERSION = 1
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from ..offload.pinned import align_up
 from ..offload.residency import PLACEMENTS, BlockResidency
+from ..offload.units import align_up
 from .step_forecast import ForwardTime, replay_forward
 
 RING_DEPTHS = (2, 3, 4, 6, 8, 12, 16, 24, 32)

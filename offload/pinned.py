@@ -17,8 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
-ALIGNMENT = 256
-"""Byte alignment of every packed tensor: keeps device views friendly to vectorized kernels."""
+from .units import ALIGNMENT, align_up  # noqa: F401  (re-exported: the packers import them from here)
 
 _held_lock = threading.Lock()
 _held_bytes = 0
@@ -138,10 +137,6 @@ class HostArena:
 
 # ---------------------------------------------------------------------------------------------
 # Layout: where each tensor lives inside one flat byte buffer.
-
-
-def align_up(n: int, alignment: int = ALIGNMENT) -> int:
-    return -(-n // alignment) * alignment
 
 
 def contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:

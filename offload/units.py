@@ -29,3 +29,12 @@ def format_seconds(s: float | None) -> str:
     if s is None:
         return NA
     return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+ALIGNMENT = 256
+"""Byte alignment of every packed tensor (host arena regions, device slots): keeps device views
+friendly to vectorized kernels. Here, without torch, so the planner can size slots cheaply."""
+
+
+def align_up(n: int, alignment: int = ALIGNMENT) -> int:
+    return -(-n // alignment) * alignment
