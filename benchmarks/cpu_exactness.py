@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import tempfile
 from pathlib import Path
 
@@ -23,7 +24,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from omni_console.engine import tiny_families  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tiny pipelines are test fixtures
+import tiny_families  # noqa: E402
+
 from omni_console.engine.engine import Engine  # noqa: E402
 from omni_console.engine.runner import GenerateRequest  # noqa: E402
 from omni_console.offload import stager  # noqa: E402

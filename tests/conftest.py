@@ -37,7 +37,7 @@ def demo_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def sd3_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny StableDiffusion3Pipeline (2 CLIP + T5, 3 MMDiT blocks), built once per session."""
-    from omni_console.engine.tiny_families import build_tiny_sd3
+    from tiny_families import build_tiny_sd3
 
     return build_tiny_sd3(tmp_path_factory.mktemp("models") / "sd3", seed=0)
 
@@ -45,7 +45,7 @@ def sd3_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def pixart_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny PixArtSigmaPipeline (T5, 4 DiT blocks), built once per session."""
-    from omni_console.engine.tiny_families import build_tiny_pixart_sigma
+    from tiny_families import build_tiny_pixart_sigma
 
     return build_tiny_pixart_sigma(tmp_path_factory.mktemp("models") / "pixart-sigma", seed=0)
 
@@ -56,7 +56,7 @@ def wan_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     Loading it with diffusers 0.42 needs ``accelerate`` (see ``wan_loadable``).
     """
-    from omni_console.engine.tiny_families import build_tiny_wan
+    from tiny_families import build_tiny_wan
 
     return build_tiny_wan(tmp_path_factory.mktemp("models") / "wan", seed=0)
 
@@ -64,7 +64,7 @@ def wan_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def ltx_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny LTXPipeline (T5, 3 video DiT blocks, LTX video VAE with 8x temporal compression)."""
-    from omni_console.engine.tiny_families import build_tiny_ltx
+    from tiny_families import build_tiny_ltx
 
     return build_tiny_ltx(tmp_path_factory.mktemp("models") / "ltx", seed=0)
 
@@ -72,7 +72,7 @@ def ltx_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def ltx_i2v_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny LTXImageToVideoPipeline (image-to-video: the LTX parts, the first frame from an image)."""
-    from omni_console.engine.tiny_families import build_tiny_ltx_i2v
+    from tiny_families import build_tiny_ltx_i2v
 
     return build_tiny_ltx_i2v(tmp_path_factory.mktemp("models") / "ltx-i2v", seed=0)
 
@@ -80,7 +80,7 @@ def ltx_i2v_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def cogvideox_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny CogVideoXPipeline (T5, 3 DiT blocks; its transformer takes text of exactly 16 tokens)."""
-    from omni_console.engine.tiny_families import build_tiny_cogvideox
+    from tiny_families import build_tiny_cogvideox
 
     return build_tiny_cogvideox(tmp_path_factory.mktemp("models") / "cogvideox", seed=0)
 

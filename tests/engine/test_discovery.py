@@ -79,7 +79,7 @@ def test_other_families(request, fixture, pipeline, dit_lists, encoders, vaes):
 
 
 def test_sharded_and_variant_checkpoints(tmp_path: Path):
-    from omni_console.engine.tiny_families import build_tiny_pixart_sigma
+    from tiny_families import build_tiny_pixart_sigma
 
     sharded = build_tiny_pixart_sigma(tmp_path / "sharded", seed=1, shard_transformer=True)
     model = discover_model(sharded)

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tiny_families import FAMILY_GENERATION
 
 from omni_console.engine.engine import Engine, EngineState, EngineStateError
 from omni_console.engine.loader import LoadCancelled
 from omni_console.engine.runner import GenerateRequest
-from omni_console.engine.tiny_families import FAMILY_GENERATION
 from omni_console.offload.errors import PolicyError
 from omni_console.offload.events import CacheDecision, LoadProgress, StagingEvent, StepTiming
 from omni_console.offload.pinned import pinned_bytes_held

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tiny_families import FAMILY_GENERATION
 
 from omni_console.engine.engine import Engine
 from omni_console.engine.runner import GenerateRequest
-from omni_console.engine.tiny_families import FAMILY_GENERATION
 from omni_console.offload.events import StagingEvent
 from omni_console.offload.pinned import pinned_bytes_held
 from omni_console.offload.policy import build_policy

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_families import FAMILY_GENERATION
 
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
@@ -15,7 +16,6 @@ from omni_console.engine.plan import make_plan
 from omni_console.engine.request_forecast import forecast_request, scaled_profile
 from omni_console.engine.request_profile import RequestProfile, RequestSize, load_profile, profile_dir
 from omni_console.engine.runner import GenerateRequest
-from omni_console.engine.tiny_families import FAMILY_GENERATION
 from omni_console.offload.events import EventBus, ForecastCheck
 from omni_console.offload.policy import build_policy
 

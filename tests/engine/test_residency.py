@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_families import FAMILY_GENERATION
 
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
 from omni_console.engine.plan import make_plan
 from omni_console.engine.runner import GenerateRequest
-from omni_console.engine.tiny_families import FAMILY_GENERATION
 from omni_console.offload.errors import PolicyError
 from omni_console.offload.policy import build_policy
 from omni_console.offload.residency import BlockResidency, slots_for

@@ -142,7 +142,7 @@ FAMILIES = {
 
 @pytest.mark.parametrize("fixture", list(FAMILIES))
 def test_family_layout_and_determinism(fixture: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    from omni_console.engine import tiny_families
+    import tiny_families
 
     _, pipeline_name, builder_name, _ = FAMILIES[fixture]
     root: Path = request.getfixturevalue(fixture)
@@ -162,8 +162,7 @@ def test_family_layout_and_determinism(fixture: str, request: pytest.FixtureRequ
 @pytest.mark.parametrize("fixture", list(FAMILIES))
 def test_family_loads_and_generates(fixture: str, request: pytest.FixtureRequest) -> None:
     import diffusers
-
-    from omni_console.engine.tiny_families import FAMILY_GENERATION
+    from tiny_families import FAMILY_GENERATION
 
     family, pipeline_name, _, blocks = FAMILIES[fixture]
     root: Path = request.getfixturevalue(fixture)
@@ -195,8 +194,7 @@ def _tensor_dtypes(path: Path) -> set[str]:
 
 def test_sharded_transformer_layout_loads_same_weights(demo_model_dir: Path, tmp_path: Path) -> None:
     from diffusers import FluxPipeline
-
-    from omni_console.engine.tiny_families import build_tiny_flux
+    from tiny_families import build_tiny_flux
 
     root = build_tiny_flux(tmp_path / "sharded", seed=0, shard_transformer=True)
     names = sorted(p.name for p in (root / "transformer").iterdir())
@@ -222,8 +220,7 @@ def test_sharded_transformer_layout_loads_same_weights(demo_model_dir: Path, tmp
 
 def test_fp16_variant_only(tmp_path: Path) -> None:
     from diffusers import PixArtSigmaPipeline
-
-    from omni_console.engine.tiny_families import build_tiny_pixart_sigma
+    from tiny_families import build_tiny_pixart_sigma
 
     root = build_tiny_pixart_sigma(tmp_path / "fp16", seed=0, variant="fp16")
     weights = _weight_files(root)
@@ -240,7 +237,7 @@ def test_fp16_variant_only(tmp_path: Path) -> None:
 
 
 def test_variant_beside_default_with_sharding(tmp_path: Path) -> None:
-    from omni_console.engine.tiny_families import build_tiny_sd3
+    from tiny_families import build_tiny_sd3
 
     root = build_tiny_sd3(tmp_path / "both", seed=0, variant="fp16", keep_default=True, shard_transformer=True)
     names = sorted(p.name for p in (root / "transformer").iterdir())

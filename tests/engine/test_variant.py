@@ -53,7 +53,7 @@ def test_component_lacking_the_variant_is_named(demo_model_dir: Path, tmp_path: 
 
 
 def test_variant_only_model(tmp_path: Path, capsys):
-    from omni_console.engine.tiny_families import build_tiny_pixart_sigma
+    from tiny_families import build_tiny_pixart_sigma
 
     model = build_tiny_pixart_sigma(tmp_path / "fp16", seed=0, variant="fp16")
     for variant in (None, "fp16"):  # a variant-only folder is read without --variant as well
@@ -64,7 +64,7 @@ def test_variant_only_model(tmp_path: Path, capsys):
 
 
 def test_sharded_variant_listed_once(tmp_path: Path):
-    from omni_console.engine.tiny_families import build_tiny_sd3
+    from tiny_families import build_tiny_sd3
 
     model = build_tiny_sd3(tmp_path / "both", seed=0, variant="fp16", keep_default=True, shard_transformer=True)
     chosen = find_weights(model / "transformer", "fp16")

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from tiny_families import FAMILY_GENERATION
 
 from omni_console.engine.call_options import check_call
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
 from omni_console.engine.request_checks import check_request
 from omni_console.engine.runner import GenerateRequest
-from omni_console.engine.tiny_families import FAMILY_GENERATION
 from omni_console.offload.errors import ConfigError
 from omni_console.offload.events import RequestPhases
 from omni_console.offload.policy import build_policy
@@ -169,7 +169,7 @@ def test_ltx_is_shortened_and_a_count_it_would_change_is_refused(ltx_model_dir: 
     ("build_tiny_cogvideox", "CogVideoXPipeline"),
 ])
 def test_new_tiny_families_are_deterministic_safetensors_dirs(tmp_path: Path, builder: str, pipeline_name: str):
-    from omni_console.engine import tiny_families
+    import tiny_families
 
     build = getattr(tiny_families, builder)
     root = build(tmp_path / "a", seed=0)

@@ -13,7 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .demo_model import (
+from tiny_video_families import make_cogvideox_pipeline, make_ltx_i2v_pipeline, make_ltx_pipeline
+
+from omni_console.engine.demo_model import (
     FLUX_LAYOUT,
     atomic_build,
     make_flux_pipeline,
@@ -23,7 +25,6 @@ from .demo_model import (
     tiny_t5_config,
     tiny_vae,
 )
-from .tiny_video_families import make_cogvideox_pipeline, make_ltx_i2v_pipeline, make_ltx_pipeline
 
 __all__ = [
     "FAMILY_GENERATION",
@@ -123,7 +124,7 @@ def make_sd3_pipeline(seed: int):
     from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
     from transformers import CLIPTextModelWithProjection, T5EncoderModel
 
-    from .tokenizers_offline import build_clip_tokenizer, build_t5_tokenizer
+    from omni_console.engine.tokenizers_offline import build_clip_tokenizer, build_t5_tokenizer
 
     clip_tok, clip_tok_2, t5_tok = build_clip_tokenizer(), build_clip_tokenizer(), build_t5_tokenizer()
     clip_hidden, clip_proj = 32, 32
@@ -177,7 +178,7 @@ def make_pixart_sigma_pipeline(seed: int):
     from diffusers import DPMSolverMultistepScheduler, PixArtSigmaPipeline, PixArtTransformer2DModel
     from transformers import T5EncoderModel
 
-    from .tokenizers_offline import build_t5_tokenizer
+    from omni_console.engine.tokenizers_offline import build_t5_tokenizer
 
     t5_tok = build_t5_tokenizer(model_max_length=300)
     t5_dim = 32
@@ -229,7 +230,7 @@ def make_wan_pipeline(seed: int):
     from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
     from transformers import UMT5EncoderModel
 
-    from .tokenizers_offline import build_t5_tokenizer
+    from omni_console.engine.tokenizers_offline import build_t5_tokenizer
 
     t5_tok = build_t5_tokenizer()
     t5_dim = 32
