@@ -21,12 +21,23 @@ stall (a CPU cannot overlap them with compute); the protocol and the bit-exact r
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from .block_packing import (
+    Block,
+    bind_region,
+    distinct_bytes,
+    pack_block,
+    plan_block,
+    reject_shared_ranges,
+    unbind_region,
+    unique_tensors,
+)
 from .devices import (
     as_device,
     current_stream,
@@ -35,18 +46,25 @@ from .devices import (
     new_stream,
     placeholder,
     rebind,
-    storage_bytes,
-    storage_key,
     stream_context,
     synchronize,
     unview_buffers,
 )
 from .events import EventBus, NullBus, StagingEvent
-from .pinned import ALIGNMENT, HostArena, align_up, contiguous_stride, is_dense, span_elements, typed_view
+from .pinned import HostArena, align_up, typed_view
 from .residency import BlockResidency
 from .transfer_timing import Measured, TransferClock
 
-_GROUP_ALIGN = 16  # storage-group starts are rounded down to this so every dtype stays aligned
+
+@dataclass(frozen=True, slots=True)
+class ReplanStats:
+    """What a `replan` moved: block regions copied to the device (newly resident), device bytes freed
+    (newly streamed), the ring's warm-up copies, and the wall time including both synchronizations."""
+
+    copied_bytes: int
+    freed_bytes: int
+    ring_bytes: int
+    seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,95 +80,6 @@ class StepStats:
     transfers: int
 
 
-@dataclass(slots=True)
-class _Binding:
-    target: torch.Tensor
-    offset: int  # byte offset inside the block region (and inside a slot)
-    dtype: torch.dtype
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
-
-
-@dataclass(slots=True)
-class _Piece:
-    """Bytes copied into the arena at pack time: a raw storage span, or one tensor's values."""
-
-    offset: int  # inside the block region
-    nbytes: int
-    source: torch.Tensor
-    raw: bool  # True: `source` is a uint8 storage span; False: a tensor copied with its values
-    binding: _Binding | None = None
-
-
-@dataclass(slots=True)
-class _Block:
-    name: str
-    module: torch.nn.Module
-    resident: bool
-    tensor_bytes: int = 0
-    region_offset: int = 0
-    region_nbytes: int = 0
-    bindings: list[_Binding] = field(default_factory=list)
-    pieces: list[_Piece] = field(default_factory=list)
-    slot: int | None = None  # slot its tensors currently point into
-    packed: bool = False
-
-
-def _distinct_bytes(tensors: Sequence[torch.Tensor]) -> int:
-    """Bytes of the tensors, counting tensors that share one storage once (their union span)."""
-    spans: dict[Any, tuple[int, int, int]] = {}
-    for t in tensors:
-        start = t.storage_offset() * t.element_size()
-        end = start + span_elements(t.shape, t.stride()) * t.element_size()
-        key = storage_key(t)
-        lo, hi, n = spans.get(key, (start, end, 0))
-        spans[key] = (min(lo, start), max(hi, end), n + t.numel() * t.element_size())
-    return sum(min(hi - lo, n) for lo, hi, n in spans.values())
-
-
-def _byte_range(t: torch.Tensor) -> tuple[int, int]:
-    start = t.storage_offset() * t.element_size()
-    return start, start + span_elements(t.shape, t.stride()) * t.element_size()
-
-
-def _clusters(tensors: Sequence[torch.Tensor]) -> list[tuple[list[torch.Tensor], int, int]]:
-    """Tensors of one storage grouped into runs of overlapping byte ranges: (tensors, lo, hi)."""
-    out: list[tuple[list[torch.Tensor], int, int]] = []
-    for t in sorted(tensors, key=lambda t: _byte_range(t)[0]):
-        start, end = _byte_range(t)
-        if out and start < out[-1][2]:
-            members, lo, hi = out[-1]
-            out[-1] = ([*members, t], lo, max(hi, end))
-        else:
-            out.append(([t], start, end))
-    return out
-
-
-def _reject_shared_ranges(claims: list[tuple[Any, int, int, str]]) -> None:
-    """Two blocks using overlapping bytes of one storage cannot be streamed independently."""
-    by_key: dict[Any, list[tuple[int, int, str]]] = {}
-    for key, lo, hi, name in claims:
-        by_key.setdefault(key, []).append((lo, hi, name))
-    for ranges in by_key.values():
-        ranges.sort()
-        reach, owner = -1, ""
-        for lo, hi, name in ranges:
-            if lo < reach and name != owner:
-                raise ValueError(f"{name} shares weight storage with {owner}; shared weights cannot be streamed")
-            if hi > reach:
-                reach, owner = hi, name
-
-
-def _unique_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
-    seen: set[int] = set()
-    out: list[torch.Tensor] = []
-    for t in [*module.parameters(), *module.buffers()]:
-        if id(t) not in seen:
-            seen.add(id(t))
-            out.append(t)
-    return out
-
-
 class LayerwiseStreamer:
     """Streams the blocks of one or more block lists (execution order) through its device slots.
 
@@ -158,6 +87,11 @@ class LayerwiseStreamer:
     decision and is carried out as given. `resident_layers` is shorthand for
     `BlockResidency.leading(num_blocks, resident_layers)` for callers without a plan; give one or
     neither (neither: every block streamed).
+
+    `keep_masters=True` packs every block, resident ones too, into the pinned arena and gives each
+    resident block a device copy of its region: the arena then holds the whole DiT (pinned bytes =
+    all blocks, not only the streamed ones), and in exchange `replan` can change which blocks are
+    resident, where, and the ring's depth between requests by device copies alone.
     """
 
     def __init__(
@@ -170,8 +104,10 @@ class LayerwiseStreamer:
         bus: EventBus | None = None,
         pin: bool = True,
         progress: Callable[[int, int], None] | None = None,
+        keep_masters: bool = False,
     ) -> None:
         self.device = as_device(device)
+        self.keep_masters = keep_masters
         self._cuda = is_cuda(self.device)
         blocks: list[tuple[str, torch.nn.Module]] = []
         for list_name, modules in block_lists:
@@ -183,7 +119,7 @@ class LayerwiseStreamer:
         if residency.num_blocks != len(blocks):
             raise ValueError(f"residency covers {residency.num_blocks} blocks, the block lists hold {len(blocks)}")
         self.residency = residency
-        self._blocks = [_Block(name, m, resident=r) for (name, m), r in zip(blocks, residency.resident, strict=True)]
+        self._blocks = [Block(name, m, resident=r) for (name, m), r in zip(blocks, residency.resident, strict=True)]
         self._streamed = [b for b in self._blocks if not b.resident]
         self._bus = bus or NullBus()
         self._pin = pin and self._cuda
@@ -299,9 +235,11 @@ class LayerwiseStreamer:
         synchronize(self.device)
         self._absorb(self._clock.drain() if self._cuda else self._clock.poll())
         for b in self._blocks:
-            for t in _unique_tensors(b.module) if b.resident else [x.target for x in b.bindings]:
+            moved = b.resident and not b.packed  # resident without a master: moved as modules
+            for t in unique_tensors(b.module) if moved else [x.target for x in b.bindings]:
                 rebind(t, lambda t=t: placeholder(t.dtype, self.device))
             b.slot = None
+            b.device_buffer = None
         self._release_buffers()
         self._attached = False
         self._released = True
@@ -326,6 +264,42 @@ class LayerwiseStreamer:
         self._load(0, 0, sync=True)
         self._fill_window(0)
 
+    def replan(self, residency: BlockResidency) -> ReplanStats:
+        """Carry out another residency between requests, from the arena's masters (no disk, no repacking).
+
+        Blocks that become resident get a device copy of their region; blocks that become streamed
+        free theirs and join the ring; the ring is rebuilt with the new depth. Needs `keep_masters`.
+        """
+        if not self.keep_masters:
+            raise RuntimeError("this streamer keeps no host copy of its resident blocks: load with live re-plan on")
+        if not self._attached:
+            raise RuntimeError("replan needs an attached streamer")
+        if residency.num_blocks != len(self._blocks):
+            raise ValueError(f"residency covers {residency.num_blocks} blocks, the streamer holds {len(self._blocks)}")
+        start = time.perf_counter()
+        synchronize(self.device)
+        self._absorb(self._clock.drain() if self._cuda else self._clock.poll())
+        self._remove_hooks()
+        for k in range(len(self._streamed)):
+            self._unbind(k)
+        self._slots, self._slot_owner, self._slot_ready, self._last_slot = [], [], [], None
+        copied = freed = 0
+        for b, resident in zip(self._blocks, residency.resident, strict=True):
+            if resident and not b.resident:
+                b.resident = True
+                copied += self._make_resident(b)
+            elif b.resident and not resident:
+                freed += self._drop_resident(b)
+                b.resident = False
+        self._streamed = [b for b in self._blocks if not b.resident]
+        self.residency = residency
+        self._resident_bytes = sum(b.tensor_bytes for b in self._blocks if b.resident)
+        ring_before = self._h2d_bytes
+        self._build_ring()
+        synchronize(self.device)
+        return ReplanStats(copied_bytes=copied, freed_bytes=freed, ring_bytes=self._h2d_bytes - ring_before,
+                           seconds=time.perf_counter() - start)
+
     def take_step_stats(self, wait: bool = False) -> StepStats:
         """Totals since the previous call (or since attach); emits every resolved StagingEvent.
 
@@ -343,38 +317,52 @@ class LayerwiseStreamer:
     # ------------------------------------------------------------------ attach / detach
 
     def _attach(self) -> None:
+        packed = self._blocks if self.keep_masters else self._streamed
         for b in self._blocks:
             unview_buffers(b.module)
-            if b.resident:
-                tensors = _unique_tensors(b.module)
+            if b.resident and not self.keep_masters:
+                tensors = unique_tensors(b.module)
                 move_preserving_aliases(tensors, self.device)
-                b.tensor_bytes = _distinct_bytes(tensors)
+                b.tensor_bytes = distinct_bytes(tensors)
+        if packed:
+            self._pack(packed)
+        for b in self._blocks:
+            if b.resident and self.keep_masters:
+                self._make_resident(b)
         self._resident_bytes = sum(b.tensor_bytes for b in self._blocks if b.resident)
-        if not self._streamed:
-            return
+        self._build_ring()
+
+    def _pack(self, packed: list[Block]) -> None:
         claims: list[tuple[Any, int, int, str]] = []
         cursor = 0
-        for b in self._streamed:
-            self._plan_block(b, claims)
+        for b in packed:
+            plan_block(b, claims, self.device)
             b.region_offset = cursor
             cursor = align_up(cursor + b.region_nbytes)
-        _reject_shared_ranges(claims)
+        reject_shared_ranges(claims)
         self._arena = HostArena(cursor, pin=False)  # pinned once filled: see HostArena.pin
-        total = sum(b.region_nbytes for b in self._streamed)
+        total = sum(b.region_nbytes for b in packed)
         done = 0
-        for b in self._streamed:
-            self._pack_block(b)
+        for b in packed:
+            pack_block(b, self._arena.tensor, self.device)
             done += b.region_nbytes
             if self._progress is not None:
                 self._progress(done, total)
         if self._pin:
             self._arena.pin()
+
+    def _build_ring(self) -> None:
+        """Slots for the streamed blocks (the plan's k, never more than them), hooks, warm window."""
+        if not self._streamed:
+            return
         largest = self.largest_block_bytes
         nslots = self.residency.slots
         self._slots = [torch.empty(largest, dtype=torch.uint8, device=self.device) for _ in range(nslots)]
         self._slot_owner = [None] * nslots
         self._slot_ready = [None] * nslots
-        self._copy_stream = new_stream(self.device)
+        self._last_slot = None
+        if self._copy_stream is None:
+            self._copy_stream = new_stream(self.device)
         for k, b in enumerate(self._streamed):
             pre = b.module.register_forward_pre_hook(self._make_pre_hook(k), with_kwargs=True)
             self._handles.append(pre)
@@ -383,62 +371,25 @@ class LayerwiseStreamer:
         self._load(0, 0, sync=True)
         self._fill_window(0)
 
-    def _plan_block(self, b: _Block, claims: list[tuple[Any, int, int, str]]) -> None:
-        """Decide where each tensor of the block goes inside its region (no copying yet).
-
-        Tensors are grouped by storage and then into clusters of overlapping byte ranges: a cluster
-        (tied views, a buffer viewing a weight) is packed as one span so aliasing survives, while
-        unrelated tensors that merely live in one big storage are packed separately. Each cluster's
-        range is recorded in `claims` so ranges used by two blocks can be rejected.
-        """
-        groups: dict[Any, list[torch.Tensor]] = {}
-        for t in _unique_tensors(b.module):
-            if t.is_meta:
-                raise ValueError(f"{b.name}: cannot stream a meta tensor (weights not loaded)")
-            if t.numel() == 0:
-                rebind(t, lambda t=t: t.detach().to(self.device))
-                continue
-            groups.setdefault(storage_key(t), []).append(t)
-        cursor = 0
-        for key, ts in groups.items():
-            for cluster, lo, hi in _clusters(ts):
-                claims.append((key, lo, hi, b.name))
-                cursor = align_up(cursor, ALIGNMENT)
-                if len(cluster) == 1 and not is_dense(cluster[0]):
-                    t = cluster[0]
-                    shape = tuple(t.shape)
-                    nbytes = t.numel() * t.element_size()
-                    binding = _Binding(t, cursor, t.dtype, shape, contiguous_stride(shape))
-                    b.pieces.append(_Piece(cursor, nbytes, t, raw=False, binding=binding))
-                    b.bindings.append(binding)
-                else:
-                    lo = lo // _GROUP_ALIGN * _GROUP_ALIGN
-                    nbytes = hi - lo
-                    b.pieces.append(_Piece(cursor, nbytes, storage_bytes(cluster[0])[lo:hi], raw=True))
-                    for t in cluster:
-                        start = t.storage_offset() * t.element_size()
-                        shape, stride = tuple(t.shape), tuple(t.stride())
-                        b.bindings.append(_Binding(t, cursor + start - lo, t.dtype, shape, stride))
-                b.tensor_bytes += nbytes
-                cursor += nbytes
-        b.region_nbytes = align_up(cursor, ALIGNMENT)
-
-    def _pack_block(self, b: _Block) -> None:
-        """Copy the block into its arena region, then drop the original tensors' storage."""
+    def _make_resident(self, b: Block) -> int:
+        """Give a packed block its own device copy of its region and bind it there; returns bytes copied."""
         assert self._arena is not None
-        arena = self._arena.tensor
-        base = b.region_offset
-        for p in b.pieces:
-            if p.raw:
-                arena[base + p.offset : base + p.offset + p.nbytes].copy_(p.source)
-            else:
-                x = p.binding
-                assert x is not None
-                typed_view(arena, base + x.offset, x.dtype, x.shape, x.stride).copy_(p.source)
-        b.pieces = []  # release references to the original storage
-        b.packed = True
-        for x in b.bindings:
-            rebind(x.target, lambda x=x: placeholder(x.dtype, self.device))
+        n, off = b.region_nbytes, b.region_offset
+        buffer = torch.empty(n, dtype=torch.uint8, device=self.device)
+        mark = self._clock.start(current_stream(self.device) if self._cuda else None)
+        buffer.copy_(self._arena.tensor[off : off + n], non_blocking=self._arena.pinned)
+        self._clock.finish(mark, "copy", b.name, n, sync=True,
+                           stream=current_stream(self.device) if self._cuda else None)
+        b.device_buffer = buffer
+        bind_region(b, buffer)
+        return n
+
+    def _drop_resident(self, b: Block) -> int:
+        """Free a resident block's device copy (its master stays in the arena); returns bytes freed."""
+        n = b.device_buffer.numel() if b.device_buffer is not None else 0
+        unbind_region(b, self.device)
+        b.device_buffer = None
+        return n
 
     def _abort_attach(self) -> None:
         """Undo a failed attach: hooks off, slots freed, arena unregistered; weights kept on host."""
@@ -446,7 +397,10 @@ class LayerwiseStreamer:
         with contextlib.suppress(Exception):
             synchronize(self.device)
         arena = self._arena
-        for b in self._streamed:
+        for b in self._blocks:
+            if not b.packed and not b.bindings:
+                continue
+            b.device_buffer = None
             if b.packed and arena is not None and not arena.closed:
                 base = b.region_offset
                 for x in b.bindings:
@@ -582,15 +536,12 @@ class LayerwiseStreamer:
 
     def _bind(self, k: int, slot: int) -> None:
         b = self._streamed[k]
-        buf = self._slots[slot]
-        for x in b.bindings:
-            rebind(x.target, lambda x=x: typed_view(buf, x.offset, x.dtype, x.shape, x.stride))
+        bind_region(b, self._slots[slot])
         b.slot = slot
 
     def _unbind(self, k: int) -> None:
         b = self._streamed[k]
-        for x in b.bindings:
-            rebind(x.target, lambda x=x: placeholder(x.dtype, self.device))
+        unbind_region(b, self.device)
         b.slot = None
 
     def _absorb(self, measured: list[Measured]) -> None:
