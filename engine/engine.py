@@ -26,6 +26,7 @@ from ..offload.events import (
     ForecastCheck,
     LoadProgress,
     LogEvent,
+    Replanned,
     RequestFinished,
     RequestPhases,
     RequestStarted,
@@ -95,7 +96,8 @@ class Engine:
     """One model, one policy at a time, in this process."""
 
     def __init__(self, model_path: str | Path, *, device: str | torch.device | None = None,
-                 bus: EventBus | None = None, variant: str | None = None, pin: bool = True) -> None:
+                 bus: EventBus | None = None, variant: str | None = None, pin: bool = True,
+                 live_replan: bool = False) -> None:
         self.model: ModelInfo = discover_model(model_path, variant)
         self.device = torch.device(device) if device is not None else default_device()
         if self.device.type == "cuda" and not torch.cuda.is_available():
@@ -104,6 +106,7 @@ class Engine:
             raise ConfigError(f"device {self.device} requested but CUDA is not available")
         self.bus = bus or EventBus()
         self.pin = pin
+        self.live_replan = live_replan  # keep pinned masters of everything a re-plan may move
         self.state = EngineState.DISCOVERED
         self.failure: str | None = None
         self.plan: Plan | None = None
@@ -149,7 +152,7 @@ class Engine:
                 self.pipe = load_pipeline(self.model, progress=self._progress("host"), cancel=cancel)
                 self._pin_execution_device()
                 self.placement = place(self.pipe, plan, self.device, self.bus, progress=self._progress("place"),
-                                       cancel=cancel, pin=self.pin)
+                                       cancel=cancel, pin=self.pin, live=self.live_replan)
             except BaseException as exc:
                 self._release()
                 reason = "load cancelled" if isinstance(exc, LoadCancelled) else f"{type(exc).__name__}: {exc}"
@@ -165,6 +168,28 @@ class Engine:
                 streamed_bytes=streamer.streamed_bytes if streamer else 0,
                 device_allocated_bytes=torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else None,
             )
+
+    def replan(self, policy: OffloadPolicy) -> Replanned:
+        """Apply another policy to the loaded model between requests, moving only what changes.
+
+        Needs a load with `live_replan=True` (pinned masters of everything). A request in flight
+        finishes first (the worker runs commands in order; here the engine must be ready). Switching
+        dlo ⇄ resident is a different kind of load and is refused."""
+        from ..offload.errors import PolicyError
+        from .replan import apply_replan
+
+        with self._lock:
+            if self.state != EngineState.READY or self.placement is None or self.plan is None:
+                raise EngineStateError(f"cannot re-plan while {self.state.value}; load first")
+            if not self.placement.live:
+                raise EngineStateError("loaded without live re-plan: unload and load again to change the policy")
+            if policy.mode != self.plan.policy.mode:
+                raise PolicyError("switching dlo ⇄ resident is a new load: unload (u), switch (m), load (l)")
+            plan = self.make_plan(policy)
+            event = apply_replan(self.placement, self.plan, plan, self.device)
+            self.plan = plan
+            self.bus.publish(event)
+            return event
 
     def _progress(self, phase: str):
         def report(component: str, done: int, total: int) -> None:

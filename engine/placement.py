@@ -44,6 +44,7 @@ class Placement:
     resident: list[str] = field(default_factory=list)
     undo: list[Callable[[], None]] = field(default_factory=list)
     cache: AllocatorCache | None = None
+    live: bool = False  # every encoder/VAE has a master and the streamer keeps every block's: replannable
 
     @property
     def pinned_bytes(self) -> int:
@@ -77,9 +78,12 @@ def _dit_non_block_to(module: torch.nn.Module, block_attrs: set[str], device: to
 
 def place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, *,
           progress: Callable[[str, int, int], None] | None = None,
-          cancel: threading.Event | None = None, pin: bool = True) -> Placement:
-    """Place a host-loaded pipeline's components on `device` according to `plan`."""
-    placement = Placement(device)
+          cancel: threading.Event | None = None, pin: bool = True, live: bool = False) -> Placement:
+    """Place a host-loaded pipeline's components on `device` according to `plan`.
+
+    `live=True` keeps a pinned master of everything that a re-plan may move: resident encoders/VAEs
+    are stagers held on the device, and the streamer keeps every block's master (see `replan`)."""
+    placement = Placement(device, live=live)
     placement.cache = AllocatorCache(device, bus=bus)
     try:
         _place(pipe, plan, device, bus, placement, progress, cancel, pin)
@@ -103,16 +107,21 @@ def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement
         module = getattr(pipe, info.name, None)
         if not isinstance(module, torch.nn.Module):
             continue
-        if comp.residency == "resident":
+        live_aux = placement.live and info.role in ("encoder", "vae")
+        if comp.residency == "resident" and not live_aux:
             module.to(device)
             placement.resident.append(info.name)
             bus.publish(LogEvent(level="info", message=f"{info.name}: resident on {device} ({comp.why})"))
-        elif comp.residency == "staged":
+        elif comp.residency == "staged" or (comp.residency == "resident" and live_aux):
             stager = ModuleStager(info.name, module, device, bus=bus, cache=placement.cache, pin=pin)
             placement.stagers[info.name] = stager
             placement.undo.append(stage_around(stager, module, _methods_for(module, info.role)))
             placement.undo.append(report_execution_device(module, device))
-            bus.publish(LogEvent(level="info", message=f"{info.name}: staged ({comp.why}); "
+            if comp.residency == "resident":
+                stager.hold(True)
+                placement.resident.append(info.name)
+            state = "resident, with a host master for re-plans" if comp.residency == "resident" else "staged"
+            bus.publish(LogEvent(level="info", message=f"{info.name}: {state} ({comp.why}); "
                                                        f"{stager.staged_bytes:,} bytes in a host master"))
         elif comp.residency == "streamed":
             attrs = [b.attr for b in info.block_lists]
@@ -122,6 +131,8 @@ def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement
             progress(info.name, info.nbytes, info.nbytes)
     if block_lists:
         total = sum(c.host_bytes for c in plan.components if c.residency == "streamed")
+        if placement.live:  # every block is packed, resident ones too
+            total = sum(b.nbytes for b in plan.blocks)
 
         def on_pack(done: int, _total: int) -> None:
             _check_cancel(cancel)
@@ -130,7 +141,7 @@ def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement
 
         _check_block_order(block_lists, plan)
         placement.streamer = LayerwiseStreamer(block_lists, device, residency=plan.residency,
-                                               bus=bus, pin=pin, progress=on_pack)
+                                               bus=bus, pin=pin, progress=on_pack, keep_masters=placement.live)
         placement.streamer.attach()
         s = placement.streamer
         bus.publish(LogEvent(level="info", message=(

@@ -139,6 +139,21 @@ class RequestPhases(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Replanned(Event):
+    """A live re-plan between requests: what moved and how long it took (no disk was read).
+
+    `copied_bytes`: weights copied host→device (blocks and components made resident);
+    `freed_bytes`: device weights released (made streamed or staged; their masters stay pinned);
+    `ring_bytes`: the streaming ring's warm-up copies; `seconds`: wall time, synchronized."""
+
+    summary: str
+    copied_bytes: int
+    freed_bytes: int
+    ring_bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ForecastCheck(Event):
     """Predicted vs measured after a request: device peak (bytes) and median step time (seconds).
 

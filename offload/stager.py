@@ -101,6 +101,7 @@ class ModuleStager:
         self._device_storages: list[torch.Tensor] = []
         self._arena: HostArena | None = None
         self.loaded = False
+        self.held = False  # resident: loaded once and kept between stages (a live re-plan can release it)
         self._groups = self._snapshot(pin and self._cuda)
 
     # ------------------------------------------------------------------ properties
@@ -218,6 +219,22 @@ class ModuleStager:
         self.loaded = True
         self._publish_copies(wait=False)
 
+    def hold(self, on: bool) -> int:
+        """Keep the weights on the device between stages (`on`: resident) or go back to staging them.
+
+        The master stays either way, so a live re-plan switches a component between resident and
+        staged without reading disk. Returns the bytes copied to the device (0 when releasing)."""
+        if on == self.held:
+            return 0
+        if on:
+            was_loaded = self.loaded
+            self.load()
+            self.held = True
+            return 0 if was_loaded else self.staged_bytes
+        self.held = False
+        self.offload()
+        return 0
+
     def offload(self) -> None:
         """Point the weights back at their host masters and free the device copies (idempotent).
 
@@ -313,6 +330,8 @@ def stage_around(
         @functools.wraps(fn)
         def staged(*args: Any, **kwargs: Any) -> Any:
             nonlocal depth
+            if stager.held:  # resident for now (a live re-plan): already on the device
+                return fn(*args, **kwargs)
             if depth == 0:
                 stager.load()
             depth += 1

@@ -1,0 +1,56 @@
+"""Carry out a new plan on a loaded model: only what changes moves, from the pinned masters.
+
+DiT blocks: `LayerwiseStreamer.replan` (newly resident blocks copied to the device, newly streamed
+ones freed, the ring rebuilt for the new placement and depth). Encoders/VAEs: their stagers are held
+on the device (resident) or released to staging. Nothing is read from disk.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..offload.events import Replanned
+from ..offload.units import format_bytes, format_seconds
+from .placement import Placement
+from .plan import Plan
+
+
+def _describe(old: Plan, new: Plan) -> str:
+    parts = []
+    a, b = old.residency, new.residency
+    if (a.resident, a.slots, a.placement) != (b.resident, b.slots, b.placement):
+        parts.append(f"DiT {a.num_resident}→{b.num_resident} resident ({b.placement}), ring {a.slots}→{b.slots}")
+    before = {c.info.name: c.residency for c in old.components}
+    for c in new.components:
+        if before.get(c.info.name) != c.residency and c.info.role in ("encoder", "vae"):
+            parts.append(f"{c.info.name} {before.get(c.info.name)}→{c.residency}")
+    return "; ".join(parts) or "nothing changed"
+
+
+def apply_replan(placement: Placement, old: Plan, new: Plan, device: torch.device) -> Replanned:
+    """Move what differs between `old` and `new` (both plans of the loaded model); returns the event."""
+    start = time.perf_counter()
+    copied = freed = ring = 0
+    streamer = placement.streamer
+    if streamer is not None and (streamer.residency.resident, streamer.residency.slots,
+                                 streamer.residency.placement) != (new.residency.resident, new.residency.slots,
+                                                                   new.residency.placement):
+        stats = streamer.replan(new.residency)
+        copied, freed, ring = stats.copied_bytes, stats.freed_bytes, stats.ring_bytes
+    for c in new.components:
+        stager = placement.stagers.get(c.info.name)
+        if stager is None:
+            continue
+        resident = c.residency == "resident"
+        if resident != stager.held:
+            copied += stager.hold(resident)
+            freed += 0 if resident else stager.staged_bytes
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - start
+    summary = _describe(old, new)
+    return Replanned(summary=f"re-plan: {summary} · copied {format_bytes(copied)}, freed {format_bytes(freed)} "
+                             f"in {format_seconds(seconds)}",
+                     copied_bytes=copied, freed_bytes=freed, ring_bytes=ring, seconds=seconds)
