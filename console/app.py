@@ -265,8 +265,11 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Which of the app's actions the screens' keys may run now (None: shown greyed)."""
-        if action in ("edit", "load", "budget"):
+        if action == "load":
             return True if self.phase == "plan" else None
+        if action in ("edit", "budget"):  # live too, when the model was loaded for live re-plans
+            live = self.phase == "live" and self.engine.live_replan
+            return True if self.phase == "plan" or live else None
         if action == "cancel" and self.screen is self.plan_screen:
             return self.phase != "plan"  # esc is offered on the plan screen only while a load runs
         # g and u keep one state for the whole life of the live screen: flipping them when a request
@@ -366,7 +369,8 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
     def on_command_done(self, message: CommandDone) -> None:
         self.drain_events()  # everything the command published, before its outcome
         handler = {"load": self._load_done, "unload": self._unload_done, "generate": self._generate_done,
-                   "bandwidth": self._bandwidth_done, "budget": self._budget_done}[message.kind]
+                   "bandwidth": self._bandwidth_done, "budget": self._budget_done,
+                   "replan": self._replan_done}[message.kind]
         try:
             handler(message)
         finally:

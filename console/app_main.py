@@ -39,7 +39,7 @@ def build_app(args: argparse.Namespace):
         hz = validate_hz(args.telemetry_hz)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    engine = Engine(resolve_model_path(args.model), variant=args.variant)
+    engine = Engine(resolve_model_path(args.model), variant=args.variant, live_replan=True)
     try:
         plan = engine.make_plan(policy)  # post-discovery checks (DiT names, resident layers > blocks)
         if budget is not None:  # the planner's choice becomes the starting policy; nothing fits: exit 2

@@ -30,6 +30,7 @@ from ..offload.events import (
     LoadProgress,
     LogEvent,
     OomRetry,
+    Replanned,
     RequestFinished,
     RequestPhases,
     RequestStarted,
@@ -48,7 +49,7 @@ HEAVY_UI_S = 0.5
 HEAVY_UI_BUSY_S = 1.0
 """Staging log, memory panels, step table and residency redraw at most this often (idle / while a
 request runs); no sample, step or event is skipped, they are applied in groups."""
-LOG_EVENTS = (StagingEvent, CacheDecision, OomRetry, LogEvent, ErrorEvent)
+LOG_EVENTS = (StagingEvent, CacheDecision, OomRetry, LogEvent, ErrorEvent, Replanned)
 
 
 class LiveView(Protocol):

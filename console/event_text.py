@@ -18,6 +18,7 @@ from ..offload.events import (
     LoadProgress,
     LogEvent,
     OomRetry,
+    Replanned,
     RequestPhases,
     StagingEvent,
     StepTiming,
@@ -87,6 +88,8 @@ def format_event(event: Event, t0: float = 0.0, *, on_cpu: bool = False) -> str 
         return f"{ts} OOM {event.component} {size} — cache released, attempt {event.attempt}{msg}"
     if isinstance(event, LogEvent):
         return f"{ts} {event.level.upper()} {event.message}"
+    if isinstance(event, Replanned):
+        return f"{ts} REPLAN {event.summary.removeprefix('re-plan: ')}"
     if isinstance(event, ErrorEvent):
         return f"{ts} ERROR {event.where}: {event.message}"
     return None
@@ -113,6 +116,8 @@ def progress_line(event: object) -> tuple[str, str] | None:
                 f"(stall {format_seconds(event.stall_s)})"), "dim"
     if isinstance(event, LoadProgress) and event.done_bytes == event.total_bytes and event.total_bytes:
         return f"load {event.component} {format_bytes(event.total_bytes)} ({event.phase})", "dim"
+    if isinstance(event, Replanned):
+        return event.summary, "dim"
     if isinstance(event, RequestPhases):
         return f"request {event.request_id}: {describe_phases(event.frames, event.latent_shape, event.phases)}", "dim"
     if isinstance(event, ErrorEvent):

@@ -42,7 +42,8 @@ class LoadCommands:
         self.load_seconds = None
         # fresh panels per load; it collects events until shown
         self.live_screen = LiveScreen(on_cpu=not self.device_info.is_cuda, history=self.router.telemetry_history,
-                                      residency=partial(residency_rows, self.engine))
+                                      residency=partial(residency_rows, self.engine),
+                                      live_policy=self.engine.live_replan)
         self.live_screen.show_plan(plan)
         self.router.start_load(self.live_screen)
         self.plan_screen.load_started()

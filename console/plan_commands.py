@@ -24,9 +24,14 @@ class PlanCommands:
     """The policy edits and the plan screen's views."""
 
     def action_edit(self: OmniConsoleApp, what: str, value: object = None) -> bool:
-        """d, +, -, m (and the selection's space/enter, x): one policy edit, kept only when it plans."""
+        """d, +, -, m (and the selection's space/enter, x): one policy edit, kept only when it plans.
+
+        With a model loaded the edit is applied live: the engine re-plans between requests (a request
+        in flight finishes first), moving only what changes from its pinned masters."""
+        if self.phase == "live":
+            return self._live_edit(what, value)
         if self.phase != "plan":
-            self.say("the policy is read-only while the model is loaded or loading (u unloads)", "warning")
+            self.say("the policy is read-only while the model is loading or unloading", "warning")
             return False
         applied = self.editor.edit(what, value)
         if applied.kept:
@@ -35,9 +40,10 @@ class PlanCommands:
         return applied.kept
 
     def action_budget(self: OmniConsoleApp) -> None:
-        """b: ask for a VRAM budget, then let the planner choose the policy (off the UI thread)."""
-        if self.phase != "plan":
-            self.say("the policy is read-only while the model is loaded or loading (u unloads)", "warning")
+        """b: ask for a VRAM budget, then let the planner choose the policy (off the UI thread); with a
+        model loaded, the chosen policy is applied by a live re-plan."""
+        if self.phase not in ("plan", "live"):
+            self.say("the policy is read-only while the model is loading or unloading", "warning")
             return
         self.push_screen(BudgetDialog(), self._plan_for_budget)
 
@@ -59,6 +65,36 @@ class PlanCommands:
         auto = message.future.result()
         if self.action_edit("policy", auto.plan.policy):
             self.say("\n".join([f"VRAM budget {format_bytes(auto.budget)}:", *auto.reasons]), timeout=12)
+
+    def _live_edit(self: OmniConsoleApp, what: str, value: object) -> bool:
+        if what == "mode":
+            self.say("switching dlo ⇄ resident is a new load: u unloads, then m and l", "warning")
+            return False
+        applied = self.editor.edit(what, value)
+        if not applied.kept:
+            self.say(applied.message, applied.severity)
+            return False
+        policy = self.editor.policy
+        future = self.worker.call(lambda engine: engine.replan(policy))
+        future.add_done_callback(lambda f: self._post_from_worker(CommandDone("replan", f)))
+        queued = " (queued: the request in flight finishes first)" if self.generating else ""
+        self.say(f"{applied.message} · re-planning{queued}…", timeout=3)
+        self.refresh_plan_views()
+        return True
+
+    def _replan_done(self: OmniConsoleApp, message: CommandDone) -> None:
+        exc = message.future.exception()
+        plan = self.engine.plan
+        if exc is not None:
+            if plan is not None:  # back to what the engine really carries out
+                self.editor.policy, self.editor.plan = plan.policy, plan
+            self.say(f"re-plan refused: {exc}", "error", timeout=10)
+        else:
+            self.say(message.future.result().summary, timeout=6)
+        self.refresh_plan_views()
+        if self.live_screen is not None and plan is not None:
+            self.live_screen.show_plan(self.engine.plan)
+            self.live_screen.refresh_residency()
 
     def on_plan_screen_edit_selected(self: OmniConsoleApp, message: PlanScreen.EditSelected) -> None:
         self.action_edit(message.what, message.name)

@@ -45,6 +45,20 @@ class LiveScreen(Screen[None]):
         Binding("slash", "filter", "filter", id="live.filter", tooltip="filter the staging events (substring)"),
         Binding("p", "pause", "pause log", id="live.pause", tooltip="pause / resume the staging events log"),
         Binding("c", "app.copy_command", "copy", id="live.copy", tooltip="copy the vllm serve command"),
+        Binding("plus,equals_sign", "app.edit('layers', 1)", "+layer", id="live.layers_up", show=False,
+                tooltip="one more resident DiT block, applied live (re-plan between requests)"),
+        Binding("minus", "app.edit('layers', -1)", "-layer", id="live.layers_down", show=False,
+                tooltip="one resident DiT block less, applied live"),
+        Binding("o", "app.edit('placement')", "placement", id="live.placement", show=False,
+                tooltip="resident blocks leading ⇄ spread, applied live"),
+        Binding("right_square_bracket", "app.edit('slots', 1)", "+slot", id="live.slots_up", show=False,
+                tooltip="one more prefetch slot, applied live"),
+        Binding("left_square_bracket", "app.edit('slots', -1)", "-slot", id="live.slots_down", show=False,
+                tooltip="one prefetch slot less, applied live"),
+        Binding("d", "app.edit('default')", "default", id="live.default", show=False,
+                tooltip="flip the default encoder/VAE residency, applied live"),
+        Binding("b", "app.budget", "budget", id="live.budget", show=False,
+                tooltip="VRAM budget: the planner's policy, applied live"),
     ]
 
     DEFAULT_CSS = """
@@ -72,12 +86,14 @@ class LiveScreen(Screen[None]):
     """esc on a running request: said in the status line until the request ends."""
 
     def __init__(self, *, on_cpu: bool = False, history: Iterable[TelemetrySnapshot] = (),
-                 residency: Callable[[], Iterable[ResidencyRow | tuple] | None] = lambda: None) -> None:
+                 residency: Callable[[], Iterable[ResidencyRow | tuple] | None] = lambda: None,
+                 live_policy: bool = False) -> None:
         """`on_cpu`: transfers are host copies (said so, with no GB/s). `history`: the telemetry samples
         so far (replayed into the sparklines when shown, so they span the load). `residency`: reads the
         residency rows now (None keeps the last ones)."""
         super().__init__()
         self.history = history
+        self.live_policy = live_policy  # the engine was loaded with live re-plan: the policy keys apply
         self.residency_source = residency
         self.allocator = AllocatorPanel(id="allocator")
         self.host = HostPanel(id="host")
@@ -134,7 +150,7 @@ class LiveScreen(Screen[None]):
     # ---- what the app and its event router call -------------------------------------------
 
     def show_plan(self, plan: Plan) -> None:
-        self.policy_panel.show_plan(plan, readonly=True)
+        self.policy_panel.show_plan(plan, readonly=not self.live_policy, live=self.live_policy)
 
     def watch_status_text(self) -> None:
         self._show_status()

@@ -30,20 +30,24 @@ class PolicyPanel(Static, can_focus=True):
         self.command = ""
         self.readonly = False
 
-    def show_plan(self, plan: Plan, *, readonly: bool = False) -> None:
+    def show_plan(self, plan: Plan, *, readonly: bool = False, live: bool = False) -> None:
+        """`readonly`: loaded without live re-plan; `live`: loaded, and the keys re-plan it between requests."""
         policy = plan.policy
         self.readonly = readonly
         self.components_json = policy.components_json()
         self.flags = vllm_flags(plan)
         self.command = vllm_serve_command(plan)
         self.set_class(readonly, "-readonly")
-        self.border_title = "policy (vLLM-Omni)" + (" — read-only while loaded; u unloads" if readonly else "")
+        self.border_title = "policy (vLLM-Omni)" + (" — read-only while loaded; u unloads" if readonly else "") + (
+            " — live: + - o [ ] d b re-plan between requests" if live else "")
         grid = Table.grid(padding=(0, 1))
         grid.add_column(style="bold", no_wrap=True)
         grid.add_column(overflow="fold")
         grid.add_row("mode", policy.mode + ("  (no offload: baseline)" if policy.mode == "resident" else ""))
         grid.add_row("--dlo-offload-components", Text(self.components_json, style="bold"))
         grid.add_row("--dlo-resident-layers", str(policy.resident_layers))
+        if policy.mode == "dlo" and (policy.placement != "leading" or policy.prefetch_slots != 2):
+            grid.add_row("streaming", f"{policy.placement} placement, {policy.prefetch_slots} prefetch slots")
         grid.add_row("vllm serve", Text(self.command))
         grid.add_row("", Text("c copies the command", style="dim") if not readonly else "")
         self.update(grid)

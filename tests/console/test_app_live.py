@@ -48,8 +48,13 @@ async def test_load_generate_unload_end_to_end_on_cpu(app, engine, tmp_path):
         assert rows["transformer (non-block modules)"] == "resident"
         assert {rows[f"transformer.single_transformer_blocks.{i}"] for i in range(4)} <= {"host", "device"}
         assert any("vae: resident on cpu" in line for line in live.staging.lines)  # load events kept
-        # the policy is read-only now: its keys are not offered on this screen, and the read-only panel says so
-        assert {"space", "d", "plus", "minus"}.isdisjoint(live.active_bindings)
+        # loaded without live re-plan, the policy is read-only: no policy key works or is shown here
+        assert "space" not in live.active_bindings
+        footer = screen_text(app).splitlines()[-1]
+        assert "layer" not in footer and "default" not in footer
+        before = engine.plan.policy
+        await pilot.press("plus", "d")
+        assert engine.plan.policy == before
         assert "read-only while loaded" in screen_text(app)
 
         await pilot.press("g")

@@ -1,0 +1,59 @@
+"""With a model loaded, the policy keys re-plan it live between requests (no reload)."""
+
+from __future__ import annotations
+
+import pytest
+from app_helpers import load, make_app, until
+
+from omni_console.engine.engine import Engine
+from omni_console.offload.events import Replanned
+
+
+@pytest.fixture
+def live_engine(demo_model_dir):
+    engine = Engine(demo_model_dir, device="cpu", live_replan=True)
+    yield engine
+    engine.close()
+
+
+async def test_live_keys_replan_the_loaded_model_and_say_what_moved(live_engine, tmp_path):
+    app = make_app(live_engine, tmp_path)
+    try:
+        async with app.run_test(size=(140, 50)) as pilot:
+            await load(pilot, app)
+            assert app.phase == "live"
+            await pilot.press("plus", "plus")
+            await until(pilot, lambda: live_engine.plan.policy.resident_layers == 2)
+            await pilot.press("o")
+            await until(pilot, lambda: live_engine.plan.residency.placement == "spread")
+            await pilot.press("right_square_bracket")
+            await until(pilot, lambda: live_engine.placement.streamer.num_slots == 3)
+            assert app.phase == "live" and live_engine.state.value == "ready"  # never unloaded
+            await until(pilot, lambda: any(n[0].startswith("re-plan:") for n in app.notices))
+            await until(pilot, lambda: any("REPLAN" in line for line in app.live_screen.staging._lines))
+            assert app.action_edit("mode") is False and "new load" in app.notices[-1][0]
+    finally:
+        app.shutdown()
+
+
+async def test_without_a_live_load_the_edit_is_refused_and_undone(engine, tmp_path):
+    app = make_app(engine, tmp_path)
+    try:
+        async with app.run_test(size=(140, 50)) as pilot:
+            await load(pilot, app)
+            await pilot.press("plus")  # not offered: loaded without live re-plan
+            assert app.policy.resident_layers == 0
+            app.action_edit("layers", 1)  # even when forced through, the engine refuses and the edit is undone
+            await until(pilot, lambda: any("re-plan refused" in n[0] for n in app.notices))
+            assert app.policy.resident_layers == 0 == engine.plan.policy.resident_layers
+    finally:
+        app.shutdown()
+
+
+def test_replanned_events_are_worded_for_the_log():
+    from omni_console.console.event_text import format_event, progress_line
+
+    event = Replanned(summary="re-plan: DiT 0→2 resident (leading), ring 2→2 · copied 1.0 MB, freed 0 bytes in 5 ms",
+                      copied_bytes=10**6, freed_bytes=0, ring_bytes=0, seconds=0.005)
+    assert "REPLAN DiT 0→2 resident" in format_event(event)
+    assert progress_line(event)[0].startswith("re-plan:")
