@@ -179,7 +179,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         "forecast": {"peak_device_weight_bytes": plan.forecast.peak_device_weight_bytes,
                      "pinned_host_bytes": plan.forecast.pinned_host_bytes,
                      "streamed_bytes_per_forward": plan.forecast.streamed_bytes_per_forward},
-        "load_seconds": load.seconds, "pinned_bytes": load.pinned_bytes,
+        "load_seconds": load.seconds, "load_phases": dict(load.phases), "pinned_bytes": load.pinned_bytes,
         "request_seconds": result.seconds, "peak_allocated_bytes": result.peak_allocated_bytes,
         "steps": [{"step": s.step, "wall_s": s.wall_s, "stall_s": s.stall_s, "h2d_bytes": s.h2d_bytes}
                   for s in result.steps],
@@ -255,6 +255,8 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("load time", format_seconds(r["load_seconds"]))
+    for key, seconds in r.get("load_phases", {}).items():
+        table.add_row(f"  {key}", format_seconds(seconds))
     table.add_row("pinned host memory", format_bytes(r["pinned_bytes"]))
     table.add_row("request time", format_seconds(r["request_seconds"]))
     for key, seconds in r["phases"].items():

@@ -78,7 +78,9 @@ class LoadCommands:
             self.push_screen(live)
             live.refresh_residency()
             pinned = f" · pinned host {format_bytes(report.pinned_bytes)}" if report.pinned_bytes else ""
-            self.say(f"loaded in {format_seconds(report.seconds)}{pinned} · g generates, u unloads")
+            split = ", ".join(f"{k} {format_seconds(v)}" for k, v in report.phases.items() if v >= 0.0005)
+            split = f" ({split})" if split else ""
+            self.say(f"loaded in {format_seconds(report.seconds)}{split}{pinned} · g generates, u unloads")
             return
         cancelled = isinstance(exc, LoadCancelled)
         reason = self.engine.failure or f"{type(exc).__name__}: {exc}"

@@ -85,6 +85,8 @@ class RunReport(Document):
     policy: PolicyDoc
     forecast: ForecastSummary
     load_seconds: float
+    load_phases: dict[str, float] = Field(default_factory=dict, description="seconds: read (safetensors → host "
+                                          "tensors), arrange (packing, device copies), register (cudaHostRegister)")
     pinned_bytes: int = Field(ge=0, description="pinned host memory held after the load")
     request_seconds: float
     peak_allocated_bytes: int | None

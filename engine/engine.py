@@ -32,6 +32,7 @@ from ..offload.events import (
     RequestStarted,
     StepTiming,
 )
+from ..offload.pinned import register_seconds_total
 from ..offload.policy import OffloadPolicy
 from .call_options import default_fps
 from .discovery import ModelInfo, discover_model
@@ -63,6 +64,10 @@ class LoadReport:
     pinned_bytes: int
     streamed_bytes: int
     device_allocated_bytes: int | None
+    phases: dict[str, float] = field(default_factory=dict)
+    """Where the load's time went: `read` (safetensors → host tensors, diffusers/transformers
+    `from_pretrained`), `arrange` (packing into arenas, device copies, hooks), `register`
+    (`cudaHostRegister` of the arenas)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +153,10 @@ class Engine:
             self.failure = None
             self._set_state(EngineState.LOADING, f"mode={policy.mode}")
             start = time.perf_counter()
+            registered = register_seconds_total()
             try:
                 self.pipe = load_pipeline(self.model, progress=self._progress("host"), cancel=cancel)
+                read_s = time.perf_counter() - start
                 self._pin_execution_device()
                 self.placement = place(self.pipe, plan, self.device, self.bus, progress=self._progress("place"),
                                        cancel=cancel, pin=self.pin, live=self.live_replan)
@@ -162,8 +169,11 @@ class Engine:
                 raise
             self._set_state(EngineState.READY)
             streamer = self.placement.streamer
+            seconds = time.perf_counter() - start
+            register_s = register_seconds_total() - registered
             return LoadReport(
-                seconds=time.perf_counter() - start,
+                seconds=seconds,
+                phases={"read": read_s, "arrange": max(seconds - read_s - register_s, 0.0), "register": register_s},
                 pinned_bytes=self.placement.pinned_bytes,
                 streamed_bytes=streamer.streamed_bytes if streamer else 0,
                 device_allocated_bytes=torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else None,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Sequence
 
 import torch
@@ -27,6 +28,21 @@ def pinned_bytes_held() -> int:
     """Bytes currently page-locked by live arenas in this process (telemetry reads this)."""
     with _held_lock:
         return _held_bytes
+
+
+_register_seconds = 0.0
+
+
+def register_seconds_total() -> float:
+    """Seconds this process has spent in `cudaHostRegister` (the load reports its share)."""
+    with _held_lock:
+        return _register_seconds
+
+
+def _add_register_seconds(seconds: float) -> None:
+    global _register_seconds
+    with _held_lock:
+        _register_seconds += seconds
 
 
 def _add_held(delta: int) -> None:
@@ -77,6 +93,7 @@ class HostArena:
             return
         assert self._tensor is not None
         ptr = self._tensor.data_ptr()
+        start = time.perf_counter()
         try:
             cudart = torch.cuda.cudart()
             rc = cudart.cudaHostRegister(ptr, self._nbytes, 0)  # 0: cudaHostRegisterDefault
@@ -84,6 +101,8 @@ class HostArena:
         except Exception as exc:  # driver/runtime trouble: stay pageable, say why
             self._pin_failure_reason = f"cudaHostRegister raised {type(exc).__name__}: {exc}"
             return
+        finally:
+            _add_register_seconds(time.perf_counter() - start)
         if not ok:
             self._pin_failure_reason = f"cudaHostRegister failed: {_cuda_error_name(rc)}"
             return

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from omni_console.console.cli import main
@@ -22,6 +23,9 @@ def test_headless_run_writes_image_and_json_report(demo_model_dir: Path, tmp_pat
     assert report["policy"] == {"mode": "dlo", "dlo_offload_components": {"vae": False}, "resident_layers": 1,
                                 "placement": "leading", "prefetch_slots": 2}
     assert [s["step"] for s in report["steps"]] == [1, 2]
+    phases = report["load_phases"]  # where the load's time went, adding up to the load time
+    assert set(phases) == {"read", "arrange", "register"} and phases["read"] > 0
+    assert sum(phases.values()) == pytest.approx(report["load_seconds"], abs=1e-3)
     assert all(s["wall_s"] > 0 for s in report["steps"])
     # 5 of 6 DiT blocks streamed per step, plus the two staged text encoders (the VAE is resident)
     assert report["staging"]["h2d_bytes"] > report["forecast"]["streamed_bytes_per_forward"]
