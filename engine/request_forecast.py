@@ -114,7 +114,8 @@ def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | No
         "vae_decode": base + staged_bytes(plan, "vae") + extras.decode_extra,
     }
     phase = max(peaks, key=lambda k: peaks[k])
-    if profile is None:
+    measured_peaks = profile is not None and profile.denoise_extra_bytes is not None
+    if not measured_peaks:  # no profile yet, or one from a device without an allocator (a CPU)
         notes.append("activations not measured yet at this size: the peak counts weights only")
     dit = dit_profile(plan, profile)
     step_s = floor_s = None
@@ -126,7 +127,7 @@ def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | No
     elif dit is None:
         notes.append("step time: no request of this model has run on this device yet")
     return RequestForecast(size=size, peak_bytes=peaks[phase], peak_phase=phase,
-                           peak_source=profile_source if profile is not None else "unknown", phase_peaks=peaks,
+                           peak_source=profile_source if measured_peaks else "unknown", phase_peaks=peaks,
                            step_s=step_s, floor_s=floor_s,
                            step_source=profile_source if step_s is not None else "unknown",
                            bandwidth=bandwidth, bandwidth_source=bandwidth_source if bandwidth else "unknown",
