@@ -256,7 +256,7 @@ class LayerwiseStreamer:
         for k in range(len(self._streamed)):
             self._unbind(k)
         self._slots, self._slot_owner, self._slot_ready, self._last_slot = [], [], [], None
-        largest = self.largest_block_bytes
+        largest = self._slot_nbytes()
         self._slots = [torch.empty(largest, dtype=torch.uint8, device=self.device) for _ in range(residency.slots)]
         self._slot_owner = [None] * residency.slots
         self._slot_ready = [None] * residency.slots
@@ -355,7 +355,7 @@ class LayerwiseStreamer:
         """Slots for the streamed blocks (the plan's k, never more than them), hooks, warm window."""
         if not self._streamed:
             return
-        largest = self.largest_block_bytes
+        largest = self._slot_nbytes()
         nslots = self.residency.slots
         self._slots = [torch.empty(largest, dtype=torch.uint8, device=self.device) for _ in range(nslots)]
         self._slot_owner = [None] * nslots
@@ -507,6 +507,17 @@ class LayerwiseStreamer:
         if prev is not None and prev != k and self._streamed[prev].slot == slot:
             self._unbind(prev)
         self._slot_owner[slot] = None
+        n = self._fill_slot(b, slot, sync=sync)
+        self._slot_owner[slot] = k
+        self._h2d_bytes += n
+        self._transfers += 1
+        self._bind(k, slot)
+
+    def _fill_slot(self, b: Block, slot: int, *, sync: bool) -> int:
+        """Copy block b's region from the arena into `slot` (one memcpy); returns the bytes copied.
+
+        Async copies run on the copy stream after the slot's previous user has computed; the slot's
+        ready event is what the block's pre-hook waits for."""
         assert self._arena is not None
         n, off = b.region_nbytes, b.region_offset
         src = self._arena.tensor[off : off + n]
@@ -529,10 +540,11 @@ class LayerwiseStreamer:
             dst.copy_(src)
             self._clock.finish(mark, "copy", b.name, n, sync=sync)
             self._absorb(self._clock.poll())
-        self._slot_owner[slot] = k
-        self._h2d_bytes += n
-        self._transfers += 1
-        self._bind(k, slot)
+        return n
+
+    def _slot_nbytes(self) -> int:
+        """Bytes of one ring slot: the largest streamed region."""
+        return self.largest_block_bytes
 
     def _bind(self, k: int, slot: int) -> None:
         b = self._streamed[k]

@@ -1,0 +1,140 @@
+"""AllGather DLO: each rank pins 1/N of every streamed block and the ranks gather the block before it runs.
+
+vLLM-Omni's default DLO mode, on top of `LayerwiseStreamer`'s ring (same hooks, same window, same
+placement and ring depth). What changes is where a slot's bytes come from:
+- the host arena holds only this rank's shard of each streamed block's packed region
+  (`sharding.Shard`: ceil(region / N) bytes, zero-padded), so pinned host memory per rank is ~1/N;
+- filling a slot copies that shard host→device into one of two shard buffers (copy stream), then
+  `all_gather_into_tensor` rebuilds the whole region in the slot (communication stream, waiting on
+  the copy); the block's pre-hook waits on the gather. PCIe carries 1/N of the bytes per rank.
+
+Every rank must issue the same gathers in the same order: the ring's order follows the forward, which
+is the same on every rank running the same model. Resident blocks are whole on every rank.
+On a CPU (gloo) the copies and gathers are synchronous; the bytes are the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .block_packing import Block, pack_block, plan_block, reject_shared_ranges
+from .devices import current_stream, new_stream, stream_context
+from .pinned import HostArena, align_up
+from .sharding import Shard
+from .streamer import LayerwiseStreamer
+
+SHARD_BUFFERS = 2
+
+
+def gather_into(out: torch.Tensor, shard: torch.Tensor, group: Any) -> None:
+    """`all_gather_into_tensor` (newer torch names it `all_gather_single`)."""
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather(out, shard, group=group)
+
+
+class AllGatherStreamer(LayerwiseStreamer):
+    """`LayerwiseStreamer` whose streamed blocks are sharded across the ranks of `group`."""
+
+    def __init__(self, *args: Any, group: Any = None, **kwargs: Any) -> None:
+        if kwargs.get("keep_masters"):
+            raise ValueError("AllGather streaming keeps only shards: it cannot keep whole masters for re-plans")
+        super().__init__(*args, **kwargs)
+        self.group = group
+        self.world = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        self._shards: dict[str, tuple[Shard, int]] = {}  # block name -> (its shard, offset in the arena)
+        self._shard_buffers: list[torch.Tensor] = []
+        self._buffer_free: list[Any] = [None] * SHARD_BUFFERS  # the gather that last read each buffer
+        self._next_buffer = 0
+        self._comm_stream: Any = None
+        self.gathered_bytes = 0  # bytes other ranks supplied (NVLink on GPUs) since attach
+
+    @property
+    def shard_bytes(self) -> int:
+        """Bytes of this rank's shards in the arena (about streamed bytes / N)."""
+        return sum(shard.size for shard, _ in self._shards.values())
+
+    def _pack(self, packed: list[Block]) -> None:
+        claims: list[tuple[Any, int, int, str]] = []
+        for b in packed:
+            plan_block(b, claims, self.device)
+        reject_shared_ranges(claims)
+        cursor = 0
+        for b in packed:
+            shard = Shard(b.region_nbytes, self.world, self.rank)
+            self._shards[b.name] = (shard, cursor)
+            cursor = align_up(cursor + shard.size)
+        self._arena = HostArena(cursor, pin=False)
+        total = sum(b.region_nbytes for b in packed)
+        done = 0
+        for b in packed:
+            shard, offset = self._shards[b.name]
+            whole = torch.zeros(b.region_nbytes, dtype=torch.uint8)
+            b.region_offset = 0
+            pack_block(b, whole, self.device)  # the whole region on the host, then only our shard is kept
+            self._arena.tensor[offset : offset + shard.size].copy_(shard.take(whole))
+            del whole
+            done += b.region_nbytes
+            if self._progress is not None:
+                self._progress(done, total)
+        if self._pin:
+            self._arena.pin()
+
+    def _slot_nbytes(self) -> int:
+        return max((self._shards[b.name][0].gathered for b in self._streamed), default=0)
+
+    def _shard_buffer(self) -> int:
+        """Index of the next shard buffer (two alternate: one is gathered while the next is filled)."""
+        if not self._shard_buffers:
+            largest = max(shard.size for shard, _ in self._shards.values())
+            self._shard_buffers = [torch.empty(largest, dtype=torch.uint8, device=self.device)
+                                   for _ in range(SHARD_BUFFERS)]
+        index = self._next_buffer
+        self._next_buffer = (self._next_buffer + 1) % SHARD_BUFFERS
+        return index
+
+    def _fill_slot(self, b: Block, slot: int, *, sync: bool) -> int:
+        """Our shard host→device, then the gather of every rank's shard into the slot; returns PCIe bytes."""
+        assert self._arena is not None
+        shard, offset = self._shards[b.name]
+        src = self._arena.tensor[offset : offset + shard.size]
+        dst = self._slots[slot][: shard.gathered]
+        if not self._cuda:
+            mark = self._clock.start()
+            gather_into(dst, src, self.group)  # gloo: CPU tensors, synchronous
+            self._clock.finish(mark, "copy", b.name, shard.size, sync=sync)
+            self._absorb(self._clock.poll())
+        else:
+            compute = current_stream(self.device)
+            if self._comm_stream is None:
+                self._comm_stream = new_stream(self.device)
+            copy = compute if sync else self._copy_stream
+            comm = compute if sync else self._comm_stream
+            if sync and self._slot_ready[slot] is not None:
+                compute.wait_event(self._slot_ready[slot])
+            index = self._shard_buffer()
+            staging = self._shard_buffers[index][: shard.size]
+            copy.wait_stream(compute)  # the slot is free once compute has passed its previous block
+            if self._buffer_free[index] is not None:
+                copy.wait_event(self._buffer_free[index])  # the buffer's previous gather has read it
+            with stream_context(copy):
+                mark = self._clock.start(copy)
+                staging.copy_(src, non_blocking=self._arena.pinned and not sync)
+                copied = self._clock.finish(mark, "copy", b.name, shard.size, sync=sync, stream=copy)
+            comm.wait_event(copied)
+            with stream_context(comm):
+                gather_into(dst, staging, self.group)
+                done = torch.cuda.Event()
+                done.record(comm)
+            self._slot_ready[slot] = self._buffer_free[index] = done
+        self.gathered_bytes += shard.gathered - shard.size
+        return shard.size
+
+    def _release_buffers(self) -> None:
+        self._shard_buffers = []
+        self._buffer_free = [None] * SHARD_BUFFERS
+        self._comm_stream = None
+        super()._release_buffers()
