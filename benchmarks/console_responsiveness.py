@@ -7,6 +7,9 @@
 3. App, busy operator: while requests with many steps run, press a key (`p`, pause/resume the staging
    log) --presses times and measure key → state changed (the binding ran) and key → next frame
    composed after the change (what the terminal would show), p50/p95/max in ms.
+4. --replan N: live re-plans 0 → N → 0 → N → 0 resident layers (the engine is loaded for live re-plan),
+   with the same key presses while each re-plan runs on the engine thread; each re-plan's seconds and
+   bytes (its `Replanned` event) and the key latencies during re-plans.
 
 The key goes through the driver's message path, like a real keypress. Frames are timed by wrapping
 `App._display` (Textual private API; headless apps still compose every frame before it). Step 1 of
@@ -74,7 +77,7 @@ def make_request(engine: Engine, args: argparse.Namespace, steps: int) -> Genera
 
 
 def headless_baseline(model: Path, device: str, policy: OffloadPolicy, args: argparse.Namespace) -> dict[str, Any]:
-    engine = Engine(model, device=device, variant=args.variant)
+    engine = Engine(model, device=device, variant=args.variant, live_replan=args.replan is not None)
     try:
         engine.load(policy)
         request = make_request(engine, args, args.steps)
@@ -129,8 +132,35 @@ async def press_and_time(app: OmniConsoleApp, clock: FrameClock, key: str) -> tu
     return (t_state - t0) * 1e3, (clock.last - t0) * 1e3
 
 
+async def replans_under_keys(app: OmniConsoleApp, clock: FrameClock, engine: Engine,
+                             args: argparse.Namespace) -> dict[str, Any]:
+    """Re-plan 0 -> N -> 0 -> N -> 0 resident layers through the app; time keys while each runs."""
+    from omni_console.offload.events import Replanned
+
+    sub = engine.bus.subscribe()
+    rows: list[dict[str, Any]] = []
+    state_ms: list[float] = []
+    frame_ms: list[float] = []
+    for layers in (args.replan, 0, args.replan, 0):
+        target = app.policy.with_resident_layers(layers)
+        app.action_edit("policy", target)
+        while engine.plan is None or engine.plan.policy != target:
+            timed = await press_and_time(app, clock, args.key)
+            if timed is not None:
+                state_ms.append(timed[0])
+                frame_ms.append(timed[1])
+            await asyncio.sleep(args.gap_ms / 1e3)
+        await asyncio.sleep(0.05)
+        event = next((e for e in reversed(sub.drain()) if isinstance(e, Replanned)), None)
+        if event is not None:
+            rows.append({"to": layers, "seconds": event.seconds, "copied": event.copied_bytes,
+                         "freed": event.freed_bytes, "ring": event.ring_bytes, "summary": event.summary})
+            log(event.summary)
+    return {"replans": rows, "key_to_state_ms": percentiles(state_ms), "key_to_frame_ms": percentiles(frame_ms)}
+
+
 async def run_app(model: Path, device: str, policy: OffloadPolicy, args: argparse.Namespace) -> dict[str, Any]:
-    engine = Engine(model, device=device, variant=args.variant)
+    engine = Engine(model, device=device, variant=args.variant, live_replan=args.replan is not None)
     app = OmniConsoleApp(engine, policy, telemetry_hz=args.hz, out_dir=Path(args.out_dir))
     out: dict[str, Any] = {}
     try:
@@ -181,6 +211,8 @@ async def run_app(model: Path, device: str, policy: OffloadPolicy, args: argpars
             out["latency_ms"] = {"key_to_state": percentiles(state_ms), "key_to_frame": percentiles(frame_ms),
                                  "timeouts": failures, "key": args.key, "gap_ms": args.gap_ms}
             out["frames_per_s_while_generating"] = (clock.frames - frames_start) / elapsed if elapsed > 0 else None
+            if args.replan is not None:
+                out["replan"] = await replans_under_keys(app, clock, engine, args)
             out["events_dropped"] = app.sub.dropped
             out["telemetry_samples"] = app.sampler.samples
             out["telemetry_overruns"] = app.sampler.overruns
@@ -204,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--height", type=int, default=None)
     parser.add_argument("--width", type=int, default=None)
     parser.add_argument("--presses", type=int, default=60)
+    parser.add_argument("--replan", type=int, default=None, metavar="N",
+                        help="also re-plan live 0 -> N -> 0 -> N -> 0 resident layers while keys are pressed")
     parser.add_argument("--key", default="p", help="live-screen key to press (p: pause/resume the staging log)")
     parser.add_argument("--gap-ms", type=float, default=20.0, help="pause between presses")
     parser.add_argument("--hz", type=float, default=10.0, help="telemetry rate")

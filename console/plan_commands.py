@@ -79,8 +79,7 @@ class PlanCommands:
         future.add_done_callback(lambda f: self._post_from_worker(CommandDone("replan", f)))
         queued = " (queued: the request in flight finishes first)" if self.generating else ""
         self.say(f"{applied.message} · re-planning{queued}…", timeout=3)
-        self.refresh_plan_views()
-        return True
+        return True  # the plan screen is redrawn when it is shown again (after u)
 
     def _replan_done(self: OmniConsoleApp, message: CommandDone) -> None:
         exc = message.future.exception()
@@ -91,7 +90,8 @@ class PlanCommands:
             self.say(f"re-plan refused: {exc}", "error", timeout=10)
         else:
             self.say(message.future.result().summary, timeout=6)
-        self.refresh_plan_views()
+        if self.phase == "plan":
+            self.refresh_plan_views()
         if self.live_screen is not None and plan is not None:
             self.live_screen.show_plan(self.engine.plan)
             self.live_screen.refresh_residency()
@@ -108,9 +108,16 @@ class PlanCommands:
                          self.router.observed.rate)
 
     def request_forecast(self: OmniConsoleApp) -> RequestForecast | None:
-        """The whole request's forecast for the plan on screen, at the last request's size (reads the small
-        profile cache; never the device)."""
-        return self.engine.forecast(self.request_size, plan=self.plan, probe_bandwidth=self.bandwidth)
+        """The whole request's forecast for the plan on screen, at the last request's size.
+
+        It reads the profile cache (small files, never the device); kept until the policy, the size,
+        the link rate or the number of requests run changes, since telemetry redraws ask for it often."""
+        key = (self.plan.policy, self.request_size, self.bandwidth, self.router.request_id)
+        cached = getattr(self, "_request_forecast", None)
+        if cached is None or cached[0] != key:
+            cached = (key, self.engine.forecast(self.request_size, plan=self.plan, probe_bandwidth=self.bandwidth))
+            self._request_forecast = cached
+        return cached[1]
 
     def refresh_plan_views(self: OmniConsoleApp) -> None:
         """Re-render the plan screen (table, policy JSON, forecast, header) for the current policy."""
