@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ..offload.errors import ConfigError
 from ..offload.policy import OffloadPolicy, build_policy
 from ..offload.units import format_bytes
+from .discovery import ComponentInfo
 from .plan import Plan, make_plan
 from .request_forecast import RequestForecast, dit_profile, forecast_request, phase_bytes
 from .request_profile import RequestProfile, RequestSize
@@ -92,7 +93,11 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
     return AutoPlan(plan, forecast, _reasons(plan, choice, aux, tried, budget, profile, bandwidth), budget)
 
 
-def _reasons(plan: Plan, choice: StreamChoice, aux, tried, budget: int, profile, bandwidth) -> list[str]:
+def _reasons(plan: Plan, choice: StreamChoice, aux: list[ComponentInfo],
+             tried: dict[tuple[bool, ...], StreamChoice | None], budget: int, profile: RequestProfile | None,
+             bandwidth: float | None) -> list[str]:
+    """One line per decision: each encoder/VAE (and what the other choice would have cost), the DiT's
+    resident blocks and placement, the ring, and the predicted step and peak with what they rest on."""
     lines: list[str] = []
     r = choice.residency
     flags = tuple(plan.policy.offload_enabled(a.name) for a in aux)
