@@ -1,7 +1,7 @@
 """Resolve a policy against a discovered model and forecast what it costs — before any load.
 
 Residency of each component:
-- `streamed`: DiT blocks (DLO always owns them), minus the leading `resident_layers` — decided once,
+- `streamed`: DiT blocks (DLO always owns them), minus the `resident_layers` its placement keeps — decided once,
   by `OffloadPolicy.block_residency` (offload/residency.py), and handed as `Plan.residency` to the
   streamer, so the forecast and the placement use the same block list and slot count;
 - `staged`: an encoder/VAE whose policy resolves to True (pinned on host, on the device only
@@ -14,9 +14,11 @@ Forecast (all figures from the safetensors headers):
 - device resident bytes = resident components + DiT non-block bytes + resident DiT layers;
 - pinned host bytes = streamed blocks + staged components (one pinned master each);
 - streamed per DiT forward = bytes of all streamed blocks (each crosses the link once per forward);
-- peak device weight bytes = resident bytes + the streamer's slots (`residency.slots`: 1 for a single
-  streamed block, else 2) × the largest streamed block + the largest staged component (only one
-  auxiliary stage runs at a time).
+- peak device weight bytes = resident bytes + the streamer's ring (`residency.slots`: the policy's k,
+  never more than the streamed blocks) × the largest streamed block + the largest staged component
+  (only one auxiliary stage runs at a time). With activations and per phase: engine/request_forecast.py.
+- pinned host bytes with live re-plan (the console's load) are every block and encoder/VAE: see
+  `Engine(live_replan=True)`; this forecast is `run`'s.
 """
 
 from __future__ import annotations

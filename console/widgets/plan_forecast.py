@@ -67,7 +67,7 @@ def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = 
 
 
 def slots_text(slots: int) -> str:
-    """The streamer's slots the peak counts: 1 for a single streamed block, else 2 (one computing, one filling)."""
+    """The streamer's ring the peak counts: the policy's k slots, never more than the streamed blocks."""
     return "1 slot" if slots == 1 else f"{slots} slots"
 
 
