@@ -105,7 +105,7 @@ class PlanCommands:
     def link_info(self: OmniConsoleApp) -> LinkInfo:
         """The device side of the forecast: bandwidth (given, measured or observed) and free memory."""
         return link_info(self.device_info, self.snapshot, self.bandwidth, self.bandwidth_source,
-                         self.router.observed.rate)
+                         self.router.observed.rate, self.engine.live_replan)
 
     def request_forecast(self: OmniConsoleApp) -> RequestForecast | None:
         """The whole request's forecast for the plan on screen, at the last request's size.

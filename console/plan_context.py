@@ -23,13 +23,14 @@ class LinkInfo:
     bandwidth_source: str = ""
     free_bytes: int | None = None
     free_source: str = ""
+    live_replan: bool = False  # the engine loads with every master kept (host memory = whole model)
 
 
 def link_info(device: DeviceInfo, snapshot: TelemetrySnapshot | None, bandwidth: float | None,
-              bandwidth_source: str, observed_rate: float | None) -> LinkInfo:
+              bandwidth_source: str, observed_rate: float | None, live_replan: bool = False) -> LinkInfo:
     """Bandwidth (given or measured, else the mean of observed copies) and the best free-memory figure."""
     if not device.is_cuda:
-        return LinkInfo(is_cuda=False)
+        return LinkInfo(is_cuda=False, live_replan=live_replan)
     if bandwidth is None and observed_rate is not None:
         bandwidth, bandwidth_source = observed_rate, "mean of observed staging copies"
     free, free_source = None, ""
@@ -39,7 +40,7 @@ def link_info(device: DeviceInfo, snapshot: TelemetrySnapshot | None, bandwidth:
         free, free_source = snapshot.torch.free, "cudaMemGetInfo free"
     elif device.free_bytes is not None:
         free, free_source = device.free_bytes, "cudaMemGetInfo free at startup"
-    return LinkInfo(True, bandwidth, bandwidth_source, free, free_source)
+    return LinkInfo(True, bandwidth, bandwidth_source, free, free_source, live_replan)
 
 
 def header_text(model: ModelInfo, device: DeviceInfo, snapshot: TelemetrySnapshot | None) -> str:

@@ -81,6 +81,8 @@ class ComponentDoc(Document):
 class ForecastDoc(Document):
     device_resident_bytes: int = Field(ge=0)
     pinned_host_bytes: int = Field(ge=0)
+    pinned_host_bytes_live_replan: int = Field(0, ge=0, description="host bytes kept by a live-re-plan load "
+                                                                    "(the console's): every DiT block and encoder/VAE")
     streamed_bytes_per_forward: int = Field(ge=0)
     peak_device_weight_bytes: int = Field(ge=0)
     largest_streamed_block_bytes: int = Field(ge=0)

@@ -119,6 +119,7 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
         forecast=ForecastDoc(
             device_resident_bytes=forecast.device_resident_bytes,
             pinned_host_bytes=forecast.pinned_host_bytes,
+            pinned_host_bytes_live_replan=forecast.pinned_host_bytes_live,
             streamed_bytes_per_forward=forecast.streamed_bytes_per_forward,
             peak_device_weight_bytes=forecast.peak_device_weight_bytes,
             largest_streamed_block_bytes=forecast.largest_streamed_block_bytes,

@@ -107,7 +107,7 @@ def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement
         module = getattr(pipe, info.name, None)
         if not isinstance(module, torch.nn.Module):
             continue
-        live_aux = placement.live and info.role in ("encoder", "vae")
+        live_aux = placement.live and plan.policy.mode == "dlo" and info.role in ("encoder", "vae")
         if comp.residency == "resident" and not live_aux:
             module.to(device)
             placement.resident.append(info.name)

@@ -68,6 +68,7 @@ class Forecast:
     num_streamed_blocks: int
     num_resident_blocks: int
     streaming_slots: int = 0
+    pinned_host_bytes_live: int = 0  # with live re-plan (the console): every DiT block and encoder/VAE
 
     def transfer_seconds(self, bandwidth_bytes_per_s: float | None) -> float | None:
         """Time to stream the DiT once at a given host→device bandwidth (None when unknown)."""
@@ -119,6 +120,15 @@ def _component_plan(info: ComponentInfo, policy: OffloadPolicy, blocks: list[Str
     return ComponentPlan(info, "resident", "not-auxiliary", info.nbytes, 0)
 
 
+def live_masters_bytes(plans: tuple[ComponentPlan, ...], blocks: list[StreamedBlock], policy: OffloadPolicy) -> int:
+    """Host bytes a live-re-plan load keeps (pinned on CUDA): every DiT block and every encoder/VAE, so
+    that any later policy moves from memory; in resident mode nothing is kept (no re-plan applies)."""
+    if policy.mode == "resident":
+        return 0
+    aux = sum(p.info.nbytes for p in plans if p.info.role in ("encoder", "vae") and p.info.has_weights)
+    return sum(b.nbytes for b in blocks) + aux
+
+
 def make_plan(model: ModelInfo, policy: OffloadPolicy) -> Plan:
     """Check the policy against the model (raising PolicyError) and compute residency and forecast."""
     policy.check_against(model.auxiliary_names, [d.name for d in model.dits], model.num_dit_blocks)
@@ -140,5 +150,6 @@ def make_plan(model: ModelInfo, policy: OffloadPolicy) -> Plan:
         num_streamed_blocks=len(streamed),
         num_resident_blocks=len(blocks) - len(streamed),
         streaming_slots=residency.slots,
+        pinned_host_bytes_live=live_masters_bytes(plans, blocks, policy),
     )
     return Plan(model, policy, plans, tuple(blocks), forecast, residency)

@@ -72,11 +72,17 @@ def slots_text(slots: int) -> str:
 
 
 def host_memory_row(plan: Plan, link: LinkInfo) -> tuple[str, str, str]:
-    """Pinned (page-locked) memory exists only for a GPU link; on a CPU the copies are plain host memory."""
-    held = format_bytes(plan.forecast.pinned_host_bytes)
+    """Pinned (page-locked) memory exists only for a GPU link; on a CPU the copies are plain host memory.
+    A live-re-plan load (the console's) keeps every block and encoder/VAE, whatever the policy."""
+    f = plan.forecast
+    live = link.live_replan and plan.policy.mode == "dlo"
+    held = format_bytes(f.pinned_host_bytes_live if live else f.pinned_host_bytes)
+    what = ("every DiT block and encoder/VAE, so policy changes after load read no disk "
+            f"(`run` keeps {format_bytes(f.pinned_host_bytes)})") if live else \
+        "streamed blocks + staged components"
     if not link.is_cuda:
-        return (HOST_MEMORY_ON_CPU, held, "one host copy of streamed blocks + staged components")
-    return ("pinned host memory", held, "one pinned copy of streamed blocks + staged components")
+        return (HOST_MEMORY_ON_CPU, held, f"one host copy of {what}")
+    return ("pinned host memory", held, f"one pinned copy of {what}")
 
 
 def fits_row(plan: Plan, link: LinkInfo, request: RequestForecast | None = None) -> tuple[str, str, str]:

@@ -57,3 +57,18 @@ def test_replanned_events_are_worded_for_the_log():
                       copied_bytes=10**6, freed_bytes=0, ring_bytes=0, seconds=0.005)
     assert "REPLAN DiT 0→2 resident" in format_event(event)
     assert progress_line(event)[0].startswith("re-plan:")
+
+
+async def test_the_console_forecasts_the_host_memory_a_live_load_keeps(live_engine, tmp_path):
+    from omni_console.offload.units import format_bytes
+
+    app = make_app(live_engine, tmp_path)
+    try:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            await pilot.press("plus", "plus", "plus")  # resident blocks: run would not keep their masters
+            f = app.plan.forecast
+            assert app.plan_screen.forecast.rows["pinned host memory"] == format_bytes(f.pinned_host_bytes_live)
+            assert f.pinned_host_bytes_live > f.pinned_host_bytes  # run would keep less
+    finally:
+        app.shutdown()

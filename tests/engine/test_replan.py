@@ -89,3 +89,17 @@ def test_replan_needs_a_live_load_the_same_mode_and_a_ready_engine(demo_model_di
         assert live.plan.policy == build_policy({}, 0)  # a refused re-plan changes nothing
     finally:
         live.close()
+
+
+def test_a_live_load_keeps_what_the_forecast_says_whatever_the_policy(demo_model_dir):
+    for policy in (build_policy({}, 0), build_policy({"default": False}, 6)):
+        engine = Engine(demo_model_dir, device="cpu", live_replan=True)
+        try:
+            engine.load(policy)
+            placement = engine.placement
+            held = placement.streamer.host_bytes + sum(s.staged_bytes for s in placement.stagers.values())
+            forecast = engine.plan.forecast.pinned_host_bytes_live
+            assert forecast == pytest.approx(held, rel=0.01)  # block regions are 256-byte aligned
+            assert forecast > engine.plan.forecast.pinned_host_bytes or policy.resident_layers == 0
+        finally:
+            engine.close()
