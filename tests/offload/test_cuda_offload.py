@@ -248,3 +248,25 @@ def test_every_placement_and_ring_depth_is_bit_identical_on_the_device(placement
                 assert torch.equal(model(x), expected)
                 streamer.take_step_stats()  # never waits: copies for the next forward keep running
     streamer.detach()
+
+
+def test_live_replan_on_the_device_stays_bit_identical_and_frees_what_it_drops():
+    from omni_console.offload.residency import BlockResidency
+
+    reference = _resident_reference(7)
+    model = ToyModel(7, DIM)
+    _non_blocks_to(model, DEV)
+    streamer = LayerwiseStreamer(model.block_lists(), DEV, residency=BlockResidency.leading(7, 0), keep_masters=True)
+    streamer.attach()
+    x = _x()
+    with torch.no_grad():
+        expected = reference(x)
+        assert torch.equal(model(x), expected)
+        base = torch.cuda.memory_allocated(DEV)
+        for residency in (BlockResidency.spread(7, 4, 3), BlockResidency.leading(7, 7), BlockResidency.leading(7, 0)):
+            stats = streamer.replan(residency)
+            for _ in range(2):
+                assert torch.equal(model(x), expected)
+            assert stats.seconds > 0
+        assert torch.cuda.memory_allocated(DEV) <= base + 1024 * 1024  # back to all streamed: nothing kept
+    streamer.detach()
