@@ -277,14 +277,16 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
     table.add_row("peak allocated (torch)", format_bytes(r["peak_allocated_bytes"]))
     check = r.get("forecast_check")
     if check:
-        for name, unit in (("step", "s"), ("peak", "bytes")):
-            predicted, measured = check[f"predicted_{name}_s" if unit == "s" else f"predicted_{name}_bytes"], \
-                check[f"measured_{name}_s" if unit == "s" else f"measured_{name}_bytes"]
-            error = check[f"{name}_error"]
-            shown = (lambda v: f"{v:.3f} s") if unit == "s" else format_bytes
-            text = "no forecast yet (cached for the next run)" if predicted is None else (
-                f"{shown(predicted)} vs {shown(measured)} ({error * 100:+.1f}%, {check[f'{name}_source']})"
-                if measured is not None and error is not None else f"{shown(predicted)} (not measurable here)")
+        rows = (("step", "predicted_step_s", "measured_step_s", lambda v: f"{v:.3f} s"),
+                ("peak", "predicted_peak_bytes", "measured_peak_bytes", format_bytes))
+        for name, predicted_key, measured_key, shown in rows:
+            predicted, measured, error = check[predicted_key], check[measured_key], check[f"{name}_error"]
+            if predicted is None:
+                text = "no forecast yet (cached for the next run)"
+            elif measured is None or error is None:
+                text = f"{shown(predicted)} (not measurable here)"
+            else:
+                text = f"{shown(predicted)} vs {shown(measured)} ({error * 100:+.1f}%, {check[f'{name}_source']})"
             table.add_row(f"forecast {name}: predicted vs measured", text)
     table.add_row("cache decisions", f"{r['cache_decisions_total']} ({r['cache_releases']} releases)")
     t = r["telemetry"]

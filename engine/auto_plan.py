@@ -21,7 +21,7 @@ from ..offload.policy import OffloadPolicy, build_policy
 from ..offload.units import format_bytes
 from .discovery import ComponentInfo
 from .plan import Plan, make_plan
-from .request_forecast import RequestForecast, dit_profile, forecast_request, phase_bytes
+from .request_forecast import RequestForecast, dit_profile, forecast_request, known_profile, phase_bytes
 from .request_profile import RequestProfile, RequestSize
 from .stream_choice import TIE, DitProfile, StreamChoice, choose_streaming
 
@@ -131,17 +131,8 @@ def _reasons(plan: Plan, choice: StreamChoice, aux: list[ComponentInfo],
 
 def auto_plan_for(plan0: Plan, budget: int, size: RequestSize, device: str,
                   observed_bandwidth: float | None = None) -> AutoPlan:
-    """`auto_plan` with what is known on `device`: this size's cached profile, else another size's
-    scaled, else none; the link rate observed, else cached."""
-    from .request_forecast import scaled_profile
-    from .request_profile import any_profile, load_profile
-
-    model = plan0.model
-    profile = load_profile(model.path, model.nbytes, device, size)
-    source = "cached"
-    if profile is None:
-        other = any_profile(model.path, model.nbytes, device)
-        profile, source = (scaled_profile(other, size) if other else None), "estimated"
+    """`auto_plan` with what is known on `device` (`known_profile`); the link rate given, else cached."""
+    profile, source = known_profile(plan0, size, device)
     bandwidth = observed_bandwidth or (profile.bandwidth_bytes_per_s if profile else None)
     bw_source = "measured" if observed_bandwidth else "cached"
     return auto_plan(plan0, budget, size, profile, source, bandwidth, bw_source)

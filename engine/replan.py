@@ -20,7 +20,7 @@ from .plan import Plan
 def _describe(old: Plan, new: Plan) -> str:
     parts = []
     a, b = old.residency, new.residency
-    if (a.resident, a.slots, a.placement) != (b.resident, b.slots, b.placement):
+    if a != b:
         parts.append(f"DiT {a.num_resident}→{b.num_resident} resident ({b.placement}), ring {a.slots}→{b.slots}")
     before = {c.info.name: c.residency for c in old.components}
     for c in new.components:
@@ -34,9 +34,7 @@ def apply_replan(placement: Placement, old: Plan, new: Plan, device: torch.devic
     start = time.perf_counter()
     copied = freed = ring = 0
     streamer = placement.streamer
-    if streamer is not None and (streamer.residency.resident, streamer.residency.slots,
-                                 streamer.residency.placement) != (new.residency.resident, new.residency.slots,
-                                                                   new.residency.placement):
+    if streamer is not None and streamer.residency != new.residency:
         stats = streamer.replan(new.residency)
         copied, freed, ring = stats.copied_bytes, stats.freed_bytes, stats.ring_bytes
     for c in new.components:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .plan import Plan
-from .request_profile import RequestProfile, RequestSize
+from .request_profile import RequestProfile, RequestSize, any_profile, load_profile
 from .stream_choice import DitProfile, evaluate, profile_from_timings
 
 Source = Literal["measured", "cached", "estimated", "unknown"]
@@ -134,24 +134,26 @@ def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | No
                            notes=notes)
 
 
+def known_profile(plan: Plan, size: RequestSize, device: str) -> tuple[RequestProfile | None, Source]:
+    """This size's cached profile ("cached"), else another size's scaled to it ("estimated"), else none."""
+    model = plan.model
+    profile = load_profile(model.path, model.nbytes, device, size)
+    if profile is not None:
+        return profile, "cached"
+    other = any_profile(model.path, model.nbytes, device)
+    return (scaled_profile(other, size) if other is not None else None), "estimated"
+
+
 def forecast_for(plan: Plan, size: RequestSize, device: str, observed_bandwidth: float | None = None,
                  probe_bandwidth: float | None = None) -> RequestForecast:
-    """The forecast from what is known: this size's cached profile, else another size's scaled, else
-    weights only; the link rate as the streamer observed it, else the cached one, else the probe's."""
-    from .request_profile import any_profile, load_profile
-
-    model = plan.model
-    profile: RequestProfile | None = load_profile(model.path, model.nbytes, device, size)
-    source: Source = "cached"
-    if profile is None:
-        other = any_profile(model.path, model.nbytes, device)
-        profile = scaled_profile(other, size) if other is not None else None
-        source = "estimated"
+    """The forecast from what is known (`known_profile`); the link rate as the streamer observed it,
+    else the cached one, else the probe's."""
+    profile, source = known_profile(plan, size, device)
+    bw_source: Source
     if observed_bandwidth:
         bandwidth, bw_source = observed_bandwidth, "measured"
     elif profile is not None and profile.bandwidth_bytes_per_s:
         bandwidth, bw_source = profile.bandwidth_bytes_per_s, "cached"
     else:
         bandwidth, bw_source = probe_bandwidth, "estimated"
-    return forecast_request(plan, size, profile, source, bandwidth, bw_source,  # type: ignore[arg-type]
-                            overlap=device != "cpu")
+    return forecast_request(plan, size, profile, source, bandwidth, bw_source, overlap=device != "cpu")

@@ -250,19 +250,10 @@ class LayerwiseStreamer:
         Used between requests, when only the prefetch depth changes; the residency keeps its blocks."""
         if not self._attached or not self._streamed:
             raise RuntimeError("set_slots needs an attached streamer with streamed blocks")
-        residency = BlockResidency(self.residency.resident, min(slots, len(self._streamed)), self.residency.placement)
-        synchronize(self.device)
-        self._absorb(self._clock.drain() if self._cuda else self._clock.poll())
-        for k in range(len(self._streamed)):
-            self._unbind(k)
-        self._slots, self._slot_owner, self._slot_ready, self._last_slot = [], [], [], None
-        largest = self._slot_nbytes()
-        self._slots = [torch.empty(largest, dtype=torch.uint8, device=self.device) for _ in range(residency.slots)]
-        self._slot_owner = [None] * residency.slots
-        self._slot_ready = [None] * residency.slots
-        self.residency = residency
-        self._load(0, 0, sync=True)
-        self._fill_window(0)
+        self._clear_ring()
+        self.residency = BlockResidency(self.residency.resident, min(slots, len(self._streamed)),
+                                        self.residency.placement)
+        self._fill_ring()
 
     def replan(self, residency: BlockResidency) -> ReplanStats:
         """Carry out another residency between requests, from the arena's masters (no disk, no repacking).
@@ -277,12 +268,8 @@ class LayerwiseStreamer:
         if residency.num_blocks != len(self._blocks):
             raise ValueError(f"residency covers {residency.num_blocks} blocks, the streamer holds {len(self._blocks)}")
         start = time.perf_counter()
-        synchronize(self.device)
-        self._absorb(self._clock.drain() if self._cuda else self._clock.poll())
+        self._clear_ring()
         self._remove_hooks()
-        for k in range(len(self._streamed)):
-            self._unbind(k)
-        self._slots, self._slot_owner, self._slot_ready, self._last_slot = [], [], [], None
         copied = freed = 0
         for b, resident in zip(self._blocks, residency.resident, strict=True):
             if resident and not b.resident:
@@ -352,15 +339,9 @@ class LayerwiseStreamer:
             self._arena.pin()
 
     def _build_ring(self) -> None:
-        """Slots for the streamed blocks (the plan's k, never more than them), hooks, warm window."""
+        """Hooks on the streamed blocks, then their slots, filled (see `_fill_ring`)."""
         if not self._streamed:
             return
-        largest = self._slot_nbytes()
-        nslots = self.residency.slots
-        self._slots = [torch.empty(largest, dtype=torch.uint8, device=self.device) for _ in range(nslots)]
-        self._slot_owner = [None] * nslots
-        self._slot_ready = [None] * nslots
-        self._last_slot = None
         if self._copy_stream is None:
             self._copy_stream = new_stream(self.device)
         for k, b in enumerate(self._streamed):
@@ -368,8 +349,26 @@ class LayerwiseStreamer:
             self._handles.append(pre)
             post = b.module.register_forward_hook(self._make_post_hook(k))
             self._handles.append(post)
+        self._fill_ring()
+
+    def _fill_ring(self) -> None:
+        """Slots for the streamed blocks (`residency.slots`, never more than them), warm window."""
+        largest = self._slot_nbytes()
+        nslots = self.residency.slots
+        self._slots = [torch.empty(largest, dtype=torch.uint8, device=self.device) for _ in range(nslots)]
+        self._slot_owner = [None] * nslots
+        self._slot_ready = [None] * nslots
+        self._last_slot = None
         self._load(0, 0, sync=True)
         self._fill_window(0)
+
+    def _clear_ring(self) -> None:
+        """Wait for every copy, account it, unbind the streamed blocks and free the slots (hooks stay)."""
+        synchronize(self.device)
+        self._absorb(self._clock.drain() if self._cuda else self._clock.poll())
+        for k in range(len(self._streamed)):
+            self._unbind(k)
+        self._slots, self._slot_owner, self._slot_ready, self._last_slot = [], [], [], None
 
     def _make_resident(self, b: Block) -> int:
         """Give a packed block its own device copy of its region and bind it there; returns bytes copied."""
