@@ -281,9 +281,11 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
                 ("peak", "predicted_peak_bytes", "measured_peak_bytes", format_bytes))
         for name, predicted_key, measured_key, shown in rows:
             predicted, measured, error = check[predicted_key], check[measured_key], check[f"{name}_error"]
-            if predicted is None:
+            if measured is None:  # a CPU has no device allocator: there is no peak to predict or check
+                text = "not measurable on this device"
+            elif predicted is None:
                 text = "no forecast yet (cached for the next run)"
-            elif measured is None or error is None:
+            elif error is None:
                 text = f"{shown(predicted)} (not measurable here)"
             else:
                 text = f"{shown(predicted)} vs {shown(measured)} ({error * 100:+.1f}%, {check[f'{name}_source']})"
