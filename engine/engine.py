@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from ..offload.deferred_weights import DeferredWeights
 from ..offload.events import (
     EngineStateChanged,
     ErrorEvent,
@@ -65,9 +66,9 @@ class LoadReport:
     streamed_bytes: int
     device_allocated_bytes: int | None
     phases: dict[str, float] = field(default_factory=dict)
-    """Where the load's time went: `read` (safetensors → host tensors, diffusers/transformers
-    `from_pretrained`), `arrange` (packing into arenas, device copies, hooks), `register`
-    (`cudaHostRegister` of the arenas)."""
+    """Where the load's time went: `read` (building the components: `from_pretrained`, or for a DiT
+    read straight into place its parallel reads into the arena), `arrange` (packing into arenas,
+    device copies, hooks), `register` (`cudaHostRegister` of the arenas)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +103,7 @@ class Engine:
 
     def __init__(self, model_path: str | Path, *, device: str | torch.device | None = None,
                  bus: EventBus | None = None, variant: str | None = None, pin: bool = True,
-                 live_replan: bool = False) -> None:
+                 live_replan: bool = False, direct_read: bool = True, read_threads: int | None = None) -> None:
         self.model: ModelInfo = discover_model(model_path, variant)
         self.device = torch.device(device) if device is not None else default_device()
         if self.device.type == "cuda" and not torch.cuda.is_available():
@@ -112,6 +113,8 @@ class Engine:
         self.bus = bus or EventBus()
         self.pin = pin
         self.live_replan = live_replan  # keep pinned masters of everything a re-plan may move
+        self.direct_read = direct_read  # DiT weights read straight into place, in parallel (engine.direct_load)
+        self.read_threads = read_threads
         self.state = EngineState.DISCOVERED
         self.failure: str | None = None
         self.plan: Plan | None = None
@@ -154,19 +157,27 @@ class Engine:
             self._set_state(EngineState.LOADING, f"mode={policy.mode}")
             start = time.perf_counter()
             registered = register_seconds_total()
+            weights = DeferredWeights(self.read_threads) if self.direct_read else None
             try:
-                self.pipe = load_pipeline(self.model, progress=self._progress("host"), cancel=cancel)
+                self.pipe = load_pipeline(self.model, progress=self._progress("host"), cancel=cancel, weights=weights,
+                                          log=lambda line: self.bus.publish(LogEvent(level="info", message=line)))
                 read_s = time.perf_counter() - start
                 self._pin_execution_device()
                 self.placement = place(self.pipe, plan, self.device, self.bus, progress=self._progress("place"),
-                                       cancel=cancel, pin=self.pin, live=self.live_replan)
+                                       cancel=cancel, pin=self.pin, live=self.live_replan, weights=weights)
+                if weights is not None:
+                    read_s += weights.seconds
             except BaseException as exc:
+                if weights is not None:
+                    weights.close()
                 self._release()
                 reason = "load cancelled" if isinstance(exc, LoadCancelled) else f"{type(exc).__name__}: {exc}"
                 self.failure = reason
                 self.bus.publish(ErrorEvent(where="load", message=reason))
                 self._set_state(EngineState.FAILED, reason)
                 raise
+            if weights is not None:
+                weights.close()
             self._set_state(EngineState.READY)
             streamer = self.placement.streamer
             seconds = time.perf_counter() - start

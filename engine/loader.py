@@ -17,7 +17,9 @@ from typing import Any
 
 import torch
 
+from ..offload.deferred_weights import DeferredWeights
 from ..offload.errors import ConfigError
+from .direct_load import build_deferred
 from .discovery import ComponentInfo, ModelInfo
 from .trusted_classes import accepts_trust_remote_code, component_class, holds_weights
 from .trusted_classes import pipeline_class as _trusted_pipeline_class
@@ -82,8 +84,13 @@ def quiet_libraries() -> None:
 
 
 def load_pipeline(model: ModelInfo, *, progress: Callable[[str, int, int], None] | None = None,
-                  cancel: threading.Event | None = None) -> Any:
-    """Load every component (reporting bytes per component) and construct the pipeline on the host."""
+                  cancel: threading.Event | None = None, weights: DeferredWeights | None = None,
+                  log: Callable[[str], None] | None = None) -> Any:
+    """Load every component (reporting bytes per component) and construct the pipeline on the host.
+
+    With `weights`, each DiT that `engine.direct_load` can build exactly is built with its weights
+    still in their files (registered in `weights`): placement reads them straight into place. The
+    others, and every DiT it cannot build, are read by `from_pretrained` (`log` says why)."""
     cls = pipeline_class(model)
     quiet_libraries()
     components: dict[str, Any] = {}
@@ -92,7 +99,12 @@ def load_pipeline(model: ModelInfo, *, progress: Callable[[str, int, int], None]
             raise LoadCancelled("load cancelled")
         if progress:
             progress(info.name, 0, info.nbytes)
-        components[info.name] = load_component(info)
+        component = None
+        if weights is not None and info.role == "dit":
+            component, why = build_deferred(info, load_dtype(info), weights)
+            if component is None and log is not None:
+                log(f"{info.name}: read by from_pretrained, not straight into place: {why}")
+        components[info.name] = component if component is not None else load_component(info)
         if progress:
             progress(info.name, info.nbytes, info.nbytes)
     try:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from ..offload.cache import AllocatorCache
+from ..offload.deferred_weights import DeferredWeights
 from ..offload.events import EventBus, LogEvent
 from ..offload.stager import ModuleStager, stage_around
 from ..offload.streamer import LayerwiseStreamer
@@ -65,8 +66,13 @@ class Placement:
         self.stagers.clear()
 
 
-def _dit_non_block_to(module: torch.nn.Module, block_attrs: set[str], device: torch.device) -> None:
+def _dit_non_block_to(module: torch.nn.Module, block_attrs: set[str], device: torch.device,
+                      weights: DeferredWeights | None) -> None:
     """Move a DiT's modules other than its block lists (embeddings, norms, projections)."""
+    if weights is not None:  # still in their files: read them in first (small next to the blocks)
+        outside = [t for name, child in module.named_children() if name not in block_attrs
+                   for t in (*child.parameters(), *child.buffers())]
+        weights.materialize([*outside, *module.parameters(recurse=False), *module.buffers(recurse=False)])
     for name, child in module.named_children():
         if name not in block_attrs:
             child.to(device)
@@ -78,15 +84,20 @@ def _dit_non_block_to(module: torch.nn.Module, block_attrs: set[str], device: to
 
 def place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, *,
           progress: Callable[[str, int, int], None] | None = None,
-          cancel: threading.Event | None = None, pin: bool = True, live: bool = False) -> Placement:
+          cancel: threading.Event | None = None, pin: bool = True, live: bool = False,
+          weights: DeferredWeights | None = None) -> Placement:
     """Place a host-loaded pipeline's components on `device` according to `plan`.
 
     `live=True` keeps a pinned master of everything that a re-plan may move: resident encoders/VAEs
-    are stagers held on the device, and the streamer keeps every block's master (see `replan`)."""
+    are stagers held on the device, and the streamer keeps every block's master (see `replan`).
+    `weights` holds the sources of tensors still in their files (`engine.direct_load`): streamed
+    blocks are read straight into the arena, everything else into host tensors before it moves."""
     placement = Placement(device, live=live)
     placement.cache = AllocatorCache(device, bus=bus)
     try:
-        _place(pipe, plan, device, bus, placement, progress, cancel, pin)
+        _place(pipe, plan, device, bus, placement, progress, cancel, pin, weights)
+        if weights is not None and weights.pending:
+            raise RuntimeError(f"{weights.pending} weight tensors were never read from their files")
     except BaseException:
         placement.release()
         raise
@@ -99,7 +110,8 @@ def _check_cancel(cancel: threading.Event | None) -> None:
 
 
 def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement: Placement,
-           progress: Callable[[str, int, int], None] | None, cancel: threading.Event | None, pin: bool) -> None:
+           progress: Callable[[str, int, int], None] | None, cancel: threading.Event | None, pin: bool,
+           weights: DeferredWeights | None) -> None:
     block_lists: list[tuple[str, list[torch.nn.Module]]] = []
     for comp in plan.components:
         _check_cancel(cancel)
@@ -108,6 +120,8 @@ def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement
         if not isinstance(module, torch.nn.Module):
             continue
         live_aux = placement.live and plan.policy.mode == "dlo" and info.role in ("encoder", "vae")
+        if weights is not None and comp.residency != "streamed":
+            weights.materialize_module(module)
         if comp.residency == "resident" and not live_aux:
             module.to(device)
             placement.resident.append(info.name)
@@ -125,7 +139,7 @@ def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement
                                                        f"{stager.staged_bytes:,} bytes in a host master"))
         elif comp.residency == "streamed":
             attrs = [b.attr for b in info.block_lists]
-            _dit_non_block_to(module, set(attrs), device)
+            _dit_non_block_to(module, set(attrs), device, weights)
             block_lists.extend((f"{info.name}.{a}", list(getattr(module, a))) for a in attrs)
         if progress and comp.residency != "streamed":
             progress(info.name, info.nbytes, info.nbytes)
@@ -141,7 +155,8 @@ def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement
 
         _check_block_order(block_lists, plan)
         placement.streamer = LayerwiseStreamer(block_lists, device, residency=plan.residency,
-                                               bus=bus, pin=pin, progress=on_pack, keep_masters=placement.live)
+                                               bus=bus, pin=pin, progress=on_pack, keep_masters=placement.live,
+                                               weights=weights)
         placement.streamer.attach()
         s = placement.streamer
         bus.publish(LogEvent(level="info", message=(

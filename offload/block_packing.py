@@ -9,7 +9,7 @@ from the host arena, a device slot or a resident device buffer.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,7 @@ class Piece:
     source: torch.Tensor
     raw: bool  # True: `source` is a uint8 storage span; False: a tensor copied with its values
     binding: Binding | None = None
+    deferred: bool = False  # `source` is still in its file: read into the arena, never copied
 
 
 @dataclass(slots=True)
@@ -123,23 +124,35 @@ def unique_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
 
 
 
-def plan_block(b: Block, claims: list[tuple[Any, int, int, str]], device: torch.device) -> None:
+def plan_block(b: Block, claims: list[tuple[Any, int, int, str]], device: torch.device,
+               deferred: Callable[[torch.Tensor], bool] | None = None) -> None:
     """Decide where each tensor of the block goes inside its region (no copying yet).
 
     Tensors are grouped by storage and then into clusters of overlapping byte ranges: a cluster
     (tied views, a buffer viewing a weight) is packed as one span so aliasing survives, while
     unrelated tensors that merely live in one big storage are packed separately. Each cluster's
-    range is recorded in `claims` so ranges used by two blocks can be rejected.
+    range is recorded in `claims` so ranges used by two blocks can be rejected. A tensor for which
+    `deferred` is true is still in its file and gets a region of its own (`deferred_pieces`).
     """
     groups: dict[Any, list[torch.Tensor]] = {}
+    cursor = 0
     for t in unique_tensors(b.module):
         if t.is_meta:
             raise ValueError(f"{b.name}: cannot stream a meta tensor (weights not loaded)")
+        if deferred is not None and deferred(t):  # read straight into its place (`offload.deferred_weights`)
+            cursor = align_up(cursor, ALIGNMENT)
+            shape = tuple(t.shape)
+            nbytes = t.numel() * t.element_size()
+            binding = Binding(t, cursor, t.dtype, shape, contiguous_stride(shape))
+            b.pieces.append(Piece(cursor, nbytes, t, raw=False, binding=binding, deferred=True))
+            b.bindings.append(binding)
+            b.tensor_bytes += nbytes
+            cursor += nbytes
+            continue
         if t.numel() == 0:
             rebind(t, lambda t=t: t.detach().to(device))
             continue
         groups.setdefault(storage_key(t), []).append(t)
-    cursor = 0
     for key, ts in groups.items():
         for cluster, lo, hi in clusters(ts):
             claims.append((key, lo, hi, b.name))
@@ -163,10 +176,21 @@ def plan_block(b: Block, claims: list[tuple[Any, int, int, str]], device: torch.
             cursor += nbytes
     b.region_nbytes = align_up(cursor, ALIGNMENT)
 
+def deferred_pieces(b: Block, arena: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(tensor, its bytes in the arena) for each of the block's tensors still in its file."""
+    base = b.region_offset
+    return [(p.binding.target, arena[base + p.offset : base + p.offset + p.nbytes])
+            for p in b.pieces if p.deferred and p.binding is not None]
+
+
 def pack_block(b: Block, arena: torch.Tensor, device: torch.device) -> None:
-    """Copy the block into its arena region, then drop the original tensors' storage."""
+    """Copy the block into its arena region, then drop the original tensors' storage.
+
+    Tensors still in their files are skipped: the caller has read them in (`deferred_pieces`)."""
     base = b.region_offset
     for p in b.pieces:
+        if p.deferred:
+            continue  # read from its file by the caller
         if p.raw:
             arena[base + p.offset : base + p.offset + p.nbytes].copy_(p.source)
         else:

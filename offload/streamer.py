@@ -21,6 +21,7 @@ stall (a CPU cannot overlap them with compute); the protocol and the bit-exact r
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ import torch
 from .block_packing import (
     Block,
     bind_region,
+    deferred_pieces,
     distinct_bytes,
     pack_block,
     plan_block,
@@ -38,6 +40,7 @@ from .block_packing import (
     unbind_region,
     unique_tensors,
 )
+from .deferred_weights import DeferredWeights
 from .devices import (
     as_device,
     current_stream,
@@ -105,8 +108,10 @@ class LayerwiseStreamer:
         pin: bool = True,
         progress: Callable[[int, int], None] | None = None,
         keep_masters: bool = False,
+        weights: DeferredWeights | None = None,
     ) -> None:
         self.device = as_device(device)
+        self._weights = weights  # blocks whose tensors are still in their files are read into the arena
         self.keep_masters = keep_masters
         self._cuda = is_cuda(self.device)
         blocks: list[tuple[str, torch.nn.Module]] = []
@@ -308,6 +313,8 @@ class LayerwiseStreamer:
         for b in self._blocks:
             unview_buffers(b.module)
             if b.resident and not self.keep_masters:
+                if self._weights is not None:
+                    self._weights.materialize_module(b.module)
                 tensors = unique_tensors(b.module)
                 move_preserving_aliases(tensors, self.device)
                 b.tensor_bytes = distinct_bytes(tensors)
@@ -323,20 +330,40 @@ class LayerwiseStreamer:
         claims: list[tuple[Any, int, int, str]] = []
         cursor = 0
         for b in packed:
-            plan_block(b, claims, self.device)
+            plan_block(b, claims, self.device, self._weights.knows if self._weights is not None else None)
             b.region_offset = cursor
             cursor = align_up(cursor + b.region_nbytes)
         reject_shared_ranges(claims)
         self._arena = HostArena(cursor, pin=False)  # pinned once filled: see HostArena.pin
-        total = sum(b.region_nbytes for b in packed)
-        done = 0
+        total = sum(b.tensor_bytes for b in packed)
+        reads = [job for b in packed for job in deferred_pieces(b, self._arena.tensor)]
+        done = self._read_deferred(reads, total) if reads else 0
         for b in packed:
+            copied = sum(p.nbytes for p in b.pieces if not p.deferred)
             pack_block(b, self._arena.tensor, self.device)
-            done += b.region_nbytes
-            if self._progress is not None:
+            if copied and self._progress is not None:
+                done += copied
                 self._progress(done, total)
         if self._pin:
             self._arena.pin()
+
+    def _read_deferred(self, reads: list[tuple[torch.Tensor, torch.Tensor]], total: int) -> int:
+        """Read the blocks' tensors that are still in their files straight into the arena, in parallel."""
+        weights = self._weights
+        assert weights is not None
+        done = 0
+        lock = threading.Lock()
+
+        def landed(nbytes: int) -> None:
+            nonlocal done
+            with lock:
+                done += nbytes
+                at = done
+            if self._progress is not None:
+                self._progress(at, total)
+
+        weights.fill(reads, landed)
+        return done
 
     def _build_ring(self) -> None:
         """Hooks on the streamed blocks, then their slots, filled (see `_fill_ring`)."""

@@ -1,0 +1,184 @@
+"""Weights that are still in their files: read straight into their final host place, in parallel.
+
+A component loaded this way is built with an empty host tensor for each weight (allocated, never
+written, so it holds no memory until it is), and each such tensor has a `Source` (an open file, a
+byte range, the stored dtype). Whoever decides where a tensor's bytes live for good asks `fill` to
+read them there: the streamer into its block arena (the empty tensor is then dropped unwritten),
+`materialize` into the tensor itself. No intermediate full-size copy: one `preadv` per range (large
+ranges split into chunks), many ranges at once on a thread pool. The kernel copies page cache →
+destination with the GIL released, so N threads read at N times one thread's rate until memory
+bandwidth binds.
+
+A range stored in another dtype than the tensor's (a float32 module kept in float32 from a bf16
+file, say) is read into a scratch buffer and converted into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import torch
+
+CHUNK_BYTES = 32 << 20  # one read job: large enough to amortize the syscall, small enough to spread
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where one tensor's bytes are: `nbytes` at `offset` of the open file `fd`, stored as `dtype`."""
+
+    fd: int
+    offset: int
+    nbytes: int
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+
+def default_threads() -> int:
+    """Readers: every core, at most 32 (page-cache copies stop scaling well before that)."""
+    return max(1, min(32, os.cpu_count() or 1))
+
+
+class DeferredWeights:
+    """The sources of every tensor still on `meta`, and the reader that fills them in place."""
+
+    def __init__(self, threads: int | None = None) -> None:
+        self.threads = threads or default_threads()
+        self._sources: dict[int, tuple[torch.Tensor, Source]] = {}  # id(tensor) → (tensor, source), unread
+        self._fds: list[int] = []
+        self._lock = threading.Lock()
+        self.bytes_read = 0
+        self.seconds = 0.0
+
+    # ------------------------------------------------------------------ registration
+    def own_fd(self, fd: int) -> None:
+        """Close `fd` with this object (the sources read from it)."""
+        self._fds.append(fd)
+
+    def add(self, target: torch.Tensor, source: Source) -> None:
+        """`target` (an empty, contiguous host Parameter or buffer) gets its bytes from `source`."""
+        if target.device.type != "cpu" or not target.is_contiguous():
+            raise ValueError("a tensor waiting for its file is a contiguous host tensor")
+        expected = target.numel() * source.dtype.itemsize
+        if tuple(target.shape) != source.shape or expected != source.nbytes:
+            raise ValueError(f"source of {tuple(source.shape)} ({source.nbytes} bytes) does not fit a tensor of "
+                             f"{tuple(target.shape)}")
+        self._sources[id(target)] = (target, source)
+
+    def knows(self, t: torch.Tensor) -> bool:
+        """Whether `t` still waits for its bytes."""
+        entry = self._sources.get(id(t))
+        return entry is not None and entry[0] is t
+
+    @property
+    def pending(self) -> int:
+        """Tensors still waiting for their bytes."""
+        return len(self._sources)
+
+    # ------------------------------------------------------------------ reading
+    def fill(self, jobs: Sequence[tuple[torch.Tensor, torch.Tensor]],
+             progress: Callable[[int], None] | None = None) -> int:
+        """Read each `(target, destination)` pair's bytes into `destination` (a contiguous uint8 CPU
+        tensor of the target's size in its own dtype); the targets stop waiting (their own storage stays
+        unwritten unless it is the destination). Does not re-point the targets. Returns bytes.
+
+        `progress(bytes)` is called from reader threads as chunks land; an exception it raises (a
+        cancelled load) stops the remaining reads and is raised here."""
+        reads: list[tuple[int, int, memoryview]] = []
+        converts: list[tuple[Source, torch.Tensor, torch.Tensor, torch.dtype]] = []
+        for target, dest in jobs:
+            _, source = self._sources[id(target)]
+            if dest.dtype != torch.uint8 or dest.device.type != "cpu" or not dest.is_contiguous():
+                raise ValueError("a destination is a contiguous uint8 CPU tensor")
+            want = target.numel() * target.element_size()
+            if dest.numel() != want:
+                raise ValueError(f"destination holds {dest.numel()} bytes, the tensor needs {want}")
+            if source.dtype == target.dtype:
+                reads.extend(_chunks(source.fd, source.offset, _as_view(dest)))
+            else:
+                scratch = torch.empty(source.nbytes, dtype=torch.uint8)
+                reads.extend(_chunks(source.fd, source.offset, _as_view(scratch)))
+                converts.append((source, scratch, dest, target.dtype))
+        total = self._run(reads, progress)
+        for target, _ in jobs:
+            self._sources.pop(id(target), None)
+        for source, scratch, dest, dtype in converts:  # after every read: a conversion reads its whole scratch
+            dest.view(dtype).view(source.shape).copy_(scratch.view(source.dtype).view(source.shape))
+        return total
+
+    def materialize(self, tensors: Iterable[torch.Tensor], progress: Callable[[int], None] | None = None) -> int:
+        """Read every waiting tensor among `tensors` into its own storage."""
+        pending: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        for t in tensors:
+            if id(t) not in pending and self.knows(t):
+                pending[id(t)] = (t, _own_bytes(t))
+        return self.fill(list(pending.values()), progress)
+
+    def materialize_module(self, module: torch.nn.Module, progress: Callable[[int], None] | None = None) -> int:
+        return self.materialize([*module.parameters(), *module.buffers()], progress)
+
+    def _run(self, reads: list[tuple[int, int, memoryview]], progress: Callable[[int], None] | None) -> int:
+        if not reads:
+            return 0
+        stop = threading.Event()
+        total = sum(len(view) for _, _, view in reads)
+
+        def read(job: tuple[int, int, memoryview]) -> None:
+            if stop.is_set():
+                return
+            fd, offset, view = job
+            try:
+                _read_exactly(fd, offset, view)
+                if progress is not None:
+                    progress(len(view))
+            except BaseException:
+                stop.set()
+                raise
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(min(self.threads, len(reads)), thread_name_prefix="weights-read") as pool:
+            futures = [pool.submit(read, job) for job in reads]
+            errors = [f.exception() for f in futures]
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+        with self._lock:
+            self.bytes_read += total
+            self.seconds += time.perf_counter() - start
+        return total
+
+    def close(self) -> None:
+        """Close the files (idempotent); tensors still on `meta` can no longer be filled."""
+        fds, self._fds = self._fds, []
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._sources.clear()
+
+
+def _own_bytes(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's own bytes as a flat uint8 tensor (it is contiguous: `add` checked)."""
+    return t.detach().reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
+
+
+def _as_view(dest: torch.Tensor) -> memoryview:
+    return memoryview(dest.numpy()).cast("B")
+
+
+def _chunks(fd: int, offset: int, view: memoryview) -> list[tuple[int, int, memoryview]]:
+    return [(fd, offset + at, view[at : at + CHUNK_BYTES]) for at in range(0, len(view), CHUNK_BYTES)]
+
+
+def _read_exactly(fd: int, offset: int, view: memoryview) -> None:
+    """`preadv` until the view is full; a file shorter than its header promised is an error."""
+    done = 0
+    while done < len(view):
+        got = os.preadv(fd, [view[done:]], offset + done)
+        if got == 0:
+            raise OSError(f"file ended {len(view) - done} bytes early (truncated while loading?)")
+        done += got
