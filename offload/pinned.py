@@ -20,6 +20,8 @@ import torch
 
 from .units import ALIGNMENT, align_up  # noqa: F401  (re-exported: the packers import them from here)
 
+PAGE = 4096
+
 _held_lock = threading.Lock()
 _held_bytes = 0
 
@@ -66,8 +68,10 @@ class HostArena:
         if nbytes < 0:
             raise ValueError(f"arena size must be >= 0, got {nbytes}")
         self._nbytes = int(nbytes)
-        self._tensor: torch.Tensor | None = torch.empty(self._nbytes, dtype=torch.uint8)
-        self._registered_ptr: int | None = None
+        raw = torch.empty(self._nbytes + PAGE, dtype=torch.uint8)  # the base on a page: ranges pin apart
+        start = -raw.data_ptr() % PAGE
+        self._tensor: torch.Tensor | None = raw[start : start + self._nbytes]
+        self._registered: list[tuple[int, int]] = []  # (pointer, bytes) of each cudaHostRegister
         self._pin_failure_reason: str | None = None
         if pin:
             self.pin()
@@ -79,35 +83,53 @@ class HostArena:
         faults in every page at once, so pinning first would hold the arena and all the source
         tensors in RAM together, where filling first frees each source as it is copied.
         """
-        if self._registered_ptr is None and self._tensor is not None:
-            self._pin_failure_reason = None
-            self._try_register()
+        if not self._registered and self._tensor is not None:
+            return self.pin_ranges([(0, self._nbytes)])
         return self.pinned
 
-    def _try_register(self) -> None:
+    def pin_ranges(self, ranges: Sequence[tuple[int, int]]) -> bool:
+        """Page-lock `[lo, hi)` byte ranges, each its own registration (a loader pins each block as soon
+        as it has been read, overlapping registration with the reads of the next ones).
+
+        Ranges must not share a page (start them on page boundaries). A copy must stay inside one
+        range to run asynchronously. On any failure every registration is undone, the arena stays
+        pageable and `pin_failure_reason` says why; returns `pinned`."""
+        if self._tensor is None or self._pin_failure_reason is not None:
+            return False
+        for lo, hi in ranges:
+            reason = self._register(self._tensor.data_ptr() + lo, hi - lo)
+            if reason is not None:
+                self._unregister_all()
+                self._pin_failure_reason = reason
+                return False
+        return self.pinned
+
+    def _register(self, ptr: int, nbytes: int) -> str | None:
         if not torch.cuda.is_available():
-            self._pin_failure_reason = "CUDA is not available"
-            return
-        if self._nbytes == 0:
-            self._pin_failure_reason = "empty arena"
-            return
-        assert self._tensor is not None
-        ptr = self._tensor.data_ptr()
+            return "CUDA is not available"
+        if nbytes <= 0:
+            return "empty arena" if self._nbytes == 0 else None
         start = time.perf_counter()
         try:
-            cudart = torch.cuda.cudart()
-            rc = cudart.cudaHostRegister(ptr, self._nbytes, 0)  # 0: cudaHostRegisterDefault
+            rc = torch.cuda.cudart().cudaHostRegister(ptr, nbytes, 0)  # 0: cudaHostRegisterDefault
             ok = int(rc) == 0  # cudaSuccess
         except Exception as exc:  # driver/runtime trouble: stay pageable, say why
-            self._pin_failure_reason = f"cudaHostRegister raised {type(exc).__name__}: {exc}"
-            return
+            return f"cudaHostRegister raised {type(exc).__name__}: {exc}"
         finally:
             _add_register_seconds(time.perf_counter() - start)
         if not ok:
-            self._pin_failure_reason = f"cudaHostRegister failed: {_cuda_error_name(rc)}"
-            return
-        self._registered_ptr = ptr
-        _add_held(self._nbytes)
+            return f"cudaHostRegister failed: {_cuda_error_name(rc)}"
+        self._registered.append((ptr, nbytes))
+        _add_held(nbytes)
+        return None
+
+    def _unregister_all(self) -> None:
+        registered, self._registered = self._registered, []
+        for ptr, nbytes in registered:
+            try:
+                torch.cuda.cudart().cudaHostUnregister(ptr)
+            finally:
+                _add_held(-nbytes)
 
     @property
     def tensor(self) -> torch.Tensor:
@@ -121,7 +143,12 @@ class HostArena:
 
     @property
     def pinned(self) -> bool:
-        return self._registered_ptr is not None
+        """Page-locked (the whole arena, or every range a loader asked for, without a failure)."""
+        return bool(self._registered) and self._pin_failure_reason is None
+
+    @property
+    def pinned_bytes(self) -> int:
+        return sum(n for _, n in self._registered)
 
     @property
     def closed(self) -> bool:
@@ -137,12 +164,7 @@ class HostArena:
         The caller must make sure no asynchronous copy still reads the arena (synchronize first).
         Views that outlive the arena keep the memory alive, but it is no longer page-locked.
         """
-        ptr, self._registered_ptr = self._registered_ptr, None
-        if ptr is not None:
-            try:
-                torch.cuda.cudart().cudaHostUnregister(ptr)
-            finally:
-                _add_held(-self._nbytes)
+        self._unregister_all()
         self._tensor = None
 
     def __del__(self) -> None:

@@ -21,7 +21,6 @@ stall (a CPU cannot overlap them with compute); the protocol and the bit-exact r
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,14 +28,11 @@ from typing import Any
 
 import torch
 
+from . import arena_fill
 from .block_packing import (
     Block,
     bind_region,
-    deferred_pieces,
     distinct_bytes,
-    pack_block,
-    plan_block,
-    reject_shared_ranges,
     unbind_region,
     unique_tensors,
 )
@@ -54,7 +50,7 @@ from .devices import (
     unview_buffers,
 )
 from .events import EventBus, NullBus, StagingEvent
-from .pinned import HostArena, align_up, typed_view
+from .pinned import HostArena, typed_view
 from .residency import BlockResidency
 from .transfer_timing import Measured, TransferClock
 
@@ -327,43 +323,9 @@ class LayerwiseStreamer:
         self._build_ring()
 
     def _pack(self, packed: list[Block]) -> None:
-        claims: list[tuple[Any, int, int, str]] = []
-        cursor = 0
-        for b in packed:
-            plan_block(b, claims, self.device, self._weights.knows if self._weights is not None else None)
-            b.region_offset = cursor
-            cursor = align_up(cursor + b.region_nbytes)
-        reject_shared_ranges(claims)
-        self._arena = HostArena(cursor, pin=False)  # pinned once filled: see HostArena.pin
-        total = sum(b.tensor_bytes for b in packed)
-        reads = [job for b in packed for job in deferred_pieces(b, self._arena.tensor)]
-        done = self._read_deferred(reads, total) if reads else 0
-        for b in packed:
-            copied = sum(p.nbytes for p in b.pieces if not p.deferred)
-            pack_block(b, self._arena.tensor, self.device)
-            if copied and self._progress is not None:
-                done += copied
-                self._progress(done, total)
-        if self._pin:
-            self._arena.pin()
-
-    def _read_deferred(self, reads: list[tuple[torch.Tensor, torch.Tensor]], total: int) -> int:
-        """Read the blocks' tensors that are still in their files straight into the arena, in parallel."""
-        weights = self._weights
-        assert weights is not None
-        done = 0
-        lock = threading.Lock()
-
-        def landed(nbytes: int) -> None:
-            nonlocal done
-            with lock:
-                done += nbytes
-                at = done
-            if self._progress is not None:
-                self._progress(at, total)
-
-        weights.fill(reads, landed)
-        return done
+        self._arena = arena_fill.lay_out(packed, self.device, pin=self._pin, weights=self._weights)
+        arena_fill.fill(packed, self._arena, self.device, pin=self._pin, weights=self._weights,
+                        progress=self._progress)
 
     def _build_ring(self) -> None:
         """Hooks on the streamed blocks, then their slots, filled (see `_fill_ring`)."""

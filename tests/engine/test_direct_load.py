@@ -175,3 +175,24 @@ def test_any_header_bytes_give_locations_or_one_error(tmp_path_factory: pytest.T
     size = path.stat().st_size
     for t in found.values():
         assert 8 + len(header) <= t.offset and t.offset + t.nbytes <= size
+
+
+@pytest.mark.parametrize("direct_read,batch_bytes,live", [(True, 1, False), (True, 1, True), (False, 2 << 30, False)])
+def test_outputs_match_plain_diffusers_however_the_blocks_were_read(demo_model_dir: Path, monkeypatch, direct_read,
+                                                                    batch_bytes, live) -> None:
+    import diffusers
+    import numpy as np
+    from test_engine import oracle_image, request_for
+
+    from omni_console.offload import arena_fill
+
+    monkeypatch.setattr(arena_fill, "BATCH_BYTES", batch_bytes)  # 1: every block is a batch of its own
+    req = request_for("flux")
+    expected = oracle_image(demo_model_dir, diffusers.FluxPipeline, req)
+    engine = Engine(demo_model_dir, device="cpu", direct_read=direct_read, live_replan=live)
+    engine.load(build_policy({"text_encoder": False}, 1))
+    assert np.array_equal(np.asarray(engine.generate(req).image), expected)
+    if live:
+        engine.replan(build_policy({"text_encoder": False}, 0))
+        assert np.array_equal(np.asarray(engine.generate(req).image), expected)
+    engine.close()

@@ -1,0 +1,109 @@
+"""Lay the packed blocks out in one host arena, fill it, and page-lock it.
+
+Blocks whose tensors are host tensors are copied in (`pack_block`). Blocks whose tensors are still
+in their files (`offload.deferred_weights`) are read straight into their regions, in parallel, a
+batch of blocks at a time; while one batch is read, the previous one is page-locked on another
+thread, each block its own `cudaHostRegister` range (regions then start on page boundaries, and a
+block copy never leaves its range). Registering already-written memory only pins its pages, so the
+two overlap: the load costs about the longer of reading and registering, not their sum.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any
+
+import torch
+
+from .block_packing import Block, deferred_pieces, pack_block, plan_block, reject_shared_ranges
+from .deferred_weights import DeferredWeights
+from .pinned import ALIGNMENT, PAGE, HostArena, align_up
+
+BATCH_BYTES = 2 << 30  # read this much, then hand it to the registering thread
+
+
+def lay_out(packed: list[Block], device: torch.device, *, pin: bool, weights: DeferredWeights | None) -> HostArena:
+    """Plan every block's region (`Block.region_offset`) and allocate the arena that holds them all."""
+    claims: list[tuple[Any, int, int, str]] = []
+    knows = weights.knows if weights is not None else None
+    for b in packed:
+        plan_block(b, claims, device, knows)
+    reject_shared_ranges(claims)
+    step = PAGE if pin and _deferred(packed) else ALIGNMENT  # pinned block by block: no two share a page
+    cursor = 0
+    for b in packed:
+        b.region_offset = cursor
+        cursor = align_up(cursor + b.region_nbytes, step)
+    return HostArena(cursor, pin=False)  # pinned once filled: see HostArena.pin
+
+
+def fill(packed: list[Block], arena: HostArena, device: torch.device, *, pin: bool,
+         weights: DeferredWeights | None, progress: Callable[[int, int], None] | None) -> None:
+    """Copy or read every block into its region and (with `pin`) page-lock the arena."""
+    if _deferred(packed):
+        assert weights is not None
+        _read_in_batches(packed, arena, device, weights, pin, progress)
+    else:
+        _copy_in(packed, arena, device, progress)
+        if pin:
+            arena.pin()
+
+
+def _deferred(packed: list[Block]) -> bool:
+    return any(p.deferred for b in packed for p in b.pieces)
+
+
+def _copy_in(packed: list[Block], arena: HostArena, device: torch.device,
+             progress: Callable[[int, int], None] | None) -> None:
+    total = sum(b.tensor_bytes for b in packed)
+    done = 0
+    for b in packed:
+        pack_block(b, arena.tensor, device)
+        done += b.tensor_bytes
+        if progress is not None:
+            progress(done, total)
+
+
+def _read_in_batches(packed: list[Block], arena: HostArena, device: torch.device, weights: DeferredWeights,
+                     pin: bool, progress: Callable[[int, int], None] | None) -> None:
+    total = sum(b.tensor_bytes for b in packed)
+    done = 0
+    lock = threading.Lock()
+
+    def landed(nbytes: int) -> None:
+        nonlocal done
+        with lock:
+            done += nbytes
+            at = done
+        if progress is not None:
+            progress(at, total)
+
+    pending: list[Future[bool]] = []
+    with ThreadPoolExecutor(1, thread_name_prefix="arena-register") as registrar:
+        try:
+            for batch in _batches(packed):
+                weights.fill([job for b in batch for job in deferred_pieces(b, arena.tensor)], landed)
+                for b in batch:
+                    copied = sum(p.nbytes for p in b.pieces if not p.deferred)
+                    pack_block(b, arena.tensor, device)
+                    if copied:
+                        landed(copied)
+                if pin:
+                    ranges = [(b.region_offset, b.region_offset + b.region_nbytes) for b in batch]
+                    pending.append(registrar.submit(arena.pin_ranges, ranges))
+        finally:
+            wait(pending)  # never close an arena a registration is still working on
+
+
+def _batches(packed: list[Block]) -> list[list[Block]]:
+    out: list[list[Block]] = [[]]
+    size = 0
+    for b in packed:
+        if size >= BATCH_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(b)
+        size += b.region_nbytes
+    return out
