@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|e2e|video|sweep|forecast|replan|console|console-flux|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|e2e|video|sweep|forecast|replan|load-wan|console|console-flux|all] [benchmark args...]
 # `tests` also runs benchmarks/cpu_exactness.py on the host CPU.
 set -uo pipefail
 what=${1:-all}; shift || true
@@ -45,10 +45,14 @@ if [[ $what == forecast ]]; then  # whole-request forecast and --vram-budget thr
   python3 benchmarks/forecast_e2e.py --dir /tmp/flux-size --out "$OUT/forecast_e2e.json" "$@" 2>&1 \
     | grep -v "kept in float32" | tail -40 > "$OUT/forecast.log"
 fi
-if [[ $what == replan ]]; then  # load floors, time to ready and live re-plan on the Flux-size checkpoint
-  python3 benchmarks/engine_e2e.py --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5
-  python3 benchmarks/replan_load.py --dir /tmp/flux-size --threads 16 --replan 28 --out "$OUT/replan_load.json" "$@" \
-    2>&1 | grep -v "kept in float32" | tail -40 > "$OUT/replan.log"
+if [[ $what == replan ]]; then  # load floors, time to ready (warm, cold, diffusers beside it), live re-plan: Flux-size
+  python3 benchmarks/replan_load.py --dir /tmp/flux-size --write flux --threads 16 --replan 28 --peers \
+    --out "$OUT/replan_load.json" "$@" 2>&1 | grep -v "kept in float32" | tail -40 > "$OUT/replan.log"
+fi
+if [[ $what == load-wan ]]; then  # the same for the Wan2.1-14B-size checkpoint (the disk holds one of the two)
+  rm -rf /tmp/flux-size
+  python3 benchmarks/replan_load.py --dir /tmp/wan-size --write wan --threads 16 --peers \
+    --out "$OUT/load_wan.json" "$@" 2>&1 | grep -v "kept in float32" | tail -40 > "$OUT/load_wan.log"
 fi
 if [[ $what == console ]]; then
   python3 benchmarks/console_responsiveness.py --device cuda --out "$OUT/console.json" "$@" 2>&1 \

@@ -33,7 +33,7 @@ from ..offload.events import (
     RequestStarted,
     StepTiming,
 )
-from ..offload.pinned import register_seconds_total
+from ..offload.pinned import HostArena, register_seconds_total
 from ..offload.policy import OffloadPolicy
 from .call_options import default_fps
 from .discovery import ModelInfo, discover_model
@@ -158,18 +158,24 @@ class Engine:
             start = time.perf_counter()
             registered = register_seconds_total()
             weights = DeferredWeights(self.read_threads) if self.direct_read else None
+            arenas: dict[str, HostArena] = {}
             try:
                 self.pipe = load_pipeline(self.model, progress=self._progress("host"), cancel=cancel, weights=weights,
-                                          log=lambda line: self.bus.publish(LogEvent(level="info", message=line)))
-                read_s = time.perf_counter() - start
+                                          log=lambda line: self.bus.publish(LogEvent(level="info", message=line)),
+                                          aux_in_place=self.direct_read and self.device.type == "cuda",
+                                          host_arenas=arenas)
+                read_s = time.perf_counter() - start - (register_seconds_total() - registered)  # arenas pinned early
                 self._pin_execution_device()
                 self.placement = place(self.pipe, plan, self.device, self.bus, progress=self._progress("place"),
-                                       cancel=cancel, pin=self.pin, live=self.live_replan, weights=weights)
+                                       cancel=cancel, pin=self.pin, live=self.live_replan, weights=weights,
+                                       host_arenas=arenas)
                 if weights is not None:
                     read_s += weights.seconds
             except BaseException as exc:
                 if weights is not None:
                     weights.close()
+                for arena in arenas.values():
+                    arena.close()
                 self._release()
                 reason = "load cancelled" if isinstance(exc, LoadCancelled) else f"{type(exc).__name__}: {exc}"
                 self.failure = reason

@@ -19,6 +19,8 @@ import torch
 
 from ..offload.deferred_weights import DeferredWeights
 from ..offload.errors import ConfigError
+from ..offload.pinned import HostArena
+from .arena_load import load_into_arena, supports_arena_load
 from .direct_load import build_deferred
 from .discovery import ComponentInfo, ModelInfo
 from .trusted_classes import accepts_trust_remote_code, component_class, holds_weights
@@ -42,6 +44,11 @@ def load_dtype(info: ComponentInfo) -> torch.dtype | None:
         if name in _TORCH_DTYPES:
             return _TORCH_DTYPES[name]
     return None
+
+
+def holds_weights_info(info: ComponentInfo) -> bool:
+    """A component with weight files (a tokenizer or scheduler has none: nothing to say about it)."""
+    return bool(info.files)
 
 
 def load_component(info: ComponentInfo) -> Any:
@@ -85,12 +92,16 @@ def quiet_libraries() -> None:
 
 def load_pipeline(model: ModelInfo, *, progress: Callable[[str, int, int], None] | None = None,
                   cancel: threading.Event | None = None, weights: DeferredWeights | None = None,
-                  log: Callable[[str], None] | None = None) -> Any:
+                  log: Callable[[str], None] | None = None, aux_in_place: bool = False,
+                  host_arenas: dict[str, HostArena] | None = None) -> Any:
     """Load every component (reporting bytes per component) and construct the pipeline on the host.
 
     With `weights`, each DiT that `engine.direct_load` can build exactly is built with its weights
     still in their files (registered in `weights`): placement reads them straight into place. The
-    others, and every DiT it cannot build, are read by `from_pretrained` (`log` says why)."""
+    others, and every DiT it cannot build, are read by `from_pretrained` (`log` says why).
+    `aux_in_place` (CUDA only: see `engine.arena_load`) does the same for encoders and VAEs: a
+    diffusers one is built like a DiT, a transformers one over an arena read in parallel and
+    page-locked (kept in `host_arenas` by component name, for placement to use and release)."""
     cls = pipeline_class(model)
     quiet_libraries()
     components: dict[str, Any] = {}
@@ -99,10 +110,12 @@ def load_pipeline(model: ModelInfo, *, progress: Callable[[str, int, int], None]
             raise LoadCancelled("load cancelled")
         if progress:
             progress(info.name, 0, info.nbytes)
-        component = None
-        if weights is not None and info.role == "dit":
+        component, why = None, ""
+        if weights is not None and (info.role == "dit" or aux_in_place):
             component, why = build_deferred(info, load_dtype(info), weights)
-            if component is None and log is not None:
+            if component is None and aux_in_place and host_arenas is not None and supports_arena_load(info) is None:
+                component, host_arenas[info.name] = load_into_arena(info, load_dtype(info), weights.threads, pin=True)
+            if component is None and log is not None and holds_weights_info(info):
                 log(f"{info.name}: read by from_pretrained, not straight into place: {why}")
         components[info.name] = component if component is not None else load_component(info)
         if progress:

@@ -26,7 +26,9 @@ import torch
 
 from ..offload.cache import AllocatorCache
 from ..offload.deferred_weights import DeferredWeights
+from ..offload.devices import synchronize
 from ..offload.events import EventBus, LogEvent
+from ..offload.pinned import HostArena
 from ..offload.stager import ModuleStager, stage_around
 from ..offload.streamer import LayerwiseStreamer
 from .loader import LoadCancelled
@@ -85,17 +87,19 @@ def _dit_non_block_to(module: torch.nn.Module, block_attrs: set[str], device: to
 def place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, *,
           progress: Callable[[str, int, int], None] | None = None,
           cancel: threading.Event | None = None, pin: bool = True, live: bool = False,
-          weights: DeferredWeights | None = None) -> Placement:
+          weights: DeferredWeights | None = None, host_arenas: dict[str, HostArena] | None = None) -> Placement:
     """Place a host-loaded pipeline's components on `device` according to `plan`.
 
     `live=True` keeps a pinned master of everything that a re-plan may move: resident encoders/VAEs
     are stagers held on the device, and the streamer keeps every block's master (see `replan`).
     `weights` holds the sources of tensors still in their files (`engine.direct_load`): streamed
-    blocks are read straight into the arena, everything else into host tensors before it moves."""
+    blocks are read straight into the arena, everything else into host tensors before it moves.
+    `host_arenas` holds the arenas transformers components were built over (`engine.arena_load`):
+    a staged one keeps its arena as its master until release, a resident one frees it once moved."""
     placement = Placement(device, live=live)
     placement.cache = AllocatorCache(device, bus=bus)
     try:
-        _place(pipe, plan, device, bus, placement, progress, cancel, pin, weights)
+        _place(pipe, plan, device, bus, placement, progress, cancel, pin, weights, host_arenas or {})
         if weights is not None and weights.pending:
             raise RuntimeError(f"{weights.pending} weight tensors were never read from their files")
     except BaseException:
@@ -111,7 +115,7 @@ def _check_cancel(cancel: threading.Event | None) -> None:
 
 def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement: Placement,
            progress: Callable[[str, int, int], None] | None, cancel: threading.Event | None, pin: bool,
-           weights: DeferredWeights | None) -> None:
+           weights: DeferredWeights | None, host_arenas: dict[str, HostArena]) -> None:
     block_lists: list[tuple[str, list[torch.nn.Module]]] = []
     for comp in plan.components:
         _check_cancel(cancel)
@@ -122,8 +126,13 @@ def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement
         live_aux = placement.live and plan.policy.mode == "dlo" and info.role in ("encoder", "vae")
         if weights is not None and comp.residency != "streamed":
             weights.materialize_module(module)
+        arena = host_arenas.pop(info.name, None)
+        if arena is not None:
+            placement.undo.append(_closer(arena, device))  # a resident component drops it at once, below
         if comp.residency == "resident" and not live_aux:
             module.to(device)
+            if arena is not None:
+                placement.undo.pop()()
             placement.resident.append(info.name)
             bus.publish(LogEvent(level="info", message=f"{info.name}: resident on {device} ({comp.why})"))
         elif comp.residency == "staged" or (comp.residency == "resident" and live_aux):
@@ -162,6 +171,13 @@ def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement
         bus.publish(LogEvent(level="info", message=(
             f"DLO: {s.num_streamed} blocks streamed ({total:,} bytes), {s.num_resident} resident, "
             f"{s.num_slots} slot{'s' if s.num_slots != 1 else ''} of {s.largest_block_bytes:,} bytes")))
+
+
+def _closer(arena: HostArena, device: torch.device) -> Callable[[], None]:
+    def close() -> None:
+        synchronize(device)  # no copy may still read it
+        arena.close()
+    return close
 
 
 def _check_block_order(block_lists: list[tuple[str, list[torch.nn.Module]]], plan: Plan) -> None:

@@ -50,7 +50,8 @@ def _assert_same_module(direct: torch.nn.Module, plain: torch.nn.Module) -> None
     assert buffers.keys() == their_buffers.keys()
     for name, t in their_buffers.items():  # non-persistent ones (rotary tables) are computed, not read
         assert buffers[name].dtype == t.dtype and torch.equal(buffers[name], t), name
-    assert dict(direct.config) == dict(plain.config)
+    config = getattr(plain.config, "to_dict", lambda: dict(plain.config))()  # transformers or diffusers
+    assert getattr(direct.config, "to_dict", lambda: dict(direct.config))() == config
     assert not direct.training
 
 
@@ -196,3 +197,41 @@ def test_outputs_match_plain_diffusers_however_the_blocks_were_read(demo_model_d
         engine.replan(build_policy({"text_encoder": False}, 0))
         assert np.array_equal(np.asarray(engine.generate(req).image), expected)
     engine.close()
+
+
+def _encoders(root: Path):
+    return [c for c in discover_model(root).components if c.library == "transformers" and c.files]
+
+
+@pytest.mark.parametrize("fixture", ["demo_model_dir", "sd3_model_dir", "wan_model_dir"])
+def test_transformers_encoders_built_over_an_arena_equal_from_pretrained(fixture: str,
+                                                                         request: pytest.FixtureRequest) -> None:
+    from omni_console.engine.arena_load import load_into_arena
+
+    encoders = _encoders(request.getfixturevalue(fixture))
+    assert encoders
+    for info in encoders:
+        model, arena = load_into_arena(info, load_dtype(info), threads=3, pin=False)
+        _assert_same_module(model, load_component(info))
+        base, end = arena.tensor.data_ptr(), arena.tensor.data_ptr() + arena.nbytes
+        in_place = [p for p in model.parameters() if base <= p.data_ptr() < end]
+        assert len(in_place) == len(list(model.parameters()))  # built over the arena, not copied
+        arena.close()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_t5_keeps_transformers_dtype_rules(wan_model_dir: Path, tmp_path: Path, dtype: torch.dtype) -> None:
+    from omni_console.engine.arena_load import load_into_arena
+
+    root = tmp_path / "wan"
+    shutil.copytree(wan_model_dir, root)
+    info = _encoders(root)[0]
+    for file in info.folder.glob("*.safetensors"):
+        tensors = load_file(str(file))
+        save_file({k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}, str(file))
+    info = _encoders(root)[0]
+    model, arena = load_into_arena(info, load_dtype(info), threads=2, pin=False)
+    plain = load_component(info)
+    assert {t.dtype for t in plain.parameters()} >= {dtype}
+    _assert_same_module(model, plain)
+    arena.close()

@@ -84,3 +84,29 @@ def test_pinned_bytes_peak_bandwidth_and_unload(demo_model_dir: Path):
     torch.cuda.synchronize()
     assert torch.cuda.memory_allocated() == base_alloc
     assert pinned_bytes_held() == base_pinned
+
+
+def test_every_weight_is_read_in_place_and_pinned_exactly_once(demo_model_dir: Path, cuda_oracle: np.ndarray):
+    """On CUDA the DiT blocks go straight into the block arena and the transformers encoders are built
+    over their own page-locked arenas: no `from_pretrained` read, staged masters used in place."""
+    from omni_console.offload.events import LogEvent
+
+    gc.collect()
+    held_before = pinned_bytes_held()
+    engine = Engine(demo_model_dir, device="cuda", live_replan=True)
+    events = engine.bus.subscribe()
+    engine.load(build_policy({"text_encoder": True, "text_encoder_2": True, "vae": True}, 1))
+    lines = [e.message for e in events.drain() if isinstance(e, LogEvent)]
+    assert not any("from_pretrained" in line for line in lines), lines
+    placement = engine.placement
+    for name in ("text_encoder", "text_encoder_2", "vae"):
+        stager = placement.stagers[name]
+        assert stager.pinned_bytes == stager.staged_bytes > 0, name
+    assert placement.streamer.pinned_bytes == placement.streamer.host_bytes
+    assert pinned_bytes_held() - held_before == placement.pinned_bytes
+    assert np.array_equal(np.asarray(engine.generate(demo_request()).image), cuda_oracle)
+    engine.replan(build_policy({"text_encoder": False, "text_encoder_2": True, "vae": True}, 0))
+    assert np.array_equal(np.asarray(engine.generate(demo_request()).image), cuda_oracle)
+    engine.close()
+    gc.collect()
+    assert pinned_bytes_held() == held_before

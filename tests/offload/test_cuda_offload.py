@@ -270,3 +270,24 @@ def test_live_replan_on_the_device_stays_bit_identical_and_frees_what_it_drops()
             assert stats.seconds > 0
         assert torch.cuda.memory_allocated(DEV) <= base + 1024 * 1024  # back to all streamed: nothing kept
     streamer.detach()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_arena_pinned_range_by_range_copies_asynchronously_and_unpins() -> None:
+    from omni_console.offload.pinned import PAGE, HostArena, pinned_bytes_held
+
+    before = pinned_bytes_held()
+    arena = HostArena(3 * PAGE * 256, pin=False)
+    arena.tensor.copy_(torch.arange(arena.nbytes, dtype=torch.int64).to(torch.uint8))
+    ranges = [(i * PAGE * 256, (i + 1) * PAGE * 256) for i in range(3)]
+    assert arena.pin_ranges(ranges[:2]) and arena.pin_ranges(ranges[2:])
+    assert arena.pinned and pinned_bytes_held() - before == arena.nbytes
+    assert arena.tensor[ranges[1][0]:ranges[1][1]].is_pinned()
+    device = torch.empty(arena.nbytes, dtype=torch.uint8, device="cuda")
+    for lo, hi in ranges:
+        device[lo:hi].copy_(arena.tensor[lo:hi], non_blocking=True)
+    torch.cuda.synchronize()
+    assert torch.equal(device.cpu(), arena.tensor)
+    arena.close()
+    assert pinned_bytes_held() == before

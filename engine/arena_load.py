@@ -1,0 +1,85 @@
+"""Read a transformers component's checkpoint into one page-locked arena and build it over those bytes.
+
+transformers builds the model from a `state_dict` of tensors that view the arena (its own loader,
+key conversions and dtype rules run unchanged; tensors in the load dtype are used in place, not
+copied). The arena is read in parallel (`offload.deferred_weights`) and page-locked once, so a
+staged encoder's master is the arena itself: no `from_pretrained` read, no packing copy.
+
+Used on CUDA only: on a CPU the stager keeps each weight at the address the plain pipeline gives it
+(`offload.address_phase`), which only the library's own loader reproduces.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..offload.deferred_weights import DeferredWeights, Source
+from ..offload.pinned import ALIGNMENT, HostArena, align_up, typed_view
+from .direct_load import StoredTensor, _open_fd, read_locations
+from .discovery import ComponentInfo
+from .trusted_classes import component_class
+
+
+def supports_arena_load(info: ComponentInfo) -> str | None:
+    """None when `info` is a transformers model class that can be built from an arena."""
+    if info.library != "transformers" or not info.files:
+        return "not a transformers model with safetensors files"
+    import transformers
+
+    cls = component_class(info.library, info.class_name, str(info.folder))
+    if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
+        return f"{info.class_name} is not a transformers model class"
+    return None
+
+
+def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, threads: int | None, pin: bool
+                    ) -> tuple[Any, HostArena]:
+    """The component, built by transformers over a freshly read (and, with `pin`, page-locked) arena."""
+    cls = component_class(info.library, info.class_name, str(info.folder))
+    stored: dict[str, StoredTensor] = {}
+    for file in info.files:
+        stored.update(read_locations(file))
+    offsets: dict[str, int] = {}
+    cursor = 0
+    for key, found in stored.items():
+        offsets[key] = cursor
+        cursor = align_up(cursor + found.nbytes, ALIGNMENT)
+    arena = HostArena(cursor, pin=False)
+    weights = DeferredWeights(threads)
+    try:
+        state: dict[str, torch.Tensor] = {}
+        fds: dict[Path, int] = {}
+        for key, found in stored.items():
+            view = typed_view(arena.tensor, offsets[key], found.dtype, found.shape, _stride(found.shape))
+            if found.file not in fds:
+                fds[found.file] = _open_fd(found.file)
+                weights.own_fd(fds[found.file])
+            weights.add(view, Source(fds[found.file], found.offset, found.nbytes, found.dtype, found.shape))
+            state[key] = view
+        weights.materialize(state.values())
+        if pin:
+            arena.pin()
+        config = cls.config_class.from_pretrained(str(info.folder), local_files_only=True)
+        kwargs: dict[str, Any] = {"config": config, "state_dict": state, "local_files_only": True,
+                                  "trust_remote_code": False}
+        if dtype is not None:
+            kwargs["dtype"] = dtype
+        model = cls.from_pretrained(None, **kwargs)
+    except BaseException:
+        arena.close()
+        raise
+    finally:
+        weights.close()
+    model.config.name_or_path = str(info.folder)
+    model.eval()
+    model.requires_grad_(False)
+    return model, arena
+
+
+def _stride(shape: tuple[int, ...]) -> tuple[int, ...]:
+    from ..offload.pinned import contiguous_stride
+
+    return contiguous_stride(shape)
