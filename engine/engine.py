@@ -66,6 +66,7 @@ class LoadReport:
     streamed_bytes: int
     device_allocated_bytes: int | None
     phases: dict[str, float] = field(default_factory=dict)
+    block_host_bytes: int = 0  # the block arena: every streamed block, or this rank's shards (AllGather)
     """Where the load's time went: `read` (building the components: `from_pretrained`, or for a DiT
     read straight into place its parallel reads into the arena), `arrange` (packing into arenas,
     device copies, hooks), `register` (`cudaHostRegister` of the arenas)."""
@@ -103,7 +104,8 @@ class Engine:
 
     def __init__(self, model_path: str | Path, *, device: str | torch.device | None = None,
                  bus: EventBus | None = None, variant: str | None = None, pin: bool = True,
-                 live_replan: bool = False, direct_read: bool = True, read_threads: int | None = None) -> None:
+                 live_replan: bool = False, direct_read: bool = True, read_threads: int | None = None,
+                 group: Any = None) -> None:
         self.model: ModelInfo = discover_model(model_path, variant)
         self.device = torch.device(device) if device is not None else default_device()
         if self.device.type == "cuda" and not torch.cuda.is_available():
@@ -115,6 +117,11 @@ class Engine:
         self.live_replan = live_replan  # keep pinned masters of everything a re-plan may move
         self.direct_read = direct_read  # DiT weights read straight into place, in parallel (engine.direct_load)
         self.read_threads = read_threads
+        self.group = group  # a torch.distributed group: streamed blocks sharded across it (AllGather)
+        if group is not None and live_replan:
+            from ..offload.errors import ConfigError
+
+            raise ConfigError("live re-plan keeps whole masters; AllGather keeps shards: choose one")
         self.state = EngineState.DISCOVERED
         self.failure: str | None = None
         self.plan: Plan | None = None
@@ -168,7 +175,7 @@ class Engine:
                 self._pin_execution_device()
                 self.placement = place(self.pipe, plan, self.device, self.bus, progress=self._progress("place"),
                                        cancel=cancel, pin=self.pin, live=self.live_replan, weights=weights,
-                                       host_arenas=arenas)
+                                       host_arenas=arenas, group=self.group)
                 if weights is not None:
                     read_s += weights.seconds
             except BaseException as exc:
@@ -193,6 +200,7 @@ class Engine:
                 phases={"read": read_s, "arrange": max(seconds - read_s - register_s, 0.0), "register": register_s},
                 pinned_bytes=self.placement.pinned_bytes,
                 streamed_bytes=streamer.streamed_bytes if streamer else 0,
+                block_host_bytes=streamer.host_bytes if streamer else 0,
                 device_allocated_bytes=torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else None,
             )
 

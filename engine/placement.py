@@ -87,7 +87,8 @@ def _dit_non_block_to(module: torch.nn.Module, block_attrs: set[str], device: to
 def place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, *,
           progress: Callable[[str, int, int], None] | None = None,
           cancel: threading.Event | None = None, pin: bool = True, live: bool = False,
-          weights: DeferredWeights | None = None, host_arenas: dict[str, HostArena] | None = None) -> Placement:
+          weights: DeferredWeights | None = None, host_arenas: dict[str, HostArena] | None = None,
+          group: Any = None) -> Placement:
     """Place a host-loaded pipeline's components on `device` according to `plan`.
 
     `live=True` keeps a pinned master of everything that a re-plan may move: resident encoders/VAEs
@@ -95,11 +96,13 @@ def place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, *,
     `weights` holds the sources of tensors still in their files (`engine.direct_load`): streamed
     blocks are read straight into the arena, everything else into host tensors before it moves.
     `host_arenas` holds the arenas transformers components were built over (`engine.arena_load`):
-    a staged one keeps its arena as its master until release, a resident one frees it once moved."""
+    a staged one keeps its arena as its master until release, a resident one frees it once moved.
+    `group` (a torch.distributed process group) shards the streamed blocks across its ranks
+    (`offload.allgather_streamer`); encoders and VAEs stay rank-local."""
     placement = Placement(device, live=live)
     placement.cache = AllocatorCache(device, bus=bus)
     try:
-        _place(pipe, plan, device, bus, placement, progress, cancel, pin, weights, host_arenas or {})
+        _place(pipe, plan, device, bus, placement, progress, cancel, pin, weights, host_arenas or {}, group)
         if weights is not None and weights.pending:
             raise RuntimeError(f"{weights.pending} weight tensors were never read from their files")
     except BaseException:
@@ -115,7 +118,7 @@ def _check_cancel(cancel: threading.Event | None) -> None:
 
 def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement: Placement,
            progress: Callable[[str, int, int], None] | None, cancel: threading.Event | None, pin: bool,
-           weights: DeferredWeights | None, host_arenas: dict[str, HostArena]) -> None:
+           weights: DeferredWeights | None, host_arenas: dict[str, HostArena], group: Any) -> None:
     block_lists: list[tuple[str, list[torch.nn.Module]]] = []
     for comp in plan.components:
         _check_cancel(cancel)
@@ -163,9 +166,15 @@ def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement
                 progress("DiT blocks", done, _total)
 
         _check_block_order(block_lists, plan)
-        placement.streamer = LayerwiseStreamer(block_lists, device, residency=plan.residency,
-                                               bus=bus, pin=pin, progress=on_pack, keep_masters=placement.live,
-                                               weights=weights)
+        streamer_kwargs: dict[str, Any] = {}
+        streamer_cls: type[LayerwiseStreamer] = LayerwiseStreamer
+        if group is not None:
+            from ..offload.allgather_streamer import AllGatherStreamer
+
+            streamer_cls, streamer_kwargs = AllGatherStreamer, {"group": group}
+        placement.streamer = streamer_cls(block_lists, device, residency=plan.residency, bus=bus, pin=pin,
+                                          progress=on_pack, keep_masters=placement.live, weights=weights,
+                                          **streamer_kwargs)
         placement.streamer.attach()
         s = placement.streamer
         bus.publish(LogEvent(level="info", message=(

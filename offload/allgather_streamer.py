@@ -58,9 +58,12 @@ class AllGatherStreamer(LayerwiseStreamer):
         return sum(shard.size for shard, _ in self._shards.values())
 
     def _pack(self, packed: list[Block]) -> None:
+        """Each block's region is laid out as on one GPU; only this rank's shard of it is kept. Tensors
+        still in their files are read only where they overlap the shard: a rank reads ~1/N from disk."""
         claims: list[tuple[Any, int, int, str]] = []
+        knows = self._weights.knows if self._weights is not None else None
         for b in packed:
-            plan_block(b, claims, self.device)
+            plan_block(b, claims, self.device, knows)
         reject_shared_ranges(claims)
         cursor = 0
         for b in packed:
@@ -68,20 +71,46 @@ class AllGatherStreamer(LayerwiseStreamer):
             self._shards[b.name] = (shard, cursor)
             cursor = align_up(cursor + shard.size)
         self._arena = HostArena(cursor, pin=False)
-        total = sum(b.region_nbytes for b in packed)
-        done = 0
+        self._arena.tensor.zero_()  # padding and alignment gaps: the same bytes on every rank
+        reads: list[tuple[torch.Tensor, int, torch.Tensor]] = []
+        skipped: list[torch.Tensor] = []
         for b in packed:
             shard, offset = self._shards[b.name]
-            whole = torch.zeros(b.region_nbytes, dtype=torch.uint8)
-            b.region_offset = 0
-            pack_block(b, whole, self.device)  # the whole region on the host, then only our shard is kept
-            self._arena.tensor[offset : offset + shard.size].copy_(shard.take(whole))
-            del whole
-            done += b.region_nbytes
-            if self._progress is not None:
-                self._progress(done, total)
+            dest = self._arena.tensor[offset : offset + shard.size]
+            for p in b.pieces:
+                if not p.deferred or p.binding is None:
+                    continue
+                lo, hi = max(p.offset, shard.start), min(p.offset + p.nbytes, shard.stop)
+                if lo < hi:
+                    reads.append((p.binding.target, lo - p.offset, dest[lo - shard.start : hi - shard.start]))
+                else:
+                    skipped.append(p.binding.target)
+            if any(not p.deferred for p in b.pieces):
+                whole = torch.zeros(b.region_nbytes, dtype=torch.uint8)
+                b.region_offset = 0
+                pack_block(b, whole, self.device)  # the whole region on the host, then only our shard is kept
+                dest[: shard.stop - shard.start].copy_(whole[shard.start : shard.stop])
+        if reads:
+            assert self._weights is not None
+            self._weights.fill_parts(reads, self._progress_bytes(sum(b.tensor_bytes for b in packed)))
+        for b in packed:
+            if not b.packed:
+                pack_block(b, self._arena.tensor, self.device)  # all read above: re-points the tensors only
+        if self._weights is not None:
+            self._weights.forget(skipped)
         if self._pin:
             self._arena.pin()
+
+    def _progress_bytes(self, total: int) -> Any:
+        done = 0
+
+        def landed(nbytes: int) -> None:
+            nonlocal done
+            done += nbytes  # approximate under threads; only a progress bar reads it
+            if self._progress is not None:
+                self._progress(min(done * self.world, total), total)
+
+        return landed
 
     def _slot_nbytes(self) -> int:
         return max((self._shards[b.name][0].gathered for b in self._streamed), default=0)

@@ -16,6 +16,7 @@ file, say) is read into a scratch buffer and converted into place.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
@@ -89,27 +90,44 @@ class DeferredWeights:
 
         `progress(bytes)` is called from reader threads as chunks land; an exception it raises (a
         cancelled load) stops the remaining reads and is raised here."""
-        reads: list[tuple[int, int, memoryview]] = []
-        converts: list[tuple[Source, torch.Tensor, torch.Tensor, torch.dtype]] = []
         for target, dest in jobs:
-            _, source = self._sources[id(target)]
-            if dest.dtype != torch.uint8 or dest.device.type != "cpu" or not dest.is_contiguous():
-                raise ValueError("a destination is a contiguous uint8 CPU tensor")
             want = target.numel() * target.element_size()
             if dest.numel() != want:
                 raise ValueError(f"destination holds {dest.numel()} bytes, the tensor needs {want}")
+        return self.fill_parts([(target, 0, dest) for target, dest in jobs], progress)
+
+    def fill_parts(self, jobs: Sequence[tuple[torch.Tensor, int, torch.Tensor]],
+                   progress: Callable[[int], None] | None = None) -> int:
+        """Like `fill`, for parts: `(target, start, destination)` reads the target's bytes (in its own
+        dtype) from byte `start` on, as many as `destination` holds (an AllGather rank reads only its
+        shard of each block). Every target named stops waiting."""
+        reads: list[tuple[int, int, memoryview]] = []
+        converts: list[tuple[Source, torch.Tensor, int, torch.Tensor, torch.dtype]] = []
+        for target, start, dest in jobs:
+            _, source = self._sources[id(target)]
+            if dest.dtype != torch.uint8 or dest.device.type != "cpu" or not dest.is_contiguous():
+                raise ValueError("a destination is a contiguous uint8 CPU tensor")
+            if start < 0 or start + dest.numel() > math.prod(source.shape) * target.element_size():
+                raise ValueError(f"bytes {start}..{start + dest.numel()} are outside the tensor")
             if source.dtype == target.dtype:
-                reads.extend(_chunks(source.fd, source.offset, _as_view(dest)))
+                reads.extend(_chunks(source.fd, source.offset + start, _as_view(dest)))
             else:
                 scratch = torch.empty(source.nbytes, dtype=torch.uint8)
                 reads.extend(_chunks(source.fd, source.offset, _as_view(scratch)))
-                converts.append((source, scratch, dest, target.dtype))
+                converts.append((source, scratch, start, dest, target.dtype))
         total = self._run(reads, progress)
-        for target, _ in jobs:
+        for target, _, _ in jobs:
             self._sources.pop(id(target), None)
-        for source, scratch, dest, dtype in converts:  # after every read: a conversion reads its whole scratch
-            dest.view(dtype).view(source.shape).copy_(scratch.view(source.dtype).view(source.shape))
+        for source, scratch, start, dest, dtype in converts:  # after every read: a conversion needs all of it
+            converted = scratch.view(source.dtype).to(dtype).view(torch.uint8)
+            dest.copy_(converted[start : start + dest.numel()])
         return total
+
+    def forget(self, tensors: Iterable[torch.Tensor]) -> None:
+        """These tensors no longer wait (their bytes are not needed here: another rank holds them)."""
+        for t in tensors:
+            if self.knows(t):
+                self._sources.pop(id(t), None)
 
     def materialize(self, tensors: Iterable[torch.Tensor], progress: Callable[[int], None] | None = None) -> int:
         """Read every waiting tensor among `tensors` into its own storage."""

@@ -1,0 +1,173 @@
+"""The leader of a multi-GPU engine: starts N rank processes and drives them as one engine.
+
+Each rank (`engine.rank_process`) joins torch.distributed through the environment a `torchrun`
+worker gets, and serves one `Engine` whose streamed blocks are sharded across the group (AllGather)
+or whole on every rank (rank-local). Data-parallel requests go one per rank, at once: the ranks
+stream, gather and compute in lockstep, which the AllGather collectives require.
+
+Nothing here can hang the caller on a dead rank: every wait polls the processes, and a rank that
+exits or reports an error stops the whole group (its processes end, so every rank's device and
+pinned memory is released) and raises `RankFailed` with one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import queue
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..offload.events import Event, EventBus
+from ..offload.policy import OffloadPolicy
+from .rank_layout import RankLayout
+from .rank_process import RankSpec, rank_main
+from .runner import GenerateRequest
+
+POLL_S = 0.1
+STOP_GRACE_S = 10.0
+
+
+class RankFailed(RuntimeError):
+    """A rank died or failed; the group has been stopped."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RankGroup:
+    """N rank processes serving one model; `load`, `generate` and `close` address them all."""
+
+    def __init__(self, model_path: str | Path, layout: RankLayout, device_kind: str, *, variant: str | None = None,
+                 bus: EventBus | None = None, start_timeout_s: float = 300.0,
+                 on_event: Callable[[int, Event], None] | None = None) -> None:
+        self.layout = layout
+        self.bus = bus or EventBus()
+        self.on_event = on_event
+        ctx = mp.get_context("spawn")  # CUDA cannot be forked
+        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(layout.gpus)}
+        spec = RankSpec(Path(model_path), device_kind, layout.allgather, variant, env)
+        self._replies = ctx.Queue()
+        self._commands = [ctx.Queue() for _ in range(layout.gpus)]
+        self._procs = [ctx.Process(target=rank_main, args=(r, spec, self._commands[r], self._replies),
+                                   name=f"omni-rank-{r}", daemon=True) for r in range(layout.gpus)]
+        self.closed = False
+        for p in self._procs:
+            p.start()
+        self._collect("start", start_timeout_s)
+
+    @property
+    def world(self) -> int:
+        return self.layout.gpus
+
+    def load(self, policy: OffloadPolicy, timeout_s: float = 3600.0) -> list[Any]:
+        """Every rank loads the model under `policy`; their `LoadReport`s, by rank."""
+        for q in self._commands:
+            q.put(("load", policy))
+        return self._collect("load", timeout_s)
+
+    def generate(self, requests: Sequence[GenerateRequest], timeout_s: float = 3600.0) -> list[Any]:
+        """One request per rank, run at once (data-parallel); their `GenerateResult`s, by rank.
+
+        The ranks gather blocks in lockstep, so every request must denoise the same number of steps
+        at the same size (prompts and seeds may differ)."""
+        if len(requests) != self.world:
+            raise ValueError(f"{self.world} ranks take {self.world} requests, got {len(requests)}")
+        shapes = {(r.steps, r.height, r.width, r.frames) for r in requests}
+        if len(shapes) > 1:
+            raise ValueError("data-parallel requests must share steps, height, width and frames")
+        for q, request in zip(self._commands, requests, strict=True):
+            q.put(("generate", request))
+        return self._collect("generate", timeout_s)
+
+    def unload(self, timeout_s: float = 600.0) -> None:
+        for q in self._commands:
+            q.put(("unload", None))
+        self._collect("unload", timeout_s)
+
+    def seeds(self, request: GenerateRequest) -> list[GenerateRequest]:
+        """The request once per rank, seeds `seed`, `seed + 1`, ... (N images of one prompt at once)."""
+        return [replace(request, seed=request.seed + r) for r in range(self.world)]
+
+    def close(self) -> None:
+        """Ask every rank to release and exit; stop the ones that do not. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        for q in self._commands:
+            with contextlib.suppress(Exception):
+                q.put(("close", None))
+        deadline = time.monotonic() + STOP_GRACE_S
+        for p in self._procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        self._kill()
+        self._drain_events()
+
+    def __enter__(self) -> RankGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+    def _collect(self, what: str, timeout_s: float) -> list[Any]:
+        """One answer per rank; events are published as they come. Any failure stops the group."""
+        if self.closed:
+            raise RankFailed("the rank group is stopped")
+        results: dict[int, Any] = {}
+        deadline = time.monotonic() + timeout_s
+        while len(results) < self.world:
+            try:
+                kind, rank, payload = self._replies.get(timeout=POLL_S)
+            except queue.Empty:
+                self._check_alive(what)
+                if time.monotonic() > deadline:
+                    self._stop(f"{what} timed out after {timeout_s:.0f} s")
+                continue
+            if kind == "event":
+                self._publish(rank, payload)
+            elif kind == "error":
+                self._stop(payload)
+            else:
+                results[rank] = payload
+        return [results[r] for r in range(self.world)]
+
+    def _publish(self, rank: int, event: Event) -> None:
+        if self.on_event is not None:
+            self.on_event(rank, event)
+        self.bus.publish(event)
+
+    def _check_alive(self, what: str) -> None:
+        for rank, p in enumerate(self._procs):
+            if p.exitcode is not None:
+                self._stop(f"rank {rank} exited (code {p.exitcode}) during {what}")
+
+    def _stop(self, reason: str) -> None:
+        self.closed = True
+        self._kill()
+        self._drain_events()
+        raise RankFailed(reason)
+
+    def _kill(self) -> None:
+        for p in self._procs:
+            if p.is_alive():
+                p.terminate()
+        for p in self._procs:
+            p.join(STOP_GRACE_S)
+            if p.is_alive():
+                p.kill()
+                p.join(1.0)
+
+    def _drain_events(self) -> None:
+        with contextlib.suppress(Exception):
+            while True:
+                kind, rank, payload = self._replies.get_nowait()
+                if kind == "event":
+                    self._publish(rank, payload)

@@ -1,0 +1,113 @@
+"""One rank of a multi-GPU engine: a process that joins torch.distributed and serves one `Engine`.
+
+The process reads its place from the environment exactly as a `torchrun` worker does (`RANK`,
+`WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`; `init_method="env://"`), so running the
+ranks on more hosts is a matter of that environment. NCCL on GPUs (NVLink multicast off unless the
+operator set it), gloo on CPUs.
+
+It obeys commands from the leader (`engine.rank_group`) one at a time and answers each with
+("ok", rank, result) or ("error", rank, one line). Its engine's events are forwarded to the leader
+as they happen, tagged with the rank.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORWARD_EVERY_S = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class RankSpec:
+    """What every rank process needs to build its engine (picklable: it crosses the spawn)."""
+
+    model_path: Path
+    device_kind: str  # "cuda" or "cpu"
+    allgather: bool
+    variant: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def rank_main(rank: int, spec: RankSpec, commands: Any, replies: Any) -> None:
+    """Entry point of a rank process (module level: the spawn start method imports it)."""
+    os.environ.update(spec.env)
+    os.environ["RANK"] = str(rank)
+    os.environ.setdefault("LOCAL_RANK", str(rank))
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast off
+    import torch
+    import torch.distributed as dist
+
+    local = int(os.environ["LOCAL_RANK"])
+    device = torch.device(f"cuda:{local}") if spec.device_kind == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    try:
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method="env://",
+                                **({"device_id": device} if device.type == "cuda" else {}))
+    except Exception as exc:  # noqa: BLE001 - reported to the leader as one line
+        replies.put(("error", rank, f"rank {rank}: cannot join the group: {type(exc).__name__}: {exc}"))
+        return
+    try:
+        _serve(rank, spec, device, commands, replies)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _serve(rank: int, spec: RankSpec, device: Any, commands: Any, replies: Any) -> None:
+    import torch.distributed as dist
+
+    from ..offload.events import EventBus
+    from .engine import Engine
+
+    bus = EventBus()
+    stop = threading.Event()
+    forwarder = threading.Thread(target=_forward, args=(bus.subscribe(), rank, replies, stop), daemon=True)
+    forwarder.start()
+    engine = None
+    try:
+        engine = Engine(spec.model_path, device=device, bus=bus, variant=spec.variant,
+                        group=dist.group.WORLD if spec.allgather and dist.get_world_size() > 1 else None)
+        replies.put(("ok", rank, "ready"))
+        while True:
+            kind, payload = commands.get()
+            if kind == "close":
+                break
+            try:
+                result = _run(engine, kind, payload)
+            except Exception as exc:  # noqa: BLE001 - one line to the leader; the leader stops the group
+                replies.put(("error", rank, f"rank {rank}: {kind} failed: {type(exc).__name__}: {exc}"))
+                traceback.print_exc()
+                continue
+            replies.put(("ok", rank, result))
+    except Exception as exc:  # noqa: BLE001
+        replies.put(("error", rank, f"rank {rank}: {type(exc).__name__}: {exc}"))
+    finally:
+        if engine is not None:
+            engine.close()
+        stop.set()
+        forwarder.join(timeout=2)
+
+
+def _run(engine: Any, kind: str, payload: Any) -> Any:
+    if kind == "load":
+        return engine.load(payload)
+    if kind == "generate":
+        return engine.generate(payload)
+    if kind == "unload":
+        engine.unload()
+        return None
+    raise ValueError(f"unknown command {kind!r}")
+
+
+def _forward(subscription: Any, rank: int, replies: Any, stop: threading.Event) -> None:
+    while not stop.wait(FORWARD_EVERY_S):
+        for event in subscription.drain():
+            replies.put(("event", rank, event))
+    for event in subscription.drain():
+        replies.put(("event", rank, event))
