@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from .units import ALIGNMENT, align_up  # noqa: F401  (re-exported: the packers import them from here)
@@ -68,9 +69,11 @@ class HostArena:
         if nbytes < 0:
             raise ValueError(f"arena size must be >= 0, got {nbytes}")
         self._nbytes = int(nbytes)
-        raw = torch.empty(self._nbytes + PAGE, dtype=torch.uint8)  # the base on a page: ranges pin apart
-        start = -raw.data_ptr() % PAGE
-        self._tensor: torch.Tensor | None = raw[start : start + self._nbytes]
+        # The storage itself starts on a page (numpy owns the few bytes before it): ranges pin apart,
+        # and `is_pinned()` of a tensor over the arena sees the registered pointer.
+        raw = np.empty(self._nbytes + PAGE, dtype=np.uint8)
+        start = -raw.ctypes.data % PAGE
+        self._tensor: torch.Tensor | None = torch.from_numpy(raw[start : start + self._nbytes])
         self._registered: list[tuple[int, int]] = []  # (pointer, bytes) of each cudaHostRegister
         self._pin_failure_reason: str | None = None
         if pin:
