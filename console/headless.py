@@ -25,6 +25,7 @@ from ..engine.device_choice import parse_device
 from ..engine.engine import Engine
 from ..engine.outputs import DEFAULT_FPS, check_output_place, write_notes, write_result
 from ..engine.profiler import request_size
+from ..engine.rank_layout import rank_layout
 from ..engine.runner import GenerateRequest
 from ..offload.errors import ConfigError
 from ..offload.events import (
@@ -104,6 +105,12 @@ def check_run_flags(args: argparse.Namespace) -> RunFlags:
 def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) -> int:
     guard = guard or InterruptGuard()
     flags = check_run_flags(args)
+    layout = rank_layout(getattr(args, "gpus", None), getattr(args, "dlo_use_allgather", None),
+                         getattr(args, "parallel", None))
+    if layout.distributed:
+        from .headless_ranks import run_ranks
+
+        return run_ranks(args, guard, layout, flags)
     # On this (main) thread: building the demo model installs its own SIGTERM cleanup, which only
     # the main thread can; Ctrl+C meanwhile lets the build finish cleanly, then ends the run.
     model_path = resolve_model_path(args.model)

@@ -56,3 +56,21 @@ def rank_layout(gpus: int | None, allgather: bool | None, parallel: str | None) 
     if mode == "cfg" and n != 2:
         raise ConfigError(f"--parallel cfg runs the two guidance branches on two ranks: it needs --gpus 2, got {n}")
     return RankLayout(n, True if allgather is None else allgather, mode)  # type: ignore[arg-type]
+
+
+def check_layout_device(layout: RankLayout, device_type: str) -> None:
+    """Enough devices for the ranks (ConfigError, one line): GPUs on CUDA, cores for gloo ranks on a CPU."""
+    if not layout.distributed:
+        return
+    if device_type == "cuda":
+        import torch
+
+        have = torch.cuda.device_count()
+        if layout.gpus > have:
+            raise ConfigError(f"--gpus {layout.gpus}: this machine has {have} CUDA device{'s' if have != 1 else ''}")
+    else:
+        import os
+
+        have = os.cpu_count() or 1
+        if layout.gpus > have:
+            raise ConfigError(f"--gpus {layout.gpus}: on a CPU each rank is a process; this machine has {have} cores")

@@ -13,6 +13,7 @@ as they happen, tagged with the rank.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ class RankSpec:
 
 def rank_main(rank: int, spec: RankSpec, commands: Any, replies: Any) -> None:
     """Entry point of a rank process (module level: the spawn start method imports it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the whole process group: the leader decides
     os.environ.update(spec.env)
     os.environ["RANK"] = str(rank)
     os.environ.setdefault("LOCAL_RANK", str(rank))

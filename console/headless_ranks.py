@@ -1,0 +1,144 @@
+"""`omni-console run --gpus N`: one request on N ranks at once (data-parallel seeds), then one report.
+
+The same order as a single-GPU run: every flag and the request are checked against the model before
+any rank starts; then the rank group (`engine.rank_group`) loads on every rank and runs the prompt
+with seeds `seed … seed+N−1`, one per rank. Each rank's image is written next to `--output` with its
+seed in the name (`out.png` → `out-seed0.png`, `out-seed1.png`), never over a file unless
+`--overwrite`. A rank that fails or dies stops the group: one line, exit 1, every rank's memory gone
+with its process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+from ..engine.engine import Engine, default_device
+from ..engine.outputs import write_result
+from ..engine.rank_group import RankFailed, RankGroup
+from ..engine.rank_layout import RankLayout, check_layout_device
+from ..offload.errors import ConfigError
+from ..offload.events import Event
+from ..offload.units import format_bytes, format_seconds
+from .args import resolve_model_path
+from .event_text import progress_line
+from .interrupts import InterruptGuard
+from .run_request import checked_request
+
+EXIT_FAILED = 1
+
+
+class RankRun(BaseModel):
+    rank: int
+    seed: int
+    load_seconds: float
+    load_phases: dict[str, float]
+    pinned_bytes: int
+    block_host_bytes: int
+    request_seconds: float
+    step_s_median: float | None
+    stall_s_total: float
+    h2d_bytes_total: int
+    files: list[str]
+
+
+class RanksReport(BaseModel):
+    """`run --gpus N --json`."""
+
+    model: str
+    device: str
+    gpus: int
+    allgather: bool
+    parallel: str
+    layout: str
+    streamed_bytes: int
+    wall_seconds: float
+    ranks: list[RankRun]
+
+
+def seeded_path(output: Path, seed: int) -> Path:
+    return output.with_name(f"{output.stem}-seed{seed}{output.suffix}")
+
+
+def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayout, flags: Any) -> int:
+    """`flags`: the checked `RunFlags` of `console.headless` (policy, device, options)."""
+    from .headless import default_request
+
+    if layout.parallel == "cfg":
+        raise ConfigError("--parallel cfg: CFG-parallel ranks are not built yet; use --parallel dp")
+    device = flags.device or default_device()
+    check_layout_device(layout, device.type)
+    if flags.budget is not None:
+        raise ConfigError("--vram-budget with --gpus: plan one rank's budget with `plan --gpus`, then pass its policy")
+    model_path = resolve_model_path(args.model)
+    probe = Engine(model_path, device="cpu", variant=args.variant)  # discovery only: nothing loads here
+    probe.make_plan(flags.policy)
+    request = default_request(probe, prompt=args.prompt, steps=args.steps, height=args.height, width=args.width,
+                              seed=args.seed, guidance=args.guidance, frames=args.frames,
+                              negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,
+                              image=args.image, params=flags.options.params)
+    runs = [checked_request(probe.model, r, flags.options, seeded_path(args.output, r.seed),
+                            overwrite=args.overwrite)
+            for r in (replace(request, seed=request.seed + k) for k in range(layout.gpus))]
+    err = Console(stderr=True)
+
+    def show(rank: int, event: Event) -> None:
+        line = None if args.json or guard.interrupted else progress_line(event)
+        if line is not None:
+            err.print(f"[rank {rank}] {line[0]}", style=line[1], markup=False, highlight=False, soft_wrap=True)
+
+    guard.check()
+    group = guard.run(lambda: RankGroup(model_path, layout, device.type, variant=args.variant, on_event=show))
+    try:
+        loads = guard.run(group.load, flags.policy)
+        results = guard.run(group.generate, [r.request for r in runs])
+    except RankFailed as exc:
+        err.print(f"omni-console: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_FAILED
+    finally:
+        group.close()
+    wall = max(r.seconds for r in results)
+    rows = []
+    for rank, (run, load, result) in enumerate(zip(runs, loads, results, strict=True)):
+        frames = list(result.frames) or ([result.image] if result.image is not None else [])
+        files = write_result(frames, run.output) if frames else []
+        steps = result.steps
+        rows.append(RankRun(rank=rank, seed=run.request.seed, load_seconds=load.seconds,
+                            load_phases=dict(load.phases), pinned_bytes=load.pinned_bytes,
+                            block_host_bytes=load.block_host_bytes, request_seconds=result.seconds,
+                            step_s_median=statistics.median(s.wall_s for s in steps) if steps else None,
+                            stall_s_total=sum(s.stall_s for s in steps),
+                            h2d_bytes_total=sum(s.h2d_bytes for s in steps),
+                            files=[str(f) for f in files]))
+    report = RanksReport(model=str(model_path), device=device.type, gpus=layout.gpus, allgather=layout.allgather,
+                         parallel=layout.parallel, layout=layout.describe(), streamed_bytes=loads[0].streamed_bytes,
+                         wall_seconds=wall, ranks=rows)
+    if args.json:
+        print(json.dumps(report.model_dump(), indent=2))
+    else:
+        _print(report, Console())
+    return 0
+
+
+def _print(r: RanksReport, console: Console) -> None:
+    table = Table(title=f"run — {r.model} on {r.gpus} ranks ({r.device})", caption=r.layout)
+    for column in ("rank", "seed", "load", "block host", "pinned", "request", "step (median)", "stall", "H2D"):
+        table.add_column(column, justify="right")
+    for k in r.ranks:
+        table.add_row(str(k.rank), str(k.seed), format_seconds(k.load_seconds), format_bytes(k.block_host_bytes),
+                      format_bytes(k.pinned_bytes), format_seconds(k.request_seconds),
+                      format_seconds(k.step_s_median) if k.step_s_median is not None else "—",
+                      format_seconds(k.stall_s_total), format_bytes(k.h2d_bytes_total))
+    console.print(table)
+    console.print(f"{r.gpus} requests in {format_seconds(r.wall_seconds)} (streamed blocks: "
+                  f"{format_bytes(r.streamed_bytes)} per rank per forward)", markup=False, highlight=False)
+    for k in r.ranks:
+        console.print(f"wrote {', '.join(k.files) or 'nothing'}", markup=False, highlight=False, soft_wrap=True)
