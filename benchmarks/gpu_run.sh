@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|e2e|video|sweep|forecast|replan|load-wan|console|console-flux|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|e2e|video|sweep|forecast|replan|load-wan|ranks|console|console-flux|all] [benchmark args...]
 # `tests` also runs benchmarks/cpu_exactness.py on the host CPU.
 set -uo pipefail
 what=${1:-all}; shift || true
@@ -53,6 +53,11 @@ if [[ $what == load-wan ]]; then  # the same for the Wan2.1-14B-size checkpoint 
   rm -rf /tmp/flux-size
   python3 benchmarks/replan_load.py --dir /tmp/wan-size --write wan --threads 16 --peers \
     --out "$OUT/load_wan.json" "$@" 2>&1 | grep -v "kept in float32" | tail -40 > "$OUT/load_wan.log"
+fi
+if [[ $what == ranks ]]; then  # two GPUs (kind nvidia-h200-x2): one GPU vs AllGather vs rank-local, Flux-size
+  export NCCL_NVLS_ENABLE=0
+  python3 benchmarks/ranks_e2e.py --dir /tmp/flux-size --out "$OUT/ranks_e2e.json" "$@" 2>&1 \
+    | grep -v "kept in float32" | tail -40 > "$OUT/ranks.log"
 fi
 if [[ $what == console ]]; then
   python3 benchmarks/console_responsiveness.py --device cuda --out "$OUT/console.json" "$@" 2>&1 \

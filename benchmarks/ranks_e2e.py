@@ -1,0 +1,86 @@
+"""Several GPUs through the real CLI on the Flux-size checkpoint: one GPU vs two ranks (AllGather and
+rank-local), data-parallel (one seed per rank).
+
+Runs, each `omni-console run --json` at --res, --steps, everything streamed:
+1. `--mode resident` on one GPU: the compute-bound step (the floor's compute term);
+2. one GPU, DLO: the transfer-bound step and the time of one request;
+3. `--gpus 2` (AllGather): two requests at once; per-rank step, block host bytes;
+4. `--gpus 2 --dlo-no-use-allgather`: the same with whole blocks per rank.
+Ratios printed: two-rank wall / one-GPU request (target <= 0.55), block host bytes per rank / half
+the streamed bytes (target <= 1.02), per-rank step / max(compute, one-GPU DLO step / 2).
+
+Usage: python benchmarks/ranks_e2e.py --dir /tmp/flux-size --out ranks_e2e.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from forecast_e2e import run_cli  # noqa: E402
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def steady(steps: list[dict[str, Any]]) -> float | None:
+    walls = [s["wall_s"] for s in steps[1:]] or [s["wall_s"] for s in steps]
+    return statistics.median(walls) if walls else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/flux-size"))
+    parser.add_argument("--res", type=int, default=1024)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--out", default="ranks_e2e.json")
+    args = parser.parse_args()
+    if not (args.dir / "model_index.json").exists():
+        from engine_e2e import write_checkpoint
+
+        write_checkpoint(args.dir)
+    report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "res": args.res, "steps": args.steps}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.png"
+        resident = run_cli(args.dir, out, args, "--mode", "resident")
+        single = run_cli(args.dir, out, args)
+        ranks = {name: run_cli(args.dir, out, args, "--gpus", "2", *flags)
+                 for name, flags in (("allgather", ()), ("rank_local", ("--dlo-no-use-allgather",)))}
+    report.update(resident=resident, single=single, **ranks)
+    compute, single_step = steady(resident.get("steps", [])), steady(single.get("steps", []))
+    one_request = single.get("request_seconds")
+    streamed = single.get("forecast", {}).get("streamed_bytes_per_forward")
+    log(f"one GPU: resident step {compute}, DLO step {single_step}, request {one_request}")
+    summary: dict[str, Any] = {"compute_step_s": compute, "single_dlo_step_s": single_step,
+                               "single_request_s": one_request}
+    for name, doc in ranks.items():
+        if "ranks" not in doc:
+            log(f"{name}: failed")
+            continue
+        rank_steps = [r["step_s_median"] for r in doc["ranks"]]
+        host = [r["block_host_bytes"] for r in doc["ranks"]]
+        floor = max(compute or 0.0, (single_step or 0.0) / 2) if name == "allgather" else single_step
+        row = {"wall_s": doc["wall_seconds"], "wall_over_single_request": doc["wall_seconds"] / one_request,
+               "rank_step_s": rank_steps, "step_over_floor": [s / floor for s in rank_steps] if floor else None,
+               "block_host_over_half_streamed": [h / (streamed / 2) for h in host] if streamed else None,
+               "load_s": [r["load_seconds"] for r in doc["ranks"]]}
+        summary[name] = row
+        log(f"{name}: 2 requests in {row['wall_s']:.2f} s = {row['wall_over_single_request']:.3f}x one request on one "
+            f"GPU; rank steps {rank_steps} vs floor {floor}; block host / half streamed "
+            f"{row['block_host_over_half_streamed']}")
+    report["summary"] = summary
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    log(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
