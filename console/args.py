@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..engine.rank_layout import RankLayout, rank_layout
 from ..offload.policy import OffloadPolicy, build_policy, parse_components_json
 
 
@@ -36,3 +37,14 @@ def budget_from_args(args: argparse.Namespace) -> int | None:
     from .size_arg import parse_size
 
     return parse_size(text)
+
+
+def layout_from_args(args: argparse.Namespace) -> RankLayout:
+    """`--gpus`, `--dlo-use-allgather` / `--dlo-no-use-allgather` and `--parallel`, checked against the flags
+    and the devices `--device` (or its default) has, before anything loads (ConfigError, one line)."""
+    from ..engine.rank_checks import check_rank_devices
+
+    layout = rank_layout(getattr(args, "gpus", None), getattr(args, "dlo_use_allgather", None),
+                         getattr(args, "parallel", None))
+    check_rank_devices(layout, getattr(args, "device", None))
+    return layout

@@ -16,7 +16,7 @@ from typing import NoReturn
 
 from ..offload.errors import ConfigError
 from ..offload.telemetry_types import DEFAULT_HZ
-from .args import budget_from_args, policy_from_args, resolve_model_path
+from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
 
 SUBCOMMANDS = ("console", "plan", "run", "demo-model")
 EXIT_USAGE = 2
@@ -78,6 +78,17 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
                              "predicted step within SIZE (e.g. 24GB, 24GiB); overrides the three flags above")
     parser.add_argument("--mode", choices=("dlo", "resident"), default="dlo",
                         help="dlo: stream DiT blocks (default); resident: no offload (baseline)")
+    parser.add_argument("--gpus", type=int, default=1, metavar="N",
+                        help="GPUs (ranks) serving the model (default 1); on a CPU, N rank processes")
+    gather = parser.add_mutually_exclusive_group()
+    gather.add_argument("--dlo-use-allgather", dest="dlo_use_allgather", action="store_true", default=None,
+                        help="with --gpus N > 1 (default): each rank pins 1/N of every streamed block and the "
+                             "ranks all-gather it before it runs")
+    gather.add_argument("--dlo-no-use-allgather", dest="dlo_use_allgather", action="store_false", default=None,
+                        help="rank-local: every rank pins and streams whole blocks")
+    parser.add_argument("--parallel", choices=("dp", "cfg"), default="dp",
+                        help="with --gpus N > 1: dp runs N prompts or seeds at once (default); cfg runs the two "
+                             "guidance branches of one request on 2 ranks")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,9 +170,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     policy = policy_from_args(args)  # build-time checks first: no disk access for a bad flag
     budget = budget_from_args(args)
+    layout = layout_from_args(args)
     size = RequestSize(height=args.height, width=args.width, frames=args.frames,
                        max_sequence_length=args.max_sequence_length, guidance=args.guidance)
     plan = make_plan(discover_model(resolve_model_path(args.model), args.variant), policy)
+    if layout.distributed:
+        from ..engine.rank_checks import check_parallel
+
+        check_parallel(layout, plan.model.pipeline_class)
     device = device_name_for_plan(args.device)
     reasons: list[str] = []
     if budget is not None:
@@ -170,12 +186,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
         auto = auto_plan_for(plan, budget, size, device)
         plan, reasons = auto.plan, auto.reasons
     forecast = forecast_for(plan, size, device)
+    ranks = None
+    if layout.distributed:
+        from ..engine.rank_forecast import rank_forecast_for
+
+        ranks = rank_forecast_for(plan, layout, forecast, size, device)
     if args.json:
-        print(json.dumps(plan_to_dict(plan, forecast, device, budget, reasons), indent=2))
+        print(json.dumps(plan_to_dict(plan, forecast, device, budget, reasons, ranks), indent=2))
     else:
         from .plan_view import render_plan
 
-        render_plan(plan, forecast=forecast, reasons=reasons)
+        render_plan(plan, forecast=forecast, reasons=reasons, ranks=ranks)
     return 0
 
 

@@ -29,6 +29,7 @@ from rich.text import Text
 
 from ..engine.export import vllm_flags, vllm_gaps, vllm_python_call, vllm_serve_command
 from ..engine.plan import ComponentPlan, Plan
+from ..engine.rank_forecast import RankForecast
 from ..engine.request_forecast import RequestForecast
 from ..offload.units import format_bytes
 from .theme_colors import default_variables, resolve
@@ -132,6 +133,31 @@ def request_sheet(forecast: RequestForecast) -> Sheet:
                  right=frozenset({"value"}), caption=caption)
 
 
+def _seconds(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.3f} s"
+
+
+def ranks_sheet(ranks: RankForecast) -> Sheet:
+    """`--gpus N`: one rank's pinned memory, device peak and traffic (every rank holds the same sizes)."""
+    layout, n = ranks.layout, ranks.layout.gpus
+    held = f"1/{n} of each streamed block" if layout.sharded else "whole streamed blocks"
+    rows = [
+        (f"pinned host memory ({held} + staged)", format_bytes(ranks.pinned_host_bytes), "headers"),
+        (f"pinned host memory, all {n} ranks", format_bytes(ranks.pinned_host_bytes_all_ranks), "headers"),
+        ("device peak" + (" (+2 shard buffers)" if layout.sharded else ""), format_bytes(ranks.device_peak_bytes),
+         ranks.device_peak_source),
+        ("host→device per DiT forward (PCIe)", format_bytes(ranks.pcie_bytes_per_forward), "headers"),
+    ]
+    if layout.sharded:
+        rows.append((f"gathered per DiT forward ({ranks.gather_link})", format_bytes(ranks.nvlink_bytes_per_forward),
+                     "headers"))
+    rows.append(("requests at once", str(ranks.requests_at_once), layout.parallel))
+    rows.append(("step floor: max(compute, copy" + (" + gather)" if layout.sharded else ")"),
+                 _seconds(ranks.step_floor_s), ranks.step_floor_source))
+    return Sheet(f"ranks ({n} GPUs, per rank)", ("figure", "value", "source"), rows, right=frozenset({"value"}),
+                 caption=ranks.describe)
+
+
 def vllm_lines(plan: Plan) -> list[str]:
     """The vLLM-Omni equivalent of the chosen policy, one labelled line each, then what it cannot say."""
     if plan.policy.mode == "resident":
@@ -203,7 +229,8 @@ def tsv_rows(sheet: Sheet) -> list[str]:
     return ["\t".join(_plain(cell) for cell in row) for row in (sheet.header, *sheet.rows)]
 
 
-def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Sequence[str] = ()) -> str:
+def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Sequence[str] = (),
+              ranks: RankForecast | None = None) -> str:
     """The whole plan as plain lines for a pipe or a file (see the module docstring)."""
     sections: list[Sequence[str]] = [[_plain(f"model: {plan.model.path} ({plan.model.pipeline_class})")],
                                      tsv_rows(component_sheet(plan))]
@@ -220,6 +247,9 @@ def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Seque
         sections.append(tsv_rows(sheet))
         if sheet.caption:
             sections.append([_plain(sheet.caption)])
+    if ranks is not None and ranks.layout.distributed:
+        sections.append(tsv_rows(ranks_sheet(ranks)))
+        sections.append([_plain(ranks.describe), *(_plain(f"note: {note}") for note in ranks.notes)])
     if reasons:
         sections.append(["auto-plan (--vram-budget)", *(_plain(line) for line in reasons)])
     sections.append(["vLLM-Omni equivalent", *(_plain(line) for line in vllm_lines(plan))])
@@ -227,7 +257,8 @@ def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Seque
 
 
 def render_plan(plan: Plan, console: Console | None = None, forecast: RequestForecast | None = None,
-                reasons: Sequence[str] = (), variables: Mapping[str, str] | None = None) -> None:
+                reasons: Sequence[str] = (), variables: Mapping[str, str] | None = None,
+                ranks: RankForecast | None = None) -> None:
     """Rich tables on a terminal; plain tab-separated rows when the output is a pipe or a file.
 
     On a terminal the colours are `variables`' (a theme's), the default theme's when None; a pipe gets
@@ -235,7 +266,7 @@ def render_plan(plan: Plan, console: Console | None = None, forecast: RequestFor
     """
     console = console or Console()
     if not console.is_terminal:
-        console.file.write(plan_text(plan, forecast, reasons))
+        console.file.write(plan_text(plan, forecast, reasons, ranks))
         console.file.flush()
         return
     variables = default_variables() if variables is None else variables
@@ -248,6 +279,10 @@ def render_plan(plan: Plan, console: Console | None = None, forecast: RequestFor
     console.print(forecast_table(plan, console.width, variables))
     if forecast is not None:
         console.print(rich_table(request_sheet(forecast), console.width, variables))
+    if ranks is not None and ranks.layout.distributed:
+        console.print(rich_table(ranks_sheet(ranks), console.width, variables))
+        for note in ranks.notes:
+            console.print(Text(f"note: {note}", style="dim"))
     if reasons:
         console.print(Panel(Group(*(Text(line) for line in reasons)), title="--vram-budget", expand=False))
     lines = [Text("vLLM-Omni equivalent", style="bold"), *(Text(line) for line in vllm_lines(plan))]

@@ -131,6 +131,38 @@ class VllmOmniDoc(Document):
     gaps: list[str] = Field(default_factory=list, description="one line per choice without a vLLM-Omni spelling")
 
 
+class RanksDoc(Document):
+    """`--gpus N` with N > 1: what one rank holds and moves (every rank the same sizes)."""
+
+    gpus: int = Field(ge=2)
+    allgather: bool = Field(description="true: each rank pins 1/N of every streamed block and all-gathers it; "
+                                        "false: rank-local, every rank streams whole blocks")
+    parallel: Literal["dp", "cfg"] = Field(description="dp: N replicas, N requests at once; cfg: the two guidance "
+                                                       "branches of one request on two ranks")
+    describe: str
+    requests_at_once: int = Field(ge=1)
+    pinned_host_bytes: int = Field(ge=0, description="per rank: streamed shards (or whole blocks) + staged masters")
+    pinned_host_bytes_all_ranks: int = Field(ge=0, description="all ranks together (one host's memory if shared)")
+    streamed_pinned_bytes: int = Field(ge=0, description="per rank: ceil(block / N) of every streamed block")
+    staged_pinned_bytes: int = Field(ge=0, description="per rank: whole encoder/VAE masters (staged rank-locally)")
+    padding_bytes: int = Field(ge=0, description="zero bytes that make the shards equal, all ranks together")
+    shard_buffer_bytes: int = Field(ge=0, description="per rank: the two device buffers shards land in")
+    device_peak_bytes: int = Field(ge=0, description="per rank: the single-GPU peak + shard buffers + slot padding")
+    device_peak_source: Literal["measured", "cached", "estimated", "unknown"]
+    pcie_bytes_per_forward: int = Field(ge=0, description="per rank, host->device, one DiT forward")
+    nvlink_bytes_per_forward: int = Field(ge=0, description="per rank, gathered from the other ranks, one forward")
+    forwards_per_step: int | None = Field(description="DiT forwards per step on a rank (null: no profile yet)")
+    compute_seconds_per_step: float | None
+    step_floor_seconds: float | None = Field(description="max(compute, copy + gather) per forward x forwards; "
+                                                         "null: not known")
+    step_floor_source: Literal["measured", "cached", "estimated", "unknown"]
+    pcie_bandwidth_bytes_per_s: float | None
+    nvlink_bandwidth_bytes_per_s: float | None = Field(description="the gather's rate used (an estimate)")
+    gather_link: Literal["NVLink", "gloo"] = Field(description="what the gather crosses: NVLink between GPUs, "
+                                                              "gloo between rank processes on a CPU")
+    notes: list[str]
+
+
 class PlanDocument(Document):
     """`omni-console plan --json`: components, residency, forecast and vLLM-Omni flags, before any load."""
 
@@ -145,3 +177,4 @@ class PlanDocument(Document):
     notes: list[str] = Field(description="files discovery ignored on purpose (code, pickles), one line each")
     request_forecast: RequestForecastDoc | None = Field(None, description="peak and step time of a request")
     auto_plan: AutoPlanDoc | None = Field(None, description="present with --vram-budget")
+    ranks: RanksDoc | None = Field(None, description="present with --gpus N, N > 1")

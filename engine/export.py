@@ -14,13 +14,15 @@ from .documents import (
     ModelDoc,
     PlanDocument,
     PolicyDoc,
+    RanksDoc,
     RequestForecastDoc,
     VllmOmniDoc,
 )
 from .plan import Plan
+from .rank_forecast import RankForecast
 from .request_forecast import RequestForecast
 
-__all__ = ["PLAN_SCHEMA", "plan_document", "plan_to_dict", "vllm_flags", "vllm_gaps", "vllm_python_call",
+__all__ = ["PLAN_SCHEMA", "plan_document", "plan_to_dict", "ranks_doc", "vllm_flags", "vllm_gaps", "vllm_python_call",
            "vllm_serve_command"]
 
 
@@ -88,8 +90,26 @@ def request_forecast_doc(forecast: RequestForecast, device: str) -> RequestForec
         notes=list(forecast.notes))
 
 
+def ranks_doc(ranks: RankForecast) -> RanksDoc:
+    layout = ranks.layout
+    return RanksDoc(
+        gpus=layout.gpus, allgather=layout.allgather, parallel=layout.parallel, describe=ranks.describe,
+        requests_at_once=ranks.requests_at_once, pinned_host_bytes=ranks.pinned_host_bytes,
+        pinned_host_bytes_all_ranks=ranks.pinned_host_bytes_all_ranks,
+        streamed_pinned_bytes=ranks.streamed_pinned_bytes, staged_pinned_bytes=ranks.staged_pinned_bytes,
+        padding_bytes=ranks.padding_bytes, shard_buffer_bytes=ranks.shard_buffer_bytes,
+        device_peak_bytes=ranks.device_peak_bytes, device_peak_source=ranks.device_peak_source,
+        pcie_bytes_per_forward=ranks.pcie_bytes_per_forward, nvlink_bytes_per_forward=ranks.nvlink_bytes_per_forward,
+        forwards_per_step=ranks.forwards_per_step, compute_seconds_per_step=ranks.compute_s_per_step,
+        step_floor_seconds=ranks.step_floor_s, step_floor_source=ranks.step_floor_source,
+        pcie_bandwidth_bytes_per_s=ranks.pcie_bandwidth, nvlink_bandwidth_bytes_per_s=ranks.nvlink_bandwidth,
+        gather_link=ranks.gather_link,
+        notes=list(ranks.notes))
+
+
 def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: str = "",
-                  budget: int | None = None, reasons: list[str] | None = None) -> PlanDocument:
+                  budget: int | None = None, reasons: list[str] | None = None,
+                  ranks: RankForecast | None = None) -> PlanDocument:
     """The `plan --json` document (schema `omni-console.plan/1`; the fields are described in engine/documents.py)."""
     request, forecast = forecast, plan.forecast
     return PlanDocument(
@@ -135,10 +155,12 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
         notes=list(plan.model.notes),
         request_forecast=request_forecast_doc(request, device) if request is not None else None,
         auto_plan=AutoPlanDoc(budget_bytes=budget, reasons=list(reasons or [])) if budget is not None else None,
+        ranks=ranks_doc(ranks) if ranks is not None and ranks.layout.distributed else None,
     )
 
 
 def plan_to_dict(plan: Plan, forecast: RequestForecast | None = None, device: str = "",
-                 budget: int | None = None, reasons: list[str] | None = None) -> dict[str, Any]:
+                 budget: int | None = None, reasons: list[str] | None = None,
+                 ranks: RankForecast | None = None) -> dict[str, Any]:
     """The `plan --json` document as printed (JSON types, keys as in the schema)."""
-    return plan_document(plan, forecast, device, budget, reasons).to_json_dict()
+    return plan_document(plan, forecast, device, budget, reasons, ranks).to_json_dict()
