@@ -25,8 +25,6 @@ from ..engine.device_choice import parse_device
 from ..engine.engine import Engine
 from ..engine.outputs import DEFAULT_FPS, check_output_place, write_notes, write_result
 from ..engine.profiler import request_size
-from ..engine.rank_layout import rank_layout
-from ..engine.runner import GenerateRequest
 from ..offload.errors import ConfigError
 from ..offload.events import (
     Subscription,
@@ -34,10 +32,11 @@ from ..offload.events import (
 from ..offload.policy import OffloadPolicy
 from ..offload.telemetry import TelemetrySampler, default_sources, validate_hz
 from ..offload.units import format_bytes, format_rate, format_seconds
-from .args import budget_from_args, policy_from_args, resolve_model_path
+from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
 from .event_text import PHASE_LABELS, progress_line
 from .event_text import one_line as _one_line
 from .interrupts import Interrupted, InterruptGuard
+from .request_defaults import default_request
 from .run_report import RunReport
 from .run_request import REQUEST_FLAGS, CheckedRun, OptionFlags, checked_request, parse_option_flags
 from .run_totals import RunTotals, summarize, telemetry_peaks
@@ -105,8 +104,7 @@ def check_run_flags(args: argparse.Namespace) -> RunFlags:
 def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) -> int:
     guard = guard or InterruptGuard()
     flags = check_run_flags(args)
-    layout = rank_layout(getattr(args, "gpus", None), getattr(args, "dlo_use_allgather", None),
-                         getattr(args, "parallel", None))
+    layout = layout_from_args(args)
     if layout.distributed:
         from .headless_ranks import run_ranks
 
@@ -233,28 +231,6 @@ def _frame_rate(flag: float | None, pipeline: float | None) -> tuple[float | Non
     if pipeline is not None:
         return pipeline, "pipeline"
     return None, "default"
-
-
-def default_request(engine: Engine, *, prompt: str, steps: int | None = None, height: int | None = None,
-                    width: int | None = None, seed: int = 0, guidance: float | None = None,
-                    frames: int | None = None, negative_prompt: str | None = None,
-                    max_sequence_length: int | None = None, image: Path | None = None,
-                    params: dict[str, Any] | None = None) -> GenerateRequest:
-    """A request; for the demo model, unset fields take the demo's working defaults (64 px, 2 steps).
-    Fields left None are not sent: the pipeline's own default applies."""
-    from ..engine.demo_model import DEMO_GENERATION, is_demo_model
-
-    extra: dict[str, Any] = {}
-    if is_demo_model(engine.model.path):
-        d = DEMO_GENERATION
-        steps = steps if steps is not None else int(d["num_inference_steps"])
-        height = height if height is not None else int(d["height"])
-        width = width if width is not None else int(d["width"])
-        guidance = guidance if guidance is not None else float(d["guidance_scale"])
-        extra["max_sequence_length"] = d["max_sequence_length"]
-    return GenerateRequest(prompt=prompt, steps=steps, height=height, width=width, seed=seed, guidance=guidance,
-                           frames=frames, negative_prompt=negative_prompt, max_sequence_length=max_sequence_length,
-                           image=image, params=dict(params or {}), extra=extra)
 
 
 def _print_report(r: dict[str, Any], console: Console) -> None:

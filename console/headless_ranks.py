@@ -23,6 +23,7 @@ from rich.table import Table
 
 from ..engine.engine import Engine, default_device
 from ..engine.outputs import write_result
+from ..engine.rank_checks import check_parallel
 from ..engine.rank_group import RankFailed, RankGroup
 from ..engine.rank_layout import RankLayout, check_layout_device
 from ..offload.errors import ConfigError
@@ -31,6 +32,7 @@ from ..offload.units import format_bytes, format_seconds
 from .args import resolve_model_path
 from .event_text import progress_line
 from .interrupts import InterruptGuard
+from .request_defaults import default_request
 from .run_request import checked_request
 
 EXIT_FAILED = 1
@@ -70,8 +72,6 @@ def seeded_path(output: Path, seed: int) -> Path:
 
 def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayout, flags: Any) -> int:
     """`flags`: the checked `RunFlags` of `console.headless` (policy, device, options)."""
-    from .headless import default_request
-
     if layout.parallel == "cfg":
         raise ConfigError("--parallel cfg: CFG-parallel ranks are not built yet; use --parallel dp")
     device = flags.device or default_device()
@@ -81,6 +81,7 @@ def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayou
     model_path = resolve_model_path(args.model)
     probe = Engine(model_path, device="cpu", variant=args.variant)  # discovery only: nothing loads here
     probe.make_plan(flags.policy)
+    check_parallel(layout, probe.model.pipeline_class)
     request = default_request(probe, prompt=args.prompt, steps=args.steps, height=args.height, width=args.width,
                               seed=args.seed, guidance=args.guidance, frames=args.frames,
                               negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,
@@ -109,7 +110,9 @@ def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayou
     rows = []
     for rank, (run, load, result) in enumerate(zip(runs, loads, results, strict=True)):
         frames = list(result.frames) or ([result.image] if result.image is not None else [])
-        files = write_result(frames, run.output) if frames else []
+        video = run.video or result.is_video
+        fps = (flags.options.fps if flags.options.fps is not None else result.fps) if video else None
+        files = write_result(frames, run.output, fps=fps) if frames else []
         steps = result.steps
         rows.append(RankRun(rank=rank, seed=run.request.seed, load_seconds=load.seconds,
                             load_phases=dict(load.phases), pinned_bytes=load.pinned_bytes,

@@ -17,7 +17,7 @@ from ..engine.runner import GenerateRequest
 from . import request_outcome
 from .command_done import CommandDone
 from .generate_form import RequestForm, expected_frames
-from .headless import default_request
+from .request_defaults import default_request
 from .outputs import save_result
 from .screens import GenerateDialog
 

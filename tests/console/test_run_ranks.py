@@ -1,0 +1,52 @@
+"""`run --gpus 2` on a CPU: two gloo rank processes, one image per seed, each identical to a one-GPU run
+with that seed; nothing overwritten; bad combinations refused before any rank starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from omni_console.console.cli import main
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["run", "--device", "cpu", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("allgather_flag", ["--dlo-use-allgather", "--dlo-no-use-allgather"])
+def test_two_ranks_write_one_image_per_seed_equal_to_one_gpu_runs(demo_model_dir: Path, tmp_path: Path, capsys,
+                                                                  allgather_flag: str) -> None:
+    model = ["--model", str(demo_model_dir)]
+    for seed in (5, 6):
+        assert _run(capsys, *model, "--seed", str(seed), "--output", str(tmp_path / f"one-{seed}.png"))[0] == 0
+    code, out, _ = _run(capsys, *model, "--gpus", "2", allgather_flag, "--seed", "5",
+                        "--output", str(tmp_path / "two.png"), "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["gpus"] == 2 and [r["seed"] for r in report["ranks"]] == [5, 6]
+    for seed in (5, 6):
+        ours = np.asarray(Image.open(tmp_path / f"two-seed{seed}.png"))
+        assert np.array_equal(ours, np.asarray(Image.open(tmp_path / f"one-{seed}.png"))), seed
+    if allgather_flag == "--dlo-use-allgather":
+        assert all(r["block_host_bytes"] < report["streamed_bytes"] for r in report["ranks"])
+
+
+def test_existing_rank_output_is_refused_before_any_rank_starts(demo_model_dir: Path, tmp_path: Path, capsys) -> None:
+    (tmp_path / "out-seed1.png").write_bytes(b"mine")
+    code, _, err = _run(capsys, "--model", str(demo_model_dir), "--gpus", "2", "--seed", "0",
+                        "--output", str(tmp_path / "out.png"))
+    assert code == 2 and "out-seed1.png" in err and err.count("\n") == 1
+    assert (tmp_path / "out-seed1.png").read_bytes() == b"mine"
+    assert not (tmp_path / "out-seed0.png").exists()
+
+
+def test_too_many_cpu_ranks_is_one_line(demo_model_dir: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    code, _, err = _run(capsys, "--model", str(demo_model_dir), "--gpus", "3", "--output", str(tmp_path / "o.png"))
+    assert code == 2 and "--gpus 3" in err and err.count("\n") == 1
