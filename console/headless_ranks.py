@@ -1,11 +1,14 @@
-"""`omni-console run --gpus N`: one request on N ranks at once (data-parallel seeds), then one report.
+"""`omni-console run --gpus N`: one request on N ranks at once, then one report.
+
+Data-parallel (`--parallel dp`): seeds `seed … seed+N−1`, one per rank. CFG-parallel (`--parallel
+cfg`, two ranks): the request's conditional and unconditional DiT calls run at once on the two ranks
+(`engine.cfg_parallel`), one image.
 
 The same order as a single-GPU run: every flag and the request are checked against the model before
-any rank starts; then the rank group (`engine.rank_group`) loads on every rank and runs the prompt
-with seeds `seed … seed+N−1`, one per rank. Each rank's image is written next to `--output` with its
-seed in the name (`out.png` → `out-seed0.png`, `out-seed1.png`), never over a file unless
-`--overwrite`. A rank that fails or dies stops the group: one line, exit 1, every rank's memory gone
-with its process.
+any rank starts; then the rank group (`engine.rank_group`) loads on every rank and runs. Data-parallel
+images are written next to `--output` with their seed in the name (`out.png` → `out-seed0.png`,
+`out-seed1.png`), CFG's one image at `--output`, never over a file unless `--overwrite`. A rank that
+fails or dies stops the group: one line, exit 1, every rank's memory gone with its process.
 """
 
 from __future__ import annotations
@@ -72,8 +75,6 @@ def seeded_path(output: Path, seed: int) -> Path:
 
 def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayout, flags: Any) -> int:
     """`flags`: the checked `RunFlags` of `console.headless` (policy, device, options)."""
-    if layout.parallel == "cfg":
-        raise ConfigError("--parallel cfg: CFG-parallel ranks are not built yet; use --parallel dp")
     device = flags.device or default_device()
     check_layout_device(layout, device.type)
     if flags.budget is not None:
@@ -86,9 +87,12 @@ def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayou
                               seed=args.seed, guidance=args.guidance, frames=args.frames,
                               negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,
                               image=args.image, params=flags.options.params)
-    runs = [checked_request(probe.model, r, flags.options, seeded_path(args.output, r.seed),
-                            overwrite=args.overwrite)
-            for r in (replace(request, seed=request.seed + k) for k in range(layout.gpus))]
+    if layout.parallel == "cfg":  # one request, both ranks: the image once, at --output
+        runs = [checked_request(probe.model, request, flags.options, args.output, overwrite=args.overwrite)] * 2
+    else:
+        runs = [checked_request(probe.model, r, flags.options, seeded_path(args.output, r.seed),
+                                overwrite=args.overwrite)
+                for r in (replace(request, seed=request.seed + k) for k in range(layout.gpus))]
     err = Console(stderr=True)
 
     def show(rank: int, event: Event) -> None:
@@ -112,7 +116,8 @@ def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayou
         frames = list(result.frames) or ([result.image] if result.image is not None else [])
         video = run.video or result.is_video
         fps = (flags.options.fps if flags.options.fps is not None else result.fps) if video else None
-        files = write_result(frames, run.output, fps=fps) if frames else []
+        writes = frames and (layout.parallel == "dp" or rank == 0)  # CFG: both ranks hold the same image
+        files = write_result(frames, run.output, fps=fps) if writes else []
         steps = result.steps
         rows.append(RankRun(rank=rank, seed=run.request.seed, load_seconds=load.seconds,
                             load_phases=dict(load.phases), pinned_bytes=load.pinned_bytes,

@@ -53,7 +53,7 @@ class RankGroup:
         self.on_event = on_event
         ctx = mp.get_context("spawn")  # CUDA cannot be forked
         env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(layout.gpus)}
-        spec = RankSpec(Path(model_path), device_kind, layout.allgather, variant, env)
+        spec = RankSpec(Path(model_path), device_kind, layout.allgather, variant, env, layout.parallel)
         self._replies = ctx.Queue()
         self._commands = [ctx.Queue() for _ in range(layout.gpus)]
         self._procs = [ctx.Process(target=rank_main, args=(r, spec, self._commands[r], self._replies),
@@ -74,10 +74,13 @@ class RankGroup:
         return self._collect("load", timeout_s)
 
     def generate(self, requests: Sequence[GenerateRequest], timeout_s: float = 3600.0) -> list[Any]:
-        """One request per rank, run at once (data-parallel); their `GenerateResult`s, by rank.
+        """One request per rank, run at once; their `GenerateResult`s, by rank. Data-parallel: N
+        requests; CFG-parallel: the same request on both ranks (each result is the whole image).
 
         The ranks gather blocks in lockstep, so every request must denoise the same number of steps
         at the same size (prompts and seeds may differ)."""
+        if self.layout.parallel == "cfg" and any(r != requests[0] for r in requests):
+            raise ValueError("CFG-parallel ranks run one request together: give the same request to both")
         if len(requests) != self.world:
             raise ValueError(f"{self.world} ranks take {self.world} requests, got {len(requests)}")
         shapes = {(r.steps, r.height, r.width, r.frames) for r in requests}

@@ -32,6 +32,7 @@ class RankSpec:
     allgather: bool
     variant: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    parallel: str = "dp"  # "cfg": the DiTs' guided calls are split over the two ranks (engine.cfg_parallel)
 
 
 def rank_main(rank: int, spec: RankSpec, commands: Any, replies: Any) -> None:
@@ -81,7 +82,7 @@ def _serve(rank: int, spec: RankSpec, device: Any, commands: Any, replies: Any) 
             if kind == "close":
                 break
             try:
-                result = _run(engine, kind, payload)
+                result = _run(engine, kind, payload, spec.parallel == "cfg")
             except Exception as exc:  # noqa: BLE001 - one line to the leader; the leader stops the group
                 replies.put(("error", rank, f"rank {rank}: {kind} failed: {type(exc).__name__}: {exc}"))
                 traceback.print_exc()
@@ -96,12 +97,32 @@ def _serve(rank: int, spec: RankSpec, device: Any, commands: Any, replies: Any) 
         forwarder.join(timeout=2)
 
 
-def _run(engine: Any, kind: str, payload: Any) -> Any:
+def _run(engine: Any, kind: str, payload: Any, cfg: bool) -> Any:
+    splits = engine.__dict__.setdefault("cfg_splits", [])
     if kind == "load":
-        return engine.load(payload)
+        report = engine.load(payload)
+        if cfg:
+            from .cfg_parallel import CfgSplit
+
+            splits.extend(CfgSplit(getattr(engine.pipe, d.name)) for d in engine.model.dits)
+        return report
     if kind == "generate":
-        return engine.generate(payload)
+        before = [(s.split_steps, s.mispredicted) for s in splits]
+        result = engine.generate(payload)
+        if splits:
+            from ..offload.events import LogEvent
+
+            split = sum(s.split_steps for s in splits) - sum(b[0] for b in before)
+            missed = sum(s.mispredicted for s in splits) - sum(b[1] for b in before)
+            engine.bus.publish(LogEvent(level="info" if split else "warning", message=(
+                f"CFG-parallel: {split} DiT call pairs ran at once on two ranks"
+                + (f", {missed} computed again (arguments differed from the prediction)" if missed else "")
+                + ("" if split else " — the pipeline made no unconditional call (no negative prompt or guidance?)"))))
+        return result
     if kind == "unload":
+        for split in splits:
+            split.remove()
+        splits.clear()
         engine.unload()
         return None
     raise ValueError(f"unknown command {kind!r}")

@@ -50,3 +50,14 @@ def test_too_many_cpu_ranks_is_one_line(demo_model_dir: Path, tmp_path: Path, ca
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     code, _, err = _run(capsys, "--model", str(demo_model_dir), "--gpus", "3", "--output", str(tmp_path / "o.png"))
     assert code == 2 and "--gpus 3" in err and err.count("\n") == 1
+
+
+def test_cfg_parallel_run_writes_the_one_gpu_image(demo_model_dir: Path, tmp_path: Path, capsys) -> None:
+    guided = ["--model", str(demo_model_dir), "--negative-prompt", "blurry", "--param", "true_cfg_scale=2.5",
+              "--steps", "3", "--seed", "4"]
+    assert _run(capsys, *guided, "--output", str(tmp_path / "one.png"))[0] == 0
+    code, out, _ = _run(capsys, *guided, "--gpus", "2", "--parallel", "cfg", "--output", str(tmp_path / "cfg.png"),
+                        "--json")
+    assert code == 0 and json.loads(out)["parallel"] == "cfg"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.png", "one.png"]
+    assert np.array_equal(np.asarray(Image.open(tmp_path / "cfg.png")), np.asarray(Image.open(tmp_path / "one.png")))

@@ -62,3 +62,40 @@ def test_a_rank_that_dies_stops_the_group_with_one_line(demo_model_dir: Path) ->
         group.load(build_policy({}, 0), timeout_s=120)
     assert all(not p.is_alive() for p in group._procs)
     group.close()
+
+
+def _guided(family: str, steps: int = 3) -> object:
+    from dataclasses import replace
+
+    req = request_for(family, 7)
+    req = replace(req, steps=steps, negative_prompt="blurry, low quality")
+    if family == "flux":
+        req = replace(req, params={"true_cfg_scale": 2.5})  # Flux runs its unconditional branch only with this
+    else:
+        req = replace(req, guidance=4.0)
+    return req
+
+
+@pytest.mark.parametrize("family,fixture,allgather", [("flux", "demo_model_dir", True),
+                                                     ("wan", "wan_model_dir", False)])
+def test_cfg_parallel_ranks_give_the_single_engine_image(family: str, fixture: str, allgather: bool,
+                                                         request: pytest.FixtureRequest) -> None:
+    from omni_console.offload.events import LogEvent
+
+    path = request.getfixturevalue(fixture)
+    req = _guided(family)
+    engine = Engine(path, device="cpu")
+    engine.load(build_policy({}, 1))
+    single = engine.generate(req)
+    engine.close()
+    expected = [np.asarray(f) for f in single.frames] or [np.asarray(single.image)]
+    lines: list[str] = []
+    with RankGroup(path, RankLayout(2, allgather, "cfg"), "cpu",
+                   on_event=lambda rank, e: lines.append(f"{rank}:{e.message}") if isinstance(e, LogEvent) else None
+                   ) as group:
+        group.load(build_policy({}, 1))
+        results = group.generate([req, req])
+    for result in results:  # both ranks finish the same image
+        got = [np.asarray(f) for f in result.frames] or [np.asarray(result.image)]
+        assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
+    assert any("0:CFG-parallel: 2 DiT call pairs ran at once" in line for line in lines), lines
