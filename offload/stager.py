@@ -58,6 +58,7 @@ class _Group:
     master: torch.Tensor | None = None  # uint8, whole storage
     pinned: bool = False
     phase: int = 0  # the source storage's address modulo a page (see address_phase)
+    in_place: bool = False  # the master is the source's own pinned storage (not a copy in our arena)
 
 
 def _view_of(storage_u8: torch.Tensor, t: _Target) -> torch.Tensor:
@@ -113,7 +114,10 @@ class ModuleStager:
 
     @property
     def pinned_bytes(self) -> int:
-        return sum(g.nbytes for g in self._groups if g.pinned)
+        """Page-locked bytes of the masters: our arena as registered (alignment gaps included) and the
+        pinned storages used in place."""
+        arena = self._arena.pinned_bytes if self._arena is not None and self._arena.pinned else 0
+        return arena + sum(g.nbytes for g in self._groups if g.in_place)
 
     @property
     def closed(self) -> bool:
@@ -156,7 +160,7 @@ class ModuleStager:
                 g.master.copy_(src)
             else:
                 g.master = src.detach()
-                g.pinned = True
+                g.pinned = g.in_place = True
         if self._arena is not None:
             if pin:
                 self._arena.pin()

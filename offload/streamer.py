@@ -167,7 +167,7 @@ class LayerwiseStreamer:
     @property
     def pinned_bytes(self) -> int:
         arena = self._arena
-        return arena.nbytes if arena is not None and arena.pinned else 0
+        return arena.pinned_bytes if arena is not None and arena.pinned else 0
 
     @property
     def pin_failure_reason(self) -> str | None:

@@ -101,8 +101,9 @@ def test_every_weight_is_read_in_place_and_pinned_exactly_once(demo_model_dir: P
     placement = engine.placement
     for name in ("text_encoder", "text_encoder_2", "vae"):
         stager = placement.stagers[name]
-        assert stager.pinned_bytes == stager.staged_bytes > 0, name
-    assert placement.streamer.pinned_bytes == placement.streamer.host_bytes
+        assert 0 < stager.staged_bytes <= stager.pinned_bytes <= 1.01 * stager.staged_bytes, name
+    streamer = placement.streamer  # pinned block by block: every region, not the page gaps between them
+    assert streamer.streamed_bytes <= streamer.pinned_bytes <= streamer.host_bytes
     assert pinned_bytes_held() - held_before == placement.pinned_bytes
     assert np.array_equal(np.asarray(engine.generate(demo_request()).image), cuda_oracle)
     engine.replan(build_policy({"text_encoder": False, "text_encoder_2": True, "vae": True}, 0))

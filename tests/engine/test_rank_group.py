@@ -69,11 +69,8 @@ def _guided(family: str, steps: int = 3) -> object:
 
     req = request_for(family, 7)
     req = replace(req, steps=steps, negative_prompt="blurry, low quality")
-    if family == "flux":
-        req = replace(req, params={"true_cfg_scale": 2.5})  # Flux runs its unconditional branch only with this
-    else:
-        req = replace(req, guidance=4.0)
-    return req
+    # Flux runs its unconditional branch only with a true CFG scale; Wan with guidance above 1
+    return replace(req, params={"true_cfg_scale": 2.5}) if family == "flux" else replace(req, guidance=4.0)
 
 
 @pytest.mark.parametrize("family,fixture,allgather", [("flux", "demo_model_dir", True),

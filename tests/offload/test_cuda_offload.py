@@ -190,7 +190,7 @@ def test_stager_loads_pinned_masters_exactly_and_frees_device_memory():
     module = _Aux()
     allocated = torch.cuda.memory_allocated()
     stager = ModuleStager("text_encoder", module, DEV, bus=bus, cache=AllocatorCache(DEV, bus=bus))
-    assert stager.pinned_bytes == stager.staged_bytes > 0
+    assert 0 < stager.staged_bytes <= stager.pinned_bytes < stager.staged_bytes + 256 * len(list(module.parameters()))
     undo = stage_around(stager, module)
     with torch.no_grad():
         out = module(_x())
