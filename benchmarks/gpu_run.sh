@@ -56,6 +56,7 @@ if [[ $what == load-wan ]]; then  # the same for the Wan2.1-14B-size checkpoint 
 fi
 if [[ $what == ranks ]]; then  # two GPUs (kind nvidia-h200-x2): one GPU vs AllGather vs rank-local, Flux-size
   export NCCL_NVLS_ENABLE=0
+  python3 benchmarks/engine_e2e.py --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5
   python3 benchmarks/ranks_e2e.py --dir /tmp/flux-size --out "$OUT/ranks_e2e.json" "$@" 2>&1 \
     | grep -v "kept in float32" | tail -40 > "$OUT/ranks.log"
 fi

@@ -67,10 +67,10 @@ def read_into(files: list[Path], buffer: np.ndarray, threads: int) -> float:
     return time.perf_counter() - t0
 
 
-def floors(files: list[Path], threads: int, cold: bool) -> dict[str, Any]:
+def floors(files: list[Path], threads: int, cold: bool, quick: bool = False) -> dict[str, Any]:
     total = sum(p.stat().st_size for p in files)
     out: dict[str, Any] = {"bytes": total, "threads": threads}
-    for n in (1, threads):
+    for n in (threads,) if quick else (1, threads):
         buf = np.empty(total, dtype=np.uint8)
         out[f"read_{n}_threads_s"] = read_into(files, buf, n)
         log(f"read {total / 1e9:.1f} GB with {n} thread(s): {out[f'read_{n}_threads_s']:.2f} s")
@@ -84,17 +84,18 @@ def floors(files: list[Path], threads: int, cold: bool) -> dict[str, Any]:
         out["register_s"] = time.perf_counter() - t0
         arena.close()
         candidates.append(out[f"read_{threads}_threads_s"] + out["register_s"])
-        t0 = time.perf_counter()
-        arena = HostArena(total, pin=True)  # registering fresh memory faults in (zeroes) every page
-        out["register_fresh_s"] = time.perf_counter() - t0
-        out["read_into_registered_s"] = read_into(files, arena.tensor.numpy(), threads)
-        out["register_then_read_s"] = out["register_fresh_s"] + out["read_into_registered_s"]
-        candidates.append(out["register_then_read_s"])
-        arena.close()
+        if not quick:
+            t0 = time.perf_counter()
+            arena = HostArena(total, pin=True)  # registering fresh memory faults in (zeroes) every page
+            out["register_fresh_s"] = time.perf_counter() - t0
+            out["read_into_registered_s"] = read_into(files, arena.tensor.numpy(), threads)
+            out["register_then_read_s"] = out["register_fresh_s"] + out["read_into_registered_s"]
+            candidates.append(out["register_then_read_s"])
+            arena.close()
         out["overlapped_s"] = read_and_register_overlapped(files, total, threads)
         candidates.append(out["overlapped_s"])
-        log(f"register filled memory {out['register_s']:.2f} s; register fresh then read "
-            f"{out['register_fresh_s']:.2f} + {out['read_into_registered_s']:.2f} s; "
+        fresh, into = out.get("register_fresh_s", float("nan")), out.get("read_into_registered_s", float("nan"))
+        log(f"register filled memory {out['register_s']:.2f} s; register fresh then read {fresh:.2f} + {into:.2f} s; "
             f"read with registration overlapped {out['overlapped_s']:.2f} s")
     else:
         candidates.append(out[f"read_{threads}_threads_s"])
@@ -161,7 +162,8 @@ def drop_page_cache() -> None:
 def timed_load(path: Path, device: str, live: bool, direct: bool = True) -> tuple[Engine, dict[str, Any]]:
     engine = Engine(path, device=device, live_replan=live, direct_read=direct)
     load = engine.load(build_policy({}, 0))
-    return engine, {"seconds": load.seconds, "phases": load.phases, "pinned_bytes": load.pinned_bytes}
+    return engine, {"seconds": load.seconds, "phases": load.phases, "pinned_bytes": load.pinned_bytes,
+                    "components": load.components, "dit_read_seconds": load.dit_read_seconds}
 
 
 def peers(path: Path) -> dict[str, Any]:
@@ -206,6 +208,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default="replan_load.json")
     parser.add_argument("--peers", action="store_true", help="time diffusers on the same files too")
+    parser.add_argument("--quick", action="store_true", help="skip the 1-thread read and register-fresh floors")
     parser.add_argument("--write", choices=["flux", "wan"], help="write the checkpoint to --dir first if missing")
     args = parser.parse_args()
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "dir": str(args.dir)}
@@ -215,12 +218,14 @@ def main() -> None:
         else:
             from engine_e2e import write_checkpoint
         write_checkpoint(args.dir)
-    report["floors"] = floors(files_of(args.dir), args.threads, args.cold)
+    report["floors"] = floors(files_of(args.dir), args.threads, args.cold, args.quick)
     floor = report["floors"]["floor_s"]
     engine, report["load"] = timed_load(args.dir, args.device, args.replan is not None)
     report["load"]["over_floor"] = report["load"]["seconds"] / floor
     log(f"Engine.load warm {report['load']['seconds']:.2f} s {report['load']['phases']} = "
-        f"{report['load']['over_floor']:.2f}x the floor ({floor:.2f} s)")
+        f"{report['load']['over_floor']:.2f}x the floor ({floor:.2f} s); components "
+        f"{ {k: round(v, 2) for k, v in report['load']['components'].items()} }, DiT reads "
+        f"{report['load']['dit_read_seconds']:.2f} s")
     try:
         if args.replan is not None:
             streamer = engine.placement.streamer

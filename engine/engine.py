@@ -12,6 +12,7 @@ import gc
 import itertools
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -67,6 +68,8 @@ class LoadReport:
     device_allocated_bytes: int | None
     phases: dict[str, float] = field(default_factory=dict)
     block_host_bytes: int = 0  # the block arena: every streamed block, or this rank's shards (AllGather)
+    components: dict[str, float] = field(default_factory=dict)  # seconds building each component
+    dit_read_seconds: float = 0.0  # parallel reads straight into place (the block arena and what materialized)
     """Where the load's time went: `read` (building the components: `from_pretrained`, or for a DiT
     read straight into place its parallel reads into the arena), `arrange` (packing into arenas,
     device copies, hooks), `register` (`cudaHostRegister` of the arenas)."""
@@ -166,11 +169,14 @@ class Engine:
             registered = register_seconds_total()
             weights = DeferredWeights(self.read_threads) if self.direct_read else None
             arenas: dict[str, HostArena] = {}
+            components: dict[str, float] = {}
             try:
-                self.pipe = load_pipeline(self.model, progress=self._progress("host"), cancel=cancel, weights=weights,
-                                          log=lambda line: self.bus.publish(LogEvent(level="info", message=line)),
-                                          aux_in_place=self.direct_read and self.device.type == "cuda",
-                                          host_arenas=arenas)
+                with ThreadPoolExecutor(1, thread_name_prefix="arena-register") as registrar:
+                    self.pipe = load_pipeline(
+                        self.model, progress=self._progress("host"), cancel=cancel, weights=weights,
+                        log=lambda line: self.bus.publish(LogEvent(level="info", message=line)),
+                        aux_in_place=self.direct_read and self.device.type == "cuda", host_arenas=arenas,
+                        registrar=registrar, timings=components)
                 read_s = time.perf_counter() - start - (register_seconds_total() - registered)  # arenas pinned early
                 self._pin_execution_device()
                 self.placement = place(self.pipe, plan, self.device, self.bus, progress=self._progress("place"),
@@ -198,6 +204,7 @@ class Engine:
             return LoadReport(
                 seconds=seconds,
                 phases={"read": read_s, "arrange": max(seconds - read_s - register_s, 0.0), "register": register_s},
+                components=components, dit_read_seconds=weights.seconds if weights is not None else 0.0,
                 pinned_bytes=self.placement.pinned_bytes,
                 streamed_bytes=streamer.streamed_bytes if streamer else 0,
                 block_host_bytes=streamer.host_bytes if streamer else 0,

@@ -12,7 +12,9 @@ by `engine.offline`). Discovery checked the same rules first; they are checked a
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import Any
 
 import torch
@@ -93,7 +95,8 @@ def quiet_libraries() -> None:
 def load_pipeline(model: ModelInfo, *, progress: Callable[[str, int, int], None] | None = None,
                   cancel: threading.Event | None = None, weights: DeferredWeights | None = None,
                   log: Callable[[str], None] | None = None, aux_in_place: bool = False,
-                  host_arenas: dict[str, HostArena] | None = None) -> Any:
+                  host_arenas: dict[str, HostArena] | None = None, registrar: Executor | None = None,
+                  timings: dict[str, float] | None = None) -> Any:
     """Load every component (reporting bytes per component) and construct the pipeline on the host.
 
     With `weights`, each DiT that `engine.direct_load` can build exactly is built with its weights
@@ -101,7 +104,9 @@ def load_pipeline(model: ModelInfo, *, progress: Callable[[str, int, int], None]
     others, and every DiT it cannot build, are read by `from_pretrained` (`log` says why).
     `aux_in_place` (CUDA only: see `engine.arena_load`) does the same for encoders and VAEs: a
     diffusers one is built like a DiT, a transformers one over an arena read in parallel and
-    page-locked (kept in `host_arenas` by component name, for placement to use and release)."""
+    page-locked (kept in `host_arenas` by component name, for placement to use and release); with a
+    `registrar`, that page-locking runs on it while the next components load (wait for it before
+    placement). `timings` gets each component's build seconds."""
     cls = pipeline_class(model)
     quiet_libraries()
     components: dict[str, Any] = {}
@@ -111,13 +116,19 @@ def load_pipeline(model: ModelInfo, *, progress: Callable[[str, int, int], None]
         if progress:
             progress(info.name, 0, info.nbytes)
         component, why = None, ""
+        started = time.perf_counter()
         if weights is not None and (info.role == "dit" or aux_in_place):
             component, why = build_deferred(info, load_dtype(info), weights)
             if component is None and aux_in_place and host_arenas is not None and supports_arena_load(info) is None:
-                component, host_arenas[info.name] = load_into_arena(info, load_dtype(info), weights.threads, pin=True)
+                component, arena = load_into_arena(info, load_dtype(info), weights.threads, pin=registrar is None)
+                host_arenas[info.name] = arena
+                if registrar is not None:
+                    registrar.submit(arena.pin)
             if component is None and log is not None and holds_weights_info(info):
                 log(f"{info.name}: read by from_pretrained, not straight into place: {why}")
         components[info.name] = component if component is not None else load_component(info)
+        if timings is not None:
+            timings[info.name] = time.perf_counter() - started
         if progress:
             progress(info.name, info.nbytes, info.nbytes)
     try:
