@@ -5,7 +5,8 @@ Runs, each `omni-console run --json` at --res, --steps, everything streamed:
 1. `--mode resident` on one GPU: the compute-bound step (the floor's compute term);
 2. one GPU, DLO: the transfer-bound step and the time of one request;
 3. `--gpus 2` (AllGather): two requests at once; per-rank step, block host bytes;
-4. `--gpus 2 --dlo-no-use-allgather`: the same with whole blocks per rank.
+4. `--gpus 2 --dlo-no-use-allgather`: the same with whole blocks per rank;
+5. a guided request (negative prompt, true CFG 2.0) on one GPU and with `--gpus 2 --parallel cfg`.
 Ratios printed: two-rank wall / one-GPU request (target <= 0.55), block host bytes per rank / half
 the streamed bytes (target <= 1.02), per-rank step / max(compute, one-GPU DLO step / 2).
 
@@ -55,7 +56,10 @@ def main() -> None:
         single = run_cli(args.dir, out, args)
         ranks = {name: run_cli(args.dir, out, args, "--gpus", "2", *flags)
                  for name, flags in (("allgather", ()), ("rank_local", ("--dlo-no-use-allgather",)))}
-    report.update(resident=resident, single=single, **ranks)
+        guided = ("--negative-prompt", "blurry", "--param", "true_cfg_scale=2.0")
+        cfg_single = run_cli(args.dir, out, args, *guided)
+        cfg_ranks = run_cli(args.dir, out, args, *guided, "--gpus", "2", "--parallel", "cfg")
+    report.update(resident=resident, single=single, cfg_single=cfg_single, cfg_ranks=cfg_ranks, **ranks)
     compute, single_step = steady(resident.get("steps", [])), steady(single.get("steps", []))
     one_request = single.get("request_seconds")
     streamed = single.get("forecast", {}).get("streamed_bytes_per_forward")
@@ -77,6 +81,14 @@ def main() -> None:
         log(f"{name}: 2 requests in {row['wall_s']:.2f} s = {row['wall_over_single_request']:.3f}x one request on one "
             f"GPU; rank steps {rank_steps} vs floor {floor}; block host / half streamed "
             f"{row['block_host_over_half_streamed']}")
+    if "ranks" in cfg_ranks and "request_seconds" in cfg_single:
+        cfg_wall = cfg_ranks["ranks"][0]["request_seconds"]
+        summary["cfg"] = {"single_request_s": cfg_single["request_seconds"], "cfg_request_s": cfg_wall,
+                          "latency_ratio": cfg_wall / cfg_single["request_seconds"],
+                          "single_step_s": steady(cfg_single.get("steps", [])),
+                          "rank_step_s": [r["step_s_median"] for r in cfg_ranks["ranks"]]}
+        log(f"CFG-parallel: one guided request {cfg_wall:.2f} s on two ranks vs {cfg_single['request_seconds']:.2f} s "
+            f"on one GPU = {summary['cfg']['latency_ratio']:.3f}x")
     report["summary"] = summary
     Path(args.out).write_text(json.dumps(report, indent=2))
     log(f"wrote {args.out}")

@@ -146,13 +146,16 @@ class AllGatherStreamer(LayerwiseStreamer):
                 compute.wait_event(self._slot_ready[slot])
             index = self._shard_buffer()
             staging = self._shard_buffers[index][: shard.size]
-            copy.wait_stream(compute)  # the slot is free once compute has passed its previous block
+            # The copy fills a shard buffer, not the slot: it waits only for that buffer's previous
+            # gather, so it runs while compute still uses the slot. The gather writes the slot: it
+            # waits for compute to pass the slot's previous block, and for the copy.
             if self._buffer_free[index] is not None:
-                copy.wait_event(self._buffer_free[index])  # the buffer's previous gather has read it
+                copy.wait_event(self._buffer_free[index])
             with stream_context(copy):
                 mark = self._clock.start(copy)
                 staging.copy_(src, non_blocking=self._arena.pinned and not sync)
                 copied = self._clock.finish(mark, "copy", b.name, shard.size, sync=sync, stream=copy)
+            comm.wait_stream(compute)
             comm.wait_event(copied)
             with stream_context(comm):
                 gather_into(dst, staging, self.group)

@@ -101,7 +101,8 @@ def test_every_weight_is_read_in_place_and_pinned_exactly_once(demo_model_dir: P
     placement = engine.placement
     for name in ("text_encoder", "text_encoder_2", "vae"):
         stager = placement.stagers[name]
-        assert 0 < stager.staged_bytes <= stager.pinned_bytes <= 1.01 * stager.staged_bytes, name
+        tensors = len(list(stager.module.parameters())) + len(list(stager.module.buffers()))
+        assert 0 < stager.staged_bytes <= stager.pinned_bytes <= stager.staged_bytes + 256 * tensors, name
     streamer = placement.streamer  # pinned block by block: every region, not the page gaps between them
     assert streamer.streamed_bytes <= streamer.pinned_bytes <= streamer.host_bytes
     assert pinned_bytes_held() - held_before == placement.pinned_bytes
