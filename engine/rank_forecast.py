@@ -19,8 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..offload.allgather_streamer import SHARD_BUFFERS
-from ..offload.sharding import Shard
+from ..offload.sharding import SHARD_BUFFERS, Shard
 from .plan import Plan
 from .rank_layout import RankLayout
 from .request_forecast import RequestForecast, Source, dit_profile, known_profile

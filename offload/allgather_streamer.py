@@ -23,10 +23,8 @@ import torch.distributed as dist
 from .block_packing import Block, pack_block, plan_block, reject_shared_ranges
 from .devices import current_stream, new_stream, stream_context
 from .pinned import HostArena, align_up
-from .sharding import Shard
+from .sharding import SHARD_BUFFERS, Shard
 from .streamer import LayerwiseStreamer
-
-SHARD_BUFFERS = 2
 
 
 def gather_into(out: torch.Tensor, shard: torch.Tensor, group: Any) -> None:

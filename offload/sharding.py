@@ -10,8 +10,12 @@ applies it per dtype group of a block; the streamer applies it to the block's pa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch-free at import: the planner (`plan`) does the arithmetic without torch
+    import torch
+
+SHARD_BUFFERS = 2  # shard buffers an AllGather rank cycles through (one gathered while the next fills)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,8 @@ class Shard:
         """This rank's shard of the 1-D `full`, zero-padded to `size` (a new tensor)."""
         if full.dim() != 1 or full.numel() != self.total:
             raise ValueError(f"expected a 1-D tensor of {self.total} elements, got shape {tuple(full.shape)}")
+        import torch
+
         out = torch.zeros(self.size, dtype=full.dtype, device=full.device)
         out[: self.stop - self.start] = full[self.start : self.stop]
         return out
