@@ -25,7 +25,7 @@ from typing import NoReturn
 from ..engine.engine import Engine
 from ..offload.errors import ConfigError
 from ..offload.telemetry import validate_hz
-from .args import budget_from_args, policy_from_args, resolve_model_path
+from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
 
 
 def build_app(args: argparse.Namespace):
@@ -35,6 +35,9 @@ def build_app(args: argparse.Namespace):
     theme_or_error(args.theme)
     policy = policy_from_args(args)  # build-time policy checks: no disk access for a bad flag
     budget = budget_from_args(args)
+    if layout_from_args(args).distributed:  # never run on one GPU when the operator asked for several
+        raise ConfigError("--gpus: the console drives one GPU for now; `omni-console run --gpus N` runs several "
+                          "(`plan --gpus N` forecasts them)")
     try:
         hz = validate_hz(args.telemetry_hz)
     except ValueError as exc:

@@ -17,8 +17,8 @@ from ..engine.runner import GenerateRequest
 from . import request_outcome
 from .command_done import CommandDone
 from .generate_form import RequestForm, expected_frames
-from .request_defaults import default_request
 from .outputs import save_result
+from .request_defaults import default_request
 from .screens import GenerateDialog
 
 if TYPE_CHECKING:

@@ -133,7 +133,7 @@ async def test_failing_load_shows_the_error_and_returns_to_the_plan_screen(app, 
 async def test_escape_cancels_a_load(app, engine, monkeypatch):
     entered = threading.Event()
 
-    def slow_load(model, *, progress=None, cancel=None):
+    def slow_load(model, *, progress=None, cancel=None, **_options):
         entered.set()
         assert cancel is not None and cancel.wait(30)  # returns once the operator pressed esc
         raise LoadCancelled("load cancelled")
