@@ -74,8 +74,10 @@ def _serve(rank: int, spec: RankSpec, device: Any, commands: Any, replies: Any) 
     forwarder.start()
     engine = None
     try:
+        world = dist.get_world_size()
         engine = Engine(spec.model_path, device=device, bus=bus, variant=spec.variant,
-                        group=dist.group.WORLD if spec.allgather and dist.get_world_size() > 1 else None)
+                        read_threads=max(1, (os.cpu_count() or 1) // world),  # the ranks read at once: share cores
+                        group=dist.group.WORLD if spec.allgather and world > 1 else None)
         replies.put(("ok", rank, "ready"))
         while True:
             kind, payload = commands.get()

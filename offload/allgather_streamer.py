@@ -69,7 +69,9 @@ class AllGatherStreamer(LayerwiseStreamer):
             self._shards[b.name] = (shard, cursor)
             cursor = align_up(cursor + shard.size)
         self._arena = HostArena(cursor, pin=False)
-        self._arena.tensor.zero_()  # padding and alignment gaps: the same bytes on every rank
+        for b in packed:  # the last rank's padding is zeros, as vLLM-Omni pads (gaps between tensors are never read)
+            shard, offset = self._shards[b.name]
+            self._arena.tensor[offset + shard.stop - shard.start : offset + shard.size].zero_()
         reads: list[tuple[torch.Tensor, int, torch.Tensor]] = []
         skipped: list[torch.Tensor] = []
         for b in packed:
