@@ -45,25 +45,8 @@ def files_of(root: Path) -> list[Path]:
 
 def read_into(files: list[Path], buffer: np.ndarray, threads: int) -> float:
     """Read every file back to back into `buffer` in CHUNK pieces on `threads` threads; seconds."""
-    jobs, offset = [], 0
-    for path in files:
-        size = path.stat().st_size
-        for start in range(0, size, CHUNK):
-            jobs.append((path, start, min(CHUNK, size - start), offset + start))
-        offset += size
-    view = memoryview(buffer)
-
-    def run(job: tuple[Path, int, int, int]) -> None:
-        path, start, length, dest = job
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.preadv(fd, [view[dest:dest + length]], start)
-        finally:
-            os.close(fd)
-
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(run, jobs))
+    read_range(files, buffer, 0, buffer.nbytes, threads)
     return time.perf_counter() - t0
 
 
