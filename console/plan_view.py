@@ -30,6 +30,7 @@ from rich.text import Text
 from ..engine.export import vllm_flags, vllm_gaps, vllm_python_call, vllm_serve_command
 from ..engine.plan import ComponentPlan, Plan
 from ..engine.rank_forecast import RankForecast
+from ..engine.rank_layout import RankLayout
 from ..engine.request_forecast import RequestForecast
 from ..offload.units import format_bytes
 from .theme_colors import default_variables, resolve
@@ -158,14 +159,14 @@ def ranks_sheet(ranks: RankForecast) -> Sheet:
                  caption=ranks.describe)
 
 
-def vllm_lines(plan: Plan) -> list[str]:
+def vllm_lines(plan: Plan, layout: RankLayout | None = None) -> list[str]:
     """The vLLM-Omni equivalent of the chosen policy, one labelled line each, then what it cannot say."""
     if plan.policy.mode == "resident":
         first = "mode=resident: no offload (baseline); vLLM-Omni without DLO flags"
     else:
         first = f"flags: {vllm_flags(plan)}"
-    return [first, f"serve: {vllm_serve_command(plan)}", f"python: {vllm_python_call(plan)}",
-            *(f"note: {gap}" for gap in vllm_gaps(plan))]
+    return [first, f"serve: {vllm_serve_command(plan, layout)}", f"python: {vllm_python_call(plan, layout)}",
+            *(f"note: {gap}" for gap in vllm_gaps(plan, layout))]
 
 
 SHORT_CELL = 10
@@ -252,7 +253,8 @@ def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Seque
         sections.append([_plain(ranks.describe), *(_plain(f"note: {note}") for note in ranks.notes)])
     if reasons:
         sections.append(["auto-plan (--vram-budget)", *(_plain(line) for line in reasons)])
-    sections.append(["vLLM-Omni equivalent", *(_plain(line) for line in vllm_lines(plan))])
+    layout = ranks.layout if ranks is not None else None
+    sections.append(["vLLM-Omni equivalent", *(_plain(line) for line in vllm_lines(plan, layout))])
     return "\n\n".join("\n".join(lines) for lines in sections) + "\n"
 
 
@@ -285,5 +287,6 @@ def render_plan(plan: Plan, console: Console | None = None, forecast: RequestFor
             console.print(Text(f"note: {note}", style="dim"))
     if reasons:
         console.print(Panel(Group(*(Text(line) for line in reasons)), title="--vram-budget", expand=False))
-    lines = [Text("vLLM-Omni equivalent", style="bold"), *(Text(line) for line in vllm_lines(plan))]
+    layout = ranks.layout if ranks is not None else None
+    lines = [Text("vLLM-Omni equivalent", style="bold"), *(Text(line) for line in vllm_lines(plan, layout))]
     console.print(Panel(Group(*lines), expand=False))

@@ -20,6 +20,7 @@ from .documents import (
 )
 from .plan import Plan
 from .rank_forecast import RankForecast
+from .rank_layout import RankLayout
 from .request_forecast import RequestForecast
 
 __all__ = ["PLAN_SCHEMA", "plan_document", "plan_to_dict", "ranks_doc", "vllm_flags", "vllm_gaps", "vllm_python_call",
@@ -35,12 +36,17 @@ def vllm_flags(plan: Plan) -> str:
             f"--dlo-resident-layers {policy.resident_layers}")
 
 
-def vllm_gaps(plan: Plan) -> list[str]:
+def vllm_gaps(plan: Plan, layout: RankLayout | None = None) -> list[str]:
     """What the policy chose that vLLM-Omni cannot say; the flags keep the closest spelling."""
     policy, residency = plan.policy, plan.residency
     if policy.mode == "resident":
         return []
     gaps = []
+    if layout is not None and layout.sharded and policy.resident_layers > 0:
+        gaps.append("vLLM-Omni rejects resident layers with AllGather (its resident blocks come from a TP-aware "
+                    "loader); here resident blocks are whole on every rank")
+    if layout is not None and layout.distributed and layout.parallel == "cfg":
+        gaps.append("CFG-parallel ranks have no spelling here: the line shows the data-parallel equivalent")
     if not residency.is_leading:
         gaps.append(f"placement 'spread' has no vLLM-Omni spelling: --dlo-resident-layers {policy.resident_layers} "
                     f"keeps the leading {policy.resident_layers} blocks resident instead of blocks "
@@ -62,22 +68,26 @@ def _index_ranges(indices: tuple[int, ...]) -> str:
     return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
-def vllm_serve_command(plan: Plan) -> str:
-    """The equivalent `vllm serve` line (DLO without AllGather, which resident layers require upstream)."""
+def vllm_serve_command(plan: Plan, layout: RankLayout | None = None) -> str:
+    """The equivalent `vllm serve` line: one GPU, or N data-parallel ranks; AllGather only when sharded
+    (on one GPU vLLM-Omni streams rank-locally, which resident layers require there)."""
     path = shlex.quote(str(plan.model.path))
+    ranks = f" --data-parallel-size {layout.gpus}" if layout is not None and layout.distributed else ""
     if plan.policy.mode == "resident":
-        return f"vllm serve {path} --omni"
-    return (f"vllm serve {path} --omni --enable-distributed-layerwise-offload --dlo-no-use-allgather "
-            f"{vllm_flags(plan)}")
+        return f"vllm serve {path} --omni{ranks}"
+    gather = "--dlo-use-allgather" if layout is not None and layout.sharded else "--dlo-no-use-allgather"
+    return f"vllm serve {path} --omni{ranks} --enable-distributed-layerwise-offload {gather} {vllm_flags(plan)}"
 
 
-def vllm_python_call(plan: Plan) -> str:
+def vllm_python_call(plan: Plan, layout: RankLayout | None = None) -> str:
     """The equivalent `Omni(...)` constructor call."""
+    ranks = f", data_parallel_size={layout.gpus}" if layout is not None and layout.distributed else ""
     if plan.policy.mode == "resident":
-        return f"Omni(model={str(plan.model.path)!r})"
+        return f"Omni(model={str(plan.model.path)!r}{ranks})"
     comps = ", ".join(f"{k!r}: {v!r}" for k, v in plan.policy.dlo_offload_components.items())
-    return (f"Omni(model={str(plan.model.path)!r}, enable_distributed_layerwise_offload=True, "
-            f"dlo_use_allgather=False, dlo_resident_layers={plan.policy.resident_layers}, "
+    gather = layout is not None and layout.sharded
+    return (f"Omni(model={str(plan.model.path)!r}{ranks}, enable_distributed_layerwise_offload=True, "
+            f"dlo_use_allgather={gather}, dlo_resident_layers={plan.policy.resident_layers}, "
             f"dlo_offload_components={{{comps}}})")
 
 
@@ -112,6 +122,7 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
                   ranks: RankForecast | None = None) -> PlanDocument:
     """The `plan --json` document (schema `omni-console.plan/1`; the fields are described in engine/documents.py)."""
     request, forecast = forecast, plan.forecast
+    layout = ranks.layout if ranks is not None else None
     return PlanDocument(
         model=ModelDoc(path=str(plan.model.path), pipeline_class=plan.model.pipeline_class,
                        total_bytes=plan.model.nbytes),
@@ -150,8 +161,9 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
             resident_block_indices=list(plan.residency.resident_indices),
             placement=plan.residency.placement,
         ),
-        vllm_omni=VllmOmniDoc(flags=vllm_flags(plan), serve=vllm_serve_command(plan), python=vllm_python_call(plan),
-                              exact=not vllm_gaps(plan), gaps=vllm_gaps(plan)),
+        vllm_omni=VllmOmniDoc(flags=vllm_flags(plan), serve=vllm_serve_command(plan, layout),
+                              python=vllm_python_call(plan, layout), exact=not vllm_gaps(plan, layout),
+                              gaps=vllm_gaps(plan, layout)),
         notes=list(plan.model.notes),
         request_forecast=request_forecast_doc(request, device) if request is not None else None,
         auto_plan=AutoPlanDoc(budget_bytes=budget, reasons=list(reasons or [])) if budget is not None else None,

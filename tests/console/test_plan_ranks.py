@@ -28,6 +28,13 @@ from omni_console.offload.units import format_bytes
 STAGED = ("text_encoder", "text_encoder_2", "vae")
 
 
+
+@pytest.fixture(autouse=True)
+def _cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--gpus 2 --device cpu` means two processes: accepted on a CI machine with fewer cores too."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+
+
 def _plan_out(capsys, model: Path, *flags: str) -> str:
     assert main(["plan", "--model", str(model), *flags]) == 0
     return capsys.readouterr().out
@@ -194,3 +201,20 @@ def test_cfg_parallel_needs_an_unconditional_branch(demo_model_dir, tmp_path, ca
     line = one_error_line(capsys)
     assert "--parallel cfg: FluxControlPipeline has no unconditional branch" in line and "--parallel dp" in line
     assert main(["plan", "--model", str(control), "--gpus", "2", "--device", "cpu"]) == 0  # dp is fine
+
+
+def test_vllm_omni_line_follows_the_rank_layout(demo_model_dir, capsys) -> None:
+    import json as _json
+
+    from omni_console.console.cli import main as _main
+
+    assert _main(["plan", "--model", str(demo_model_dir), "--gpus", "2", "--device", "cpu", "--json"]) == 0
+    vllm = _json.loads(capsys.readouterr().out)["vllm_omni"]
+    assert "--data-parallel-size 2" in vllm["serve"] and "--dlo-use-allgather" in vllm["serve"]
+    assert "dlo_use_allgather=True" in vllm["python"] and vllm["exact"]
+    assert _main(["plan", "--model", str(demo_model_dir), "--gpus", "2", "--device", "cpu", "--json",
+                  "--resident-layers", "1"]) == 0
+    vllm = _json.loads(capsys.readouterr().out)["vllm_omni"]
+    assert not vllm["exact"] and any("rejects resident layers with AllGather" in gap for gap in vllm["gaps"])
+    assert _main(["plan", "--model", str(demo_model_dir), "--json"]) == 0
+    assert "--dlo-no-use-allgather" in _json.loads(capsys.readouterr().out)["vllm_omni"]["serve"]
