@@ -96,3 +96,20 @@ def test_cfg_parallel_ranks_give_the_single_engine_image(family: str, fixture: s
         got = [np.asarray(f) for f in result.frames] or [np.asarray(result.image)]
         assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
     assert any("0:CFG-parallel: 2 DiT call pairs ran at once" in line for line in lines), lines
+
+
+def test_a_rank_that_fails_to_load_stops_the_group_with_its_line(demo_model_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    root = tmp_path / "demo"
+    shutil.copytree(demo_model_dir, root)
+    group = RankGroup(root, RankLayout(2, True), "cpu")  # both ranks discovered the intact directory
+    weights = max((root / "transformer").glob("*.safetensors"), key=lambda p: p.stat().st_size)
+    with open(weights, "r+b") as handle:
+        handle.truncate(weights.stat().st_size // 2)
+    with pytest.raises(RankFailed, match=r"rank \d: load failed: ModelDirError: .*outside the file"):
+        group.load(build_policy({}, 0), timeout_s=120)
+    assert group.closed and all(not p.is_alive() for p in group._procs)
+    with pytest.raises(RankFailed, match="stopped"):
+        group.load(build_policy({}, 0))
+    group.close()
