@@ -52,6 +52,13 @@ def test_data_parallel_ranks_match_the_single_engine(demo_model_dir: Path, singl
             for seed, result in zip((7, 8), results, strict=True):
                 assert np.array_equal(np.asarray(result.image), single_images[(str(comps), layers, seed)]), seed
             group.unload()
+        from dataclasses import replace
+
+        req = request_for("flux", 7)
+        with pytest.raises(ValueError, match="share steps"):  # lockstep gathers: refused before any rank runs
+            group.generate([req, replace(req, steps=(req.steps or 2) + 1)])
+        with pytest.raises(ValueError, match="2 ranks take 2 requests"):
+            group.generate([req])
     assert {rank for rank, e in events if isinstance(e, LoadProgress)} == {0, 1}
 
 
