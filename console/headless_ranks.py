@@ -28,7 +28,7 @@ from ..engine.engine import Engine, default_device
 from ..engine.outputs import write_result
 from ..engine.rank_checks import check_parallel
 from ..engine.rank_group import RankFailed, RankGroup
-from ..engine.rank_layout import RankLayout, check_layout_device
+from ..engine.rank_layout import RankLayout
 from ..offload.errors import ConfigError
 from ..offload.events import Event
 from ..offload.units import format_bytes, format_seconds
@@ -77,8 +77,7 @@ def seeded_path(output: Path, seed: int) -> Path:
 
 def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayout, flags: Any) -> int:
     """`flags`: the checked `RunFlags` of `console.headless` (policy, device, options)."""
-    device = flags.device or default_device()
-    check_layout_device(layout, device.type)
+    device = flags.device or default_device()  # the ranks' devices were counted by layout_from_args
     if flags.budget is not None:
         raise ConfigError("--vram-budget with --gpus: plan one rank's budget with `plan --gpus`, then pass its policy")
     model_path = resolve_model_path(args.model)

@@ -11,14 +11,13 @@ Used on CUDA only: on a CPU the stager keeps each weight at the address the plai
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..offload.deferred_weights import DeferredWeights, Source
-from ..offload.pinned import ALIGNMENT, HostArena, align_up, typed_view
-from .direct_load import StoredTensor, _open_fd, read_locations
+from ..offload.deferred_weights import DeferredWeights
+from ..offload.pinned import ALIGNMENT, HostArena, align_up, contiguous_stride, typed_view
+from .direct_load import add_sources, component_locations
 from .discovery import ComponentInfo
 from .trusted_classes import component_class
 
@@ -39,9 +38,7 @@ def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, threads: int
                     ) -> tuple[Any, HostArena]:
     """The component, built by transformers over a freshly read (and, with `pin`, page-locked) arena."""
     cls = component_class(info.library, info.class_name, str(info.folder))
-    stored: dict[str, StoredTensor] = {}
-    for file in info.files:
-        stored.update(read_locations(file))
+    stored = component_locations(info)
     offsets: dict[str, int] = {}
     cursor = 0
     for key, found in stored.items():
@@ -50,15 +47,9 @@ def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, threads: int
     arena = HostArena(cursor, pin=False)
     weights = DeferredWeights(threads)
     try:
-        state: dict[str, torch.Tensor] = {}
-        fds: dict[Path, int] = {}
-        for key, found in stored.items():
-            view = typed_view(arena.tensor, offsets[key], found.dtype, found.shape, _stride(found.shape))
-            if found.file not in fds:
-                fds[found.file] = _open_fd(found.file)
-                weights.own_fd(fds[found.file])
-            weights.add(view, Source(fds[found.file], found.offset, found.nbytes, found.dtype, found.shape))
-            state[key] = view
+        state = {key: typed_view(arena.tensor, offsets[key], found.dtype, found.shape, contiguous_stride(found.shape))
+                 for key, found in stored.items()}
+        add_sources(weights, ((state[key], found) for key, found in stored.items()))
         weights.materialize(state.values())
         if pin:
             arena.pin()
@@ -78,8 +69,3 @@ def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, threads: int
     model.requires_grad_(False)
     return model, arena
 
-
-def _stride(shape: tuple[int, ...]) -> tuple[int, ...]:
-    from ..offload.pinned import contiguous_stride
-
-    return contiguous_stride(shape)

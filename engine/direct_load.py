@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,33 +89,48 @@ def _stored(path: Path, name: str, entry: Any, base: int, data_bytes: int) -> St
     return StoredTensor(path, base + begin, end - begin, dtype, shape)
 
 
-def supports_direct(info: ComponentInfo) -> str | None:
-    """None when `info` can be read straight into place; otherwise the reason it cannot."""
+def component_locations(info: ComponentInfo) -> dict[str, StoredTensor]:
+    """Every tensor of a component's weight files, by name."""
+    stored: dict[str, StoredTensor] = {}
+    for file in info.files:
+        stored.update(read_locations(file))
+    return stored
+
+
+def add_sources(weights: DeferredWeights, targets: Iterable[tuple[torch.Tensor, StoredTensor]]) -> None:
+    """Give each tensor its stored range in `weights`, opening each file once (`weights` closes them)."""
+    fds: dict[Path, int] = {}
+    for tensor, found in targets:
+        if found.file not in fds:
+            fds[found.file] = open_fd(found.file)
+            weights.own_fd(fds[found.file])
+        weights.add(tensor, Source(fds[found.file], found.offset, found.nbytes, found.dtype, found.shape))
+
+
+def _direct_class(info: ComponentInfo) -> tuple[type | None, str]:
+    """The diffusers model class to build `info` with, or (None, why it cannot be read straight into place)."""
     if info.library != "diffusers" or not info.files:
-        return "not a diffusers model with safetensors files"
+        return None, "not a diffusers model with safetensors files"
     import diffusers
 
     cls = component_class(info.library, info.class_name, str(info.folder))
     if not (isinstance(cls, type) and issubclass(cls, diffusers.ModelMixin)) or cls is getattr(diffusers, "AutoModel",
                                                                                                    None):
-        return f"{info.class_name} is not a diffusers model class"
-    return None
+        return None, f"{info.class_name} is not a diffusers model class"
+    return cls, ""
 
 
 def build_deferred(info: ComponentInfo, dtype: torch.dtype | None, weights: DeferredWeights
                    ) -> tuple[torch.nn.Module | None, str]:
-    """The model with every state-dict tensor on `meta` and its source registered in `weights`;
-    (None, why) when this checkpoint needs `from_pretrained`'s own handling."""
-    why = supports_direct(info)
-    if why is not None:
+    """The model with every state-dict tensor an empty host tensor whose source is registered in
+    `weights`; (None, why) when this checkpoint needs `from_pretrained`'s own handling."""
+    cls, why = _direct_class(info)
+    if cls is None:
         return None, why
-    cls = component_class(info.library, info.class_name, str(info.folder))
     config, unused = cls.load_config(str(info.folder), return_unused_kwargs=True, local_files_only=True)
     if config.get("quantization_config") is not None:
         return None, "quantized checkpoint"
-    stored: dict[str, StoredTensor] = {}
-    for file in info.files:
-        stored.update(read_locations(file))
+    stored = component_locations(info)
     model = _build_empty(cls, config, unused, dtype)
     state = model.state_dict(keep_vars=True)
     for key, tensor in state.items():
@@ -124,14 +140,9 @@ def build_deferred(info: ComponentInfo, dtype: torch.dtype | None, weights: Defe
         if tuple(tensor.shape) != found.shape:
             return None, f"{key!r:.80} is {list(found.shape)} in the checkpoint, {list(tensor.shape)} in the model"
     keep_fp32 = list(getattr(cls, "_keep_in_fp32_modules", None) or [])
-    fds: dict[Path, int] = {}
+    empties = _empty_host_tensors(model, state, stored, dtype, keep_fp32)
     try:
-        for key, empty in _empty_host_tensors(model, state, stored, dtype, keep_fp32).items():
-            found = stored[key]
-            if found.file not in fds:
-                fds[found.file] = _open_fd(found.file)
-                weights.own_fd(fds[found.file])
-            weights.add(empty, Source(fds[found.file], found.offset, found.nbytes, found.dtype, found.shape))
+        add_sources(weights, ((empty, stored[key]) for key, empty in empties.items()))
     except BaseException:
         weights.close()
         raise
@@ -189,6 +200,6 @@ def _load_dtype(key: str, stored: torch.dtype, in_model: torch.dtype, dtype: tor
     return in_model if dtype is None else stored
 
 
-def _open_fd(path: Path) -> int:
+def open_fd(path: Path) -> int:
     with open_regular(path) as handle:
         return os.dup(handle.fileno())

@@ -185,8 +185,6 @@ class Engine:
                 if weights is not None:
                     read_s += weights.seconds
             except BaseException as exc:
-                if weights is not None:
-                    weights.close()
                 for arena in arenas.values():
                     arena.close()
                 self._release()
@@ -195,8 +193,9 @@ class Engine:
                 self.bus.publish(ErrorEvent(where="load", message=reason))
                 self._set_state(EngineState.FAILED, reason)
                 raise
-            if weights is not None:
-                weights.close()
+            finally:
+                if weights is not None:
+                    weights.close()  # the files: every tensor has been read by now, or the load failed
             self._set_state(EngineState.READY)
             streamer = self.placement.streamer
             seconds = time.perf_counter() - start

@@ -48,11 +48,6 @@ def load_dtype(info: ComponentInfo) -> torch.dtype | None:
     return None
 
 
-def holds_weights_info(info: ComponentInfo) -> bool:
-    """A component with weight files (a tokenizer or scheduler has none: nothing to say about it)."""
-    return bool(info.files)
-
-
 def load_component(info: ComponentInfo) -> Any:
     """Build one component from its folder (weights on the host)."""
     cls = component_class(info.library, info.class_name, str(info.folder))
@@ -124,7 +119,7 @@ def load_pipeline(model: ModelInfo, *, progress: Callable[[str, int, int], None]
                 host_arenas[info.name] = arena
                 if registrar is not None:
                     registrar.submit(arena.pin)
-            if component is None and log is not None and holds_weights_info(info):
+            if component is None and log is not None and info.files:  # tokenizers, schedulers: nothing to say
                 log(f"{info.name}: read by from_pretrained, not straight into place: {why}")
         components[info.name] = component if component is not None else load_component(info)
         if timings is not None:

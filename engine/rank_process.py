@@ -73,6 +73,7 @@ def _serve(rank: int, spec: RankSpec, device: Any, commands: Any, replies: Any) 
     forwarder = threading.Thread(target=_forward, args=(bus.subscribe(), rank, replies, stop), daemon=True)
     forwarder.start()
     engine = None
+    splits: list[Any] = []
     try:
         world = dist.get_world_size()
         engine = Engine(spec.model_path, device=device, bus=bus, variant=spec.variant,
@@ -84,7 +85,7 @@ def _serve(rank: int, spec: RankSpec, device: Any, commands: Any, replies: Any) 
             if kind == "close":
                 break
             try:
-                result = _run(engine, kind, payload, spec.parallel == "cfg")
+                result = _run(engine, kind, payload, splits if spec.parallel == "cfg" else None)
             except Exception as exc:  # noqa: BLE001 - one line to the leader; the leader stops the group
                 replies.put(("error", rank, f"rank {rank}: {kind} failed: {type(exc).__name__}: {exc}"))
                 traceback.print_exc()
@@ -99,19 +100,19 @@ def _serve(rank: int, spec: RankSpec, device: Any, commands: Any, replies: Any) 
         forwarder.join(timeout=2)
 
 
-def _run(engine: Any, kind: str, payload: Any, cfg: bool) -> Any:
-    splits = engine.__dict__.setdefault("cfg_splits", [])
+def _run(engine: Any, kind: str, payload: Any, splits: list[Any] | None) -> Any:
+    """One command; `splits` (CFG-parallel only) holds the loaded DiTs' `CfgSplit`s between commands."""
     if kind == "load":
         report = engine.load(payload)
-        if cfg:
+        if splits is not None:
             from .cfg_parallel import CfgSplit
 
             splits.extend(CfgSplit(getattr(engine.pipe, d.name)) for d in engine.model.dits)
         return report
     if kind == "generate":
-        before = [(s.split_steps, s.mispredicted) for s in splits]
+        before = [(s.split_steps, s.mispredicted) for s in splits or []]
         result = engine.generate(payload)
-        if splits:
+        if splits:  # CFG-parallel with a loaded model
             from ..offload.events import LogEvent
 
             split = sum(s.split_steps for s in splits) - sum(b[0] for b in before)
@@ -122,9 +123,10 @@ def _run(engine: Any, kind: str, payload: Any, cfg: bool) -> Any:
                 + ("" if split else " — the pipeline made no unconditional call (no negative prompt or guidance?)"))))
         return result
     if kind == "unload":
-        for split in splits:
+        for split in splits or []:
             split.remove()
-        splits.clear()
+        if splits is not None:
+            splits.clear()
         engine.unload()
         return None
     raise ValueError(f"unknown command {kind!r}")

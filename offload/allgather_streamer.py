@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .arena_fill import byte_progress
 from .block_packing import Block, pack_block, plan_block, reject_shared_ranges
 from .devices import current_stream, new_stream, stream_context
 from .pinned import HostArena, align_up
@@ -92,7 +93,8 @@ class AllGatherStreamer(LayerwiseStreamer):
                 dest[: shard.stop - shard.start].copy_(whole[shard.start : shard.stop])
         if reads:
             assert self._weights is not None
-            self._weights.fill_parts(reads, self._progress_bytes(sum(b.tensor_bytes for b in packed)))
+            total = sum(b.tensor_bytes for b in packed)
+            self._weights.fill_parts(reads, byte_progress(total, self._progress, scale=self.world))
         for b in packed:
             if not b.packed:
                 pack_block(b, self._arena.tensor, self.device)  # all read above: re-points the tensors only
@@ -100,17 +102,6 @@ class AllGatherStreamer(LayerwiseStreamer):
             self._weights.forget(skipped)
         if self._pin:
             self._arena.pin()
-
-    def _progress_bytes(self, total: int) -> Any:
-        done = 0
-
-        def landed(nbytes: int) -> None:
-            nonlocal done
-            done += nbytes  # approximate under threads; only a progress bar reads it
-            if self._progress is not None:
-                self._progress(min(done * self.world, total), total)
-
-        return landed
 
     def _slot_nbytes(self) -> int:
         return max((self._shards[b.name][0].gathered for b in self._streamed), default=0)

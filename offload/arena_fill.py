@@ -68,18 +68,7 @@ def _copy_in(packed: list[Block], arena: HostArena, device: torch.device,
 
 def _read_in_batches(packed: list[Block], arena: HostArena, device: torch.device, weights: DeferredWeights,
                      pin: bool, progress: Callable[[int, int], None] | None) -> None:
-    total = sum(b.tensor_bytes for b in packed)
-    done = 0
-    lock = threading.Lock()
-
-    def landed(nbytes: int) -> None:
-        nonlocal done
-        with lock:
-            done += nbytes
-            at = done
-        if progress is not None:
-            progress(at, total)
-
+    landed = byte_progress(sum(b.tensor_bytes for b in packed), progress)
     pending: list[Future[bool]] = []
     with ThreadPoolExecutor(1, thread_name_prefix="arena-register") as registrar:
         try:
@@ -95,6 +84,23 @@ def _read_in_batches(packed: list[Block], arena: HostArena, device: torch.device
                     pending.append(registrar.submit(arena.pin_ranges, ranges))
         finally:
             wait(pending)  # never close an arena a registration is still working on
+
+
+def byte_progress(total: int, progress: Callable[[int, int], None] | None, scale: int = 1) -> Callable[[int], None]:
+    """A thread-safe `landed(nbytes)` for reader threads that reports `progress(done × scale, total)`
+    (`scale`: an AllGather rank reads 1/N of what the ranks load together)."""
+    done = 0
+    lock = threading.Lock()
+
+    def landed(nbytes: int) -> None:
+        nonlocal done
+        with lock:
+            done += nbytes
+            at = min(done * scale, total)
+        if progress is not None:
+            progress(at, total)
+
+    return landed
 
 
 def _batches(packed: list[Block]) -> list[list[Block]]:
