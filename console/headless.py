@@ -184,7 +184,8 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         "forecast": {"peak_device_weight_bytes": plan.forecast.peak_device_weight_bytes,
                      "pinned_host_bytes": plan.forecast.pinned_host_bytes,
                      "streamed_bytes_per_forward": plan.forecast.streamed_bytes_per_forward},
-        "load_seconds": load.seconds, "load_phases": dict(load.phases), "pinned_bytes": load.pinned_bytes,
+        "load_seconds": load.seconds, "load_phases": dict(load.phases),
+        "load_milestones": dict(load.milestones), "pinned_bytes": load.pinned_bytes,
         "request_seconds": result.seconds, "peak_allocated_bytes": result.peak_allocated_bytes,
         "steps": [{"step": s.step, "wall_s": s.wall_s, "stall_s": s.stall_s, "h2d_bytes": s.h2d_bytes}
                   for s in result.steps],

@@ -85,8 +85,12 @@ class RunReport(Document):
     policy: PolicyDoc
     forecast: ForecastSummary
     load_seconds: float
-    load_phases: dict[str, float] = Field(default_factory=dict, description="seconds: read (safetensors → host "
-                                          "tensors), arrange (packing, device copies), register (cudaHostRegister)")
+    load_phases: dict[str, float] = Field(default_factory=dict, description="seconds: read (from the start until "
+                                          "every byte was read), arrange (the rest: device copies, stagers, hooks), "
+                                          "register (time in cudaHostRegister, alongside the reads)")
+    load_milestones: dict[str, float] = Field(default_factory=dict, description="seconds from the load's start "
+                                              "when each part was done: dits_built, dits_placed (blocks read into "
+                                              "their arena), others_built (encoders, VAEs), pipeline_built")
     pinned_bytes: int = Field(ge=0, description="pinned host memory held after the load")
     request_seconds: float
     peak_allocated_bytes: int | None

@@ -17,6 +17,7 @@ import torch
 
 from ..offload.deferred_weights import DeferredWeights
 from ..offload.pinned import ALIGNMENT, HostArena, align_up, contiguous_stride, typed_view
+from .construction_lock import MODEL_CONSTRUCTION
 from .direct_load import add_sources, component_locations
 from .discovery import ComponentInfo
 from .trusted_classes import component_class
@@ -58,7 +59,8 @@ def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, threads: int
                                   "trust_remote_code": False}
         if dtype is not None:
             kwargs["dtype"] = dtype
-        model = cls.from_pretrained(None, **kwargs)
+        with MODEL_CONSTRUCTION:
+            model = cls.from_pretrained(None, **kwargs)
     except BaseException:
         arena.close()
         raise

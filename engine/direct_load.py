@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from ..offload.deferred_weights import DeferredWeights, Source
+from .construction_lock import MODEL_CONSTRUCTION
 from .discovery import ComponentInfo
 from .safe_paths import open_regular
 from .trusted_classes import component_class
@@ -157,14 +158,15 @@ def _build_empty(cls: type, config: dict, unused: dict, dtype: torch.dtype | Non
     import accelerate
     from diffusers.models.modeling_utils import no_init_weights
 
-    original = torch.get_default_dtype()
-    try:
-        if dtype is not None and dtype.is_floating_point:
-            torch.set_default_dtype(dtype)
-        with no_init_weights(), accelerate.init_empty_weights():
-            return cls.from_config(config, **unused)
-    finally:
-        torch.set_default_dtype(original)
+    with MODEL_CONSTRUCTION:
+        original = torch.get_default_dtype()
+        try:
+            if dtype is not None and dtype.is_floating_point:
+                torch.set_default_dtype(dtype)
+            with no_init_weights(), accelerate.init_empty_weights():
+                return cls.from_config(config, **unused)
+        finally:
+            torch.set_default_dtype(original)
 
 
 def _empty_host_tensors(model: torch.nn.Module, state: dict[str, torch.Tensor], stored: dict[str, StoredTensor],

@@ -38,8 +38,8 @@ from ..offload.pinned import HostArena, register_seconds_total
 from ..offload.policy import OffloadPolicy
 from .call_options import default_fps
 from .discovery import ModelInfo, discover_model
-from .loader import LoadCancelled, load_pipeline
-from .placement import Placement, place
+from .loader import LoadCancelled, start_loading
+from .placement import Placement, begin_placement, place_others, place_streamed
 from .plan import Plan, make_plan
 from .profiler import ProfileRecorder, forecast_check, request_size, save_quietly
 from .request_forecast import RequestForecast, forecast_for
@@ -70,9 +70,11 @@ class LoadReport:
     block_host_bytes: int = 0  # the block arena: every streamed block, or this rank's shards (AllGather)
     components: dict[str, float] = field(default_factory=dict)  # seconds building each component
     dit_read_seconds: float = 0.0  # parallel reads straight into place (the block arena and what materialized)
-    """Where the load's time went: `read` (building the components: `from_pretrained`, or for a DiT
-    read straight into place its parallel reads into the arena), `arrange` (packing into arenas,
-    device copies, hooks), `register` (`cudaHostRegister` of the arenas)."""
+    milestones: dict[str, float] = field(default_factory=dict)  # seconds from the start: dits_built, dits_placed, ...
+    """Where the load's time went. `read`: seconds from the start until every byte was read (the
+    components built, the blocks in their arena); `arrange`: the rest (device copies, stagers,
+    hooks, the last registrations); `register`: seconds spent in `cudaHostRegister`, which runs on
+    its own thread alongside the reads, so the three add up to more than `seconds`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +110,7 @@ class Engine:
     def __init__(self, model_path: str | Path, *, device: str | torch.device | None = None,
                  bus: EventBus | None = None, variant: str | None = None, pin: bool = True,
                  live_replan: bool = False, direct_read: bool = True, read_threads: int | None = None,
-                 group: Any = None) -> None:
+                 group: Any = None, aux_in_place: bool | None = None) -> None:
         self.model: ModelInfo = discover_model(model_path, variant)
         self.device = torch.device(device) if device is not None else default_device()
         if self.device.type == "cuda" and not torch.cuda.is_available():
@@ -120,6 +122,9 @@ class Engine:
         self.live_replan = live_replan  # keep pinned masters of everything a re-plan may move
         self.direct_read = direct_read  # DiT weights read straight into place, in parallel (engine.direct_load)
         self.read_threads = read_threads
+        # encoders and VAEs read in parallel into arenas and built on a thread beside the DiTs' reads;
+        # default on CUDA only: on a CPU the library's own loader keeps the addresses address_phase needs
+        self.aux_in_place = direct_read and (self.device.type == "cuda" if aux_in_place is None else aux_in_place)
         self.group = group  # a torch.distributed group: streamed blocks sharded across it (AllGather)
         if group is not None and live_replan:
             from ..offload.errors import ConfigError
@@ -170,20 +175,36 @@ class Engine:
             weights = DeferredWeights(self.read_threads) if self.direct_read else None
             arenas: dict[str, HostArena] = {}
             components: dict[str, float] = {}
+            milestones: dict[str, float] = {}
+            aux_in_place = self.aux_in_place
+
+            def mark(name: str) -> None:
+                milestones[name] = time.perf_counter() - start
+
             try:
-                with ThreadPoolExecutor(1, thread_name_prefix="arena-register") as registrar:
-                    self.pipe = load_pipeline(
+                with ThreadPoolExecutor(1, thread_name_prefix="arena-register") as registrar, \
+                        ThreadPoolExecutor(1, thread_name_prefix="component-load") as others_on:
+                    loading = start_loading(
                         self.model, progress=self._progress("host"), cancel=cancel, weights=weights,
                         log=lambda line: self.bus.publish(LogEvent(level="info", message=line)),
-                        aux_in_place=self.direct_read and self.device.type == "cuda", host_arenas=arenas,
-                        registrar=registrar, timings=components)
-                read_s = time.perf_counter() - start - (register_seconds_total() - registered)  # arenas pinned early
+                        aux_in_place=aux_in_place, host_arenas=arenas, registrar=registrar, timings=components,
+                        others_on=others_on if aux_in_place else None)  # CPU: the library's own order (address_phase)
+                    try:
+                        mark("dits_built")
+                        self.placement = begin_placement(self.device, self.bus, live=self.live_replan)
+                        place_streamed(loading.dits, plan, self.placement, self.bus, progress=self._progress("place"),
+                                       cancel=cancel, pin=self.pin, weights=weights, group=self.group)
+                        mark("dits_placed")
+                        self.pipe = loading.finish()
+                        mark("pipeline_built")
+                    except BaseException:
+                        loading.abandon()
+                        raise
+                if loading.others_done_at is not None:
+                    milestones["others_built"] = loading.others_done_at - start
                 self._pin_execution_device()
-                self.placement = place(self.pipe, plan, self.device, self.bus, progress=self._progress("place"),
-                                       cancel=cancel, pin=self.pin, live=self.live_replan, weights=weights,
-                                       host_arenas=arenas, group=self.group)
-                if weights is not None:
-                    read_s += weights.seconds
+                place_others(self.pipe, plan, self.placement, self.bus, progress=self._progress("place"),
+                             cancel=cancel, pin=self.pin, weights=weights, host_arenas=arenas)
             except BaseException as exc:
                 for arena in arenas.values():
                     arena.close()
@@ -200,10 +221,14 @@ class Engine:
             streamer = self.placement.streamer
             seconds = time.perf_counter() - start
             register_s = register_seconds_total() - registered
+            read_s = max(milestones["dits_placed"], milestones.get("others_built", 0.0))
+            if not aux_in_place:  # built in order, then the blocks: reading ended with the block reads
+                read_s = milestones["dits_placed"]
             return LoadReport(
                 seconds=seconds,
-                phases={"read": read_s, "arrange": max(seconds - read_s - register_s, 0.0), "register": register_s},
+                phases={"read": read_s, "arrange": max(seconds - read_s, 0.0), "register": register_s},
                 components=components, dit_read_seconds=weights.seconds if weights is not None else 0.0,
+                milestones=milestones,
                 pinned_bytes=self.placement.pinned_bytes,
                 streamed_bytes=streamer.streamed_bytes if streamer else 0,
                 block_host_bytes=streamer.host_bytes if streamer else 0,

@@ -14,7 +14,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future, wait
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -23,6 +24,7 @@ from ..offload.deferred_weights import DeferredWeights
 from ..offload.errors import ConfigError
 from ..offload.pinned import HostArena
 from .arena_load import load_into_arena, supports_arena_load
+from .construction_lock import MODEL_CONSTRUCTION
 from .direct_load import build_deferred
 from .discovery import ComponentInfo, ModelInfo
 from .trusted_classes import accepts_trust_remote_code, component_class, holds_weights
@@ -87,48 +89,133 @@ def quiet_libraries() -> None:
     transformers.utils.logging.disable_progress_bar()
 
 
-def load_pipeline(model: ModelInfo, *, progress: Callable[[str, int, int], None] | None = None,
+@dataclass
+class LoadingPipeline:
+    """A pipeline whose components are being built: the DiTs are (`dits`); the others may still be
+    building on a worker thread. `finish` waits for them and constructs the pipeline; `abandon`
+    stops the worker at its next component (a failed or cancelled load)."""
+
+    model: ModelInfo
+    cls: type
+    built: dict[str, Any]
+    dits: dict[str, Any]
+    stop: threading.Event
+    others: Future | None = None
+    pinning: list[Future] = field(default_factory=list)  # aux arenas being page-locked on the registrar
+    others_done_at: float | None = None  # perf_counter when the last component was built (its bytes read)
+
+    def finish(self) -> Any:
+        """Every component built and its arena page-locked, then the pipeline (on the host)."""
+        if self.others is not None:
+            self.others.result()
+        wait(self.pinning)
+        for future in self.pinning:
+            future.result()
+        components = {info.name: self.built[info.name] for info in self.model.components}
+        try:
+            pipe = self.cls(**components)
+        except TypeError as exc:
+            raise ConfigError(f"{self.model.path}: {self.model.pipeline_class} cannot be built from its components: "
+                              f"{exc}") from exc
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
+
+    def abandon(self) -> None:
+        """Stop building (the worker finishes the component it is on; the caller's pool joins it)."""
+        self.stop.set()
+
+
+def start_loading(model: ModelInfo, *, progress: Callable[[str, int, int], None] | None = None,
                   cancel: threading.Event | None = None, weights: DeferredWeights | None = None,
                   log: Callable[[str], None] | None = None, aux_in_place: bool = False,
                   host_arenas: dict[str, HostArena] | None = None, registrar: Executor | None = None,
-                  timings: dict[str, float] | None = None) -> Any:
-    """Load every component (reporting bytes per component) and construct the pipeline on the host.
+                  timings: dict[str, float] | None = None, others_on: Executor | None = None) -> LoadingPipeline:
+    """Build every component on the host (reporting bytes per component); returns once the DiTs are.
 
     With `weights`, each DiT that `engine.direct_load` can build exactly is built with its weights
     still in their files (registered in `weights`): placement reads them straight into place. The
     others, and every DiT it cannot build, are read by `from_pretrained` (`log` says why).
-    `aux_in_place` (CUDA only: see `engine.arena_load`) does the same for encoders and VAEs: a
-    diffusers one is built like a DiT, a transformers one over an arena read in parallel and
-    page-locked (kept in `host_arenas` by component name, for placement to use and release); with a
-    `registrar`, that page-locking runs on it while the next components load (wait for it before
-    placement). `timings` gets each component's build seconds."""
+    `aux_in_place` (CUDA only: see `engine.arena_load`) reads encoders and VAEs in parallel too: a
+    diffusers one is built like a DiT and read at once, a transformers one over an arena read in
+    parallel and page-locked (kept in `host_arenas` by component name, for placement to use and
+    release); with a `registrar`, that page-locking runs on it while the next components load.
+    With `others_on`, the components other than DiTs are built there, started first, so that their
+    reads overlap the DiTs' construction and the placement's block reads (the caller places the
+    DiTs, then calls `finish`). Without it, everything is built here, in the model's order.
+    `timings` gets each component's build seconds."""
     cls = pipeline_class(model)
     quiet_libraries()
-    components: dict[str, Any] = {}
-    for info in model.components:
-        if cancel is not None and cancel.is_set():
-            raise LoadCancelled("load cancelled")
-        if progress:
-            progress(info.name, 0, info.nbytes)
-        component, why = None, ""
-        started = time.perf_counter()
-        if weights is not None and (info.role == "dit" or aux_in_place):
-            component, why = build_deferred(info, load_dtype(info), weights)
-            if component is None and aux_in_place and host_arenas is not None and supports_arena_load(info) is None:
-                component, arena = load_into_arena(info, load_dtype(info), weights.threads, pin=registrar is None)
-                host_arenas[info.name] = arena
-                if registrar is not None:
-                    registrar.submit(arena.pin)
-            if component is None and log is not None and info.files:  # tokenizers, schedulers: nothing to say
-                log(f"{info.name}: read by from_pretrained, not straight into place: {why}")
-        components[info.name] = component if component is not None else load_component(info)
-        if timings is not None:
-            timings[info.name] = time.perf_counter() - started
-        if progress:
-            progress(info.name, info.nbytes, info.nbytes)
-    try:
-        pipe = cls(**components)
-    except TypeError as exc:
-        raise ConfigError(f"{model.path}: {model.pipeline_class} cannot be built from its components: {exc}") from exc
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+    stop = threading.Event()
+    loading = LoadingPipeline(model, cls, {}, {}, stop)
+    options = _BuildOptions(progress, cancel, stop, weights, log, aux_in_place, host_arenas, registrar, timings,
+                            loading.pinning)
+    if others_on is None:
+        for info in model.components:
+            loading.built[info.name] = _build(info, options)
+    else:
+        others = [info for info in model.components if info.role != "dit"]
+
+        def build_others() -> None:
+            for info in others:
+                loading.built[info.name] = _build(info, options, own_reader=True)
+            loading.others_done_at = time.perf_counter()
+
+        loading.others = others_on.submit(build_others)
+        try:
+            for info in model.components:
+                if info.role == "dit":
+                    loading.built[info.name] = _build(info, options)
+        except BaseException:
+            loading.abandon()
+            raise
+    loading.dits = {info.name: loading.built[info.name] for info in model.components if info.role == "dit"}
+    return loading
+
+
+@dataclass(frozen=True)
+class _BuildOptions:
+    progress: Callable[[str, int, int], None] | None
+    cancel: threading.Event | None
+    stop: threading.Event
+    weights: DeferredWeights | None
+    log: Callable[[str], None] | None
+    aux_in_place: bool
+    host_arenas: dict[str, HostArena] | None
+    registrar: Executor | None
+    timings: dict[str, float] | None
+    pinning: list[Future]
+
+
+def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> Any:
+    """One component, on the host. `own_reader`: read a deferred component's weights now with a reader
+    of its own (a worker thread must not share the DiTs' reader, which placement drains)."""
+    if (o.cancel is not None and o.cancel.is_set()) or o.stop.is_set():
+        raise LoadCancelled("load cancelled")
+    if o.progress:
+        o.progress(info.name, 0, info.nbytes)
+    component, why = None, ""
+    started = time.perf_counter()
+    if o.weights is not None and (info.role == "dit" or o.aux_in_place):
+        reader = DeferredWeights(o.weights.threads) if own_reader else o.weights
+        try:
+            component, why = build_deferred(info, load_dtype(info), reader)
+            if component is not None and own_reader:
+                reader.materialize_module(component)
+        finally:
+            if own_reader:
+                reader.close()
+        if component is None and o.aux_in_place and o.host_arenas is not None and supports_arena_load(info) is None:
+            component, arena = load_into_arena(info, load_dtype(info), o.weights.threads, pin=o.registrar is None)
+            o.host_arenas[info.name] = arena
+            if o.registrar is not None:
+                o.pinning.append(o.registrar.submit(arena.pin))
+        if component is None and o.log is not None and info.files:  # tokenizers, schedulers: nothing to say
+            o.log(f"{info.name}: read by from_pretrained, not straight into place: {why}")
+    if component is None:
+        with MODEL_CONSTRUCTION:
+            component = load_component(info)
+    if o.timings is not None:
+        o.timings[info.name] = time.perf_counter() - started
+    if o.progress:
+        o.progress(info.name, info.nbytes, info.nbytes)
+    return component

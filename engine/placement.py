@@ -84,30 +84,13 @@ def _dit_non_block_to(module: torch.nn.Module, block_attrs: set[str], device: to
         setattr(module, name, buf.to(device))
 
 
-def place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, *,
-          progress: Callable[[str, int, int], None] | None = None,
-          cancel: threading.Event | None = None, pin: bool = True, live: bool = False,
-          weights: DeferredWeights | None = None, host_arenas: dict[str, HostArena] | None = None,
-          group: Any = None) -> Placement:
-    """Place a host-loaded pipeline's components on `device` according to `plan`.
+def begin_placement(device: torch.device, bus: EventBus, *, live: bool = False) -> Placement:
+    """An empty placement to place into: `place_streamed`, then `place_others` (undo: `release`).
 
     `live=True` keeps a pinned master of everything that a re-plan may move: resident encoders/VAEs
-    are stagers held on the device, and the streamer keeps every block's master (see `replan`).
-    `weights` holds the sources of tensors still in their files (`engine.direct_load`): streamed
-    blocks are read straight into the arena, everything else into host tensors before it moves.
-    `host_arenas` holds the arenas transformers components were built over (`engine.arena_load`):
-    a staged one keeps its arena as its master until release, a resident one frees it once moved.
-    `group` (a torch.distributed process group) shards the streamed blocks across its ranks
-    (`offload.allgather_streamer`); encoders and VAEs stay rank-local."""
+    are stagers held on the device, and the streamer keeps every block's master (see `replan`)."""
     placement = Placement(device, live=live)
     placement.cache = AllocatorCache(device, bus=bus)
-    try:
-        _place(pipe, plan, device, bus, placement, progress, cancel, pin, weights, host_arenas or {}, group)
-        if weights is not None and weights.pending:
-            raise RuntimeError(f"{weights.pending} weight tensors were never read from their files")
-    except BaseException:
-        placement.release()
-        raise
     return placement
 
 
@@ -116,18 +99,75 @@ def _check_cancel(cancel: threading.Event | None) -> None:
         raise LoadCancelled("load cancelled")
 
 
-def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement: Placement,
-           progress: Callable[[str, int, int], None] | None, cancel: threading.Event | None, pin: bool,
-           weights: DeferredWeights | None, host_arenas: dict[str, HostArena], group: Any) -> None:
+def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: EventBus, *,
+                   progress: Callable[[str, int, int], None] | None = None,
+                   cancel: threading.Event | None = None, pin: bool = True,
+                   weights: DeferredWeights | None = None, group: Any = None) -> None:
+    """Place the plan's streamed DiTs (by component name): their non-block modules on the device,
+    their block lists into one `LayerwiseStreamer` ring. Needs only the DiTs, not the pipeline, so
+    the other components may still be loading.
+
+    `weights` holds the sources of tensors still in their files (`engine.direct_load`): blocks are
+    read straight into the arena, the rest into host tensors before it moves. `group` (a
+    torch.distributed process group) shards the blocks across its ranks
+    (`offload.allgather_streamer`)."""
+    device = placement.device
     block_lists: list[tuple[str, list[torch.nn.Module]]] = []
+    for comp in plan.components:
+        _check_cancel(cancel)
+        module = dits.get(comp.info.name)
+        if comp.residency != "streamed" or not isinstance(module, torch.nn.Module):
+            continue
+        attrs = [b.attr for b in comp.info.block_lists]
+        _dit_non_block_to(module, set(attrs), device, weights)
+        block_lists.extend((f"{comp.info.name}.{a}", list(getattr(module, a))) for a in attrs)
+    if not block_lists:
+        return
+    total = sum(c.host_bytes for c in plan.components if c.residency == "streamed")
+    if placement.live:  # every block is packed, resident ones too
+        total = sum(b.nbytes for b in plan.blocks)
+
+    def on_pack(done: int, _total: int) -> None:
+        _check_cancel(cancel)
+        if progress:
+            progress("DiT blocks", done, _total)
+
+    _check_block_order(block_lists, plan)
+    streamer_kwargs: dict[str, Any] = {}
+    streamer_cls: type[LayerwiseStreamer] = LayerwiseStreamer
+    if group is not None:
+        from ..offload.allgather_streamer import AllGatherStreamer
+
+        streamer_cls, streamer_kwargs = AllGatherStreamer, {"group": group}
+    placement.streamer = streamer_cls(block_lists, device, residency=plan.residency, bus=bus, pin=pin,
+                                      progress=on_pack, keep_masters=placement.live, weights=weights,
+                                      **streamer_kwargs)
+    placement.streamer.attach()
+    s = placement.streamer
+    bus.publish(LogEvent(level="info", message=(
+        f"DLO: {s.num_streamed} blocks streamed ({total:,} bytes), {s.num_resident} resident, "
+        f"{s.num_slots} slot{'s' if s.num_slots != 1 else ''} of {s.largest_block_bytes:,} bytes")))
+
+
+def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,
+                 progress: Callable[[str, int, int], None] | None = None,
+                 cancel: threading.Event | None = None, pin: bool = True,
+                 weights: DeferredWeights | None = None, host_arenas: dict[str, HostArena] | None = None) -> None:
+    """Place every component that is not streamed: staged (a stager with a pinned master) or resident.
+
+    `host_arenas` holds the arenas transformers components were built over (`engine.arena_load`):
+    a staged one keeps its arena as its master until release, a resident one frees it once moved.
+    Encoders and VAEs stay rank-local under AllGather. Ends by checking that every tensor waiting in
+    `weights` was read."""
+    device, host_arenas = placement.device, host_arenas if host_arenas is not None else {}
     for comp in plan.components:
         _check_cancel(cancel)
         info = comp.info
         module = getattr(pipe, info.name, None)
-        if not isinstance(module, torch.nn.Module):
+        if comp.residency == "streamed" or not isinstance(module, torch.nn.Module):
             continue
         live_aux = placement.live and plan.policy.mode == "dlo" and info.role in ("encoder", "vae")
-        if weights is not None and comp.residency != "streamed":
+        if weights is not None:
             weights.materialize_module(module)
         arena = host_arenas.pop(info.name, None)
         if arena is not None:
@@ -149,37 +189,10 @@ def _place(pipe: Any, plan: Plan, device: torch.device, bus: EventBus, placement
             state = "resident, with a host master for re-plans" if comp.residency == "resident" else "staged"
             bus.publish(LogEvent(level="info", message=f"{info.name}: {state} ({comp.why}); "
                                                        f"{stager.staged_bytes:,} bytes in a host master"))
-        elif comp.residency == "streamed":
-            attrs = [b.attr for b in info.block_lists]
-            _dit_non_block_to(module, set(attrs), device, weights)
-            block_lists.extend((f"{info.name}.{a}", list(getattr(module, a))) for a in attrs)
-        if progress and comp.residency != "streamed":
+        if progress:
             progress(info.name, info.nbytes, info.nbytes)
-    if block_lists:
-        total = sum(c.host_bytes for c in plan.components if c.residency == "streamed")
-        if placement.live:  # every block is packed, resident ones too
-            total = sum(b.nbytes for b in plan.blocks)
-
-        def on_pack(done: int, _total: int) -> None:
-            _check_cancel(cancel)
-            if progress:
-                progress("DiT blocks", done, _total)
-
-        _check_block_order(block_lists, plan)
-        streamer_kwargs: dict[str, Any] = {}
-        streamer_cls: type[LayerwiseStreamer] = LayerwiseStreamer
-        if group is not None:
-            from ..offload.allgather_streamer import AllGatherStreamer
-
-            streamer_cls, streamer_kwargs = AllGatherStreamer, {"group": group}
-        placement.streamer = streamer_cls(block_lists, device, residency=plan.residency, bus=bus, pin=pin,
-                                          progress=on_pack, keep_masters=placement.live, weights=weights,
-                                          **streamer_kwargs)
-        placement.streamer.attach()
-        s = placement.streamer
-        bus.publish(LogEvent(level="info", message=(
-            f"DLO: {s.num_streamed} blocks streamed ({total:,} bytes), {s.num_resident} resident, "
-            f"{s.num_slots} slot{'s' if s.num_slots != 1 else ''} of {s.largest_block_bytes:,} bytes")))
+    if weights is not None and weights.pending:
+        raise RuntimeError(f"{weights.pending} weight tensors were never read from their files")
 
 
 def _closer(arena: HostArena, device: torch.device) -> Callable[[], None]:

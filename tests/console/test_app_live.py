@@ -138,7 +138,7 @@ async def test_escape_cancels_a_load(app, engine, monkeypatch):
         assert cancel is not None and cancel.wait(30)  # returns once the operator pressed esc
         raise LoadCancelled("load cancelled")
 
-    monkeypatch.setattr("omni_console.engine.engine.load_pipeline", slow_load)
+    monkeypatch.setattr("omni_console.engine.engine.start_loading", slow_load)
     async with app.run_test(size=(140, 50)) as pilot:
         await pilot.pause()
         await pilot.press("l")

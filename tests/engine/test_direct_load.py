@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import struct
+import threading
 from pathlib import Path
 
 import pytest
@@ -178,9 +179,10 @@ def test_any_header_bytes_give_locations_or_one_error(tmp_path_factory: pytest.T
         assert 8 + len(header) <= t.offset and t.offset + t.nbytes <= size
 
 
-@pytest.mark.parametrize("direct_read,batch_bytes,live", [(True, 1, False), (True, 1, True), (False, 2 << 30, False)])
+@pytest.mark.parametrize("direct_read,batch_bytes,live,aux", [(True, 1, False, False), (True, 1, True, False),
+                                                              (False, 2 << 30, False, False), (True, 2 << 30, True, True)])
 def test_outputs_match_plain_diffusers_however_the_blocks_were_read(demo_model_dir: Path, monkeypatch, direct_read,
-                                                                    batch_bytes, live) -> None:
+                                                                    batch_bytes, live, aux) -> None:
     import diffusers
     import numpy as np
     from test_engine import oracle_image, request_for
@@ -190,7 +192,7 @@ def test_outputs_match_plain_diffusers_however_the_blocks_were_read(demo_model_d
     monkeypatch.setattr(arena_fill, "BATCH_BYTES", batch_bytes)  # 1: every block is a batch of its own
     req = request_for("flux")
     expected = oracle_image(demo_model_dir, diffusers.FluxPipeline, req)
-    engine = Engine(demo_model_dir, device="cpu", direct_read=direct_read, live_replan=live)
+    engine = Engine(demo_model_dir, device="cpu", direct_read=direct_read, live_replan=live, aux_in_place=aux)
     engine.load(build_policy({"text_encoder": False}, 1))
     assert np.array_equal(np.asarray(engine.generate(req).image), expected)
     if live:
@@ -235,3 +237,42 @@ def test_half_t5_keeps_transformers_dtype_rules(wan_model_dir: Path, tmp_path: P
     assert {t.dtype for t in plain.parameters()} >= {dtype}
     _assert_same_module(model, plain)
     arena.close()
+
+
+def test_encoders_built_beside_the_dit_reads_equal_the_ordered_load(demo_model_dir: Path) -> None:
+    """The CUDA load order (encoders and VAE built on a worker while the blocks are read) gives the
+    same modules, dtypes and bytes as building everything in order, and says when each part ended."""
+    ordered = Engine(demo_model_dir, device="cpu", aux_in_place=False)
+    overlapped = Engine(demo_model_dir, device="cpu", aux_in_place=True)
+    bus_lines = overlapped.bus.subscribe()
+    ordered.load(build_policy(mode="dlo"))
+    report = overlapped.load(build_policy(mode="dlo"))
+    try:
+        assert not any("from_pretrained" in getattr(e, "message", "") for e in bus_lines.drain())
+        assert {"dits_built", "dits_placed", "others_built", "pipeline_built"} <= set(report.milestones)
+        assert report.milestones["dits_built"] <= report.milestones["dits_placed"] <= report.seconds
+        for info in ordered.model.components:
+            a, b = getattr(ordered.pipe, info.name), getattr(overlapped.pipe, info.name)
+            if not isinstance(a, torch.nn.Module):
+                continue
+            sa, sb = a.state_dict(), b.state_dict()
+            assert sa.keys() == sb.keys(), info.name
+            for key in sa:
+                assert sa[key].dtype == sb[key].dtype and torch.equal(sa[key], sb[key]), f"{info.name}.{key}"
+    finally:
+        ordered.close()
+        overlapped.close()
+
+
+def test_an_encoder_failing_beside_the_dit_reads_fails_the_load_and_releases(demo_model_dir: Path,
+                                                                             tmp_path: Path) -> None:
+    root = tmp_path / "demo"
+    shutil.copytree(demo_model_dir, root)
+    engine = Engine(root, device="cpu", aux_in_place=True)
+    file = max((root / "text_encoder").glob("*.safetensors"), key=lambda p: p.stat().st_size)
+    with open(file, "r+b") as handle:
+        handle.truncate(file.stat().st_size - 4096)
+    with pytest.raises(ModelDirError, match=f"{file.name}"):
+        engine.load(build_policy(mode="dlo"))
+    assert engine.state == EngineState.FAILED and engine.placement is None and engine.pipe is None
+    assert not [t for t in threading.enumerate() if t.name.startswith(("component-load", "arena-register"))]
