@@ -192,6 +192,9 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         if self.start_telemetry:
             self.sampler.sample_now(publish=True)  # the header's free memory before the first tick
             self.sampler.start()
+        # the model's classes imported while the operator reads the plan: a load starts reading at once
+        # (a class that cannot be imported fails that load, with its one line)
+        self.worker.call(lambda engine: engine.prepare())
         if self.bandwidth is None and self.device_info.is_cuda:
             future = self.worker.call(lambda engine: measure_h2d_bandwidth(engine.device))
             future.add_done_callback(lambda f: self._post_from_worker(CommandDone("bandwidth", f)))

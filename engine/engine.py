@@ -38,7 +38,7 @@ from ..offload.pinned import HostArena, register_seconds_total
 from ..offload.policy import OffloadPolicy
 from .call_options import default_fps
 from .discovery import ModelInfo, discover_model
-from .loader import LoadCancelled, start_loading
+from .loader import LoadCancelled, pipeline_class, start_loading
 from .placement import Placement, begin_placement, place_others, place_streamed
 from .plan import Plan, make_plan
 from .profiler import ProfileRecorder, forecast_check, request_size, save_quietly
@@ -130,6 +130,7 @@ class Engine:
             from ..offload.errors import ConfigError
 
             raise ConfigError("live re-plan keeps whole masters; AllGather keeps shards: choose one")
+        self._prepared = False
         self.state = EngineState.DISCOVERED
         self.failure: str | None = None
         self.plan: Plan | None = None
@@ -162,6 +163,26 @@ class Engine:
         return forecast_for(plan, size, self.device_name, observed, probe_bandwidth)
 
     # ---------------------------------------------------------------- load / unload
+    def prepare(self) -> float:
+        """Import the pipeline's and every component's class now; seconds taken (0 once done).
+
+        Importing diffusers' and transformers' model modules costs a fresh process about a second,
+        whatever the checkpoint's size. The console does it on the engine thread when the model is
+        opened, while the operator reads the plan, so a load starts reading at once; `load` calls
+        it too (and reports it as the `classes_imported` milestone) when nobody did."""
+        if self._prepared:
+            return 0.0
+        from .loader import quiet_libraries
+        from .trusted_classes import component_class
+
+        start = time.perf_counter()
+        pipeline_class(self.model)
+        quiet_libraries()
+        for info in self.model.components:
+            component_class(info.library, info.class_name, str(info.folder))
+        self._prepared = True
+        return time.perf_counter() - start
+
     def load(self, policy: OffloadPolicy, cancel: threading.Event | None = None) -> LoadReport:
         with self._lock:
             if self.state in (EngineState.LOADING, EngineState.READY, EngineState.RUNNING):
@@ -182,6 +203,8 @@ class Engine:
                 milestones[name] = time.perf_counter() - start
 
             try:
+                if self.prepare():
+                    mark("classes_imported")
                 with ThreadPoolExecutor(1, thread_name_prefix="arena-register") as registrar, \
                         ThreadPoolExecutor(1, thread_name_prefix="component-load") as others_on:
                     loading = start_loading(

@@ -153,7 +153,8 @@ def start_loading(model: ModelInfo, *, progress: Callable[[str, int, int], None]
         for info in model.components:
             loading.built[info.name] = _build(info, options)
     else:
-        others = [info for info in model.components if info.role != "dit"]
+        # the largest first: its reads start at once, under the DiTs' construction
+        others = sorted((info for info in model.components if info.role != "dit"), key=lambda i: -i.nbytes)
 
         def build_others() -> None:
             for info in others:

@@ -276,3 +276,15 @@ def test_an_encoder_failing_beside_the_dit_reads_fails_the_load_and_releases(dem
         engine.load(build_policy(mode="dlo"))
     assert engine.state == EngineState.FAILED and engine.placement is None and engine.pipe is None
     assert not [t for t in threading.enumerate() if t.name.startswith(("component-load", "arena-register"))]
+
+
+def test_classes_imported_before_the_load_are_not_imported_again(demo_model_dir: Path) -> None:
+    cold = Engine(demo_model_dir, device="cpu")
+    report = cold.load(build_policy(mode="dlo"))
+    assert report.milestones["classes_imported"] <= report.milestones["dits_built"]
+    cold.close()
+    prepared = Engine(demo_model_dir, device="cpu")
+    assert prepared.prepare() >= 0 and prepared.prepare() == 0.0  # once
+    report = prepared.load(build_policy(mode="dlo"))
+    assert "classes_imported" not in report.milestones
+    prepared.close()
