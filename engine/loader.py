@@ -139,9 +139,11 @@ def start_loading(model: ModelInfo, *, progress: Callable[[str, int, int], None]
     diffusers one is built like a DiT and read at once, a transformers one over an arena read in
     parallel and page-locked (kept in `host_arenas` by component name, for placement to use and
     release); with a `registrar`, that page-locking runs on it while the next components load.
-    With `others_on`, the components other than DiTs are built there, started first, so that their
-    reads overlap the DiTs' construction and the placement's block reads (the caller places the
-    DiTs, then calls `finish`). Without it, everything is built here, in the model's order.
+    With `others_on`, the components other than DiTs are built there once the DiTs are, so that
+    their reads overlap the placement's block reads (the caller places the DiTs, then calls
+    `finish`). The DiTs are built first and alone: their construction maps about a thousand
+    tensors, and each mapping waits behind the page faults of reads running at the same time.
+    Without it, everything is built here, in the model's order.
     `timings` gets each component's build seconds."""
     cls = pipeline_class(model)
     quiet_libraries()
@@ -153,7 +155,10 @@ def start_loading(model: ModelInfo, *, progress: Callable[[str, int, int], None]
         for info in model.components:
             loading.built[info.name] = _build(info, options)
     else:
-        # the largest first: its reads start at once, under the DiTs' construction
+        for info in model.components:  # first, alone: constructing maps ~1000 tensors, which page faults stall
+            if info.role == "dit":
+                loading.built[info.name] = _build(info, options)
+        # the largest first; their reads share the bandwidth with the blocks' reads that placement starts now
         others = sorted((info for info in model.components if info.role != "dit"), key=lambda i: -i.nbytes)
 
         def build_others() -> None:
@@ -162,13 +167,6 @@ def start_loading(model: ModelInfo, *, progress: Callable[[str, int, int], None]
             loading.others_done_at = time.perf_counter()
 
         loading.others = others_on.submit(build_others)
-        try:
-            for info in model.components:
-                if info.role == "dit":
-                    loading.built[info.name] = _build(info, options)
-        except BaseException:
-            loading.abandon()
-            raise
     loading.dits = {info.name: loading.built[info.name] for info in model.components if info.role == "dit"}
     return loading
 
