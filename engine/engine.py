@@ -198,6 +198,12 @@ class Engine:
             components: dict[str, float] = {}
             milestones: dict[str, float] = {}
             aux_in_place = self.aux_in_place
+            # No garbage collection while the components are built: a full collection walks every
+            # object the libraries' imports made, and building a model makes the thousands of objects
+            # that trigger them (a Flux-size DiT built right after the imports: 0.35 s with them,
+            # 0.15 s without, on a 2-core CI machine). Nothing the load makes is cyclic garbage, and a
+            # failed load's release collects explicitly; collection resumes when the load ends.
+            collecting = gc.isenabled()
 
             def mark(name: str) -> None:
                 milestones[name] = time.perf_counter() - start
@@ -205,6 +211,7 @@ class Engine:
             try:
                 if self.prepare():
                     mark("classes_imported")
+                gc.disable()
                 with ThreadPoolExecutor(1, thread_name_prefix="arena-register") as registrar, \
                         ThreadPoolExecutor(1, thread_name_prefix="component-load") as others_on:
                     loading = start_loading(
@@ -240,6 +247,8 @@ class Engine:
             finally:
                 if weights is not None:
                     weights.close()  # the files: every tensor has been read by now, or the load failed
+                if collecting:
+                    gc.enable()
             self._set_state(EngineState.READY)
             streamer = self.placement.streamer
             seconds = time.perf_counter() - start

@@ -288,3 +288,29 @@ def test_classes_imported_before_the_load_are_not_imported_again(demo_model_dir:
     report = prepared.load(build_policy(mode="dlo"))
     assert "classes_imported" not in report.milestones
     prepared.close()
+
+
+def test_collection_is_paused_during_the_load_and_resumes_after(demo_model_dir: Path, monkeypatch) -> None:
+    import gc
+
+    from omni_console.engine import engine as engine_mod
+
+    seen: list[bool] = []
+    real = engine_mod.start_loading
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine_mod, "start_loading", spy)
+    engine = Engine(demo_model_dir, device="cpu")
+    assert gc.isenabled()
+    engine.load(build_policy(mode="dlo"))
+    assert seen == [False] and gc.isenabled()
+    engine.unload()
+    truncated = Engine(demo_model_dir, device="cpu")
+    monkeypatch.setattr(engine_mod, "start_loading", lambda *a, **k: (_ for _ in ()).throw(ModelDirError("x")))
+    with pytest.raises(ModelDirError):
+        truncated.load(build_policy(mode="dlo"))
+    assert gc.isenabled()
+    engine.close()
