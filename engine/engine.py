@@ -152,6 +152,9 @@ class Engine:
     def device_name(self) -> str:
         return device_name(self.device)
 
+    world = 1
+    """GPUs (ranks) serving the model: one here; `engine.group_engine.GroupEngine` has N."""
+
     def forecast(self, size: RequestSize, plan: Plan | None = None, probe_bandwidth: float | None = None
                  ) -> RequestForecast | None:
         """The request forecast for `plan` (default: the loaded one) at `size` on this device."""

@@ -143,6 +143,7 @@ class RankGroup:
         return [results[r] for r in range(self.world)]
 
     def _publish(self, rank: int, event: Event) -> None:
+        event = replace(event, rank=rank)
         if self.on_event is not None:
             self.on_event(rank, event)
         self.bus.publish(event)
