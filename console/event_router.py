@@ -9,6 +9,12 @@ LIGHT_UI_S, the heavy groups (staging log, memory panels, step table) at most ev
 get every sample, the log every line; only redraws are grouped, so the UI thread, which shares the
 GIL with the engine, stays mostly idle.
 
+A multi-GPU group forwards every rank's events tagged with its rank (`Event.rank`; None is this
+process). Each rank's telemetry and steps go to its `RankStats` (the GPU group panel, redrawn with
+the heavy groups); only the console's own telemetry (rank None) feeds the memory panels, and only
+rank None or 0 drives the request line, the step table and the load progress, so N ranks running
+the same steps do not show N times. Every rank's staging and log lines reach the staging log.
+
 The live screen is reached only through the `LiveView` protocol, so pacing and routing are
 unit-tested with a plain recorder object and a fake clock.
 """
@@ -17,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -42,12 +48,13 @@ from ..offload.telemetry import TelemetrySnapshot
 from ..offload.units import format_seconds
 from .bandwidth import ObservedBandwidth
 from .event_text import loading_line
+from .rank_stats import RankStats
 
 LIGHT_UI_S = 0.25
 """The request's progress bar and line redraw at most this often."""
 HEAVY_UI_S = 0.5
 HEAVY_UI_BUSY_S = 1.0
-"""Staging log, memory panels, step table and residency redraw at most this often (idle / while a
+"""Staging log, memory panels, step table, residency and GPU group redraw at most this often (idle / while a
 request runs); no sample, step or event is skipped, they are applied in groups."""
 LOG_EVENTS = (StagingEvent, CacheDecision, OomRetry, LogEvent, ErrorEvent, Replanned)
 
@@ -68,6 +75,7 @@ class LiveView(Protocol):
 
     def show_check(self, event: ForecastCheck) -> None: ...
     def refresh_residency(self) -> None: ...
+    def show_ranks(self, ranks: Mapping[int, RankStats]) -> None: ...
 
 
 @dataclass
@@ -98,9 +106,12 @@ class EventRouter:
         self.request_id: int | None = None
         """The engine's number of the request running or last run (from its RequestStarted event)."""
         self.observed = ObservedBandwidth()
+        self.ranks: dict[int, RankStats] = {}
+        """Per rank of a multi-GPU group (empty for a single engine): newest sample, steps of its request."""
         self.live: LiveView | None = None
         self._t0: float | None = None
-        self._heavy_at = [0.0, 0.0, 0.0]  # log, memory, steps: when each was last redrawn
+        self._heavy_at = [0.0, 0.0, 0.0, 0.0]  # log, memory, steps, ranks: when each was last redrawn
+        self._ranks_changed = False
         self._light_at = 0.0
         self._progress: StepTiming | None = None
         self._generation: str | None = None
@@ -115,12 +126,14 @@ class EventRouter:
         self.detach()
         self.live = live
         self._t0 = None
+        self._ranks_changed = bool(self.ranks)  # a new screen shows what the ranks said so far
 
     def detach(self) -> None:
         """The live screen is gone (load failed, unloaded): nothing queued for it is kept."""
         self.live = None
         self._progress = self._generation = None
         self._snapshots, self._steps, self._log = [], [], []
+        self._ranks_changed = False
 
     # ---- events ------------------------------------------------------------------------------
 
@@ -135,8 +148,32 @@ class EventRouter:
             self._apply(event, routed, loading)
         return routed
 
+    def _rank(self, rank: int) -> RankStats:
+        stats = self.ranks.get(rank)
+        if stats is None:
+            stats = self.ranks[rank] = RankStats(rank)
+        self._ranks_changed = True
+        return stats
+
+    def _apply_rank(self, event: Event, rank: int) -> bool:
+        """A rank's own telemetry and steps (its stats); True when nothing else is to be done with it."""
+        if isinstance(event, TelemetryEvent):
+            if isinstance(event.snapshot, TelemetrySnapshot):
+                self._rank(rank).snapshot = event.snapshot
+            return True  # a rank's sample is not the console's: no memory panel, no history
+        if isinstance(event, StepTiming):
+            self._rank(rank).add_step(event)
+        elif isinstance(event, RequestStarted):
+            self._rank(rank).start_request(event.request_id)
+        # the request's line, progress and load progress: rank 0 speaks for the group
+        return rank != 0 and isinstance(event, (StepTiming, RequestStarted, RequestFinished, RequestPhases,
+                                                ForecastCheck, LoadProgress))
+
     def _apply(self, event: Event, routed: Routed, loading: bool) -> None:
         live = self.live
+        rank = event.rank
+        if rank is not None and self._apply_rank(event, rank):
+            return
         if isinstance(event, TelemetryEvent):
             snapshot = event.snapshot
             if isinstance(snapshot, TelemetrySnapshot):
@@ -153,7 +190,7 @@ class EventRouter:
                 self._t0 = event.t
             line = loading_line(event, self._t0, on_cpu=self.on_cpu)
             if line is not None:
-                routed.load_lines.append(line)
+                routed.load_lines.append(line if rank is None else f"r{rank} {line}")
         if isinstance(event, LOG_EVENTS):
             if isinstance(event, StagingEvent) and not self.on_cpu:
                 self.observed.observe(event)
@@ -186,7 +223,7 @@ class EventRouter:
     # ---- redraws -------------------------------------------------------------------------------
 
     def has_pending(self) -> bool:
-        return bool(self._log or self._steps or self._snapshots
+        return bool(self._log or self._steps or self._snapshots or self._ranks_changed
                     or self._progress is not None or self._generation is not None)
 
     def flush(self, *, busy: bool, force: bool = False) -> None:
@@ -211,7 +248,7 @@ class EventRouter:
             live.set_generation(text)
 
     def _flush_heavy(self, live: LiveView, busy: bool, force: bool) -> None:
-        """Staging log, memory panels (all pending samples), step table, residency — staggered.
+        """Staging log, memory panels (all pending samples), step table, residency, GPU group — staggered.
 
         These are the widgets whose redraw costs the most (a log or table growing re-lays-out the
         screen; tables have hundreds of cells). Each group is redrawn at most every HEAVY_UI_S
@@ -220,7 +257,7 @@ class EventRouter:
         """
         now = self.clock()
         interval = HEAVY_UI_BUSY_S if busy else HEAVY_UI_S
-        groups = (self._flush_log, self._flush_memory, self._flush_steps)
+        groups = (self._flush_log, self._flush_memory, self._flush_steps, self._flush_ranks)
         for index in sorted(range(len(groups)), key=lambda i: self._heavy_at[i]):  # most overdue first
             if not force and now - self._heavy_at[index] < interval:
                 continue
@@ -252,4 +289,12 @@ class EventRouter:
             return False
         steps, self._steps = self._steps, []
         live.add_steps(steps)
+        return True
+
+    def _flush_ranks(self, live: LiveView) -> bool:
+        """The GPU group panel: one line per rank (only a multi-GPU group's events change the ranks)."""
+        if not self._ranks_changed:
+            return False
+        self._ranks_changed = False
+        live.show_ranks(self.ranks)
         return True
