@@ -91,6 +91,7 @@ class GenerateResult:
     phases: dict[str, float] = field(default_factory=dict)  # seconds: text_encoding, denoise, vae_decode
     vae_decode_peak_bytes: int | None = None  # device allocator peak during VAE decode (CUDA), else None
     check: ForecastCheck | None = None  # the forecast made before the request vs what it measured
+    rank_results: tuple[GenerateResult, ...] = ()  # data-parallel ranks 1…N−1 (engine.group_engine), by seed
 
 
 def run_peak(run: RunOutput, peak_since_last_reset: int | None) -> int | None:

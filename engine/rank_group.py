@@ -16,6 +16,7 @@ import contextlib
 import multiprocessing as mp
 import queue
 import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -36,6 +37,11 @@ class RankFailed(RuntimeError):
     """A rank died or failed; the group has been stopped."""
 
 
+class GroupCancelled(RankFailed):
+    """The caller cancelled a command; the group has been stopped (the ranks compute in lockstep, so
+    one cannot stop at a step while another waits for it in a collective: all stop)."""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -47,13 +53,13 @@ class RankGroup:
 
     def __init__(self, model_path: str | Path, layout: RankLayout, device_kind: str, *, variant: str | None = None,
                  bus: EventBus | None = None, start_timeout_s: float = 300.0,
-                 on_event: Callable[[int, Event], None] | None = None) -> None:
+                 on_event: Callable[[int, Event], None] | None = None, telemetry_hz: float | None = None) -> None:
         self.layout = layout
         self.bus = bus or EventBus()
         self.on_event = on_event
         ctx = mp.get_context("spawn")  # CUDA cannot be forked
         env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(layout.gpus)}
-        spec = RankSpec(Path(model_path), device_kind, layout.allgather, variant, env, layout.parallel)
+        spec = RankSpec(Path(model_path), device_kind, layout.allgather, variant, env, layout.parallel, telemetry_hz)
         self._replies = ctx.Queue()
         self._commands = [ctx.Queue() for _ in range(layout.gpus)]
         self._procs = [ctx.Process(target=rank_main, args=(r, spec, self._commands[r], self._replies),
@@ -67,13 +73,15 @@ class RankGroup:
     def world(self) -> int:
         return self.layout.gpus
 
-    def load(self, policy: OffloadPolicy, timeout_s: float = 3600.0) -> list[Any]:
-        """Every rank loads the model under `policy`; their `LoadReport`s, by rank."""
+    def load(self, policy: OffloadPolicy, timeout_s: float = 3600.0, cancel: threading.Event | None = None
+             ) -> list[Any]:
+        """Every rank loads the model under `policy`; their `LoadReport`s, by rank. `cancel` stops the group."""
         for q in self._commands:
             q.put(("load", policy))
-        return self._collect("load", timeout_s)
+        return self._collect("load", timeout_s, cancel)
 
-    def generate(self, requests: Sequence[GenerateRequest], timeout_s: float = 3600.0) -> list[Any]:
+    def generate(self, requests: Sequence[GenerateRequest], timeout_s: float = 3600.0,
+                 cancel: threading.Event | None = None) -> list[Any]:
         """One request per rank, run at once; their `GenerateResult`s, by rank. Data-parallel: N
         requests; CFG-parallel: the same request on both ranks (each result is the whole image).
 
@@ -88,7 +96,7 @@ class RankGroup:
             raise ValueError("data-parallel requests must share steps, height, width and frames")
         for q, request in zip(self._commands, requests, strict=True):
             q.put(("generate", request))
-        return self._collect("generate", timeout_s)
+        return self._collect("generate", timeout_s, cancel)
 
     def unload(self, timeout_s: float = 600.0) -> None:
         for q in self._commands:
@@ -120,13 +128,15 @@ class RankGroup:
         self.close()
 
     # ------------------------------------------------------------------ internals
-    def _collect(self, what: str, timeout_s: float) -> list[Any]:
-        """One answer per rank; events are published as they come. Any failure stops the group."""
+    def _collect(self, what: str, timeout_s: float, cancel: threading.Event | None = None) -> list[Any]:
+        """One answer per rank; events are published as they come. Any failure, or `cancel`, stops the group."""
         if self.closed:
             raise RankFailed("the rank group is stopped")
         results: dict[int, Any] = {}
         deadline = time.monotonic() + timeout_s
         while len(results) < self.world:
+            if cancel is not None and cancel.is_set():
+                self._stop(f"{what} cancelled: every rank stopped", GroupCancelled)
             try:
                 kind, rank, payload = self._replies.get(timeout=POLL_S)
             except queue.Empty:
@@ -137,7 +147,7 @@ class RankGroup:
             if kind == "event":
                 self._publish(rank, payload)
             elif kind == "error":
-                self._stop(payload)
+                self._stop(self._dead_rank(what) or payload)  # a peer's error is often the dead rank's echo
             else:
                 results[rank] = payload
         return [results[r] for r in range(self.world)]
@@ -148,16 +158,27 @@ class RankGroup:
             self.on_event(rank, event)
         self.bus.publish(event)
 
+    def _dead_rank(self, what: str, wait_s: float = 1.0) -> str | None:
+        """The line for a rank whose process has exited, waiting `wait_s` for the exit to be seen."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            for rank, p in enumerate(self._procs):
+                if p.exitcode is not None:
+                    return f"rank {rank} exited (code {p.exitcode}) during {what}"
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.05)
+
     def _check_alive(self, what: str) -> None:
         for rank, p in enumerate(self._procs):
             if p.exitcode is not None:
                 self._stop(f"rank {rank} exited (code {p.exitcode}) during {what}")
 
-    def _stop(self, reason: str) -> None:
+    def _stop(self, reason: str, error: type[RankFailed] = RankFailed) -> None:
         self.closed = True
         self._kill()
         self._drain_events()
-        raise RankFailed(reason)
+        raise error(reason)
 
     def _kill(self) -> None:
         for p in self._procs:

@@ -33,6 +33,7 @@ class RankSpec:
     variant: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     parallel: str = "dp"  # "cfg": the DiTs' guided calls are split over the two ranks (engine.cfg_parallel)
+    telemetry_hz: float | None = None  # sample this rank's GPU (allocator, NVML, host) onto its events
 
 
 def rank_main(rank: int, spec: RankSpec, commands: Any, replies: Any) -> None:
@@ -73,12 +74,18 @@ def _serve(rank: int, spec: RankSpec, device: Any, commands: Any, replies: Any) 
     forwarder = threading.Thread(target=_forward, args=(bus.subscribe(), rank, replies, stop), daemon=True)
     forwarder.start()
     engine = None
+    sampler = None
     splits: list[Any] = []
     try:
         world = dist.get_world_size()
         engine = Engine(spec.model_path, device=device, bus=bus, variant=spec.variant,
                         read_threads=max(1, (os.cpu_count() or 1) // world),  # the ranks read at once: share cores
                         group=dist.group.WORLD if spec.allgather and world > 1 else None)
+        if spec.telemetry_hz:  # the allocator's numbers exist only in this process: sampled here, forwarded
+            from ..offload.telemetry import TelemetrySampler, default_sources
+
+            sampler = TelemetrySampler(*default_sources(device), bus=bus, hz=spec.telemetry_hz)
+            sampler.start()
         replies.put(("ok", rank, "ready"))
         while True:
             kind, payload = commands.get()
@@ -94,6 +101,8 @@ def _serve(rank: int, spec: RankSpec, device: Any, commands: Any, replies: Any) 
     except Exception as exc:  # noqa: BLE001
         replies.put(("error", rank, f"rank {rank}: {type(exc).__name__}: {exc}"))
     finally:
+        if sampler is not None:
+            sampler.close()
         if engine is not None:
             engine.close()
         stop.set()

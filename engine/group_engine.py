@@ -1,0 +1,174 @@
+"""N GPUs behind the engine's own interface, so the console drives a rank group like one engine.
+
+`GroupEngine` discovers the model in the leader's process (bad input fails here, before any rank
+starts), starts the rank processes (`engine.rank_group`) when a load begins and stops them on
+unload, quit or failure: every rank's device and pinned memory leaves with its process. Each rank
+samples its own GPU and forwards its events tagged with its rank; they arrive on this engine's bus.
+
+A request runs on every rank at once: data-parallel ranks take the seeds `seed … seed+N−1` (the
+result is rank 0's, with the others' in `GenerateResult.rank_results`), CFG-parallel ranks one
+request. Cancelling stops the whole group — the ranks gather blocks in lockstep, so one rank cannot
+stop at a step while another waits for it — and the model must be loaded again. Live re-plan is not
+offered: AllGather ranks hold only their shards.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..offload.events import EngineStateChanged, ErrorEvent, EventBus, LogEvent
+from ..offload.policy import OffloadPolicy
+from ..offload.telemetry_types import DEFAULT_HZ
+from .call_options import default_fps
+from .discovery import ModelInfo, discover_model
+from .engine import EngineState, EngineStateError, GenerateResult, LoadReport
+from .loader import LoadCancelled
+from .plan import Plan, make_plan
+from .rank_checks import check_parallel
+from .rank_group import GroupCancelled, RankFailed, RankGroup
+from .rank_layout import RankLayout
+from .request_forecast import RequestForecast
+from .request_profile import RequestSize, device_name
+from .runner import GenerateRequest
+
+RANK_TELEMETRY_HZ = 5.0  # each rank's samples cross a process queue: half the console's own default rate
+
+
+class GroupEngine:
+    """A model served by `layout.gpus` rank processes; the subset of `Engine` the console uses."""
+
+    live_replan = False
+    placement = None
+    pipe = None
+
+    def __init__(self, model_path: str | Path, layout: RankLayout, *, device_kind: str, bus: EventBus | None = None,
+                 variant: str | None = None, telemetry_hz: float | None = min(RANK_TELEMETRY_HZ, DEFAULT_HZ)) -> None:
+        self.model: ModelInfo = discover_model(model_path, variant)
+        check_parallel(layout, self.model.pipeline_class)
+        self.layout = layout
+        self.device_kind = device_kind
+        self.device = torch.device("cuda:0") if device_kind == "cuda" else torch.device("cpu")
+        self.variant = variant
+        self.bus = bus or EventBus()
+        self.telemetry_hz = telemetry_hz
+        self.state = EngineState.DISCOVERED
+        self.failure: str | None = None
+        self.plan: Plan | None = None
+        self.group: RankGroup | None = None
+        self._lock = threading.RLock()
+
+    @property
+    def world(self) -> int:
+        return self.layout.gpus
+
+    @property
+    def device_name(self) -> str:
+        return f"{self.world}× {device_name(self.device)}"
+
+    @property
+    def fps(self) -> float | None:
+        return default_fps(self.model)
+
+    def make_plan(self, policy: OffloadPolicy) -> Plan:
+        """One rank's plan (every rank runs the same one; `plan --gpus` shows the per-rank forecast)."""
+        return make_plan(self.model, policy)
+
+    def forecast(self, size: RequestSize, plan: Plan | None = None, probe_bandwidth: float | None = None
+                 ) -> RequestForecast | None:
+        """No whole-request forecast across ranks yet: `plan --gpus` gives the per-rank step floor."""
+        return None
+
+    def prepare(self) -> float:
+        return 0.0  # the ranks import in their own processes
+
+    def replan(self, policy: OffloadPolicy) -> Any:
+        raise EngineStateError("live re-plan needs one GPU: unload (u), change the policy, load (l)")
+
+    # ---------------------------------------------------------------- load / unload
+    def load(self, policy: OffloadPolicy, cancel: threading.Event | None = None) -> LoadReport:
+        with self._lock:
+            if self.state in (EngineState.LOADING, EngineState.READY, EngineState.RUNNING):
+                raise EngineStateError(f"cannot load while {self.state.value}; unload first")
+            plan = self.make_plan(policy)
+            self.plan, self.failure = plan, None
+            self._set_state(EngineState.LOADING, f"{self.world} ranks · {self.layout.describe()}")
+            start = time.perf_counter()
+            try:
+                self.group = RankGroup(self.model.path, self.layout, self.device_kind, variant=self.variant,
+                                       bus=self.bus, telemetry_hz=self.telemetry_hz)
+                reports = self.group.load(policy, cancel=cancel)
+            except BaseException as exc:
+                self._stop_group()
+                reason = "load cancelled" if isinstance(exc, GroupCancelled) else _one_line(exc)
+                self._fail("load", reason)
+                if isinstance(exc, GroupCancelled):
+                    raise LoadCancelled(reason) from None
+                raise
+            seconds = time.perf_counter() - start
+            for rank, report in enumerate(reports):
+                self.bus.publish(LogEvent(level="info", message=(
+                    f"rank {rank}: loaded in {report.seconds:.2f} s, {report.pinned_bytes:,} bytes pinned "
+                    f"({report.block_host_bytes:,} of them DiT blocks)")))
+            self._set_state(EngineState.READY)
+            first = reports[0]
+            return replace(first, seconds=seconds, pinned_bytes=sum(r.pinned_bytes for r in reports))
+
+    def unload(self) -> None:
+        with self._lock:
+            if self.state == EngineState.RUNNING:
+                raise EngineStateError("cannot unload while a request is running")
+            self._stop_group()
+            self._set_state(EngineState.UNLOADED)
+
+    def close(self) -> None:
+        with self._lock:
+            stopped = self.group is not None
+            self._stop_group()
+            if stopped or self.state not in (EngineState.DISCOVERED, EngineState.UNLOADED, EngineState.FAILED):
+                self._set_state(EngineState.UNLOADED, "closed")
+
+    # ---------------------------------------------------------------- generate
+    def generate(self, request: GenerateRequest, cancel: threading.Event | None = None) -> GenerateResult:
+        with self._lock:
+            if self.state != EngineState.READY or self.group is None:
+                raise EngineStateError(f"cannot generate while {self.state.value}; load first")
+            requests = [request] * self.world if self.layout.parallel == "cfg" else self.group.seeds(request)
+            self._set_state(EngineState.RUNNING, f"{self.world} ranks")
+            try:
+                results = self.group.generate(requests, cancel=cancel)
+            except BaseException as exc:
+                self._stop_group()
+                reason = ("request cancelled: every rank stopped and released its memory; load again"
+                          if isinstance(exc, GroupCancelled) else _one_line(exc))
+                self._fail("generate", reason)
+                raise RankFailed(reason) from None
+            self._set_state(EngineState.READY)
+            others = tuple(results[1:]) if self.layout.parallel == "dp" else ()
+            return replace(results[0], rank_results=others)
+
+    # ---------------------------------------------------------------- internals
+    def _stop_group(self) -> None:
+        group, self.group = self.group, None
+        if group is not None:
+            group.close()
+
+    def _fail(self, where: str, reason: str) -> None:
+        self.failure = reason
+        self.bus.publish(ErrorEvent(where=where, message=reason))
+        self._set_state(EngineState.FAILED, reason)
+
+    def _set_state(self, new: EngineState, reason: str = "") -> None:
+        old, self.state = self.state, new
+        self.bus.publish(EngineStateChanged(old=old.value, new=new.value, reason=reason))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
