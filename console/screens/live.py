@@ -1,6 +1,9 @@
 """The live screen (after load): memory, residency, staging events, step timings, generation, and
 for a video request its frames, latent size and where its time went (two lines under the request line).
 
+An engine that runs as a group of ranks (`engine.world > 1`) adds the GPU group panel (one line per
+rank) and the `r` key that narrows the staging log to one rank; a single engine's screen has neither.
+
 The screen owns its widgets: the app's `EventRouter` drives it through the `LiveView` methods
 (`add_log`, `add_steps`, `show_snapshots`, ...) and the app sets `status_text`, `cancelling` and the
 request line; nothing outside reaches into a widget. Widgets are built in `__init__` so events that
@@ -9,7 +12,7 @@ arrive while the model is still loading (before this screen is shown) are kept, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -22,7 +25,9 @@ from ...engine.plan import Plan
 from ...offload.events import Event, ForecastCheck, RequestPhases, StepTiming
 from ...offload.telemetry import TelemetrySnapshot
 from ..event_text import forecast_check_text
+from ..rank_stats import RankStats
 from ..widgets import AllocatorPanel, HostPanel, ResidencyPanel, StagingLog, StepTimings
+from ..widgets.gpu_group_panel import GpuGroupPanel
 from ..widgets.key_numbers import KeyNumbers
 from ..widgets.plan_policy import PolicyPanel
 from ..widgets.request_phases import RequestPhasesLine
@@ -30,6 +35,9 @@ from ..widgets.residency_panel import ResidencyRow
 from ..widgets.text_update import set_text
 
 CANCELLING = "cancelling… (stops at the end of this step)"
+RANK_BINDING = Binding("r", "rank_filter", "rank", id="live.rank",
+                       tooltip="staging events of every rank → rank 0 → rank 1 → … (multi-GPU group only)")
+"""Bound on the screen of a multi-GPU group only (a single engine's footer and help stay as they were)."""
 
 
 class LiveScreen(Screen[None]):
@@ -77,6 +85,7 @@ class LiveScreen(Screen[None]):
     LiveScreen.-narrow StagingLog { height: 14; }
     LiveScreen.-narrow AllocatorPanel { max-height: 24; }
     LiveScreen #live-right ResidencyPanel { max-height: 40%; }
+    LiveScreen.-narrow GpuGroupPanel { max-height: 6; }
     LiveScreen.-wide ToastHolder { align-horizontal: left; }  /* over the policy, not the newest staging events */
     """
 
@@ -108,8 +117,16 @@ class LiveScreen(Screen[None]):
         self.gen_label = Static(self.gen_text, id="gen-label", markup=False)
         self.phases = RequestPhasesLine(id="request-phases")
         self.key_numbers = KeyNumbers(id="key-numbers")
+        self.world = 1
+        self.gpu_group = GpuGroupPanel(id="gpu-group")
 
     def compose(self) -> ComposeResult:
+        self.world = max(int(getattr(getattr(self.app, "engine", None), "world", 1)), 1)
+        if self.world > 1:
+            self.gpu_group.set_world(self.world)
+            # an instance binding: the class's BINDINGS (the footer and help of every screen) stay as they were
+            self._bindings.key_to_bindings.setdefault(RANK_BINDING.key, []).append(RANK_BINDING)
+            self.staging.enable_rank_filter()
         yield Header()
         yield self.status_line
         yield self.key_numbers
@@ -117,6 +134,8 @@ class LiveScreen(Screen[None]):
             yield self.gen_label
             yield self.gen_progress
         yield self.phases
+        if self.world > 1:
+            yield self.gpu_group
         with ScrollableContainer(id="live-columns") as columns:
             columns.can_focus = False  # narrow: PgUp/PgDn from a focused panel that cannot scroll scroll this
             with VerticalScroll(id="live-left") as left:
@@ -195,6 +214,10 @@ class LiveScreen(Screen[None]):
     def show_dropped(self, dropped: int) -> None:
         self.staging.set_dropped(dropped)
 
+    def show_ranks(self, ranks: Mapping[int, RankStats]) -> None:
+        """A multi-GPU group's ranks: each one's newest sample and steps (one line per rank)."""
+        self.gpu_group.show_ranks(ranks)
+
     def refresh_residency(self) -> None:
         """Residency rows from the placement now; None (released under us) keeps the last rows."""
         rows = self.residency_source()
@@ -205,6 +228,10 @@ class LiveScreen(Screen[None]):
 
     def action_filter(self) -> None:
         self.staging.open_filter()
+
+    def action_rank_filter(self) -> None:
+        if self.world > 1:
+            self.staging.cycle_rank(self.world)  # the log's title and filter bar say which rank
 
     def action_pause(self) -> None:
         paused = self.staging.toggle_pause()

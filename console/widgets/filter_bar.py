@@ -1,4 +1,7 @@
-"""A one-line substring filter input (opened with `/`, closed with Esc), like htop/btop/k9s."""
+"""A one-line substring filter input (opened with `/`, closed with Esc), like htop/btop/k9s.
+
+In a multi-GPU group its title also says which rank's lines the log shows (`rank: all`, `rank: 1`).
+"""
 
 from __future__ import annotations
 
@@ -48,6 +51,10 @@ class FilterBar(Input):
         self, value: str = "", *, placeholder: str = "filter (substring; Esc clears)", **kwargs
     ) -> None:
         super().__init__(value=value, placeholder=placeholder, **kwargs)
+
+    def show_rank(self, rank: int | None) -> None:
+        """Say which rank the log is narrowed to (None: all ranks)."""
+        self.border_title = f"rank: {'all' if rank is None else rank}"
 
     def _on_input_changed(self, event: Input.Changed) -> None:
         if event.input is self:

@@ -8,10 +8,14 @@ The log follows the newest line unless the operator scrolled up or paused it, an
 which. Following is decided here, not by `Log`'s own "was I at the end?" check: that check reads
 the scroll offset before the previous write's deferred scroll has happened, so two batches in one
 refresh left the view stuck on old lines for the rest of a request.
+
+In a multi-GPU group every rank's lines arrive here, prefixed `r{rank} `; `cycle_rank` narrows the
+log to one rank's lines (this process's own lines, with no prefix, are always shown).
 """
 
 from __future__ import annotations
 
+import re
 from collections import deque
 
 from textual import events
@@ -33,6 +37,21 @@ PAUSE_BUFFER = 5000
 FOLLOWING = "live"
 PAUSED = "paused (p resumes)"
 SCROLLED_UP = "scrolled up — End follows again"
+RANK_PREFIX = re.compile(r"r(\d+) ")
+"""A rank's lines start with `r{rank} `; this process's lines start with their time stamp (`+`)."""
+
+
+def event_line(event: Event, t0: float, *, on_cpu: bool = False) -> str | None:
+    """The log line for an event (None: not a staging-log event), prefixed `r{rank} ` when a rank sent it."""
+    line = format_event(event, t0, on_cpu=on_cpu)
+    rank = getattr(event, "rank", None)
+    return line if line is None or rank is None else f"r{rank} {line}"
+
+
+def line_rank(line: str) -> int | None:
+    """The rank that sent a log line; None for this process's own lines."""
+    match = RANK_PREFIX.match(line)
+    return int(match.group(1)) if match else None
 
 
 class FollowLog(Log):
@@ -132,6 +151,8 @@ class StagingLog(Vertical):
         self._t0 = t0
         self.on_cpu = on_cpu  # transfers are host copies: no "GB/s" that would read as link bandwidth
         self._filter = ""
+        self._rank: int | None = None
+        self._ranked = False  # a multi-GPU group's log: the filter bar says which rank is shown
         self._paused = False
         self._bus_dropped = 0
         self._buffer_dropped = 0
@@ -145,6 +166,8 @@ class StagingLog(Vertical):
 
     def on_mount(self) -> None:
         self.call_after_refresh(self._rewrite)  # lines added before mount (is_mounted is False in on_mount)
+        if self._ranked:
+            self.query_one(FilterBar).show_rank(self._rank)
 
     # ---- state the app reads ---------------------------------------------------------------
 
@@ -168,6 +191,11 @@ class StagingLog(Vertical):
     @property
     def filter_text(self) -> str:
         return self._filter
+
+    @property
+    def rank_filter(self) -> int | None:
+        """The one rank whose lines are shown (None: every rank's)."""
+        return self._rank
 
     @property
     def buffered(self) -> int:
@@ -195,7 +223,7 @@ class StagingLog(Vertical):
         """Add one event; False when it is not a staging-log event type."""
         if self._t0 is None:
             self._t0 = event.t
-        line = format_event(event, self._t0, on_cpu=self.on_cpu)
+        line = event_line(event, self._t0, on_cpu=self.on_cpu)
         if line is None:
             return False
         self.add_line(line)
@@ -207,7 +235,7 @@ class StagingLog(Vertical):
         for event in events:
             if self._t0 is None:
                 self._t0 = event.t
-            line = format_event(event, self._t0, on_cpu=self.on_cpu)
+            line = event_line(event, self._t0, on_cpu=self.on_cpu)
             if line is not None:
                 lines.append(line)
         self.add_lines(lines)
@@ -248,7 +276,35 @@ class StagingLog(Vertical):
     # ---- filter ----------------------------------------------------------------------------
 
     def _matches(self, line: str) -> bool:
+        if self._rank is not None and line_rank(line) not in (None, self._rank):
+            return False
         return not self._filter or self._filter.casefold() in line.casefold()
+
+    def set_rank_filter(self, rank: int | None) -> None:
+        """Show only rank `rank`'s lines (and this process's); None shows every rank's."""
+        if rank == self._rank:
+            return
+        self._rank = rank
+        self._ranked = True
+        if self.is_mounted:
+            self.query_one(FilterBar).show_rank(rank)
+        self._rewrite()
+        self._update_title()
+
+    def enable_rank_filter(self) -> None:
+        """The log of a multi-GPU group: the filter bar says `rank: all` until `cycle_rank` narrows it."""
+        self._ranked = True
+        if self.is_mounted:
+            self.query_one(FilterBar).show_rank(self._rank)
+
+    def cycle_rank(self, world: int) -> int | None:
+        """all → rank 0 → rank 1 → … → rank world-1 → all; returns the new rank filter."""
+        if self._rank is None:
+            rank: int | None = 0
+        else:
+            rank = self._rank + 1 if self._rank + 1 < world else None
+        self.set_rank_filter(rank)
+        return rank
 
     def set_filter(self, text: str) -> None:
         """Show only lines containing `text` (case-insensitive); "" shows all."""
@@ -326,6 +382,8 @@ class StagingLog(Vertical):
         if resume_hint:
             state = f"paused ({len(self._buffer)} buffered)"
         title = f"staging events — {state}"
+        if self._rank is not None:
+            title += f" · rank {self._rank}"
         if self._filter:
             title += f" · filter “{escape(self._filter)}”"  # user text, not markup
         if self.dropped:
