@@ -126,7 +126,7 @@ class EventRouter:
         self.detach()
         self.live = live
         self._t0 = None
-        self._ranks_changed = bool(self.ranks)  # a new screen shows what the ranks said so far
+        self.ranks = {}  # a group's ranks start with its load: the last load's numbers are stale
 
     def detach(self) -> None:
         """The live screen is gone (load failed, unloaded): nothing queued for it is kept."""

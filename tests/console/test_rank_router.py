@@ -143,12 +143,15 @@ def test_a_single_engine_never_draws_the_group_panel():
     assert [s.step for s in next(v for k, v in view.calls if k == "steps")] == [1]
 
 
-def test_a_new_live_screen_is_shown_what_the_ranks_said_before_it():
+def test_a_new_load_forgets_the_last_groups_ranks():
     router, view, _ = make()
-    router.route([TelemetryEvent(t=1.0, snapshot=sample(1.0, GB), rank=0)], loading=False)
+    router.route([TelemetryEvent(t=1.0, snapshot=sample(1.0, GB), rank=3)], loading=False)
     router.flush(busy=False, force=True)
+    assert "ranks" in view.kinds() and 3 in router.ranks
     again = RankView()
-    router.start_load(again)
-    assert router.has_pending()
+    router.start_load(again)  # the ranks of a group are started by its load
+    assert router.ranks == {} and not router.has_pending()
+    router.route([TelemetryEvent(t=2.0, snapshot=sample(2.0, GB), rank=0)], loading=True)
     router.flush(busy=False, force=True)
-    assert "ranks" in again.kinds()
+    [ranks] = [v for k, v in again.calls if k == "ranks"]
+    assert list(ranks) == [0]
