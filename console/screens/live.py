@@ -125,7 +125,10 @@ class LiveScreen(Screen[None]):
         if self.world > 1:
             self.gpu_group.set_world(self.world)
             # an instance binding: the class's BINDINGS (the footer and help of every screen) stay as they were
-            self._bindings.key_to_bindings.setdefault(RANK_BINDING.key, []).append(RANK_BINDING)
+            # (a new list: a copied BindingsMap shares its per-key lists with the class's)
+            keys = self._bindings.key_to_bindings
+            if RANK_BINDING not in keys.get(RANK_BINDING.key, []):
+                keys[RANK_BINDING.key] = [*keys.get(RANK_BINDING.key, []), RANK_BINDING]
             self.staging.enable_rank_filter()
         yield Header()
         yield self.status_line
