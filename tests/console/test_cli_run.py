@@ -26,7 +26,8 @@ def test_headless_run_writes_image_and_json_report(demo_model_dir: Path, tmp_pat
     phases = report["load_phases"]  # where the load's time went, adding up to the load time
     assert set(phases) == {"read", "arrange", "register"} and phases["read"] > 0
     assert sum(phases.values()) == pytest.approx(report["load_seconds"], abs=1e-3)
-    assert 0 < report["load_milestones"]["dits_built"] <= report["load_milestones"]["dits_placed"] <= report["load_seconds"]
+    milestones = report["load_milestones"]
+    assert 0 < milestones["dits_built"] <= milestones["dits_placed"] <= report["load_seconds"]
     assert all(s["wall_s"] > 0 for s in report["steps"])
     # 5 of 6 DiT blocks streamed per step, plus the two staged text encoders (the VAE is resident)
     assert report["staging"]["h2d_bytes"] > report["forecast"]["streamed_bytes_per_forward"]

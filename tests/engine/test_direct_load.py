@@ -179,8 +179,8 @@ def test_any_header_bytes_give_locations_or_one_error(tmp_path_factory: pytest.T
         assert 8 + len(header) <= t.offset and t.offset + t.nbytes <= size
 
 
-@pytest.mark.parametrize("direct_read,batch_bytes,live,aux", [(True, 1, False, False), (True, 1, True, False),
-                                                              (False, 2 << 30, False, False), (True, 2 << 30, True, True)])
+@pytest.mark.parametrize("direct_read,batch_bytes,live,aux", [
+    (True, 1, False, False), (True, 1, True, False), (False, 2 << 30, False, False), (True, 2 << 30, True, True)])
 def test_outputs_match_plain_diffusers_however_the_blocks_were_read(demo_model_dir: Path, monkeypatch, direct_read,
                                                                     batch_bytes, live, aux) -> None:
     import diffusers
