@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from typing import NoReturn
 
 from ..engine.engine import Engine
+from ..engine.group_engine import GroupEngine
+from ..engine.rank_layout import RankLayout
 from ..offload.errors import ConfigError
 from ..offload.telemetry import validate_hz
 from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
@@ -35,14 +37,14 @@ def build_app(args: argparse.Namespace):
     theme_or_error(args.theme)
     policy = policy_from_args(args)  # build-time policy checks: no disk access for a bad flag
     budget = budget_from_args(args)
-    if layout_from_args(args).distributed:  # never run on one GPU when the operator asked for several
-        raise ConfigError("--gpus: the console drives one GPU for now; `omni-console run --gpus N` runs several "
-                          "(`plan --gpus N` forecasts them)")
+    layout = layout_from_args(args)  # enough GPUs (or cores, on a CPU) for --gpus N, checked here
+    if layout.distributed and budget is not None:
+        raise ConfigError("--vram-budget with --gpus: plan one rank's budget with `plan --gpus`, then pass its policy")
     try:
         hz = validate_hz(args.telemetry_hz)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    engine = Engine(resolve_model_path(args.model), variant=args.variant, live_replan=True)
+    engine = _engine_for(args, layout)
     try:
         plan = engine.make_plan(policy)  # post-discovery checks (DiT names, resident layers > blocks)
         if budget is not None:  # the planner's choice becomes the starting policy; nothing fits: exit 2
@@ -54,6 +56,19 @@ def build_app(args: argparse.Namespace):
     except BaseException:
         engine.close()
         raise
+
+
+def _engine_for(args: argparse.Namespace, layout: RankLayout) -> Engine | GroupEngine:
+    """One GPU: the in-process engine, loaded for live re-plan. Several: a rank group (its processes
+    start when the operator loads)."""
+    if not layout.distributed:
+        return Engine(resolve_model_path(args.model), variant=args.variant, live_replan=True)
+    import torch
+    from platformdirs import user_log_path
+
+    kind = "cuda" if torch.cuda.is_available() else "cpu"
+    return GroupEngine(resolve_model_path(args.model), layout, device_kind=kind, variant=args.variant,
+                       log_dir=user_log_path("omni-console"))  # the app owns the terminal: not the ranks' output
 
 
 EXIT_RELEASE_WAIT_S = 0.2

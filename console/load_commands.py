@@ -104,10 +104,15 @@ class LoadCommands:
             self.phase = "live"
             self.say(f"unload failed: {type(exc).__name__}: {exc}", "error")
             return
+        self.back_to_plan("unloaded; memory released — edit the policy and press l to load again")
+
+    def back_to_plan(self: OmniConsoleApp, notice: str, severity: str = "information") -> None:
+        """Nothing is loaded any more (an unload, or a rank group that stopped): the plan screen again."""
         self.phase = "plan"
+        gc.unfreeze()  # the released model's objects must be collectable
         while self.screen is not self.plan_screen and len(self.screen_stack) > 1:
             self.pop_screen()
         self._drop_live_screen()
         self.refresh_plan_views()
-        self.say("unloaded; memory released — edit the policy and press l to load again")
+        self.say(notice, severity)
 

@@ -12,8 +12,10 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..engine.engine import EngineState
 from ..engine.profiler import request_size
 from ..engine.runner import GenerateRequest
+from ..offload.events import LogEvent
 from . import request_outcome
 from .command_done import CommandDone
 from .generate_form import RequestForm, expected_frames
@@ -69,8 +71,11 @@ class RequestCommands:
             if request_outcome.should_save(result, self.save_partial):
                 try:
                     output = save_result(result, self.out_dir, result.request_id)
+                    for rank, other in enumerate(result.rank_results, start=1):  # data-parallel ranks' seeds
+                        path = save_result(other, self.out_dir, result.request_id)
+                        self.engine.bus.publish(LogEvent(level="info", message=f"rank {rank}: saved {path}"))
                 except Exception as exc:  # a full disk must not take the console down
-                    output, save_error = None, f"{type(exc).__name__}: {exc}"
+                    output, save_error = output, f"{type(exc).__name__}: {exc}"
         self._post_from_worker(CommandDone("generate", future, output, save_error))
 
     def _generate_done(self: OmniConsoleApp, message: CommandDone) -> None:
@@ -84,6 +89,9 @@ class RequestCommands:
             if self.live_screen is not None:
                 self.live_screen.show_request_frames(None)  # no phases follow a failed request
             self._show_outcome(request_outcome.failed(self.router.request_id, self.last_error))
+            if self.engine.state == EngineState.FAILED:  # a rank group stopped: nothing is loaded any more
+                self.back_to_plan(f"{self.engine.failure}; every rank's memory released — press l to load again",
+                                  "error")
             return
         result = future.result()
         if message.output is not None:

@@ -48,7 +48,9 @@ class GroupEngine:
     pipe = None
 
     def __init__(self, model_path: str | Path, layout: RankLayout, *, device_kind: str, bus: EventBus | None = None,
-                 variant: str | None = None, telemetry_hz: float | None = min(RANK_TELEMETRY_HZ, DEFAULT_HZ)) -> None:
+                 variant: str | None = None, telemetry_hz: float | None = min(RANK_TELEMETRY_HZ, DEFAULT_HZ),
+                 log_dir: Path | None = None) -> None:
+        """`log_dir`: where each rank writes its own output (a console owns the terminal); None: inherited."""
         self.model: ModelInfo = discover_model(model_path, variant)
         check_parallel(layout, self.model.pipeline_class)
         self.layout = layout
@@ -57,6 +59,7 @@ class GroupEngine:
         self.variant = variant
         self.bus = bus or EventBus()
         self.telemetry_hz = telemetry_hz
+        self.log_dir = log_dir
         self.state = EngineState.DISCOVERED
         self.failure: str | None = None
         self.plan: Plan | None = None
@@ -101,7 +104,7 @@ class GroupEngine:
             start = time.perf_counter()
             try:
                 self.group = RankGroup(self.model.path, self.layout, self.device_kind, variant=self.variant,
-                                       bus=self.bus, telemetry_hz=self.telemetry_hz)
+                                       bus=self.bus, telemetry_hz=self.telemetry_hz, log_dir=self.log_dir)
                 reports = self.group.load(policy, cancel=cancel)
             except BaseException as exc:
                 self._stop_group()
@@ -111,6 +114,8 @@ class GroupEngine:
                     raise LoadCancelled(reason) from None
                 raise
             seconds = time.perf_counter() - start
+            if self.log_dir is not None:
+                self.bus.publish(LogEvent(level="info", message=f"ranks' own output: {self.log_dir}/rank*.log"))
             for rank, report in enumerate(reports):
                 self.bus.publish(LogEvent(level="info", message=(
                     f"rank {rank}: loaded in {report.seconds:.2f} s, {report.pinned_bytes:,} bytes pinned "

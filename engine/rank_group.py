@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import os
 import queue
 import socket
+import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,26 @@ class GroupCancelled(RankFailed):
     one cannot stop at a step while another waits for it in a collective: all stop)."""
 
 
+@contextlib.contextmanager
+def _real_stderr() -> Iterator[None]:
+    """`spawn` (of a rank, or of multiprocessing's resource tracker) hands the child
+    `sys.stderr.fileno()`; under a Textual app `sys.stderr` is a capture whose descriptor is -1,
+    so the process's own stderr stands in while the ranks start."""
+    try:
+        valid = sys.stderr.fileno() >= 0
+    except (AttributeError, OSError, ValueError):
+        valid = False
+    if valid:
+        yield
+        return
+    captured = sys.stderr
+    sys.stderr = sys.__stderr__ if sys.__stderr__ is not None else open(os.devnull, "w")  # noqa: SIM115
+    try:
+        yield
+    finally:
+        sys.stderr = captured
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -53,20 +75,23 @@ class RankGroup:
 
     def __init__(self, model_path: str | Path, layout: RankLayout, device_kind: str, *, variant: str | None = None,
                  bus: EventBus | None = None, start_timeout_s: float = 300.0,
-                 on_event: Callable[[int, Event], None] | None = None, telemetry_hz: float | None = None) -> None:
+                 on_event: Callable[[int, Event], None] | None = None, telemetry_hz: float | None = None,
+                 log_dir: Path | None = None) -> None:
         self.layout = layout
         self.bus = bus or EventBus()
         self.on_event = on_event
         ctx = mp.get_context("spawn")  # CUDA cannot be forked
         env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(layout.gpus)}
-        spec = RankSpec(Path(model_path), device_kind, layout.allgather, variant, env, layout.parallel, telemetry_hz)
-        self._replies = ctx.Queue()
-        self._commands = [ctx.Queue() for _ in range(layout.gpus)]
-        self._procs = [ctx.Process(target=rank_main, args=(r, spec, self._commands[r], self._replies),
-                                   name=f"omni-rank-{r}", daemon=True) for r in range(layout.gpus)]
+        spec = RankSpec(Path(model_path), device_kind, layout.allgather, variant, env, layout.parallel, telemetry_hz,
+                        log_dir)
         self.closed = False
-        for p in self._procs:
-            p.start()
+        with _real_stderr():  # the queues' semaphores start multiprocessing's resource tracker: a spawn too
+            self._replies = ctx.Queue()
+            self._commands = [ctx.Queue() for _ in range(layout.gpus)]
+            self._procs = [ctx.Process(target=rank_main, args=(r, spec, self._commands[r], self._replies),
+                                       name=f"omni-rank-{r}", daemon=True) for r in range(layout.gpus)]
+            for p in self._procs:
+                p.start()
         self._collect("start", start_timeout_s)
 
     @property

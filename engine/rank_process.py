@@ -34,11 +34,14 @@ class RankSpec:
     env: dict[str, str] = field(default_factory=dict)
     parallel: str = "dp"  # "cfg": the DiTs' guided calls are split over the two ranks (engine.cfg_parallel)
     telemetry_hz: float | None = None  # sample this rank's GPU (allocator, NVML, host) onto its events
+    log_dir: Path | None = None  # the rank's stdout and stderr go to a file there (a console owns the terminal)
 
 
 def rank_main(rank: int, spec: RankSpec, commands: Any, replies: Any) -> None:
     """Entry point of a rank process (module level: the spawn start method imports it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the whole process group: the leader decides
+    if spec.log_dir is not None:
+        _output_to_file(spec.log_dir, rank)
     os.environ.update(spec.env)
     os.environ["RANK"] = str(rank)
     os.environ.setdefault("LOCAL_RANK", str(rank))
@@ -61,6 +64,16 @@ def rank_main(rank: int, spec: RankSpec, commands: Any, replies: Any) -> None:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _output_to_file(log_dir: Path, rank: int) -> None:
+    """Send this process's fds 1 and 2 (library warnings, tracebacks) to a new file of its own."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    path = log_dir / f"rank{rank}-{os.getppid()}-{os.getpid()}.log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # a new file: never over another
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 def _serve(rank: int, spec: RankSpec, device: Any, commands: Any, replies: Any) -> None:

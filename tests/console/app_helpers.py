@@ -74,6 +74,8 @@ async def finish(pilot: Pilot, future: Future, condition: Callable[[], bool]) ->
 
 
 async def load(pilot: Pilot, app: OmniConsoleApp) -> None:
-    """Press l and wait until the live screen shows."""
+    """Press l and wait until the live screen shows (a second load's future is a new one: wait for it)."""
+    before = app.last_command.get("load")
     await pilot.press("l")
+    await until(pilot, lambda: app.last_command.get("load") is not before)
     await finish(pilot, app.last_command["load"], lambda: app.phase == "live" and app.screen is app.live_screen)
