@@ -154,13 +154,9 @@ class LiveScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.residency.border_title = "residency now (what is on the device)"
-        self.call_after_refresh(self._focus_log)  # the log's own children may not be composed yet
+        self.staging.query_one("Log").focus()
         self.call_after_refresh(self._replay_telemetry)
 
-    def _focus_log(self) -> None:
-        for log in self.staging.query("Log").results():
-            log.focus()
-            return
 
     def _replay_telemetry(self) -> None:
         """Fill the memory panels with the telemetry history (sparklines span the load too)."""
