@@ -133,6 +133,9 @@ def nvml_target_for(cuda_index: int, env: Mapping[str, str] | None = None) -> in
     return cuda_index
 
 
+ALL_LINKS = 0xFFFFFFFF  # an NVLink field's scope: every link of the GPU together
+
+
 class NvmlSource:
     """Reads one GPU through NVML (`pynvml` from nvidia-ml-py); initialised lazily, once.
 
@@ -152,6 +155,8 @@ class NvmlSource:
         self._init_error: str | None = None
         self._handle: Any = None
         self._v2_error: str | None = None  # set once v2 memory info failed; then use v1 directly
+        self._nvlink_error: str | None = None  # set once NVML said it has no NVLink counters here
+        self._nvlink_last: tuple[int, int, int] | None = None  # rx bytes, tx bytes, timestamp µs
 
     def _module(self) -> ModuleType:
         if self._nvml is None:
@@ -235,6 +240,7 @@ class NvmlSource:
                 tx = q(["pcie_tx"], lambda: 1024 * int(pcie(h, nv.NVML_PCIE_UTIL_TX_BYTES)))
             else:
                 errors["pcie_rx"] = errors["pcie_tx"] = "PCIe sampling off"
+            nvlink_rx, nvlink_tx = self._nvlink_rates(nv, h)
             util = q(["gpu_util", "mem_util"], lambda: nv.nvmlDeviceGetUtilizationRates(h))
             if name is None and mem is None and util is None:  # the device stopped answering (lost, reset)
                 return NvmlMemory(unavailable=f"NVML queries failed: {errors['total']}")
@@ -246,11 +252,37 @@ class NvmlSource:
                 reserved=reserved,
                 pcie_rx_bytes_per_s=rx,
                 pcie_tx_bytes_per_s=tx,
+                nvlink_rx_bytes_per_s=nvlink_rx,
+                nvlink_tx_bytes_per_s=nvlink_tx,
                 gpu_util_pct=int(util.gpu) if util is not None else None,
                 mem_util_pct=int(util.memory) if util is not None else None,
                 memory_api=api,
                 errors=errors,
             )
+
+    def _nvlink_rates(self, nv: ModuleType, h: Any) -> tuple[int | None, int | None]:
+        """NVLink bytes per second received and sent over all links, from NVML's cumulative data
+        counters (KiB) and their timestamps between this sample and the last. None until there are
+        two samples, and for good once NVML says this GPU has no such counters (most have no NVLink:
+        not an error, so not in `errors`)."""
+        if self._nvlink_error is not None:
+            return None, None
+        try:
+            fields = nv.nvmlDeviceGetFieldValues(h, [(nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ALL_LINKS),
+                                                     (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ALL_LINKS)])
+            failed = [int(f.nvmlReturn) for f in fields if int(f.nvmlReturn) != 0]
+            if failed:
+                self._nvlink_error = f"NVML reports no NVLink throughput here (return code {failed[0]})"
+                return None, None
+            now = (1024 * int(fields[0].value.ullVal), 1024 * int(fields[1].value.ullVal), int(fields[0].timestamp))
+        except Exception as exc:
+            self._nvlink_error = f"NVLink counters: {_reason(exc)}"
+            return None, None
+        last, self._nvlink_last = self._nvlink_last, now
+        if last is None or now[2] <= last[2]:
+            return None, None
+        seconds = (now[2] - last[2]) / 1e6
+        return int(max(now[0] - last[0], 0) / seconds), int(max(now[1] - last[1], 0) / seconds)
 
     def close(self) -> None:
         """Shut NVML down if this source initialised it (idempotent)."""

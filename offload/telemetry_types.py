@@ -43,6 +43,8 @@ class NvmlMemory:
     reserved: int | None = None
     pcie_rx_bytes_per_s: int | None = None
     pcie_tx_bytes_per_s: int | None = None
+    nvlink_rx_bytes_per_s: int | None = None  # all links; from NVML's data counters between two samples
+    nvlink_tx_bytes_per_s: int | None = None
     gpu_util_pct: int | None = None
     mem_util_pct: int | None = None
     memory_api: str | None = None

@@ -41,7 +41,8 @@ def _seconds(s: float) -> str:
 
 
 def _nvml(stats: RankStats) -> tuple[str | None, str | None]:
-    """(memory field, PCIe field) from the rank's NVML reading; None drops a field."""
+    """(memory field, link field: PCIe and, where NVML reports it, NVLink) from the rank's NVML
+    reading; None drops a field."""
     snapshot = stats.snapshot
     if snapshot is None:
         return None, None
@@ -56,11 +57,16 @@ def _nvml(stats: RankStats) -> tuple[str | None, str | None]:
         memory = f"NVML {_gb(nvml.used)}/{nvml.total / GB:.0f} GB"
     else:
         memory = f"NVML {format_bytes(nvml.used)}/{format_bytes(nvml.total)}"
-    rx, tx = nvml.pcie_rx_bytes_per_s, nvml.pcie_tx_bytes_per_s
-    pcie = None
-    if rx is not None or tx is not None:
-        pcie = f"PCIe ↓{MISSING if rx is None else _gb(rx)} ↑{MISSING if tx is None else _gb(tx)} GB/s"
-    return memory, pcie
+    pcie = _rates("PCIe", nvml.pcie_rx_bytes_per_s, nvml.pcie_tx_bytes_per_s)
+    nvlink = _rates("NVLink", nvml.nvlink_rx_bytes_per_s, nvml.nvlink_tx_bytes_per_s)
+    links = SEP.join(t for t in (pcie, nvlink) if t) or None
+    return memory, links
+
+
+def _rates(label: str, rx: int | None, tx: int | None) -> str | None:
+    if rx is None and tx is None:
+        return None
+    return f"{label} ↓{MISSING if rx is None else _gb(rx)} ↑{MISSING if tx is None else _gb(tx)} GB/s"
 
 
 def _step(stats: RankStats) -> str | None:

@@ -38,6 +38,16 @@ def test_a_wide_line_says_every_number_of_the_rank():
                     "step 7/20 0.25 s (stall 0.01) · mean 0.29 s (stall 0.02)")
 
 
+def test_nvlink_rates_follow_pcie_where_nvml_reports_them():
+    from dataclasses import replace
+
+    sample = gpu_sample(12_300_000_000, 14 * GB, 30_100_000_000, 3_000_000_000)
+    sample = replace(sample, nvml=replace(sample.nvml, nvlink_rx_bytes_per_s=52_000_000_000,
+                                          nvlink_tx_bytes_per_s=51_500_000_000))
+    line = rank_line(stats(0, sample, [(0.25, 0.01)]), width=200)
+    assert "PCIe ↓3.0 ↑0.1 GB/s · NVLink ↓52.0 ↑51.5 GB/s · step 1/20" in line
+
+
 @pytest.mark.parametrize("width", [76, 60, 40, 12])
 def test_a_narrow_line_drops_the_least_telling_fields_before_it_is_cut(width):
     line = rank_line(stats(1, gpu_sample(12_300_000_000, 14 * GB, 30_100_000_000, 12_300_000_000),

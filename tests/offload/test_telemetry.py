@@ -36,8 +36,11 @@ class FakeNVMLError(Exception):
         super().__init__(text)
 
 
-def fake_nvml(*, v2: bool = True, fail: set[str] = frozenset(), init_error: str | None = None):
-    """A pynvml stand-in: one H200-like device; `fail` names queries that raise NVMLError."""
+def fake_nvml(*, v2: bool = True, fail: set[str] = frozenset(), init_error: str | None = None,
+              nvlink: list[tuple[int, int, int]] | None = None):
+    """A pynvml stand-in: one H200-like device; `fail` names queries that raise NVMLError. `nvlink`:
+    the NVLink data counters each read returns (rx KiB, tx KiB, timestamp µs); None: no NVLink
+    (every field answers NVML_ERROR_NOT_SUPPORTED, 3)."""
     mod = types.ModuleType("pynvml")
     mod.NVMLError = FakeNVMLError
     mod.nvmlMemory_v2 = 0x2000028
@@ -93,7 +96,40 @@ def fake_nvml(*, v2: bool = True, fail: set[str] = frozenset(), init_error: str 
     mod.nvmlDeviceGetMemoryInfo = meminfo
     mod.nvmlDeviceGetPcieThroughput = pcie
     mod.nvmlDeviceGetUtilizationRates = util
+    mod.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
+    mod.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+    counters = iter(nvlink or [])
+
+    def field_values(h, ids):
+        mod.calls.append("fields")
+        assert [i for i, _ in ids] == [139, 138] and {scope for _, scope in ids} == {0xFFFFFFFF}
+        if nvlink is None:
+            return [types.SimpleNamespace(nvmlReturn=3, value=None, timestamp=0) for _ in ids]
+        rx, tx, ts = next(counters)
+        return [types.SimpleNamespace(nvmlReturn=0, value=types.SimpleNamespace(ullVal=v), timestamp=ts)
+                for v in (rx, tx)]
+
+    mod.nvmlDeviceGetFieldValues = field_values
     return mod
+
+
+def test_nvlink_rates_come_from_two_samples_of_the_counters():
+    nv = fake_nvml(nvlink=[(1000, 10, 1_000_000), (1000 + 500_000, 10 + 1024, 1_500_000)])
+    source = NvmlSource(0, nvml=nv)
+    first = source.read()
+    assert (first.nvlink_rx_bytes_per_s, first.nvlink_tx_bytes_per_s) == (None, None)  # a rate needs two
+    second = source.read()
+    assert second.nvlink_rx_bytes_per_s == 500_000 * 1024 * 2  # KiB over 0.5 s
+    assert second.nvlink_tx_bytes_per_s == 1024 * 1024 * 2
+    assert second.errors == {}
+
+
+def test_a_gpu_without_nvlink_is_asked_once_and_reports_none():
+    nv = fake_nvml()
+    source = NvmlSource(0, nvml=nv)
+    readings = [source.read() for _ in range(3)]
+    assert all(r.nvlink_rx_bytes_per_s is None and r.nvlink_tx_bytes_per_s is None for r in readings)
+    assert nv.calls.count("fields") == 1 and all(r.errors == {} for r in readings)
 
 
 def test_nvml_v2_reads_every_field_with_reserved():
