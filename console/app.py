@@ -358,7 +358,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(help_sections(self.BINDINGS, self.COMMAND_PALETTE_BINDING,
-                                                      self.get_key_display)))
+                                                      self.get_key_display, getattr(self.engine, "world", 1))))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """Textual's commands without its "Keys" panel: "Help" (?) lists every key, one place for it."""

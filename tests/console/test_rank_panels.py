@@ -138,3 +138,14 @@ async def test_a_single_engine_has_no_group_panel_and_no_rank_key(app, engine):
         assert "rank" not in screen_text(app).splitlines()[-1]
         await pilot.press(RANK_BINDING.key)
         assert live.staging.rank_filter is None and not live.staging.query_one(FilterBar).border_title
+
+
+def test_help_lists_the_rank_key_for_a_group_only():
+    from omni_console.console.key_help import help_sections
+
+    def live_rows(world: int) -> list[tuple[str, str]]:
+        sections = dict(help_sections([], "ctrl+p", lambda b: b.key, world))
+        return sections["live screen (after load)"]
+
+    assert not any(key == "r" for key, _ in live_rows(1))
+    assert any(key == "r" and "rank" in text for key, text in live_rows(2))
