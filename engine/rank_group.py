@@ -5,7 +5,9 @@ worker gets, and serves one `Engine` whose streamed blocks are sharded across th
 or whole on every rank (rank-local). Data-parallel requests go one per rank, at once: the ranks
 stream, gather and compute in lockstep, which the AllGather collectives require.
 
-Nothing here can hang the caller on a dead rank: every wait polls the processes, and a rank that
+The ranks' events are published as they arrive, by one reader thread (telemetry keeps flowing
+between commands); a rank sends a command's events before its answer, so they are on the bus when
+the command returns. Nothing here can hang the caller on a dead rank: every wait polls the processes, and a rank that
 exits or reports an error stops the whole group (its processes end, so every rank's device and
 pinned memory is released) and raises `RankFailed` with one line.
 """
@@ -92,6 +94,12 @@ class RankGroup:
                                        name=f"omni-rank-{r}", daemon=True) for r in range(layout.gpus)]
             for p in self._procs:
                 p.start()
+        # one reader of the ranks' queue, always: events (telemetry between commands too) reach the bus
+        # as they arrive, answers wait for `_collect`
+        self._answers: queue.Queue[tuple[str, int, Any]] = queue.Queue()
+        self._pump_stop = threading.Event()
+        self._pump = threading.Thread(target=self._pump_replies, name="omni-rank-events", daemon=True)
+        self._pump.start()
         self._collect("start", start_timeout_s)
 
     @property
@@ -144,7 +152,7 @@ class RankGroup:
         for p in self._procs:
             p.join(max(0.0, deadline - time.monotonic()))
         self._kill()
-        self._drain_events()
+        self._end_pump()
 
     def __enter__(self) -> RankGroup:
         return self
@@ -163,19 +171,39 @@ class RankGroup:
             if cancel is not None and cancel.is_set():
                 self._stop(f"{what} cancelled: every rank stopped", GroupCancelled)
             try:
-                kind, rank, payload = self._replies.get(timeout=POLL_S)
+                kind, rank, payload = self._answers.get(timeout=POLL_S)
             except queue.Empty:
                 self._check_alive(what)
                 if time.monotonic() > deadline:
                     self._stop(f"{what} timed out after {timeout_s:.0f} s")
                 continue
-            if kind == "event":
-                self._publish(rank, payload)
-            elif kind == "error":
+            if kind == "error":
                 self._stop(self._dead_rank(what) or payload)  # a peer's error is often the dead rank's echo
             else:
                 results[rank] = payload
         return [results[r] for r in range(self.world)]
+
+    def _pump_replies(self) -> None:
+        """Publish every event the ranks send, in order, and queue their answers; ends once stopped
+        and the queue is empty."""
+        while True:
+            try:
+                kind, rank, payload = self._replies.get(timeout=POLL_S)
+            except queue.Empty:
+                if self._pump_stop.is_set():
+                    return
+                continue
+            except (EOFError, OSError, ValueError):  # the queue was closed under us
+                return
+            if kind == "event":
+                with contextlib.suppress(Exception):  # a failing observer must not stop the events
+                    self._publish(rank, payload)
+            else:
+                self._answers.put((kind, rank, payload))
+
+    def _end_pump(self) -> None:
+        self._pump_stop.set()
+        self._pump.join(timeout=5.0)
 
     def _publish(self, rank: int, event: Event) -> None:
         event = replace(event, rank=rank)
@@ -202,7 +230,7 @@ class RankGroup:
     def _stop(self, reason: str, error: type[RankFailed] = RankFailed) -> None:
         self.closed = True
         self._kill()
-        self._drain_events()
+        self._end_pump()
         raise error(reason)
 
     def _kill(self) -> None:
@@ -214,10 +242,3 @@ class RankGroup:
             if p.is_alive():
                 p.kill()
                 p.join(1.0)
-
-    def _drain_events(self) -> None:
-        with contextlib.suppress(Exception):
-            while True:
-                kind, rank, payload = self._replies.get_nowait()
-                if kind == "event":
-                    self._publish(rank, payload)

@@ -84,7 +84,8 @@ def _serve(rank: int, spec: RankSpec, device: Any, commands: Any, replies: Any) 
 
     bus = EventBus()
     stop = threading.Event()
-    forwarder = threading.Thread(target=_forward, args=(bus.subscribe(), rank, replies, stop), daemon=True)
+    forward = _Forwarder(bus.subscribe(), rank, replies)
+    forwarder = threading.Thread(target=forward.run, args=(stop,), daemon=True)
     forwarder.start()
     engine = None
     sampler = None
@@ -99,7 +100,7 @@ def _serve(rank: int, spec: RankSpec, device: Any, commands: Any, replies: Any) 
 
             sampler = TelemetrySampler(*default_sources(device), bus=bus, hz=spec.telemetry_hz)
             sampler.start()
-        replies.put(("ok", rank, "ready"))
+        forward.then(("ok", rank, "ready"))
         while True:
             kind, payload = commands.get()
             if kind == "close":
@@ -107,12 +108,12 @@ def _serve(rank: int, spec: RankSpec, device: Any, commands: Any, replies: Any) 
             try:
                 result = _run(engine, kind, payload, splits if spec.parallel == "cfg" else None)
             except Exception as exc:  # noqa: BLE001 - one line to the leader; the leader stops the group
-                replies.put(("error", rank, f"rank {rank}: {kind} failed: {type(exc).__name__}: {exc}"))
+                forward.then(("error", rank, f"rank {rank}: {kind} failed: {type(exc).__name__}: {exc}"))
                 traceback.print_exc()
                 continue
-            replies.put(("ok", rank, result))
+            forward.then(("ok", rank, result))  # the command's events first
     except Exception as exc:  # noqa: BLE001
-        replies.put(("error", rank, f"rank {rank}: {type(exc).__name__}: {exc}"))
+        forward.then(("error", rank, f"rank {rank}: {type(exc).__name__}: {exc}"))
     finally:
         if sampler is not None:
             sampler.close()
@@ -154,9 +155,26 @@ def _run(engine: Any, kind: str, payload: Any, splits: list[Any] | None) -> Any:
     raise ValueError(f"unknown command {kind!r}")
 
 
-def _forward(subscription: Any, rank: int, replies: Any, stop: threading.Event) -> None:
-    while not stop.wait(FORWARD_EVERY_S):
-        for event in subscription.drain():
-            replies.put(("event", rank, event))
-    for event in subscription.drain():
-        replies.put(("event", rank, event))
+class _Forwarder:
+    """Sends this rank's events to the leader every FORWARD_EVERY_S, and before each answer (`then`),
+    so a command's events always precede its result."""
+
+    def __init__(self, subscription: Any, rank: int, replies: Any) -> None:
+        self.subscription, self.rank, self.replies = subscription, rank, replies
+        self.lock = threading.Lock()
+
+    def flush(self) -> None:
+        with self.lock:
+            for event in self.subscription.drain():
+                self.replies.put(("event", self.rank, event))
+
+    def then(self, answer: tuple[str, int, Any]) -> None:
+        with self.lock:
+            for event in self.subscription.drain():
+                self.replies.put(("event", self.rank, event))
+            self.replies.put(answer)
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.wait(FORWARD_EVERY_S):
+            self.flush()
+        self.flush()
