@@ -42,7 +42,8 @@ async def generate(pilot, app, steps: str = "2") -> None:
     await finish(pilot, app.last_command["generate"], lambda: not app.generating)
 
 
-async def test_two_ranks_load_generate_and_quit_leave_nothing_behind(demo_model_dir, tmp_path):
+async def test_two_ranks_load_generate_and_quit_leave_nothing_behind(demo_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # the user log directory, here
     app = group_app(demo_model_dir, tmp_path)
     engine = app.engine
     assert isinstance(engine, GroupEngine) and engine.world == 2
@@ -60,9 +61,12 @@ async def test_two_ranks_load_generate_and_quit_leave_nothing_behind(demo_model_
         await pilot.press("q")
     app.shutdown()
     assert gone(procs) and engine.group is None
+    logs = sorted(p.name for p in (tmp_path / "state" / "omni-console" / "log").iterdir())
+    assert [name.split("-")[0] for name in logs] == ["rank0", "rank1"]  # each rank's own output, not the terminal
 
 
-async def test_a_rank_that_dies_is_one_line_and_the_plan_screen(demo_model_dir, tmp_path):
+async def test_a_rank_that_dies_is_one_line_and_the_plan_screen(demo_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     app = group_app(demo_model_dir, tmp_path)
     engine = app.engine
     try:
