@@ -257,9 +257,7 @@ class Engine:
             streamer = self.placement.streamer
             seconds = time.perf_counter() - start
             register_s = register_seconds_total() - registered
-            read_s = max(milestones["dits_placed"], milestones.get("others_built", 0.0))
-            if not aux_in_place:  # built in order, then the blocks: reading ended with the block reads
-                read_s = milestones["dits_placed"]
+            read_s = max(milestones["dits_placed"], milestones.get("others_built", 0.0))  # the last read's end
             return LoadReport(
                 seconds=seconds,
                 phases={"read": read_s, "arrange": max(seconds - read_s, 0.0), "register": register_s},

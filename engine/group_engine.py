@@ -24,11 +24,10 @@ import torch
 
 from ..offload.events import EngineStateChanged, ErrorEvent, EventBus, LogEvent
 from ..offload.policy import OffloadPolicy
-from ..offload.telemetry_types import DEFAULT_HZ
 from .call_options import default_fps
 from .discovery import ModelInfo, discover_model
 from .engine import EngineState, EngineStateError, GenerateResult, LoadReport
-from .loader import LoadCancelled
+from .loader import LoadCancelled, first_line
 from .plan import Plan, make_plan
 from .rank_checks import check_parallel
 from .rank_group import GroupCancelled, RankFailed, RankGroup
@@ -48,7 +47,7 @@ class GroupEngine:
     pipe = None
 
     def __init__(self, model_path: str | Path, layout: RankLayout, *, device_kind: str, bus: EventBus | None = None,
-                 variant: str | None = None, telemetry_hz: float | None = min(RANK_TELEMETRY_HZ, DEFAULT_HZ),
+                 variant: str | None = None, telemetry_hz: float | None = RANK_TELEMETRY_HZ,
                  log_dir: Path | None = None) -> None:
         """`log_dir`: where each rank writes its own output (a console owns the terminal); None: inherited."""
         self.model: ModelInfo = discover_model(model_path, variant)
@@ -108,7 +107,7 @@ class GroupEngine:
                 reports = self.group.load(policy, cancel=cancel)
             except BaseException as exc:
                 self._stop_group()
-                reason = "load cancelled" if isinstance(exc, GroupCancelled) else _one_line(exc)
+                reason = "load cancelled" if isinstance(exc, GroupCancelled) else first_line(exc)
                 self._fail("load", reason)
                 if isinstance(exc, GroupCancelled):
                     raise LoadCancelled(reason) from None
@@ -150,7 +149,7 @@ class GroupEngine:
             except BaseException as exc:
                 self._stop_group()
                 reason = ("request cancelled: every rank stopped and released its memory; load again"
-                          if isinstance(exc, GroupCancelled) else _one_line(exc))
+                          if isinstance(exc, GroupCancelled) else first_line(exc))
                 self._fail("generate", reason)
                 raise RankFailed(reason) from None
             self._set_state(EngineState.READY)
@@ -171,9 +170,4 @@ class GroupEngine:
     def _set_state(self, new: EngineState, reason: str = "") -> None:
         old, self.state = self.state, new
         self.bus.publish(EngineStateChanged(old=old.value, new=new.value, reason=reason))
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, wait
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,14 +66,15 @@ def load_component(info: ComponentInfo) -> Any:
     try:
         component = cls.from_pretrained(str(info.folder), **kwargs)
     except (OSError, ValueError) as exc:
-        raise ModelDirError(f"{info.folder}: {info.class_name}.from_pretrained failed: {_first_line(exc)}") from exc
+        raise ModelDirError(f"{info.folder}: {info.class_name}.from_pretrained failed: {first_line(exc)}") from exc
     if isinstance(component, torch.nn.Module):
         component.eval()
         component.requires_grad_(False)
     return component
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """An exception as the one line an operator is shown."""
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 
@@ -108,7 +109,6 @@ class LoadingPipeline:
         """Every component built and its arena page-locked, then the pipeline (on the host)."""
         if self.others is not None:
             self.others.result()
-        wait(self.pinning)
         for future in self.pinning:
             future.result()
         components = {info.name: self.built[info.name] for info in self.model.components}

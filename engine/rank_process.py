@@ -163,16 +163,15 @@ class _Forwarder:
         self.subscription, self.rank, self.replies = subscription, rank, replies
         self.lock = threading.Lock()
 
-    def flush(self) -> None:
+    def flush(self, answer: tuple[str, int, Any] | None = None) -> None:
         with self.lock:
             for event in self.subscription.drain():
                 self.replies.put(("event", self.rank, event))
+            if answer is not None:
+                self.replies.put(answer)
 
     def then(self, answer: tuple[str, int, Any]) -> None:
-        with self.lock:
-            for event in self.subscription.drain():
-                self.replies.put(("event", self.rank, event))
-            self.replies.put(answer)
+        self.flush(answer)
 
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(FORWARD_EVERY_S):
