@@ -30,7 +30,8 @@ import numpy as np
 import torch
 
 from omni_console.engine.engine import Engine
-from omni_console.offload.pinned import HostArena
+from omni_console.offload import pinned
+from omni_console.offload.pinned import HUGE_PAGE, HostArena
 from omni_console.offload.policy import build_policy
 
 CHUNK = 64 << 20
@@ -52,45 +53,76 @@ def read_into(files: list[Path], buffer: np.ndarray, threads: int) -> float:
 
 
 def floors(files: list[Path], threads: int, cold: bool, quick: bool = False) -> dict[str, Any]:
+    """Every floor, with the arena on ordinary 4 KiB pages and on transparent huge pages; the floor is
+    the fastest way measured, either kind, to have every byte read and page-locked."""
     total = sum(p.stat().st_size for p in files)
     out: dict[str, Any] = {"bytes": total, "threads": threads}
-    for n in (threads,) if quick else (1, threads):
+    if not quick:
         buf = np.empty(total, dtype=np.uint8)
-        out[f"read_{n}_threads_s"] = read_into(files, buf, n)
-        log(f"read {total / 1e9:.1f} GB with {n} thread(s): {out[f'read_{n}_threads_s']:.2f} s")
+        out["read_1_threads_s"] = read_into(files, buf, 1)
+        log(f"read {total / 1e9:.1f} GB with 1 thread: {out['read_1_threads_s']:.2f} s")
         del buf
     candidates = []
-    if torch.cuda.is_available():
-        arena = HostArena(total, pin=False)
-        read_into(files, arena.tensor.numpy(), threads)
-        t0 = time.perf_counter()
-        arena.pin()
-        out["register_s"] = time.perf_counter() - t0
-        arena.close()
-        candidates.append(out[f"read_{threads}_threads_s"] + out["register_s"])
-        if not quick:
-            t0 = time.perf_counter()
-            arena = HostArena(total, pin=True)  # registering fresh memory faults in (zeroes) every page
-            out["register_fresh_s"] = time.perf_counter() - t0
-            out["read_into_registered_s"] = read_into(files, arena.tensor.numpy(), threads)
-            out["register_then_read_s"] = out["register_fresh_s"] + out["read_into_registered_s"]
-            candidates.append(out["register_then_read_s"])
-            arena.close()
-        out["overlapped_s"] = read_and_register_overlapped(files, total, threads)
-        candidates.append(out["overlapped_s"])
-        fresh, into = out.get("register_fresh_s", float("nan")), out.get("read_into_registered_s", float("nan"))
-        log(f"register filled memory {out['register_s']:.2f} s; register fresh then read {fresh:.2f} + {into:.2f} s; "
-            f"read with registration overlapped {out['overlapped_s']:.2f} s")
-    else:
-        candidates.append(out[f"read_{threads}_threads_s"])
+    for kind, huge in (("4k", False), ("huge", True)):
+        pinned.USE_HUGE_PAGES = huge
+        try:
+            candidates += page_kind_floors(files, total, threads, quick, out, kind)
+        finally:
+            pinned.USE_HUGE_PAGES = True
     if cold:
         drop_page_cache()
         buf = np.empty(total, dtype=np.uint8)
         out["cold_read_s"] = read_into(files, buf, threads)
         del buf
         log(f"cold read: {out['cold_read_s']:.2f} s")
-    out["floor_s"] = min(candidates)  # the fastest way measured to have every byte read and page-locked
+    out["floor_s"] = min(candidates)
     return out
+
+
+def page_kind_floors(files: list[Path], total: int, threads: int, quick: bool, out: dict[str, Any],
+                     kind: str) -> list[float]:
+    """The read, register and overlapped floors for one kind of page; returns the candidate floors."""
+    arena = HostArena(total, pin=False)
+    out[f"{kind}_read_{threads}_threads_s"] = read_into(files, arena.tensor.numpy(), threads)
+    log(f"{kind}: read {total / 1e9:.1f} GB with {threads} threads into fresh memory: "
+        f"{out[f'{kind}_read_{threads}_threads_s']:.2f} s (huge pages advised: {arena.huge_pages})")
+    if not torch.cuda.is_available():
+        arena.close()
+        return [out[f"{kind}_read_{threads}_threads_s"]]
+    t0 = time.perf_counter()
+    arena.pin()
+    out[f"{kind}_register_s"] = time.perf_counter() - t0
+    arena.close()
+    arena = HostArena(total, pin=False)
+    read_into(files, arena.tensor.numpy(), threads)
+    out[f"{kind}_register_4_threads_s"] = register_in_parallel(arena, 4)
+    arena.close()
+    candidates = [out[f"{kind}_read_{threads}_threads_s"] + out[f"{kind}_register_s"]]
+    if not quick:
+        t0 = time.perf_counter()
+        arena = HostArena(total, pin=True)  # registering fresh memory faults in (zeroes) every page
+        out[f"{kind}_register_fresh_s"] = time.perf_counter() - t0
+        out[f"{kind}_read_into_registered_s"] = read_into(files, arena.tensor.numpy(), threads)
+        arena.close()
+        candidates.append(out[f"{kind}_register_fresh_s"] + out[f"{kind}_read_into_registered_s"])
+    out[f"{kind}_overlapped_s"] = read_and_register_overlapped(files, total, threads)
+    candidates.append(out[f"{kind}_overlapped_s"])
+    log(f"{kind}: register filled memory {out[f'{kind}_register_s']:.2f} s (4 threads "
+        f"{out[f'{kind}_register_4_threads_s']:.2f} s); register fresh then read "
+        f"{out.get(f'{kind}_register_fresh_s', float('nan')):.2f} + "
+        f"{out.get(f'{kind}_read_into_registered_s', float('nan')):.2f} s; read with registration overlapped "
+        f"{out[f'{kind}_overlapped_s']:.2f} s")
+    return candidates
+
+
+def register_in_parallel(arena: HostArena, threads: int) -> float:
+    """Seconds to page-lock a filled arena as `threads` ranges registered at once."""
+    step = -(-arena.nbytes // threads // HUGE_PAGE) * HUGE_PAGE
+    ranges = [(lo, min(arena.nbytes, lo + step)) for lo in range(0, arena.nbytes, step)]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda r: arena.pin_ranges([r]), ranges))
+    return time.perf_counter() - t0
 
 
 def read_and_register_overlapped(files: list[Path], total: int, threads: int) -> float:
@@ -212,6 +244,8 @@ def main() -> None:
     parser.add_argument("--out", default="replan_load.json")
     parser.add_argument("--peers", action="store_true", help="time diffusers on the same files too")
     parser.add_argument("--quick", action="store_true", help="skip the 1-thread read and register-fresh floors")
+    parser.add_argument("--compare-pages", action="store_true",
+                        help="load again with the arenas on 4 KiB pages, and once more on huge pages")
     parser.add_argument("--write", choices=["flux", "wan"], help="write the checkpoint to --dir first if missing")
     args = parser.parse_args()
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "dir": str(args.dir)}
@@ -249,6 +283,16 @@ def main() -> None:
             report["replan"] = rows
     finally:
         engine.close()
+    if args.compare_pages:  # the same load with the arenas on 4 KiB pages, then on huge pages again
+        for key, huge in (("load_4k_pages", False), ("load_again", True)):
+            pinned.USE_HUGE_PAGES = huge
+            engine, report[key] = timed_load(args.dir, args.device, False)
+            engine.close()
+            report[key]["over_floor"] = report[key]["seconds"] / floor
+            log(f"Engine.load warm, {key}: {report[key]['seconds']:.2f} s ="
+                f" {report[key]['over_floor']:.2f}x the floor; "
+                f"milestones { {k: round(v, 2) for k, v in report[key]['milestones'].items()} }")
+        pinned.USE_HUGE_PAGES = True
     if args.peers and torch.cuda.is_available():
         report["peers"] = peers(args.dir)
     if args.cold:
