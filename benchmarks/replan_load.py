@@ -1,18 +1,22 @@
 """Time to ready against its floors, and live re-plan against moved bytes / bandwidth (issue: ready at
 the storage limit).
 
-1. Floors on a checkpoint directory's safetensors files (page cache warm unless --cold):
-   - read into fresh host memory with 1 thread and with N threads (os.preadv into one buffer);
-   - cudaHostRegister of the filled buffer, alone;
-   - register first, then read into the registered buffer (N threads);
-   - --cold: the same N-thread read after `sync; echo 3 > /proc/sys/vm/drop_caches` (root only).
+1. Floors on a checkpoint directory's safetensors files (written back and read once first, so the
+   page cache is warm and clean), each with the arena on 4 KiB pages and on transparent huge pages:
+   - read into fresh host memory with N threads (os.preadv into one buffer; 1 thread unless --quick);
+   - cudaHostRegister of the filled buffer, alone, and as 4 ranges registered at once;
+   - register first, then read into the registered buffer (unless --quick);
+   - read in 2 GB batches with each batch registered on another thread as the next is read;
+   - --cold: the N-thread read after `sync; echo 3 > /proc/sys/vm/drop_caches` (root only).
+   The floor is the fastest of these, either kind of page.
 2. Engine.load of the checkpoint (every block streamed, everything staged) with its phase split
    (read / arrange / register), against the N-thread read + register floor. The model's classes are
    imported first (`Engine.prepare`, timed on its own), as the console does when a model is opened.
+   --repeat N: N more loads on each kind of page, alternating; their medians.
 3. Live re-plan on the loaded model (--replan): resident layers 0 -> N -> 0, each against
    1.2 x moved bytes / the pinned host -> device rate measured in the same run + 0.1 s.
 
-Usage: python benchmarks/replan_load.py --dir /tmp/flux-size --threads 16 --replan 28 --out replan_load.json
+Usage: python benchmarks/replan_load.py --dir /tmp/flux-size --threads 16 --replan 28 --repeat 3 --out replan_load.json
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -170,6 +175,14 @@ def read_range(files: list[Path], view: np.ndarray, lo: int, hi: int, threads: i
         list(pool.map(run, jobs))
 
 
+def settle_page_cache(files: list[Path], threads: int) -> None:
+    """Write back anything dirty and read every file once, so the floors and loads after this all
+    start from the same warm page cache (right after writing, write-back competes with the reads)."""
+    subprocess.run(["sync"], check=False)
+    total = sum(p.stat().st_size for p in files)
+    read_into(files, np.empty(total, dtype=np.uint8), threads)
+
+
 def drop_page_cache() -> None:
     subprocess.run(["sync"], check=False)
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
@@ -244,8 +257,8 @@ def main() -> None:
     parser.add_argument("--out", default="replan_load.json")
     parser.add_argument("--peers", action="store_true", help="time diffusers on the same files too")
     parser.add_argument("--quick", action="store_true", help="skip the 1-thread read and register-fresh floors")
-    parser.add_argument("--compare-pages", action="store_true",
-                        help="load again with the arenas on 4 KiB pages, and once more on huge pages")
+    parser.add_argument("--repeat", type=int, default=0, metavar="N",
+                        help="N more warm loads with the arenas on 4 KiB pages and N on huge pages, alternating")
     parser.add_argument("--write", choices=["flux", "wan"], help="write the checkpoint to --dir first if missing")
     args = parser.parse_args()
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "dir": str(args.dir)}
@@ -255,6 +268,7 @@ def main() -> None:
         else:
             from engine_e2e import write_checkpoint
         write_checkpoint(args.dir)
+    settle_page_cache(files_of(args.dir), args.threads)
     report["floors"] = floors(files_of(args.dir), args.threads, args.cold, args.quick)
     floor = report["floors"]["floor_s"]
     engine, report["load"] = timed_load(args.dir, args.device, args.replan is not None)
@@ -283,16 +297,23 @@ def main() -> None:
             report["replan"] = rows
     finally:
         engine.close()
-    if args.compare_pages:  # the same load with the arenas on 4 KiB pages, then on huge pages again
-        for key, huge in (("load_4k_pages", False), ("load_again", True)):
-            pinned.USE_HUGE_PAGES = huge
-            engine, report[key] = timed_load(args.dir, args.device, False)
-            engine.close()
-            report[key]["over_floor"] = report[key]["seconds"] / floor
-            log(f"Engine.load warm, {key}: {report[key]['seconds']:.2f} s ="
-                f" {report[key]['over_floor']:.2f}x the floor; "
-                f"milestones { {k: round(v, 2) for k, v in report[key]['milestones'].items()} }")
+    if args.repeat:  # more loads, alternating arenas on 4 KiB pages and on huge pages: the medians
+        runs: dict[str, list[dict[str, Any]]] = {"4k": [], "huge": []}
+        for _ in range(args.repeat):
+            for kind in runs:
+                pinned.USE_HUGE_PAGES = kind == "huge"
+                engine, run = timed_load(args.dir, args.device, False)
+                engine.close()
+                runs[kind].append(run)
+                log(f"Engine.load warm ({kind} pages): {run['seconds']:.2f} s = {run['seconds'] / floor:.2f}x the "
+                    f"floor; milestones { {k: round(v, 2) for k, v in run['milestones'].items()} }")
         pinned.USE_HUGE_PAGES = True
+        report["repeats"] = {kind: {"seconds": [r["seconds"] for r in rows],
+                                    "median_s": statistics.median(r["seconds"] for r in rows),
+                                    "median_over_floor": statistics.median(r["seconds"] for r in rows) / floor,
+                                    "runs": rows} for kind, rows in runs.items()}
+        log("medians: " + ", ".join(f"{k} pages {v['median_s']:.2f} s = {v['median_over_floor']:.2f}x"
+                                    for k, v in report["repeats"].items()))
     if args.peers and torch.cuda.is_available():
         report["peers"] = peers(args.dir)
     if args.cold:
