@@ -175,6 +175,15 @@ def read_range(files: list[Path], view: np.ndarray, lo: int, hi: int, threads: i
         list(pool.map(run, jobs))
 
 
+def host_facts() -> dict[str, str]:
+    """The kernel and its transparent-huge-page settings (what the page-kind figures depend on)."""
+    facts = {"kernel": os.uname().release, "cpus": str(os.cpu_count())}
+    for name in ("enabled", "defrag"):
+        path = Path("/sys/kernel/mm/transparent_hugepage") / name
+        facts[f"thp_{name}"] = path.read_text().strip() if path.exists() else "absent"
+    return facts
+
+
 def settle_page_cache(files: list[Path], threads: int) -> None:
     """Write back anything dirty and read every file once, so the floors and loads after this all
     start from the same warm page cache (right after writing, write-back competes with the reads)."""
@@ -261,7 +270,7 @@ def main() -> None:
                         help="N more warm loads with the arenas on 4 KiB pages and N on huge pages, alternating")
     parser.add_argument("--write", choices=["flux", "wan"], help="write the checkpoint to --dir first if missing")
     args = parser.parse_args()
-    report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "dir": str(args.dir)}
+    report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "dir": str(args.dir), "host": host_facts()}
     if args.write and not (args.dir / "model_index.json").exists():
         if args.write == "wan":
             from video_e2e import write_checkpoint
