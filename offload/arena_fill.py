@@ -1,11 +1,12 @@
 """Lay the packed blocks out in one host arena, fill it, and page-lock it.
 
 Blocks whose tensors are host tensors are copied in (`pack_block`). Blocks whose tensors are still
-in their files (`offload.deferred_weights`) are read straight into their regions, in parallel, a
-batch of blocks at a time; while one batch is read, the previous one is page-locked on another
-thread, each block its own `cudaHostRegister` range (regions then start on page boundaries, and a
-block copy never leaves its range). Registering already-written memory only pins its pages, so the
-two overlap: the load costs about the longer of reading and registering, not their sum.
+in their files (`offload.deferred_weights`) are read straight into their regions, in parallel, on
+one pool of readers kept busy from the first byte to the last. As each batch of blocks lands it is
+page-locked on another thread while the next ones are read, each block its own `cudaHostRegister`
+range (regions then start on page boundaries, and a block copy never leaves its range). Registering
+already-written memory only pins its pages, so the two overlap: the load costs about the longer of
+reading and registering, not their sum.
 """
 
 from __future__ import annotations
@@ -68,20 +69,31 @@ def _copy_in(packed: list[Block], arena: HostArena, device: torch.device,
 
 def _read_in_batches(packed: list[Block], arena: HostArena, device: torch.device, weights: DeferredWeights,
                      pin: bool, progress: Callable[[int, int], None] | None) -> None:
+    """Every batch's reads are queued at once on one reader pool (no reader idles at a batch's end,
+    which a cold disk feels most); batches are finished in order, each registered as it completes."""
     landed = byte_progress(sum(b.tensor_bytes for b in packed), progress)
+    stop = threading.Event()
     pending: list[Future[bool]] = []
     with ThreadPoolExecutor(1, thread_name_prefix="arena-register") as registrar:
         try:
-            for batch in _batches(packed):
-                weights.fill([job for b in batch for job in deferred_pieces(b, arena.tensor)], landed)
-                for b in batch:
-                    copied = sum(p.nbytes for p in b.pieces if not p.deferred)
-                    pack_block(b, arena.tensor, device)
-                    if copied:
-                        landed(copied)
-                if pin:
-                    ranges = [(b.region_offset, b.region_offset + b.region_nbytes) for b in batch]
-                    pending.append(registrar.submit(arena.pin_ranges, ranges))
+            with weights.reader_pool() as readers:
+                try:
+                    queued = [(batch, weights.submit([job for b in batch for job in deferred_pieces(b, arena.tensor)],
+                                                     readers, stop, landed))
+                              for batch in _batches(packed)]
+                    for batch, reads in queued:
+                        reads.wait()
+                        for b in batch:
+                            copied = sum(p.nbytes for p in b.pieces if not p.deferred)
+                            pack_block(b, arena.tensor, device)
+                            if copied:
+                                landed(copied)
+                        if pin:
+                            ranges = [(b.region_offset, b.region_offset + b.region_nbytes) for b in batch]
+                            pending.append(registrar.submit(arena.pin_ranges, ranges))
+                except BaseException:
+                    stop.set()  # the queued reads are skipped; the pool only finishes those under way
+                    raise
         finally:
             wait(pending)  # never close an arena a registration is still working on
 

@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -54,7 +54,8 @@ class DeferredWeights:
         self._fds: list[int] = []
         self._lock = threading.Lock()
         self.bytes_read = 0
-        self.seconds = 0.0
+        self.seconds = 0.0  # wall time with reads outstanding (overlapping submissions counted once)
+        self._counted_until = 0.0
 
     # ------------------------------------------------------------------ registration
     def own_fd(self, fd: int) -> None:
@@ -90,17 +91,35 @@ class DeferredWeights:
 
         `progress(bytes)` is called from reader threads as chunks land; an exception it raises (a
         cancelled load) stops the remaining reads and is raised here."""
+        with self.reader_pool() as pool:
+            return self.submit(jobs, pool, threading.Event(), progress).wait()
+
+    def submit(self, jobs: Sequence[tuple[torch.Tensor, torch.Tensor]], pool: ThreadPoolExecutor,
+               stop: threading.Event, progress: Callable[[int], None] | None = None) -> PendingFill:
+        """`fill`, queued on `pool` (see `submit_parts`)."""
         for target, dest in jobs:
             want = target.numel() * target.element_size()
             if dest.numel() != want:
                 raise ValueError(f"destination holds {dest.numel()} bytes, the tensor needs {want}")
-        return self.fill_parts([(target, 0, dest) for target, dest in jobs], progress)
+        return self.submit_parts([(target, 0, dest) for target, dest in jobs], pool, stop, progress)
 
     def fill_parts(self, jobs: Sequence[tuple[torch.Tensor, int, torch.Tensor]],
                    progress: Callable[[int], None] | None = None) -> int:
         """Like `fill`, for parts: `(target, start, destination)` reads the target's bytes (in its own
         dtype) from byte `start` on, as many as `destination` holds (an AllGather rank reads only its
         shard of each block). Every target named stops waiting."""
+        with self.reader_pool() as pool:
+            return self.submit_parts(jobs, pool, threading.Event(), progress).wait()
+
+    def reader_pool(self) -> ThreadPoolExecutor:
+        """A pool of `threads` readers for `submit_parts` (one pool for many submissions keeps every
+        reader busy across them: no reader waits at the end of one submission for the slowest read)."""
+        return ThreadPoolExecutor(self.threads, thread_name_prefix="weights-read")
+
+    def submit_parts(self, jobs: Sequence[tuple[torch.Tensor, int, torch.Tensor]], pool: ThreadPoolExecutor,
+                     stop: threading.Event, progress: Callable[[int], None] | None = None) -> PendingFill:
+        """Queue `fill_parts`' reads on `pool` and return at once; `wait()` on the result finishes them.
+        A failed read (or a `progress` that raises) sets `stop`, and every read sharing `stop` is skipped."""
         reads: list[tuple[int, int, memoryview]] = []
         converts: list[tuple[Source, torch.Tensor, int, torch.Tensor, torch.dtype]] = []
         for target, start, dest in jobs:
@@ -115,13 +134,22 @@ class DeferredWeights:
                 scratch = torch.empty(source.nbytes, dtype=torch.uint8)
                 reads.extend(_chunks(source.fd, source.offset, _as_view(scratch)))
                 converts.append((source, scratch, start, dest, target.dtype))
-        total = self._run(reads, progress)
-        for target, _, _ in jobs:
-            self._sources.pop(id(target), None)
-        for source, scratch, start, dest, dtype in converts:  # after every read: a conversion needs all of it
-            converted = scratch.view(source.dtype).to(dtype).view(torch.uint8)
-            dest.copy_(converted[start : start + dest.numel()])
-        return total
+
+        def read(job: tuple[int, int, memoryview]) -> None:
+            if stop.is_set():
+                raise ReadsStopped("skipped: an earlier read failed or the load was cancelled")
+            fd, offset, view = job
+            try:
+                _read_exactly(fd, offset, view)
+                if progress is not None:
+                    progress(len(view))
+            except BaseException:
+                stop.set()
+                raise
+
+        futures = [pool.submit(read, job) for job in reads]
+        return PendingFill(self, [target for target, _, _ in jobs], futures, converts,
+                           sum(len(view) for _, _, view in reads))
 
     def forget(self, tensors: Iterable[torch.Tensor]) -> None:
         """These tensors no longer wait (their bytes are not needed here: another rank holds them)."""
@@ -140,36 +168,6 @@ class DeferredWeights:
     def materialize_module(self, module: torch.nn.Module, progress: Callable[[int], None] | None = None) -> int:
         return self.materialize([*module.parameters(), *module.buffers()], progress)
 
-    def _run(self, reads: list[tuple[int, int, memoryview]], progress: Callable[[int], None] | None) -> int:
-        if not reads:
-            return 0
-        stop = threading.Event()
-        total = sum(len(view) for _, _, view in reads)
-
-        def read(job: tuple[int, int, memoryview]) -> None:
-            if stop.is_set():
-                return
-            fd, offset, view = job
-            try:
-                _read_exactly(fd, offset, view)
-                if progress is not None:
-                    progress(len(view))
-            except BaseException:
-                stop.set()
-                raise
-
-        start = time.perf_counter()
-        with ThreadPoolExecutor(min(self.threads, len(reads)), thread_name_prefix="weights-read") as pool:
-            futures = [pool.submit(read, job) for job in reads]
-            errors = [f.exception() for f in futures]
-        first = next((e for e in errors if e is not None), None)
-        if first is not None:
-            raise first
-        with self._lock:
-            self.bytes_read += total
-            self.seconds += time.perf_counter() - start
-        return total
-
     def close(self) -> None:
         """Close the files (idempotent); tensors still on `meta` can no longer be filled."""
         fds, self._fds = self._fds, []
@@ -177,6 +175,42 @@ class DeferredWeights:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._sources.clear()
+
+
+class ReadsStopped(RuntimeError):
+    """A queued read that never ran because another one sharing its stop flag failed first."""
+
+
+class PendingFill:
+    """Reads queued by `DeferredWeights.submit_parts`; `wait()` once, in submission order."""
+
+    def __init__(self, weights: DeferredWeights, targets: list[torch.Tensor], futures: list[Future[None]],
+                 converts: list[tuple[Source, torch.Tensor, int, torch.Tensor, torch.dtype]], nbytes: int) -> None:
+        self._weights, self._targets, self._futures, self._converts = weights, targets, futures, converts
+        self.nbytes = nbytes
+        self._start = time.perf_counter()
+
+    def wait(self) -> int:
+        """Block until every read has landed (raising the first failure), convert what needs it, and mark
+        the targets filled; returns the bytes read."""
+        errors = [f.exception() for f in self._futures]
+        # the cause, not the skips it led to
+        first = next((e for e in errors if e is not None and not isinstance(e, ReadsStopped)),
+                     next((e for e in errors if e is not None), None))
+        if first is not None:
+            raise first
+        weights = self._weights
+        with weights._lock:
+            end = time.perf_counter()
+            weights.bytes_read += self.nbytes
+            weights.seconds += max(0.0, end - max(self._start, weights._counted_until))
+            weights._counted_until = end
+        for target in self._targets:
+            weights._sources.pop(id(target), None)
+        for source, scratch, start, dest, dtype in self._converts:  # after every read: a conversion needs all of it
+            converted = scratch.view(source.dtype).to(dtype).view(torch.uint8)
+            dest.copy_(converted[start : start + dest.numel()])
+        return self.nbytes
 
 
 def _own_bytes(t: torch.Tensor) -> torch.Tensor:

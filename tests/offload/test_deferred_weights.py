@@ -81,3 +81,26 @@ def test_an_exception_from_progress_stops_the_reads(tmp_path: Path, monkeypatch:
     with pytest.raises(KeyboardInterrupt):
         weights.materialize([target], cancel)
     assert len(calls) == 1  # one thread: the first chunk's report stopped the other 255
+
+
+def test_a_failure_in_one_submission_skips_the_reads_queued_after_it(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    monkeypatch.setattr(deferred_weights, "CHUNK_BYTES", 16)
+    weights = DeferredWeights(threads=1)
+    weights.own_fd(fd := _file(tmp_path, b"\1" * 4096))
+    short, later = torch.empty(4), torch.empty(512)
+    weights.add(short, Source(fd, 4090, 16, torch.float32, (4,)))  # the file ends 10 bytes early
+    weights.add(later, Source(fd, 0, 2048, torch.float32, (512,)))
+    landed: list[int] = []
+    stop = threading.Event()
+    with weights.reader_pool() as pool:
+        first = weights.submit([(short, torch.empty(16, dtype=torch.uint8))], pool, stop, landed.append)
+        second = weights.submit([(later, torch.empty(2048, dtype=torch.uint8))], pool, stop, landed.append)
+        with pytest.raises(OSError, match="early"):
+            first.wait()
+        with pytest.raises(deferred_weights.ReadsStopped):
+            second.wait()  # skipped, not read
+    assert stop.is_set() and landed == []
+    assert weights.knows(short) and weights.knows(later)  # neither counts as filled
