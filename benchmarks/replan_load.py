@@ -12,7 +12,8 @@ the storage limit).
 2. Engine.load of the checkpoint (every block streamed, everything staged) with its phase split
    (read / arrange / register), against the N-thread read + register floor. The model's classes are
    imported first (`Engine.prepare`, timed on its own), as the console does when a model is opened.
-   --repeat N: N more loads on each kind of page, alternating; their medians.
+   --repeat N: N more loads with one thread registering the block batches and N with four,
+   alternating; their medians.
 3. Live re-plan on the loaded model (--replan): resident layers 0 -> N -> 0, each against
    1.2 x moved bytes / the pinned host -> device rate measured in the same run + 0.1 s.
 
@@ -35,7 +36,8 @@ import numpy as np
 import torch
 
 from omni_console.engine.engine import Engine
-from omni_console.offload import pinned
+from omni_console.offload import arena_fill, pinned
+from omni_console.offload.arena_fill import REGISTER_THREADS
 from omni_console.offload.pinned import HUGE_PAGE, HostArena
 from omni_console.offload.policy import build_policy
 
@@ -267,7 +269,7 @@ def main() -> None:
     parser.add_argument("--peers", action="store_true", help="time diffusers on the same files too")
     parser.add_argument("--quick", action="store_true", help="skip the 1-thread read and register-fresh floors")
     parser.add_argument("--repeat", type=int, default=0, metavar="N",
-                        help="N more warm loads with the arenas on 4 KiB pages and N on huge pages, alternating")
+                        help="N more warm loads with 1 and N with 4 registering threads, alternating")
     parser.add_argument("--write", choices=["flux", "wan"], help="write the checkpoint to --dir first if missing")
     args = parser.parse_args()
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "dir": str(args.dir), "host": host_facts()}
@@ -306,22 +308,22 @@ def main() -> None:
             report["replan"] = rows
     finally:
         engine.close()
-    if args.repeat:  # more loads, alternating arenas on 4 KiB pages and on huge pages: the medians
-        runs: dict[str, list[dict[str, Any]]] = {"4k": [], "huge": []}
+    if args.repeat:  # more loads, alternating one and four threads registering the block batches: medians
+        runs: dict[str, list[dict[str, Any]]] = {"1_registrar": [], f"{REGISTER_THREADS}_registrars": []}
         for _ in range(args.repeat):
             for kind in runs:
-                pinned.USE_HUGE_PAGES = kind == "huge"
+                arena_fill.REGISTER_THREADS = int(kind.split("_")[0])
                 engine, run = timed_load(args.dir, args.device, False)
                 engine.close()
                 runs[kind].append(run)
-                log(f"Engine.load warm ({kind} pages): {run['seconds']:.2f} s = {run['seconds'] / floor:.2f}x the "
+                log(f"Engine.load warm ({kind}): {run['seconds']:.2f} s = {run['seconds'] / floor:.2f}x the "
                     f"floor; milestones { {k: round(v, 2) for k, v in run['milestones'].items()} }")
-        pinned.USE_HUGE_PAGES = True
+        arena_fill.REGISTER_THREADS = REGISTER_THREADS
         report["repeats"] = {kind: {"seconds": [r["seconds"] for r in rows],
                                     "median_s": statistics.median(r["seconds"] for r in rows),
                                     "median_over_floor": statistics.median(r["seconds"] for r in rows) / floor,
                                     "runs": rows} for kind, rows in runs.items()}
-        log("medians: " + ", ".join(f"{k} pages {v['median_s']:.2f} s = {v['median_over_floor']:.2f}x"
+        log("medians: " + ", ".join(f"{k} {v['median_s']:.2f} s = {v['median_over_floor']:.2f}x"
                                     for k, v in report["repeats"].items()))
     if args.peers and torch.cuda.is_available():
         report["peers"] = peers(args.dir)

@@ -3,7 +3,7 @@
 Blocks whose tensors are host tensors are copied in (`pack_block`). Blocks whose tensors are still
 in their files (`offload.deferred_weights`) are read straight into their regions, in parallel, on
 one pool of readers kept busy from the first byte to the last. As each batch of blocks lands it is
-page-locked on another thread while the next ones are read, each block its own `cudaHostRegister`
+page-locked on other threads while the next ones are read, each block its own `cudaHostRegister`
 range (regions then start on page boundaries, and a block copy never leaves its range). Registering
 already-written memory only pins its pages, so the two overlap: the load costs about the longer of
 reading and registering, not their sum.
@@ -22,7 +22,8 @@ from .block_packing import Block, deferred_pieces, pack_block, plan_block, rejec
 from .deferred_weights import DeferredWeights
 from .pinned import ALIGNMENT, PAGE, HostArena, align_up
 
-BATCH_BYTES = 2 << 30  # read this much, then hand it to the registering thread
+BATCH_BYTES = 2 << 30  # read this much, then hand it to the registering threads
+REGISTER_THREADS = 4  # one registering thread falls behind 16 readers; four keep pace (docs/benchmarks.md)
 
 
 def lay_out(packed: list[Block], device: torch.device, *, pin: bool, weights: DeferredWeights | None) -> HostArena:
@@ -74,7 +75,7 @@ def _read_in_batches(packed: list[Block], arena: HostArena, device: torch.device
     landed = byte_progress(sum(b.tensor_bytes for b in packed), progress)
     stop = threading.Event()
     pending: list[Future[bool]] = []
-    with ThreadPoolExecutor(1, thread_name_prefix="arena-register") as registrar:
+    with ThreadPoolExecutor(REGISTER_THREADS, thread_name_prefix="arena-register") as registrar:
         try:
             with weights.reader_pool() as readers:
                 try:

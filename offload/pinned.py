@@ -81,6 +81,7 @@ class HostArena:
         self._tensor: torch.Tensor | None = torch.from_numpy(buffer)
         self._registered: list[tuple[int, int]] = []  # (pointer, bytes) of each cudaHostRegister
         self._pin_failure_reason: str | None = None
+        self._registry_lock = threading.Lock()  # loaders register ranges from several threads at once
         if pin:
             self.pin()
 
@@ -107,8 +108,9 @@ class HostArena:
         for lo, hi in ranges:
             reason = self._register(self._tensor.data_ptr() + lo, hi - lo)
             if reason is not None:
+                with self._registry_lock:
+                    self._pin_failure_reason = self._pin_failure_reason or reason
                 self._unregister_all()
-                self._pin_failure_reason = reason
                 return False
         return self.pinned
 
@@ -127,12 +129,18 @@ class HostArena:
             _add_register_seconds(time.perf_counter() - start)
         if not ok:
             return f"cudaHostRegister failed: {_cuda_error_name(rc)}"
-        self._registered.append((ptr, nbytes))
-        _add_held(nbytes)
+        with self._registry_lock:
+            failed_meanwhile = self._pin_failure_reason is not None  # another thread's range failed
+            if not failed_meanwhile:
+                self._registered.append((ptr, nbytes))
+                _add_held(nbytes)
+        if failed_meanwhile:
+            torch.cuda.cudart().cudaHostUnregister(ptr)
         return None
 
     def _unregister_all(self) -> None:
-        registered, self._registered = self._registered, []
+        with self._registry_lock:
+            registered, self._registered = self._registered, []
         for ptr, nbytes in registered:
             try:
                 torch.cuda.cudart().cudaHostUnregister(ptr)

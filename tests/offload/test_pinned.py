@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -130,3 +132,43 @@ def test_pin_after_filling_keeps_contents_and_says_why_it_cannot_pin_here():
         assert arena.pin_failure_reason == "CUDA is not available"
     assert torch.equal(arena.tensor, torch.arange(64, dtype=torch.uint8))
     arena.close()
+
+
+def test_ranges_registered_from_several_threads_undo_every_one_when_one_fails(fake_cuda):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from omni_console.offload.pinned import PAGE
+
+    fake = fake_cuda(rc=0)
+    fails_at = 5
+
+    def register(ptr: int, n: int, flags: int) -> int:
+        fake.registered.append((ptr, n, flags))
+        return 2 if len(fake.registered) == fails_at else 0
+
+    fake.cudaHostRegister = register
+    before = pinned_bytes_held()
+    arena = HostArena(16 * PAGE, pin=False)
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda i: arena.pin_ranges([(i * PAGE, (i + 1) * PAGE)]), range(16)))
+    assert not arena.pinned and "cudaHostRegister failed" in (arena.pin_failure_reason or "")
+    succeeded = [ptr for i, (ptr, _, _) in enumerate(fake.registered, 1) if i != fails_at]
+    assert sorted(fake.unregistered) == sorted(succeeded)  # every registration that took is undone, once
+    assert pinned_bytes_held() == before
+    arena.close()
+
+
+def test_a_large_arena_is_advised_to_use_huge_pages_and_stays_exact():
+    from omni_console.offload.pinned import HUGE_PAGE
+
+    arena = HostArena(3 * HUGE_PAGE + 5, pin=False)
+    assert arena.nbytes == arena.tensor.numel() == 3 * HUGE_PAGE + 5
+    thp_kernel = Path("/sys/kernel/mm/transparent_hugepage/enabled").exists()
+    assert arena.tensor.data_ptr() % HUGE_PAGE == 0 and arena.huge_pages is thp_kernel
+    arena.tensor.fill_(7)
+    view = arena.tensor[-5:]
+    arena.close()
+    assert view.tolist() == [7] * 5  # a view outliving the arena keeps the mapping alive
+    small = HostArena(100, pin=False)
+    assert not small.huge_pages and small.tensor.data_ptr() % 4096 == 0
+    small.close()
