@@ -12,8 +12,8 @@ the storage limit).
 2. Engine.load of the checkpoint (every block streamed, everything staged) with its phase split
    (read / arrange / register), against the N-thread read + register floor. The model's classes are
    imported first (`Engine.prepare`, timed on its own), as the console does when a model is opened.
-   --repeat N: N more loads with one thread registering the block batches and N with four,
-   alternating; their medians.
+   --repeat N: N more loads reading the DiT's blocks batch by batch and N with every batch queued at
+   once, alternating; their medians.
 3. Live re-plan on the loaded model (--replan): resident layers 0 -> N -> 0, each against
    1.2 x moved bytes / the pinned host -> device rate measured in the same run + 0.1 s.
 
@@ -37,7 +37,7 @@ import torch
 
 from omni_console.engine.engine import Engine
 from omni_console.offload import arena_fill, pinned
-from omni_console.offload.arena_fill import REGISTER_THREADS
+from omni_console.offload.arena_fill import READ_AHEAD_BATCHES
 from omni_console.offload.pinned import HUGE_PAGE, HostArena
 from omni_console.offload.policy import build_policy
 
@@ -269,7 +269,7 @@ def main() -> None:
     parser.add_argument("--peers", action="store_true", help="time diffusers on the same files too")
     parser.add_argument("--quick", action="store_true", help="skip the 1-thread read and register-fresh floors")
     parser.add_argument("--repeat", type=int, default=0, metavar="N",
-                        help="N more warm loads with 1 and N with 4 registering threads, alternating")
+                        help="N more warm loads batch by batch and N all queued, alternating")
     parser.add_argument("--write", choices=["flux", "wan"], help="write the checkpoint to --dir first if missing")
     args = parser.parse_args()
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "dir": str(args.dir), "host": host_facts()}
@@ -308,17 +308,17 @@ def main() -> None:
             report["replan"] = rows
     finally:
         engine.close()
-    if args.repeat:  # more loads, alternating one and four threads registering the block batches: medians
-        runs: dict[str, list[dict[str, Any]]] = {"1_registrar": [], f"{REGISTER_THREADS}_registrars": []}
+    if args.repeat:  # more loads, alternating how far block reads are queued ahead: medians
+        runs: dict[str, list[dict[str, Any]]] = {"batch_by_batch": [], "all_queued": []}
         for _ in range(args.repeat):
             for kind in runs:
-                arena_fill.REGISTER_THREADS = int(kind.split("_")[0])
+                arena_fill.READ_AHEAD_BATCHES = 0 if kind == "batch_by_batch" else None
                 engine, run = timed_load(args.dir, args.device, False)
                 engine.close()
                 runs[kind].append(run)
                 log(f"Engine.load warm ({kind}): {run['seconds']:.2f} s = {run['seconds'] / floor:.2f}x the "
                     f"floor; milestones { {k: round(v, 2) for k, v in run['milestones'].items()} }")
-        arena_fill.REGISTER_THREADS = REGISTER_THREADS
+        arena_fill.READ_AHEAD_BATCHES = READ_AHEAD_BATCHES
         report["repeats"] = {kind: {"seconds": [r["seconds"] for r in rows],
                                     "median_s": statistics.median(r["seconds"] for r in rows),
                                     "median_over_floor": statistics.median(r["seconds"] for r in rows) / floor,

@@ -12,6 +12,7 @@ reading and registering, not their sum.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
@@ -19,10 +20,11 @@ from typing import Any
 import torch
 
 from .block_packing import Block, deferred_pieces, pack_block, plan_block, reject_shared_ranges
-from .deferred_weights import DeferredWeights
+from .deferred_weights import DeferredWeights, PendingFill
 from .pinned import ALIGNMENT, PAGE, HostArena, align_up
 
 BATCH_BYTES = 2 << 30  # read this much, then hand it to the registering threads
+READ_AHEAD_BATCHES: int | None = None  # batches queued beyond the one being finished (None: all)
 REGISTER_THREADS = 4  # one registering thread falls behind 16 readers; four keep pace (docs/benchmarks.md)
 
 
@@ -70,19 +72,25 @@ def _copy_in(packed: list[Block], arena: HostArena, device: torch.device,
 
 def _read_in_batches(packed: list[Block], arena: HostArena, device: torch.device, weights: DeferredWeights,
                      pin: bool, progress: Callable[[int, int], None] | None) -> None:
-    """Every batch's reads are queued at once on one reader pool (no reader idles at a batch's end,
-    which a cold disk feels most); batches are finished in order, each registered as it completes."""
+    """Batches' reads are queued `READ_AHEAD_BATCHES` ahead on one reader pool (no reader idles at a
+    batch's end, which a cold disk feels most); batches are finished in order, each registered as it
+    completes."""
     landed = byte_progress(sum(b.tensor_bytes for b in packed), progress)
     stop = threading.Event()
     pending: list[Future[bool]] = []
+    batches = _batches(packed)
+    ahead = len(batches) if READ_AHEAD_BATCHES is None else READ_AHEAD_BATCHES
     with ThreadPoolExecutor(REGISTER_THREADS, thread_name_prefix="arena-register") as registrar:
         try:
             with weights.reader_pool() as readers:
                 try:
-                    queued = [(batch, weights.submit([job for b in batch for job in deferred_pieces(b, arena.tensor)],
-                                                     readers, stop, landed))
-                              for batch in _batches(packed)]
-                    for batch, reads in queued:
+                    queued: deque[tuple[list[Block], PendingFill]] = deque()
+                    for at in range(len(batches)):
+                        while len(queued) <= ahead and at + len(queued) < len(batches):
+                            batch = batches[at + len(queued)]
+                            jobs = [job for b in batch for job in deferred_pieces(b, arena.tensor)]
+                            queued.append((batch, weights.submit(jobs, readers, stop, landed)))
+                        batch, reads = queued.popleft()
                         reads.wait()
                         for b in batch:
                             copied = sum(p.nbytes for p in b.pieces if not p.deferred)

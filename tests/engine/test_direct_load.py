@@ -179,10 +179,11 @@ def test_any_header_bytes_give_locations_or_one_error(tmp_path_factory: pytest.T
         assert 8 + len(header) <= t.offset and t.offset + t.nbytes <= size
 
 
-@pytest.mark.parametrize("direct_read,batch_bytes,live,aux", [
-    (True, 1, False, False), (True, 1, True, False), (False, 2 << 30, False, False), (True, 2 << 30, True, True)])
+@pytest.mark.parametrize("direct_read,batch_bytes,live,aux,read_ahead", [
+    (True, 1, False, False, None), (True, 1, True, False, 0), (True, 1, False, False, 1),
+    (False, 2 << 30, False, False, None), (True, 2 << 30, True, True, None)])
 def test_outputs_match_plain_diffusers_however_the_blocks_were_read(demo_model_dir: Path, monkeypatch, direct_read,
-                                                                    batch_bytes, live, aux) -> None:
+                                                                    batch_bytes, live, aux, read_ahead) -> None:
     import diffusers
     import numpy as np
     from test_engine import oracle_image, request_for
@@ -190,6 +191,7 @@ def test_outputs_match_plain_diffusers_however_the_blocks_were_read(demo_model_d
     from omni_console.offload import arena_fill
 
     monkeypatch.setattr(arena_fill, "BATCH_BYTES", batch_bytes)  # 1: every block is a batch of its own
+    monkeypatch.setattr(arena_fill, "READ_AHEAD_BATCHES", read_ahead)
     req = request_for("flux")
     expected = oracle_image(demo_model_dir, diffusers.FluxPipeline, req)
     engine = Engine(demo_model_dir, device="cpu", direct_read=direct_read, live_replan=live, aux_in_place=aux)
