@@ -104,7 +104,8 @@ def page_kind_floors(files: list[Path], total: int, threads: int, quick: bool, o
     read_into(files, arena.tensor.numpy(), threads)
     out[f"{kind}_register_4_threads_s"] = register_in_parallel(arena, 4)
     arena.close()
-    candidates = [out[f"{kind}_read_{threads}_threads_s"] + out[f"{kind}_register_s"]]
+    read_s = out[f"{kind}_read_{threads}_threads_s"]
+    candidates = [read_s + out[f"{kind}_register_s"], read_s + out[f"{kind}_register_4_threads_s"]]
     if not quick:
         t0 = time.perf_counter()
         arena = HostArena(total, pin=True)  # registering fresh memory faults in (zeroes) every page
