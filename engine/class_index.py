@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .init_layout import _find_class, _import_table, _locate, _Module, _root
+from .installed_source import SourceModule, class_statement, import_table, locate, package_root
 
 Kind = Literal["pipeline", "weights", "loadable", "other"]
 
@@ -71,7 +71,7 @@ def _file_exports(folder: Path) -> dict[str, str]:
 @functools.cache
 def _model_folders() -> tuple[tuple[str, str], ...]:
     """transformers' model folders as (squashed lower-case name, folder name), e.g. ('qwen25vl', 'qwen2_5_vl')."""
-    root = _root("transformers")
+    root = package_root("transformers")
     models = root / "models" if root else None
     if models is None or not models.is_dir():
         return ()
@@ -81,10 +81,10 @@ def _model_folders() -> tuple[tuple[str, str], ...]:
 
 def _exporting_module(library: str, name: str) -> str | None:
     """The dotted module the package's lazy tables name for `name` (None: the package does not export it)."""
-    root = _root(library)
+    root = package_root(library)
     if root is None:
         return None
-    keys = _import_table(root / "__init__.py").get(name)
+    keys = import_table(root / "__init__.py").get(name)
     if keys:
         return f"{library}.{keys[0]}"
     if library != "transformers":
@@ -122,7 +122,7 @@ def _kind(library: str, module: str, bases: set[str]) -> Kind:
     return "other"
 
 
-def _kind_of(library: str, module: _Module, cls: ast.ClassDef) -> Kind:
+def _kind_of(library: str, module: SourceModule, cls: ast.ClassDef) -> Kind:
     """Walk the bases breadth first and stop at the first level naming a known root (fewest files parsed)."""
     seen = {cls.name}
     level = [(module, cls)]
@@ -134,7 +134,7 @@ def _kind_of(library: str, module: _Module, cls: ast.ClassDef) -> Kind:
         following = []
         for where, c in level:
             for name, resolvable in _direct_bases(c):
-                if resolvable and name not in seen and (found := _find_class(where, name, 0)):
+                if resolvable and name not in seen and (found := class_statement(where, name, 0)):
                     seen.add(name)
                     following.append(found)
         level = following
@@ -153,8 +153,8 @@ def find_class(library: str, name: str) -> ClassRef | None:
     dotted = _exporting_module(library, name)
     if dotted is None:
         return find_class(library, name[: -len("Fast")]) if name.endswith("Fast") else None
-    module = _locate(dotted)
-    found = _find_class(module, name, 0) if module else None
+    module = locate(dotted)
+    found = class_statement(module, name, 0) if module else None
     if found is None:
         return ClassRef(library, name, dotted, "other", is_class=False) if module else None
     where, cls = found

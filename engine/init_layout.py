@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.util
 from dataclasses import dataclass, field
-from pathlib import Path
+
+from .installed_source import MAX_HOPS, SourceModule, class_statement, locate
 
 PACKAGE = "diffusers"
-_MAX_HOPS = 10  # re-exports, base classes and nested helper calls followed before giving up
 _MODULE_METHODS = frozenset({"add_module", "register_module", "register_buffer", "register_parameter"})
 
 
@@ -49,8 +48,8 @@ def init_layout(class_name: str) -> InitLayout | None:
     """The layout of `diffusers.<class_name>.__init__`, or None when its source cannot be read."""
     if not class_name.isidentifier() or class_name.startswith("_"):
         return None
-    package = _locate(PACKAGE)
-    found = _in_package(_find_class(package, class_name, 0)) if package else None
+    package = locate(PACKAGE)
+    found = _in_package(class_statement(package, class_name, 0)) if package else None
     if found is None:
         return None
     try:
@@ -59,157 +58,18 @@ def init_layout(class_name: str) -> InitLayout | None:
         return None
 
 
-# --- finding source on disk -----------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class _Module:
-    name: str  # dotted, e.g. diffusers.models.transformers.transformer_flux
-    path: Path
-    is_package: bool
-
-
-@functools.cache
-def _root(package: str) -> Path | None:
-    """Where an installed package lives (found by its spec; none of its code runs)."""
-    try:
-        spec = importlib.util.find_spec(package)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _locate(dotted: str) -> _Module | None:
-    """The source file of an installed module (`pkg.sub.mod`), without importing it."""
-    parts = dotted.split(".")
-    root = _root(parts[0])
-    if root is None or not all(p.isidentifier() for p in parts):
-        return None
-    base = root.joinpath(*parts[1:])
-    if (base / "__init__.py").is_file():
-        return _Module(dotted, base / "__init__.py", True)
-    if len(parts) > 1 and base.with_suffix(".py").is_file():
-        return _Module(dotted, base.with_suffix(".py"), False)
-    return None
-
-
-@functools.lru_cache(maxsize=64)
-def _parse(path: Path) -> ast.Module | None:
-    try:
-        return ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
-        return None
-
-
-def _module_level(statements: list[ast.stmt]) -> list[ast.stmt]:
-    """Module-level statements, including those inside `if`/`try` blocks (not inside defs)."""
-    out: list[ast.stmt] = []
-    for node in statements:
-        out.append(node)
-        if isinstance(node, ast.If):
-            out += _module_level(node.body + node.orelse)
-        elif isinstance(node, ast.Try):
-            out += _module_level(node.body + node.orelse + node.finalbody)
-            for handler in node.handlers:
-                out += _module_level(handler.body)
-    return out
-
-
-def _import_source(module: _Module, node: ast.ImportFrom) -> str | None:
-    if node.level == 0:
-        return node.module
-    package = module.name.split(".")
-    drop = node.level - 1 if module.is_package else node.level
-    if drop >= len(package):
-        return None
-    return ".".join(package[: len(package) - drop] + ([node.module] if node.module else []))
-
-
-def _strings(node: ast.expr | None) -> list[str]:
-    items = node.elts if isinstance(node, ast.List | ast.Tuple | ast.Set) else [node]
-    return [i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)]
-
-
-def _table_key(node: ast.expr) -> str | None:
-    if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "_import_structure"
-            and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)):
-        return node.slice.value
-    return None
-
-
-@functools.cache
-def _import_table(path: Path) -> dict[str, tuple[str, ...]]:
-    """name -> submodules (in file order) from a package `__init__.py`'s `_import_structure`, the table
-    diffusers' and transformers' lazy modules read; dummy placeholders are skipped."""
-    tree = _parse(path)
-    table: dict[str, tuple[str, ...]] = {}
-
-    def add(key: str | None, value: ast.expr | None) -> None:
-        if key and "dummy" not in key:
-            for name in _strings(value):
-                if key not in table.get(name, ()):
-                    table[name] = (*table.get(name, ()), key)
-
-    for node in _module_level(tree.body) if tree else []:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-            if isinstance(target, ast.Name) and target.id == "_import_structure" and isinstance(node.value, ast.Dict):
-                for k, v in zip(node.value.keys, node.value.values, strict=True):
-                    add(k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None, v)
-            else:
-                add(_table_key(target), node.value)
-        elif isinstance(node, ast.AugAssign):
-            add(_table_key(node.target), node.value)
-        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
-            func = node.value.func
-            if isinstance(func, ast.Attribute) and func.attr in ("append", "extend"):
-                for arg in node.value.args:
-                    add(_table_key(func.value), arg)
-    return table
-
-
-def _find_class(module: _Module, name: str, hops: int) -> tuple[_Module, ast.ClassDef] | None:
-    """Follow re-exports (`from X import name`, lazy tables, `Name = Other` aliases) to a class statement,
-    skipping diffusers' dummy placeholders."""
-    tree = _parse(module.path)
-    if tree is None or hops > _MAX_HOPS:
-        return None
-    statements = _module_level(tree.body)
-    for node in statements:
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            return module, node
-    for node in statements:
-        if isinstance(node, ast.ImportFrom):
-            for alias in node.names:
-                if (alias.asname or alias.name) == name:
-                    source = _import_source(module, node)
-                    target = _locate(source) if source and "dummy" not in source else None
-                    if target and (found := _find_class(target, alias.name, hops + 1)):
-                        return found
-        elif (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-              and node.targets[0].id == name and isinstance(node.value, ast.Name)
-              and (found := _find_class(module, node.value.id, hops + 1))):
-            return found
-    for key in _import_table(module.path).get(name, ()) if module.is_package else ():
-        target = _locate(f"{module.name}.{key}")
-        if target and (found := _find_class(target, name, hops + 1)):
-            return found
-    return None
-
-
-def _in_package(found: tuple[_Module, ast.ClassDef] | None) -> tuple[_Module, ast.ClassDef] | None:
+def _in_package(found: tuple[SourceModule, ast.ClassDef] | None) -> tuple[SourceModule, ast.ClassDef] | None:
     """Only diffusers' own classes make a diffusers layout."""
     return found if found and found[0].name.split(".")[0] == PACKAGE else None
 
 
-def _mro(module: _Module, cls: ast.ClassDef, hops: int) -> list[tuple[_Module, ast.ClassDef]]:
+def _mro(module: SourceModule, cls: ast.ClassDef, hops: int) -> list[tuple[SourceModule, ast.ClassDef]]:
     """The class and its diffusers bases, depth first (Python's MRO for single-chain hierarchies)."""
     chain = [(module, cls)]
     for base in cls.bases:
-        if not isinstance(base, ast.Name) or hops >= _MAX_HOPS:
+        if not isinstance(base, ast.Name) or hops >= MAX_HOPS:
             continue
-        found = _in_package(_find_class(module, base.id, 0))
+        found = _in_package(class_statement(module, base.id, 0))
         if found:
             chain += [c for c in _mro(*found, hops + 1) if all(c[1] is not k for _, k in chain)]
     return chain
@@ -277,7 +137,7 @@ def _parameters(init: ast.FunctionDef) -> set[str]:
 class _InitReader:
     """Walks `__init__` (and what it calls on self) in source order, recording `self.X = ...`."""
 
-    mro: list[tuple[_Module, ast.ClassDef]]
+    mro: list[tuple[SourceModule, ast.ClassDef]]
     order: list[str] = field(default_factory=list)
     values: dict[str, list[ast.expr | None]] = field(default_factory=dict)  # None: not countable
     mutated: set[str] = field(default_factory=set)
@@ -309,7 +169,7 @@ class _InitReader:
 
     def _read_function(self, found: tuple[int, ast.FunctionDef], depth: int) -> None:
         index, function = found
-        if function.args.args and depth <= _MAX_HOPS:
+        if function.args.args and depth <= MAX_HOPS:
             self._read(function.body, function.args.args[0].arg, index, depth, {}, countable=depth == 0)
 
     def _read(self, body: list[ast.stmt], self_name: str, index: int, depth: int, env: dict[str, object],
