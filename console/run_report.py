@@ -89,8 +89,9 @@ class RunReport(Document):
                                           "every byte was read), arrange (the rest: device copies, stagers, hooks), "
                                           "register (time in cudaHostRegister, alongside the reads)")
     load_milestones: dict[str, float] = Field(default_factory=dict, description="seconds from the load's start "
-                                              "when each part was done: dits_built, dits_placed (blocks read into "
-                                              "their arena), others_built (encoders, VAEs), pipeline_built")
+                                              "when each part was done: dits_built, dit_blocks_read (the last "
+                                              "block byte read), dits_placed (blocks read into their arena and "
+                                              "page-locked), others_built (encoders, VAEs), pipeline_built")
     pinned_bytes: int = Field(ge=0, description="pinned host memory held after the load")
     request_seconds: float
     peak_allocated_bytes: int | None

@@ -227,7 +227,8 @@ class Engine:
                         mark("dits_built")
                         self.placement = begin_placement(self.device, self.bus, live=self.live_replan)
                         place_streamed(loading.dits, plan, self.placement, self.bus, progress=self._progress("place"),
-                                       cancel=cancel, pin=self.pin, weights=weights, group=self.group)
+                                       cancel=cancel, pin=self.pin, weights=weights, group=self.group,
+                                       blocks_read=lambda: mark("dit_blocks_read"))
                         mark("dits_placed")
                         self.pipe = loading.finish()
                         mark("pipeline_built")

@@ -102,7 +102,8 @@ def _check_cancel(cancel: threading.Event | None) -> None:
 def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: EventBus, *,
                    progress: Callable[[str, int, int], None] | None = None,
                    cancel: threading.Event | None = None, pin: bool = True,
-                   weights: DeferredWeights | None = None, group: Any = None) -> None:
+                   weights: DeferredWeights | None = None, group: Any = None,
+                   blocks_read: Callable[[], None] | None = None) -> None:
     """Place the plan's streamed DiTs (by component name): their non-block modules on the device,
     their block lists into one `LayerwiseStreamer` ring. Needs only the DiTs, not the pipeline, so
     the other components may still be loading.
@@ -110,7 +111,8 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
     `weights` holds the sources of tensors still in their files (`engine.direct_load`): blocks are
     read straight into the arena, the rest into host tensors before it moves. `group` (a
     torch.distributed process group) shards the blocks across its ranks
-    (`offload.allgather_streamer`)."""
+    (`offload.allgather_streamer`). `blocks_read()` is called once, from a reader thread, when the last
+    block byte is in the arena (page-locking may still be finishing)."""
     device = placement.device
     block_lists: list[tuple[str, list[torch.nn.Module]]] = []
     for comp in plan.components:
@@ -127,10 +129,15 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
     if placement.live:  # every block is packed, resident ones too
         total = sum(b.nbytes for b in plan.blocks)
 
+    told = threading.Event()
+
     def on_pack(done: int, _total: int) -> None:
         _check_cancel(cancel)
         if progress:
             progress("DiT blocks", done, _total)
+        if blocks_read is not None and done >= _total and not told.is_set():
+            told.set()
+            blocks_read()
 
     _check_block_order(block_lists, plan)
     streamer_kwargs: dict[str, Any] = {}
