@@ -7,8 +7,11 @@ with `cudaHostRegister`, so host use equals the bytes we asked for.
 
 Arenas of at least a huge page are mapped on their own and advised to use transparent huge pages
 (`MADV_HUGEPAGE`), where the kernel offers them: filling a 2 MiB page is one fault instead of 512,
-and `cudaHostRegister` locks an eighth as many page-table entries' worth of work. Where the kernel
-refuses, the mapping stays ordinary 4 KiB pages; nothing else changes.
+and page-locking it was steadier on the H200 machine (docs/benchmarks.md). Only while the host has
+that much memory free, though: with `defrag` at its default (`madvise`), a fault in an advised
+mapping that finds no free huge page reclaims and compacts memory on the spot, which would stall
+a load on a host whose RAM is full of page cache (the checkpoint's own files, typically). Where the
+kernel refuses or memory is short, the mapping stays on ordinary 4 KiB pages; nothing else changes.
 
 The layout helpers (`align_up`, `typed_view`, ...) place tensors at 256-byte aligned offsets, so a
 whole DiT block (or a whole component) is one contiguous region that one memcpy can move.
@@ -30,6 +33,7 @@ from .units import ALIGNMENT, align_up  # noqa: F401  (re-exported: the packers 
 PAGE = 4096
 HUGE_PAGE = 2 << 20
 USE_HUGE_PAGES = True  # the load benchmark turns this off to measure what the huge pages buy
+SPARE = 1 << 30  # free memory left over before an arena is advised to use huge pages
 
 _held_lock = threading.Lock()
 _held_bytes = 0
@@ -192,11 +196,18 @@ class HostArena:
         return f"HostArena({self._nbytes} bytes, {state})"
 
 
+def _free_bytes() -> int:
+    """Memory the kernel has free now (not counting page cache it would have to reclaim first)."""
+    import psutil
+
+    return int(psutil.virtual_memory().free)
+
+
 def _page_aligned_buffer(nbytes: int) -> tuple[np.ndarray, bool]:
     """`nbytes` of uninitialised host memory starting on a page (ranges then pin apart, and
     `is_pinned()` of a tensor over the arena sees the registered pointer), and whether it was advised
     to use huge pages: a large one is its own anonymous mapping, aligned to a huge page."""
-    if USE_HUGE_PAGES and nbytes >= HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE"):
+    if USE_HUGE_PAGES and nbytes >= HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE") and _free_bytes() > nbytes + SPARE:
         mapping = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         whole = np.frombuffer(mapping, dtype=np.uint8)  # keeps the mapping alive as long as any view
         start = -whole.ctypes.data % HUGE_PAGE

@@ -158,9 +158,11 @@ def test_ranges_registered_from_several_threads_undo_every_one_when_one_fails(fa
     arena.close()
 
 
-def test_a_large_arena_is_advised_to_use_huge_pages_and_stays_exact():
+def test_a_large_arena_is_advised_to_use_huge_pages_and_stays_exact(monkeypatch):
+    from omni_console.offload import pinned
     from omni_console.offload.pinned import HUGE_PAGE
 
+    monkeypatch.setattr(pinned, "_free_bytes", lambda: 64 << 30)
     arena = HostArena(3 * HUGE_PAGE + 5, pin=False)
     assert arena.nbytes == arena.tensor.numel() == 3 * HUGE_PAGE + 5
     thp_kernel = Path("/sys/kernel/mm/transparent_hugepage/enabled").exists()
@@ -172,3 +174,16 @@ def test_a_large_arena_is_advised_to_use_huge_pages_and_stays_exact():
     small = HostArena(100, pin=False)
     assert not small.huge_pages and small.tensor.data_ptr() % 4096 == 0
     small.close()
+
+
+def test_huge_pages_are_not_asked_for_when_free_memory_is_short(monkeypatch):
+    """With RAM full of page cache, a huge-page fault would reclaim and compact on the spot: 4 KiB pages then."""
+    from omni_console.offload import pinned
+    from omni_console.offload.pinned import HUGE_PAGE
+
+    monkeypatch.setattr(pinned, "_free_bytes", lambda: 3 * HUGE_PAGE + pinned.SPARE)  # not more than needed
+    arena = HostArena(3 * HUGE_PAGE, pin=False)
+    assert not arena.huge_pages and arena.tensor.data_ptr() % 4096 == 0
+    arena.tensor.fill_(1)
+    assert int(arena.tensor.sum()) == 3 * HUGE_PAGE
+    arena.close()
