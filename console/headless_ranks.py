@@ -47,6 +47,7 @@ class RankRun(BaseModel):
     load_seconds: float
     load_phases: dict[str, float]
     load_components: dict[str, float]  # seconds building each component on this rank
+    load_milestones: dict[str, float]  # seconds from this rank's load start: classes_imported, dits_built, ...
     dit_read_seconds: float  # this rank's parallel reads straight into place
     pinned_bytes: int
     block_host_bytes: int
@@ -122,7 +123,8 @@ def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayou
         steps = result.steps
         rows.append(RankRun(rank=rank, seed=run.request.seed, load_seconds=load.seconds,
                             load_phases=dict(load.phases), load_components=dict(load.components),
-                            dit_read_seconds=load.dit_read_seconds, pinned_bytes=load.pinned_bytes,
+                            load_milestones=dict(load.milestones), dit_read_seconds=load.dit_read_seconds,
+                            pinned_bytes=load.pinned_bytes,
                             block_host_bytes=load.block_host_bytes, request_seconds=result.seconds,
                             step_s_median=statistics.median(s.wall_s for s in steps) if steps else None,
                             stall_s_total=sum(s.stall_s for s in steps),

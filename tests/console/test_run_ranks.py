@@ -36,6 +36,9 @@ def test_two_ranks_write_one_image_per_seed_equal_to_one_gpu_runs(demo_model_dir
     assert code == 0
     report = json.loads(out)
     assert report["gpus"] == 2 and [r["seed"] for r in report["ranks"]] == [5, 6]
+    for r in report["ranks"]:  # each rank says where its load's time went
+        m = r["load_milestones"]
+        assert 0 < m["dits_built"] <= m["dits_placed"] <= m["pipeline_built"] <= r["load_seconds"]
     for seed in (5, 6):
         ours = np.asarray(Image.open(tmp_path / f"two-seed{seed}.png"))
         assert np.array_equal(ours, np.asarray(Image.open(tmp_path / f"one-{seed}.png"))), seed
