@@ -12,8 +12,9 @@ the storage limit).
 2. Engine.load of the checkpoint (every block streamed, everything staged) with its phase split
    (read / arrange / register), against the N-thread read + register floor. The model's classes are
    imported first (`Engine.prepare`, timed on its own), as the console does when a model is opened.
-   --repeat N: N more loads reading the DiT's blocks batch by batch and N with every batch queued at
-   once, alternating; their medians.
+   --repeat N: N more loads with each read schedule (READ_SCHEDULES: the DiT's block batches read
+   one at a time or all queued at once; each component with its own readers or all on one pool),
+   alternating; their medians.
 3. Live re-plan on the loaded model (--replan): resident layers 0 -> N -> 0, each against
    1.2 x moved bytes / the pinned host -> device rate measured in the same run + 0.1 s.
 
@@ -35,13 +36,20 @@ from typing import Any
 import numpy as np
 import torch
 
+from omni_console.engine import loader
 from omni_console.engine.engine import Engine
+from omni_console.engine.loader import SHARE_READERS
 from omni_console.offload import arena_fill, pinned
 from omni_console.offload.arena_fill import READ_AHEAD_BATCHES
 from omni_console.offload.pinned import HUGE_PAGE, HostArena
 from omni_console.offload.policy import build_policy
 
 CHUNK = 64 << 20
+# --repeat's read schedules: (batches of DiT blocks queued ahead, None = all; one reader pool for the
+# DiT and the other components, whose reads then queue between the DiT's batches)
+READ_SCHEDULES: dict[str, tuple[int | None, bool]] = {
+    "batch_by_batch": (0, False), "all_queued": (None, False),
+    "one_pool_batch_by_batch": (0, True), "one_pool_all_queued": (None, True)}
 
 
 def log(msg: str) -> None:
@@ -270,7 +278,7 @@ def main() -> None:
     parser.add_argument("--peers", action="store_true", help="time diffusers on the same files too")
     parser.add_argument("--quick", action="store_true", help="skip the 1-thread read and register-fresh floors")
     parser.add_argument("--repeat", type=int, default=0, metavar="N",
-                        help="N more warm loads batch by batch and N all queued, alternating")
+                        help="N more warm loads with each read schedule, alternating")
     parser.add_argument("--write", choices=["flux", "wan"], help="write the checkpoint to --dir first if missing")
     args = parser.parse_args()
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "dir": str(args.dir), "host": host_facts()}
@@ -309,21 +317,23 @@ def main() -> None:
             report["replan"] = rows
     finally:
         engine.close()
-    if args.repeat:  # more loads, alternating how far block reads are queued ahead: medians
-        runs: dict[str, list[dict[str, Any]]] = {"batch_by_batch": [], "all_queued": []}
+    if args.repeat:  # more loads, alternating the read schedules: their medians
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in READ_SCHEDULES}
         for _ in range(args.repeat):
-            for kind in runs:
-                arena_fill.READ_AHEAD_BATCHES = 0 if kind == "batch_by_batch" else None
-                engine, run = timed_load(args.dir, args.device, False)
+            for name, (ahead, shared) in READ_SCHEDULES.items():
+                arena_fill.READ_AHEAD_BATCHES, loader.SHARE_READERS = ahead, shared
+                try:
+                    engine, run = timed_load(args.dir, args.device, False)
+                finally:
+                    arena_fill.READ_AHEAD_BATCHES, loader.SHARE_READERS = READ_AHEAD_BATCHES, SHARE_READERS
                 engine.close()
-                runs[kind].append(run)
-                log(f"Engine.load warm ({kind}): {run['seconds']:.2f} s = {run['seconds'] / floor:.2f}x the "
+                runs[name].append(run)
+                log(f"Engine.load warm ({name}): {run['seconds']:.2f} s = {run['seconds'] / floor:.2f}x the "
                     f"floor; milestones { {k: round(v, 2) for k, v in run['milestones'].items()} }")
-        arena_fill.READ_AHEAD_BATCHES = READ_AHEAD_BATCHES
-        report["repeats"] = {kind: {"seconds": [r["seconds"] for r in rows],
+        report["repeats"] = {name: {"seconds": [r["seconds"] for r in rows],
                                     "median_s": statistics.median(r["seconds"] for r in rows),
                                     "median_over_floor": statistics.median(r["seconds"] for r in rows) / floor,
-                                    "runs": rows} for kind, rows in runs.items()}
+                                    "runs": rows} for name, rows in runs.items()}
         log("medians: " + ", ".join(f"{k} {v['median_s']:.2f} s = {v['median_over_floor']:.2f}x"
                                     for k, v in report["repeats"].items()))
     if args.peers and torch.cuda.is_available():

@@ -36,6 +36,7 @@ from ..offload.events import (
 )
 from ..offload.pinned import HostArena, register_seconds_total
 from ..offload.policy import OffloadPolicy
+from . import loader
 from .call_options import default_fps
 from .discovery import ModelInfo, discover_model
 from .loader import LoadCancelled, pipeline_class, start_loading
@@ -197,7 +198,8 @@ class Engine:
             self._set_state(EngineState.LOADING, f"mode={policy.mode}")
             start = time.perf_counter()
             registered = register_seconds_total()
-            weights = DeferredWeights(self.read_threads) if self.direct_read else None
+            weights = (DeferredWeights(self.read_threads, share_readers=loader.SHARE_READERS)
+                       if self.direct_read else None)
             arenas: dict[str, HostArena] = {}
             components: dict[str, float] = {}
             milestones: dict[str, float] = {}

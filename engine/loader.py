@@ -31,6 +31,8 @@ from .trusted_classes import accepts_trust_remote_code, component_class, holds_w
 from .trusted_classes import pipeline_class as _trusted_pipeline_class
 from .weights import ModelDirError
 
+SHARE_READERS = False  # the DiT's blocks and the other components read on one pool (the load benchmark compares)
+
 _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -195,7 +197,7 @@ def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> A
     component, why = None, ""
     started = time.perf_counter()
     if o.weights is not None and (info.role == "dit" or o.aux_in_place):
-        reader = DeferredWeights(o.weights.threads) if own_reader else o.weights
+        reader = o.weights.sibling() if own_reader else o.weights
         try:
             component, why = build_deferred(info, load_dtype(info), reader)
             if component is not None and own_reader:
@@ -204,7 +206,8 @@ def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> A
             if own_reader:
                 reader.close()
         if component is None and o.aux_in_place and o.host_arenas is not None and supports_arena_load(info) is None:
-            component, arena = load_into_arena(info, load_dtype(info), o.weights.threads, pin=o.registrar is None)
+            component, arena = load_into_arena(info, load_dtype(info), o.weights.threads, pin=o.registrar is None,
+                                               reader=o.weights.sibling())
             o.host_arenas[info.name] = arena
             if o.registrar is not None:
                 o.pinning.append(o.registrar.submit(arena.pin))

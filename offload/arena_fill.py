@@ -82,9 +82,9 @@ def _read_in_batches(packed: list[Block], arena: HostArena, device: torch.device
     ahead = len(batches) if READ_AHEAD_BATCHES is None else READ_AHEAD_BATCHES
     with ThreadPoolExecutor(REGISTER_THREADS, thread_name_prefix="arena-register") as registrar:
         try:
+            queued: deque[tuple[list[Block], PendingFill]] = deque()
             with weights.reader_pool() as readers:
                 try:
-                    queued: deque[tuple[list[Block], PendingFill]] = deque()
                     for at in range(len(batches)):
                         while len(queued) <= ahead and at + len(queued) < len(batches):
                             batch = batches[at + len(queued)]
@@ -101,7 +101,9 @@ def _read_in_batches(packed: list[Block], arena: HostArena, device: torch.device
                             ranges = [(b.region_offset, b.region_offset + b.region_nbytes) for b in batch]
                             pending.append(registrar.submit(arena.pin_ranges, ranges))
                 except BaseException:
-                    stop.set()  # the queued reads are skipped; the pool only finishes those under way
+                    stop.set()  # the queued reads are skipped; those under way finish before the arena can go
+                    for _, reads in queued:
+                        reads.settle()
                     raise
         finally:
             wait(pending)  # never close an arena a registration is still working on

@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import torch
@@ -48,8 +48,13 @@ def default_threads() -> int:
 class DeferredWeights:
     """The sources of every tensor still on `meta`, and the reader that fills them in place."""
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, *, share_readers: bool = False) -> None:
         self.threads = threads or default_threads()
+        # share_readers: this object and its `sibling()`s read on one pool of `threads` threads, so
+        # components loading at once never run more readers than that between them
+        self._shared: ThreadPoolExecutor | None = (
+            ThreadPoolExecutor(self.threads, thread_name_prefix="weights-read") if share_readers else None)
+        self._owns_shared = share_readers
         self._sources: dict[int, tuple[torch.Tensor, Source]] = {}  # id(tensor) → (tensor, source), unread
         self._fds: list[int] = []
         self._lock = threading.Lock()
@@ -111,9 +116,20 @@ class DeferredWeights:
         with self.reader_pool() as pool:
             return self.submit_parts(jobs, pool, threading.Event(), progress).wait()
 
-    def reader_pool(self) -> ThreadPoolExecutor:
+    def sibling(self) -> DeferredWeights:
+        """A reader for another component: its own sources and files, this one's reader threads when
+        they are shared."""
+        other = DeferredWeights(self.threads)
+        other._shared = self._shared
+        return other
+
+    def reader_pool(self) -> contextlib.AbstractContextManager[ThreadPoolExecutor]:
         """A pool of `threads` readers for `submit_parts` (one pool for many submissions keeps every
-        reader busy across them: no reader waits at the end of one submission for the slowest read)."""
+        reader busy across them: no reader waits at the end of one submission for the slowest read):
+        the shared one, left running on exit, or a new one, joined on exit. Either way, wait for (or
+        `settle`) every submission before its destinations go."""
+        if self._shared is not None:
+            return contextlib.nullcontext(self._shared)
         return ThreadPoolExecutor(self.threads, thread_name_prefix="weights-read")
 
     def submit_parts(self, jobs: Sequence[tuple[torch.Tensor, int, torch.Tensor]], pool: ThreadPoolExecutor,
@@ -169,7 +185,11 @@ class DeferredWeights:
         return self.materialize([*module.parameters(), *module.buffers()], progress)
 
     def close(self) -> None:
-        """Close the files (idempotent); tensors still on `meta` can no longer be filled."""
+        """Close the files (idempotent); tensors still on `meta` can no longer be filled. The object
+        that made a shared reader pool joins it."""
+        if self._owns_shared and self._shared is not None:
+            self._shared.shutdown(wait=True)
+        self._shared = None
         fds, self._fds = self._fds, []
         for fd in fds:
             with contextlib.suppress(OSError):
@@ -189,6 +209,11 @@ class PendingFill:
         self._weights, self._targets, self._futures, self._converts = weights, targets, futures, converts
         self.nbytes = nbytes
         self._start = time.perf_counter()
+
+    def settle(self) -> None:
+        """Block until no read of this submission is running or queued (after a failure elsewhere: its
+        destinations may then be freed), raising nothing."""
+        wait(self._futures)
 
     def wait(self) -> int:
         """Block until every read has landed (raising the first failure), convert what needs it, and mark

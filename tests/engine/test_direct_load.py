@@ -179,19 +179,23 @@ def test_any_header_bytes_give_locations_or_one_error(tmp_path_factory: pytest.T
         assert 8 + len(header) <= t.offset and t.offset + t.nbytes <= size
 
 
-@pytest.mark.parametrize("direct_read,batch_bytes,live,aux,read_ahead", [
-    (True, 1, False, False, None), (True, 1, True, False, 0), (True, 1, False, False, 1),
-    (False, 2 << 30, False, False, None), (True, 2 << 30, True, True, None)])
+@pytest.mark.parametrize("direct_read,batch_bytes,live,aux,read_ahead,shared", [
+    (True, 1, False, False, None, False), (True, 1, True, False, 0, False), (True, 1, False, False, 1, False),
+    (False, 2 << 30, False, False, None, False), (True, 2 << 30, True, True, None, False),
+    (True, 1, False, True, 0, True), (True, 1, True, True, None, True)])
 def test_outputs_match_plain_diffusers_however_the_blocks_were_read(demo_model_dir: Path, monkeypatch, direct_read,
-                                                                    batch_bytes, live, aux, read_ahead) -> None:
+                                                                    batch_bytes, live, aux, read_ahead,
+                                                                    shared) -> None:
     import diffusers
     import numpy as np
     from test_engine import oracle_image, request_for
 
+    from omni_console.engine import loader
     from omni_console.offload import arena_fill
 
     monkeypatch.setattr(arena_fill, "BATCH_BYTES", batch_bytes)  # 1: every block is a batch of its own
     monkeypatch.setattr(arena_fill, "READ_AHEAD_BATCHES", read_ahead)
+    monkeypatch.setattr(loader, "SHARE_READERS", shared)  # the DiT and the encoders on one reader pool
     req = request_for("flux")
     expected = oracle_image(demo_model_dir, diffusers.FluxPipeline, req)
     engine = Engine(demo_model_dir, device="cpu", direct_read=direct_read, live_replan=live, aux_in_place=aux)

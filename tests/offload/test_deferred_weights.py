@@ -104,3 +104,23 @@ def test_a_failure_in_one_submission_skips_the_reads_queued_after_it(tmp_path: P
             second.wait()  # skipped, not read
     assert stop.is_set() and landed == []
     assert weights.knows(short) and weights.knows(later)  # neither counts as filled
+
+
+def test_siblings_read_on_the_shared_pool_which_its_maker_joins(tmp_path: Path) -> None:
+    import threading
+
+    data = torch.arange(64, dtype=torch.float32)
+    weights = DeferredWeights(threads=2, share_readers=True)
+    sibling = weights.sibling()
+    sibling.own_fd(fd := _file(tmp_path, data.numpy().tobytes()))
+    target = torch.empty(64)
+    sibling.add(target, Source(fd, 0, 256, torch.float32, (64,)))
+    before = threading.active_count()
+    sibling.materialize([target])
+    assert torch.equal(target, data)
+    sibling.close()  # a sibling leaves the shared readers running
+    with weights.reader_pool() as pool:
+        assert pool.submit(lambda: 7).result() == 7
+    weights.close()  # the maker joins them
+    assert threading.active_count() <= before
+    assert not any(t.name.startswith("weights-read") for t in threading.enumerate())
