@@ -35,10 +35,10 @@ def supports_arena_load(info: ComponentInfo) -> str | None:
     return None
 
 
-def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, threads: int | None, pin: bool,
-                    reader: DeferredWeights | None = None) -> tuple[Any, HostArena]:
+def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, weights: DeferredWeights, pin: bool
+                    ) -> tuple[Any, HostArena]:
     """The component, built by transformers over a freshly read (and, with `pin`, page-locked) arena;
-    `reader` (closed here) reads it, else one of `threads` threads of its own."""
+    `weights` (an empty reader, closed here) reads it."""
     cls = component_class(info.library, info.class_name, str(info.folder))
     stored = component_locations(info)
     offsets: dict[str, int] = {}
@@ -47,7 +47,6 @@ def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, threads: int
         offsets[key] = cursor
         cursor = align_up(cursor + found.nbytes, ALIGNMENT)
     arena = HostArena(cursor, pin=False)
-    weights = reader if reader is not None else DeferredWeights(threads)
     try:
         state = {key: typed_view(arena.tensor, offsets[key], found.dtype, found.shape, contiguous_stride(found.shape))
                  for key, found in stored.items()}

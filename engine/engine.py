@@ -74,8 +74,8 @@ class LoadReport:
     milestones: dict[str, float] = field(default_factory=dict)  # seconds from the start: dits_built, dits_placed, ...
     """Where the load's time went. `read`: seconds from the start until every byte was read (the
     components built, the blocks in their arena); `arrange`: the rest (device copies, stagers,
-    hooks, the last registrations); `register`: seconds spent in `cudaHostRegister`, which runs on
-    its own thread alongside the reads, so the three add up to more than `seconds`."""
+    hooks, the last registrations); `register`: seconds spent in `cudaHostRegister`, summed over
+    the registering threads that run alongside the reads, so the three add up to more than `seconds`."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -206,8 +206,7 @@ def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> A
             if own_reader:
                 reader.close()
         if component is None and o.aux_in_place and o.host_arenas is not None and supports_arena_load(info) is None:
-            component, arena = load_into_arena(info, load_dtype(info), o.weights.threads, pin=o.registrar is None,
-                                               reader=o.weights.sibling())
+            component, arena = load_into_arena(info, load_dtype(info), o.weights.sibling(), pin=o.registrar is None)
             o.host_arenas[info.name] = arena
             if o.registrar is not None:
                 o.pinning.append(o.registrar.submit(arena.pin))

@@ -129,14 +129,13 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
     if placement.live:  # every block is packed, resident ones too
         total = sum(b.nbytes for b in plan.blocks)
 
-    told = threading.Event()
+    once = threading.Lock()  # reader threads report at once: the first to see the total tells, no other
 
     def on_pack(done: int, _total: int) -> None:
         _check_cancel(cancel)
         if progress:
             progress("DiT blocks", done, _total)
-        if blocks_read is not None and done >= _total and not told.is_set():
-            told.set()
+        if blocks_read is not None and done >= _total and once.acquire(blocking=False):
             blocks_read()
 
     _check_block_order(block_lists, plan)

@@ -167,6 +167,16 @@ class DeferredWeights:
         return PendingFill(self, [target for target, _, _ in jobs], futures, converts,
                            sum(len(view) for _, _, view in reads))
 
+    def _filled(self, targets: list[torch.Tensor], nbytes: int, since: float) -> None:
+        """A submission's reads have all landed: count them, and its targets stop waiting."""
+        with self._lock:
+            end = time.perf_counter()
+            self.bytes_read += nbytes
+            self.seconds += max(0.0, end - max(since, self._counted_until))
+            self._counted_until = end
+        for target in targets:
+            self._sources.pop(id(target), None)
+
     def forget(self, tensors: Iterable[torch.Tensor]) -> None:
         """These tensors no longer wait (their bytes are not needed here: another rank holds them)."""
         for t in tensors:
@@ -224,14 +234,7 @@ class PendingFill:
                      next((e for e in errors if e is not None), None))
         if first is not None:
             raise first
-        weights = self._weights
-        with weights._lock:
-            end = time.perf_counter()
-            weights.bytes_read += self.nbytes
-            weights.seconds += max(0.0, end - max(self._start, weights._counted_until))
-            weights._counted_until = end
-        for target in self._targets:
-            weights._sources.pop(id(target), None)
+        self._weights._filled(self._targets, self.nbytes, self._start)
         for source, scratch, start, dest, dtype in self._converts:  # after every read: a conversion needs all of it
             converted = scratch.view(source.dtype).to(dtype).view(torch.uint8)
             dest.copy_(converted[start : start + dest.numel()])

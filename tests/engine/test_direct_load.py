@@ -219,7 +219,7 @@ def test_transformers_encoders_built_over_an_arena_equal_from_pretrained(fixture
     encoders = _encoders(request.getfixturevalue(fixture))
     assert encoders
     for info in encoders:
-        model, arena = load_into_arena(info, load_dtype(info), threads=3, pin=False)
+        model, arena = load_into_arena(info, load_dtype(info), DeferredWeights(3), pin=False)
         _assert_same_module(model, load_component(info))
         base, end = arena.tensor.data_ptr(), arena.tensor.data_ptr() + arena.nbytes
         in_place = [p for p in model.parameters() if base <= p.data_ptr() < end]
@@ -238,7 +238,7 @@ def test_half_t5_keeps_transformers_dtype_rules(wan_model_dir: Path, tmp_path: P
         tensors = load_file(str(file))
         save_file({k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}, str(file))
     info = _encoders(root)[0]
-    model, arena = load_into_arena(info, load_dtype(info), threads=2, pin=False)
+    model, arena = load_into_arena(info, load_dtype(info), DeferredWeights(2), pin=False)
     plain = load_component(info)
     assert {t.dtype for t in plain.parameters()} >= {dtype}
     _assert_same_module(model, plain)
