@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from load_timeline import recording
 
 from omni_console.engine import loader
 from omni_console.engine.engine import Engine
@@ -48,8 +49,8 @@ CHUNK = 64 << 20
 # --repeat's read schedules: (batches of DiT blocks queued ahead, None = all; one reader pool for the
 # DiT and the other components, whose reads then queue between the DiT's batches)
 READ_SCHEDULES: dict[str, tuple[int | None, bool]] = {
-    "batch_by_batch": (0, False), "all_queued": (None, False),
-    "one_pool_batch_by_batch": (0, True), "one_pool_all_queued": (None, True)}
+    "batch_by_batch": (0, False), "one_ahead": (1, False), "all_queued": (None, False),
+    "one_pool_batch_by_batch": (0, True), "one_pool_one_ahead": (1, True), "one_pool_all_queued": (None, True)}
 
 
 def log(msg: str) -> None:
@@ -224,14 +225,24 @@ def h2d_rate(nbytes: int = 4 << 30) -> float:
     return nbytes / best
 
 
-def timed_load(path: Path, device: str, live: bool, direct: bool = True) -> tuple[Engine, dict[str, Any]]:
+def timed_load(path: Path, device: str, live: bool, direct: bool = True,
+               schedule: str | None = None) -> tuple[Engine, dict[str, Any]]:
+    """One `Engine.load`, with its phases, milestones and timeline (`load_timeline`); `schedule`: one of
+    READ_SCHEDULES instead of the engine's default."""
     engine = Engine(path, device=device, live_replan=live, direct_read=direct)
     prepare_s = engine.prepare()  # the classes' imports: the console does this when the model is opened
-    load = engine.load(build_policy({}, 0))
+    if schedule is not None:
+        arena_fill.READ_AHEAD_BATCHES, loader.SHARE_READERS = READ_SCHEDULES[schedule]
+    try:
+        with recording() as timeline:
+            load = engine.load(build_policy({}, 0))
+    finally:
+        arena_fill.READ_AHEAD_BATCHES, loader.SHARE_READERS = READ_AHEAD_BATCHES, SHARE_READERS
     return engine, {"seconds": load.seconds, "prepare_seconds": prepare_s,
                     "phases": load.phases, "pinned_bytes": load.pinned_bytes,
                     "components": load.components, "dit_read_seconds": load.dit_read_seconds,
-                    "milestones": load.milestones}
+                    "milestones": load.milestones, "schedule": schedule or "default",
+                    "timeline": timeline.summary()}
 
 
 def peers(path: Path) -> dict[str, Any]:
@@ -279,6 +290,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="skip the 1-thread read and register-fresh floors")
     parser.add_argument("--repeat", type=int, default=0, metavar="N",
                         help="N more warm loads with each read schedule, alternating")
+    parser.add_argument("--cold-schedules", type=lambda v: [x for x in v.split(",") if x], default=[],
+                        metavar="A,B", help="with --cold, a cold load with each of these READ_SCHEDULES too")
     parser.add_argument("--write", choices=["flux", "wan"], help="write the checkpoint to --dir first if missing")
     args = parser.parse_args()
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "dir": str(args.dir), "host": host_facts()}
@@ -320,16 +333,13 @@ def main() -> None:
     if args.repeat:  # more loads, alternating the read schedules: their medians
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in READ_SCHEDULES}
         for _ in range(args.repeat):
-            for name, (ahead, shared) in READ_SCHEDULES.items():
-                arena_fill.READ_AHEAD_BATCHES, loader.SHARE_READERS = ahead, shared
-                try:
-                    engine, run = timed_load(args.dir, args.device, False)
-                finally:
-                    arena_fill.READ_AHEAD_BATCHES, loader.SHARE_READERS = READ_AHEAD_BATCHES, SHARE_READERS
+            for name in READ_SCHEDULES:
+                engine, run = timed_load(args.dir, args.device, False, schedule=name)
                 engine.close()
                 runs[name].append(run)
                 log(f"Engine.load warm ({name}): {run['seconds']:.2f} s = {run['seconds'] / floor:.2f}x the "
-                    f"floor; milestones { {k: round(v, 2) for k, v in run['milestones'].items()} }")
+                    f"floor; milestones { {k: round(v, 2) for k, v in run['milestones'].items()} }; reads ended "
+                    f"{run['timeline']['reads_end_s']}, registering ended {run['timeline']['registers_end_s']} s")
         report["repeats"] = {name: {"seconds": [r["seconds"] for r in rows],
                                     "median_s": statistics.median(r["seconds"] for r in rows),
                                     "median_over_floor": statistics.median(r["seconds"] for r in rows) / floor,
@@ -339,13 +349,16 @@ def main() -> None:
     if args.peers and torch.cuda.is_available():
         report["peers"] = peers(args.dir)
     if args.cold:
-        drop_page_cache()
-        engine, report["load_cold"] = timed_load(args.dir, args.device, False)
-        engine.close()
         cold_floor = report["floors"]["cold_read_s"]
-        report["load_cold"]["over_cold_floor"] = report["load_cold"]["seconds"] / cold_floor
-        log(f"Engine.load cold {report['load_cold']['seconds']:.2f} s {report['load_cold']['phases']} = "
-            f"{report['load_cold']['over_cold_floor']:.2f}x the cold read ({cold_floor:.2f} s)")
+        for name in [None, *args.cold_schedules]:
+            drop_page_cache()
+            engine, run = timed_load(args.dir, args.device, False, schedule=name)
+            engine.close()
+            run["over_cold_floor"] = run["seconds"] / cold_floor
+            report["load_cold" if name is None else f"load_cold_{name}"] = run
+            log(f"Engine.load cold ({run['schedule']}) {run['seconds']:.2f} s {run['phases']} = "
+                f"{run['over_cold_floor']:.2f}x the cold read ({cold_floor:.2f} s); reads ended "
+                f"{run['timeline']['reads_end_s']}, registering ended {run['timeline']['registers_end_s']} s")
     Path(args.out).write_text(json.dumps(report, indent=2))
     log(f"wrote {args.out}")
 

@@ -1,0 +1,101 @@
+"""Where a load's time goes: bytes read per component and seconds spent page-locking, in time bins.
+
+The load reports its phases summed over threads; that cannot tell a registering thread waiting for
+reads from reads slowed by registering, or which component's reads hold the load up. This records,
+by wrapping the two functions every load goes through (benchmark only, never the engine):
+- each chunk read (`deferred_weights._read_exactly`): when it ended, its bytes, its component
+  (the folder of the file it came from);
+- each `cudaHostRegister` (`HostArena._register`): when it started and ended, its bytes.
+`summary()` bins them (100 ms by default) so one line per bin shows how the load was spent.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from omni_console.offload import deferred_weights, pinned
+
+
+class LoadTimeline:
+    """Chunk reads and registrations of one load, relative to `start`."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.reads: list[tuple[float, int, str]] = []  # (end, bytes, component)
+        self.registers: list[tuple[float, float, int]] = []  # (start, end, bytes)
+        self._lock = threading.Lock()
+
+    def summary(self, bin_s: float = 0.1) -> dict[str, Any]:
+        """GB read per component and register-busy seconds per bin, and when each component's reads ended."""
+        read_bins: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+        for end, nbytes, component in self.reads:
+            read_bins[component][int((end - self.start) / bin_s)] += nbytes / 1e9
+        busy: dict[int, float] = defaultdict(float)
+        for lo, hi, _ in self.registers:  # split each registration over the bins it spans
+            t = lo
+            while t < hi:
+                b = int((t - self.start) / bin_s)
+                edge = min(hi, self.start + (b + 1) * bin_s)
+                busy[b] += edge - t
+                t = edge
+        last = max([*(b for bins in read_bins.values() for b in bins), *busy, 0])
+        return {
+            "bin_s": bin_s,
+            "read_gb": {c: [round(bins.get(b, 0.0), 3) for b in range(last + 1)] for c, bins in read_bins.items()},
+            "register_busy_s": [round(busy.get(b, 0.0), 3) for b in range(last + 1)],
+            "reads_end_s": {c: round(max(e for e, _, comp in self.reads if comp == c) - self.start, 3)
+                            for c in read_bins},
+            "registers_end_s": round(max((hi for _, hi, _ in self.registers), default=self.start) - self.start, 3),
+            "register_calls": len(self.registers),
+        }
+
+
+def _component_of(fd: int) -> str:
+    try:
+        return os.path.basename(os.path.dirname(os.readlink(f"/proc/self/fd/{fd}")))
+    except OSError:
+        return "?"
+
+
+@contextmanager
+def recording() -> Iterator[LoadTimeline]:
+    """Record every chunk read and registration until the block ends."""
+    timeline = LoadTimeline()
+    read_exactly, register = deferred_weights._read_exactly, pinned.HostArena._register
+
+    def timed_read(fd: int, offset: int, view: memoryview) -> None:
+        read_exactly(fd, offset, view)
+        row = (time.perf_counter(), len(view), _component_of(fd))
+        with timeline._lock:
+            timeline.reads.append(row)
+
+    def timed_register(self: pinned.HostArena, ptr: int, nbytes: int) -> str | None:
+        t0 = time.perf_counter()
+        try:
+            return register(self, ptr, nbytes)
+        finally:
+            with timeline._lock:
+                timeline.registers.append((t0, time.perf_counter(), nbytes))
+
+    deferred_weights._read_exactly, pinned.HostArena._register = timed_read, timed_register
+    try:
+        yield timeline
+    finally:
+        deferred_weights._read_exactly, pinned.HostArena._register = read_exactly, register
+
+
+def one_line_per_bin(summary: dict[str, Any]) -> list[str]:
+    """The summary as text: a row per bin with GB read per component and registering seconds."""
+    comps = sorted(summary["read_gb"])
+    rows = [f"{'t':>5} " + " ".join(f"{c[:12]:>12}" for c in comps) + "  register"]
+    for b, busy in enumerate(summary["register_busy_s"]):
+        t = b * summary["bin_s"]
+        reads = " ".join(f"{summary['read_gb'][c][b]:12.2f}" for c in comps)
+        rows.append(f"{t:5.1f} {reads}  {busy:8.2f}")
+    return rows
