@@ -47,12 +47,12 @@ if [[ $what == forecast ]]; then  # whole-request forecast and --vram-budget thr
 fi
 if [[ $what == replan ]]; then  # load floors, time to ready (warm, cold, diffusers beside it), live re-plan: Flux-size
   python3 benchmarks/replan_load.py --dir /tmp/flux-size --write flux --threads 16 --replan 28 --peers \
-    --out "$OUT/replan_load.json" "$@" 2>&1 | grep -v "kept in float32" | tail -40 > "$OUT/replan.log"
+    --out "$OUT/replan_load.json" "$@" 2>&1 | grep --line-buffered -v "kept in float32" > "$OUT/replan.log"
 fi
 if [[ $what == load-wan ]]; then  # the same for the Wan2.1-14B-size checkpoint (the disk holds one of the two)
   rm -rf /tmp/flux-size
   python3 benchmarks/replan_load.py --dir /tmp/wan-size --write wan --threads 16 --peers \
-    --out "$OUT/load_wan.json" "$@" 2>&1 | grep -v "kept in float32" | tail -40 > "$OUT/load_wan.log"
+    --out "$OUT/load_wan.json" "$@" 2>&1 | grep --line-buffered -v "kept in float32" > "$OUT/load_wan.log"
 fi
 if [[ $what == ranks ]]; then  # two GPUs (kind nvidia-h200-x2): one GPU vs AllGather vs rank-local, Flux-size
   export NCCL_NVLS_ENABLE=0

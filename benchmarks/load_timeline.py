@@ -38,12 +38,9 @@ class LoadTimeline:
             read_bins[component][int((end - self.start) / bin_s)] += nbytes / 1e9
         busy: dict[int, float] = defaultdict(float)
         for lo, hi, _ in self.registers:  # split each registration over the bins it spans
-            t = lo
-            while t < hi:
-                b = int((t - self.start) / bin_s)
-                edge = min(hi, self.start + (b + 1) * bin_s)
-                busy[b] += edge - t
-                t = edge
+            lo, hi = max(lo - self.start, 0.0), max(hi - self.start, 0.0)
+            for b in range(int(lo / bin_s), int(hi / bin_s) + 1):  # whole bins: no float loop to get stuck in
+                busy[b] += max(0.0, min(hi, (b + 1) * bin_s) - max(lo, b * bin_s))
         last = max([*(b for bins in read_bins.values() for b in bins), *busy, 0])
         return {
             "bin_s": bin_s,
