@@ -290,6 +290,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="skip the 1-thread read and register-fresh floors")
     parser.add_argument("--repeat", type=int, default=0, metavar="N",
                         help="N more warm loads with each read schedule, alternating")
+    parser.add_argument("--schedules", type=lambda v: [x for x in v.split(",") if x], default=list(READ_SCHEDULES),
+                        metavar="A,B", help="--repeat's READ_SCHEDULES (default: all)")
     parser.add_argument("--cold-schedules", type=lambda v: [x for x in v.split(",") if x], default=[],
                         metavar="A,B", help="with --cold, a cold load with each of these READ_SCHEDULES too")
     parser.add_argument("--write", choices=["flux", "wan"], help="write the checkpoint to --dir first if missing")
@@ -331,9 +333,9 @@ def main() -> None:
     finally:
         engine.close()
     if args.repeat:  # more loads, alternating the read schedules: their medians
-        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in READ_SCHEDULES}
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in args.schedules}
         for _ in range(args.repeat):
-            for name in READ_SCHEDULES:
+            for name in args.schedules:
                 engine, run = timed_load(args.dir, args.device, False, schedule=name)
                 engine.close()
                 runs[name].append(run)

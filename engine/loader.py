@@ -31,7 +31,10 @@ from .trusted_classes import accepts_trust_remote_code, component_class, holds_w
 from .trusted_classes import pipeline_class as _trusted_pipeline_class
 from .weights import ModelDirError
 
-SHARE_READERS = False  # the DiT's blocks and the other components read on one pool (the load benchmark compares)
+# The DiT's blocks and the other components read on one pool: 16 readers, not 16 per component, and
+# the encoders' reads queue between the DiT's batches, so they finish early instead of last (the load
+# benchmark compares; docs/benchmarks.md)
+SHARE_READERS = True
 
 _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

@@ -24,7 +24,9 @@ from .deferred_weights import DeferredWeights, PendingFill
 from .pinned import ALIGNMENT, PAGE, HostArena, align_up
 
 BATCH_BYTES = 2 << 30  # read this much, then hand it to the registering threads
-READ_AHEAD_BATCHES: int | None = None  # batches queued beyond the one being finished (None: all)
+# Batches queued beyond the one being finished (None: all). One keeps every reader busy at a batch's
+# end (a cold disk feels an idle reader most) and leaves room in the queue for other components' reads.
+READ_AHEAD_BATCHES: int | None = 1
 REGISTER_THREADS = 4  # one registering thread falls behind 16 readers; four keep pace (docs/benchmarks.md)
 
 
