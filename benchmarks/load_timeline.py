@@ -50,7 +50,25 @@ class LoadTimeline:
                             for c in read_bins},
             "registers_end_s": round(max((hi for _, hi, _ in self.registers), default=self.start) - self.start, 3),
             "register_calls": len(self.registers),
+            "registers": [[round(lo - self.start, 3), round(hi - self.start, 3), round(n / 1e9, 3)]
+                          for lo, hi, n in sorted(self.registers)],  # (start s, end s, GB) of each call
         }
+
+
+def mapping_facts() -> dict[str, float]:
+    """This process's memory map now: how many mappings (page-locking ranges may split the arena's) and
+    how many GB sit on transparent huge pages (splitting a mapping mid huge page breaks that page up)."""
+    facts: dict[str, float] = {}
+    try:
+        with open("/proc/self/maps") as maps:
+            facts["mappings"] = sum(1 for _ in maps)
+        with open("/proc/self/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("AnonHugePages:"):
+                    facts["anon_huge_gb"] = round(int(line.split()[1]) * 1024 / 1e9, 3)
+    except OSError:
+        pass
+    return facts
 
 
 def _component_of(fd: int) -> str:

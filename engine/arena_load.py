@@ -11,6 +11,7 @@ Used on CUDA only: on a CPU the stager keeps each weight at the address the plai
 
 from __future__ import annotations
 
+from concurrent.futures import Executor, Future, wait
 from typing import Any
 
 import torch
@@ -35,10 +36,13 @@ def supports_arena_load(info: ComponentInfo) -> str | None:
     return None
 
 
-def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, weights: DeferredWeights, pin: bool
-                    ) -> tuple[Any, HostArena]:
-    """The component, built by transformers over a freshly read (and, with `pin`, page-locked) arena;
-    `weights` (an empty reader, closed here) reads it."""
+def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, weights: DeferredWeights, pin: bool,
+                    registrar: Executor | None = None) -> tuple[Any, HostArena, Future[bool] | None]:
+    """The component, built by transformers over a freshly read arena; `weights` (an empty reader,
+    closed here) reads it. With `pin` the arena is page-locked here; with a `registrar`, there, as soon
+    as its bytes are in (returned: the future of that), while transformers builds the model: building
+    a large encoder takes about as long as page-locking it, and a page-locking started only after it
+    would hold up the registrations of the DiT blocks read meanwhile (docs/benchmarks.md)."""
     cls = component_class(info.library, info.class_name, str(info.folder))
     stored = component_locations(info)
     offsets: dict[str, int] = {}
@@ -47,6 +51,7 @@ def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, weights: Def
         offsets[key] = cursor
         cursor = align_up(cursor + found.nbytes, ALIGNMENT)
     arena = HostArena(cursor, pin=False)
+    pinning: Future[bool] | None = None
     try:
         state = {key: typed_view(arena.tensor, offsets[key], found.dtype, found.shape, contiguous_stride(found.shape))
                  for key, found in stored.items()}
@@ -54,6 +59,8 @@ def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, weights: Def
         weights.materialize(state.values())
         if pin:
             arena.pin()
+        elif registrar is not None:
+            pinning = registrar.submit(arena.pin)
         config = cls.config_class.from_pretrained(str(info.folder), local_files_only=True)
         kwargs: dict[str, Any] = {"config": config, "state_dict": state, "local_files_only": True,
                                   "trust_remote_code": False}
@@ -62,6 +69,8 @@ def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, weights: Def
         with MODEL_CONSTRUCTION:
             model = cls.from_pretrained(None, **kwargs)
     except BaseException:
+        if pinning is not None:
+            wait([pinning])  # never close an arena a registration is still working on
         arena.close()
         raise
     finally:
@@ -69,5 +78,5 @@ def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, weights: Def
     model.config.name_or_path = str(info.folder)
     model.eval()
     model.requires_grad_(False)
-    return model, arena
+    return model, arena, pinning
 

@@ -209,10 +209,11 @@ def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> A
             if own_reader:
                 reader.close()
         if component is None and o.aux_in_place and o.host_arenas is not None and supports_arena_load(info) is None:
-            component, arena = load_into_arena(info, load_dtype(info), o.weights.sibling(), pin=o.registrar is None)
+            component, arena, pinning = load_into_arena(info, load_dtype(info), o.weights.sibling(),
+                                                        pin=o.registrar is None, registrar=o.registrar)
             o.host_arenas[info.name] = arena
-            if o.registrar is not None:
-                o.pinning.append(o.registrar.submit(arena.pin))
+            if pinning is not None:
+                o.pinning.append(pinning)
         if component is None and o.log is not None and info.files:  # tokenizers, schedulers: nothing to say
             o.log(f"{info.name}: read by from_pretrained, not straight into place: {why}")
     if component is None:

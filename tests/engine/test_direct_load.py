@@ -219,12 +219,86 @@ def test_transformers_encoders_built_over_an_arena_equal_from_pretrained(fixture
     encoders = _encoders(request.getfixturevalue(fixture))
     assert encoders
     for info in encoders:
-        model, arena = load_into_arena(info, load_dtype(info), DeferredWeights(3), pin=False)
+        model, arena, _ = load_into_arena(info, load_dtype(info), DeferredWeights(3), pin=False)
         _assert_same_module(model, load_component(info))
         base, end = arena.tensor.data_ptr(), arena.tensor.data_ptr() + arena.nbytes
         in_place = [p for p in model.parameters() if base <= p.data_ptr() < end]
         assert len(in_place) == len(list(model.parameters()))  # built over the arena, not copied
         arena.close()
+
+
+class _Recorded:
+    """A stand-in for the construction lock that notes when transformers starts building (and can fail)."""
+
+    def __init__(self, order: list[str], fail: bool = False, on_enter: threading.Event | None = None) -> None:
+        self.order, self.fail, self.on_enter = order, fail, on_enter
+
+    def __enter__(self) -> None:
+        self.order.append("build")
+        if self.on_enter is not None:
+            self.on_enter.set()
+        if self.fail:
+            raise RuntimeError("construction failed")
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def test_an_encoder_arena_is_page_locked_on_the_registrar_before_its_model_is_built(
+        wan_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large encoder takes about as long to build as to page-lock: the page-locking starts on the
+    registrar once the bytes are in, not after the build (which held up the DiT's registrations)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from omni_console.engine import arena_load
+    from omni_console.offload.pinned import HostArena
+
+    order: list[str] = []
+
+    class Registrar(ThreadPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+            order.append("submitted")
+            return super().submit(fn, *args, **kwargs)
+
+    pin = HostArena.pin
+    monkeypatch.setattr(HostArena, "pin", lambda self: (order.append("pin"), pin(self))[1])
+    monkeypatch.setattr(arena_load, "MODEL_CONSTRUCTION", _Recorded(order))
+    info = _encoders(wan_model_dir)[0]
+    with Registrar(1) as registrar:
+        model, arena, pinning = arena_load.load_into_arena(info, load_dtype(info), DeferredWeights(2), pin=False,
+                                                           registrar=registrar)
+        assert pinning is not None
+        pinning.result()
+    assert order[0] == "submitted" and sorted(order[1:]) == ["build", "pin"]  # beside the build, not after it
+    assert arena.pinned == torch.cuda.is_available()
+    _assert_same_module(model, load_component(info))
+    arena.close()
+
+
+def test_a_failed_encoder_build_closes_its_arena_only_after_the_page_locking_ends(
+        wan_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from omni_console.engine import arena_load
+    from omni_console.offload.pinned import HostArena
+
+    order: list[str] = []
+    submitted = threading.Event()
+
+    def slow_pin(self: HostArena) -> bool:
+        submitted.wait(5)
+        threading.Event().wait(0.2)  # still page-locking when the build fails
+        order.append("pinned")
+        return False
+
+    close = HostArena.close
+    monkeypatch.setattr(HostArena, "pin", slow_pin)
+    monkeypatch.setattr(HostArena, "close", lambda self: (order.append("closed"), close(self))[1])
+    monkeypatch.setattr(arena_load, "MODEL_CONSTRUCTION", _Recorded(order, fail=True, on_enter=submitted))
+    info = _encoders(wan_model_dir)[0]
+    with ThreadPoolExecutor(1) as registrar, pytest.raises(RuntimeError, match="construction failed"):
+        arena_load.load_into_arena(info, load_dtype(info), DeferredWeights(2), pin=False, registrar=registrar)
+    assert order[:3] == ["build", "pinned", "closed"]  # the build failed first, the arena closed last
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -238,7 +312,7 @@ def test_half_t5_keeps_transformers_dtype_rules(wan_model_dir: Path, tmp_path: P
         tensors = load_file(str(file))
         save_file({k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}, str(file))
     info = _encoders(root)[0]
-    model, arena = load_into_arena(info, load_dtype(info), DeferredWeights(2), pin=False)
+    model, arena, _ = load_into_arena(info, load_dtype(info), DeferredWeights(2), pin=False)
     plain = load_component(info)
     assert {t.dtype for t in plain.parameters()} >= {dtype}
     _assert_same_module(model, plain)
