@@ -18,6 +18,7 @@ Files are opened with the same checks as every other read (regular files inside 
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from collections.abc import Iterable
@@ -28,6 +29,7 @@ from typing import Any
 import torch
 
 from ..offload.deferred_weights import DeferredWeights, Source
+from ..offload.pinned import ALIGNMENT, HostArena, align_up, contiguous_stride, typed_view
 from .construction_lock import MODEL_CONSTRUCTION
 from .discovery import ComponentInfo
 from .safe_paths import open_regular
@@ -125,32 +127,50 @@ def build_deferred(info: ComponentInfo, dtype: torch.dtype | None, weights: Defe
                    ) -> tuple[torch.nn.Module | None, str]:
     """The model with every state-dict tensor an empty host tensor whose source is registered in
     `weights`; (None, why) when this checkpoint needs `from_pretrained`'s own handling."""
+    model, why, _ = _build_deferred(info, dtype, weights, in_arena=False)
+    return model, why
+
+
+def build_deferred_in_arena(info: ComponentInfo, dtype: torch.dtype | None, weights: DeferredWeights
+                            ) -> tuple[torch.nn.Module | None, str, HostArena | None]:
+    """As `build_deferred`, every weight a view into one host arena (returned, not page-locked): read
+    in place, that arena is a staged encoder's or VAE's master as it is, so placement neither copies
+    the component into a master of its own nor page-locks it at the end of the load (CUDA only: see
+    `engine.arena_load`)."""
+    return _build_deferred(info, dtype, weights, in_arena=True)
+
+
+def _build_deferred(info: ComponentInfo, dtype: torch.dtype | None, weights: DeferredWeights, in_arena: bool
+                    ) -> tuple[torch.nn.Module | None, str, HostArena | None]:
     cls, why = _direct_class(info)
     if cls is None:
-        return None, why
+        return None, why, None
     config, unused = cls.load_config(str(info.folder), return_unused_kwargs=True, local_files_only=True)
     if config.get("quantization_config") is not None:
-        return None, "quantized checkpoint"
+        return None, "quantized checkpoint", None
     stored = component_locations(info)
     model = _build_empty(cls, config, unused, dtype)
     state = model.state_dict(keep_vars=True)
     for key, tensor in state.items():
         found = stored.get(key)
         if found is None:
-            return None, f"the checkpoint has no {key!r:.80} (diffusers renames or fills it on load)"
+            return None, f"the checkpoint has no {key!r:.80} (diffusers renames or fills it on load)", None
         if tuple(tensor.shape) != found.shape:
-            return None, f"{key!r:.80} is {list(found.shape)} in the checkpoint, {list(tensor.shape)} in the model"
+            return (None, f"{key!r:.80} is {list(found.shape)} in the checkpoint, {list(tensor.shape)} in the model",
+                    None)
     keep_fp32 = list(getattr(cls, "_keep_in_fp32_modules", None) or [])
-    empties = _empty_host_tensors(model, state, stored, dtype, keep_fp32)
+    empties, arena = _empty_host_tensors(model, state, stored, dtype, keep_fp32, in_arena)
     try:
         add_sources(weights, ((empty, stored[key]) for key, empty in empties.items()))
     except BaseException:
         weights.close()
+        if arena is not None:
+            arena.close()
         raise
     model.register_to_config(_name_or_path=str(info.folder))
     model.eval()
     model.requires_grad_(False)
-    return model, ""
+    return model, "", arena
 
 
 def _build_empty(cls: type, config: dict, unused: dict, dtype: torch.dtype | None) -> torch.nn.Module:
@@ -170,11 +190,13 @@ def _build_empty(cls: type, config: dict, unused: dict, dtype: torch.dtype | Non
 
 
 def _empty_host_tensors(model: torch.nn.Module, state: dict[str, torch.Tensor], stored: dict[str, StoredTensor],
-                        dtype: torch.dtype | None, keep_fp32: list[str]) -> dict[str, torch.Tensor]:
+                        dtype: torch.dtype | None, keep_fp32: list[str], in_arena: bool
+                        ) -> tuple[dict[str, torch.Tensor], HostArena | None]:
     """Put an empty (allocated, unwritten) host tensor of the load dtype in place of every state-dict
-    tensor, keeping tied ones tied; returns one key per distinct new tensor."""
-    replaced: dict[int, torch.Tensor] = {}
-    first_key: dict[str, torch.Tensor] = {}
+    tensor, keeping tied ones tied; returns one key per distinct new tensor, and with `in_arena` the
+    arena they all view (each tensor at an aligned offset, in state-dict order)."""
+    slots: list[tuple[dict[str, Any], str, int]] = []  # (module table, name, id of the tensor it held)
+    wanted: dict[int, tuple[str, torch.dtype, bool]] = {}  # id -> (first key, load dtype, is a parameter)
     in_state = {id(t) for t in state.values()}
     for prefix, module in model.named_modules():
         for table in (module._parameters, module._buffers):
@@ -182,16 +204,29 @@ def _empty_host_tensors(model: torch.nn.Module, state: dict[str, torch.Tensor], 
                 key = f"{prefix}.{name}" if prefix else name
                 if old is None or id(old) not in in_state or key not in state:
                     continue
-                new = replaced.get(id(old))
-                if new is None:
+                if id(old) not in wanted:
                     found = stored[key]
-                    want = _load_dtype(key, found.dtype, old.dtype, dtype, keep_fp32)
-                    data = torch.empty(found.shape, dtype=want)
-                    new = torch.nn.Parameter(data, requires_grad=False) if table is module._parameters else data
-                    replaced[id(old)] = new
-                    first_key[key] = new
-                table[name] = new
-    return first_key
+                    wanted[id(old)] = key, _load_dtype(key, found.dtype, old.dtype, dtype, keep_fp32), \
+                        table is module._parameters
+                slots.append((table, name, id(old)))
+    arena, offsets = None, {}
+    if in_arena:
+        cursor = 0
+        for old_id, (key, want, _) in wanted.items():
+            offsets[old_id] = cursor
+            cursor = align_up(cursor + math.prod(stored[key].shape) * want.itemsize, ALIGNMENT)
+        arena = HostArena(cursor, pin=False)
+    replaced: dict[int, torch.Tensor] = {}
+    first_key: dict[str, torch.Tensor] = {}
+    for old_id, (key, want, is_parameter) in wanted.items():
+        shape = stored[key].shape
+        data = (torch.empty(shape, dtype=want) if arena is None
+                else typed_view(arena.tensor, offsets[old_id], want, shape, contiguous_stride(shape)))
+        replaced[old_id] = torch.nn.Parameter(data, requires_grad=False) if is_parameter else data
+        first_key[key] = replaced[old_id]
+    for table, name, old_id in slots:
+        table[name] = replaced[old_id]
+    return first_key, arena
 
 
 def _load_dtype(key: str, stored: torch.dtype, in_model: torch.dtype, dtype: torch.dtype | None,

@@ -25,7 +25,7 @@ from ..offload.errors import ConfigError
 from ..offload.pinned import HostArena
 from .arena_load import load_into_arena, supports_arena_load
 from .construction_lock import MODEL_CONSTRUCTION
-from .direct_load import build_deferred
+from .direct_load import build_deferred, build_deferred_in_arena
 from .discovery import ComponentInfo, ModelInfo
 from .trusted_classes import accepts_trust_remote_code, component_class, holds_weights
 from .trusted_classes import pipeline_class as _trusted_pipeline_class
@@ -201,13 +201,26 @@ def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> A
     started = time.perf_counter()
     if o.weights is not None and (info.role == "dit" or o.aux_in_place):
         reader = o.weights.sibling() if own_reader else o.weights
+        # an encoder or VAE read beside the DiT's blocks: into an arena, its staged master as it is
+        in_arena = own_reader and info.role != "dit" and o.host_arenas is not None and o.registrar is not None
+        arena: HostArena | None = None
         try:
-            component, why = build_deferred(info, load_dtype(info), reader)
+            if in_arena:
+                component, why, arena = build_deferred_in_arena(info, load_dtype(info), reader)
+            else:
+                component, why = build_deferred(info, load_dtype(info), reader)
             if component is not None and own_reader:
                 reader.materialize_module(component)
+        except BaseException:
+            if arena is not None:
+                arena.close()
+            raise
         finally:
             if own_reader:
                 reader.close()
+        if arena is not None and o.host_arenas is not None and o.registrar is not None:
+            o.host_arenas[info.name] = arena
+            o.pinning.append(o.registrar.submit(arena.pin))
         if component is None and o.aux_in_place and o.host_arenas is not None and supports_arena_load(info) is None:
             component, arena, pinning = load_into_arena(info, load_dtype(info), o.weights.sibling(),
                                                         pin=o.registrar is None, registrar=o.registrar)

@@ -345,6 +345,33 @@ def test_encoders_built_beside_the_dit_reads_equal_the_ordered_load(demo_model_d
         overlapped.close()
 
 
+def test_a_vae_read_beside_the_dit_reads_is_read_into_an_arena_that_is_its_master(demo_model_dir: Path) -> None:
+    """A diffusers VAE (or encoder) built on the worker is read into one arena, page-locked on the
+    registrar: placement uses it as the staged master instead of copying every weight at the end."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from omni_console.engine.loader import start_loading
+
+    model = discover_model(demo_model_dir)
+    arenas: dict = {}
+    weights = DeferredWeights(2, share_readers=True)
+    with ThreadPoolExecutor(1) as registrar, ThreadPoolExecutor(1) as others_on:
+        loading = start_loading(model, weights=weights, aux_in_place=True, host_arenas=arenas, registrar=registrar,
+                                others_on=others_on)
+        weights.materialize_module(loading.dits["transformer"])
+        pipe = loading.finish()
+    weights.close()
+    assert "vae" in arenas and len(loading.pinning) == len(arenas)
+    arena = arenas["vae"]
+    base, end = arena.tensor.data_ptr(), arena.tensor.data_ptr() + arena.nbytes
+    vae = pipe.vae
+    assert all(base <= t.data_ptr() < end for t in [*vae.parameters(), *vae.buffers()] if t.numel())
+    plain = load_component(next(i for i in model.components if i.name == "vae"))
+    _assert_same_module(vae, plain)
+    for a in arenas.values():
+        a.close()
+
+
 def test_an_encoder_failing_beside_the_dit_reads_fails_the_load_and_releases(demo_model_dir: Path,
                                                                              tmp_path: Path) -> None:
     root = tmp_path / "demo"
