@@ -12,9 +12,10 @@ by wrapping the two functions every load goes through (benchmark only, never the
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -30,6 +31,7 @@ class LoadTimeline:
         self.reads: list[tuple[float, int, str]] = []  # (end, bytes, component)
         self.registers: list[tuple[float, float, int]] = []  # (start, end, bytes)
         self._lock = threading.Lock()
+        self.samples: list[tuple[float, str]] = []  # (time, where the loading thread was) while sampling
 
     def summary(self, bin_s: float = 0.1) -> dict[str, Any]:
         """GB read per component and register-busy seconds per bin, and when each component's reads ended."""
@@ -52,7 +54,31 @@ class LoadTimeline:
             "register_calls": len(self.registers),
             "registers": [[round(lo - self.start, 3), round(hi - self.start, 3), round(n / 1e9, 3)]
                           for lo, hi, n in sorted(self.registers)],  # (start s, end s, GB) of each call
+            "loading_thread": self.where(),
         }
+
+    def where(self, bin_s: float = 0.05) -> list[list[Any]]:
+        """Per bin of the sampled span: the loading thread's three most frequent places and their counts."""
+        bins: dict[int, Counter[str]] = defaultdict(Counter)
+        for t, place in self.samples:
+            bins[int((t - self.start) / bin_s)][place] += 1
+        return [[round(b * bin_s, 2), bins[b].most_common(3)] for b in sorted(bins)]
+
+
+def _place(frame: Any, depth: int = 4) -> str:
+    """The innermost `depth` frames as file:function, innermost first."""
+    parts = []
+    while frame is not None and len(parts) < depth:
+        parts.append(f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}")
+        frame = frame.f_back
+    return " < ".join(parts)
+
+
+def _sample(timeline: LoadTimeline, ident: int, stop: threading.Event, every_s: float, until_s: float) -> None:
+    while not stop.wait(every_s) and time.perf_counter() - timeline.start < until_s:
+        frame = sys._current_frames().get(ident)
+        if frame is not None:
+            timeline.samples.append((time.perf_counter(), _place(frame)))
 
 
 def mapping_facts() -> dict[str, float]:
@@ -79,9 +105,14 @@ def _component_of(fd: int) -> str:
 
 
 @contextmanager
-def recording() -> Iterator[LoadTimeline]:
-    """Record every chunk read and registration until the block ends."""
+def recording(sample_s: float = 0.0) -> Iterator[LoadTimeline]:
+    """Record every chunk read and registration until the block ends, and with `sample_s` where the
+    calling (loading) thread is, every 5 ms for its first `sample_s` seconds."""
     timeline = LoadTimeline()
+    stop = threading.Event()
+    if sample_s > 0:
+        threading.Thread(target=_sample, args=(timeline, threading.get_ident(), stop, 0.005, sample_s),
+                         daemon=True).start()
     read_exactly, register = deferred_weights._read_exactly, pinned.HostArena._register
 
     def timed_read(fd: int, offset: int, view: memoryview) -> None:
@@ -102,6 +133,7 @@ def recording() -> Iterator[LoadTimeline]:
     try:
         yield timeline
     finally:
+        stop.set()
         deferred_weights._read_exactly, pinned.HostArena._register = read_exactly, register
 
 

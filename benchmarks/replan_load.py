@@ -41,8 +41,8 @@ from omni_console.engine import loader
 from omni_console.engine.engine import Engine
 from omni_console.engine.loader import SHARE_READERS
 from omni_console.offload import arena_fill, pinned
-from omni_console.offload.arena_fill import PINNED_REGION_STEP, READ_AHEAD_BATCHES
-from omni_console.offload.pinned import HUGE_PAGE, PAGE, HostArena
+from omni_console.offload.arena_fill import READ_AHEAD_BATCHES
+from omni_console.offload.pinned import HUGE_PAGE, HostArena
 from omni_console.offload.policy import build_policy
 
 CHUNK = 64 << 20
@@ -52,9 +52,12 @@ READ_SCHEDULES: dict[str, tuple[int | None, bool]] = {
     "batch_by_batch": (0, False), "one_ahead": (1, False), "all_queued": (None, False),
     "one_pool_batch_by_batch": (0, True), "one_pool_one_ahead": (1, True), "one_pool_all_queued": (None, True)}
 
-# --aligns: where each page-locked block region starts (a 4 KiB page, the default; or a 2 MiB huge page,
-# so that no registration's edge cuts a transparent huge page)
-ALIGNS = {"page": PAGE, "huge": HUGE_PAGE}
+# --variants: engine switches flipped for a load (module, attribute, value); "default" flips none
+VARIANTS: dict[str, list[tuple[Any, str, Any]]] = {
+    "default": [],
+    "huge_regions": [(arena_fill, "PINNED_REGION_STEP", HUGE_PAGE)],  # block regions never cut a huge page
+    "dit_empties": [(loader, "DIT_IN_ARENA", False)],  # a DiT's weights in empty tensors of their own
+}
 
 
 def log(msg: str) -> None:
@@ -229,27 +232,30 @@ def h2d_rate(nbytes: int = 4 << 30) -> float:
     return nbytes / best
 
 
-def timed_load(path: Path, device: str, live: bool, direct: bool = True,
-               schedule: str | None = None, align: str = "page") -> tuple[Engine, dict[str, Any]]:
+def timed_load(path: Path, device: str, live: bool, direct: bool = True, schedule: str | None = None,
+               variant: str = "default", sample_s: float = 0.0) -> tuple[Engine, dict[str, Any]]:
     """One `Engine.load`, with its phases, milestones, timeline (`load_timeline`) and the memory map
-    before and after; `schedule`: one of READ_SCHEDULES instead of the engine's default; `align`: where
-    page-locked block regions start (ALIGNS)."""
+    before and after; `schedule`: one of READ_SCHEDULES instead of the engine's default; `variant`:
+    one of VARIANTS; `sample_s`: where the loading thread was in its first seconds."""
     engine = Engine(path, device=device, live_replan=live, direct_read=direct)
     prepare_s = engine.prepare()  # the classes' imports: the console does this when the model is opened
     if schedule is not None:
         arena_fill.READ_AHEAD_BATCHES, loader.SHARE_READERS = READ_SCHEDULES[schedule]
-    arena_fill.PINNED_REGION_STEP = ALIGNS[align]
+    saved = [(module, name, getattr(module, name)) for module, name, _ in VARIANTS[variant]]
+    for module, name, value in VARIANTS[variant]:
+        setattr(module, name, value)
     before = mapping_facts()
     try:
-        with recording() as timeline:
+        with recording(sample_s) as timeline:
             load = engine.load(build_policy({}, 0))
     finally:
         arena_fill.READ_AHEAD_BATCHES, loader.SHARE_READERS = READ_AHEAD_BATCHES, SHARE_READERS
-        arena_fill.PINNED_REGION_STEP = PINNED_REGION_STEP
+        for module, name, value in saved:
+            setattr(module, name, value)
     return engine, {"seconds": load.seconds, "prepare_seconds": prepare_s,
                     "phases": load.phases, "pinned_bytes": load.pinned_bytes,
                     "components": load.components, "dit_read_seconds": load.dit_read_seconds,
-                    "milestones": load.milestones, "schedule": schedule or "default", "align": align,
+                    "milestones": load.milestones, "schedule": schedule or "default", "variant": variant,
                     "maps_before": before, "maps_after": mapping_facts(), "timeline": timeline.summary()}
 
 
@@ -286,8 +292,8 @@ def peers(path: Path) -> dict[str, Any]:
     return out
 
 
-def _kind(schedule: str, align: str) -> str:
-    return schedule if align == "page" else f"{schedule}+{align}"
+def _kind(schedule: str, variant: str) -> str:
+    return schedule if variant == "default" else f"{schedule}+{variant}"
 
 
 def main() -> None:
@@ -304,10 +310,12 @@ def main() -> None:
                         help="N more warm loads with each read schedule, alternating")
     parser.add_argument("--schedules", type=lambda v: [x for x in v.split(",") if x], default=list(READ_SCHEDULES),
                         metavar="A,B", help="--repeat's READ_SCHEDULES (default: all)")
-    parser.add_argument("--aligns", type=lambda v: [x for x in v.split(",") if x], default=["page"],
-                        metavar="A,B", help="--repeat's block region alignments (ALIGNS; default: page)")
-    parser.add_argument("--first-align", choices=list(ALIGNS), default="page",
-                        help="the first load's block region alignment (ALIGNS)")
+    parser.add_argument("--variants", type=lambda v: [x for x in v.split(",") if x], default=["default"],
+                        metavar="A,B", help="--repeat's engine VARIANTS (default: default)")
+    parser.add_argument("--first-variant", choices=list(VARIANTS), default="default",
+                        help="the first load's engine variant (VARIANTS)")
+    parser.add_argument("--sample", type=float, default=0.0, metavar="S",
+                        help="sample where the first load's thread is during its first S seconds")
     parser.add_argument("--cold-schedules", type=lambda v: [x for x in v.split(",") if x], default=[],
                         metavar="A,B", help="with --cold, a cold load with each of these READ_SCHEDULES too")
     parser.add_argument("--write", choices=["flux", "wan"], help="write the checkpoint to --dir first if missing")
@@ -322,7 +330,8 @@ def main() -> None:
     settle_page_cache(files_of(args.dir), args.threads)
     report["floors"] = floors(files_of(args.dir), args.threads, args.cold, args.quick)
     floor = report["floors"]["floor_s"]
-    engine, report["load"] = timed_load(args.dir, args.device, args.replan is not None, align=args.first_align)
+    engine, report["load"] = timed_load(args.dir, args.device, args.replan is not None, variant=args.first_variant,
+                                        sample_s=args.sample)
     report["load"]["over_floor"] = report["load"]["seconds"] / floor
     log(f"classes imported (Engine.prepare, before the load as in the console) in "
         f"{report['load']['prepare_seconds']:.2f} s")
@@ -330,9 +339,9 @@ def main() -> None:
         f"{report['load']['over_floor']:.2f}x the floor ({floor:.2f} s); components "
         f"{ {k: round(v, 2) for k, v in report['load']['components'].items()} }, DiT reads "
         f"{report['load']['dit_read_seconds']:.2f} s; milestones "
-        f"{ {k: round(v, 2) for k, v in report['load']['milestones'].items()} }; align {args.first_align}, maps "
+        f"{ {k: round(v, 2) for k, v in report['load']['milestones'].items()} }; variant {args.first_variant}, maps "
         f"{report['load']['maps_before']} -> {report['load']['maps_after']}; registrations (start, end, GB) "
-        f"{report['load']['timeline']['registers']}")
+        f"{report['load']['timeline']['registers']}; loading thread {report['load']['timeline']['loading_thread']}")
     try:
         if args.replan is not None:
             rate = h2d_rate()
@@ -351,15 +360,16 @@ def main() -> None:
     finally:
         engine.close()
     if args.repeat:  # more loads, alternating the read schedules: their medians
-        kinds = [(name, align) for name in args.schedules for align in args.aligns]
+        kinds = [(name, variant) for name in args.schedules for variant in args.variants]
         runs: dict[str, list[dict[str, Any]]] = {_kind(*k): [] for k in kinds}
         for _ in range(args.repeat):
-            for name, align in kinds:
-                engine, run = timed_load(args.dir, args.device, False, schedule=name, align=align)
+            for name, variant in kinds:
+                engine, run = timed_load(args.dir, args.device, False, schedule=name, variant=variant)
                 engine.close()
-                runs[_kind(name, align)].append(run)
-                log(f"Engine.load warm ({_kind(name, align)}): {run['seconds']:.2f} s = {run['seconds'] / floor:.2f}x "
-                    f"the floor; milestones { {k: round(v, 2) for k, v in run['milestones'].items()} }; reads ended "
+                runs[_kind(name, variant)].append(run)
+                log(f"Engine.load warm ({_kind(name, variant)}): {run['seconds']:.2f} s = "
+                    f"{run['seconds'] / floor:.2f}x the floor; milestones "
+                    f"{ {k: round(v, 2) for k, v in run['milestones'].items()} }; reads ended "
                     f"{run['timeline']['reads_end_s']}, registering ended {run['timeline']['registers_end_s']} s; "
                     f"maps {run['maps_before']} -> {run['maps_after']}")
         report["repeats"] = {name: {"seconds": [r["seconds"] for r in rows],

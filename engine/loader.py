@@ -35,6 +35,10 @@ from .weights import ModelDirError
 # the encoders' reads queue between the DiT's batches, so they finish early instead of last (the load
 # benchmark compares; docs/benchmarks.md)
 SHARE_READERS = True
+# A DiT's weights as views into one arena that is never written where its blocks are (they are read
+# into the streamer's arena): one mapping, where a thousand empty tensors made a thousand, each one
+# then unmapped while the blocks' reads fault pages in (CUDA loads only, like `aux_in_place`)
+DIT_IN_ARENA = True
 
 _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -202,7 +206,9 @@ def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> A
     if o.weights is not None and (info.role == "dit" or o.aux_in_place):
         reader = o.weights.sibling() if own_reader else o.weights
         # an encoder or VAE read beside the DiT's blocks: into an arena, its staged master as it is
-        in_arena = own_reader and info.role != "dit" and o.host_arenas is not None and o.registrar is not None
+        staged_from_arena = own_reader and info.role != "dit"
+        in_arena = (o.aux_in_place and o.host_arenas is not None and o.registrar is not None
+                    and (staged_from_arena or (info.role == "dit" and DIT_IN_ARENA)))
         arena: HostArena | None = None
         try:
             if in_arena:
@@ -218,9 +224,10 @@ def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> A
         finally:
             if own_reader:
                 reader.close()
-        if arena is not None and o.host_arenas is not None and o.registrar is not None:
+        if arena is not None and staged_from_arena and o.host_arenas is not None and o.registrar is not None:
             o.host_arenas[info.name] = arena
             o.pinning.append(o.registrar.submit(arena.pin))
+        # a DiT's arena object goes now; the views of its weights that are read there keep the memory
         if component is None and o.aux_in_place and o.host_arenas is not None and supports_arena_load(info) is None:
             component, arena, pinning = load_into_arena(info, load_dtype(info), o.weights.sibling(),
                                                         pin=o.registrar is None, registrar=o.registrar)
