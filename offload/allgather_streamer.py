@@ -15,15 +15,17 @@ On a CPU (gloo) the copies and gathers are synchronous; the bytes are the same.
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from .arena_fill import byte_progress
+from .arena_fill import BATCH_BYTES, REGISTER_THREADS, byte_progress
 from .block_packing import Block, pack_block, plan_block, reject_shared_ranges
 from .devices import current_stream, new_stream, stream_context
-from .pinned import HostArena, align_up
+from .pinned import ALIGNMENT, PAGE, HostArena, align_up
 from .sharding import SHARD_BUFFERS, Shard
 from .streamer import LayerwiseStreamer
 
@@ -64,26 +66,29 @@ class AllGatherStreamer(LayerwiseStreamer):
         for b in packed:
             plan_block(b, claims, self.device, knows)
         reject_shared_ranges(claims)
+        deferred = any(p.deferred for b in packed for p in b.pieces)
+        step = PAGE if self._pin and deferred else ALIGNMENT  # pinned shard by shard: no two share a page
         cursor = 0
         for b in packed:
             shard = Shard(b.region_nbytes, self.world, self.rank)
             self._shards[b.name] = (shard, cursor)
-            cursor = align_up(cursor + shard.size)
+            cursor = align_up(cursor + shard.size, step)
         self._arena = HostArena(cursor, pin=False)
         for b in packed:  # the last rank's padding is zeros, as vLLM-Omni pads (gaps between tensors are never read)
             shard, offset = self._shards[b.name]
             self._arena.tensor[offset + shard.stop - shard.start : offset + shard.size].zero_()
-        reads: list[tuple[torch.Tensor, int, torch.Tensor]] = []
+        reads: list[list[tuple[torch.Tensor, int, torch.Tensor]]] = []  # per block
         skipped: list[torch.Tensor] = []
         for b in packed:
             shard, offset = self._shards[b.name]
             dest = self._arena.tensor[offset : offset + shard.size]
+            reads.append([])
             for p in b.pieces:
                 if not p.deferred or p.binding is None:
                     continue
                 lo, hi = max(p.offset, shard.start), min(p.offset + p.nbytes, shard.stop)
                 if lo < hi:
-                    reads.append((p.binding.target, lo - p.offset, dest[lo - shard.start : hi - shard.start]))
+                    reads[-1].append((p.binding.target, lo - p.offset, dest[lo - shard.start : hi - shard.start]))
                 else:
                     skipped.append(p.binding.target)
             if any(not p.deferred for p in b.pieces):
@@ -91,17 +96,49 @@ class AllGatherStreamer(LayerwiseStreamer):
                 b.region_offset = 0
                 pack_block(b, whole, self.device)  # the whole region on the host, then only our shard is kept
                 dest[: shard.stop - shard.start].copy_(whole[shard.start : shard.stop])
-        if reads:
-            assert self._weights is not None
-            total = sum(b.tensor_bytes for b in packed)
-            self._weights.fill_parts(reads, byte_progress(total, self._progress, scale=self.world))
+        if deferred:
+            self._read_in_batches(packed, reads)
+        elif self._pin:
+            self._arena.pin()
         for b in packed:
             if not b.packed:
                 pack_block(b, self._arena.tensor, self.device)  # all read above: re-points the tensors only
         if self._weights is not None:
             self._weights.forget(skipped)
-        if self._pin:
-            self._arena.pin()
+
+    def _read_in_batches(self, packed: list[Block], reads: list[list[tuple[torch.Tensor, int, torch.Tensor]]]
+                         ) -> None:
+        """The shards' reads, about 2 GB at a time on one reader pool; with pinning, each batch's shards
+        are page-locked on other threads (each shard its own range) while the next batch is read, as
+        `arena_fill` does on one GPU: the load costs about the longer of the two, not their sum."""
+        assert self._weights is not None
+        landed = byte_progress(sum(b.tensor_bytes for b in packed), self._progress, scale=self.world)
+        pending: list[Future[bool]] = []
+        with ThreadPoolExecutor(REGISTER_THREADS, thread_name_prefix="arena-register") as registrar:
+            try:
+                with self._weights.reader_pool() as readers:
+                    for batch in self._batches(packed):
+                        jobs = [job for i in batch for job in reads[i]]
+                        if jobs:
+                            self._weights.submit_parts(jobs, readers, threading.Event(), landed).wait()
+                        if self._pin:
+                            ranges = [(offset, offset + shard.size)
+                                      for shard, offset in (self._shards[packed[i].name] for i in batch)]
+                            pending.append(registrar.submit(self._arena.pin_ranges, ranges))
+            finally:
+                wait(pending)  # never close an arena a registration is still working on
+
+    def _batches(self, packed: list[Block]) -> list[list[int]]:
+        """Block indices in runs of about `BATCH_BYTES` of this rank's shards."""
+        out: list[list[int]] = [[]]
+        size = 0
+        for i, b in enumerate(packed):
+            if size >= BATCH_BYTES:
+                out.append([])
+                size = 0
+            out[-1].append(i)
+            size += self._shards[b.name][0].size
+        return out
 
     def _slot_nbytes(self) -> int:
         return max((self._shards[b.name][0].gathered for b in self._streamed), default=0)
