@@ -133,6 +133,23 @@ def test_a_file_truncated_after_discovery_fails_the_load_and_releases(demo_model
     assert engine.state == EngineState.FAILED and engine.placement is None
 
 
+def test_a_dit_failing_while_the_encoders_are_read_fails_the_load_and_releases(
+        demo_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from omni_console.engine import loader
+
+    monkeypatch.setattr(loader, "OTHERS_DURING_DIT_BUILD", True)
+    root = tmp_path / "demo"
+    shutil.copytree(demo_model_dir, root)
+    engine = Engine(root, device="cpu", aux_in_place=True)
+    file = max((root / "transformer").glob("*.safetensors"), key=lambda p: p.stat().st_size)
+    with open(file, "r+b") as handle:
+        handle.truncate(file.stat().st_size - 4096)
+    with pytest.raises(ModelDirError, match=f"{file.name}.*outside the file"):
+        engine.load(build_policy(mode="dlo"))
+    assert engine.state == EngineState.FAILED and engine.placement is None and engine.pipe is None
+    assert not [t for t in threading.enumerate() if t.name.startswith(("component-load", "arena-register"))]
+
+
 def _header_file(path: Path, header: bytes, data: bytes = b"") -> Path:
     path.write_bytes(struct.pack("<Q", len(header)) + header + data)
     return path
@@ -319,9 +336,15 @@ def test_half_t5_keeps_transformers_dtype_rules(wan_model_dir: Path, tmp_path: P
     arena.close()
 
 
-def test_encoders_built_beside_the_dit_reads_equal_the_ordered_load(demo_model_dir: Path) -> None:
-    """The CUDA load order (encoders and VAE built on a worker while the blocks are read) gives the
-    same modules, dtypes and bytes as building everything in order, and says when each part ended."""
+@pytest.mark.parametrize("during_dit_build", [False, True])
+def test_encoders_built_beside_the_dit_reads_equal_the_ordered_load(demo_model_dir: Path, during_dit_build: bool,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA load order (encoders and VAE built on a worker while the blocks are read, or already
+    while the DiT is built) gives the same modules, dtypes and bytes as building everything in order,
+    and says when each part ended."""
+    from omni_console.engine import loader
+
+    monkeypatch.setattr(loader, "OTHERS_DURING_DIT_BUILD", during_dit_build)
     ordered = Engine(demo_model_dir, device="cpu", aux_in_place=False)
     overlapped = Engine(demo_model_dir, device="cpu", aux_in_place=True)
     bus_lines = overlapped.bus.subscribe()
