@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import struct
+import sys
 import threading
 from pathlib import Path
 
@@ -23,6 +24,9 @@ from omni_console.offload.deferred_weights import DeferredWeights
 from omni_console.offload.events import EventBus, LogEvent
 from omni_console.offload.policy import build_policy
 
+sys.path.insert(0, str(Path(__file__).parent))
+from module_equality import assert_same_module  # noqa: E402
+
 FAMILIES = ["demo_model_dir", "sd3_model_dir", "pixart_model_dir", "wan_model_dir", "ltx_model_dir",
             "cogvideox_model_dir"]
 
@@ -40,29 +44,13 @@ def _direct(info) -> tuple[torch.nn.Module | None, str, DeferredWeights]:
     return module, why, weights
 
 
-def _assert_same_module(direct: torch.nn.Module, plain: torch.nn.Module) -> None:
-    ours, theirs = dict(direct.named_parameters()), dict(plain.named_parameters())
-    assert ours.keys() == theirs.keys()
-    for name, t in theirs.items():
-        assert ours[name].dtype == t.dtype, name
-        assert torch.equal(ours[name], t), name
-        assert not ours[name].requires_grad
-    buffers, their_buffers = dict(direct.named_buffers()), dict(plain.named_buffers())
-    assert buffers.keys() == their_buffers.keys()
-    for name, t in their_buffers.items():  # non-persistent ones (rotary tables) are computed, not read
-        assert buffers[name].dtype == t.dtype and torch.equal(buffers[name], t), name
-    config = getattr(plain.config, "to_dict", lambda: dict(plain.config))()  # transformers or diffusers
-    assert getattr(direct.config, "to_dict", lambda: dict(direct.config))() == config
-    assert not direct.training
-
-
 @pytest.mark.parametrize("fixture", FAMILIES)
 def test_every_family_dit_reads_straight_into_place_exactly(fixture: str, request: pytest.FixtureRequest) -> None:
     info = _dit(request.getfixturevalue(fixture))
     direct, why, weights = _direct(info)
     assert direct is not None, why
     assert weights.bytes_read == info.nbytes
-    _assert_same_module(direct, load_component(info))
+    assert_same_module(direct, load_component(info))
     weights.close()
 
 
@@ -82,7 +70,7 @@ def test_bf16_checkpoint_keeps_fp32_modules_in_float32_like_diffusers(wan_model_
     plain = load_component(info)
     dtypes = {t.dtype for t in plain.parameters()}
     assert dtypes == {torch.bfloat16, torch.float32}  # Wan keeps some modules in float32: converted on read
-    _assert_same_module(direct, plain)
+    assert_same_module(direct, plain)
 
 
 def _rewrite(root: Path, change) -> None:
@@ -222,194 +210,6 @@ def test_outputs_match_plain_diffusers_however_the_blocks_were_read(demo_model_d
         engine.replan(build_policy({"text_encoder": False}, 0))
         assert np.array_equal(np.asarray(engine.generate(req).image), expected)
     engine.close()
-
-
-def _encoders(root: Path):
-    return [c for c in discover_model(root).components if c.library == "transformers" and c.files]
-
-
-@pytest.mark.parametrize("fixture", ["demo_model_dir", "sd3_model_dir", "wan_model_dir"])
-def test_transformers_encoders_built_over_an_arena_equal_from_pretrained(fixture: str,
-                                                                         request: pytest.FixtureRequest) -> None:
-    from omni_console.engine.arena_load import load_into_arena
-
-    encoders = _encoders(request.getfixturevalue(fixture))
-    assert encoders
-    for info in encoders:
-        model, arena, _ = load_into_arena(info, load_dtype(info), DeferredWeights(3), pin=False)
-        _assert_same_module(model, load_component(info))
-        base, end = arena.tensor.data_ptr(), arena.tensor.data_ptr() + arena.nbytes
-        in_place = [p for p in model.parameters() if base <= p.data_ptr() < end]
-        assert len(in_place) == len(list(model.parameters()))  # built over the arena, not copied
-        arena.close()
-
-
-class _Recorded:
-    """A stand-in for the construction lock that notes when transformers starts building (and can fail)."""
-
-    def __init__(self, order: list[str], fail: bool = False, on_enter: threading.Event | None = None) -> None:
-        self.order, self.fail, self.on_enter = order, fail, on_enter
-
-    def __enter__(self) -> None:
-        self.order.append("build")
-        if self.on_enter is not None:
-            self.on_enter.set()
-        if self.fail:
-            raise RuntimeError("construction failed")
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-def test_an_encoder_arena_is_page_locked_on_the_registrar_before_its_model_is_built(
-        wan_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A large encoder takes about as long to build as to page-lock: the page-locking starts on the
-    registrar once the bytes are in, not after the build (which held up the DiT's registrations)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from omni_console.engine import arena_load
-    from omni_console.offload.pinned import HostArena
-
-    order: list[str] = []
-
-    class Registrar(ThreadPoolExecutor):
-        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
-            order.append("submitted")
-            return super().submit(fn, *args, **kwargs)
-
-    pin = HostArena.pin
-    monkeypatch.setattr(HostArena, "pin", lambda self: (order.append("pin"), pin(self))[1])
-    monkeypatch.setattr(arena_load, "MODEL_CONSTRUCTION", _Recorded(order))
-    info = _encoders(wan_model_dir)[0]
-    with Registrar(1) as registrar:
-        model, arena, pinning = arena_load.load_into_arena(info, load_dtype(info), DeferredWeights(2), pin=False,
-                                                           registrar=registrar)
-        assert pinning is not None
-        pinning.result()
-    assert order[0] == "submitted" and sorted(order[1:]) == ["build", "pin"]  # beside the build, not after it
-    assert arena.pinned == torch.cuda.is_available()
-    _assert_same_module(model, load_component(info))
-    arena.close()
-
-
-def test_a_failed_encoder_build_closes_its_arena_only_after_the_page_locking_ends(
-        wan_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from concurrent.futures import ThreadPoolExecutor
-
-    from omni_console.engine import arena_load
-    from omni_console.offload.pinned import HostArena
-
-    order: list[str] = []
-    submitted = threading.Event()
-
-    def slow_pin(self: HostArena) -> bool:
-        submitted.wait(5)
-        threading.Event().wait(0.2)  # still page-locking when the build fails
-        order.append("pinned")
-        return False
-
-    close = HostArena.close
-    monkeypatch.setattr(HostArena, "pin", slow_pin)
-    monkeypatch.setattr(HostArena, "close", lambda self: (order.append("closed"), close(self))[1])
-    monkeypatch.setattr(arena_load, "MODEL_CONSTRUCTION", _Recorded(order, fail=True, on_enter=submitted))
-    info = _encoders(wan_model_dir)[0]
-    with ThreadPoolExecutor(1) as registrar, pytest.raises(RuntimeError, match="construction failed"):
-        arena_load.load_into_arena(info, load_dtype(info), DeferredWeights(2), pin=False, registrar=registrar)
-    assert order[:3] == ["build", "pinned", "closed"]  # the build failed first, the arena closed last
-
-
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_t5_keeps_transformers_dtype_rules(wan_model_dir: Path, tmp_path: Path, dtype: torch.dtype) -> None:
-    from omni_console.engine.arena_load import load_into_arena
-
-    root = tmp_path / "wan"
-    shutil.copytree(wan_model_dir, root)
-    info = _encoders(root)[0]
-    for file in info.folder.glob("*.safetensors"):
-        tensors = load_file(str(file))
-        save_file({k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}, str(file))
-    info = _encoders(root)[0]
-    model, arena, _ = load_into_arena(info, load_dtype(info), DeferredWeights(2), pin=False)
-    plain = load_component(info)
-    assert {t.dtype for t in plain.parameters()} >= {dtype}
-    _assert_same_module(model, plain)
-    arena.close()
-
-
-@pytest.mark.parametrize("during_dit_build", [False, True])
-def test_encoders_built_beside_the_dit_reads_equal_the_ordered_load(demo_model_dir: Path, during_dit_build: bool,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CUDA load order (encoders and VAE built on a worker while the blocks are read, or already
-    while the DiT is built) gives the same modules, dtypes and bytes as building everything in order,
-    and says when each part ended."""
-    from omni_console.engine import loader
-
-    monkeypatch.setattr(loader, "OTHERS_DURING_DIT_BUILD", during_dit_build)
-    ordered = Engine(demo_model_dir, device="cpu", aux_in_place=False)
-    overlapped = Engine(demo_model_dir, device="cpu", aux_in_place=True)
-    bus_lines = overlapped.bus.subscribe()
-    ordered.load(build_policy(mode="dlo"))
-    report = overlapped.load(build_policy(mode="dlo"))
-    try:
-        assert not any("from_pretrained" in getattr(e, "message", "") for e in bus_lines.drain())
-        m = report.milestones
-        assert {"dits_built", "dit_blocks_read", "dits_placed", "others_built", "pipeline_built"} <= set(m)
-        assert m["dits_built"] <= m["dit_blocks_read"] <= m["dits_placed"] <= report.seconds
-        for info in ordered.model.components:
-            a, b = getattr(ordered.pipe, info.name), getattr(overlapped.pipe, info.name)
-            if not isinstance(a, torch.nn.Module):
-                continue
-            sa, sb = a.state_dict(), b.state_dict()
-            assert sa.keys() == sb.keys(), info.name
-            for key in sa:
-                assert sa[key].dtype == sb[key].dtype and torch.equal(sa[key], sb[key]), f"{info.name}.{key}"
-    finally:
-        ordered.close()
-        overlapped.close()
-
-
-def test_a_vae_read_beside_the_dit_reads_is_read_into_an_arena_that_is_its_master(demo_model_dir: Path) -> None:
-    """A diffusers VAE (or encoder) built on the worker is read into one arena, page-locked on the
-    registrar: placement uses it as the staged master instead of copying every weight at the end."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from omni_console.engine.loader import start_loading
-
-    model = discover_model(demo_model_dir)
-    arenas: dict = {}
-    weights = DeferredWeights(2, share_readers=True)
-    with ThreadPoolExecutor(1) as registrar, ThreadPoolExecutor(1) as others_on:
-        loading = start_loading(model, weights=weights, aux_in_place=True, host_arenas=arenas, registrar=registrar,
-                                others_on=others_on)
-        weights.materialize_module(loading.dits["transformer"])
-        pipe = loading.finish()
-    weights.close()
-    assert "vae" in arenas and "transformer" not in arenas and len(loading.pinning) == len(arenas)
-    # the DiT's weights: views of one mapping (never written where its blocks are), not a tensor each
-    dit = pipe.transformer
-    assert len({t.untyped_storage().data_ptr() for t in [*dit.parameters(), *dit.buffers()] if t.numel()}) == 1
-    arena = arenas["vae"]
-    base, end = arena.tensor.data_ptr(), arena.tensor.data_ptr() + arena.nbytes
-    vae = pipe.vae
-    assert all(base <= t.data_ptr() < end for t in [*vae.parameters(), *vae.buffers()] if t.numel())
-    plain = load_component(next(i for i in model.components if i.name == "vae"))
-    _assert_same_module(vae, plain)
-    for a in arenas.values():
-        a.close()
-
-
-def test_an_encoder_failing_beside_the_dit_reads_fails_the_load_and_releases(demo_model_dir: Path,
-                                                                             tmp_path: Path) -> None:
-    root = tmp_path / "demo"
-    shutil.copytree(demo_model_dir, root)
-    engine = Engine(root, device="cpu", aux_in_place=True)
-    file = max((root / "text_encoder").glob("*.safetensors"), key=lambda p: p.stat().st_size)
-    with open(file, "r+b") as handle:
-        handle.truncate(file.stat().st_size - 4096)
-    with pytest.raises(ModelDirError, match=f"{file.name}"):
-        engine.load(build_policy(mode="dlo"))
-    assert engine.state == EngineState.FAILED and engine.placement is None and engine.pipe is None
-    assert not [t for t in threading.enumerate() if t.name.startswith(("component-load", "arena-register"))]
 
 
 def test_classes_imported_before_the_load_are_not_imported_again(demo_model_dir: Path) -> None:

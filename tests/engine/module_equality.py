@@ -1,0 +1,21 @@
+"""Two modules hold the same weights, buffers and config (shared by the load-path test files)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def assert_same_module(direct: torch.nn.Module, plain: torch.nn.Module) -> None:
+    ours, theirs = dict(direct.named_parameters()), dict(plain.named_parameters())
+    assert ours.keys() == theirs.keys()
+    for name, t in theirs.items():
+        assert ours[name].dtype == t.dtype, name
+        assert torch.equal(ours[name], t), name
+        assert not ours[name].requires_grad
+    buffers, their_buffers = dict(direct.named_buffers()), dict(plain.named_buffers())
+    assert buffers.keys() == their_buffers.keys()
+    for name, t in their_buffers.items():  # non-persistent ones (rotary tables) are computed, not read
+        assert buffers[name].dtype == t.dtype and torch.equal(buffers[name], t), name
+    config = getattr(plain.config, "to_dict", lambda: dict(plain.config))()  # transformers or diffusers
+    assert getattr(direct.config, "to_dict", lambda: dict(direct.config))() == config
+    assert not direct.training
