@@ -194,7 +194,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
             self.sampler.start()
         # the model's classes imported while the operator reads the plan: a load starts reading at once
         # (a class that cannot be imported fails that load, with its one line)
-        self.worker.call(lambda engine: engine.prepare())
+        self.worker.prepare()  # one GPU: imports; several: the rank processes start (and import)
         if self.bandwidth is None and self.device_info.is_cuda:
             future = self.worker.call(lambda engine: measure_h2d_bandwidth(engine.device))
             future.add_done_callback(lambda f: self._post_from_worker(CommandDone("bandwidth", f)))

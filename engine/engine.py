@@ -168,8 +168,9 @@ class Engine:
         return forecast_for(plan, size, self.device_name, observed, probe_bandwidth)
 
     # ---------------------------------------------------------------- load / unload
-    def prepare(self) -> float:
+    def prepare(self, cancel: threading.Event | None = None) -> float:
         """Import the pipeline's and every component's class now; seconds taken (0 once done).
+        (`cancel`: for `GroupEngine.prepare`'s signature; an import is not interrupted.)
 
         Importing diffusers' and transformers' model modules costs a fresh process about a second,
         whatever the checkpoint's size. The console does it on the engine thread when the model is

@@ -1,9 +1,10 @@
 """N GPUs behind the engine's own interface, so the console drives a rank group like one engine.
 
 `GroupEngine` discovers the model in the leader's process (bad input fails here, before any rank
-starts), starts the rank processes (`engine.rank_group`) when a load begins and stops them on
-unload, quit or failure: every rank's device and pinned memory leaves with its process. Each rank
-samples its own GPU and forwards its events tagged with its rank; they arrive on this engine's bus.
+starts), starts the rank processes (`engine.rank_group`) ahead when asked (`prepare`: the console
+does it when the model is opened) or when a load begins, and stops them on unload, quit or
+failure: every rank's device and pinned memory leaves with its process. Each rank samples its own
+GPU and forwards its events tagged with its rank; they arrive on this engine's bus.
 
 A request runs on every rank at once: data-parallel ranks take the seeds `seed … seed+N−1` (the
 result is rank 0's, with the others' in `GenerateResult.rank_results`), CFG-parallel ranks one
@@ -86,8 +87,26 @@ class GroupEngine:
         """No whole-request forecast across ranks yet: `plan --gpus` gives the per-rank step floor."""
         return None
 
-    def prepare(self) -> float:
-        return 0.0  # the ranks import in their own processes
+    def prepare(self, cancel: threading.Event | None = None) -> float:
+        """Start the rank processes now: each spawns, joins torch.distributed and imports the model's
+        classes, so that a load only reads. The console calls this when a model is opened, while the
+        operator reads the plan (as `Engine.prepare` imports the classes). A start that fails or is
+        cancelled here is one log line, not an error: the load starts the ranks again and reports what
+        fails then. Seconds taken (0 when the ranks are up already)."""
+        with self._lock:
+            if self.group is not None or self.state not in (EngineState.DISCOVERED, EngineState.UNLOADED):
+                return 0.0
+            start = time.perf_counter()
+            try:
+                self.group = self._start_group(cancel)
+            except RankFailed as exc:
+                self.bus.publish(LogEvent(level="warning", message=f"ranks not started ahead of the load: {exc}"))
+                return time.perf_counter() - start
+            seconds = time.perf_counter() - start
+            self.bus.publish(LogEvent(level="info", message=(
+                f"{self.world} ranks started in {seconds:.1f} s, the model's classes imported; "
+                f"a load starts reading at once")))
+            return seconds
 
     def replan(self, policy: OffloadPolicy) -> Any:
         raise EngineStateError("live re-plan needs one GPU: unload (u), change the policy, load (l)")
@@ -101,9 +120,11 @@ class GroupEngine:
             self.plan, self.failure = plan, None
             self._set_state(EngineState.LOADING, f"{self.world} ranks · {self.layout.describe()}")
             start = time.perf_counter()
+            started_s: float | None = None
             try:
-                self.group = RankGroup(self.model.path, self.layout, self.device_kind, variant=self.variant,
-                                       bus=self.bus, telemetry_hz=self.telemetry_hz, log_dir=self.log_dir)
+                if self.group is None:  # not started ahead by `prepare`
+                    self.group = self._start_group(cancel)
+                    started_s = time.perf_counter() - start
                 reports = self.group.load(policy, cancel=cancel)
             except BaseException as exc:
                 self._stop_group()
@@ -121,7 +142,11 @@ class GroupEngine:
                     f"({report.block_host_bytes:,} of them DiT blocks)")))
             self._set_state(EngineState.READY)
             first = reports[0]
-            return replace(first, seconds=seconds, pinned_bytes=sum(r.pinned_bytes for r in reports))
+            milestones = dict(first.milestones)
+            if started_s is not None:  # the ranks' own milestones count from their load, after the start
+                milestones = {"ranks_started": started_s, **{k: v + started_s for k, v in milestones.items()}}
+            return replace(first, seconds=seconds, pinned_bytes=sum(r.pinned_bytes for r in reports),
+                           milestones=milestones)
 
     def unload(self) -> None:
         with self._lock:
@@ -157,6 +182,10 @@ class GroupEngine:
             return replace(results[0], rank_results=others)
 
     # ---------------------------------------------------------------- internals
+    def _start_group(self, cancel: threading.Event | None) -> RankGroup:
+        return RankGroup(self.model.path, self.layout, self.device_kind, variant=self.variant, bus=self.bus,
+                         telemetry_hz=self.telemetry_hz, log_dir=self.log_dir, cancel=cancel)
+
     def _stop_group(self) -> None:
         group, self.group = self.group, None
         if group is not None:

@@ -78,7 +78,8 @@ class RankGroup:
     def __init__(self, model_path: str | Path, layout: RankLayout, device_kind: str, *, variant: str | None = None,
                  bus: EventBus | None = None, start_timeout_s: float = 300.0,
                  on_event: Callable[[int, Event], None] | None = None, telemetry_hz: float | None = None,
-                 log_dir: Path | None = None) -> None:
+                 log_dir: Path | None = None, cancel: threading.Event | None = None) -> None:
+        """Starts the ranks and returns once every one is ready (its classes imported); `cancel` stops them."""
         self.layout = layout
         self.bus = bus or EventBus()
         self.on_event = on_event
@@ -100,7 +101,7 @@ class RankGroup:
         self._pump_stop = threading.Event()
         self._pump = threading.Thread(target=self._pump_replies, name="omni-rank-events", daemon=True)
         self._pump.start()
-        self._collect("start", start_timeout_s)
+        self._collect("start", start_timeout_s, cancel)
 
     @property
     def world(self) -> int:

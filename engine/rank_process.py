@@ -95,6 +95,7 @@ def _serve(rank: int, spec: RankSpec, device: Any, commands: Any, replies: Any) 
         engine = Engine(spec.model_path, device=device, bus=bus, variant=spec.variant,
                         read_threads=max(1, (os.cpu_count() or 1) // world),  # the ranks read at once: share cores
                         group=dist.group.WORLD if spec.allgather and world > 1 else None)
+        engine.prepare()  # the model's classes imported while the group starts: a load only reads
         if spec.telemetry_hz:  # the allocator's numbers exist only in this process: sampled here, forwarded
             from ..offload.telemetry import TelemetrySampler, default_sources
 

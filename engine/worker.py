@@ -88,6 +88,10 @@ class EngineWorker:
     def unload(self) -> Future[None]:
         return self._submit(lambda _cancel: self.engine.unload())
 
+    def prepare(self) -> Future[float]:
+        """`engine.prepare`, cancellable like a load (a rank group's start stops on quit)."""
+        return self._submit(lambda cancel: self.engine.prepare(cancel))
+
     def call(self, fn: Callable[[Engine], Any]) -> Future[Any]:
         return self._submit(lambda _cancel: fn(self.engine))
 

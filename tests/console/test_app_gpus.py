@@ -1,6 +1,6 @@
-"""The console on two ranks (`--gpus 2`; gloo processes on a CPU): load starts the rank processes,
-a request saves one image per rank's seed, a rank that dies is one line and the plan screen again,
-and quitting leaves no rank process behind."""
+"""The console on two ranks (`--gpus 2`; gloo processes on a CPU): the rank processes start while the
+plan is shown and the load only reads, a request saves one image per rank's seed, a rank that dies
+is one line and the plan screen again, and quitting leaves no rank process behind."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from omni_console.console.cli import build_parser
 from omni_console.console.screens import GenerateDialog, PlanScreen
 from omni_console.engine.engine import EngineState
 from omni_console.engine.group_engine import GroupEngine
+from omni_console.offload.events import LogEvent
 
 
 def group_app(demo_model_dir, tmp_path, *extra: str):
@@ -49,10 +50,14 @@ async def test_two_ranks_load_generate_and_quit_leave_nothing_behind(demo_model_
     assert isinstance(engine, GroupEngine) and engine.world == 2
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
+        deadline = time.monotonic() + 120
+        while engine.group is None and time.monotonic() < deadline:  # started while the plan is shown
+            await pilot.pause(0.1)
+        ahead = list(engine.group._procs)
         await load(pilot, app)
         assert engine.state == EngineState.READY
         procs = list(engine.group._procs)
-        assert len(procs) == 2 and all(p.is_alive() for p in procs)
+        assert procs == ahead and len(procs) == 2 and all(p.is_alive() for p in procs)  # the load only read
         await until(pilot, lambda: "GPU 0" in screen_text(app) and "GPU 1" in screen_text(app))
         await generate(pilot, app)
         saved = sorted((tmp_path / "out").iterdir())
@@ -63,6 +68,26 @@ async def test_two_ranks_load_generate_and_quit_leave_nothing_behind(demo_model_
     assert gone(procs) and engine.group is None
     logs = sorted(p.name for p in (tmp_path / "state" / "omni-console" / "log").iterdir())
     assert [name.split("-")[0] for name in logs] == ["rank0", "rank1"]  # each rank's own output, not the terminal
+
+
+async def test_quitting_while_the_ranks_start_stops_them(demo_model_dir, tmp_path, monkeypatch):
+    import multiprocessing
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    app = group_app(demo_model_dir, tmp_path)
+    events = app.engine.bus.subscribe()
+    async with app.run_test(size=(120, 40)) as pilot:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not [p for p in multiprocessing.active_children()
+                                                   if p.name.startswith("omni-rank")]:
+            await pilot.pause(0.05)
+        ranks = [p for p in multiprocessing.active_children() if p.name.startswith("omni-rank")]
+        assert len(ranks) == 2 and app.engine.group is None  # spawned, not yet ready
+        await pilot.press("q")
+    app.shutdown()
+    assert gone(ranks) and app.engine.group is None
+    lines = [e.message for e in events.drain() if isinstance(e, LogEvent)]
+    assert "ranks not started ahead of the load: start cancelled: every rank stopped" in lines  # not waited for
 
 
 async def test_a_rank_that_dies_is_one_line_and_the_plan_screen(demo_model_dir, tmp_path, monkeypatch):

@@ -17,7 +17,7 @@ from omni_console.engine.group_engine import GroupEngine
 from omni_console.engine.loader import LoadCancelled
 from omni_console.engine.rank_group import RankFailed
 from omni_console.engine.rank_layout import RankLayout
-from omni_console.offload.events import EventBus, StagingEvent, StepTiming, TelemetryEvent
+from omni_console.offload.events import EventBus, LogEvent, StagingEvent, StepTiming, TelemetryEvent
 from omni_console.offload.policy import build_policy
 
 POLICY = build_policy({"text_encoder": False, "text_encoder_2": True, "vae": False}, 1)
@@ -45,6 +45,7 @@ def test_two_ranks_serve_the_model_like_one_engine(demo_model_dir: Path) -> None
     report = engine.load(POLICY)
     procs = list(engine.group._procs)
     assert engine.state == EngineState.READY and 0 < report.block_host_bytes < report.streamed_bytes  # its half
+    assert 0 < report.milestones["ranks_started"] < report.milestones["dits_placed"] <= report.seconds  # started here
     result = engine.generate(request_for("flux", 7))
     assert np.array_equal(np.asarray(result.image), expected[0])
     assert len(result.rank_results) == 1 and np.array_equal(np.asarray(result.rank_results[0].image), expected[1])
@@ -59,6 +60,41 @@ def test_two_ranks_serve_the_model_like_one_engine(demo_model_dir: Path) -> None
     assert idle >= {0, 1}
     engine.unload()
     assert engine.state == EngineState.UNLOADED and _procs_gone(engine, procs)
+    engine.close()
+
+
+def test_ranks_started_ahead_are_the_ones_that_load(demo_model_dir: Path) -> None:
+    """`prepare` (the console calls it when the model opens) starts the ranks and imports the model's
+    classes in each; the load then only reads, on those same processes."""
+    bus = EventBus()
+    events = bus.subscribe()
+    engine = GroupEngine(demo_model_dir, RankLayout(2, True), device_kind="cpu", bus=bus, telemetry_hz=None)
+    try:
+        assert engine.prepare() > 0 and engine.prepare() == 0.0  # once
+        procs = list(engine.group._procs)
+        assert engine.state == EngineState.DISCOVERED and all(p.is_alive() for p in procs)
+        assert any("2 ranks started" in e.message for e in events.drain() if isinstance(e, LogEvent))
+        report = engine.load(POLICY)
+        assert engine.group._procs == procs and engine.state == EngineState.READY
+        assert "ranks_started" not in report.milestones and "classes_imported" not in report.milestones
+    finally:
+        engine.close()
+    assert _procs_gone(engine, procs)
+
+
+def test_a_start_ahead_that_is_cancelled_is_one_line_and_leaves_no_rank(demo_model_dir: Path) -> None:
+    import multiprocessing
+
+    bus = EventBus()
+    events = bus.subscribe()
+    engine = GroupEngine(demo_model_dir, RankLayout(2, True), device_kind="cpu", bus=bus, telemetry_hz=None)
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()  # the operator quits while the ranks start
+    engine.prepare(cancel)
+    assert engine.group is None and engine.state == EngineState.DISCOVERED
+    lines = [e.message for e in events.drain() if isinstance(e, LogEvent) and e.level == "warning"]
+    assert lines == ["ranks not started ahead of the load: start cancelled: every rank stopped"]
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("omni-rank")]
     engine.close()
 
 
