@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..offload.deferred_weights import DeferredWeights
-from ..offload.pinned import ALIGNMENT, HostArena, align_up, contiguous_stride, typed_view
+from ..offload.pinned import HostArena, arena_views
 from .construction_lock import MODEL_CONSTRUCTION
 from .direct_load import add_sources, component_locations
 from .discovery import ComponentInfo
@@ -45,16 +45,10 @@ def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, weights: Def
     would hold up the registrations of the DiT blocks read meanwhile (docs/benchmarks.md)."""
     cls = component_class(info.library, info.class_name, str(info.folder))
     stored = component_locations(info)
-    offsets: dict[str, int] = {}
-    cursor = 0
-    for key, found in stored.items():
-        offsets[key] = cursor
-        cursor = align_up(cursor + found.nbytes, ALIGNMENT)
-    arena = HostArena(cursor, pin=False)
+    arena, views = arena_views([(found.shape, found.dtype) for found in stored.values()])
     pinning: Future[bool] | None = None
     try:
-        state = {key: typed_view(arena.tensor, offsets[key], found.dtype, found.shape, contiguous_stride(found.shape))
-                 for key, found in stored.items()}
+        state = dict(zip(stored, views, strict=True))
         add_sources(weights, ((state[key], found) for key, found in stored.items()))
         weights.materialize(state.values())
         if pin:

@@ -18,7 +18,6 @@ Files are opened with the same checks as every other read (regular files inside 
 from __future__ import annotations
 
 import json
-import math
 import os
 import struct
 from collections.abc import Iterable
@@ -29,7 +28,7 @@ from typing import Any
 import torch
 
 from ..offload.deferred_weights import DeferredWeights, Source
-from ..offload.pinned import ALIGNMENT, HostArena, align_up, contiguous_stride, typed_view
+from ..offload.pinned import HostArena, arena_views
 from .construction_lock import MODEL_CONSTRUCTION
 from .discovery import ComponentInfo
 from .safe_paths import open_regular
@@ -209,19 +208,11 @@ def _empty_host_tensors(model: torch.nn.Module, state: dict[str, torch.Tensor], 
                     wanted[id(old)] = key, _load_dtype(key, found.dtype, old.dtype, dtype, keep_fp32), \
                         table is module._parameters
                 slots.append((table, name, id(old)))
-    arena, offsets = None, {}
-    if in_arena:
-        cursor = 0
-        for old_id, (key, want, _) in wanted.items():
-            offsets[old_id] = cursor
-            cursor = align_up(cursor + math.prod(stored[key].shape) * want.itemsize, ALIGNMENT)
-        arena = HostArena(cursor, pin=False)
+    specs = [(stored[key].shape, want) for key, want, _ in wanted.values()]
+    arena, datas = arena_views(specs) if in_arena else (None, [torch.empty(shape, dtype=d) for shape, d in specs])
     replaced: dict[int, torch.Tensor] = {}
     first_key: dict[str, torch.Tensor] = {}
-    for old_id, (key, want, is_parameter) in wanted.items():
-        shape = stored[key].shape
-        data = (torch.empty(shape, dtype=want) if arena is None
-                else typed_view(arena.tensor, offsets[old_id], want, shape, contiguous_stride(shape)))
+    for (old_id, (key, _, is_parameter)), data in zip(wanted.items(), datas, strict=True):
         replaced[old_id] = torch.nn.Parameter(data, requires_grad=False) if is_parameter else data
         first_key[key] = replaced[old_id]
     for table, name, old_id in slots:

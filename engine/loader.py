@@ -236,7 +236,8 @@ def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> A
         finally:
             if own_reader:
                 reader.close()
-        if arena is not None and staged_from_arena and o.host_arenas is not None and o.registrar is not None:
+        if arena is not None and staged_from_arena:
+            assert o.host_arenas is not None and o.registrar is not None  # `in_arena` required them
             o.host_arenas[info.name] = arena
             o.pinning.append(o.registrar.submit(arena.pin))
         # a DiT's arena object goes now; the views of its weights that are read there keep the memory

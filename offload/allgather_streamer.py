@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .arena_fill import BATCH_BYTES, REGISTER_THREADS, byte_progress
+from .arena_fill import REGISTER_THREADS, batches, byte_progress
 from .block_packing import Block, pack_block, plan_block, reject_shared_ranges
 from .devices import current_stream, new_stream, stream_context
 from .pinned import ALIGNMENT, PAGE, HostArena, align_up
@@ -77,18 +77,18 @@ class AllGatherStreamer(LayerwiseStreamer):
         for b in packed:  # the last rank's padding is zeros, as vLLM-Omni pads (gaps between tensors are never read)
             shard, offset = self._shards[b.name]
             self._arena.tensor[offset + shard.stop - shard.start : offset + shard.size].zero_()
-        reads: list[list[tuple[torch.Tensor, int, torch.Tensor]]] = []  # per block
+        reads: dict[str, list[tuple[torch.Tensor, int, torch.Tensor]]] = {}  # by block
         skipped: list[torch.Tensor] = []
         for b in packed:
             shard, offset = self._shards[b.name]
             dest = self._arena.tensor[offset : offset + shard.size]
-            reads.append([])
+            reads[b.name] = []
             for p in b.pieces:
                 if not p.deferred or p.binding is None:
                     continue
                 lo, hi = max(p.offset, shard.start), min(p.offset + p.nbytes, shard.stop)
                 if lo < hi:
-                    reads[-1].append((p.binding.target, lo - p.offset, dest[lo - shard.start : hi - shard.start]))
+                    reads[b.name].append((p.binding.target, lo - p.offset, dest[lo - shard.start : hi - shard.start]))
                 else:
                     skipped.append(p.binding.target)
             if any(not p.deferred for p in b.pieces):
@@ -106,7 +106,7 @@ class AllGatherStreamer(LayerwiseStreamer):
         if self._weights is not None:
             self._weights.forget(skipped)
 
-    def _read_in_batches(self, packed: list[Block], reads: list[list[tuple[torch.Tensor, int, torch.Tensor]]]
+    def _read_in_batches(self, packed: list[Block], reads: dict[str, list[tuple[torch.Tensor, int, torch.Tensor]]]
                          ) -> None:
         """The shards' reads, about 2 GB at a time on one reader pool; with pinning, each batch's shards
         are page-locked on other threads (each shard its own range) while the next batch is read, as
@@ -117,28 +117,16 @@ class AllGatherStreamer(LayerwiseStreamer):
         with ThreadPoolExecutor(REGISTER_THREADS, thread_name_prefix="arena-register") as registrar:
             try:
                 with self._weights.reader_pool() as readers:
-                    for batch in self._batches(packed):
-                        jobs = [job for i in batch for job in reads[i]]
+                    for batch in batches(packed, lambda b: self._shards[b.name][0].size):
+                        jobs = [job for b in batch for job in reads[b.name]]
                         if jobs:
                             self._weights.submit_parts(jobs, readers, threading.Event(), landed).wait()
                         if self._pin:
                             ranges = [(offset, offset + shard.size)
-                                      for shard, offset in (self._shards[packed[i].name] for i in batch)]
+                                      for shard, offset in (self._shards[b.name] for b in batch)]
                             pending.append(registrar.submit(self._arena.pin_ranges, ranges))
             finally:
                 wait(pending)  # never close an arena a registration is still working on
-
-    def _batches(self, packed: list[Block]) -> list[list[int]]:
-        """Block indices in runs of about `BATCH_BYTES` of this rank's shards."""
-        out: list[list[int]] = [[]]
-        size = 0
-        for i, b in enumerate(packed):
-            if size >= BATCH_BYTES:
-                out.append([])
-                size = 0
-            out[-1].append(i)
-            size += self._shards[b.name][0].size
-        return out
 
     def _slot_nbytes(self) -> int:
         return max((self._shards[b.name][0].gathered for b in self._streamed), default=0)

@@ -83,16 +83,16 @@ def _read_in_batches(packed: list[Block], arena: HostArena, device: torch.device
     landed = byte_progress(sum(b.tensor_bytes for b in packed), progress)
     stop = threading.Event()
     pending: list[Future[bool]] = []
-    batches = _batches(packed)
-    ahead = len(batches) if READ_AHEAD_BATCHES is None else READ_AHEAD_BATCHES
+    runs = batches(packed)
+    ahead = len(runs) if READ_AHEAD_BATCHES is None else READ_AHEAD_BATCHES
     with ThreadPoolExecutor(REGISTER_THREADS, thread_name_prefix="arena-register") as registrar:
         try:
             queued: deque[tuple[list[Block], PendingFill]] = deque()
             with weights.reader_pool() as readers:
                 try:
-                    for at in range(len(batches)):
-                        while len(queued) <= ahead and at + len(queued) < len(batches):
-                            batch = batches[at + len(queued)]
+                    for at in range(len(runs)):
+                        while len(queued) <= ahead and at + len(queued) < len(runs):
+                            batch = runs[at + len(queued)]
                             jobs = [job for b in batch for job in deferred_pieces(b, arena.tensor)]
                             queued.append((batch, weights.submit(jobs, readers, stop, landed)))
                         batch, reads = queued.popleft()
@@ -131,7 +131,9 @@ def byte_progress(total: int, progress: Callable[[int, int], None] | None, scale
     return landed
 
 
-def _batches(packed: list[Block]) -> list[list[Block]]:
+def batches(packed: list[Block], nbytes: Callable[[Block], int] = lambda b: b.region_nbytes) -> list[list[Block]]:
+    """The blocks in runs of about `BATCH_BYTES` of what each one puts in its arena (`nbytes`: its
+    region; an AllGather rank's shard of it)."""
     out: list[list[Block]] = [[]]
     size = 0
     for b in packed:
@@ -139,5 +141,5 @@ def _batches(packed: list[Block]) -> list[list[Block]]:
             out.append([])
             size = 0
         out[-1].append(b)
-        size += b.region_nbytes
+        size += nbytes(b)
     return out

@@ -20,6 +20,7 @@ whole DiT block (or a whole component) is one contiguous region that one memcpy 
 from __future__ import annotations
 
 import contextlib
+import math
 import mmap
 import threading
 import time
@@ -257,6 +258,19 @@ def is_dense(t: torch.Tensor) -> bool:
             return False
         expected *= size
     return True
+
+
+def arena_views(specs: Sequence[tuple[Sequence[int], torch.dtype]]) -> tuple[HostArena, list[torch.Tensor]]:
+    """One unpinned arena holding a contiguous tensor of each (shape, dtype), back to back at aligned
+    offsets in the given order, and those tensors (views of it): a component read into one place."""
+    offsets: list[int] = []
+    cursor = 0
+    for shape, dtype in specs:
+        offsets.append(cursor)
+        cursor = align_up(cursor + math.prod(shape) * dtype.itemsize, ALIGNMENT)
+    arena = HostArena(cursor, pin=False)
+    return arena, [typed_view(arena.tensor, offset, dtype, shape, contiguous_stride(shape))
+                   for offset, (shape, dtype) in zip(offsets, specs, strict=True)]
 
 
 def typed_view(

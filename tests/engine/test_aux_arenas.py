@@ -20,7 +20,7 @@ from omni_console.offload.deferred_weights import DeferredWeights
 from omni_console.offload.policy import build_policy
 
 sys.path.insert(0, str(Path(__file__).parent))
-from module_equality import assert_same_module  # noqa: E402
+from load_checks import assert_same_module, cut_short  # noqa: E402
 
 
 def _encoders(root: Path):
@@ -202,9 +202,7 @@ def test_an_encoder_failing_beside_the_dit_reads_fails_the_load_and_releases(dem
     root = tmp_path / "demo"
     shutil.copytree(demo_model_dir, root)
     engine = Engine(root, device="cpu", aux_in_place=True)
-    file = max((root / "text_encoder").glob("*.safetensors"), key=lambda p: p.stat().st_size)
-    with open(file, "r+b") as handle:
-        handle.truncate(file.stat().st_size - 4096)
+    file = cut_short(root, "text_encoder")
     with pytest.raises(ModelDirError, match=f"{file.name}"):
         engine.load(build_policy(mode="dlo"))
     assert engine.state == EngineState.FAILED and engine.placement is None and engine.pipe is None

@@ -25,7 +25,7 @@ from omni_console.offload.events import EventBus, LogEvent
 from omni_console.offload.policy import build_policy
 
 sys.path.insert(0, str(Path(__file__).parent))
-from module_equality import assert_same_module  # noqa: E402
+from load_checks import assert_same_module, cut_short  # noqa: E402
 
 FAMILIES = ["demo_model_dir", "sd3_model_dir", "pixart_model_dir", "wan_model_dir", "ltx_model_dir",
             "cogvideox_model_dir"]
@@ -113,9 +113,7 @@ def test_a_file_truncated_after_discovery_fails_the_load_and_releases(demo_model
     root = tmp_path / "demo"
     shutil.copytree(demo_model_dir, root)
     engine = Engine(root, device="cpu")
-    file = max((root / "transformer").glob("*.safetensors"), key=lambda p: p.stat().st_size)
-    with open(file, "r+b") as handle:
-        handle.truncate(file.stat().st_size - 4096)
+    file = cut_short(root, "transformer")
     with pytest.raises(ModelDirError, match=f"{file.name}.*outside the file"):
         engine.load(build_policy(mode="dlo"))
     assert engine.state == EngineState.FAILED and engine.placement is None
@@ -129,9 +127,7 @@ def test_a_dit_failing_while_the_encoders_are_read_fails_the_load_and_releases(
     root = tmp_path / "demo"
     shutil.copytree(demo_model_dir, root)
     engine = Engine(root, device="cpu", aux_in_place=True)
-    file = max((root / "transformer").glob("*.safetensors"), key=lambda p: p.stat().st_size)
-    with open(file, "r+b") as handle:
-        handle.truncate(file.stat().st_size - 4096)
+    file = cut_short(root, "transformer")
     with pytest.raises(ModelDirError, match=f"{file.name}.*outside the file"):
         engine.load(build_policy(mode="dlo"))
     assert engine.state == EngineState.FAILED and engine.placement is None and engine.pipe is None

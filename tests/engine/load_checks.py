@@ -1,6 +1,9 @@
-"""Two modules hold the same weights, buffers and config (shared by the load-path test files)."""
+"""Shared by the load-path test files: two modules hold the same weights, buffers and config; a model
+directory with one weights file cut short."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 
@@ -19,3 +22,12 @@ def assert_same_module(direct: torch.nn.Module, plain: torch.nn.Module) -> None:
     config = getattr(plain.config, "to_dict", lambda: dict(plain.config))()  # transformers or diffusers
     assert getattr(direct.config, "to_dict", lambda: dict(direct.config))() == config
     assert not direct.training
+
+
+def cut_short(root: Path, folder: str) -> Path:
+    """Cut the last 4 KiB off the largest safetensors file in `root/folder` (after discovery, which
+    reads only headers, so the load is what meets it); returns that file."""
+    file = max((root / folder).glob("*.safetensors"), key=lambda p: p.stat().st_size)
+    with open(file, "r+b") as handle:
+        handle.truncate(file.stat().st_size - 4096)
+    return file
