@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|e2e|video|sweep|forecast|replan|load-wan|ranks|console|console-flux|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|e2e|video|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|all] [benchmark args...]
 # `tests` also runs benchmarks/cpu_exactness.py on the host CPU.
 set -uo pipefail
 what=${1:-all}; shift || true
@@ -59,6 +59,12 @@ if [[ $what == ranks ]]; then  # two GPUs (kind nvidia-h200-x2): one GPU vs AllG
   python3 benchmarks/engine_e2e.py --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5
   python3 benchmarks/ranks_e2e.py --dir /tmp/flux-size --out "$OUT/ranks_e2e.json" "$@" 2>&1 \
     | grep -v "kept in float32" | tail -40 > "$OUT/ranks.log"
+fi
+if [[ $what == allgather ]]; then  # two GPUs: AllGather stream by stream, its knobs side by side (synthetic Flux-size)
+  export NCCL_NVLS_ENABLE=0
+  nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
+  python3 benchmarks/allgather_stream.py --out "$OUT/allgather_stream.json" "$@" 2>&1 | grep -v "kept in float32" \
+    | tail -80 > "$OUT/allgather.log"
 fi
 if [[ $what == console ]]; then
   python3 benchmarks/console_responsiveness.py --device cuda --out "$OUT/console.json" "$@" 2>&1 \

@@ -26,7 +26,7 @@ from .arena_fill import REGISTER_THREADS, batches, byte_progress
 from .block_packing import Block, pack_block, plan_block, reject_shared_ranges
 from .devices import current_stream, new_stream, stream_context
 from .pinned import ALIGNMENT, PAGE, HostArena, align_up
-from .sharding import SHARD_BUFFERS, Shard
+from .sharding import COMM_PRIORITY, SHARD_BUFFERS, Shard
 from .streamer import LayerwiseStreamer
 
 
@@ -39,7 +39,13 @@ def gather_into(out: torch.Tensor, shard: torch.Tensor, group: Any) -> None:
 class AllGatherStreamer(LayerwiseStreamer):
     """`LayerwiseStreamer` whose streamed blocks are sharded across the ranks of `group`."""
 
-    def __init__(self, *args: Any, group: Any = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, group: Any = None, shard_buffers: int = SHARD_BUFFERS,
+                 comm_priority: int = COMM_PRIORITY, **kwargs: Any) -> None:
+        """`shard_buffers`: device buffers the shard copies cycle through (a copy waits for the gather
+        that last read its buffer). `comm_priority`: the gathers' stream priority (negative: ahead of
+        compute's kernels, so a gather is not queued behind a block's)."""
+        if shard_buffers < 1:
+            raise ValueError(f"shard_buffers must be >= 1, got {shard_buffers}")
         if kwargs.get("keep_masters"):
             raise ValueError("AllGather streaming keeps only shards: it cannot keep whole masters for re-plans")
         super().__init__(*args, **kwargs)
@@ -48,7 +54,9 @@ class AllGatherStreamer(LayerwiseStreamer):
         self.rank = dist.get_rank(group)
         self._shards: dict[str, tuple[Shard, int]] = {}  # block name -> (its shard, offset in the arena)
         self._shard_buffers: list[torch.Tensor] = []
-        self._buffer_free: list[Any] = [None] * SHARD_BUFFERS  # the gather that last read each buffer
+        self._buffers = shard_buffers
+        self._comm_priority = comm_priority
+        self._buffer_free: list[Any] = [None] * shard_buffers  # the gather that last read each buffer
         self._next_buffer = 0
         self._comm_stream: Any = None
         self.gathered_bytes = 0  # bytes other ranks supplied (NVLink on GPUs) since attach
@@ -132,13 +140,13 @@ class AllGatherStreamer(LayerwiseStreamer):
         return max((self._shards[b.name][0].gathered for b in self._streamed), default=0)
 
     def _shard_buffer(self) -> int:
-        """Index of the next shard buffer (two alternate: one is gathered while the next is filled)."""
+        """Index of the next shard buffer (they rotate: one is gathered while the next is filled)."""
         if not self._shard_buffers:
             largest = max(shard.size for shard, _ in self._shards.values())
             self._shard_buffers = [torch.empty(largest, dtype=torch.uint8, device=self.device)
-                                   for _ in range(SHARD_BUFFERS)]
+                                   for _ in range(self._buffers)]
         index = self._next_buffer
-        self._next_buffer = (self._next_buffer + 1) % SHARD_BUFFERS
+        self._next_buffer = (self._next_buffer + 1) % self._buffers
         return index
 
     def _fill_slot(self, b: Block, slot: int, *, sync: bool) -> int:
@@ -155,7 +163,7 @@ class AllGatherStreamer(LayerwiseStreamer):
         else:
             compute = current_stream(self.device)
             if self._comm_stream is None:
-                self._comm_stream = new_stream(self.device)
+                self._comm_stream = new_stream(self.device, self._comm_priority)
             copy = compute if sync else self._copy_stream
             comm = compute if sync else self._comm_stream
             if sync and self._slot_ready[slot] is not None:
@@ -183,6 +191,6 @@ class AllGatherStreamer(LayerwiseStreamer):
 
     def _release_buffers(self) -> None:
         self._shard_buffers = []
-        self._buffer_free = [None] * SHARD_BUFFERS
+        self._buffer_free = [None] * self._buffers
         self._comm_stream = None
         super()._release_buffers()

@@ -28,8 +28,9 @@ def current_stream(device: torch.device) -> Any:
     return torch.cuda.current_stream(device) if is_cuda(device) else None
 
 
-def new_stream(device: torch.device) -> Any:
-    return torch.cuda.Stream(device=device) if is_cuda(device) else None
+def new_stream(device: torch.device, priority: int = 0) -> Any:
+    """A CUDA stream (None on a CPU); a negative `priority` is scheduled ahead of priority-0 streams."""
+    return torch.cuda.Stream(device=device, priority=priority) if is_cuda(device) else None
 
 
 def stream_context(stream: Any) -> Any:
