@@ -7,7 +7,7 @@ transformer as `dlo_stream.py` (random bf16 weights, seed 0) and measures, every
 2. the resident step (the compute floor) and its output;
 3. rank-local DLO (`LayerwiseStreamer`, whole blocks per rank): one GPU's transfer-bound step;
 4. AllGather DLO (`AllGatherStreamer`) under each `--variants` entry (shard buffers, ring slots, the
-   gathers' stream priority): step, stall, output == resident output (bit-identical);
+   gathers' stream priority, in-place gathers): step, stall, output == resident output (bit-identical);
 5. with `--profile`, one step of each variant under the torch profiler (CUDA activity only), summed
    per kind of GPU work: host→device copies (busy time, bytes, rate), NCCL kernels, compute kernels,
    and the copies' idle time inside the step. Rank 0's traces are kept (gzip) beside `--out`.
@@ -51,6 +51,9 @@ VARIANTS: dict[str, dict[str, int]] = {
     "slots3": {"slots": 3},
     "prio_buffers3": {"comm_priority": -1, "shard_buffers": 3},
     "prio_buffers3_slots3": {"comm_priority": -1, "shard_buffers": 3, "slots": 3},
+    "inplace": {"in_place": 1},
+    "inplace_slots3": {"in_place": 1, "slots": 3},
+    "prio_inplace_slots3": {"comm_priority": -1, "in_place": 1, "slots": 3},
 }
 
 

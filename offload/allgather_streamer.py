@@ -26,7 +26,7 @@ from .arena_fill import REGISTER_THREADS, batches, byte_progress
 from .block_packing import Block, pack_block, plan_block, reject_shared_ranges
 from .devices import current_stream, new_stream, stream_context
 from .pinned import ALIGNMENT, PAGE, HostArena, align_up
-from .sharding import COMM_PRIORITY, SHARD_BUFFERS, Shard
+from .sharding import COMM_PRIORITY, GATHER_IN_PLACE, SHARD_BUFFERS, Shard
 from .streamer import LayerwiseStreamer
 
 
@@ -40,10 +40,11 @@ class AllGatherStreamer(LayerwiseStreamer):
     """`LayerwiseStreamer` whose streamed blocks are sharded across the ranks of `group`."""
 
     def __init__(self, *args: Any, group: Any = None, shard_buffers: int = SHARD_BUFFERS,
-                 comm_priority: int = COMM_PRIORITY, **kwargs: Any) -> None:
+                 comm_priority: int = COMM_PRIORITY, in_place: bool = GATHER_IN_PLACE, **kwargs: Any) -> None:
         """`shard_buffers`: device buffers the shard copies cycle through (a copy waits for the gather
         that last read its buffer). `comm_priority`: the gathers' stream priority (negative: ahead of
-        compute's kernels, so a gather is not queued behind a block's)."""
+        compute's kernels, so a gather is not queued behind a block's). `in_place`: copy the shard
+        into the slot and gather in place instead (no shard buffers)."""
         if shard_buffers < 1:
             raise ValueError(f"shard_buffers must be >= 1, got {shard_buffers}")
         if kwargs.get("keep_masters"):
@@ -56,6 +57,7 @@ class AllGatherStreamer(LayerwiseStreamer):
         self._shard_buffers: list[torch.Tensor] = []
         self._buffers = shard_buffers
         self._comm_priority = comm_priority
+        self._in_place = in_place
         self._buffer_free: list[Any] = [None] * shard_buffers  # the gather that last read each buffer
         self._next_buffer = 0
         self._comm_stream: Any = None
@@ -168,26 +170,50 @@ class AllGatherStreamer(LayerwiseStreamer):
             comm = compute if sync else self._comm_stream
             if sync and self._slot_ready[slot] is not None:
                 compute.wait_event(self._slot_ready[slot])
-            index = self._shard_buffer()
-            staging = self._shard_buffers[index][: shard.size]
-            # The copy fills a shard buffer, not the slot: it waits only for that buffer's previous
-            # gather, so it runs while compute still uses the slot. The gather writes the slot: it
-            # waits for compute to pass the slot's previous block, and for the copy.
-            if self._buffer_free[index] is not None:
-                copy.wait_event(self._buffer_free[index])
-            with stream_context(copy):
-                mark = self._clock.start(copy)
-                staging.copy_(src, non_blocking=self._arena.pinned and not sync)
-                copied = self._clock.finish(mark, "copy", b.name, shard.size, sync=sync, stream=copy)
+            async_copy = self._arena.pinned and not sync
+            if self._in_place:
+                copied, mine, index = self._copy_into_slot(b, src, dst, shard, copy, compute, sync, async_copy)
+            else:
+                copied, mine, index = self._copy_into_buffer(b, src, shard, copy, sync, async_copy)
             comm.wait_stream(compute)
             comm.wait_event(copied)
             with stream_context(comm):
-                gather_into(dst, staging, self.group)
+                gather_into(dst, mine, self.group)
                 done = torch.cuda.Event()
                 done.record(comm)
-            self._slot_ready[slot] = self._buffer_free[index] = done
+            self._slot_ready[slot] = done
+            if index is not None:
+                self._buffer_free[index] = done
         self.gathered_bytes += shard.gathered - shard.size
         return shard.size
+
+    def _copy_into_buffer(self, b: Block, src: torch.Tensor, shard: Shard, copy: Any, sync: bool, async_copy: bool
+                          ) -> tuple[Any, torch.Tensor, int | None]:
+        """Our shard into the next shard buffer. It waits only for that buffer's previous gather, not
+        for compute: it runs while compute still uses the slot (the gather then waits for compute)."""
+        index = self._shard_buffer()
+        staging = self._shard_buffers[index][: shard.size]
+        if self._buffer_free[index] is not None:
+            copy.wait_event(self._buffer_free[index])
+        with stream_context(copy):
+            mark = self._clock.start(copy)
+            staging.copy_(src, non_blocking=async_copy)
+            copied = self._clock.finish(mark, "copy", b.name, shard.size, sync=sync, stream=copy)
+        return copied, staging, index
+
+    def _copy_into_slot(self, b: Block, src: torch.Tensor, dst: torch.Tensor, shard: Shard, copy: Any,
+                        compute: Any, sync: bool, async_copy: bool) -> tuple[Any, torch.Tensor, None]:
+        """Our shard straight into its place in the slot, for an in-place gather (NCCL skips the
+        rank's own part): no shard buffer and no device-to-device copy, but the copy waits for
+        compute to pass the slot's previous block, so the ring wants a slot more."""
+        mine = dst[self.rank * shard.size : (self.rank + 1) * shard.size]
+        if not sync:
+            copy.wait_stream(compute)
+        with stream_context(copy):
+            mark = self._clock.start(copy)
+            mine.copy_(src, non_blocking=async_copy)
+            copied = self._clock.finish(mark, "copy", b.name, shard.size, sync=sync, stream=copy)
+        return copied, mine, None
 
     def _release_buffers(self) -> None:
         self._shard_buffers = []

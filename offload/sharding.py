@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # torch-free at import: the planner (`plan`) does the arithme
     import torch
 
 SHARD_BUFFERS = 2  # shard buffers an AllGather rank cycles through (one gathered while the next fills)
+GATHER_IN_PLACE = False  # True: each rank copies its shard into its place in the slot and gathers in place
 COMM_PRIORITY = 0  # the gathers' CUDA stream priority (0: as compute; -1: ahead of compute's kernels)
 
 

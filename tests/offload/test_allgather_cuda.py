@@ -1,6 +1,7 @@
 """AllGather streaming's CUDA path on one GPU (an NCCL group of one): shard copies on the copy stream,
 gathers on their own stream, compute waiting on them. Outputs stay bit-identical to the resident model
-for every shard-buffer count, gather-stream priority and ring depth, across forwards (the ring wraps)."""
+for every shard-buffer count, gather-stream priority, ring depth and in-place gathers, across forwards
+(the ring wraps)."""
 
 from __future__ import annotations
 
@@ -37,17 +38,20 @@ def nccl_group():
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize(("buffers", "priority", "slots"), [(1, 0, 2), (2, 0, 2), (3, -1, 2), (2, -1, 4)])
+@pytest.mark.parametrize(("buffers", "priority", "slots", "in_place"),
+                         [(1, 0, 2, False), (2, 0, 2, False), (3, -1, 2, False), (2, -1, 4, False),
+                          (2, 0, 2, True), (2, -1, 3, True)])
 @pytest.mark.cuda
 @needs_cuda
-def test_gathered_blocks_compute_exactly_as_resident_ones(nccl_group, buffers, priority, slots):
+def test_gathered_blocks_compute_exactly_as_resident_ones(nccl_group, buffers, priority, slots, in_place):
     x = torch.randn(8, DIM, generator=torch.Generator().manual_seed(3)).to(DEV)
     reference = ToyModel(N, DIM).to(DEV)
     model = ToyModel(N, DIM)
     model.embed.to(DEV)
     model.out.to(DEV)
     streamer = AllGatherStreamer(model.block_lists(), DEV, residency=BlockResidency.leading(N, 0, slots),
-                                 group=nccl_group, shard_buffers=buffers, comm_priority=priority)
+                                 group=nccl_group, shard_buffers=buffers, comm_priority=priority,
+                                 in_place=in_place)
     streamer.attach()
     try:
         with torch.no_grad():
