@@ -58,7 +58,26 @@ VARIANTS: dict[str, list[tuple[Any, str, Any]]] = {
     "huge_regions": [(arena_fill, "PINNED_REGION_STEP", HUGE_PAGE)],  # block regions never cut a huge page
     "dit_empties": [(loader, "DIT_IN_ARENA", False)],  # a DiT's weights in empty tensors of their own
     "others_during_dit_build": [(loader, "OTHERS_DURING_DIT_BUILD", True)],  # encoders read while DiTs build
+    # an AllGather rank's load (sharded reads, batches page-locked shard by shard) in a group of one:
+    # every byte is its shard, so it reads what one GPU reads, along the ranks' code path
+    "allgather_rank": [],
 }
+
+
+def group_of_one() -> Any:
+    """A torch.distributed group of this process alone (NCCL on a GPU), made once."""
+    import socket
+
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cuda = torch.cuda.is_available()
+        dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                                world_size=1, **({"device_id": torch.device("cuda", 0)} if cuda else {}))
+    return dist.group.WORLD
 
 
 def log(msg: str) -> None:
@@ -238,7 +257,8 @@ def timed_load(path: Path, device: str, live: bool, direct: bool = True, schedul
     """One `Engine.load`, with its phases, milestones, timeline (`load_timeline`) and the memory map
     before and after; `schedule`: one of READ_SCHEDULES instead of the engine's default; `variant`:
     one of VARIANTS; `sample_s`: where the loading thread was in its first seconds."""
-    engine = Engine(path, device=device, live_replan=live, direct_read=direct)
+    group = group_of_one() if variant == "allgather_rank" else None
+    engine = Engine(path, device=device, live_replan=live, direct_read=direct, group=group)
     prepare_s = engine.prepare()  # the classes' imports: the console does this when the model is opened
     if schedule is not None:
         arena_fill.READ_AHEAD_BATCHES, loader.SHARE_READERS = READ_SCHEDULES[schedule]
@@ -257,6 +277,7 @@ def timed_load(path: Path, device: str, live: bool, direct: bool = True, schedul
                     "phases": load.phases, "pinned_bytes": load.pinned_bytes,
                     "components": load.components, "dit_read_seconds": load.dit_read_seconds,
                     "milestones": load.milestones, "schedule": schedule or "default", "variant": variant,
+                    "streamer": type(engine.placement.streamer).__name__ if engine.placement else None,
                     "maps_before": before, "maps_after": mapping_facts(), "timeline": timeline.summary()}
 
 
