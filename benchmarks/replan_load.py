@@ -57,7 +57,6 @@ VARIANTS: dict[str, list[tuple[Any, str, Any]]] = {
     "default": [],
     "huge_regions": [(arena_fill, "PINNED_REGION_STEP", HUGE_PAGE)],  # block regions never cut a huge page
     "dit_empties": [(loader, "DIT_IN_ARENA", False)],  # a DiT's weights in empty tensors of their own
-    "others_during_dit_build": [(loader, "OTHERS_DURING_DIT_BUILD", True)],  # encoders read while DiTs build
     # an AllGather rank's load (sharded reads, batches page-locked shard by shard) in a group of one:
     # every byte is its shard, so it reads what one GPU reads, along the ranks' code path
     "allgather_rank": [],

@@ -39,11 +39,6 @@ SHARE_READERS = True
 # into the streamer's arena): one mapping, where a thousand empty tensors made a thousand, each one
 # then unmapped while the blocks' reads fault pages in (CUDA loads only, like `aux_in_place`)
 DIT_IN_ARENA = True
-# Start the encoders' and VAEs' reads while the DiTs are built (about 0.1 s of Python on `meta`) rather
-# than after. Off: a DiT built with a tensor per weight waited behind the readers' page faults (1.1 s
-# against 0.13 s); with one arena per DiT that reason is gone, and the load benchmark's
-# `others_during_dit_build` variant measures it before it becomes the default.
-OTHERS_DURING_DIT_BUILD = False
 
 _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -177,17 +172,12 @@ def start_loading(model: ModelInfo, *, progress: Callable[[str, int, int], None]
                 loading.built[info.name] = _build(info, options, own_reader=True)
             loading.others_done_at = time.perf_counter()
 
-        if OTHERS_DURING_DIT_BUILD:
-            loading.others = others_on.submit(build_others)
-        try:
-            for info in model.components:  # alone by default: see OTHERS_DURING_DIT_BUILD
-                if info.role == "dit":
-                    loading.built[info.name] = _build(info, options)
-        except BaseException:
-            loading.abandon()  # the others stop at their next component
-            raise
-        if loading.others is None:
-            loading.others = others_on.submit(build_others)
+        # the DiTs first, alone: starting the others' reads during their ~0.1 s build made loads slower
+        # (1.14x the floor against 1.04x, docs/benchmarks.md, 2026-12-01 "one GPU, this session")
+        for info in model.components:
+            if info.role == "dit":
+                loading.built[info.name] = _build(info, options)
+        loading.others = others_on.submit(build_others)
     loading.dits = {info.name: loading.built[info.name] for info in model.components if info.role == "dit"}
     return loading
 

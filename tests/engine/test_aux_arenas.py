@@ -135,15 +135,9 @@ def test_half_t5_keeps_transformers_dtype_rules(wan_model_dir: Path, tmp_path: P
     arena.close()
 
 
-@pytest.mark.parametrize("during_dit_build", [False, True])
-def test_encoders_built_beside_the_dit_reads_equal_the_ordered_load(demo_model_dir: Path, during_dit_build: bool,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CUDA load order (encoders and VAE built on a worker while the blocks are read, or already
-    while the DiT is built) gives the same modules, dtypes and bytes as building everything in order,
-    and says when each part ended."""
-    from omni_console.engine import loader
-
-    monkeypatch.setattr(loader, "OTHERS_DURING_DIT_BUILD", during_dit_build)
+def test_encoders_built_beside_the_dit_reads_equal_the_ordered_load(demo_model_dir: Path) -> None:
+    """The CUDA load order (encoders and VAE built on a worker while the blocks are read) gives the
+    same modules, dtypes and bytes as building everything in order, and says when each part ended."""
     ordered = Engine(demo_model_dir, device="cpu", aux_in_place=False)
     overlapped = Engine(demo_model_dir, device="cpu", aux_in_place=True)
     bus_lines = overlapped.bus.subscribe()

@@ -119,11 +119,8 @@ def test_a_file_truncated_after_discovery_fails_the_load_and_releases(demo_model
     assert engine.state == EngineState.FAILED and engine.placement is None
 
 
-def test_a_dit_failing_while_the_encoders_are_read_fails_the_load_and_releases(
-        demo_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from omni_console.engine import loader
-
-    monkeypatch.setattr(loader, "OTHERS_DURING_DIT_BUILD", True)
+def test_a_dit_failing_with_encoders_read_into_arenas_fails_the_load_and_releases(
+        demo_model_dir: Path, tmp_path: Path) -> None:
     root = tmp_path / "demo"
     shutil.copytree(demo_model_dir, root)
     engine = Engine(root, device="cpu", aux_in_place=True)
