@@ -76,9 +76,13 @@ def warm_section(args: argparse.Namespace) -> dict[str, Any]:
         ("cfg_single", lambda: Engine(args.dir, device=args.device), guided),
         ("cfg", lambda: GroupEngine(args.dir, RankLayout(2, parallel="cfg"), device_kind=args.device), guided),
     ):
+        if args.one_gpu and name in ("dp", "cfg"):
+            continue
         log(f"warm: {name}")
         runs[name] = warm_requests(make(), args.warm, args.res, args.steps, **request)
         log(f"warm {name}: " + ", ".join(f"{r['seconds']:.2f} s" for r in runs[name]["requests"]))
+    if args.one_gpu:
+        return runs
     last = {name: run["requests"][-1]["seconds"] for name, run in runs.items()}
     runs["dp_over_single"] = last["dp"] / last["single"]
     runs["cfg_over_single"] = last["cfg"] / last["cfg_single"]
@@ -95,6 +99,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warm", type=int, default=0, help="also N requests per load through the engine API")
     parser.add_argument("--only-warm", action="store_true", help="skip the `run` section")
+    parser.add_argument("--one-gpu", action="store_true", help="--warm on one GPU only (the ratios' denominators)")
     parser.add_argument("--out", default="ranks_e2e.json")
     args = parser.parse_args()
     if not (args.dir / "model_index.json").exists():
