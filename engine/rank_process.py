@@ -1,9 +1,10 @@
 """One rank of a multi-GPU engine: a process that joins torch.distributed and serves one `Engine`.
 
 The process reads its place from the environment exactly as a `torchrun` worker does (`RANK`,
-`WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`; `init_method="env://"`), so running the
-ranks on more hosts is a matter of that environment. NCCL on GPUs (NVLink multicast off unless the
-operator set it), gloo on CPUs.
+`WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`; `init_method="env://"`), so the
+rendezvous on more hosts is a matter of that environment; the leader's command and event queues are
+local, so ranks on another host would also need a network channel for those (not built). NCCL on
+GPUs (NVLink multicast off unless the operator set it), gloo on CPUs.
 
 It obeys commands from the leader (`engine.rank_group`) one at a time and answers each with
 ("ok", rank, result) or ("error", rank, one line). Its engine's events are forwarded to the leader
