@@ -177,7 +177,8 @@ class AllGatherStreamer(LayerwiseStreamer):
                 compute.wait_event(self._slot_ready[slot])
             async_copy = self._arena.pinned and not sync
             if self._in_place:
-                copied, mine, index = self._copy_into_slot(b, src, dst, shard, copy, compute, sync, async_copy)
+                copied, mine, index = self._copy_into_slot(b, src, dst, slot, shard, copy, compute, sync,
+                                                           async_copy)
             else:
                 copied, mine, index = self._copy_into_buffer(b, src, shard, copy, sync, async_copy)
             comm.wait_stream(compute)
@@ -206,7 +207,7 @@ class AllGatherStreamer(LayerwiseStreamer):
             copied = self._clock.finish(mark, "copy", b.name, shard.size, sync=sync, stream=copy)
         return copied, staging, index
 
-    def _copy_into_slot(self, b: Block, src: torch.Tensor, dst: torch.Tensor, shard: Shard, copy: Any,
+    def _copy_into_slot(self, b: Block, src: torch.Tensor, dst: torch.Tensor, slot: int, shard: Shard, copy: Any,
                         compute: Any, sync: bool, async_copy: bool) -> tuple[Any, torch.Tensor, None]:
         """Our shard straight into its place in the slot, for an in-place gather (NCCL skips the
         rank's own part): no shard buffer and no device-to-device copy, but the copy waits for
@@ -214,6 +215,8 @@ class AllGatherStreamer(LayerwiseStreamer):
         mine = dst[self.rank * shard.size : (self.rank + 1) * shard.size]
         if not sync:
             copy.wait_stream(compute)
+            if self._slot_ready[slot] is not None:  # a gather into the slot that no block waited for
+                copy.wait_event(self._slot_ready[slot])
         with stream_context(copy):
             mark = self._clock.start(copy)
             mine.copy_(src, non_blocking=async_copy)
