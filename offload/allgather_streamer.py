@@ -146,16 +146,6 @@ class AllGatherStreamer(LayerwiseStreamer):
     def _slot_nbytes(self) -> int:
         return max((self._shards[b.name][0].gathered for b in self._streamed), default=0)
 
-    def _shard_buffer(self) -> int:
-        """Index of the next shard buffer (they rotate: one is gathered while the next is filled)."""
-        if not self._shard_buffers:
-            largest = max(shard.size for shard, _ in self._shards.values())
-            self._shard_buffers = [torch.empty(largest, dtype=torch.uint8, device=self.device)
-                                   for _ in range(self._buffers)]
-        index = self._next_buffer
-        self._next_buffer = (self._next_buffer + 1) % self._buffers
-        return index
-
     def _fill_slot(self, b: Block, slot: int, *, sync: bool) -> int:
         """Our shard host→device, then the gather of every rank's shard into the slot; returns PCIe bytes."""
         assert self._arena is not None
@@ -175,12 +165,14 @@ class AllGatherStreamer(LayerwiseStreamer):
             comm = compute if sync else self._comm_stream
             if sync and self._slot_ready[slot] is not None:
                 compute.wait_event(self._slot_ready[slot])
-            async_copy = self._arena.pinned and not sync
             if self._in_place:
-                copied, mine, index = self._copy_into_slot(b, src, dst, slot, shard, copy, compute, sync,
-                                                           async_copy)
+                mine, index = self._own_part_of_slot(dst, slot, shard, copy, compute, sync), None
             else:
-                copied, mine, index = self._copy_into_buffer(b, src, shard, copy, sync, async_copy)
+                mine, index = self._next_shard_buffer(shard, copy)
+            with stream_context(copy):
+                mark = self._clock.start(copy)
+                mine.copy_(src, non_blocking=self._arena.pinned and not sync)
+                copied = self._clock.finish(mark, "copy", b.name, shard.size, sync=sync, stream=copy)
             comm.wait_stream(compute)
             comm.wait_event(copied)
             with stream_context(comm):
@@ -193,35 +185,30 @@ class AllGatherStreamer(LayerwiseStreamer):
         self.gathered_bytes += shard.gathered - shard.size
         return shard.size
 
-    def _copy_into_buffer(self, b: Block, src: torch.Tensor, shard: Shard, copy: Any, sync: bool, async_copy: bool
-                          ) -> tuple[Any, torch.Tensor, int | None]:
-        """Our shard into the next shard buffer. It waits only for that buffer's previous gather, not
-        for compute: it runs while compute still uses the slot (the gather then waits for compute)."""
-        index = self._shard_buffer()
-        staging = self._shard_buffers[index][: shard.size]
+    def _next_shard_buffer(self, shard: Shard, copy: Any) -> tuple[torch.Tensor, int]:
+        """Where our shard is copied by default: the next shard buffer, and its index. The copy waits
+        only for that buffer's previous gather, not for compute: it runs while compute still uses the
+        slot (the gather then waits for compute). The buffers rotate, made at the first copy."""
+        if not self._shard_buffers:
+            largest = max(part.size for part, _ in self._shards.values())
+            self._shard_buffers = [torch.empty(largest, dtype=torch.uint8, device=self.device)
+                                   for _ in range(self._buffers)]
+        index = self._next_buffer
+        self._next_buffer = (index + 1) % self._buffers
         if self._buffer_free[index] is not None:
             copy.wait_event(self._buffer_free[index])
-        with stream_context(copy):
-            mark = self._clock.start(copy)
-            staging.copy_(src, non_blocking=async_copy)
-            copied = self._clock.finish(mark, "copy", b.name, shard.size, sync=sync, stream=copy)
-        return copied, staging, index
+        return self._shard_buffers[index][: shard.size], index
 
-    def _copy_into_slot(self, b: Block, src: torch.Tensor, dst: torch.Tensor, slot: int, shard: Shard, copy: Any,
-                        compute: Any, sync: bool, async_copy: bool) -> tuple[Any, torch.Tensor, None]:
-        """Our shard straight into its place in the slot, for an in-place gather (NCCL skips the
-        rank's own part): no shard buffer and no device-to-device copy, but the copy waits for
-        compute to pass the slot's previous block, so the ring wants a slot more."""
-        mine = dst[self.rank * shard.size : (self.rank + 1) * shard.size]
+    def _own_part_of_slot(self, dst: torch.Tensor, slot: int, shard: Shard, copy: Any, compute: Any, sync: bool
+                          ) -> torch.Tensor:
+        """Where our shard is copied for an in-place gather (NCCL skips the rank's own part): its place
+        in the slot. No shard buffer and no device-to-device copy, but the copy waits for compute to
+        pass the slot's previous block, so the ring wants a slot more."""
         if not sync:
             copy.wait_stream(compute)
             if self._slot_ready[slot] is not None:  # a gather into the slot that no block waited for
                 copy.wait_event(self._slot_ready[slot])
-        with stream_context(copy):
-            mark = self._clock.start(copy)
-            mine.copy_(src, non_blocking=async_copy)
-            copied = self._clock.finish(mark, "copy", b.name, shard.size, sync=sync, stream=copy)
-        return copied, mine, None
+        return dst[self.rank * shard.size : (self.rank + 1) * shard.size]
 
     def _release_buffers(self) -> None:
         self._shard_buffers = []
