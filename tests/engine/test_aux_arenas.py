@@ -191,13 +191,15 @@ def test_a_vae_read_beside_the_dit_reads_is_read_into_an_arena_that_is_its_maste
         a.close()
 
 
-def test_an_encoder_failing_beside_the_dit_reads_fails_the_load_and_releases(demo_model_dir: Path,
-                                                                             tmp_path: Path) -> None:
+@pytest.mark.parametrize(("component", "says"), [("text_encoder", ""), ("transformer", ".*outside the file")])
+def test_a_component_failing_while_read_into_arenas_fails_the_load_and_releases(
+        demo_model_dir: Path, tmp_path: Path, component: str, says: str) -> None:
+    """An encoder failing beside the DiT's reads, or the DiT failing with the encoders read into arenas."""
     root = tmp_path / "demo"
     shutil.copytree(demo_model_dir, root)
     engine = Engine(root, device="cpu", aux_in_place=True)
-    file = cut_short(root, "text_encoder")
-    with pytest.raises(ModelDirError, match=f"{file.name}"):
+    file = cut_short(root, component)
+    with pytest.raises(ModelDirError, match=f"{file.name}{says}"):
         engine.load(build_policy(mode="dlo"))
     assert engine.state == EngineState.FAILED and engine.placement is None and engine.pipe is None
     assert not [t for t in threading.enumerate() if t.name.startswith(("component-load", "arena-register"))]
