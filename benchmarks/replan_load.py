@@ -55,7 +55,6 @@ READ_SCHEDULES: dict[str, tuple[int | None, bool]] = {
 # --variants: engine switches flipped for a load (module, attribute, value); "default" flips none
 VARIANTS: dict[str, list[tuple[Any, str, Any]]] = {
     "default": [],
-    "huge_regions": [(arena_fill, "PINNED_REGION_STEP", HUGE_PAGE)],  # block regions never cut a huge page
     "dit_empties": [(loader, "DIT_IN_ARENA", False)],  # a DiT's weights in empty tensors of their own
     # an AllGather rank's load (sharded reads, batches page-locked shard by shard) in a group of one:
     # every byte is its shard, so it reads what one GPU reads, along the ranks' code path

@@ -28,9 +28,6 @@ BATCH_BYTES = 2 << 30  # read this much, then hand it to the registering threads
 # end (a cold disk feels an idle reader most) and leaves room in the queue for other components' reads.
 READ_AHEAD_BATCHES: int | None = 1
 REGISTER_THREADS = 4  # one registering thread falls behind 16 readers; four keep pace (docs/benchmarks.md)
-# Where page-locked block regions start: on a page, so no two blocks' registrations share one. The load
-# benchmark tries HUGE_PAGE (regions then never cut a transparent huge page) to see what that buys.
-PINNED_REGION_STEP = PAGE
 
 
 def lay_out(packed: list[Block], device: torch.device, *, pin: bool, weights: DeferredWeights | None) -> HostArena:
@@ -40,7 +37,9 @@ def lay_out(packed: list[Block], device: torch.device, *, pin: bool, weights: De
     for b in packed:
         plan_block(b, claims, device, knows)
     reject_shared_ranges(claims)
-    step = PINNED_REGION_STEP if pin and _deferred(packed) else ALIGNMENT  # pinned block by block
+    # pinned block by block: each region starts on a page, so no two blocks' registrations share one
+    # (starting them on 2 MiB huge pages changed nothing: docs/benchmarks.md)
+    step = PAGE if pin and _deferred(packed) else ALIGNMENT
     cursor = 0
     for b in packed:
         b.region_offset = cursor
