@@ -24,7 +24,6 @@ import gc
 import gzip
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -39,6 +38,7 @@ import torch.multiprocessing as mp
 sys.path.insert(0, str(Path(__file__).parent))
 from dlo_stream import BLOCK_ATTRS, PRESETS, build_model, make_inputs  # noqa: E402
 
+from omni_console.engine.rank_group import free_port  # noqa: E402
 from omni_console.offload.allgather_streamer import AllGatherStreamer, gather_into  # noqa: E402
 from omni_console.offload.pinned import HostArena, pinned_bytes_held  # noqa: E402
 from omni_console.offload.residency import BlockResidency  # noqa: E402
@@ -86,17 +86,19 @@ def parse_cpulist(text: str) -> set[int]:
     return cpus
 
 
-def timed(fn: Any, repeats: int) -> float:
-    """Median seconds of `fn()` on the current stream, all ranks starting together."""
+def timed(fn: Any, repeats: int, *, together: bool = True) -> float:
+    """Seconds of `fn()` on the current stream: the median with every rank starting together, or the
+    fastest of this rank's own runs (`together=False`)."""
     times = []
     for _ in range(repeats):
-        dist.barrier()
+        if together:
+            dist.barrier()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         fn()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(times) if together else min(times)
 
 
 def link_figures(rank: int, world: int, block_bytes: int) -> dict[str, Any]:
@@ -110,7 +112,7 @@ def link_figures(rank: int, world: int, block_bytes: int) -> dict[str, Any]:
     for r in range(world):
         dist.barrier()
         if r == rank:
-            alone.append(nbytes / timed_local(copy, 5) / 1e9)
+            alone.append(nbytes / timed(copy, 5, together=False) / 1e9)
         dist.barrier()
     together = nbytes / timed(copy, 5) / 1e9
     arena.close()
@@ -146,17 +148,6 @@ def link_figures(rank: int, world: int, block_bytes: int) -> dict[str, Any]:
     return {"h2d_alone_gbps": alone[0] if alone else None, "h2d_together_gbps": together,
             "block_bytes": block_bytes, "shard_bytes": shard, "gather_ms": gather_s * 1e3,
             "shard_copy_ms": copy_s * 1e3, "pipelined_copy_gather_ms_per_block": pipelined_s * 1e3}
-
-
-def timed_local(fn: Any, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def streamed_model(cfg: dict[str, Any]) -> torch.nn.Module:
@@ -337,12 +328,6 @@ def summarise(ranks: list[dict[str, Any]], world: int) -> dict[str, Any]:
         summary[f"rank{r['rank']}"] = {"compute_s": compute, "shard_transfer_s": shard_floor, "floor_s": floor,
                                         "runs": rows}
     return summary
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> None:

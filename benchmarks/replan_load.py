@@ -64,14 +64,12 @@ VARIANTS: dict[str, list[tuple[Any, str, Any]]] = {
 
 def group_of_one() -> Any:
     """A torch.distributed group of this process alone (NCCL on a GPU), made once."""
-    import socket
-
     import torch.distributed as dist
 
+    from omni_console.engine.rank_group import free_port
+
     if not dist.is_initialized():
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         cuda = torch.cuda.is_available()
         dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
                                 world_size=1, **({"device_id": torch.device("cuda", 0)} if cuda else {}))
