@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .init_layout import PACKAGE, init_layout
+from .stream_dtype import fp8_block_bytes
 from .weights import ModelDirError, TensorInfo
 
 # An index is a canonical decimal (no leading zeros) short enough to be a real list position.
@@ -48,6 +49,15 @@ class BlockList:
 
     attr: str
     block_bytes: tuple[int, ...]
+    # each block's bytes with its weights stored in fp8 (engine/stream_dtype.py), without / with the
+    # modulation opt-in; empty: not computed (the checkpoint's bytes apply)
+    fp8_bytes: tuple[int, ...] = ()
+    fp8_mod_bytes: tuple[int, ...] = ()
+
+    def stored_bytes(self, fp8: bool, modulation: bool = False) -> tuple[int, ...]:
+        """Each block's bytes in the arena: as the checkpoint stores them, or with fp8 storage."""
+        chosen = (self.fp8_mod_bytes if modulation else self.fp8_bytes) if fp8 else ()
+        return chosen or self.block_bytes
 
     @property
     def count(self) -> int:
@@ -77,7 +87,9 @@ def find_block_lists(tensors: Iterable[TensorInfo]) -> list[BlockList]:
             continue
         if not all(_repeats(entries[0], entries[i]) for i in range(1, n)):
             continue  # not a repeated structure: a list of heterogeneous modules
-        lists.append(BlockList(attr, tuple(sum(t.nbytes for t in entries[i].values()) for i in range(n))))
+        lists.append(BlockList(attr, tuple(sum(t.nbytes for t in entries[i].values()) for i in range(n)),
+                               fp8_bytes=tuple(fp8_block_bytes(attr, i, entries[i]) for i in range(n)),
+                               fp8_mod_bytes=tuple(fp8_block_bytes(attr, i, entries[i], True) for i in range(n))))
     return lists
 
 

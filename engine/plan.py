@@ -17,6 +17,9 @@ Forecast (all figures from the safetensors headers):
 - peak device weight bytes = resident bytes + the streamer's ring (`residency.slots`: the policy's k,
   never more than the streamed blocks) × the largest streamed block + the largest staged component
   (only one auxiliary stage runs at a time). With activations and per phase: engine/request_forecast.py.
+- with fp8 storage (`Plan.stream_dtype`), a block's bytes are its fp8 bytes (engine/stream_dtype.py):
+  pinned, streamed and slot bytes all shrink; resident parts are upcast once on the device, so the
+  device resident bytes keep the compute dtype, plus one compute-dtype scratch for the block that runs;
 - pinned host bytes with live re-plan (the console's load) are every block and encoder/VAE: see
   `Engine(live_replan=True)`; this forecast is `run`'s.
 """
@@ -29,6 +32,7 @@ from typing import Literal
 from ..offload.policy import OffloadPolicy
 from ..offload.residency import BlockResidency
 from .discovery import ComponentInfo, ModelInfo
+from .stream_dtype import FP8_NAMES
 
 Residency = Literal["streamed", "staged", "resident", "none"]
 Why = Literal["explicit", "default", "implicit", "dlo", "mode", "no-weights", "not-auxiliary", "no-blocks"]
@@ -69,6 +73,7 @@ class Forecast:
     num_resident_blocks: int
     streaming_slots: int = 0
     pinned_host_bytes_live: int = 0  # with live re-plan (the console): every DiT block and encoder/VAE
+    upcast_scratch_bytes: int = 0  # fp8 storage: the running block's weights in the compute dtype
 
     def transfer_seconds(self, bandwidth_bytes_per_s: float | None) -> float | None:
         """Time to stream the DiT once at a given host→device bandwidth (None when unknown)."""
@@ -85,14 +90,28 @@ class Plan:
     blocks: tuple[StreamedBlock, ...]
     forecast: Forecast
     residency: BlockResidency  # the decision `blocks` shows, passed as is to the streamer
+    stream_dtype: str | None = None  # the DiT blocks' storage dtype when fp8 (policy's, or the checkpoint's)
 
 
-def execution_blocks(model: ModelInfo, residency: BlockResidency) -> list[StreamedBlock]:
-    """Every DiT block in execution order (across all DiTs), streamed as `residency` decided."""
+def storage_dtype(model: ModelInfo, policy: OffloadPolicy) -> str | None:
+    """The fp8 dtype the DiT weights are stored in: the policy's `stream_dtype`, else the one the DiT
+    checkpoint holds most bytes in when that is fp8 (an fp8 checkpoint is streamed as stored)."""
+    if policy.stream_dtype is not None:
+        return policy.stream_dtype
+    for dit in model.dits:
+        if dit.dtypes and dit.dtypes[0] in FP8_NAMES:
+            return dit.dtypes[0]
+    return None
+
+
+def execution_blocks(model: ModelInfo, residency: BlockResidency, fp8: bool = False,
+                     modulation: bool = False) -> list[StreamedBlock]:
+    """Every DiT block in execution order (across all DiTs), streamed as `residency` decided, with its
+    bytes as stored (`fp8`: the DiT's weights in fp8, engine/stream_dtype.py)."""
     blocks: list[StreamedBlock] = []
     for dit in model.dits:
         for block_list in dit.block_lists:
-            for i, nbytes in enumerate(block_list.block_bytes):
+            for i, nbytes in enumerate(block_list.stored_bytes(fp8, modulation)):
                 streamed = not residency.resident[len(blocks)]
                 blocks.append(StreamedBlock(dit.name, block_list.attr, i, nbytes, streamed))
     return blocks
@@ -109,7 +128,9 @@ def _component_plan(info: ComponentInfo, policy: OffloadPolicy, blocks: list[Str
         own = [b for b in blocks if b.dit == info.name]
         streamed = sum(b.nbytes for b in own if b.streamed)
         kept = sum(1 for b in own if not b.streamed)
-        return ComponentPlan(info, "streamed", "dlo", info.nbytes - streamed, streamed, kept)
+        header = [n for block_list in info.block_lists for n in block_list.block_bytes]  # as the files hold
+        left = info.nbytes - sum(h for h, b in zip(header, own, strict=True) if b.streamed)
+        return ComponentPlan(info, "streamed", "dlo", left, streamed, kept)
     if info.role in ("encoder", "vae"):
         if policy.mode == "resident":
             return ComponentPlan(info, "resident", "mode", info.nbytes, 0)
@@ -129,27 +150,40 @@ def live_masters_bytes(plans: tuple[ComponentPlan, ...], blocks: list[StreamedBl
     return sum(b.nbytes for b in blocks) + aux
 
 
+def upcast_scratch(model: ModelInfo, blocks: list[StreamedBlock]) -> int:
+    """The upcast scratch (offload/upcast.py): the largest streamed block in a 2-byte compute dtype,
+    from the headers (a 16-bit checkpoint's bytes as stored, an fp8 one's twice)."""
+    header: list[int] = []
+    for dit in model.dits:
+        scale = 2 if dit.dtypes and dit.dtypes[0] in FP8_NAMES else 1
+        header.extend(n * scale for block_list in dit.block_lists for n in block_list.block_bytes)
+    return max((h for h, b in zip(header, blocks, strict=True) if b.streamed), default=0)
+
+
 def make_plan(model: ModelInfo, policy: OffloadPolicy) -> Plan:
     """Check the policy against the model (raising PolicyError) and compute residency and forecast."""
     policy.check_against(model.auxiliary_names, [d.name for d in model.dits], model.num_dit_blocks)
     residency = policy.block_residency(model.num_dit_blocks)
-    blocks = execution_blocks(model, residency)
+    stored = storage_dtype(model, policy)
+    blocks = execution_blocks(model, residency, stored is not None and policy.mode == "dlo", policy.fp8_modulation)
     plans = tuple(_component_plan(c, policy, blocks) for c in model.components)
     streamed = [b.nbytes for b in blocks if b.streamed]
     staged = [p.info.nbytes for p in plans if p.residency == "staged"]
     resident = sum(p.device_bytes for p in plans)
     largest_block = max(streamed, default=0)
     largest_staged = max(staged, default=0)
+    scratch = upcast_scratch(model, blocks) if stored is not None and policy.mode == "dlo" else 0
     forecast = Forecast(
         device_resident_bytes=resident,
         pinned_host_bytes=sum(streamed) + sum(staged),
         streamed_bytes_per_forward=sum(streamed),
-        peak_device_weight_bytes=resident + residency.slot_bytes(largest_block) + largest_staged,
+        peak_device_weight_bytes=resident + residency.slot_bytes(largest_block) + largest_staged + scratch,
         largest_streamed_block_bytes=largest_block,
         largest_staged_bytes=largest_staged,
         num_streamed_blocks=len(streamed),
         num_resident_blocks=len(blocks) - len(streamed),
         streaming_slots=residency.slots,
         pinned_host_bytes_live=live_masters_bytes(plans, blocks, policy),
+        upcast_scratch_bytes=scratch,
     )
-    return Plan(model, policy, plans, tuple(blocks), forecast, residency)
+    return Plan(model, policy, plans, tuple(blocks), forecast, residency, stored)

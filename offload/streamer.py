@@ -56,6 +56,7 @@ from .events import EventBus, NullBus
 from .pinned import HostArena, typed_view
 from .residency import BlockResidency
 from .transfer_timing import TransferClock
+from .upcast import BlockUpcast, module_upcast
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +109,12 @@ class LayerwiseStreamer(BlockRing):
         progress: Callable[[int, int], None] | None = None,
         keep_masters: bool = False,
         weights: DeferredWeights | None = None,
+        compute_dtype: torch.dtype | None = None,
     ) -> None:
         self.device = as_device(device)
+        # float8 tensors (fp8 storage) are converted to `compute_dtype` on the device (offload/upcast.py)
+        self.compute_dtype = compute_dtype
+        self._upcast = BlockUpcast(compute_dtype, self.device) if compute_dtype is not None else None
         self._weights = weights  # blocks whose tensors are still in their files are read into the arena
         self.keep_masters = keep_masters
         self._cuda = is_cuda(self.device)
@@ -279,6 +284,8 @@ class LayerwiseStreamer(BlockRing):
                 tensors = unique_tensors(b.module)
                 move_preserving_aliases(tensors, self.device)
                 b.tensor_bytes = distinct_bytes(tensors)
+                if self.compute_dtype is not None:
+                    module_upcast(b.module, self.compute_dtype)  # resident: converted once
         if packed:
             self._pack(packed)
         for b in self._blocks:
@@ -316,6 +323,8 @@ class LayerwiseStreamer(BlockRing):
                            stream=current_stream(self.device) if self._cuda else None)
         b.device_buffer = buffer
         bind_region(b, buffer)
+        if self.compute_dtype is not None:
+            module_upcast(b.module, self.compute_dtype)  # resident: converted once (the fp8 copy stays too)
         return n
 
     def _drop_resident(self, b: Block) -> int:
@@ -348,6 +357,8 @@ class LayerwiseStreamer(BlockRing):
         self._release_buffers()
 
     def _release_buffers(self) -> None:
+        if self._upcast is not None:
+            self._upcast.release()
         self._slots, self._slot_owner, self._slot_ready = [], [], []
         self._last_slot = None
         self._copy_stream = None

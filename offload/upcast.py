@@ -1,0 +1,99 @@
+"""fp8 storage, compute-dtype compute: each block's 8-bit weights upcast on the device before it runs.
+
+Weights stored in float8 (an fp8 checkpoint read as stored, or a `--stream-dtype` cast at load) stay
+8-bit in the host arena, on the link and in the ring's slot. Right before a streamed block runs, on
+the compute stream, every float8 tensor of the block is converted into one compute-dtype scratch
+buffer shared by all streamed blocks (blocks run one after another on that stream, so one buffer is
+enough; the slot's next copy waits for compute, so it never overwrites bytes still being converted)
+and re-pointed there. Resident tensors are converted once, where they land.
+
+Why this is exact: every float8 value is representable in bfloat16, float16 and float32, so the
+conversion is lossless, and a block computes with the very weights diffusers' layerwise casting
+(`enable_layerwise_casting(storage_dtype=fp8, compute_dtype=...)`) upcasts layer by layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from .block_packing import Binding, Block
+from .devices import rebind
+from .pinned import ALIGNMENT, align_up, contiguous_stride, typed_view
+
+FLOAT8 = frozenset({torch.float8_e4m3fn, torch.float8_e5m2})
+
+
+def is_float8(dtype: torch.dtype) -> bool:
+    return dtype in FLOAT8
+
+
+def _stored(b: Block) -> list[Binding]:
+    return [x for x in b.bindings if is_float8(x.dtype)]
+
+
+def upcast_bytes(b: Block, compute_dtype: torch.dtype) -> int:
+    """Scratch bytes block `b` needs for its float8 tensors in `compute_dtype` (0: none stored in fp8)."""
+    end = 0
+    for x in _stored(b):
+        end = align_up(end, ALIGNMENT) + _numel(x) * compute_dtype.itemsize
+    return align_up(end, ALIGNMENT) if end else 0
+
+
+class BlockUpcast:
+    """The ring's upcast step: float8 tensors of the block about to run, converted into a scratch buffer."""
+
+    def __init__(self, compute_dtype: torch.dtype, device: torch.device) -> None:
+        self.compute_dtype = compute_dtype
+        self.device = device
+        self._scratch: torch.Tensor | None = None
+
+    @property
+    def scratch_bytes(self) -> int:
+        return self._scratch.numel() if self._scratch is not None else 0
+
+    def size_for(self, blocks: Iterable[Block]) -> None:
+        """Hold a scratch buffer for the largest block's conversion (none when nothing is stored in fp8)."""
+        need = max((upcast_bytes(b, self.compute_dtype) for b in blocks), default=0)
+        self._scratch = torch.empty(need, dtype=torch.uint8, device=self.device) if need else None
+
+    def release(self) -> None:
+        self._scratch = None
+
+    def run(self, b: Block, region: torch.Tensor) -> None:
+        """Convert `b`'s float8 tensors (bytes in `region`, its slot) into the scratch and point them there."""
+        if self._scratch is None:
+            return
+        at = 0
+        for x in _stored(b):
+            at = align_up(at, ALIGNMENT)
+            src = typed_view(region, x.offset, x.dtype, x.shape, x.stride)
+            dst = typed_view(self._scratch, at, self.compute_dtype, x.shape, contiguous_stride(x.shape))
+            dst.copy_(src)
+            rebind(x.target, lambda dst=dst: dst)
+            at += _numel(x) * self.compute_dtype.itemsize
+
+
+def upcast_in_place(tensors: Iterable[torch.Tensor], compute_dtype: torch.dtype) -> int:
+    """Re-point each float8 tensor at a `compute_dtype` copy on its device (resident weights: converted
+    once); returns the compute-dtype bytes made. Aliases of one storage are converted separately."""
+    made = 0
+    for t in tensors:
+        if is_float8(t.dtype):
+            up = t.detach().to(compute_dtype)
+            rebind(t, lambda up=up: up)
+            made += up.numel() * up.element_size()
+    return made
+
+
+def module_upcast(module: torch.nn.Module, compute_dtype: torch.dtype) -> int:
+    """`upcast_in_place` over a module's parameters and buffers."""
+    return upcast_in_place([*module.parameters(), *module.buffers()], compute_dtype)
+
+
+def _numel(x: Binding) -> int:
+    n = 1
+    for d in x.shape:
+        n *= d
+    return n

@@ -1,0 +1,135 @@
+"""fp8 storage (`--stream-dtype`): bit-identical to diffusers' layerwise casting, resident, for every
+policy; the arena and the plan hold the fp8 bytes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import diffusers
+import numpy as np
+import pytest
+import torch
+from test_engine import request_for
+
+from omni_console.engine.discovery import discover_model
+from omni_console.engine.engine import Engine
+from omni_console.engine.plan import make_plan
+from omni_console.engine.stream_dtype import apply_storage_hooks, storage_leaves
+from omni_console.offload.errors import PolicyError
+from omni_console.offload.policy import build_policy
+from omni_console.offload.streamer import LayerwiseStreamer
+
+FP8 = torch.float8_e4m3fn
+
+
+def reference_image(path: Path, request, *, modulation: bool = False, storage: torch.dtype = FP8) -> np.ndarray:
+    """Plain diffusers, resident, with layerwise casting on the transformer (diffusers' own call; the
+    opt-in: diffusers' hooks on the same selection plus the modulation linears)."""
+    pipe = diffusers.FluxPipeline.from_pretrained(path, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    if modulation:
+        apply_storage_hooks(pipe.transformer, storage, torch.float32, modulation=True)
+    else:
+        pipe.transformer.enable_layerwise_casting(storage_dtype=storage, compute_dtype=torch.float32)
+    return np.asarray(pipe(**request.call_kwargs(pipe)).images[0])
+
+
+def plain_image(path: Path, request) -> np.ndarray:
+    pipe = diffusers.FluxPipeline.from_pretrained(path, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    return np.asarray(pipe(**request.call_kwargs(pipe)).images[0])
+
+
+@pytest.mark.slow
+def test_every_policy_matches_diffusers_layerwise_casting(demo_model_dir: Path):
+    req = request_for("flux")
+    expected = reference_image(demo_model_dir, req)
+    assert not np.array_equal(expected, plain_image(demo_model_dir, req))  # fp8 storage does change the image
+    n = discover_model(demo_model_dir).num_dit_blocks
+    for live in (False, True):
+        engine = Engine(demo_model_dir, device="cpu", live_replan=live)
+        for comps, layers, placement in (({}, 0, "leading"), ({"default": False}, 1, "leading"),
+                                         ({}, 2, "spread"), ({}, n, "leading")):
+            engine.load(build_policy(comps, layers, "dlo", placement, stream_dtype="float8_e4m3fn"))
+            got = np.asarray(engine.generate(req).image)
+            assert np.array_equal(got, expected), (live, comps, layers, placement)
+            engine.unload()
+        engine.load(build_policy(None, 0, "resident", stream_dtype="float8_e4m3fn"))
+        assert np.array_equal(np.asarray(engine.generate(req).image), expected)
+        engine.close()
+
+
+def test_live_replan_keeps_fp8_and_refuses_a_dtype_change(demo_model_dir: Path):
+    req = request_for("flux")
+    expected = reference_image(demo_model_dir, req)
+    engine = Engine(demo_model_dir, device="cpu", live_replan=True)
+    policy = build_policy({}, 0, stream_dtype="float8_e4m3fn")
+    engine.load(policy)
+    engine.replan(policy.with_resident_layers(3))
+    assert np.array_equal(np.asarray(engine.generate(req).image), expected)
+    engine.replan(policy.with_resident_layers(0))
+    assert np.array_equal(np.asarray(engine.generate(req).image), expected)
+    with pytest.raises(PolicyError, match="stream dtype"):
+        engine.replan(build_policy({}, 0))
+    engine.close()
+
+
+def test_modulation_opt_in_matches_a_resident_model_cast_the_same_way(demo_model_dir: Path):
+    req = request_for("flux")
+    expected = reference_image(demo_model_dir, req, modulation=True)
+    assert not np.array_equal(expected, reference_image(demo_model_dir, req))  # the opt-in stores more in fp8
+    engine = Engine(demo_model_dir, device="cpu")
+    for layers in (0, 2):
+        engine.load(build_policy({}, layers, stream_dtype="float8_e4m3fn", fp8_modulation=True))
+        assert np.array_equal(np.asarray(engine.generate(req).image), expected), layers
+        engine.unload()
+    engine.close()
+
+
+def test_e5m2_matches_too(demo_model_dir: Path):
+    req = request_for("flux")
+    expected = reference_image(demo_model_dir, req, storage=torch.float8_e5m2)
+    engine = Engine(demo_model_dir, device="cpu")
+    engine.load(build_policy({}, 0, stream_dtype="float8_e5m2"))
+    assert np.array_equal(np.asarray(engine.generate(req).image), expected)
+    engine.close()
+
+
+def test_the_selection_is_diffusers_own(demo_model_dir: Path):
+    """Exactly the layers `enable_layerwise_casting` hooks; the opt-in adds the AdaLN linears only."""
+    pipe = diffusers.FluxPipeline.from_pretrained(demo_model_dir, local_files_only=True)
+    model = pipe.transformer
+    ours = {name for name, _ in storage_leaves(model)}
+    model.enable_layerwise_casting(storage_dtype=FP8, compute_dtype=torch.float32)
+    hooked = {name for name, m in model.named_modules()
+              if getattr(m, "_diffusers_hook", None) is not None and m._diffusers_hook.get_hook("layerwise_casting")}
+    assert ours == hooked and ours
+    extra = {name for name, _ in storage_leaves(model, modulation=True)} - ours
+    assert extra and all(name.endswith(".linear") and "norm" in name for name in extra)
+    assert not any("norm_q" in name or "norm_k" in name for name in extra)
+
+
+def test_arena_and_plan_hold_fp8_bytes(demo_model_dir: Path):
+    model = discover_model(demo_model_dir)
+    plain = make_plan(model, build_policy({}, 0))
+    fp8 = make_plan(model, build_policy({}, 0, stream_dtype="float8_e4m3fn"))
+    mod = make_plan(model, build_policy({}, 0, stream_dtype="float8_e4m3fn", fp8_modulation=True))
+    assert fp8.stream_dtype == "float8_e4m3fn" and plain.stream_dtype is None
+    streamed = [f.forecast.streamed_bytes_per_forward for f in (plain, fp8, mod)]
+    assert streamed[0] > streamed[1] > streamed[2]
+    assert fp8.forecast.upcast_scratch_bytes > 0 == plain.forecast.upcast_scratch_bytes
+    engine = Engine(demo_model_dir, device="cpu")
+    for plan in (plain, fp8, mod):
+        report = engine.load(plan.policy)
+        streamer = engine.placement.streamer
+        assert isinstance(streamer, LayerwiseStreamer)
+        # the arena holds each block as planned (regions aligned: within 256 bytes a tensor)
+        tensors = sum(1 for b in streamer._blocks for _ in b.bindings)
+        assert 0 <= report.block_host_bytes - plan.forecast.pinned_host_bytes + _staged(plan) <= 256 * tensors
+        assert report.streamed_bytes == pytest.approx(plan.forecast.streamed_bytes_per_forward, rel=0.02)
+        engine.unload()
+    engine.close()
+
+
+def _staged(plan) -> int:
+    return sum(c.host_bytes for c in plan.components if c.residency == "staged")
