@@ -32,6 +32,7 @@ from ..engine.plan import ComponentPlan, Plan
 from ..engine.rank_forecast import RankForecast
 from ..engine.rank_layout import RankLayout
 from ..engine.request_forecast import RequestForecast
+from ..engine.stream_dtype import storage_note
 from ..offload.units import format_bytes
 from .theme_colors import default_variables, resolve
 
@@ -89,10 +90,11 @@ def blocks_sheet(plan: Plan) -> Sheet | None:
         for b in c.info.block_lists:
             mine = [x for x in plan.blocks if x.dit == c.info.name and x.attr == b.attr]
             kept = sum(1 for x in mine if not x.streamed)
-            sizes = sorted(set(b.block_bytes))
+            stored = [x.nbytes for x in mine]  # as the arena holds them (fp8 storage: fp8 bytes)
+            sizes = sorted(set(stored))
             per = format_bytes(sizes[0]) if len(sizes) == 1 else f"{format_bytes(sizes[0])}–{format_bytes(sizes[-1])}"
-            rows.append((c.info.name, b.attr, str(b.count), per, format_bytes(b.largest_bytes),
-                         format_bytes(b.total_bytes), str(kept), str(b.count - kept)))
+            rows.append((c.info.name, b.attr, str(b.count), per, format_bytes(max(stored)),
+                         format_bytes(sum(stored)), str(kept), str(b.count - kept)))
         rows.append((c.info.name, "(non-block modules: resident)", "", "", "", format_bytes(c.info.non_block_bytes),
                      "", ""))
     return Sheet("DiT blocks (execution order)", header, rows, right=frozenset(header[2:]))
@@ -113,6 +115,10 @@ def forecast_sheet(plan: Plan) -> Sheet:
     caption = (f"peak = resident + {f.streaming_slots} × largest streamed block "
                f"({format_bytes(f.largest_streamed_block_bytes)})"
                f" + largest staged component ({format_bytes(f.largest_staged_bytes)})")
+    if plan.stream_dtype is not None:
+        rows.append(("DiT weights stored in", plan.stream_dtype))
+        caption += f" + upcast scratch ({format_bytes(f.upcast_scratch_bytes)}). "
+        caption += storage_note(plan.stream_dtype, plan.policy.fp8_modulation) or ""
     return Sheet("forecast (from safetensors headers)", ("forecast", "bytes"), rows, right=frozenset({"bytes"}),
                  show_header=False, caption=caption)
 

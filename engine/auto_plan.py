@@ -63,7 +63,8 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
     for flags in itertools.product((True, False), repeat=len(aux)):
         comps = {**{k: v for k, v in base.dlo_offload_components.items() if k == "default"},
                  **{a.name: f for a, f in zip(aux, flags, strict=True)}}
-        policy = build_policy(comps, 0, "dlo", "leading", 2)
+        policy = build_policy(comps, 0, "dlo", "leading", 2, stream_dtype=base.stream_dtype,
+                              fp8_modulation=base.fp8_modulation)
         plan = make_plan(model, policy)
         dit = dit_profile(plan, profile) or _zero_compute(plan)
         staged_enc = max((a.nbytes for a, f in zip(aux, flags, strict=True) if f and a.role == "encoder"), default=0)

@@ -22,6 +22,7 @@ from .plan import Plan
 from .rank_forecast import RankForecast
 from .rank_layout import RankLayout
 from .request_forecast import RequestForecast
+from .stream_dtype import storage_note
 
 __all__ = ["PLAN_SCHEMA", "plan_document", "plan_to_dict", "ranks_doc", "vllm_flags", "vllm_gaps", "vllm_python_call",
            "vllm_serve_command"]
@@ -54,6 +55,9 @@ def vllm_gaps(plan: Plan, layout: RankLayout | None = None) -> list[str]:
     if residency.slots > 2:
         gaps.append(f"a {residency.slots}-slot prefetch ring has no vLLM-Omni spelling: vLLM-Omni prefetches one "
                     f"block ahead (2 slots)")
+    if policy.stream_dtype is not None:
+        gaps.append(f"--stream-dtype {policy.stream_dtype} has no vLLM-Omni spelling: its DLO streams the blocks "
+                    f"in the checkpoint's dtype")
     return gaps
 
 
@@ -160,6 +164,9 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
             streaming_slots=forecast.streaming_slots,
             resident_block_indices=list(plan.residency.resident_indices),
             placement=plan.residency.placement,
+            stream_dtype=plan.stream_dtype, fp8_modulation=plan.policy.fp8_modulation,
+            upcast_scratch_bytes=forecast.upcast_scratch_bytes,
+            storage_note=storage_note(plan.stream_dtype, plan.policy.fp8_modulation),
         ),
         vllm_omni=VllmOmniDoc(flags=vllm_flags(plan), serve=vllm_serve_command(plan, layout),
                               python=vllm_python_call(plan, layout), exact=not vllm_gaps(plan, layout),

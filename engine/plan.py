@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ..offload.errors import PolicyError
 from ..offload.policy import OffloadPolicy
 from ..offload.residency import BlockResidency
 from .discovery import ComponentInfo, ModelInfo
@@ -165,6 +166,8 @@ def make_plan(model: ModelInfo, policy: OffloadPolicy) -> Plan:
     policy.check_against(model.auxiliary_names, [d.name for d in model.dits], model.num_dit_blocks)
     residency = policy.block_residency(model.num_dit_blocks)
     stored = storage_dtype(model, policy)
+    if policy.fp8_modulation and stored is None:
+        raise PolicyError("fp8 modulation needs fp8 storage: add --stream-dtype float8_e4m3fn (or an fp8 checkpoint)")
     blocks = execution_blocks(model, residency, stored is not None and policy.mode == "dlo", policy.fp8_modulation)
     plans = tuple(_component_plan(c, policy, blocks) for c in model.components)
     streamed = [b.nbytes for b in blocks if b.streamed]
