@@ -96,12 +96,13 @@ class Plan:
 
 def storage_dtype(model: ModelInfo, policy: OffloadPolicy) -> str | None:
     """The fp8 dtype the DiT weights are stored in: the policy's `stream_dtype`, else the one the DiT
-    checkpoint holds most bytes in when that is fp8 (an fp8 checkpoint is streamed as stored)."""
+    checkpoint holds fp8 tensors in (an fp8 checkpoint is streamed as stored)."""
     if policy.stream_dtype is not None:
         return policy.stream_dtype
     for dit in model.dits:
-        if dit.dtypes and dit.dtypes[0] in FP8_NAMES:
-            return dit.dtypes[0]
+        held = [d for d in dit.dtypes if d in FP8_NAMES]  # by bytes, largest first
+        if held:
+            return held[0]
     return None
 
 
@@ -156,7 +157,7 @@ def upcast_scratch(model: ModelInfo, blocks: list[StreamedBlock]) -> int:
     from the headers (a 16-bit checkpoint's bytes as stored, an fp8 one's twice)."""
     header: list[int] = []
     for dit in model.dits:
-        scale = 2 if dit.dtypes and dit.dtypes[0] in FP8_NAMES else 1
+        scale = 2 if any(d in FP8_NAMES for d in dit.dtypes) else 1
         header.extend(n * scale for block_list in dit.block_lists for n in block_list.block_bytes)
     return max((h for h, b in zip(header, blocks, strict=True) if b.streamed), default=0)
 

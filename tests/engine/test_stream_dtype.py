@@ -133,3 +133,43 @@ def test_arena_and_plan_hold_fp8_bytes(demo_model_dir: Path):
 
 def _staged(plan) -> int:
     return sum(c.host_bytes for c in plan.components if c.residency == "staged")
+
+
+def fp8_checkpoint(demo: Path, out: Path) -> Path:
+    """The demo model with its transformer's storage layers saved as F8_E4M3 (as fp8 checkpoints are)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(demo, out)
+    model = diffusers.FluxTransformer2DModel.from_pretrained(demo / "transformer", local_files_only=True)
+    chosen = {f"{name}.{p}" for name, leaf in storage_leaves(model) for p, _ in leaf.named_parameters()}
+    for f in (out / "transformer").glob("*.safetensors"):
+        tensors = load_file(f)
+        save_file({k: v.to(FP8) if k in chosen else v for k, v in tensors.items()}, f, metadata={"format": "pt"})
+    return out
+
+
+@pytest.mark.slow
+def test_an_fp8_checkpoint_streams_as_stored(demo_model_dir: Path, tmp_path: Path):
+    path = fp8_checkpoint(demo_model_dir, tmp_path / "fp8")
+    model = discover_model(path)
+    assert "float8_e4m3fn" in model.dits[0].dtypes
+    plan = make_plan(model, build_policy({}, 0))  # no flag: the checkpoint's fp8 is kept
+    cast = make_plan(discover_model(demo_model_dir), build_policy({}, 0, stream_dtype="float8_e4m3fn"))
+    assert plan.stream_dtype == "float8_e4m3fn"
+    assert plan.forecast.streamed_bytes_per_forward == cast.forecast.streamed_bytes_per_forward
+    req = request_for("flux")
+    engine = Engine(path, device="cpu")
+    report = engine.load(plan.policy)
+    streamer = engine.placement.streamer
+    assert {x.dtype for b in streamer._blocks for x in b.bindings} >= {FP8}  # 8-bit in the arena
+    assert report.streamed_bytes == pytest.approx(plan.forecast.streamed_bytes_per_forward, rel=0.02)
+    got = np.asarray(engine.generate(req).image)
+    engine.close()
+    # the same values as the full-precision checkpoint cast at load, and as diffusers' layerwise casting
+    assert np.array_equal(got, reference_image(demo_model_dir, req))
+    pipe = diffusers.FluxPipeline.from_pretrained(path, local_files_only=True, torch_dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    pipe.transformer.enable_layerwise_casting(storage_dtype=FP8, compute_dtype=torch.float32)
+    assert np.array_equal(got, np.asarray(pipe(**req.call_kwargs(pipe)).images[0]))
