@@ -173,3 +173,54 @@ def test_an_fp8_checkpoint_streams_as_stored(demo_model_dir: Path, tmp_path: Pat
     pipe.set_progress_bar_config(disable=True)
     pipe.transformer.enable_layerwise_casting(storage_dtype=FP8, compute_dtype=torch.float32)
     assert np.array_equal(got, np.asarray(pipe(**req.call_kwargs(pipe)).images[0]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,fixture,pipeline_name", [
+    ("sd3", "sd3_model_dir", "StableDiffusion3Pipeline"),
+    ("pixart_sigma", "pixart_model_dir", "PixArtSigmaPipeline"),
+    ("wan", "wan_model_dir", "WanPipeline"),
+])
+def test_tiny_families_match_diffusers_layerwise_casting(request, family, fixture, pipeline_name, wan_loadable):
+    """Each family's own skip patterns and float32 modules (Wan's) are diffusers' to decide."""
+    path: Path = request.getfixturevalue(fixture)
+    req = request_for(family)
+
+    def first_image(pipe) -> np.ndarray:
+        pipe.set_progress_bar_config(disable=True)
+        out = pipe(**req.call_kwargs(pipe))
+        return np.asarray(out.images[0] if hasattr(out, "images") else out.frames[0][0])
+
+    pipe = getattr(diffusers, pipeline_name).from_pretrained(path, local_files_only=True)
+    plain = first_image(pipe)
+    pipe.transformer.enable_layerwise_casting(storage_dtype=FP8, compute_dtype=pipe.transformer.dtype)
+    expected = first_image(pipe)
+    assert not np.array_equal(plain, expected)
+    engine = Engine(path, device="cpu")
+    for comps, layers in (({}, 0), ({"default": False}, 1)):
+        engine.load(build_policy(comps, layers, stream_dtype="float8_e4m3fn"))
+        assert np.array_equal(np.asarray(engine.generate(req).image), expected), (comps, layers)
+        engine.unload()
+    engine.close()
+
+
+@pytest.mark.slow
+def test_the_plan_says_how_much_the_demo_changes(demo_model_dir: Path):
+    """The figures `storage_note` quotes are what the demo model gives (re-measured here)."""
+    from omni_console.engine.demo_model import DEMO_GENERATION
+    from omni_console.engine.stream_dtype import DEMO_DIFFERENCE, DEMO_PROMPT, storage_note
+
+    def image(storage: torch.dtype | None) -> np.ndarray:
+        pipe = diffusers.FluxPipeline.from_pretrained(demo_model_dir, local_files_only=True)
+        pipe.set_progress_bar_config(disable=True)
+        if storage is not None:
+            pipe.transformer.enable_layerwise_casting(storage_dtype=storage, compute_dtype=torch.float32)
+        out = pipe(prompt=DEMO_PROMPT, generator=torch.Generator().manual_seed(0), **DEMO_GENERATION)
+        return np.asarray(out.images[0]).astype(int)
+
+    plain = image(None)
+    for name, (mean, top) in DEMO_DIFFERENCE.items():
+        diff = np.abs(image(getattr(torch, name)) - plain)
+        assert (round(float(diff.mean()), 2), int(diff.max())) == (mean, top), name
+    note = storage_note("float8_e4m3fn", False)
+    assert note is not None and "differ" in note and f"{DEMO_DIFFERENCE['float8_e4m3fn'][0]:.2f}" in note
