@@ -132,7 +132,8 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
                        total_bytes=plan.model.nbytes),
         policy=PolicyDoc(mode=plan.policy.mode, dlo_offload_components=dict(plan.policy.dlo_offload_components),
                          resident_layers=plan.policy.resident_layers, placement=plan.policy.placement,
-                         prefetch_slots=plan.policy.prefetch_slots),
+                         prefetch_slots=plan.policy.prefetch_slots, stream_dtype=plan.policy.stream_dtype,
+                         fp8_modulation=plan.policy.fp8_modulation),
         components=[
             ComponentDoc(
                 name=c.info.name, role=c.info.role, library=c.info.library,

@@ -18,8 +18,9 @@ Forecast (all figures from the safetensors headers):
   never more than the streamed blocks) × the largest streamed block + the largest staged component
   (only one auxiliary stage runs at a time). With activations and per phase: engine/request_forecast.py.
 - with fp8 storage (`Plan.stream_dtype`), a block's bytes are its fp8 bytes (engine/stream_dtype.py):
-  pinned, streamed and slot bytes all shrink; resident parts are upcast once on the device, so the
-  device resident bytes keep the compute dtype, plus one compute-dtype scratch for the block that runs;
+  pinned, streamed, slot and resident-block bytes all shrink (resident blocks stay fp8 on the device
+  and are upcast per forward, as streamed ones are), plus one compute-dtype scratch for the block
+  that runs; the non-block layers are upcast once, so they keep the checkpoint's bytes;
 - pinned host bytes with live re-plan (the console's load) are every block and encoder/VAE: see
   `Engine(live_replan=True)`; this forecast is `run`'s.
 """
@@ -130,8 +131,8 @@ def _component_plan(info: ComponentInfo, policy: OffloadPolicy, blocks: list[Str
         own = [b for b in blocks if b.dit == info.name]
         streamed = sum(b.nbytes for b in own if b.streamed)
         kept = sum(1 for b in own if not b.streamed)
-        header = [n for block_list in info.block_lists for n in block_list.block_bytes]  # as the files hold
-        left = info.nbytes - sum(h for h, b in zip(header, own, strict=True) if b.streamed)
+        # non-block modules as the files hold them (upcast once if fp8), resident blocks as stored
+        left = info.non_block_bytes + sum(b.nbytes for b in own if not b.streamed)
         return ComponentPlan(info, "streamed", "dlo", left, streamed, kept)
     if info.role in ("encoder", "vae"):
         if policy.mode == "resident":
@@ -153,13 +154,13 @@ def live_masters_bytes(plans: tuple[ComponentPlan, ...], blocks: list[StreamedBl
 
 
 def upcast_scratch(model: ModelInfo, blocks: list[StreamedBlock]) -> int:
-    """The upcast scratch (offload/upcast.py): the largest streamed block in a 2-byte compute dtype,
-    from the headers (a 16-bit checkpoint's bytes as stored, an fp8 one's twice)."""
+    """The upcast scratch (offload/upcast.py): the largest block in a 2-byte compute dtype, from the
+    headers (a 16-bit checkpoint's bytes as stored, an fp8 one's twice)."""
     header: list[int] = []
     for dit in model.dits:
         scale = 2 if any(d in FP8_NAMES for d in dit.dtypes) else 1
         header.extend(n * scale for block_list in dit.block_lists for n in block_list.block_bytes)
-    return max((h for h, b in zip(header, blocks, strict=True) if b.streamed), default=0)
+    return max(header, default=0) if blocks else 0
 
 
 def make_plan(model: ModelInfo, policy: OffloadPolicy) -> Plan:

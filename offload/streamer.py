@@ -56,7 +56,7 @@ from .events import EventBus, NullBus
 from .pinned import HostArena, typed_view
 from .residency import BlockResidency
 from .transfer_timing import TransferClock
-from .upcast import BlockUpcast, module_upcast
+from .upcast import BlockUpcast
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,8 +284,8 @@ class LayerwiseStreamer(BlockRing):
                 tensors = unique_tensors(b.module)
                 move_preserving_aliases(tensors, self.device)
                 b.tensor_bytes = distinct_bytes(tensors)
-                if self.compute_dtype is not None:
-                    module_upcast(b.module, self.compute_dtype)  # resident: converted once
+                if self._upcast is not None:
+                    self._upcast.hold(b.name, b.module)  # resident fp8: upcast before each forward
         if packed:
             self._pack(packed)
         for b in self._blocks:
@@ -323,13 +323,15 @@ class LayerwiseStreamer(BlockRing):
                            stream=current_stream(self.device) if self._cuda else None)
         b.device_buffer = buffer
         bind_region(b, buffer)
-        if self.compute_dtype is not None:
-            module_upcast(b.module, self.compute_dtype)  # resident: converted once (the fp8 copy stays too)
+        if self._upcast is not None:
+            self._upcast.hold(b.name, b.module)  # resident fp8: upcast before each forward
         return n
 
     def _drop_resident(self, b: Block) -> int:
         """Free a resident block's device copy (its master stays in the arena); returns bytes freed."""
         n = b.device_buffer.numel() if b.device_buffer is not None else 0
+        if self._upcast is not None:
+            self._upcast.drop(b.name)
         unbind_region(b, self.device)
         b.device_buffer = None
         return n

@@ -5,7 +5,10 @@ Weights stored in float8 (an fp8 checkpoint read as stored, or a `--stream-dtype
 the compute stream, every float8 tensor of the block is converted into one compute-dtype scratch
 buffer shared by all streamed blocks (blocks run one after another on that stream, so one buffer is
 enough; the slot's next copy waits for compute, so it never overwrites bytes still being converted)
-and re-pointed there. Resident tensors are converted once, where they land.
+and re-pointed there. Resident blocks keep their fp8 bytes on the device as well and are converted
+the same way by hooks of their own, right before they run (as diffusers' layerwise casting does), so
+every block costs fp8 device bytes and one upcast per forward. The DiT's non-block layers (small) are
+converted once where they land.
 
 Why this is exact: every float8 value is representable in bfloat16, float16 and float32, so the
 conversion is lossless, and a block computes with the very weights diffusers' layerwise casting
@@ -15,6 +18,7 @@ conversion is lossless, and a block computes with the very weights diffusers' la
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 
@@ -42,37 +46,89 @@ def upcast_bytes(b: Block, compute_dtype: torch.dtype) -> int:
 
 
 class BlockUpcast:
-    """The ring's upcast step: float8 tensors of the block about to run, converted into a scratch buffer."""
+    """The upcast step: float8 tensors of the block about to run, converted into one scratch buffer.
+
+    Streamed blocks are converted from their slot by the ring (`run`); resident blocks keep their fp8
+    bytes on the device too and are converted by hooks of their own (`hold`), their fp8 tensors put
+    back after the forward: device bytes stay fp8 for every block, and each block pays the same upcast.
+    """
 
     def __init__(self, compute_dtype: torch.dtype, device: torch.device) -> None:
         self.compute_dtype = compute_dtype
         self.device = device
         self._scratch: torch.Tensor | None = None
+        self._held: dict[str, list[Any]] = {}  # resident block → its hook handles
 
     @property
     def scratch_bytes(self) -> int:
         return self._scratch.numel() if self._scratch is not None else 0
 
     def size_for(self, blocks: Iterable[Block]) -> None:
-        """Hold a scratch buffer for the largest block's conversion (none when nothing is stored in fp8)."""
-        need = max((upcast_bytes(b, self.compute_dtype) for b in blocks), default=0)
-        self._scratch = torch.empty(need, dtype=torch.uint8, device=self.device) if need else None
+        """Hold a scratch buffer for the largest streamed block's conversion (grown later if a resident
+        block needs more)."""
+        self._ensure(max((upcast_bytes(b, self.compute_dtype) for b in blocks), default=0))
+
+    def _ensure(self, nbytes: int) -> torch.Tensor | None:
+        if nbytes and (self._scratch is None or self._scratch.numel() < nbytes):
+            self._scratch = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+        return self._scratch
 
     def release(self) -> None:
+        for handles in self._held.values():
+            for h in handles:
+                h.remove()
+        self._held.clear()
         self._scratch = None
 
     def run(self, b: Block, region: torch.Tensor) -> None:
         """Convert `b`'s float8 tensors (bytes in `region`, its slot) into the scratch and point them there."""
-        if self._scratch is None:
+        stored = _stored(b)
+        scratch = self._ensure(upcast_bytes(b, self.compute_dtype))
+        if scratch is None:
             return
         at = 0
-        for x in _stored(b):
+        for x in stored:
             at = align_up(at, ALIGNMENT)
             src = typed_view(region, x.offset, x.dtype, x.shape, x.stride)
-            dst = typed_view(self._scratch, at, self.compute_dtype, x.shape, contiguous_stride(x.shape))
+            dst = typed_view(scratch, at, self.compute_dtype, x.shape, contiguous_stride(x.shape))
             dst.copy_(src)
             rebind(x.target, lambda dst=dst: dst)
             at += _numel(x) * self.compute_dtype.itemsize
+
+    def hold(self, name: str, module: torch.nn.Module) -> None:
+        """A resident block: upcast its float8 tensors before each forward, put the fp8 ones back after."""
+        self.drop(name)
+        stored = [t for t in dict.fromkeys([*module.parameters(), *module.buffers()]) if is_float8(t.dtype)]
+        if not stored:
+            return
+        need = 0
+        for t in stored:
+            need = align_up(need, ALIGNMENT) + t.numel() * self.compute_dtype.itemsize
+        saved: list[torch.Tensor] = []
+
+        def before(_module: torch.nn.Module, _args: Any) -> None:
+            scratch = self._ensure(align_up(need, ALIGNMENT))
+            assert scratch is not None
+            saved[:] = [t.data for t in stored]
+            at = 0
+            for t, fp8 in zip(stored, saved, strict=True):
+                at = align_up(at, ALIGNMENT)
+                dst = typed_view(scratch, at, self.compute_dtype, tuple(fp8.shape), contiguous_stride(fp8.shape))
+                dst.copy_(fp8)
+                rebind(t, lambda dst=dst: dst)
+                at += fp8.numel() * self.compute_dtype.itemsize
+
+        def after(_module: torch.nn.Module, _args: Any, _output: Any) -> None:
+            for t, fp8 in zip(stored, saved, strict=True):
+                rebind(t, lambda fp8=fp8: fp8)
+            saved.clear()
+
+        self._held[name] = [module.register_forward_pre_hook(before), module.register_forward_hook(after)]
+
+    def drop(self, name: str) -> None:
+        """A block no longer resident: its hooks go (its tensors are the streamer's again)."""
+        for h in self._held.pop(name, []):
+            h.remove()
 
 
 def upcast_in_place(tensors: Iterable[torch.Tensor], compute_dtype: torch.dtype) -> int:

@@ -59,6 +59,8 @@ def test_fp8_blocks_compute_in_the_compute_dtype_and_match(resident, keep_master
         for _ in range(2):
             assert torch.equal(model(x), expected)
     assert set(seen) == {torch.float32}
+    # between forwards every block's linear is 8-bit again: resident ones too (upcast per forward)
+    assert {block[0].weight.dtype for block, r in zip(model, resident, strict=True) if r} <= {FP8}
     # the arena holds the linears' weights in one byte each
     assert streamer.host_bytes < sum(b.region_nbytes for b in packed) + 1
     assert all(b.tensor_bytes < 16 * 16 * 4 for b in packed)
