@@ -38,6 +38,9 @@ LOADING_GENERATION: dict[str, dict[str, Any]] = {
     "hunyuan_video": {"height": 16, "width": 16, "num_frames": 5, "num_inference_steps": 2,
                       "max_sequence_length": 16},
     "chroma": {"height": 32, "width": 32, "num_inference_steps": 2, "max_sequence_length": 16},
+    # Sana's DC-AE compresses 2x here (one down block); binning would pick a 1024 px bin and resize
+    "sana": {"height": 32, "width": 32, "num_inference_steps": 2, "max_sequence_length": 16,
+             "use_resolution_binning": False},
 }
 """Small call kwargs per family; 4 steps for Wan 2.2 A14B so both experts get steps at boundary_ratio 0.875."""
 
@@ -60,8 +63,8 @@ def _wan_transformer(seed: int, index: int, *, in_channels: int = 16, out_channe
 
     with seeded(seed, index):
         return WanTransformer3DModel(
-            patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=8, in_channels=in_channels,
-            out_channels=out_channels, text_dim=32, freq_dim=32, ffn_dim=32, num_layers=2, cross_attn_norm=True,
+            patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=16, in_channels=in_channels,
+            out_channels=out_channels, text_dim=32, freq_dim=32, ffn_dim=128, num_layers=2, cross_attn_norm=True,
             qk_norm="rms_norm_across_heads", rope_max_seq_len=32, image_dim=image_dim,
         ).eval()
 
@@ -249,6 +252,36 @@ def make_chroma_pipeline(seed: int):
                           transformer=transformer)
 
 
+def make_sana_pipeline(seed: int):
+    """Sana: a Gemma2 text encoder (T5 tokenizer offline), linear-attention DiT, the DC-AE VAE."""
+    from diffusers import AutoencoderDC, FlowMatchEulerDiscreteScheduler, SanaPipeline, SanaTransformer2DModel
+    from transformers import Gemma2Config, Gemma2Model
+
+    from omni_console.engine.tokenizers_offline import build_t5_tokenizer
+
+    tok = build_t5_tokenizer()
+    with seeded(seed, 1):
+        text_encoder = Gemma2Model(Gemma2Config(
+            head_dim=16, hidden_size=8, intermediate_size=64, max_position_embeddings=512, num_attention_heads=2,
+            num_hidden_layers=1, num_key_value_heads=2, vocab_size=len(tok), pad_token_id=0)).eval()
+    with seeded(seed, 2):
+        transformer = SanaTransformer2DModel(
+            patch_size=1, in_channels=4, out_channels=4, num_layers=2, num_attention_heads=2, attention_head_dim=4,
+            num_cross_attention_heads=2, cross_attention_head_dim=4, cross_attention_dim=8, caption_channels=8,
+            sample_size=32).eval()
+    with seeded(seed, 3):
+        vae = AutoencoderDC(
+            in_channels=3, latent_channels=4, attention_head_dim=2,
+            encoder_block_types=("ResBlock", "EfficientViTBlock"),
+            decoder_block_types=("ResBlock", "EfficientViTBlock"), encoder_block_out_channels=(8, 8),
+            decoder_block_out_channels=(8, 8), encoder_qkv_multiscales=((), (5,)), decoder_qkv_multiscales=((), (5,)),
+            encoder_layers_per_block=(1, 1), decoder_layers_per_block=(1, 1), downsample_block_type="conv",
+            upsample_block_type="interpolate", decoder_norm_types="rms_norm", decoder_act_fns="silu",
+            scaling_factor=0.41407).eval()
+    return SanaPipeline(tokenizer=tok, text_encoder=text_encoder, vae=vae, transformer=transformer,
+                        scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0))
+
+
 MAKERS: dict[str, tuple[Callable[[int], Any], dict[str, str]]] = {
     "wan22_a14b": (make_wan22_a14b_pipeline, T5_LAYOUT),
     "wan22_ti2v": (make_wan22_ti2v_pipeline, T5_LAYOUT),
@@ -259,6 +292,7 @@ MAKERS: dict[str, tuple[Callable[[int], Any], dict[str, str]]] = {
     "mochi": (make_mochi_pipeline, T5_LAYOUT),
     "hunyuan_video": (make_hunyuan_video_pipeline, {}),
     "chroma": (make_chroma_pipeline, T5_LAYOUT),
+    "sana": (make_sana_pipeline, {}),
 }
 
 
