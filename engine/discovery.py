@@ -19,6 +19,7 @@ from pathlib import Path
 from .blocks import BlockList, check_config_block_counts, find_block_lists, order_block_lists, registration_order
 from .config_checks import check_config_document
 from .dir_audit import audit_component, audit_root
+from .pipeline_values import is_component_entry, pipeline_values
 from .roles import Role, classify
 from .safe_paths import allowed_roots, check_inside, check_segment
 from .trusted_classes import check_component, check_pipeline
@@ -74,6 +75,8 @@ class ModelInfo:
     pipeline_class: str
     components: tuple[ComponentInfo, ...]
     notes: tuple[str, ...] = ()  # files ignored on purpose (code, pickles), one line each
+    # model_index.json's values that are not components (`boundary_ratio`, ...), checked plain JSON
+    pipeline_values: dict[str, object] = field(default_factory=dict, hash=False)
 
     def by_role(self, role: Role) -> list[ComponentInfo]:
         return [c for c in self.components if c.role == role]
@@ -102,18 +105,15 @@ class ModelInfo:
         raise KeyError(name)
 
 
-def _component_entries(index: dict, index_path: Path) -> list[tuple[str, str | None, str | None]]:
+def _component_entries(index: dict, index_path: Path) -> list[tuple[str, str, str]]:
+    """The `[library, class]` pairs; `[null, null]` (left out) and pipeline values are not components."""
     entries = []
     for name, value in index.items():
-        if name.startswith("_"):
+        if name.startswith("_") or not is_component_entry(value) or value == [None, None]:
             continue
-        if not (isinstance(value, list) and len(value) == 2):
-            if isinstance(value, (str, int, float, bool)) or value is None:
-                continue  # pipeline-level settings such as "requires_safety_checker"
-            raise ModelDirError(f"{index_path}: component {name!r} must be [library, class], got {value!r}")
+        if len(value) != 2:
+            raise ModelDirError(f"{index_path}: component {name!r} must be [library, class], got {value!r:.80}")
         library, class_name = value
-        if library is None and class_name is None:
-            continue  # optional component left out of this checkpoint
         check_segment(name, str(index_path))
         if not isinstance(library, str) or not isinstance(class_name, str):
             raise ModelDirError(f"{index_path}: component {name!r} must be [library, class] strings, "
@@ -182,9 +182,10 @@ def discover_model(path: str | Path, variant: str | None = None) -> ModelInfo:
         raise ModelDirError(f"{index_path}: '_class_name' must name a diffusers pipeline, got {pipeline!r:.60} "
                             "(custom pipelines are never run)")
     check_pipeline(pipeline, str(index_path))
+    values = pipeline_values(index, str(index_path))  # before any component folder is read
     components = tuple(
         discover_component(root, name, library, class_name, variant)
         for name, library, class_name in _component_entries(index, index_path)
     )
     notes = tuple(root_notes) + tuple(n for c in components for n in c.notes)
-    return ModelInfo(root, pipeline, components, notes)
+    return ModelInfo(root, pipeline, components, notes, values)

@@ -11,6 +11,7 @@ by `engine.offline`). Discovery checked the same rules first; they are checked a
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from .arena_load import load_into_arena, supports_arena_load
 from .construction_lock import MODEL_CONSTRUCTION
 from .direct_load import build_deferred, build_deferred_in_arena
 from .discovery import ComponentInfo, ModelInfo
+from .pipeline_values import absent_components, init_values
 from .trusted_classes import accepts_trust_remote_code, component_class, holds_weights
 from .trusted_classes import pipeline_class as _trusted_pipeline_class
 from .weights import ModelDirError
@@ -49,6 +51,14 @@ class LoadCancelled(Exception):
 
 def pipeline_class(model: ModelInfo) -> type:
     return _trusted_pipeline_class(model.pipeline_class, str(model.path / "model_index.json"))
+
+
+def pipeline_init_values(model: ModelInfo, cls: type) -> dict[str, Any]:
+    """What `from_pretrained` passes `cls` besides the components: the saved pipeline values its `__init__`
+    takes, and None for each optional component the directory left out. Raises before anything is read."""
+    where = str(model.path / "model_index.json")
+    present = {info.name for info in model.components}
+    return {**absent_components(cls, present, where), **init_values(cls, copy.deepcopy(model.pipeline_values), where)}
 
 
 def load_dtype(info: ComponentInfo) -> torch.dtype | None:
@@ -77,8 +87,9 @@ def load_component(info: ComponentInfo) -> Any:
     except (OSError, ValueError) as exc:
         raise ModelDirError(f"{info.folder}: {info.class_name}.from_pretrained failed: {first_line(exc)}") from exc
     if isinstance(component, torch.nn.Module):
+        # eval() as from_pretrained already left it; requires_grad is left as it is too: switching it off
+        # changed which CPU kernel some Linear layers took (Mochi's VAE decoded 3.6e-7 away from diffusers)
         component.eval()
-        component.requires_grad_(False)
     return component
 
 
@@ -110,6 +121,7 @@ class LoadingPipeline:
     built: dict[str, Any]
     dits: dict[str, Any]
     stop: threading.Event
+    init_values: dict[str, Any] = field(default_factory=dict)  # pipeline values and None components
     others: Future | None = None
     pinning: list[Future] = field(default_factory=list)  # aux arenas being page-locked on the registrar
     others_done_at: float | None = None  # perf_counter when the last component was built (its bytes read)
@@ -122,10 +134,11 @@ class LoadingPipeline:
             future.result()
         components = {info.name: self.built[info.name] for info in self.model.components}
         try:
-            pipe = self.cls(**components)
+            pipe = self.cls(**components, **self.init_values)
         except TypeError as exc:
             raise ConfigError(f"{self.model.path}: {self.model.pipeline_class} cannot be built from its components: "
                               f"{exc}") from exc
+        pipe.register_to_config(_name_or_path=str(self.model.path))  # as from_pretrained leaves it
         pipe.set_progress_bar_config(disable=True)
         return pipe
 
@@ -157,7 +170,7 @@ def start_loading(model: ModelInfo, *, progress: Callable[[str, int, int], None]
     cls = pipeline_class(model)
     quiet_libraries()
     stop = threading.Event()
-    loading = LoadingPipeline(model, cls, {}, {}, stop)
+    loading = LoadingPipeline(model, cls, {}, {}, stop, pipeline_init_values(model, cls))
     options = _BuildOptions(progress, cancel, stop, weights, log, aux_in_place, host_arenas, registrar, timings,
                             loading.pinning)
     if others_on is None:
