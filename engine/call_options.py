@@ -33,6 +33,7 @@ from typing import Any
 
 from ..offload.errors import ConfigError
 from .discovery import ModelInfo
+from .render_size import check_render_size
 from .runner import FRAME_PARAMETERS, IMAGE_PARAMETERS, GenerateRequest, pipeline_parameter
 from .trusted_classes import pipeline_class
 from .weights import load_json
@@ -295,7 +296,8 @@ def check_call(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, 
     """Refuse, with one line naming the option (`labels` maps field -> what the user typed, e.g. "--frames";
     "param" or "params" for the `--param` values), what the pipeline's call would not take, before anything
     loads: an option it has no parameter for, a bad frame count, an unreadable image, an unknown or ill-typed
-    parameter, a text length its transformer cannot take."""
+    parameter, a text length its transformer cannot take, a size it would render differently
+    (`render_size`)."""
     names = {**OPTION_LABELS, **(labels or {})}
     if labels and "param" not in labels and "params" in labels:  # the request's field is `params`
         names["param"] = labels["params"]
@@ -311,6 +313,19 @@ def check_call(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, 
             _check_image(Path(value), names["image"])
     _check_params(model, request.params, names["param"], signature, names)
     _check_text_length(model, request, names["max_sequence_length"], signature)
+    check_render_size(model, request, names, signature)
+
+
+def check_shape(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, str] | None = None) -> None:
+    """The request's frame count and rendered size only, as `check_call` checks them (what `plan
+    --height/--width/--frames` forecasts for; the sizes' multiples are `request_checks.check_request`'s)."""
+    names = {**OPTION_LABELS, **(labels or {})}
+    signature = call_signature(model.pipeline_class)
+    if request.frames is not None:
+        if option_parameter(signature, "frames") is None:
+            raise ConfigError(f"{names['frames']}: {model.pipeline_class} takes no {OPTION_NOUNS['frames']}")
+        _check_frames(model, request.frames, names["frames"])
+    check_render_size(model, request, names, signature)
 
 
 # ------------------------------------------------------------------------------------------ fps
