@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..offload.events import (
+    BlockOrderCorrected,
     CacheDecision,
     EngineStateChanged,
     ErrorEvent,
@@ -28,6 +29,7 @@ from .theme_colors import resolve_default
 
 FAILURE_STYLE = "$error"
 """A failure line on stderr: the default theme's error colour (`run` has no app, hence no active theme)."""
+WARNING_STYLE = "$warning"
 PHASE_LABELS = {"text_encoding": "text encoding", "denoise": "denoise", "vae_decode": "VAE decode"}
 
 
@@ -112,8 +114,11 @@ def progress_line(event: object) -> tuple[str, str] | None:
     if isinstance(event, EngineStateChanged):
         return f"state {event.old} → {event.new} {event.reason}".rstrip(), "dim"
     if isinstance(event, StepTiming):
+        missed = f", {event.sync_fetches} blocks fetched synchronously" if event.sync_fetches else ""
         return (f"step {event.step}/{event.total_steps} {format_seconds(event.wall_s)} "
-                f"(stall {format_seconds(event.stall_s)})"), "dim"
+                f"(stall {format_seconds(event.stall_s)}{missed})"), "dim"
+    if isinstance(event, BlockOrderCorrected):
+        return event.summary, resolve_default(WARNING_STYLE)
     if isinstance(event, LoadProgress) and event.done_bytes == event.total_bytes and event.total_bytes:
         return f"load {event.component} {format_bytes(event.total_bytes)} ({event.phase})", "dim"
     if isinstance(event, Replanned):

@@ -95,7 +95,16 @@ def blocks_sheet(plan: Plan) -> Sheet | None:
                          format_bytes(b.total_bytes), str(kept), str(b.count - kept)))
         rows.append((c.info.name, "(non-block modules: resident)", "", "", "", format_bytes(c.info.non_block_bytes),
                      "", ""))
-    return Sheet("DiT blocks (execution order)", header, rows, right=frozenset(header[2:]))
+    return Sheet("DiT blocks (execution order)", header, rows, right=frozenset(header[2:]), caption=order_caption(dits))
+
+
+def order_caption(dits: list[ComponentPlan]) -> str | None:
+    """Where each DiT's block-list order comes from: its class's source (a guess the first forward checks)
+    or a real forward (the engine corrects the order when the two differ)."""
+    parts = [f"{c.info.name}: order seen in a real forward" if c.info.order_observed else
+             f"{c.info.name}: order read from {c.info.class_name}'s source, checked at the first forward"
+             for c in dits if len(c.info.block_lists) > 1]
+    return "; ".join(parts) or None
 
 
 def forecast_sheet(plan: Plan) -> Sheet:

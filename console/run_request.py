@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..engine.call_options import call_signature, check_call, option_parameter
+from ..engine.call_options import call_signature, check_call, check_shape, option_parameter
 from ..engine.discovery import ModelInfo
 from ..engine.outputs import OutputTarget, check_output
 from ..engine.request_checks import check_request
@@ -89,6 +89,16 @@ class CheckedRun:
     request: GenerateRequest
     output: OutputTarget
     video: bool
+
+
+def check_plan_size(model: ModelInfo, height: int | None, width: int | None, frames: int | None) -> None:
+    """`plan --height/--width/--frames`: the size the forecast is for, refused as `run` would refuse it
+    (one line naming the flag); nothing is checked when none is given."""
+    if height is None and width is None and frames is None:
+        return
+    request = GenerateRequest(prompt="", height=height, width=width, frames=frames)
+    check_request(model, request, REQUEST_FLAGS)
+    check_shape(model, request, CALL_FLAGS)
 
 
 def checked_request(model: ModelInfo, request: GenerateRequest, options: OptionFlags, output: Path, *,

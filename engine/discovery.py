@@ -19,6 +19,7 @@ from pathlib import Path
 from .blocks import BlockList, check_config_block_counts, find_block_lists, order_block_lists, registration_order
 from .config_checks import check_config_document
 from .dir_audit import audit_component, audit_root
+from .order_cache import apply_observed
 from .pipeline_values import is_component_entry, pipeline_values
 from .roles import Role, classify
 from .safe_paths import allowed_roots, check_inside, check_segment
@@ -44,6 +45,7 @@ class ComponentInfo:
     nbytes: int = 0
     block_lists: tuple[BlockList, ...] = ()
     notes: tuple[str, ...] = ()
+    order_observed: bool = False  # block_lists in the order a real forward ran (engine/order_cache.py)
 
     @property
     def dtypes(self) -> list[str]:
@@ -149,16 +151,17 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
     for tensor in tensors:
         dtype_bytes[tensor.dtype] += tensor.nbytes
     block_lists: tuple[BlockList, ...] = ()
+    order_observed = False
     if role == "dit":
         lists = find_block_lists(tensors)
         check_config_block_counts(folder, library, class_name, config, tensors)
         order = registration_order(library, class_name) if len(lists) > 1 else None
-        block_lists = tuple(order_block_lists(lists, order))
+        block_lists, order_observed = apply_observed(root, name, class_name, order_block_lists(lists, order))
     return ComponentInfo(
         name=name, role=role, library=library, class_name=class_name, folder=folder,
         files=weights.files, variant=weights.variant, dtype_bytes=dict(dtype_bytes),
         num_params=sum(t.numel for t in tensors), nbytes=sum(t.nbytes for t in tensors),
-        block_lists=block_lists, notes=tuple(notes),
+        block_lists=block_lists, notes=tuple(notes), order_observed=order_observed,
     )
 
 

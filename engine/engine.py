@@ -13,7 +13,7 @@ import itertools
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import torch
 
 from ..offload.deferred_weights import DeferredWeights
 from ..offload.events import (
+    BlockOrderCorrected,
     EngineStateChanged,
     ErrorEvent,
     EventBus,
@@ -40,6 +41,8 @@ from . import loader
 from .call_options import default_fps
 from .discovery import ModelInfo, discover_model
 from .loader import LoadCancelled, pipeline_class, start_loading
+from .order_cache import save_observed_order
+from .order_watch import BlockOrderWatch, one_pass_order, permute_profile, reordered_names
 from .placement import Placement, begin_placement, place_others, place_streamed
 from .plan import Plan, make_plan
 from .profiler import ProfileRecorder, forecast_check, request_size, save_quietly
@@ -138,6 +141,7 @@ class Engine:
         self.plan: Plan | None = None
         self.pipe: Any = None
         self.placement: Placement | None = None
+        self._order_watch: BlockOrderWatch | None = None
         self._request_ids = itertools.count(1)
         self._lock = threading.RLock()
 
@@ -257,6 +261,7 @@ class Engine:
                     weights.close()  # the files: every tensor has been read by now, or the load failed
                 if collecting:
                     gc.enable()
+            self._watch_block_order()
             self._set_state(EngineState.READY)
             streamer = self.placement.streamer
             seconds = time.perf_counter() - start
@@ -315,6 +320,9 @@ class Engine:
             self._set_state(EngineState.UNLOADED)
 
     def _release(self) -> None:
+        if self._order_watch is not None:
+            self._order_watch.close()
+            self._order_watch = None
         if self.placement is not None:
             self.placement.release()
             self.placement = None
@@ -338,6 +346,7 @@ class Engine:
             forecast = self.forecast(request_size(request))
             assert self.plan is not None
             recorder = ProfileRecorder(self.pipe, self.plan, self.device)
+            measured_plan = self.plan  # the first forward may correct the block order (and the plan)
             start = time.perf_counter()
             try:
                 run = run_pipeline(
@@ -355,6 +364,8 @@ class Engine:
             peak = run_peak(run, torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None)
             streamer = self.placement.streamer if self.placement else None
             profile = recorder.finish(request, run, streamer.observed_bandwidth if streamer else None)
+            if profile is not None and self.plan is not measured_plan and self.plan is not None:
+                profile = permute_profile(profile, measured_plan, self.plan)
             if profile is not None and not (cancel is not None and cancel.is_set()):
                 problem = save_quietly(profile)
                 if problem:
@@ -368,6 +379,50 @@ class Engine:
             return GenerateResult(request_id, run.image, seconds, run.steps, peak, frames=run.frames,
                                   is_video=run.is_video, fps=self.fps, latent_shape=run.latent_shape,
                                   phases=run.phases, vae_decode_peak_bytes=run.vae_decode_peak_bytes, check=check)
+
+    # ---------------------------------------------------------------- block order
+    def _watch_block_order(self) -> None:
+        """Record each DiT's first forward of this load: the plan's block order is checked against it."""
+        assert self.plan is not None
+        dits = {d.name: getattr(self.pipe, d.name, None) for d in self.model.dits if len(d.block_lists) > 1}
+        lists = {d.name: d.block_lists for d in self.model.dits}
+        modules = {name: m for name, m in dits.items() if isinstance(m, torch.nn.Module)}
+        if modules:
+            self._order_watch = BlockOrderWatch(modules, lists, self._block_order_observed)
+
+    def _block_order_observed(self, dit: str, calls: list[tuple[str, int]]) -> None:
+        """A DiT's first forward ran: adopt its block order (streamer, plan, cached) when it differs."""
+        info = self.model.component(dit)
+        planned = [b.attr for b in info.block_lists]
+        observed = one_pass_order(calls, info.block_lists)
+        if observed is None:
+            self.bus.publish(LogEvent(level="warning", message=(
+                f"{dit}: its first forward did not run each block list once, in order ({len(calls)} block calls); "
+                f"the plan's order is kept ({' → '.join(planned)})")))
+            return
+        try:
+            save_observed_order(self.model.path, dit, info.class_name, info.block_lists, observed)
+        except OSError as exc:
+            self.bus.publish(LogEvent(level="warning", message=f"block order not cached: {exc}"))
+        by_attr = {b.attr: b for b in info.block_lists}
+        corrected = replace(info, block_lists=tuple(by_attr[a] for a in observed), order_observed=True)
+        self.model = replace(self.model, components=tuple(
+            corrected if c.name == dit else c for c in self.model.components))
+        if observed == planned:
+            self.plan = replace(self.plan, model=self.model) if self.plan is not None else None
+            return
+        streamer = self.placement.streamer if self.placement else None
+        residency = None
+        if streamer is not None:
+            residency = streamer.reorder(reordered_names(streamer.block_names, dit, observed))
+        assert self.plan is not None
+        self.plan = make_plan(self.model, self.plan.policy, residency)
+        summary = (f"{dit}: the first forward ran {' → '.join(observed)}, not the order read from "
+                   f"{info.class_name}'s source ({' → '.join(planned)}); the streamer, the plan and the "
+                   "profile now follow the observed order")
+        self.bus.publish(BlockOrderCorrected(dit=dit, planned=tuple(planned), observed=tuple(observed),
+                                             summary=summary))
+        self.bus.publish(LogEvent(level="warning", message=summary))
 
     @property
     def fps(self) -> float | None:

@@ -129,10 +129,14 @@ def live_masters_bytes(plans: tuple[ComponentPlan, ...], blocks: list[StreamedBl
     return sum(b.nbytes for b in blocks) + aux
 
 
-def make_plan(model: ModelInfo, policy: OffloadPolicy) -> Plan:
-    """Check the policy against the model (raising PolicyError) and compute residency and forecast."""
+def make_plan(model: ModelInfo, policy: OffloadPolicy, residency: BlockResidency | None = None) -> Plan:
+    """Check the policy against the model (raising PolicyError) and compute residency and forecast.
+
+    `residency`: the blocks' residency as already carried out (a loaded streamer whose block order was
+    corrected by the first forward keeps its blocks where they are), instead of the policy's."""
     policy.check_against(model.auxiliary_names, [d.name for d in model.dits], model.num_dit_blocks)
-    residency = policy.block_residency(model.num_dit_blocks)
+    if residency is None or residency.num_blocks != model.num_dit_blocks:
+        residency = policy.block_residency(model.num_dit_blocks)
     blocks = execution_blocks(model, residency)
     plans = tuple(_component_plan(c, policy, blocks) for c in model.components)
     streamed = [b.nbytes for b in blocks if b.streamed]

@@ -74,12 +74,14 @@ class StepStats:
     """Transfer totals since the previous `take_step_stats()` call.
 
     `stall_s`: time compute waited on weight copies (exposed stall). `h2d_bytes` / `transfers`:
-    bytes and number of host-to-device block copies issued.
+    bytes and number of host-to-device block copies issued. `sync_fetches`: blocks found missing when
+    about to run and copied synchronously (the ring's order missed them; 0 once the order is right).
     """
 
     stall_s: float
     h2d_bytes: int
     transfers: int
+    sync_fetches: int = 0
 
 
 class LayerwiseStreamer(BlockRing):
@@ -141,6 +143,7 @@ class LayerwiseStreamer(BlockRing):
         self._stall_s = 0.0
         self._h2d_bytes = 0
         self._transfers = 0
+        self._sync_fetches = 0
         self._resident_bytes = 0
         self._async_bytes = 0  # resolved asynchronous copies since attach: the link's rate as streamed
         self._async_seconds = 0.0
@@ -253,6 +256,33 @@ class LayerwiseStreamer(BlockRing):
         return ReplanStats(copied_bytes=copied, freed_bytes=freed, ring_bytes=self._h2d_bytes - ring_before,
                            seconds=time.perf_counter() - start)
 
+    @property
+    def block_names(self) -> list[str]:
+        """Every block (`LIST.i`, as the block lists were given), in the order the ring runs them."""
+        return [b.name for b in self._blocks]
+
+    def reorder(self, names: Sequence[str]) -> BlockResidency:
+        """Run the blocks in another order (`names`: every block name once), e.g. the order the model's
+        forward really calls them in; returns the residency that results.
+
+        Each block keeps its residency (nothing is moved between device and host, the arena is not
+        repacked); only the ring's order changes: hooks and slots are rebuilt and refilled from the new
+        first streamed block. Safe between two forwards, also inside a request."""
+        by_name = {b.name: b for b in self._blocks}
+        if sorted(names) != sorted(by_name) or len(set(names)) != len(names):
+            raise ValueError("a new block order must name every block exactly once")
+        attached = self._attached
+        if attached and self._streamed:
+            self._clear_ring()
+            self._remove_hooks()
+        self._blocks = [by_name[n] for n in names]
+        self._streamed = [b for b in self._blocks if not b.resident]
+        self.residency = BlockResidency(tuple(b.resident for b in self._blocks), self.residency.slots,
+                                        self.residency.placement)
+        if attached:
+            self._build_ring()
+        return self.residency
+
     def take_step_stats(self, wait: bool = False) -> StepStats:
         """Totals since the previous call (or since attach); emits every resolved StagingEvent.
 
@@ -263,8 +293,8 @@ class LayerwiseStreamer(BlockRing):
         them. `wait=True` resolves everything (teardown, tests).
         """
         self._absorb(self._clock.drain() if self._cuda and wait else self._clock.poll())
-        stats = StepStats(self._stall_s, self._h2d_bytes, self._transfers)
-        self._stall_s, self._h2d_bytes, self._transfers = 0.0, 0, 0
+        stats = StepStats(self._stall_s, self._h2d_bytes, self._transfers, self._sync_fetches)
+        self._stall_s, self._h2d_bytes, self._transfers, self._sync_fetches = 0.0, 0, 0, 0
         return stats
 
     # ------------------------------------------------------------------ attach / detach
