@@ -100,6 +100,13 @@ class ModelInfo:
         return [c.name for c in self.components if c.role in ("encoder", "vae")]
 
     @property
+    def block_kind(self) -> str:
+        """What the streamed blocks are called where they are shown: "UNet" when every denoiser with
+        blocks is a UNet, else "DiT"."""
+        streamed = [c for c in self.denoisers if c.block_lists]
+        return "UNet" if streamed and all(c.role == "unet" for c in streamed) else "DiT"
+
+    @property
     def num_dit_blocks(self) -> int:
         """Blocks DLO streams (every denoiser's, a UNet's included): the bound of `resident_layers`."""
         return sum(c.num_blocks for c in self.denoisers)

@@ -74,8 +74,8 @@ class ComponentDoc(Document):
     device_bytes: int = Field(ge=0)
     host_bytes: int = Field(ge=0)
     block_lists: list[BlockListDoc]
-    non_block_bytes: int | None = Field(description="DiT only: bytes outside the block lists")
-    resident_layers: int | None = Field(description="DiT only: leading blocks kept on the device")
+    non_block_bytes: int | None = Field(description="DiT or UNet only: bytes outside the block lists")
+    resident_layers: int | None = Field(description="DiT or UNet only: its blocks kept on the device")
 
 
 class ForecastDoc(Document):

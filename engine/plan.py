@@ -133,7 +133,8 @@ def live_masters_bytes(plans: tuple[ComponentPlan, ...], blocks: list[StreamedBl
 
 def make_plan(model: ModelInfo, policy: OffloadPolicy) -> Plan:
     """Check the policy against the model (raising PolicyError) and compute residency and forecast."""
-    policy.check_against(model.auxiliary_names, [d.name for d in model.denoisers], model.num_dit_blocks)
+    policy.check_against(model.auxiliary_names, [d.name for d in model.denoisers], model.num_dit_blocks,
+                         unet_names=[d.name for d in model.by_role("unet")])
     residency = policy.block_residency(model.num_dit_blocks)
     blocks = execution_blocks(model, residency)
     plans = tuple(_component_plan(c, policy, blocks) for c in model.components)
