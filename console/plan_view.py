@@ -79,11 +79,12 @@ def component_sheet(plan: Plan) -> Sheet:
 
 
 def blocks_sheet(plan: Plan) -> Sheet | None:
-    """Each DiT's block lists in execution order, with how many leading blocks stay resident."""
+    """Each DiT's (or UNet's) block lists in execution order, with how many blocks stay resident."""
     dits = [c for c in plan.components if c.info.block_lists]
     if not dits:
         return None
-    header = ("DiT", "block list", "count", "bytes/block", "largest", "total", "resident", "streamed")
+    kind = plan.model.block_kind
+    header = (kind, "block list", "count", "bytes/block", "largest", "total", "resident", "streamed")
     rows = []
     for c in dits:
         for b in c.info.block_lists:
@@ -95,7 +96,8 @@ def blocks_sheet(plan: Plan) -> Sheet | None:
                          format_bytes(b.total_bytes), str(kept), str(b.count - kept)))
         rows.append((c.info.name, "(non-block modules: resident)", "", "", "", format_bytes(c.info.non_block_bytes),
                      "", ""))
-    return Sheet("DiT blocks (execution order)", header, rows, right=frozenset(header[2:]), caption=order_caption(dits))
+    return Sheet(f"{kind} blocks (execution order)", header, rows, right=frozenset(header[2:]),
+                 caption=order_caption([c for c in dits if c.info.role == "dit"]))
 
 
 def order_caption(dits: list[ComponentPlan]) -> str | None:
@@ -113,11 +115,12 @@ def forecast_sheet(plan: Plan) -> Sheet:
         ("device resident weights", format_bytes(f.device_resident_bytes)),
         ("device peak weights", format_bytes(f.peak_device_weight_bytes)),
         ("pinned host memory", format_bytes(f.pinned_host_bytes)),
-        (f"streamed per DiT forward ({f.num_streamed_blocks} blocks)", format_bytes(f.streamed_bytes_per_forward)),
+        (f"streamed per {plan.model.block_kind} forward ({f.num_streamed_blocks} blocks)",
+         format_bytes(f.streamed_bytes_per_forward)),
     ]
     r = plan.residency
     if f.num_streamed_blocks:
-        rows.append((f"resident DiT blocks ({r.placement})", f"{r.num_resident} of {r.num_blocks}"))
+        rows.append((f"resident {plan.model.block_kind} blocks ({r.placement})", f"{r.num_resident} of {r.num_blocks}"))
         rows.append(("prefetch ring", f"{f.streaming_slots} slots"))
     caption = (f"peak = resident + {f.streaming_slots} × largest streamed block "
                f"({format_bytes(f.largest_streamed_block_bytes)})"

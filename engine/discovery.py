@@ -2,8 +2,8 @@
 
 `discover_model(path)` reads `model_index.json`, each component's `config.json` and its
 safetensors headers, and returns what the plan and the console show: every component with its
-role, library, class, dtypes, parameter count and bytes, and for each DiT its block lists in
-execution order with bytes per block and the non-block remainder.
+role, library, class, dtypes, parameter count and bytes, and for each denoiser (a DiT or a UNet) its
+block lists in execution order with bytes per block and the non-block remainder.
 
 The directory is untrusted: every name, class and path in it is checked before anything reads it
 (`safe_paths`, `trusted_classes`, `config_checks`, `dir_audit`); files nothing will read (code,
@@ -16,12 +16,19 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .blocks import BlockList, check_config_block_counts, find_block_lists, order_block_lists, registration_order
+from .blocks import (
+    BlockList,
+    check_config_block_counts,
+    find_block_lists,
+    order_block_lists,
+    registration_order,
+    unet_block_lists,
+)
 from .config_checks import check_config_document
 from .dir_audit import audit_component, audit_root
 from .order_cache import apply_observed
 from .pipeline_values import is_component_entry, pipeline_values
-from .roles import Role, classify
+from .roles import DENOISER_ROLES, Role, classify
 from .safe_paths import allowed_roots, check_inside, check_segment
 from .trusted_classes import check_component, check_pipeline
 from .weights import ModelDirError, find_weights, load_json, read_weight_set
@@ -88,13 +95,26 @@ class ModelInfo:
         return self.by_role("dit")
 
     @property
+    def denoisers(self) -> list[ComponentInfo]:
+        """The components DLO streams block by block: DiTs and UNets (`roles.DENOISER_ROLES`)."""
+        return [c for c in self.components if c.role in DENOISER_ROLES]
+
+    @property
     def auxiliary_names(self) -> list[str]:
         """Names the policy map may key: encoders and VAEs."""
         return [c.name for c in self.components if c.role in ("encoder", "vae")]
 
     @property
+    def block_kind(self) -> str:
+        """What the streamed blocks are called where they are shown: "UNet" when every denoiser with
+        blocks is a UNet, else "DiT"."""
+        streamed = [c for c in self.denoisers if c.block_lists]
+        return "UNet" if streamed and all(c.role == "unet" for c in streamed) else "DiT"
+
+    @property
     def num_dit_blocks(self) -> int:
-        return sum(c.num_blocks for c in self.dits)
+        """Blocks DLO streams (every denoiser's, a UNet's included): the bound of `resident_layers`."""
+        return sum(c.num_blocks for c in self.denoisers)
 
     @property
     def nbytes(self) -> int:
@@ -157,6 +177,8 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
         check_config_block_counts(folder, library, class_name, config, tensors)
         order = registration_order(library, class_name) if len(lists) > 1 else None
         block_lists, order_observed = apply_observed(root, name, class_name, order_block_lists(lists, order))
+    elif role == "unet":
+        block_lists = tuple(unet_block_lists(folder, class_name, config, tensors))
     return ComponentInfo(
         name=name, role=role, library=library, class_name=class_name, folder=folder,
         files=weights.files, variant=weights.variant, dtype_bytes=dict(dtype_bytes),

@@ -77,8 +77,8 @@ class ComponentDoc(Document):
     block_order: Literal["source", "observed"] | None = Field(
         None, description="DiT with several block lists: where their order comes from: 'source' (its class's "
                           "__init__, checked against the first forward of a load) or 'observed' (a real forward)")
-    non_block_bytes: int | None = Field(description="DiT only: bytes outside the block lists")
-    resident_layers: int | None = Field(description="DiT only: leading blocks kept on the device")
+    non_block_bytes: int | None = Field(description="DiT or UNet only: bytes outside the block lists")
+    resident_layers: int | None = Field(description="DiT or UNet only: its blocks kept on the device")
 
 
 class ForecastDoc(Document):

@@ -351,7 +351,7 @@ class Engine:
             try:
                 run = run_pipeline(
                     self.pipe, request, bus=self.bus, request_id=request_id, device=self.device,
-                    dits=[getattr(self.pipe, d.name) for d in self.model.dits],
+                    dits=[getattr(self.pipe, d.name) for d in self.model.denoisers],
                     streamer=self.placement.streamer if self.placement else None, cancel=cancel)
             except BaseException as exc:
                 recorder.close()

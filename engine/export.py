@@ -19,10 +19,11 @@ from .documents import (
     RequestForecastDoc,
     VllmOmniDoc,
 )
-from .plan import Plan
+from .plan import ComponentPlan, Plan
 from .rank_forecast import RankForecast
 from .rank_layout import RankLayout
 from .request_forecast import RequestForecast
+from .roles import DENOISER_ROLES
 
 __all__ = ["PLAN_SCHEMA", "plan_document", "plan_to_dict", "ranks_doc", "vllm_flags", "vllm_gaps", "vllm_python_call",
            "vllm_serve_command"]
@@ -42,7 +43,7 @@ def vllm_gaps(plan: Plan, layout: RankLayout | None = None) -> list[str]:
     policy, residency = plan.policy, plan.residency
     if policy.mode == "resident":
         return []
-    gaps = []
+    gaps = [_unet_gap(c) for c in plan.components if c.info.role == "unet" and c.residency == "streamed"]
     if layout is not None and layout.sharded and policy.resident_layers > 0:
         gaps.append("vLLM-Omni rejects resident layers with AllGather (its resident blocks come from a TP-aware "
                     "loader); here resident blocks are whole on every rank")
@@ -56,6 +57,13 @@ def vllm_gaps(plan: Plan, layout: RankLayout | None = None) -> list[str]:
         gaps.append(f"a {residency.slots}-slot prefetch ring has no vLLM-Omni spelling: vLLM-Omni prefetches one "
                     f"block ahead (2 slots)")
     return gaps
+
+
+def _unet_gap(c: ComponentPlan) -> str:
+    lists = " + ".join(f"{b.count} {b.attr}" for b in c.info.block_lists)
+    return (f"vLLM-Omni's layerwise offload streams a DiT's blocks only: it has no spelling for streaming the UNet "
+            f"{c.info.name!r} ({lists}), so its flags are the closest spelling, not an equivalent "
+            "(--dlo-resident-layers counts DiT blocks there)")
 
 
 def _index_ranges(indices: tuple[int, ...]) -> str:
@@ -144,8 +152,8 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
                     for b in c.info.block_lists
                 ],
                 block_order=block_order(c.info),
-                non_block_bytes=c.info.non_block_bytes if c.info.role == "dit" else None,
-                resident_layers=c.resident_layers if c.info.role == "dit" else None,
+                non_block_bytes=c.info.non_block_bytes if c.info.role in DENOISER_ROLES else None,
+                resident_layers=c.resident_layers if c.info.role in DENOISER_ROLES else None,
             )
             for c in plan.components
         ],

@@ -29,6 +29,7 @@ from .construction_lock import MODEL_CONSTRUCTION
 from .direct_load import build_deferred, build_deferred_in_arena
 from .discovery import ComponentInfo, ModelInfo
 from .pipeline_values import absent_components, init_values
+from .roles import DENOISER_ROLES
 from .trusted_classes import accepts_trust_remote_code, component_class, holds_weights
 from .trusted_classes import pipeline_class as _trusted_pipeline_class
 from .weights import ModelDirError
@@ -178,7 +179,8 @@ def start_loading(model: ModelInfo, *, progress: Callable[[str, int, int], None]
             loading.built[info.name] = _build(info, options)
     else:
         # the largest first; their reads share the bandwidth with the blocks' reads that placement starts
-        others = sorted((info for info in model.components if info.role != "dit"), key=lambda i: -i.nbytes)
+        others = sorted((info for info in model.components if info.role not in DENOISER_ROLES),
+                        key=lambda i: -i.nbytes)
 
         def build_others() -> None:
             for info in others:
@@ -188,10 +190,10 @@ def start_loading(model: ModelInfo, *, progress: Callable[[str, int, int], None]
         # the DiTs first, alone: starting the others' reads during their ~0.1 s build made loads slower
         # (1.14x the floor against 1.04x, docs/benchmarks.md, 2026-12-01 "one GPU, this session")
         for info in model.components:
-            if info.role == "dit":
+            if info.role in DENOISER_ROLES:
                 loading.built[info.name] = _build(info, options)
         loading.others = others_on.submit(build_others)
-    loading.dits = {info.name: loading.built[info.name] for info in model.components if info.role == "dit"}
+    loading.dits = {info.name: loading.built[info.name] for info in model.denoisers}
     return loading
 
 
@@ -218,12 +220,12 @@ def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> A
         o.progress(info.name, 0, info.nbytes)
     component, why = None, ""
     started = time.perf_counter()
-    if o.weights is not None and (info.role == "dit" or o.aux_in_place):
+    if o.weights is not None and (info.role in DENOISER_ROLES or o.aux_in_place):
         reader = o.weights.sibling() if own_reader else o.weights
         # an encoder or VAE read beside the DiT's blocks: into an arena, its staged master as it is
-        staged_from_arena = own_reader and info.role != "dit"
+        staged_from_arena = own_reader and info.role not in DENOISER_ROLES
         in_arena = (o.aux_in_place and o.host_arenas is not None and o.registrar is not None
-                    and (staged_from_arena or (info.role == "dit" and DIT_IN_ARENA)))
+                    and (staged_from_arena or (info.role in DENOISER_ROLES and DIT_IN_ARENA)))
         arena: HostArena | None = None
         try:
             if in_arena:

@@ -1,8 +1,9 @@
 """Apply a plan to a loaded pipeline: stream DiT blocks, stage or place auxiliaries, and undo it all.
 
 Per component (engine/plan.py decides the residency):
-- `streamed` (a DiT): its non-block modules go to the device; its block lists feed one
-  `LayerwiseStreamer` ring across all DiTs in execution order, which keeps exactly the blocks
+- `streamed` (a DiT or a UNet): its non-block modules go to the device; its block lists feed one
+  `LayerwiseStreamer` ring across all denoisers in execution order (a UNet's skip connections are
+  activations and stay where its blocks put them), which keeps exactly the blocks
   `plan.residency` marks resident and allocates exactly `plan.residency.slots` slots.
 - `staged`: a `ModuleStager` with a pinned master, wrapped around the methods the pipeline calls
   (`forward`; for VAEs also `encode`/`decode`), sharing one `AllocatorCache` for boundary decisions.
@@ -122,7 +123,7 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
             continue
         attrs = [b.attr for b in comp.info.block_lists]
         _dit_non_block_to(module, set(attrs), device, weights)
-        block_lists.extend((f"{comp.info.name}.{a}", list(getattr(module, a))) for a in attrs)
+        block_lists.extend((f"{comp.info.name}.{a}", block_modules(module, a)) for a in attrs)
     if not block_lists:
         return
     total = sum(c.host_bytes for c in plan.components if c.residency == "streamed")
@@ -206,6 +207,12 @@ def _closer(arena: HostArena, device: torch.device) -> Callable[[], None]:
         synchronize(device)  # no copy may still read it
         arena.close()
     return close
+
+
+def block_modules(module: torch.nn.Module, attr: str) -> list[torch.nn.Module]:
+    """The blocks of one block list: a `ModuleList`'s entries, or a single block (a UNet's `mid_block`)."""
+    found = getattr(module, attr)
+    return list(found) if isinstance(found, torch.nn.ModuleList) else [found]
 
 
 def _check_block_order(block_lists: list[tuple[str, list[torch.nn.Module]]], plan: Plan) -> None:

@@ -1,13 +1,14 @@
 """Resolve a policy against a discovered model and forecast what it costs — before any load.
 
 Residency of each component:
-- `streamed`: DiT blocks (DLO always owns them), minus the `resident_layers` its placement keeps — decided once,
-  by `OffloadPolicy.block_residency` (offload/residency.py), and handed as `Plan.residency` to the
-  streamer, so the forecast and the placement use the same block list and slot count;
+- `streamed`: the denoiser's blocks (a DiT's, or a UNet's down/mid/up blocks; DLO always owns them), minus
+  the `resident_layers` its placement keeps — decided once, by `OffloadPolicy.block_residency`
+  (offload/residency.py), and handed as `Plan.residency` to the streamer, so the forecast and the
+  placement use the same block list and slot count;
 - `staged`: an encoder/VAE whose policy resolves to True (pinned on host, on the device only
   for its stage);
 - `resident`: an encoder/VAE whose policy resolves to False, every weighted `other` component, a
-  DiT without block lists, and everything in `mode=resident`;
+  DiT or UNet without block lists, and everything in `mode=resident`;
 - `none`: components without weights (tokenizers, schedulers).
 
 Forecast (all figures from the safetensors headers):
@@ -29,6 +30,7 @@ from typing import Literal
 from ..offload.policy import OffloadPolicy
 from ..offload.residency import BlockResidency
 from .discovery import ComponentInfo, ModelInfo
+from .roles import DENOISER_ROLES
 
 Residency = Literal["streamed", "staged", "resident", "none"]
 Why = Literal["explicit", "default", "implicit", "dlo", "mode", "no-weights", "not-auxiliary", "no-blocks"]
@@ -88,9 +90,9 @@ class Plan:
 
 
 def execution_blocks(model: ModelInfo, residency: BlockResidency) -> list[StreamedBlock]:
-    """Every DiT block in execution order (across all DiTs), streamed as `residency` decided."""
+    """Every denoiser block in execution order (across all DiTs / UNets), streamed as `residency` decided."""
     blocks: list[StreamedBlock] = []
-    for dit in model.dits:
+    for dit in model.denoisers:
         for block_list in dit.block_lists:
             for i, nbytes in enumerate(block_list.block_bytes):
                 streamed = not residency.resident[len(blocks)]
@@ -101,7 +103,7 @@ def execution_blocks(model: ModelInfo, residency: BlockResidency) -> list[Stream
 def _component_plan(info: ComponentInfo, policy: OffloadPolicy, blocks: list[StreamedBlock]) -> ComponentPlan:
     if not info.has_weights:
         return ComponentPlan(info, "none", "no-weights", 0, 0)
-    if info.role == "dit":
+    if info.role in DENOISER_ROLES:
         if policy.mode == "resident":
             return ComponentPlan(info, "resident", "mode", info.nbytes, 0)
         if not info.block_lists:
@@ -134,7 +136,8 @@ def make_plan(model: ModelInfo, policy: OffloadPolicy, residency: BlockResidency
 
     `residency`: the blocks' residency as already carried out (a loaded streamer whose block order was
     corrected by the first forward keeps its blocks where they are), instead of the policy's."""
-    policy.check_against(model.auxiliary_names, [d.name for d in model.dits], model.num_dit_blocks)
+    policy.check_against(model.auxiliary_names, [d.name for d in model.denoisers], model.num_dit_blocks,
+                         unet_names=[d.name for d in model.by_role("unet")])
     if residency is None or residency.num_blocks != model.num_dit_blocks:
         residency = policy.block_residency(model.num_dit_blocks)
     blocks = execution_blocks(model, residency)

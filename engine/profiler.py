@@ -17,6 +17,7 @@ import torch
 
 from ..offload.block_timing import BlockTimer
 from ..offload.events import ForecastCheck
+from .placement import block_modules
 from .plan import Plan
 from .request_forecast import RequestForecast, staged_bytes
 from .request_profile import RequestProfile, RequestSize, device_name, save_profile
@@ -30,7 +31,7 @@ def request_size(request: GenerateRequest) -> RequestSize:
 
 
 def plan_blocks(pipe: Any, plan: Plan) -> list[torch.nn.Module]:
-    return [getattr(getattr(pipe, b.dit), b.attr)[b.index] for b in plan.blocks]
+    return [block_modules(getattr(pipe, b.dit), b.attr)[b.index] for b in plan.blocks]
 
 
 class ProfileRecorder:
