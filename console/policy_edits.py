@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..engine.discovery import ModelInfo
+from ..engine.experts import blocks_per_forward
 from ..engine.plan import Plan
 from ..offload.errors import PolicyError
 from ..offload.policy import DEFAULT_KEY, OffloadPolicy, build_policy
@@ -84,7 +85,7 @@ def change_resident_layers(model: ModelInfo, policy: OffloadPolicy, delta: int) 
     """Move resident leading DiT layers by `delta`, clamped to 0..number of DiT blocks."""
     if policy.mode == "resident":
         return Edit(None, RESIDENT_MODE_REFUSAL)
-    limit = model.num_dit_blocks
+    limit = blocks_per_forward(model)  # with two experts: per expert (engine/experts.py)
     n = min(max(policy.resident_layers + delta, 0), limit)
     if n == policy.resident_layers:
         bound = "0" if delta < 0 else f"{limit} (every DiT block)"

@@ -338,12 +338,19 @@ class Engine:
             forecast = self.forecast(request_size(request))
             assert self.plan is not None
             recorder = ProfileRecorder(self.pipe, self.plan, self.device)
+            experts = self.placement.experts if self.placement else None
+            if experts is not None:
+                experts.request_id = request_id
             start = time.perf_counter()
             try:
-                run = run_pipeline(
-                    self.pipe, request, bus=self.bus, request_id=request_id, device=self.device,
-                    dits=[getattr(self.pipe, d.name) for d in self.model.dits],
-                    streamer=self.placement.streamer if self.placement else None, cancel=cancel)
+                try:
+                    run = run_pipeline(
+                        self.pipe, request, bus=self.bus, request_id=request_id, device=self.device,
+                        dits=[getattr(self.pipe, d.name) for d in self.model.dits],
+                        streamer=self.placement.streamer if self.placement else None, cancel=cancel)
+                finally:
+                    if experts is not None:
+                        experts.restore()  # the next request starts with the first expert placed
             except BaseException as exc:
                 recorder.close()
                 seconds = time.perf_counter() - start
