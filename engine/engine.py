@@ -8,6 +8,7 @@ load again.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import threading
@@ -348,9 +349,13 @@ class Engine:
                         self.pipe, request, bus=self.bus, request_id=request_id, device=self.device,
                         dits=[getattr(self.pipe, d.name) for d in self.model.dits],
                         streamer=self.placement.streamer if self.placement else None, cancel=cancel)
-                finally:
+                except BaseException:
                     if experts is not None:
-                        experts.restore()  # the next request starts with the first expert placed
+                        with contextlib.suppress(Exception):  # the request's own error is the one to report
+                            experts.restore()
+                    raise
+                if experts is not None:
+                    experts.restore()  # the next request starts with the first expert placed
             except BaseException as exc:
                 recorder.close()
                 seconds = time.perf_counter() - start

@@ -48,8 +48,8 @@ def request(guidance: float = 1.0) -> GenerateRequest:
                            max_sequence_length=gen["max_sequence_length"], output_type="np")
 
 
-def _loaded(path: Path, policy) -> Engine:
-    engine = Engine(path, device="cpu")
+def _loaded(path: Path, policy, device: str = "cpu") -> Engine:
+    engine = Engine(path, device=device)
     engine.load(policy)
     if engine.pipe.config.get("boundary_ratio") is None:  # dropped by today's loader (issue 22 item 1)
         engine.pipe.register_to_config(boundary_ratio=BOUNDARY_RATIO)
@@ -152,9 +152,8 @@ POLICIES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def plain_frames(wan22_dir: Path) -> np.ndarray:
-    """The plain diffusers pipeline (both experts resident, `boundary_ratio` from model_index.json)."""
+def _plain(wan22_dir: Path, device: str) -> np.ndarray:
+    """The plain diffusers pipeline on `device` (both experts resident, `boundary_ratio` from model_index.json)."""
     import importlib.util
 
     from diffusers import WanPipeline, WanTransformer3DModel
@@ -163,7 +162,7 @@ def plain_frames(wan22_dir: Path) -> np.ndarray:
     with pytest.MonkeyPatch.context() as patch:  # as the `wan_loadable` fixture, for a module-scoped one
         if importlib.util.find_spec("accelerate") is None:
             patch.setattr(WanTransformer3DModel, "_keep_in_fp32_modules", None)
-        plain = WanPipeline.from_pretrained(wan22_dir, local_files_only=True)
+        plain = WanPipeline.from_pretrained(wan22_dir, local_files_only=True).to(device)
     assert plain.config.boundary_ratio == BOUNDARY_RATIO
     plain.set_progress_bar_config(disable=True)
     frames = plain(prompt=PROMPT, num_inference_steps=req.steps, height=req.height, width=req.width,
@@ -171,6 +170,11 @@ def plain_frames(wan22_dir: Path) -> np.ndarray:
                    output_type="np", generator=torch.Generator("cpu").manual_seed(req.seed)).frames[0]
     assert float(frames.std()) > 0
     return frames
+
+
+@pytest.fixture(scope="module")
+def plain_frames(wan22_dir: Path) -> np.ndarray:
+    return _plain(wan22_dir, "cpu")
 
 
 @pytest.mark.parametrize(("components", "layers", "placement", "slots"), POLICIES)
@@ -195,3 +199,19 @@ def test_resident_mode_keeps_both_experts_and_matches_plain_diffusers(wan22_dir:
     assert engine.placement.experts is None  # both experts on the device, nothing changes hands
     engine.close()
     assert np.array_equal(np.stack(result.frames), plain_frames)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_the_switch_keeps_frames_identical_to_plain_diffusers(wan22_dir: Path, wan_loadable):
+    """float32 weights copied exactly: the tolerance is 0, as in test_engine_cuda."""
+    expected = _plain(wan22_dir, "cuda")
+    engine = _loaded(wan22_dir, build_policy({}, 1, "dlo", "leading", 2), device="cuda")
+    sub = engine.bus.subscribe()
+    results = [engine.generate(request(3.0)) for _ in range(2)]
+    switches = [e for e in sub.drain() if isinstance(e, ExpertSwitched)]
+    engine.close()
+    assert [e.reason for e in switches] == ["boundary", "request end"] * 2
+    assert all(e.copied_bytes > 0 and e.seconds > 0 for e in switches)
+    for result in results:
+        assert np.array_equal(np.stack(result.frames), expected)
