@@ -19,6 +19,7 @@ budget, and the final latents bit-identical to the resident run's (the frames ar
 
     python3 benchmarks/experts_switch.py --out experts_switch.json                 # 81x480x832, 40 layers
     python3 benchmarks/experts_switch.py --frames 21 --layers 10 --out small.json  # a quick check
+    python3 benchmarks/experts_switch.py --tiny --device cpu --out smoke.json      # the script itself, on a CPU
 """
 
 from __future__ import annotations
@@ -40,23 +41,35 @@ from omni_console.offload.streamer import LayerwiseStreamer
 
 BOUNDARY_RATIO = 0.875
 GB = 1e9
+WAN_14B = dict(num_attention_heads=40, attention_head_dim=128, text_dim=4096, freq_dim=256, ffn_dim=13824)
+TINY = dict(num_attention_heads=2, attention_head_dim=16, text_dim=32, freq_dim=32, ffn_dim=64)  # --tiny: a smoke run
+DEVICE = torch.device("cuda")
+
+
+def sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def build_expert(layers: int, seed: int) -> torch.nn.Module:
+def build_expert(layers: int, seed: int, size: dict[str, int]) -> torch.nn.Module:
     """A Wan-14B-size WanTransformer3DModel, random bf16 weights made on the GPU (deterministic per seed)."""
     from diffusers import WanTransformer3DModel
 
     with torch.device("meta"):
-        model = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=40, attention_head_dim=128,
-                                      in_channels=16, out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=13824,
-                                      num_layers=layers, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
-                                      eps=1e-6)
-    model = model.to(dtype=torch.bfloat16).to_empty(device="cuda")
-    gen = torch.Generator("cuda").manual_seed(seed)
+        model = WanTransformer3DModel(patch_size=(1, 2, 2), in_channels=16, out_channels=16, num_layers=layers,
+                                      cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6, **size)
+    model = model.to(dtype=torch.bfloat16).to_empty(device=DEVICE)
+    with torch.device(DEVICE):  # computed buffers (the rotary tables) as the class makes them: no blocks, cheap
+        fresh = WanTransformer3DModel(patch_size=(1, 2, 2), in_channels=16, out_channels=16, num_layers=0,
+                                      cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6, **size)
+    for name, buf in fresh.named_buffers():
+        model.get_buffer(name).copy_(buf)
+    del fresh
+    gen = torch.Generator(DEVICE).manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.02, generator=gen)
@@ -71,6 +84,9 @@ def build_expert(layers: int, seed: int) -> torch.nn.Module:
 def measure_bandwidth(nbytes: int = 2**30, repeats: int = 5) -> float:
     """Pinned host→device copy rate in bytes/s (best of `repeats`)."""
     from omni_console.offload.pinned import HostArena
+
+    if DEVICE.type != "cuda":
+        return 1e10  # a CPU smoke run: no link
 
     arena = HostArena(nbytes, pin=True)
     arena.tensor.fill_(1)
@@ -106,12 +122,12 @@ def denoise(experts: list[torch.nn.Module], latents: torch.Tensor, text: torch.T
     with torch.no_grad():
         for i, t in enumerate(timesteps):
             model = experts[0] if t >= boundary or len(experts) == 1 else experts[1]
-            torch.cuda.synchronize()
+            sync()
             t0 = time.perf_counter()
-            pred = model(hidden_states=x, timestep=torch.tensor([t], device="cuda"), encoder_hidden_states=text,
+            pred = model(hidden_states=x, timestep=torch.tensor([t], device=DEVICE), encoder_hidden_states=text,
                          return_dict=False)[0]
             x = (x.float() + (sigmas[i + 1] - sigmas[i]) * pred.float()).to(x.dtype)
-            torch.cuda.synchronize()
+            sync()
             times.append(time.perf_counter() - t0)
     return x, times
 
@@ -131,26 +147,31 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--requests", type=int, default=2)
     ap.add_argument("--out", default="experts_switch.json")
+    ap.add_argument("--tiny", action="store_true", help="tiny experts (a smoke run of the script, no figures)")
+    ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
-    assert torch.cuda.is_available(), "needs a CUDA device"
+    global DEVICE
+    DEVICE = torch.device(args.device)
+    assert DEVICE.type != "cuda" or torch.cuda.is_available(), "needs a CUDA device"
+    size = TINY if args.tiny else WAN_14B
     timesteps = schedule(args.steps)
     high = sum(t >= BOUNDARY_RATIO * 1000 for t in timesteps)
     assert 0 < high < len(timesteps), f"{args.steps} steps do not reach both experts: {timesteps}"
     result: dict[str, Any] = {"args": vars(args), "timesteps": timesteps, "high_noise_steps": high,
-                              "gpu": torch.cuda.get_device_name()}
+                              "device": torch.cuda.get_device_name() if DEVICE.type == "cuda" else "cpu"}
     bw = measure_bandwidth()
     result["pinned_bandwidth_GBps"] = bw / GB
     log(f"pinned H2D {bw / GB:.1f} GB/s; timesteps {timesteps} ({high} on the high-noise expert)")
 
     t0 = time.perf_counter()
-    experts = [build_expert(args.layers, 1), build_expert(args.layers, 2)]
+    experts = [build_expert(args.layers, 1, size), build_expert(args.layers, 2, size)]
     log(f"built two experts in {time.perf_counter() - t0:.1f} s: {block_bytes(experts[0].blocks) / GB:.2f} GB "
         f"of blocks each")
-    gen = torch.Generator("cuda").manual_seed(0)
+    gen = torch.Generator(DEVICE).manual_seed(0)
     lat_frames = (args.frames - 1) // 4 + 1
-    latents = torch.randn(1, 16, lat_frames, args.height // 8, args.width // 8, generator=gen, device="cuda",
+    latents = torch.randn(1, 16, lat_frames, args.height // 8, args.width // 8, generator=gen, device=DEVICE,
                           dtype=torch.bfloat16)
-    text = torch.randn(1, 512, 4096, generator=gen, device="cuda", dtype=torch.bfloat16)
+    text = torch.randn(1, 512, size["text_dim"], generator=gen, device=DEVICE, dtype=torch.bfloat16)
 
     denoise(experts, latents, text, timesteps[:1])  # kernels chosen once, for every run
     oracle, steps = denoise(experts, latents, text, timesteps)
@@ -162,7 +183,7 @@ def main() -> None:
                                                *experts[0].blocks.named_buffers())}
     n = args.layers
     bus = EventBus()
-    one = LayerwiseStreamer([("transformer.blocks", list(experts[0].blocks))], "cuda", bus=bus,
+    one = LayerwiseStreamer([("transformer.blocks", list(experts[0].blocks))], DEVICE, bus=bus,
                             residency=BlockResidency.leading(n, args.resident, args.slots))
     one.attach()
     one_steps: list[float] = []
@@ -175,25 +196,27 @@ def main() -> None:
         t.data = keep[name]
     del keep, one
     gc.collect()
-    torch.cuda.empty_cache()
+    if DEVICE.type == "cuda":
+        torch.cuda.empty_cache()
 
     plan = tuple(Expert(name, i * n, n, BlockResidency.leading(n, args.resident, args.slots))
                  for i, name in enumerate(("transformer", "transformer_2")))
     residency, active = streamer_residency(plan, 0, 2 * n)
     t0 = time.perf_counter()
     two = LayerwiseStreamer([("transformer.blocks", list(experts[0].blocks)),
-                             ("transformer_2.blocks", list(experts[1].blocks))], "cuda", bus=bus,
+                             ("transformer_2.blocks", list(experts[1].blocks))], DEVICE, bus=bus,
                             residency=residency, keep_masters=True, active=active)
     two.attach()
     log(f"two experts packed and pinned ({two.host_bytes / GB:.1f} GB) in {time.perf_counter() - t0:.1f} s")
     switch = ExpertSwitch(two, plan, experts, bus)
     sub = bus.subscribe()
-    torch.cuda.reset_peak_memory_stats()
+    if DEVICE.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     for r in range(args.requests):
         switch.request_id = r + 1
         final, two_steps = denoise(experts, latents, text, timesteps)
         switch.restore()
-    peak = torch.cuda.max_memory_allocated()
+    peak = torch.cuda.max_memory_allocated() if DEVICE.type == "cuda" else 0
     events = [e for e in sub.drain() if isinstance(e, ExpertSwitched) and e.request_id == args.requests]
     boundary = next(e for e in events if e.reason == "boundary")
     back = next(e for e in events if e.reason == "request end")
