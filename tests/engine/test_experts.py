@@ -215,3 +215,15 @@ def test_on_cuda_the_switch_keeps_frames_identical_to_plain_diffusers(wan22_dir:
     assert all(e.copied_bytes > 0 and e.seconds > 0 for e in switches)
     for result in results:
         assert np.array_equal(np.stack(result.frames), expected)
+
+
+def test_sharding_two_experts_across_gpus_is_refused_before_load(wan22_dir: Path):
+    from omni_console.engine.rank_checks import check_experts
+    from omni_console.engine.rank_layout import RankLayout
+    from omni_console.offload.errors import ConfigError
+
+    model = discover_model(wan22_dir)
+    with pytest.raises(ConfigError, match="--dlo-no-use-allgather"):
+        check_experts(RankLayout(gpus=2), model)
+    check_experts(RankLayout(gpus=2, allgather=False), model)  # every rank streams whole blocks: its own switch
+    check_experts(RankLayout(gpus=1), model)
