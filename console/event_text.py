@@ -15,6 +15,7 @@ from ..offload.events import (
     EngineStateChanged,
     ErrorEvent,
     Event,
+    ExpertSwitched,
     ForecastCheck,
     LoadProgress,
     LogEvent,
@@ -92,9 +93,19 @@ def format_event(event: Event, t0: float = 0.0, *, on_cpu: bool = False) -> str 
         return f"{ts} {event.level.upper()} {event.message}"
     if isinstance(event, Replanned):
         return f"{ts} REPLAN {event.summary.removeprefix('re-plan: ')}"
+    if isinstance(event, ExpertSwitched):
+        return f"{ts} EXPERT {describe_switch(event)}"
     if isinstance(event, ErrorEvent):
         return f"{ts} ERROR {event.where}: {event.message}"
     return None
+
+
+def describe_switch(event: ExpertSwitched) -> str:
+    """`transformer → transformer_2 at timestep 857 (boundary): copied 1.2 GB, freed 1.2 GB in 25 ms`."""
+    when = f" at timestep {event.timestep:g}" if event.timestep is not None else ""
+    return (f"{event.from_expert} → {event.to_expert}{when} ({event.reason}): copied "
+            f"{format_bytes(event.copied_bytes + event.ring_bytes)}, freed {format_bytes(event.freed_bytes)} "
+            f"in {format_seconds(event.seconds)}")
 
 
 def loading_line(event: Event, t0: float, *, on_cpu: bool = False) -> str | None:
@@ -123,6 +134,8 @@ def progress_line(event: object) -> tuple[str, str] | None:
         return f"load {event.component} {format_bytes(event.total_bytes)} ({event.phase})", "dim"
     if isinstance(event, Replanned):
         return event.summary, "dim"
+    if isinstance(event, ExpertSwitched):
+        return f"expert {describe_switch(event)}", "dim"
     if isinstance(event, RequestPhases):
         return f"request {event.request_id}: {describe_phases(event.frames, event.latent_shape, event.phases)}", "dim"
     if isinstance(event, ErrorEvent):

@@ -26,7 +26,7 @@ from rich.table import Table
 
 from ..engine.engine import Engine, default_device
 from ..engine.outputs import write_result
-from ..engine.rank_checks import check_parallel
+from ..engine.rank_checks import check_experts, check_parallel
 from ..engine.rank_group import RankFailed, RankGroup
 from ..engine.rank_layout import RankLayout
 from ..offload.errors import ConfigError
@@ -85,6 +85,7 @@ def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayou
     probe = Engine(model_path, device="cpu", variant=args.variant)  # discovery only: nothing loads here
     probe.make_plan(flags.policy)
     check_parallel(layout, probe.model.pipeline_class)
+    check_experts(layout, probe.model)
     request = default_request(probe, prompt=args.prompt, steps=args.steps, height=args.height, width=args.width,
                               seed=args.seed, guidance=args.guidance, frames=args.frames,
                               negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,

@@ -118,13 +118,18 @@ def forecast_sheet(plan: Plan) -> Sheet:
         (f"streamed per {plan.model.block_kind} forward ({f.num_streamed_blocks} blocks)",
          format_bytes(f.streamed_bytes_per_forward)),
     ]
-    r = plan.residency
+    r = plan.forward[1]  # one forward's blocks: with two experts, the running one's
     if f.num_streamed_blocks:
-        rows.append((f"resident {plan.model.block_kind} blocks ({r.placement})", f"{r.num_resident} of {r.num_blocks}"))
+        each = " per expert" if plan.experts else ""
+        rows.append((f"resident {plan.model.block_kind} blocks{each} ({r.placement})",
+                     f"{r.num_resident} of {r.num_blocks}"))
         rows.append(("prefetch ring", f"{f.streaming_slots} slots"))
     caption = (f"peak = resident + {f.streaming_slots} × largest streamed block "
                f"({format_bytes(f.largest_streamed_block_bytes)})"
                f" + largest staged component ({format_bytes(f.largest_staged_bytes)})")
+    if plan.experts:
+        caption += (f"; two experts ({' → '.join(e.name for e in plan.experts)}), one on the device at a time: "
+                    "the budget changes hands at the boundary step")
     return Sheet("forecast (from safetensors headers)", ("forecast", "bytes"), rows, right=frozenset({"bytes"}),
                  show_header=False, caption=caption)
 

@@ -45,7 +45,8 @@ def _gb(n: float) -> str:
 
 
 def _zero_compute(plan: Plan) -> DitProfile:
-    return DitProfile(tuple(b.nbytes for b in plan.blocks), (0.0,) * len(plan.blocks), 0.0, 1, 0)
+    blocks = plan.forward[0]  # one forward's (with two experts: one expert's)
+    return DitProfile(tuple(b.nbytes for b in blocks), (0.0,) * len(blocks), 0.0, 1, 0)
 
 
 def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfile | None, source: str,

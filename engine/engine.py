@@ -8,6 +8,7 @@ load again.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import threading
@@ -347,12 +348,23 @@ class Engine:
             assert self.plan is not None
             recorder = ProfileRecorder(self.pipe, self.plan, self.device)
             measured_plan = self.plan  # the first forward may correct the block order (and the plan)
+            experts = self.placement.experts if self.placement else None
+            if experts is not None:
+                experts.request_id = request_id
             start = time.perf_counter()
             try:
-                run = run_pipeline(
-                    self.pipe, request, bus=self.bus, request_id=request_id, device=self.device,
-                    dits=[getattr(self.pipe, d.name) for d in self.model.denoisers],
-                    streamer=self.placement.streamer if self.placement else None, cancel=cancel)
+                try:
+                    run = run_pipeline(
+                        self.pipe, request, bus=self.bus, request_id=request_id, device=self.device,
+                        dits=[getattr(self.pipe, d.name) for d in self.model.denoisers],
+                        streamer=self.placement.streamer if self.placement else None, cancel=cancel)
+                except BaseException:
+                    if experts is not None:
+                        with contextlib.suppress(Exception):  # the request's own error is the one to report
+                            experts.restore()
+                    raise
+                if experts is not None:
+                    experts.restore()  # the next request starts with the first expert placed
             except BaseException as exc:
                 recorder.close()
                 seconds = time.perf_counter() - start

@@ -54,7 +54,11 @@ class ProfileRecorder:
             if timer is not None:
                 timer.remove()
             return None
-        compute, forwards = timer.take()
+        compute, forwards = timer.take(firsts=[e.start for e in self.plan.experts] or [0])
+        forward_blocks = self.plan.forward[0]
+        if self.plan.experts:  # one forward runs one expert: the first's blocks, or the other's if it never ran
+            spans = [compute[e.start:e.stop] for e in self.plan.experts]
+            compute = next((c for c in spans if any(c)), spans[0])
         timer.remove()
         steps = len(run.steps)
         per_step = max(1, round(forwards / steps)) if forwards else 1
@@ -72,7 +76,7 @@ class ProfileRecorder:
                 decode = max(run.vae_decode_peak_bytes - base - staged_bytes(self.plan, "vae"), 0)
         # the timing events also catch launch gaps (the host running hooks while the device waits):
         # the blocks are scaled to the steps' own busy time (wall - stall), the figure the replay needs
-        dit = profile_from_timings([b.nbytes for b in self.plan.blocks], compute, busy, per_step, 0)
+        dit = profile_from_timings([b.nbytes for b in forward_blocks], compute, busy, per_step, 0)
         model = self.plan.model
         return RequestProfile(
             model=str(Path(model.path).resolve()), model_bytes=model.nbytes, device=device_name(self.device),

@@ -79,7 +79,8 @@ def scaled_profile(profile: RequestProfile, size: RequestSize) -> RequestProfile
 
 
 def dit_profile(plan: Plan, profile: RequestProfile | None) -> DitProfile | None:
-    blocks = tuple(b.nbytes for b in plan.blocks)
+    """One forward's profile (with two experts: one expert's blocks, `Plan.forward`)."""
+    blocks = tuple(b.nbytes for b in plan.forward[0])
     if profile is None or len(profile.block_compute_s) != len(blocks):
         return None
     forward = sum(profile.block_compute_s) + profile.other_s
@@ -95,7 +96,7 @@ def phase_bytes(profile: RequestProfile | None) -> PhaseBytes:
 
 def dit_fixed_bytes(plan: Plan) -> int:
     """Device weights outside the DiT's blocks: resident components and DiT non-block weights."""
-    resident_blocks = sum(b.nbytes for b in plan.blocks if not b.streamed)
+    resident_blocks = sum(b.nbytes for b in plan.forward[0] if not b.streamed)
     return plan.forecast.device_resident_bytes - resident_blocks
 
 
@@ -107,7 +108,7 @@ def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | No
     notes: list[str] = []
     extras = phase_bytes(profile)
     f = plan.forecast
-    base = f.device_resident_bytes + plan.residency.slot_bytes(f.largest_streamed_block_bytes)
+    base = f.device_resident_bytes + f.streaming_slots * f.largest_streamed_block_bytes
     peaks = {
         "text_encoding": base + staged_bytes(plan, "encoder") + extras.text_extra,
         "denoise": base + extras.denoise_extra,
@@ -120,7 +121,7 @@ def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | No
     dit = dit_profile(plan, profile)
     step_s = floor_s = None
     if dit is not None and (bandwidth or not f.num_streamed_blocks):
-        choice = evaluate(dit, plan.residency, bandwidth or 1.0, dit_fixed_bytes(plan))
+        choice = evaluate(dit, plan.forward[1], bandwidth or 1.0, dit_fixed_bytes(plan))
         serial = choice.forward.compute_s + choice.forward.transfer_s
         step_s = choice.step_s if overlap else serial * dit.forwards_per_step
         floor_s = (choice.forward.floor_s if overlap else serial) * dit.forwards_per_step

@@ -190,7 +190,8 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
         kwargs["callback_on_step_end"] = clock.on_step_end
     decode = DecodeMeter(device)
     undo_decode = decode.install(getattr(pipe, "vae", None))
-    handles = [dit.register_forward_pre_hook(clock.on_dit_forward) for dit in dits]
+    # first among the DiT's pre-hooks: an expert switch (engine/expert_switch.py) counts in its step
+    handles = [dit.register_forward_pre_hook(clock.on_dit_forward, prepend=True) for dit in dits]
     try:
         sync(device)
         call_start = time.perf_counter()

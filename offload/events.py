@@ -173,6 +173,28 @@ class BlockOrderCorrected(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ExpertSwitched(Event):
+    """Two experts share the device budget (Wan 2.2 A14B): one expert's resident blocks were released and
+    the other's placed, from their pinned masters.
+
+    `reason`: "boundary" (the pipeline called the other expert: diffusers' boundary step) or "request end"
+    (back to the first expert, so every request starts as the load left it). `timestep`: the timestep of
+    the forward that triggered it (None at the request's end). `copied_bytes`: the new expert's resident
+    blocks copied host→device; `freed_bytes`: the old expert's released; `ring_bytes`: the ring's warm-up
+    copies; `seconds`: wall time, synchronized."""
+
+    request_id: int | None
+    from_expert: str
+    to_expert: str
+    reason: str
+    timestep: float | None
+    copied_bytes: int
+    freed_bytes: int
+    ring_bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ForecastCheck(Event):
     """Predicted vs measured after a request: device peak (bytes) and median step time (seconds).
 
