@@ -29,7 +29,7 @@ from .direct_load import build_deferred, build_deferred_in_arena
 from .discovery import ComponentInfo, ModelInfo
 from .trusted_classes import accepts_trust_remote_code, component_class, holds_weights
 from .trusted_classes import pipeline_class as _trusted_pipeline_class
-from .weights import ModelDirError
+from .weights import ModelDirError, find_weights
 
 # The DiT's blocks and the other components read on one pool: 16 readers, not 16 per component, and
 # the encoders' reads queue between the DiT's batches, so they finish early instead of last (the load
@@ -72,6 +72,8 @@ def load_component(info: ComponentInfo) -> Any:
             kwargs["torch_dtype"] = dtype
         if info.variant:
             kwargs["variant"] = info.variant
+        # the library's sharded loader reads whatever the index names now: check the names again
+        find_weights(info.folder, info.variant)
     try:
         component = cls.from_pretrained(str(info.folder), **kwargs)
     except (OSError, ValueError) as exc:

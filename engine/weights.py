@@ -165,21 +165,40 @@ def _require_regular_names(folder: Path, names: list[str]) -> None:
                                 "(only regular files are read)")
 
 
-def _shards(index_path: Path, folder: Path) -> tuple[list[str], frozenset[str]]:
-    """The shard file names of a sharded index (each a checked file name inside the folder) and the
-    tensor names it lists."""
+def _shard_names(index_path: Path) -> tuple[set[str], frozenset[str]]:
+    """The shard file names an index lists, each a checked `.safetensors` name inside the folder.
+
+    A library's sharded loader picks its reader by the shard's suffix (`torch.load` for anything that
+    is not `.safetensors`), so a name with another suffix is refused here, whatever the file holds."""
     weight_map = load_json(index_path).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise ModelDirError(f"{index_path}: missing or empty 'weight_map'")
     shards = set()
     for tensor, shard in weight_map.items():
-        shards.add(check_relative_file(shard, f"{index_path}: weight_map[{tensor!r:.80}]"))
+        where = f"{index_path}: weight_map[{_clip(tensor)!r}]"
+        name = check_relative_file(shard, where)
+        if not name.endswith(".safetensors"):
+            raise ModelDirError(f"{where} names {_clip(name)!r}, not a .safetensors file (a library would "
+                                "unpickle it; only safetensors are read)")
+        shards.add(name)
+    return shards, frozenset(weight_map)
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    """A name from the directory as an error shows it: at most `limit` characters (names can be 1 MB)."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _shards(index_path: Path, folder: Path) -> tuple[list[str], frozenset[str]]:
+    """The shard file names of a sharded index (each a checked `.safetensors` file inside the folder)
+    and the tensor names it lists."""
+    shards, listed = _shard_names(index_path)
     for shard in sorted(shards):
         path = folder / shard
         if not path.exists():
             raise ModelDirError(f"{index_path}: shard {shard} is missing")
         require_regular(path, "shard")
-    return sorted(shards), frozenset(weight_map)
+    return sorted(shards), listed
 
 
 def find_weights(folder: Path, variant: str | None = None, *, pickle_only_is_error: bool = True) -> WeightSet | None:
@@ -211,6 +230,9 @@ def find_weights(folder: Path, variant: str | None = None, *, pickle_only_is_err
     chosen = variant
     if variant is None and not has_plain:
         chosen = variants_present[0]  # variant-only folder
+    for other in indexes:  # an index we do not read names only safetensors too: a library might read it
+        if _variant_of(other) != chosen:
+            _shard_names(folder / other)
     index = next((n for n in indexes if _variant_of(n) == chosen), None)
     if index is not None:
         index_path = folder / index
