@@ -25,6 +25,10 @@ from .trusted_classes import check_component, check_pipeline
 from .weights import ModelDirError, find_weights, load_json, read_weight_set
 
 CONFIG_NAMES = ("config.json", "scheduler_config.json", "tokenizer_config.json", "preprocessor_config.json")
+# Far above any real pipeline (Flux: 7 components, 57 blocks; the largest video DiTs: under 100 blocks),
+# and low enough that the planner answers within a second (docs/security.md, "Bounded work")
+MAX_COMPONENTS = 256
+MAX_DIT_BLOCKS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +155,7 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
     block_lists: tuple[BlockList, ...] = ()
     if role == "dit":
         lists = find_block_lists(tensors)
+        _check_block_count(folder, sum(len(b.block_bytes) for b in lists))
         check_config_block_counts(folder, library, class_name, config, tensors)
         order = registration_order(library, class_name) if len(lists) > 1 else None
         block_lists = tuple(order_block_lists(lists, order))
@@ -160,6 +165,12 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
         num_params=sum(t.numel for t in tensors), nbytes=sum(t.nbytes for t in tensors),
         block_lists=block_lists, notes=tuple(notes),
     )
+
+
+def _check_block_count(where: Path, count: int) -> None:
+    if count > MAX_DIT_BLOCKS:
+        raise ModelDirError(f"{where}: {count} DiT blocks, more than the {MAX_DIT_BLOCKS} omni-console plans for "
+                            "(no real DiT has that many)")
 
 
 def discover_model(path: str | Path, variant: str | None = None) -> ModelInfo:
@@ -182,9 +193,12 @@ def discover_model(path: str | Path, variant: str | None = None) -> ModelInfo:
         raise ModelDirError(f"{index_path}: '_class_name' must name a diffusers pipeline, got {pipeline!r:.60} "
                             "(custom pipelines are never run)")
     check_pipeline(pipeline, str(index_path))
-    components = tuple(
-        discover_component(root, name, library, class_name, variant)
-        for name, library, class_name in _component_entries(index, index_path)
-    )
+    entries = _component_entries(index, index_path)
+    if len(entries) > MAX_COMPONENTS:
+        raise ModelDirError(f"{index_path}: {len(entries)} components, more than the {MAX_COMPONENTS} "
+                            "omni-console plans for (no real pipeline has that many)")
+    components = tuple(discover_component(root, name, library, class_name, variant)
+                       for name, library, class_name in entries)
+    _check_block_count(root, sum(c.num_blocks for c in components if c.role == "dit"))
     notes = tuple(root_notes) + tuple(n for c in components for n in c.notes)
     return ModelInfo(root, pipeline, components, notes)

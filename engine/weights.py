@@ -30,6 +30,8 @@ __all__ = ["DTYPES", "PICKLE_SUFFIXES", "ModelDirError", "TensorInfo", "WeightSe
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 MAX_JSON_BYTES = 64 * 2**20  # far above any real config or shard index; bounds what a hostile file costs
+# tensors in one component (real ones: a few thousand at most); bounds discovery's time and memory
+MAX_TENSORS = 65_536
 
 # safetensors dtype tags → (torch-style name, bytes per element)
 DTYPES: dict[str, tuple[str, float]] = {
@@ -75,7 +77,9 @@ def read_header(path: Path) -> list[TensorInfo]:
     try:
         with safe_open(str(path), framework="numpy") as handle:  # headers only: "pt" would import torch
             infos = []
-            for name in handle.keys():  # noqa: SIM118 - safe_open is not iterable
+            names = handle.keys()
+            _check_tensor_count(path, len(names))
+            for name in names:
                 tensor_slice = handle.get_slice(name)
                 tag = tensor_slice.get_dtype()
                 if tag not in DTYPES:
@@ -88,6 +92,12 @@ def read_header(path: Path) -> list[TensorInfo]:
         raise ModelDirError(f"{path}: cannot read (permission denied)") from None
     except OSError as exc:
         raise ModelDirError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def _check_tensor_count(where: Path, count: int) -> None:
+    if count > MAX_TENSORS:
+        raise ModelDirError(f"{where}: {count} tensors, more than the {MAX_TENSORS} omni-console reads for one "
+                            "component (no real checkpoint has that many)")
 
 
 def _short(exc: Exception) -> str:
@@ -249,6 +259,7 @@ def read_weight_set(weights: WeightSet) -> list[TensorInfo]:
     tensors: list[TensorInfo] = []
     for file in weights.files:
         tensors.extend(read_header(file))
+        _check_tensor_count(weights.index or file, len(tensors))
     if weights.index is not None:
         found = {t.name for t in tensors}
         missing = sorted(weights.listed - found)
