@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 
 from ..offload.deferred_weights import DeferredWeights
 from ..offload.errors import ConfigError
@@ -72,11 +73,14 @@ def load_component(info: ComponentInfo) -> Any:
             kwargs["torch_dtype"] = dtype
         if info.variant:
             kwargs["variant"] = info.variant
+        # read, not mapped: a mapped file that shrinks while it is read kills the process (SIGBUS, no line);
+        # a short read is an error like any other
+        kwargs["disable_mmap"] = True
         # the library's sharded loader reads whatever the index names now: check the names again
         find_weights(info.folder, info.variant)
     try:
         component = cls.from_pretrained(str(info.folder), **kwargs)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, SafetensorError) as exc:  # SafetensorError: e.g. a file cut short since discovery
         raise ModelDirError(f"{info.folder}: {info.class_name}.from_pretrained failed: {first_line(exc)}") from exc
     if isinstance(component, torch.nn.Module):
         component.eval()

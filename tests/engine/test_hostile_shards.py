@@ -126,3 +126,45 @@ def test_a_weight_map_name_longer_than_a_file_name_is_one_short_line(name, demo_
     index.write_text(json.dumps(doc))
     line = plan_refused(root, capsys, "file name", "bytes long (a file name has at most 255)")
     assert len(line) < 400
+
+
+# ------------------------------------------------------------------ item 6: a file that shrinks while it loads
+
+def _no_mapping(*args, **kwargs):
+    raise AssertionError("a model file was memory-mapped: a file that shrinks meanwhile would end in SIGBUS")
+
+
+def test_components_read_by_the_libraries_are_read_not_mapped(demo_model_dir, tmp_path, monkeypatch):
+    import diffusers.models.model_loading_utils as diffusers_loading
+    import transformers.modeling_utils as transformers_loading
+
+    monkeypatch.setattr(transformers_loading, "safe_open", _no_mapping)
+    monkeypatch.setattr(diffusers_loading.safetensors.torch, "load_file", _no_mapping)
+    engine = Engine(copy_model(demo_model_dir, tmp_path), device="cpu")
+    try:
+        engine.load(build_policy(None, 0))
+        assert engine.state == EngineState.READY, engine.failure
+    finally:
+        engine.close()
+
+
+def test_an_encoder_truncated_as_it_loads_is_one_line_and_exit_1(demo_model_dir, tmp_path, capsys, monkeypatch):
+    from omni_console.engine import loader
+
+    root = copy_model(demo_model_dir, tmp_path)
+    original = loader.load_component
+
+    def truncate_then_load(info):
+        if info.name == "text_encoder":  # after discovery checked it, as the library opens it
+            weights = info.folder / "model.safetensors"
+            with weights.open("r+b") as f:
+                f.truncate(weights.stat().st_size // 2)
+        return original(info)
+
+    monkeypatch.setattr(loader, "load_component", truncate_then_load)
+    out = tmp_path / "o.png"
+    assert main(["run", "--model", str(root), "--device", "cpu", "--output", str(out)]) == 1
+    err = capsys.readouterr().err
+    failing = [line for line in err.splitlines() if "fail" in line or "rror" in line]
+    assert len(failing) == 1 and failing[0].startswith("omni-console: load failed: "), err
+    assert "text_encoder" in failing[0] and not out.exists()
