@@ -265,6 +265,10 @@ COMMANDS = {"plan": cmd_plan, "demo-model": cmd_demo_model, "run": cmd_run, "con
 def main(argv: Sequence[str] | None = None) -> int:
     from .interrupts import EXIT_INTERRUPTED, INTERRUPTED_LINE, Interrupted
 
+    if argv is None and _normalise_argv(sys.argv[1:])[0] != "console":  # the command line, not the app
+        from ..engine.bus_error import install_bus_error_line
+
+        install_bus_error_line()
     for stream in (sys.stdout, sys.stderr):  # PYTHONIOENCODING=ascii: "→" and names print escaped, never raise
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")

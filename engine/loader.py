@@ -73,9 +73,6 @@ def load_component(info: ComponentInfo) -> Any:
             kwargs["torch_dtype"] = dtype
         if info.variant:
             kwargs["variant"] = info.variant
-        # read, not mapped: a mapped file that shrinks while it is read kills the process (SIGBUS, no line);
-        # a short read is an error like any other
-        kwargs["disable_mmap"] = True
         # the library's sharded loader reads whatever the index names now: check the names again
         find_weights(info.folder, info.variant)
     try:
