@@ -25,10 +25,9 @@ from ..engine.device_choice import parse_device
 from ..engine.engine import Engine
 from ..engine.outputs import DEFAULT_FPS, check_output_place, write_notes, write_result
 from ..engine.profiler import request_size
+from ..engine.request_limits import schedule_steps
 from ..offload.errors import ConfigError
-from ..offload.events import (
-    Subscription,
-)
+from ..offload.events import EngineStateChanged, ErrorEvent, Subscription
 from ..offload.policy import OffloadPolicy
 from ..offload.telemetry import TelemetrySampler, default_sources, validate_hz
 from ..offload.units import format_bytes, format_rate, format_seconds
@@ -69,10 +68,12 @@ class _Progress(threading.Thread):
             self.totals.add(event)
             if self.quiet or self.muted():  # after Ctrl+C the one "interrupted" line says it all
                 continue
+            if isinstance(event, ErrorEvent) or (isinstance(event, EngineStateChanged) and event.new == "failed"):
+                continue  # a failure ends the run with its own one line (`_fail`), never with several
             line = progress_line(event)
             if line is not None:
                 text, style = line
-                self.console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
+                self.console.print(_one_line(text), style=style, markup=False, highlight=False, soft_wrap=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +117,8 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
     engine = guard.run(lambda: Engine(model_path, device=flags.device, variant=args.variant))
     try:
         plan = engine.make_plan(flags.policy)  # policy against the model, before anything is allocated
-        request = default_request(engine, prompt=args.prompt, steps=args.steps, height=args.height,
+        steps = schedule_steps(args.steps, flags.options.params)  # a sigmas/timesteps list sets the count
+        request = default_request(engine, prompt=args.prompt, steps=steps, height=args.height,
                                   width=args.width, seed=args.seed, guidance=args.guidance, frames=args.frames,
                                   negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,
                                   image=args.image, params=flags.options.params)
@@ -150,11 +152,11 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         stage = "generation"
         result = guard.run(engine.generate, run.request, guard.cancel)
         final = sampler.sample_now(publish=True)
-    except (ConfigError, Interrupted):
+    except Interrupted:
         raise
-    except Exception as exc:  # a load or run failure: one line; the caller releases memory
-        where = engine.state.value if stage == "load" else "generation failed"
-        _fail(err, f"{where}: {type(exc).__name__}: {_one_line(str(exc))}")
+    except Exception as exc:  # a load or run failure (a ModelDirError too: loading had begun): one line, exit 1
+        what = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
+        _fail(err, f"{stage} failed: {_one_line(what)}")
         return EXIT_FAILED
     finally:
         sampler.close()
@@ -177,6 +179,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         except ValueError as exc:  # frames the writers cannot take (mixed sizes, not RGB)
             _fail(err, f"cannot write {run.output.path}: {_one_line(str(exc))}")
             return EXIT_FAILED
+    guard.check()  # Ctrl+C while writing: "interrupted" was said, so the exit says it too (130)
     totals = progress.totals
     report = RunReport.model_validate({  # checked against the published schema's model as it is built
         "model": str(engine.model.path), "device": str(engine.device),

@@ -22,7 +22,8 @@ from typing import Literal
 
 from .installed_source import SourceModule, class_statement, import_table, locate, package_root
 
-Kind = Literal["pipeline", "weights", "loadable", "other"]
+Kind = Literal["pipeline", "modular", "weights", "loadable", "other"]  # modular: a ModularPipeline (no from_pretrained
+# of a model folder as `run` builds one), refused as a model's pipeline and as a component
 
 _MAX_BASE_LEVELS = 10
 
@@ -115,7 +116,7 @@ def _direct_bases(cls: ast.ClassDef) -> list[tuple[str, bool]]:
 
 def _kind(library: str, module: str, bases: set[str]) -> Kind:
     if bases & PIPELINE_BASES:
-        return "pipeline"
+        return "pipeline" if "DiffusionPipeline" in bases else "modular"
     if bases & WEIGHT_BASES[library]:
         return "weights"
     if bases & LOADABLE_BASES[library]:

@@ -34,6 +34,10 @@ from .trusted_classes import check_component, check_pipeline
 from .weights import ModelDirError, find_weights, load_json, read_weight_set
 
 CONFIG_NAMES = ("config.json", "scheduler_config.json", "tokenizer_config.json", "preprocessor_config.json")
+# Far above any real pipeline (Flux: 7 components, 57 blocks; the largest video DiTs: under 100 blocks),
+# and low enough that the planner answers within a second (docs/security.md, "Bounded work")
+MAX_COMPONENTS = 256
+MAX_DIT_BLOCKS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +178,7 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
     order_observed = False
     if role == "dit":
         lists = find_block_lists(tensors)
+        _check_block_count(folder, sum(len(b.block_bytes) for b in lists))
         check_config_block_counts(folder, library, class_name, config, tensors)
         order = registration_order(library, class_name) if len(lists) > 1 else None
         block_lists, order_observed = apply_observed(root, name, class_name, order_block_lists(lists, order))
@@ -185,6 +190,12 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
         num_params=sum(t.numel for t in tensors), nbytes=sum(t.nbytes for t in tensors),
         block_lists=block_lists, notes=tuple(notes), order_observed=order_observed,
     )
+
+
+def _check_block_count(where: Path, count: int) -> None:
+    if count > MAX_DIT_BLOCKS:
+        raise ModelDirError(f"{where}: {count} DiT blocks, more than the {MAX_DIT_BLOCKS} omni-console plans for "
+                            "(no real DiT has that many)")
 
 
 def discover_model(path: str | Path, variant: str | None = None) -> ModelInfo:
@@ -208,9 +219,12 @@ def discover_model(path: str | Path, variant: str | None = None) -> ModelInfo:
                             "(custom pipelines are never run)")
     check_pipeline(pipeline, str(index_path))
     values = pipeline_values(index, str(index_path))  # before any component folder is read
-    components = tuple(
-        discover_component(root, name, library, class_name, variant)
-        for name, library, class_name in _component_entries(index, index_path)
-    )
+    entries = _component_entries(index, index_path)
+    if len(entries) > MAX_COMPONENTS:
+        raise ModelDirError(f"{index_path}: {len(entries)} components, more than the {MAX_COMPONENTS} "
+                            "omni-console plans for (no real pipeline has that many)")
+    components = tuple(discover_component(root, name, library, class_name, variant)
+                       for name, library, class_name in entries)
+    _check_block_count(root, sum(c.num_blocks for c in components if c.role in DENOISER_ROLES))
     notes = tuple(root_notes) + tuple(n for c in components for n in c.notes)
     return ModelInfo(root, pipeline, components, notes, values)

@@ -97,6 +97,7 @@ class GenerateResult:
     vae_decode_peak_bytes: int | None = None  # device allocator peak during VAE decode (CUDA), else None
     check: ForecastCheck | None = None  # the forecast made before the request vs what it measured
     rank_results: tuple[GenerateResult, ...] = ()  # data-parallel ranks 1…N−1 (engine.group_engine), by seed
+    cancelled: bool = False  # cancel was asked before the pipeline returned (even during the VAE decode): not a result
 
 
 def run_peak(run: RunOutput, peak_since_last_reset: int | None) -> int | None:
@@ -390,7 +391,8 @@ class Engine:
             self._set_state(EngineState.READY)
             return GenerateResult(request_id, run.image, seconds, run.steps, peak, frames=run.frames,
                                   is_video=run.is_video, fps=self.fps, latent_shape=run.latent_shape,
-                                  phases=run.phases, vae_decode_peak_bytes=run.vae_decode_peak_bytes, check=check)
+                                  phases=run.phases, vae_decode_peak_bytes=run.vae_decode_peak_bytes, check=check,
+                                  cancelled=cancel is not None and cancel.is_set())
 
     # ---------------------------------------------------------------- block order
     def _watch_block_order(self) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 
 from ..offload.deferred_weights import DeferredWeights
 from ..offload.errors import ConfigError
@@ -32,7 +33,7 @@ from .pipeline_values import absent_components, init_values
 from .roles import DENOISER_ROLES
 from .trusted_classes import accepts_trust_remote_code, component_class, holds_weights
 from .trusted_classes import pipeline_class as _trusted_pipeline_class
-from .weights import ModelDirError
+from .weights import ModelDirError, find_weights
 
 # The DiT's blocks and the other components read on one pool: 16 readers, not 16 per component, and
 # the encoders' reads queue between the DiT's batches, so they finish early instead of last (the load
@@ -83,9 +84,11 @@ def load_component(info: ComponentInfo) -> Any:
             kwargs["torch_dtype"] = dtype
         if info.variant:
             kwargs["variant"] = info.variant
+        # the library's sharded loader reads whatever the index names now: check the names again
+        find_weights(info.folder, info.variant)
     try:
         component = cls.from_pretrained(str(info.folder), **kwargs)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, SafetensorError) as exc:  # SafetensorError: e.g. a file cut short since discovery
         raise ModelDirError(f"{info.folder}: {info.class_name}.from_pretrained failed: {first_line(exc)}") from exc
     if isinstance(component, torch.nn.Module):
         # eval() as from_pretrained already left it; requires_grad is left as it is too: switching it off

@@ -77,7 +77,7 @@ def check_component(library: object, class_name: object, where: str) -> ClassRef
     Decided from the installed packages' files; nothing is imported.
     """
     ref = _find(library, class_name, where)
-    if ref.kind == "pipeline":
+    if ref.kind in ("pipeline", "modular"):
         raise ModelDirError(f"{where}: {library}.{class_name} is a pipeline; nested pipelines are refused "
                             "(a component must be a model, scheduler, tokenizer or processor)")
     if ref.kind == "other":
