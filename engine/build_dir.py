@@ -103,8 +103,9 @@ class _OldMarker(_Mismatch):
 
 
 def _open_regular(path: Path) -> int:
-    """Open a regular file without following a symlink (a swap after our lstat cannot redirect us)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    """Open a regular file without following a symlink (a swap after our lstat cannot redirect us);
+    O_NONBLOCK so a FIFO put in place of the marker is refused, not waited on."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise _Mismatch(f"{path.name} is not a regular file")
