@@ -11,7 +11,7 @@ changed or missing file, a symlink, a fifo, an older marker without a manifest):
 this call created itself; the old folder holds the previous target only after it was moved there and
 verified again, so deleting it can remove nothing but files a build wrote.
 
-SIGTERM and SIGINT during a build become exceptions (``SignalGuard``), so the temp folder is removed
+SIGTERM, SIGHUP and SIGINT during a build become exceptions (``SignalGuard``), so the temp folder is removed
 and the target is left as it was; during the short swap they are held back until the swap is done.
 """
 
