@@ -198,10 +198,10 @@ def rich_table(sheet: Sheet, max_width: int | None = None, variables: Mapping[st
     Cell styles are resolved against `variables` (a theme's), the default theme's when None.
     """
     variables = default_variables() if variables is None else variables
-    table = Table(title=Text(plain(sheet.title)), expand=False, show_header=sheet.show_header,
-                  caption=Text(plain(sheet.caption)) if sheet.caption else None)
+    table = Table(title=Text(plain(sheet.title), style="table.title"), expand=False, show_header=sheet.show_header,
+                  caption=Text(plain(sheet.caption), style="table.caption") if sheet.caption else None)
     for col, width in zip(sheet.header, _fixed_widths(sheet, max_width), strict=True):
-        table.add_column(Text(col), justify="right" if col in sheet.right else "left", overflow="fold", no_wrap=False,
+        table.add_column(col, justify="right" if col in sheet.right else "left", overflow="fold", no_wrap=False,
                          width=width)
     for i, row in enumerate(sheet.rows):
         table.add_row(*(Text(plain(cell), style=resolve(sheet.styles.get((i, j), ""), variables), overflow="fold")
