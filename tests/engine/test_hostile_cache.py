@@ -119,3 +119,23 @@ def test_a_fifo_as_the_demo_cache_marker_is_refused_without_waiting(tmp_path: Pa
     worker.start()
     worker.join(20)
     assert result and result[0] is not None and "regular file" in result[0]
+
+
+def test_a_fifo_among_other_sizes_profiles_does_not_block_the_forecast(demo_model_dir: Path, cache: Path):
+    """The console's forecast (any size) scans the whole profile folder: a FIFO there is skipped, not opened."""
+    import threading
+
+    from omni_console.engine.plan import make_plan
+    from omni_console.engine.request_forecast import forecast_for
+    from omni_console.offload.policy import build_policy
+
+    (cache / "profiles").mkdir(parents=True)
+    os.mkfifo(cache / "profiles" / "other-size.json")
+    plan = make_plan(discover_model(demo_model_dir), build_policy())
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(forecast_for(plan, RequestSize(height=32, width=32), "cpu")),
+                              daemon=True)
+    worker.start()
+    worker.join(30)
+    assert result, "the forecast blocked on a FIFO in the profile cache"
+    assert any("other-size.json ignored: is not a regular file" in n for n in result[0].notes)
