@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from ..engine.plain_text import plain
 from ..offload.errors import ConfigError
 from ..offload.telemetry_types import DEFAULT_HZ
 from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
@@ -243,7 +244,7 @@ def cmd_demo_model(args: argparse.Namespace) -> int:
     if not 0 <= args.seed <= SEED_MAX:
         raise ConfigError(f"--seed {str(args.seed)[:40]}: must be between 0 and 2**64-1 ({SEED_MAX})")
     path = build_demo_model(args.path, seed=args.seed)
-    print(f"demo model written to {path}")
+    print(f"demo model written to {plain(path)}")
     return 0
 
 
@@ -281,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (see omni-console {args.command} --help)")
         return COMMANDS[args.command](args)
     except ConfigError as exc:
-        print(f"omni-console: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
+        print(f"omni-console: error: {plain(' '.join(str(exc).splitlines()))}", file=sys.stderr)
         return EXIT_USAGE
     except Interrupted:  # the guard printed the line when Ctrl+C came
         return EXIT_INTERRUPTED

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..engine.plain_text import plain
 from ..offload.events import (
     BlockOrderCorrected,
     CacheDecision,
@@ -62,7 +63,15 @@ def format_staging(event: StagingEvent, *, on_cpu: bool = False) -> str:
 
 
 def format_event(event: Event, t0: float = 0.0, *, on_cpu: bool = False) -> str | None:
-    """One log line for an event the staging log shows; None for other event types."""
+    """One log line for an event the staging log shows; None for other event types.
+
+    Names and messages in events come from data (component names, library errors): the line is
+    `plain`, so a control character in them is shown escaped, never sent to the terminal."""
+    line = _event_line(event, t0, on_cpu=on_cpu)
+    return None if line is None else plain(line)
+
+
+def _event_line(event: Event, t0: float, *, on_cpu: bool) -> str | None:
     ts = stamp(event, t0)
     if isinstance(event, StagingEvent):
         return f"{ts} {format_staging(event, on_cpu=on_cpu)}"
@@ -112,16 +121,21 @@ def loading_line(event: Event, t0: float, *, on_cpu: bool = False) -> str | None
     """A loading-screen log line: state changes and finished components, then what `format_event` says
     (`on_cpu`: transfers are host copies, worded as such and without a rate)."""
     if isinstance(event, EngineStateChanged):
-        return f"{stamp(event, t0)} STATE {event.old} → {event.new} {event.reason}".rstrip()
+        return plain(f"{stamp(event, t0)} STATE {event.old} → {event.new} {event.reason}".rstrip())
     if isinstance(event, LoadProgress):
         if event.done_bytes < event.total_bytes:
             return None
-        return f"{stamp(event, t0)} LOAD {event.component} {event.phase} {format_bytes(event.total_bytes)}"
+        return plain(f"{stamp(event, t0)} LOAD {event.component} {event.phase} {format_bytes(event.total_bytes)}")
     return format_event(event, t0, on_cpu=on_cpu)
 
 
 def progress_line(event: object) -> tuple[str, str] | None:
-    """The stderr line (text, style) for an event worth a line, else None."""
+    """The stderr line (text, style) for an event worth a line, else None (its text `plain`)."""
+    line = _progress_line(event)
+    return None if line is None else (plain(line[0]), line[1])
+
+
+def _progress_line(event: object) -> tuple[str, str] | None:
     if isinstance(event, EngineStateChanged):
         return f"state {event.old} → {event.new} {event.reason}".rstrip(), "dim"
     if isinstance(event, StepTiming):

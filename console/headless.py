@@ -20,10 +20,12 @@ from typing import Any
 import torch
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..engine.device_choice import parse_device
 from ..engine.engine import Engine
 from ..engine.outputs import DEFAULT_FPS, check_output_place, write_notes, write_result
+from ..engine.plain_text import plain
 from ..engine.profiler import request_size
 from ..engine.request_limits import schedule_steps
 from ..offload.errors import ConfigError
@@ -132,7 +134,7 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
             flags.reasons.extend(auto.reasons)
             if not args.json:
                 for line in auto.reasons:
-                    Console(stderr=True).print(f"--vram-budget: {line}", markup=False, highlight=False)
+                    Console(stderr=True).print(plain(f"--vram-budget: {line}"), markup=False, highlight=False)
         guard.check()
         return _load_generate_report(args, flags, engine, plan, run, guard)
     finally:
@@ -225,7 +227,7 @@ def _check_doc(check: Any) -> dict[str, Any] | None:
 
 
 def _fail(err: Console, line: str) -> None:
-    err.print(f"omni-console: {line}", markup=False, highlight=False, soft_wrap=True)
+    err.print(f"omni-console: {plain(line)}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _frame_rate(flag: float | None, pipeline: float | None) -> tuple[float | None, str]:
@@ -237,8 +239,15 @@ def _frame_rate(flag: float | None, pipeline: float | None) -> tuple[float | Non
     return None, "default"
 
 
+class _PlainTable(Table):
+    """A table whose cells are shown as written: a path or name from data is never markup or control."""
+
+    def add_row(self, *renderables: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        super().add_row(*(Text(plain(r)) if isinstance(r, str) else r for r in renderables), **kwargs)
+
+
 def _print_report(r: dict[str, Any], console: Console) -> None:
-    table = Table(title=f"run — {r['model']} on {r['device']}", show_header=False)
+    table = _PlainTable(title=Text(plain(f"run — {r['model']} on {r['device']}")), show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("load time", format_seconds(r["load_seconds"]))
@@ -286,11 +295,11 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
     if r["events_dropped"]:
         table.add_row("events dropped (totals are partial)", str(r["events_dropped"]))
     console.print(table)
-    console.print("\n".join(t["final"]), markup=False, highlight=False)
+    console.print("\n".join(plain(line) for line in t["final"]), markup=False, highlight=False)
     # after the table, unwrapped: paths an operator copies
-    console.print(f"wrote {_files_line(r['files'])}", markup=False, highlight=False, soft_wrap=True)
+    console.print(plain(f"wrote {_files_line(r['files'])}"), markup=False, highlight=False, soft_wrap=True)
     for note in r["notes"]:
-        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+        console.print(plain(f"note: {note}"), markup=False, highlight=False, soft_wrap=True)
 
 
 def _files_line(files: list[str]) -> str:

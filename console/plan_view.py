@@ -28,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..engine.export import vllm_flags, vllm_gaps, vllm_python_call, vllm_serve_command
+from ..engine.plain_text import plain
 from ..engine.plan import ComponentPlan, Plan
 from ..engine.rank_forecast import RankForecast
 from ..engine.rank_layout import RankLayout
@@ -214,12 +215,13 @@ def rich_table(sheet: Sheet, max_width: int | None = None, variables: Mapping[st
     Cell styles are resolved against `variables` (a theme's), the default theme's when None.
     """
     variables = default_variables() if variables is None else variables
-    table = Table(title=sheet.title, expand=False, show_header=sheet.show_header, caption=sheet.caption)
+    table = Table(title=Text(plain(sheet.title), style="table.title"), expand=False, show_header=sheet.show_header,
+                  caption=Text(plain(sheet.caption), style="table.caption") if sheet.caption else None)
     for col, width in zip(sheet.header, _fixed_widths(sheet, max_width), strict=True):
         table.add_column(col, justify="right" if col in sheet.right else "left", overflow="fold", no_wrap=False,
                          width=width)
     for i, row in enumerate(sheet.rows):
-        table.add_row(*(Text(cell, style=resolve(sheet.styles.get((i, j), ""), variables), overflow="fold")
+        table.add_row(*(Text(plain(cell), style=resolve(sheet.styles.get((i, j), ""), variables), overflow="fold")
                         for j, cell in enumerate(row)))
     return table
 
@@ -239,8 +241,9 @@ def forecast_table(plan: Plan, max_width: int | None = None, variables: Mapping[
 
 
 def _plain(value: str) -> str:
-    """One field of one line: a tab or newline inside a value must not split the row."""
-    return value.replace("\t", "\\t").replace("\r", "\\r").replace("\n", "\\n")
+    """One field of one line: a tab or newline inside a value must not split the row, and a control
+    character from the data must not reach the terminal (`plain` escapes both visibly)."""
+    return plain(value)
 
 
 def tsv_rows(sheet: Sheet) -> list[str]:
@@ -291,7 +294,7 @@ def render_plan(plan: Plan, console: Console | None = None, forecast: RequestFor
     variables = default_variables() if variables is None else variables
     console.print(component_table(plan, console.width, variables))
     for note in plan.model.notes:  # files discovery ignored on purpose (code, pickles)
-        console.print(Text(f"note: {note}", style="dim"))
+        console.print(Text(plain(f"note: {note}"), style="dim"))
     blocks = blocks_table(plan, console.width, variables)
     if blocks is not None:
         console.print(blocks)
@@ -301,9 +304,9 @@ def render_plan(plan: Plan, console: Console | None = None, forecast: RequestFor
     if ranks is not None and ranks.layout.distributed:
         console.print(rich_table(ranks_sheet(ranks), console.width, variables))
         for note in ranks.notes:
-            console.print(Text(f"note: {note}", style="dim"))
+            console.print(Text(plain(f"note: {note}"), style="dim"))
     if reasons:
-        console.print(Panel(Group(*(Text(line) for line in reasons)), title="--vram-budget", expand=False))
+        console.print(Panel(Group(*(Text(plain(line)) for line in reasons)), title="--vram-budget", expand=False))
     layout = ranks.layout if ranks is not None else None
-    lines = [Text("vLLM-Omni equivalent", style="bold"), *(Text(line) for line in vllm_lines(plan, layout))]
+    lines = [Text("vLLM-Omni equivalent", style="bold"), *(Text(plain(line)) for line in vllm_lines(plan, layout))]
     console.print(Panel(Group(*lines), expand=False))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import ValidationError
 
 from ..offload.block_timing import BlockTimer
 from ..offload.events import ForecastCheck
@@ -78,12 +79,16 @@ class ProfileRecorder:
         # the blocks are scaled to the steps' own busy time (wall - stall), the figure the replay needs
         dit = profile_from_timings([b.nbytes for b in forward_blocks], compute, busy, per_step, 0)
         model = self.plan.model
-        return RequestProfile(
-            model=str(Path(model.path).resolve()), model_bytes=model.nbytes, device=device_name(self.device),
-            size=request_size(request), block_compute_s=list(dit.compute_s),
-            other_s=dit.other_s, forwards_per_step=per_step,
-            text_extra_bytes=text, denoise_extra_bytes=denoise, decode_extra_bytes=decode,
-            bandwidth_bytes_per_s=bandwidth, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        try:  # a profile holds only finite, in-range figures (the cache is read back with those bounds)
+            return RequestProfile(
+                model=str(Path(model.path).resolve()), model_bytes=model.nbytes, device=device_name(self.device),
+                size=request_size(request), block_compute_s=[max(c, 0.0) for c in dit.compute_s],
+                other_s=max(dit.other_s, 0.0), forwards_per_step=per_step,
+                text_extra_bytes=text, denoise_extra_bytes=denoise, decode_extra_bytes=decode,
+                bandwidth_bytes_per_s=bandwidth if bandwidth and 1.0 < bandwidth < 1e15 else None,
+                measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        except ValidationError:  # e.g. a timing that overflowed: no profile rather than a bad one
+            return None
 
 
 def save_quietly(profile: RequestProfile) -> str | None:

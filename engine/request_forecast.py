@@ -135,13 +135,17 @@ def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | No
                            notes=notes)
 
 
-def known_profile(plan: Plan, size: RequestSize, device: str) -> tuple[RequestProfile | None, Source]:
-    """This size's cached profile ("cached"), else another size's scaled to it ("estimated"), else none."""
+def known_profile(plan: Plan, size: RequestSize, device: str,
+                  notes: list[str] | None = None) -> tuple[RequestProfile | None, Source]:
+    """This size's cached profile ("cached"), else another size's scaled to it ("estimated"), else none.
+
+    A cached profile that cannot be used (not a regular file, too large, numbers out of range) is
+    ignored with one line in `notes`."""
     model = plan.model
-    profile = load_profile(model.path, model.nbytes, device, size)
+    profile = load_profile(model.path, model.nbytes, device, size, notes)
     if profile is not None:
         return profile, "cached"
-    other = any_profile(model.path, model.nbytes, device)
+    other = any_profile(model.path, model.nbytes, device, notes)
     return (scaled_profile(other, size) if other is not None else None), "estimated"
 
 
@@ -149,7 +153,8 @@ def forecast_for(plan: Plan, size: RequestSize, device: str, observed_bandwidth:
                  probe_bandwidth: float | None = None) -> RequestForecast:
     """The forecast from what is known (`known_profile`); the link rate as the streamer observed it,
     else the cached one, else the probe's."""
-    profile, source = known_profile(plan, size, device)
+    cache_notes: list[str] = []
+    profile, source = known_profile(plan, size, device, cache_notes)
     bw_source: Source
     if observed_bandwidth:
         bandwidth, bw_source = observed_bandwidth, "measured"
@@ -157,4 +162,6 @@ def forecast_for(plan: Plan, size: RequestSize, device: str, observed_bandwidth:
         bandwidth, bw_source = profile.bandwidth_bytes_per_s, "cached"
     else:
         bandwidth, bw_source = probe_bandwidth, "estimated"
-    return forecast_request(plan, size, profile, source, bandwidth, bw_source, overlap=device != "cpu")
+    forecast = forecast_request(plan, size, profile, source, bandwidth, bw_source, overlap=device != "cpu")
+    forecast.notes[:0] = cache_notes
+    return forecast

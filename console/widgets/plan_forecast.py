@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from ...engine.plain_text import plain
 from ...engine.plan import Plan
 from ...engine.request_forecast import RequestForecast
 from ...offload.units import format_bytes, format_rate, format_seconds
@@ -159,9 +160,9 @@ class ForecastPanel(Static, can_focus=True):
             table.add_column(style="dim", overflow="fold")
         short = resolve(SHORT_STYLE, widget_variables(self))
         for label, value, note in self._shown:
-            cell = Text(value, style=short if value.startswith("NO") else "")
+            cell = Text(plain(value), style=short if value.startswith("NO") else "")
             if compact:
-                table.add_row(label, cell)
-            else:
-                table.add_row(label, cell, note)
+                table.add_row(Text(plain(label)), cell)
+            else:  # notes may name a cached profile's path: text, never markup
+                table.add_row(Text(plain(label)), cell, Text(plain(note)))
         self.update(table)
