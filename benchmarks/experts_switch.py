@@ -232,6 +232,7 @@ def main() -> None:
                    "target_s": target, "within_target": boundary.seconds <= target},
         "switch_back": {"seconds": back.seconds, "copied_bytes": back.copied_bytes + back.ring_bytes},
         "pinned_host_GB": two.host_bytes / GB, "peak_allocated_GB": peak / GB,
+        "resident_blocks_GB": two.resident_bytes / GB, "ring_GB": two.slot_bytes / GB,
         "bit_identical_to_resident": bool(torch.equal(final, oracle)),
     }
     t = result["two_experts"]
@@ -239,7 +240,8 @@ def main() -> None:
         f"{t['ratio_to_one_expert']:.3f}x the one-expert {one_fig:.3f} s (target <= 1.02)")
     log(f"switch at t={boundary.timestep:g}: {boundary.seconds:.3f} s for {moved / GB:.2f} GB "
         f"(target {target:.3f} s = moved / {bw / GB:.1f} GB/s + 0.1 s); back after the request {back.seconds:.3f} s")
-    log(f"peak allocated {peak / GB:.1f} GB, pinned {t['pinned_host_GB']:.1f} GB; "
+    log(f"peak allocated {peak / GB:.1f} GB (one expert's {t['resident_blocks_GB']:.1f} GB of resident blocks + "
+        f"{t['ring_GB']:.1f} GB ring + non-block modules and activations), pinned {t['pinned_host_GB']:.1f} GB; "
         f"bit-identical to resident: {t['bit_identical_to_resident']}")
     switch.close()
     two.detach()

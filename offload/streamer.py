@@ -256,13 +256,15 @@ class LayerwiseStreamer(BlockRing):
         self._clear_ring()
         self._remove_hooks()
         copied = freed = 0
-        for b, resident in zip(self._blocks, residency.resident, strict=True):
+        pairs = list(zip(self._blocks, residency.resident, strict=True))
+        for b, resident in pairs:  # every release before any copy: the peak never holds both sets
+            if b.resident and not resident:
+                freed += self._drop_resident(b)
+                b.resident = False
+        for b, resident in pairs:
             if resident and not b.resident:
                 b.resident = True
                 copied += self._make_resident(b)
-            elif b.resident and not resident:
-                freed += self._drop_resident(b)
-                b.resident = False
         self.active = self._check_active(active)
         self._streamed = self._ring_blocks()
         self.residency = residency

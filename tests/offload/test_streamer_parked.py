@@ -71,3 +71,21 @@ def test_parking_needs_the_masters():
     with pytest.raises(ValueError, match="keep_masters"):
         LayerwiseStreamer(model.block_lists(), "cpu", residency=BlockResidency.leading(N, 0),
                           active=(True, True, False, False))
+
+
+def test_a_swap_releases_the_old_share_before_it_copies_the_new(monkeypatch):
+    """Handing the budget over either way never holds both experts' resident blocks at once."""
+    experts = [ToyModel(N, DIM, seed=1), ToyModel(N, DIM, seed=2)]
+    streamer = LayerwiseStreamer([(f"e{i}.{name}", blocks) for i, m in enumerate(experts)
+                                  for name, blocks in m.block_lists()], "cpu", residency=_residency(0, 2)[0],
+                                 keep_masters=True, active=_residency(0, 2)[1])
+    streamer.attach()
+    order: list[str] = []
+    make, drop = streamer._make_resident, streamer._drop_resident
+    monkeypatch.setattr(streamer, "_make_resident", lambda b: (order.append("copy"), make(b))[1])
+    monkeypatch.setattr(streamer, "_drop_resident", lambda b: (order.append("free"), drop(b))[1])
+    for turn in (1, 0):
+        order.clear()
+        streamer.replan(*_residency(turn, 2))
+        assert order == ["free", "free", "copy", "copy"], turn
+    streamer.detach()
