@@ -44,18 +44,19 @@ def is_component_entry(value: object) -> bool:
 def check_value(key: str, value: object, where: str, depth: int = 0) -> object:
     """A plain JSON scalar (finite numbers, short strings) or a short list of them; else one line."""
     if isinstance(value, float) and not math.isfinite(value):
-        raise ModelDirError(f"{where}: pipeline value {key!r} must be a finite number, got {value!r}")
+        raise ModelDirError(f"{where}: pipeline value {key!r:.60} must be a finite number, got {value!r}")
     if isinstance(value, str) and len(value) > MAX_STRING:
-        raise ModelDirError(f"{where}: pipeline value {key!r} is a string of {len(value)} characters "
+        raise ModelDirError(f"{where}: pipeline value {key!r:.60} is a string of {len(value)} characters "
                             f"(at most {MAX_STRING})")
     if isinstance(value, _SCALARS):
         return value
     if isinstance(value, list) and depth < MAX_DEPTH:
         if len(value) > MAX_LIST:
-            raise ModelDirError(f"{where}: pipeline value {key!r} is a list of {len(value)} items (at most {MAX_LIST})")
+            raise ModelDirError(f"{where}: pipeline value {key!r:.60} is a list of {len(value)} items "
+                                f"(at most {MAX_LIST})")
         return [check_value(key, item, where, depth + 1) for item in value]
     kind = "a nested list" if isinstance(value, list) else f"a JSON {type(value).__name__}"
-    raise ModelDirError(f"{where}: pipeline value {key!r} must be a number, string, boolean, null or a list of "
+    raise ModelDirError(f"{where}: pipeline value {key!r:.60} must be a number, string, boolean, null or a list of "
                         f"them, got {kind}")
 
 
@@ -82,7 +83,7 @@ def init_values(cls: type, values: Mapping[str, object], where: str) -> dict[str
         allowed = _annotation_types(parameters[key].annotation)
         if allowed is not None and not _matches(value, allowed):
             names = " | ".join(sorted(t.__name__ if t is not type(None) else "None" for t in allowed))
-            raise ModelDirError(f"{where}: pipeline value {key!r} must be {names} for {cls.__name__}, "
+            raise ModelDirError(f"{where}: pipeline value {key!r:.60} must be {names} for {cls.__name__}, "
                                 f"got {value!r:.60}")
     return passed
 

@@ -5,7 +5,9 @@ Each family here depends on something beyond its components: pipeline-level valu
 Mochi's `force_zeros_for_empty_prompt`), components saved as `[null, null]` (SD1.5 without a safety
 checker, Wan 2.2 TI2V image-to-video without an image encoder), a diffusers class under a pipeline
 "library" (SD1.5's `["stable_diffusion", "StableDiffusionSafetyChecker"]`), or bit-exactness of its
-VAE (Mochi). Written with the pipeline's own `save_pretrained` layout (`demo_model.save_pipeline`),
+VAE (Mochi); HunyuanVideo, Chroma, Sana and QwenImage (tokenizers built offline, a T5 or byte-level one
+standing in for Llama's and Gemma's) check that the rest of the hub's families load the same way.
+Written with the pipeline's own `save_pretrained` layout (`demo_model.save_pipeline`),
 configs as small as diffusers' own tests use, each component under its own derived seed.
 """
 
@@ -41,6 +43,7 @@ LOADING_GENERATION: dict[str, dict[str, Any]] = {
     # Sana's DC-AE compresses 2x here (one down block); binning would pick a 1024 px bin and resize
     "sana": {"height": 32, "width": 32, "num_inference_steps": 2, "max_sequence_length": 16,
              "use_resolution_binning": False},
+    "qwen_image": {"height": 32, "width": 32, "num_inference_steps": 2, "max_sequence_length": 16},
 }
 """Small call kwargs per family; 4 steps for Wan 2.2 A14B so both experts get steps at boundary_ratio 0.875."""
 
@@ -282,6 +285,45 @@ def make_sana_pipeline(seed: int):
                         scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0))
 
 
+def make_qwen_image_pipeline(seed: int):
+    """QwenImage: a Qwen2.5-VL text encoder with a byte-level tokenizer built offline, MMDiT, the Qwen VAE."""
+    from diffusers import (
+        AutoencoderKLQwenImage,
+        FlowMatchEulerDiscreteScheduler,
+        QwenImagePipeline,
+        QwenImageTransformer2DModel,
+    )
+    from tokenizers.pre_tokenizers import ByteLevel
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2Tokenizer
+
+    vocab = {ch: i for i, ch in enumerate(sorted(ByteLevel.alphabet()))}
+    for special in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
+        vocab[special] = len(vocab)
+    tok = Qwen2Tokenizer(vocab=vocab, merges=[])  # every byte its own token: no download needed
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    n = len(vocab)
+    with seeded(seed, 1):
+        text_encoder = Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(
+            text_config={"hidden_size": 16, "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+                         "num_key_value_heads": 2, "rope_theta": 1000000.0, "vocab_size": n, "bos_token_id": n - 3,
+                         "eos_token_id": n - 1,
+                         "rope_scaling": {"mrope_section": [1, 1, 2], "rope_type": "default", "type": "default"}},
+            vision_config={"depth": 2, "hidden_size": 16, "intermediate_size": 16, "num_heads": 2,
+                           "out_hidden_size": 16},
+            hidden_size=16, vocab_size=n, vision_start_token_id=n, vision_end_token_id=n + 1,
+            vision_token_id=n + 2)).eval()
+    with seeded(seed, 2):
+        transformer = QwenImageTransformer2DModel(
+            patch_size=2, in_channels=16, out_channels=4, num_layers=2, attention_head_dim=16, num_attention_heads=3,
+            joint_attention_dim=16, guidance_embeds=False, axes_dims_rope=(8, 4, 4)).eval()
+    with seeded(seed, 3):
+        vae = AutoencoderKLQwenImage(base_dim=24, z_dim=4, dim_mult=[1, 2, 4], num_res_blocks=1,
+                                     temperal_downsample=[False, True], latents_mean=[0.0] * 4,
+                                     latents_std=[1.0] * 4).eval()
+    return QwenImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=text_encoder,
+                             tokenizer=tok, transformer=transformer)
+
+
 MAKERS: dict[str, tuple[Callable[[int], Any], dict[str, str]]] = {
     "wan22_a14b": (make_wan22_a14b_pipeline, T5_LAYOUT),
     "wan22_ti2v": (make_wan22_ti2v_pipeline, T5_LAYOUT),
@@ -293,6 +335,7 @@ MAKERS: dict[str, tuple[Callable[[int], Any], dict[str, str]]] = {
     "hunyuan_video": (make_hunyuan_video_pipeline, {}),
     "chroma": (make_chroma_pipeline, T5_LAYOUT),
     "sana": (make_sana_pipeline, {}),
+    "qwen_image": (make_qwen_image_pipeline, {}),
 }
 
 

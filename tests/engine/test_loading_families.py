@@ -25,7 +25,7 @@ NEGATIVE = "blurry"
 SEED = 7
 IMAGE_FAMILIES = ("wan22_ti2v_i2v", "wan21_i2v")
 FAST = ("wan22_a14b", "wan22_ti2v", "wan22_ti2v_i2v", "sd15", "sd15_no_checker", "mochi")
-SLOW = ("wan21_i2v", "hunyuan_video", "chroma", "sana")
+SLOW = ("wan21_i2v", "hunyuan_video", "chroma", "sana", "qwen_image")
 
 
 @pytest.fixture(scope="session")
