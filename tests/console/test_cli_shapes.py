@@ -152,3 +152,15 @@ def test_frame_rule_is_what_diffusers_renders(request, fixture, wan_loadable):
                      num_frames=frames, max_sequence_length=gen["max_sequence_length"], output_type="np",
                      generator=torch.Generator().manual_seed(0)).frames[0]
         assert (len(video) == frames) == rule.accepts(frames), (family, frames, len(video))
+
+
+def test_plan_without_a_size_imports_no_torch(demo_model_dir):
+    """The size checks need the pipeline's call signature (torch, diffusers): only when a size is given."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from omni_console.console.cli import main; code = main(['plan', '--model', sys.argv[1]]); "
+            "print(code, 'torch' in sys.modules, 'diffusers' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code, str(demo_model_dir)], capture_output=True, text=True,
+                         timeout=120)
+    assert run.stdout.strip().splitlines()[-1] == "0 False False", run.stderr[-2000:]
