@@ -200,7 +200,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ..engine.plan import make_plan
     from ..engine.request_forecast import forecast_for
     from ..engine.request_profile import RequestSize, device_name_for_plan
-    from .run_request import check_plan_size
 
     policy = policy_from_args(args)  # build-time checks first: no disk access for a bad flag
     budget = budget_from_args(args)
@@ -209,7 +208,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     size = RequestSize(height=args.height, width=args.width, frames=args.frames,
                        max_sequence_length=args.max_sequence_length, guidance=args.guidance)
     model = discover_model(resolve_model_path(args.model), args.variant)
-    check_plan_size(model, args.height, args.width, args.frames)  # as `run` would refuse it, before any forecast
+    if args.height is not None or args.width is not None or args.frames is not None:
+        from .run_request import check_plan_size  # the pipeline's call signature: imports torch and diffusers
+
+        check_plan_size(model, args.height, args.width, args.frames)  # as `run` would refuse it
     plan = make_plan(model, policy)
     if layout.distributed:
         from ..engine.rank_checks import check_parallel

@@ -14,7 +14,7 @@ import itertools
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,6 @@ import torch
 
 from ..offload.deferred_weights import DeferredWeights
 from ..offload.events import (
-    BlockOrderCorrected,
     EngineStateChanged,
     ErrorEvent,
     EventBus,
@@ -42,8 +41,7 @@ from . import loader
 from .call_options import default_fps
 from .discovery import ModelInfo, discover_model
 from .loader import LoadCancelled, pipeline_class, start_loading
-from .order_cache import save_observed_order
-from .order_watch import BlockOrderWatch, one_pass_order, permute_profile, reordered_names
+from .order_watch import BlockOrderWatch, adopt_order, permute_profile
 from .placement import Placement, begin_placement, place_others, place_streamed
 from .plan import Plan, make_plan
 from .profiler import ProfileRecorder, forecast_check, request_size, save_quietly
@@ -405,38 +403,12 @@ class Engine:
             self._order_watch = BlockOrderWatch(modules, lists, self._block_order_observed)
 
     def _block_order_observed(self, dit: str, calls: list[tuple[str, int]]) -> None:
-        """A DiT's first forward ran: adopt its block order (streamer, plan, cached) when it differs."""
-        info = self.model.component(dit)
-        planned = [b.attr for b in info.block_lists]
-        observed = one_pass_order(calls, info.block_lists)
-        if observed is None:
-            self.bus.publish(LogEvent(level="warning", message=(
-                f"{dit}: its first forward did not run each block list once, in order ({len(calls)} block calls); "
-                f"the plan's order is kept ({' → '.join(planned)})")))
-            return
-        try:
-            save_observed_order(self.model.path, dit, info.class_name, info.block_lists, observed)
-        except OSError as exc:
-            self.bus.publish(LogEvent(level="warning", message=f"block order not cached: {exc}"))
-        by_attr = {b.attr: b for b in info.block_lists}
-        corrected = replace(info, block_lists=tuple(by_attr[a] for a in observed), order_observed=True)
-        self.model = replace(self.model, components=tuple(
-            corrected if c.name == dit else c for c in self.model.components))
-        if observed == planned:
-            self.plan = replace(self.plan, model=self.model) if self.plan is not None else None
-            return
-        streamer = self.placement.streamer if self.placement else None
-        residency = None
-        if streamer is not None:
-            residency = streamer.reorder(reordered_names(streamer.block_names, dit, observed))
+        """A DiT's first forward ran: adopt its block order (streamer, plan, cache) when it differs."""
         assert self.plan is not None
-        self.plan = make_plan(self.model, self.plan.policy, residency)
-        summary = (f"{dit}: the first forward ran {' → '.join(observed)}, not the order read from "
-                   f"{info.class_name}'s source ({' → '.join(planned)}); the streamer, the plan and the "
-                   "profile now follow the observed order")
-        self.bus.publish(BlockOrderCorrected(dit=dit, planned=tuple(planned), observed=tuple(observed),
-                                             summary=summary))
-        self.bus.publish(LogEvent(level="warning", message=summary))
+        streamer = self.placement.streamer if self.placement else None
+        self.model, self.plan, events = adopt_order(self.model, self.plan, streamer, dit, calls)
+        for event in events:
+            self.bus.publish(event)
 
     @property
     def fps(self) -> float | None:

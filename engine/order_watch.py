@@ -15,12 +15,17 @@ reported and the plan's order kept.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
 
+from ..offload.events import BlockOrderCorrected, Event, LogEvent
+from ..offload.streamer import LayerwiseStreamer
 from .blocks import BlockList
-from .plan import Plan
+from .discovery import ModelInfo
+from .order_cache import save_observed_order
+from .plan import Plan, make_plan
 from .request_profile import RequestProfile
 
 Observed = Callable[[str, list[tuple[str, int]]], None]
@@ -112,3 +117,37 @@ def permute_profile(profile: RequestProfile, measured: Plan, now: Plan) -> Reque
     except KeyError:
         return profile
     return profile.model_copy(update={"block_compute_s": permuted})
+
+
+def adopt_order(model: ModelInfo, plan: Plan, streamer: LayerwiseStreamer | None, dit: str,
+                calls: list[tuple[str, int]]) -> tuple[ModelInfo, Plan, list[Event]]:
+    """What a DiT's first forward (`calls`) means for the load: (model, plan, events to publish).
+
+    One pass over the block lists is cached and marks the model's order as observed; when it differs
+    from the plan's, the streamer runs the blocks in that order (each keeps its residency), the plan is
+    remade from the corrected model with the streamer's residency, and it is said (an event and a log
+    line). Anything else keeps the plan's order, with a warning."""
+    info = model.component(dit)
+    planned = [b.attr for b in info.block_lists]
+    observed = one_pass_order(calls, info.block_lists)
+    if observed is None:
+        return model, plan, [LogEvent(level="warning", message=(
+            f"{dit}: its first forward did not run each block list once, in order ({len(calls)} block calls); "
+            f"the plan's order is kept ({' → '.join(planned)})"))]
+    events: list[Event] = []
+    try:
+        save_observed_order(model.path, dit, info.class_name, info.block_lists, observed)
+    except OSError as exc:
+        events.append(LogEvent(level="warning", message=f"block order not cached: {exc}"))
+    by_attr = {b.attr: b for b in info.block_lists}
+    corrected = replace(info, block_lists=tuple(by_attr[a] for a in observed), order_observed=True)
+    model = replace(model, components=tuple(corrected if c.name == dit else c for c in model.components))
+    if observed == planned:
+        return model, replace(plan, model=model), events
+    residency = streamer.reorder(reordered_names(streamer.block_names, dit, observed)) if streamer else None
+    summary = (f"{dit}: the first forward ran {' → '.join(observed)}, not the order read from "
+               f"{info.class_name}'s source ({' → '.join(planned)}); the streamer, the plan and the "
+               "profile now follow the observed order")
+    events += [BlockOrderCorrected(dit=dit, planned=tuple(planned), observed=tuple(observed), summary=summary),
+               LogEvent(level="warning", message=summary)]
+    return model, make_plan(model, plan.policy, residency), events
