@@ -205,3 +205,25 @@ def test_policy_map_and_resident_blocks_are_checked_against_the_unet(sdxl_dir: P
         make_plan(model, build_policy({"unet": False}))
     with pytest.raises(PolicyError, match=r"between 0 and 5 \(the model's UNet blocks\)"):
         make_plan(model, build_policy({}, 6))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_sdxl_on_cuda_matches_plain_diffusers_and_streams_ahead(sdxl_dir: Path):
+    """On a GPU the copies are asynchronous: the output is still bit-identical to plain diffusers on the same
+    device (float32 weights copied exactly), and after the first step no block is fetched synchronously."""
+    req = replace(_request("sdxl"), steps=3)
+    expected = _call(_plain_pipeline(sdxl_dir).to("cuda"), req)
+    engine = Engine(sdxl_dir, device="cuda")
+    sub = engine.bus.subscribe()
+    try:
+        for comps, layers, mode, placement, slots in POLICIES:
+            engine.load(build_policy(comps, layers, mode, placement, slots))
+            sub.drain()
+            result = engine.generate(req)
+            per_step, _ = _unet_staging(sub.drain())
+            engine.unload()
+            assert np.array_equal(result.image, expected), (comps, layers, mode, placement, slots)
+            assert not [e for copies in per_step for e in copies if e.sync], (comps, layers, mode, placement, slots)
+    finally:
+        engine.close()
