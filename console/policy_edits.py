@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..engine.discovery import ModelInfo
+from ..engine.experts import blocks_per_forward
 from ..engine.plan import Plan
 from ..offload.errors import PolicyError
 from ..offload.policy import DEFAULT_KEY, OffloadPolicy, build_policy
@@ -87,7 +88,7 @@ def change_resident_layers(model: ModelInfo, policy: OffloadPolicy, delta: int) 
     """Move resident leading DiT (or UNet) layers by `delta`, clamped to 0..number of their blocks."""
     if policy.mode == "resident":
         return Edit(None, RESIDENT_MODE_REFUSAL)
-    limit = model.num_dit_blocks
+    limit = blocks_per_forward(model)  # with two experts: per expert (engine/experts.py)
     n = min(max(policy.resident_layers + delta, 0), limit)
     if n == policy.resident_layers:
         bound = "0" if delta < 0 else f"{limit} (every {model.block_kind} block)"

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import Any, Literal
 
+from .discovery import ComponentInfo
 from .documents import (
     PLAN_SCHEMA,
     AutoPlanDoc,
@@ -150,6 +151,7 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
                                  largest_block_bytes=b.largest_bytes, total_bytes=b.total_bytes)
                     for b in c.info.block_lists
                 ],
+                block_order=block_order(c.info),
                 non_block_bytes=c.info.non_block_bytes if c.info.role in DENOISER_ROLES else None,
                 resident_layers=c.resident_layers if c.info.role in DENOISER_ROLES else None,
             )
@@ -177,6 +179,13 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
         auto_plan=AutoPlanDoc(budget_bytes=budget, reasons=list(reasons or [])) if budget is not None else None,
         ranks=ranks_doc(ranks) if ranks is not None and ranks.layout.distributed else None,
     )
+
+
+def block_order(info: ComponentInfo) -> Literal["source", "observed"] | None:
+    """Where a DiT's block-list order comes from (None: fewer than two lists, nothing to order)."""
+    if info.role != "dit" or len(info.block_lists) < 2:
+        return None
+    return "observed" if info.order_observed else "source"
 
 
 def plan_to_dict(plan: Plan, forecast: RequestForecast | None = None, device: str = "",

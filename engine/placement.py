@@ -28,10 +28,12 @@ import torch
 from ..offload.cache import AllocatorCache
 from ..offload.deferred_weights import DeferredWeights
 from ..offload.devices import synchronize
+from ..offload.errors import ConfigError
 from ..offload.events import EventBus, LogEvent
 from ..offload.pinned import HostArena
 from ..offload.stager import ModuleStager, stage_around
 from ..offload.streamer import LayerwiseStreamer
+from .expert_switch import ExpertSwitch
 from .loader import LoadCancelled
 from .plan import Plan
 
@@ -49,6 +51,7 @@ class Placement:
     undo: list[Callable[[], None]] = field(default_factory=list)
     cache: AllocatorCache | None = None
     live: bool = False  # every encoder/VAE has a master and the streamer keeps every block's: replannable
+    experts: ExpertSwitch | None = None  # two experts sharing the budget (Wan 2.2 A14B)
 
     @property
     def pinned_bytes(self) -> int:
@@ -115,6 +118,10 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
     (`offload.allgather_streamer`). `blocks_read()` is called once, from a reader thread, when the last
     block byte is in the arena (page-locking may still be finishing)."""
     device = placement.device
+    if plan.experts and group is not None:
+        raise ConfigError("two experts (transformer, transformer_2) are not streamed across several GPUs yet: "
+                          "use one GPU")
+    keep_masters = placement.live or bool(plan.experts)  # an expert's resident blocks move at each switch
     block_lists: list[tuple[str, list[torch.nn.Module]]] = []
     for comp in plan.components:
         _check_cancel(cancel)
@@ -127,7 +134,7 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
     if not block_lists:
         return
     total = sum(c.host_bytes for c in plan.components if c.residency == "streamed")
-    if placement.live:  # every block is packed, resident ones too
+    if keep_masters:  # every block is packed, resident ones too
         total = sum(b.nbytes for b in plan.blocks)
 
     once = threading.Lock()  # reader threads report at once: the first to see the total tells, no other
@@ -147,10 +154,18 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
 
         streamer_cls, streamer_kwargs = AllGatherStreamer, {"group": group}
     placement.streamer = streamer_cls(block_lists, device, residency=plan.residency, bus=bus, pin=pin,
-                                      progress=on_pack, keep_masters=placement.live, weights=weights,
-                                      **streamer_kwargs)
+                                      progress=on_pack, keep_masters=keep_masters, weights=weights,
+                                      active=plan.active_blocks, **streamer_kwargs)
     placement.streamer.attach()
     s = placement.streamer
+    if plan.experts:
+        switch = ExpertSwitch(s, plan.experts, [dits[e.name] for e in plan.experts], bus)
+        placement.experts = switch
+        placement.undo.append(switch.close)
+        bus.publish(LogEvent(level="info", message=(
+            f"two experts ({', '.join(e.name for e in plan.experts)}): one runs per forward, so the running "
+            f"one's {plan.experts[0].residency.num_resident} resident blocks and ring take the device; "
+            "they change hands at the boundary step")))
     bus.publish(LogEvent(level="info", message=(
         f"DLO: {s.num_streamed} blocks streamed ({total:,} bytes), {s.num_resident} resident, "
         f"{s.num_slots} slot{'s' if s.num_slots != 1 else ''} of {s.largest_block_bytes:,} bytes")))

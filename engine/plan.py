@@ -20,6 +20,12 @@ Forecast (all figures from the safetensors headers):
   (only one auxiliary stage runs at a time). With activations and per phase: engine/request_forecast.py.
 - pinned host bytes with live re-plan (the console's load) are every block and encoder/VAE: see
   `Engine(live_replan=True)`; this forecast is `run`'s.
+
+Two experts (Wan 2.2 A14B, engine/experts.py): one runs per forward, so the policy's residency applies
+to each expert's own blocks and the device holds only the running one's share: device resident bytes
+count the larger expert's resident blocks (not both), streamed per forward and the ring are the running
+expert's, and the pinned host holds every block of both (the resident ones too: they move at the switch).
+`Plan.forward` is one forward's blocks and residency, what the step forecast replays.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import Literal
 from ..offload.policy import OffloadPolicy
 from ..offload.residency import BlockResidency
 from .discovery import ComponentInfo, ModelInfo
+from .experts import Expert, blocks_per_forward, plan_experts, streamer_residency
 from .roles import DENOISER_ROLES
 
 Residency = Literal["streamed", "staged", "resident", "none"]
@@ -86,21 +93,44 @@ class Plan:
     components: tuple[ComponentPlan, ...]
     blocks: tuple[StreamedBlock, ...]
     forecast: Forecast
-    residency: BlockResidency  # the decision `blocks` shows, passed as is to the streamer
+    residency: BlockResidency  # passed as is to the streamer (with experts: the first one running)
+    experts: tuple[Expert, ...] = ()  # two experts sharing the budget (engine/experts.py), else ()
+
+    @property
+    def active_blocks(self) -> tuple[bool, ...] | None:
+        """The streamer's ring mask at load (the first expert's blocks), None without experts."""
+        if not self.experts:
+            return None
+        return streamer_residency(self.experts, 0, len(self.blocks))[1]
+
+    @property
+    def forward(self) -> tuple[tuple[StreamedBlock, ...], BlockResidency]:
+        """One DiT forward's blocks and their residency: every block, or with experts the first one's
+        (the one that runs first; Wan 2.2's two are the same size)."""
+        if not self.experts:
+            return self.blocks, self.residency
+        e = self.experts[0]
+        return self.blocks[e.start:e.stop], e.residency
 
 
-def execution_blocks(model: ModelInfo, residency: BlockResidency) -> list[StreamedBlock]:
-    """Every denoiser block in execution order (across all DiTs / UNets), streamed as `residency` decided."""
+def execution_blocks(model: ModelInfo, residency: BlockResidency,
+                     experts: tuple[Expert, ...] = ()) -> list[StreamedBlock]:
+    """Every denoiser block in execution order (across all DiTs / UNets), streamed as `residency` decided;
+    an expert's blocks as its own residency decided (resident = resident while that expert runs)."""
+    flags = list(residency.resident)
+    for e in experts:
+        flags[e.start:e.stop] = e.residency.resident
     blocks: list[StreamedBlock] = []
     for dit in model.denoisers:
         for block_list in dit.block_lists:
             for i, nbytes in enumerate(block_list.block_bytes):
-                streamed = not residency.resident[len(blocks)]
+                streamed = not flags[len(blocks)]
                 blocks.append(StreamedBlock(dit.name, block_list.attr, i, nbytes, streamed))
     return blocks
 
 
-def _component_plan(info: ComponentInfo, policy: OffloadPolicy, blocks: list[StreamedBlock]) -> ComponentPlan:
+def _component_plan(info: ComponentInfo, policy: OffloadPolicy, blocks: list[StreamedBlock],
+                    expert: bool = False) -> ComponentPlan:
     if not info.has_weights:
         return ComponentPlan(info, "none", "no-weights", 0, 0)
     if info.role in DENOISER_ROLES:
@@ -111,6 +141,8 @@ def _component_plan(info: ComponentInfo, policy: OffloadPolicy, blocks: list[Str
         own = [b for b in blocks if b.dit == info.name]
         streamed = sum(b.nbytes for b in own if b.streamed)
         kept = sum(1 for b in own if not b.streamed)
+        if expert:  # device: while it runs; host: every block's master (the resident ones move at a switch)
+            return ComponentPlan(info, "streamed", "dlo", info.nbytes - streamed, info.block_bytes, kept)
         return ComponentPlan(info, "streamed", "dlo", info.nbytes - streamed, streamed, kept)
     if info.role in ("encoder", "vae"):
         if policy.mode == "resident":
@@ -131,28 +163,43 @@ def live_masters_bytes(plans: tuple[ComponentPlan, ...], blocks: list[StreamedBl
     return sum(b.nbytes for b in blocks) + aux
 
 
-def make_plan(model: ModelInfo, policy: OffloadPolicy) -> Plan:
-    """Check the policy against the model (raising PolicyError) and compute residency and forecast."""
-    policy.check_against(model.auxiliary_names, [d.name for d in model.denoisers], model.num_dit_blocks,
+def make_plan(model: ModelInfo, policy: OffloadPolicy, residency: BlockResidency | None = None) -> Plan:
+    """Check the policy against the model (raising PolicyError) and compute residency and forecast.
+
+    `residency`: the blocks' residency as already carried out (a loaded streamer whose block order was
+    corrected by the first forward keeps its blocks where they are), instead of the policy's; two experts
+    (engine/experts.py) always take their own."""
+    policy.check_against(model.auxiliary_names, [d.name for d in model.denoisers], blocks_per_forward(model),
                          unet_names=[d.name for d in model.by_role("unet")])
-    residency = policy.block_residency(model.num_dit_blocks)
-    blocks = execution_blocks(model, residency)
-    plans = tuple(_component_plan(c, policy, blocks) for c in model.components)
-    streamed = [b.nbytes for b in blocks if b.streamed]
+    experts = plan_experts(model, policy)
+    if experts:
+        residency = streamer_residency(experts, 0, model.num_dit_blocks)[0]
+    elif residency is None or residency.num_blocks != model.num_dit_blocks:
+        residency = policy.block_residency(model.num_dit_blocks)
+    blocks = execution_blocks(model, residency, experts)
+    names = {e.name for e in experts}
+    plans = tuple(_component_plan(c, policy, blocks, c.name in names) for c in model.components)
     staged = [p.info.nbytes for p in plans if p.residency == "staged"]
     resident = sum(p.device_bytes for p in plans)
-    largest_block = max(streamed, default=0)
+    # one forward's blocks (with experts: each expert's own, the device holding the larger share)
+    forwards = [blocks[e.start:e.stop] for e in experts] or [blocks]
+    streamed_each = [[b.nbytes for b in f if b.streamed] for f in forwards]
+    kept_each = [sum(b.nbytes for b in f if not b.streamed) for f in forwards]
+    resident -= sum(kept_each) - max(kept_each)  # only one expert's resident blocks at a time
+    largest_block = max((max(s, default=0) for s in streamed_each), default=0)
     largest_staged = max(staged, default=0)
+    slots = max(e.residency.slots for e in experts) if experts else residency.slots
+    first = streamed_each[0]
     forecast = Forecast(
         device_resident_bytes=resident,
-        pinned_host_bytes=sum(streamed) + sum(staged),
-        streamed_bytes_per_forward=sum(streamed),
-        peak_device_weight_bytes=resident + residency.slot_bytes(largest_block) + largest_staged,
+        pinned_host_bytes=sum(p.host_bytes for p in plans if p.residency == "streamed") + sum(staged),
+        streamed_bytes_per_forward=max(sum(s) for s in streamed_each),
+        peak_device_weight_bytes=resident + slots * largest_block + largest_staged,
         largest_streamed_block_bytes=largest_block,
         largest_staged_bytes=largest_staged,
-        num_streamed_blocks=len(streamed),
-        num_resident_blocks=len(blocks) - len(streamed),
-        streaming_slots=residency.slots,
+        num_streamed_blocks=len(first),
+        num_resident_blocks=len(forwards[0]) - len(first),
+        streaming_slots=slots,
         pinned_host_bytes_live=live_masters_bytes(plans, blocks, policy),
     )
-    return Plan(model, policy, plans, tuple(blocks), forecast, residency)
+    return Plan(model, policy, plans, tuple(blocks), forecast, residency, experts)

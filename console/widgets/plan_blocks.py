@@ -8,8 +8,10 @@ how many leading blocks stay resident, how many are streamed) and its title says
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 from textual.widgets import Static
 
+from ...engine.plain_text import plain
 from ...engine.plan import Plan
 from ..plan_view import blocks_sheet
 
@@ -41,5 +43,5 @@ class BlockListPanel(Static, can_focus=True):
         for name in sheet.header:
             table.add_column(name, justify="right" if name in sheet.right else "left", overflow="fold")
         for row in sheet.rows:
-            table.add_row(*row)
+            table.add_row(*(Text(plain(cell)) for cell in row))  # DiT names come from data: never markup
         self.update(table)
