@@ -134,9 +134,9 @@ def _reasons(plan: Plan, choice: StreamChoice, aux: list[ComponentInfo],
     where = "the leading ones (vLLM-Omni's resident_layers)" if r.placement == "leading" else \
         "spread evenly so each streamed block's copy hides behind resident compute"
     if r.num_streamed == 0:
-        lines.append(f"DiT: all {r.num_blocks} blocks resident (nothing streams)")
+        lines.append(f"{plan.model.block_kind}: all {r.num_blocks} blocks resident (nothing streams)")
     else:
-        lines.append(f"DiT: {r.num_resident} of {r.num_blocks} blocks resident, {where}")
+        lines.append(f"{plan.model.block_kind}: {r.num_resident} of {r.num_blocks} blocks resident, {where}")
         lines.append(f"prefetch ring: {r.slots} slot{'s' if r.slots != 1 else ''} "
                      f"({_gb(choice.slot_bytes)}), copies run up to {max(r.slots - 1, 0)} block(s) ahead")
     basis = "measured profile" if profile else "transfer time only (no profile of this size yet: run one request)"

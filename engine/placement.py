@@ -142,7 +142,7 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
     def on_pack(done: int, _total: int) -> None:
         _check_cancel(cancel)
         if progress:
-            progress("DiT blocks", done, _total)
+            progress(f"{plan.model.block_kind} blocks", done, _total)
         if blocks_read is not None and done >= _total and once.acquire(blocking=False):
             blocks_read()
 

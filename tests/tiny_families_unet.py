@@ -8,7 +8,7 @@ in size as they do at full scale. Each component is built under its own derived 
 
 SD1.5 is saved without a safety checker (`safety_checker=None, requires_safety_checker=False`, as
 diffusers' tests build it): `model_index.json` then names `safety_checker` and `feature_extractor` as
-`[null, null]`.
+`[null, null]` and keeps `requires_safety_checker: false`, which the loader passes on as diffusers does.
 """
 
 from __future__ import annotations

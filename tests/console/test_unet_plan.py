@@ -101,3 +101,20 @@ async def test_plan_screen_shows_the_unet_row_and_its_block_list(sdxl_dir: Path,
     finally:
         app.shutdown()
         engine.close()
+
+
+def test_vram_budget_plans_the_unet_blocks_and_names_them(sdxl_dir: Path, capsys):
+    """A budget between the all-streamed peak and the whole model keeps some UNet blocks resident; one below
+    the all-streamed peak is refused naming it (the ring's 2 slots of the largest block set that peak)."""
+    info = discover_model(sdxl_dir).component("unet")
+    sizes = [n for b in info.block_lists for n in b.block_bytes]
+    assert main(["plan", "--model", str(sdxl_dir), "--json", "--vram-budget", "12MB"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    unet = next(c for c in doc["components"] if c["name"] == "unet")
+    assert 0 < unet["resident_layers"] < len(sizes)
+    assert doc["forecast"]["peak_device_weight_bytes"] <= 12_000_000
+    assert any(line.startswith(f"UNet: {unet['resident_layers']} of {len(sizes)} blocks resident")
+               for line in doc["auto_plan"]["reasons"]), doc["auto_plan"]["reasons"]
+    assert main(["plan", "--model", str(sdxl_dir), "--vram-budget", "8MB"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing fits in 8.0 MB" in err and "every block streamed through 2 slots" in err

@@ -1,15 +1,12 @@
 """SD1.5 and SDXL UNets stream block by block (down_blocks, mid_block, up_blocks) like DiT blocks.
 
 The oracle is the plain diffusers pipeline (`from_pretrained`, no offload, same seed); on a CPU every
-policy must give the same pixels bit for bit. SDXL runs through the whole engine (discover, load,
-place, generate). SD1.5 without a safety checker saves `[null, null]` components, which today's loader
-does not yet pass as None (issue 22 item 2): its streaming is checked by placing the plan on the
-pipeline diffusers itself loaded, and through the engine once the loader builds it.
+policy must give the same pixels bit for bit, through the whole engine (discover, load, place,
+generate). SD1.5 is saved without a safety checker (`[null, null]` components).
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,11 +18,10 @@ from tiny_families_unet import UNET_GENERATION, build_tiny_sd15, build_tiny_sdxl
 
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
-from omni_console.engine.placement import begin_placement, place_others, place_streamed
 from omni_console.engine.plan import make_plan
 from omni_console.engine.runner import GenerateRequest
-from omni_console.offload.errors import ConfigError, PolicyError
-from omni_console.offload.events import EventBus, StagingEvent, StepTiming
+from omni_console.offload.errors import PolicyError
+from omni_console.offload.events import StagingEvent, StepTiming
 from omni_console.offload.policy import build_policy
 
 PROMPT = "a lighthouse on a cliff at dusk"
@@ -103,11 +99,13 @@ def test_the_unet_is_its_own_role_with_its_blocks_in_execution_order(request, bu
 
 
 @pytest.mark.slow
-def test_sdxl_is_bit_identical_to_plain_diffusers_under_every_policy(sdxl_dir: Path):
-    req = _request("sdxl")
-    expected = _call(_plain_pipeline(sdxl_dir), req)
+@pytest.mark.parametrize("family", ["sd15", "sdxl"])
+def test_bit_identical_to_plain_diffusers_under_every_policy(request, family):
+    path = request.getfixturevalue(f"{family}_dir")
+    req = _request(family)
+    expected = _call(_plain_pipeline(path), req)
     assert expected.shape == (64, 64, 3) and float(expected.std()) > 0
-    engine = Engine(sdxl_dir, device="cpu")
+    engine = Engine(path, device="cpu")
     try:
         for comps, layers, mode, placement, slots in POLICIES:
             policy = build_policy(comps, layers, mode, placement, slots)
@@ -155,53 +153,31 @@ def test_sdxl_blocks_stream_every_step_without_a_synchronous_fetch(sdxl_dir: Pat
         assert step.h2d_bytes >= streamed_bytes  # every streamed block crossed once (regions are aligned)
 
 
-@pytest.mark.slow
-def test_sd15_streams_bit_identically_on_the_pipeline_diffusers_loaded(sd15_dir: Path):
-    """The plan placed on the pipeline `from_pretrained` built: SD1.5's UNet streams under every policy."""
-    req = _request("sd15")
-    plain = _plain_pipeline(sd15_dir)
-    assert plain.safety_checker is None
-    expected = _call(plain, req)
-    assert float(expected.std()) > 0
-    model = discover_model(sd15_dir)
-    bus = EventBus()
-    for comps, layers, mode, placement_name, slots in POLICIES:
-        plan = make_plan(model, build_policy(comps, layers, mode, placement_name, slots))
-        pipe = copy.deepcopy(plain)  # a released placement leaves its blocks as placeholders
-        sub = bus.subscribe()
-        placement = begin_placement(torch.device("cpu"), bus)
-        try:
-            place_streamed({"unet": pipe.unet}, plan, placement, bus, pin=False)
-            place_others(pipe, plan, placement, bus, pin=False)
-            image = _call(pipe, req)
-            events = sub.drain()
-        finally:
-            placement.release()
-        assert np.array_equal(image, expected), plan.policy
-        copied = {e.target for e in events if isinstance(e, StagingEvent) and e.target.startswith("unet.")}
-        assert copied == {f"unet.{b.attr}.{b.index}" for b in plan.blocks if b.streamed}, plan.policy
-
-
-def test_sd15_through_the_engine_once_null_components_load(sd15_dir: Path):
-    req = _request("sd15")
-    expected = _call(_plain_pipeline(sd15_dir), req)
-    engine = Engine(sd15_dir, device="cpu")
-    try:
-        try:
-            engine.load(build_policy({}, 1, "dlo", "spread", 2))
-        except ConfigError as exc:
-            if "safety_checker" not in str(exc):
-                raise
-            pytest.skip("needs issue 22 item 2: [null, null] components passed as None")
-        result = engine.generate(req)
-    finally:
-        engine.close()
-    assert np.array_equal(result.image, expected)
-
-
 def test_policy_map_and_resident_blocks_are_checked_against_the_unet(sdxl_dir: Path):
     model = discover_model(sdxl_dir)
     with pytest.raises(PolicyError, match="unet is a UNet, streamed block by block like a DiT"):
         make_plan(model, build_policy({"unet": False}))
     with pytest.raises(PolicyError, match=r"between 0 and 5 \(the model's UNet blocks\)"):
         make_plan(model, build_policy({}, 6))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_sdxl_on_cuda_matches_plain_diffusers_and_streams_ahead(sdxl_dir: Path):
+    """On a GPU the copies are asynchronous: the output is still bit-identical to plain diffusers on the same
+    device (float32 weights copied exactly), and after the first step no block is fetched synchronously."""
+    req = replace(_request("sdxl"), steps=3)
+    expected = _call(_plain_pipeline(sdxl_dir).to("cuda"), req)
+    engine = Engine(sdxl_dir, device="cuda")
+    sub = engine.bus.subscribe()
+    try:
+        for comps, layers, mode, placement, slots in POLICIES:
+            engine.load(build_policy(comps, layers, mode, placement, slots))
+            sub.drain()
+            result = engine.generate(req)
+            per_step, _ = _unet_staging(sub.drain())
+            engine.unload()
+            assert np.array_equal(result.image, expected), (comps, layers, mode, placement, slots)
+            assert not [e for copies in per_step for e in copies if e.sync], (comps, layers, mode, placement, slots)
+    finally:
+        engine.close()
