@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|e2e|video|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|all] [benchmark args...]
 # `tests` also runs benchmarks/cpu_exactness.py on the host CPU.
 set -uo pipefail
 what=${1:-all}; shift || true
@@ -27,6 +27,9 @@ if [[ $what == fp8 ]]; then  # fp8 storage vs bf16, every block streamed, Flux-d
   python3 benchmarks/fp8_stream.py --out "$OUT/fp8_stream.json" "$@" 2>&1 | grep -v "kept in float32" \
     | tail -40 > "$OUT/fp8.log"
 fi
+if [[ $what == unet ]]; then  # SDXL-size UNet, 1024x1024, blocks streamed vs resident
+  python3 benchmarks/unet_stream.py --out "$OUT/unet_stream.json" "$@" 2>&1 | tail -20 > "$OUT/unet.log"
+fi
 if [[ $what == e2e ]]; then
   python3 benchmarks/engine_e2e.py --out "$OUT/engine_e2e.json" "$@" 2>&1 | grep -v "kept in float32" \
     | tail -40 > "$OUT/e2e.log"
@@ -39,6 +42,9 @@ fi
 if [[ $what == video ]]; then  # Wan2.1-14B-size, 81x480x832, through `run` to .mp4: DLO vs resident
   python3 benchmarks/video_e2e.py --dir /tmp/wan-size --out "$OUT/video_e2e.json" "$@" 2>&1 \
     | grep -v "kept in float32" | tail -40 > "$OUT/video.log"
+fi
+if [[ $what == experts ]]; then  # Wan 2.2 A14B-size: two experts share one budget (--frames/--layers: smaller)
+  python3 benchmarks/experts_switch.py --out "$OUT/experts_switch.json" "$@" 2>&1 | tail -40 > "$OUT/experts.log"
 fi
 if [[ $what == sweep ]]; then  # VRAM-budget sweeps and the auto-plan: pass --model flux|wan
   python3 benchmarks/budget_sweep.py --out "$OUT/budget_sweep.json" "$@" 2>&1 | grep -v "kept in float32" \

@@ -41,6 +41,7 @@ from textual.timer import Timer
 
 from ..engine.engine import Engine
 from ..engine.export import vllm_serve_command
+from ..engine.plain_text import plain, plain_lines
 from ..engine.plan import Plan
 from ..engine.request_profile import RequestSize
 from ..engine.worker import EngineWorker
@@ -186,7 +187,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         if self._quit_pending:  # a signal arrived before the event loop ran
             self.call_later(self.action_quit)
         register_themes(self, activate=self.initial_theme)
-        self.sub_title = str(self.engine.model.path)
+        self.sub_title = plain(self.engine.model.path)
         self.push_screen(self.plan_screen)
         self._drain_timer = self.set_interval(DRAIN_INTERVAL_S, self._tick, name="drain-events")
         if self.start_telemetry:
@@ -258,6 +259,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
     def notify(self, message: str, *, title: str = "", severity="information", timeout: float | None = None,
                markup: bool = True) -> None:
         """Also keep every notification in `notices` (tests and the operator's history read it)."""
+        message = plain_lines(message)  # paths and errors from data: controls shown escaped
         self.notices.append((str(message), str(severity)))
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 

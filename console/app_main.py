@@ -97,7 +97,11 @@ def quit_on_signals(app) -> Iterator[None]:
 
 
 def exit_now(code: int) -> NoReturn:
-    """End the process without waiting for the engine thread (see the module docstring)."""
+    """End the process without waiting for the engine thread (see the module docstring); an image
+    or video still being written on that thread leaves no temporary file (`remove_pending`)."""
+    from ..engine.atomic_write import remove_pending
+
+    remove_pending()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()

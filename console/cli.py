@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from ..engine.plain_text import plain
 from ..offload.errors import ConfigError
 from ..offload.telemetry_types import DEFAULT_HZ
 from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
@@ -161,12 +162,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Flags whose value may start with "-" (argparse takes "-5GB" for an option and says "expected one argument")
+SIGNED_VALUE_FLAGS = frozenset({"--vram-budget", "--height", "--width", "--frames", "--max-sequence-length",
+                                "--steps", "--seed", "--guidance", "--fps", "--resident-layers", "--prefetch-slots",
+                                "--gpus", "--telemetry-hz"})
+
+
 def _normalise_argv(argv: Sequence[str]) -> list[str]:
-    """No subcommand means the console app."""
+    """No subcommand means the console app; `--flag -5GB` becomes `--flag=-5GB`, so the flag's own check
+    answers (a negative size, height, …) rather than argparse's "expected one argument"."""
     argv = list(argv)
     if not argv or argv[0] not in (*SUBCOMMANDS, "-h", "--help"):
-        return ["console", *argv]
-    return argv
+        argv = ["console", *argv]
+    joined: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in SIGNED_VALUE_FLAGS and i + 1 < len(argv) and argv[i + 1].startswith("-") \
+                and not argv[i + 1].startswith("--"):
+            joined.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+            continue
+        joined.append(argv[i])
+        i += 1
+    return joined
+
+
+def _check_plan_flags(args: argparse.Namespace) -> None:
+    """`plan`'s request size and device, checked like `run`'s before anything is read (one line, exit 2)."""
+    import math
+    import re
+
+    if args.device is not None and not re.fullmatch(r"cpu(:0)?|cuda(:\d{1,4})?", args.device):
+        raise ConfigError(f"--device {args.device!r:.60}: not a device name (use cpu, cuda or cuda:N)")
+    for flag, value in (("--height", args.height), ("--width", args.width), ("--frames", args.frames),
+                        ("--max-sequence-length", args.max_sequence_length)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} {value}: must be at least 1")
+    if args.guidance is not None and not math.isfinite(args.guidance):
+        raise ConfigError(f"--guidance {args.guidance}: must be a finite number")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -178,10 +211,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     policy = policy_from_args(args)  # build-time checks first: no disk access for a bad flag
     budget = budget_from_args(args)
+    _check_plan_flags(args)
     layout = layout_from_args(args)
     size = RequestSize(height=args.height, width=args.width, frames=args.frames,
                        max_sequence_length=args.max_sequence_length, guidance=args.guidance)
-    plan = make_plan(discover_model(resolve_model_path(args.model), args.variant), policy)
+    model = discover_model(resolve_model_path(args.model), args.variant)
+    if args.height is not None or args.width is not None or args.frames is not None:
+        from .run_request import check_plan_size  # the pipeline's call signature: imports torch and diffusers
+
+        check_plan_size(model, args.height, args.width, args.frames)  # as `run` would refuse it
+    plan = make_plan(model, policy)
     if layout.distributed:
         from ..engine.rank_checks import check_parallel
 
@@ -210,9 +249,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_demo_model(args: argparse.Namespace) -> int:
     from ..engine.demo_model import build_demo_model
+    from ..engine.request_checks import SEED_MAX
 
+    if not 0 <= args.seed <= SEED_MAX:
+        raise ConfigError(f"--seed {str(args.seed)[:40]}: must be between 0 and 2**64-1 ({SEED_MAX})")
     path = build_demo_model(args.path, seed=args.seed)
-    print(f"demo model written to {path}")
+    print(f"demo model written to {plain(path)}")
     return 0
 
 
@@ -237,13 +279,20 @@ COMMANDS = {"plan": cmd_plan, "demo-model": cmd_demo_model, "run": cmd_run, "con
 def main(argv: Sequence[str] | None = None) -> int:
     from .interrupts import EXIT_INTERRUPTED, INTERRUPTED_LINE, Interrupted
 
+    if argv is None and _normalise_argv(sys.argv[1:])[0] != "console":  # the command line, not the app
+        from ..engine.bus_error import install_bus_error_line
+
+        install_bus_error_line()
+    for stream in (sys.stdout, sys.stderr):  # PYTHONIOENCODING=ascii: "→" and names print escaped, never raise
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
         args, unknown = build_parser().parse_known_args(_normalise_argv(sys.argv[1:] if argv is None else argv))
         if unknown:
             raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (see omni-console {args.command} --help)")
         return COMMANDS[args.command](args)
     except ConfigError as exc:
-        print(f"omni-console: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
+        print(f"omni-console: error: {plain(' '.join(str(exc).splitlines()))}", file=sys.stderr)
         return EXIT_USAGE
     except Interrupted:  # the guard printed the line when Ctrl+C came
         return EXIT_INTERRUPTED

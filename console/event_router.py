@@ -32,6 +32,7 @@ from ..offload.events import (
     EngineStateChanged,
     ErrorEvent,
     Event,
+    ExpertSwitched,
     ForecastCheck,
     LoadProgress,
     LogEvent,
@@ -56,7 +57,7 @@ HEAVY_UI_S = 0.5
 HEAVY_UI_BUSY_S = 1.0
 """Staging log, memory panels, step table, residency and GPU group redraw at most this often (idle / while a
 request runs); no sample, step or event is skipped, they are applied in groups."""
-LOG_EVENTS = (StagingEvent, CacheDecision, OomRetry, LogEvent, ErrorEvent, Replanned)
+LOG_EVENTS = (StagingEvent, CacheDecision, OomRetry, LogEvent, ErrorEvent, Replanned, ExpertSwitched)
 
 
 class LiveView(Protocol):

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..engine.plain_text import plain
 from ..offload.events import (
+    BlockOrderCorrected,
     CacheDecision,
     EngineStateChanged,
     ErrorEvent,
     Event,
+    ExpertSwitched,
     ForecastCheck,
     LoadProgress,
     LogEvent,
@@ -28,6 +31,7 @@ from .theme_colors import resolve_default
 
 FAILURE_STYLE = "$error"
 """A failure line on stderr: the default theme's error colour (`run` has no app, hence no active theme)."""
+WARNING_STYLE = "$warning"
 PHASE_LABELS = {"text_encoding": "text encoding", "denoise": "denoise", "vae_decode": "VAE decode"}
 
 
@@ -59,7 +63,15 @@ def format_staging(event: StagingEvent, *, on_cpu: bool = False) -> str:
 
 
 def format_event(event: Event, t0: float = 0.0, *, on_cpu: bool = False) -> str | None:
-    """One log line for an event the staging log shows; None for other event types."""
+    """One log line for an event the staging log shows; None for other event types.
+
+    Names and messages in events come from data (component names, library errors): the line is
+    `plain`, so a control character in them is shown escaped, never sent to the terminal."""
+    line = _event_line(event, t0, on_cpu=on_cpu)
+    return None if line is None else plain(line)
+
+
+def _event_line(event: Event, t0: float, *, on_cpu: bool) -> str | None:
     ts = stamp(event, t0)
     if isinstance(event, StagingEvent):
         return f"{ts} {format_staging(event, on_cpu=on_cpu)}"
@@ -90,34 +102,54 @@ def format_event(event: Event, t0: float = 0.0, *, on_cpu: bool = False) -> str 
         return f"{ts} {event.level.upper()} {event.message}"
     if isinstance(event, Replanned):
         return f"{ts} REPLAN {event.summary.removeprefix('re-plan: ')}"
+    if isinstance(event, ExpertSwitched):
+        return f"{ts} EXPERT {describe_switch(event)}"
     if isinstance(event, ErrorEvent):
         return f"{ts} ERROR {event.where}: {event.message}"
     return None
+
+
+def describe_switch(event: ExpertSwitched) -> str:
+    """`transformer → transformer_2 at timestep 857 (boundary): copied 1.2 GB, freed 1.2 GB in 25 ms`."""
+    when = f" at timestep {event.timestep:g}" if event.timestep is not None else ""
+    return (f"{event.from_expert} → {event.to_expert}{when} ({event.reason}): copied "
+            f"{format_bytes(event.copied_bytes + event.ring_bytes)}, freed {format_bytes(event.freed_bytes)} "
+            f"in {format_seconds(event.seconds)}")
 
 
 def loading_line(event: Event, t0: float, *, on_cpu: bool = False) -> str | None:
     """A loading-screen log line: state changes and finished components, then what `format_event` says
     (`on_cpu`: transfers are host copies, worded as such and without a rate)."""
     if isinstance(event, EngineStateChanged):
-        return f"{stamp(event, t0)} STATE {event.old} → {event.new} {event.reason}".rstrip()
+        return plain(f"{stamp(event, t0)} STATE {event.old} → {event.new} {event.reason}".rstrip())
     if isinstance(event, LoadProgress):
         if event.done_bytes < event.total_bytes:
             return None
-        return f"{stamp(event, t0)} LOAD {event.component} {event.phase} {format_bytes(event.total_bytes)}"
+        return plain(f"{stamp(event, t0)} LOAD {event.component} {event.phase} {format_bytes(event.total_bytes)}")
     return format_event(event, t0, on_cpu=on_cpu)
 
 
 def progress_line(event: object) -> tuple[str, str] | None:
-    """The stderr line (text, style) for an event worth a line, else None."""
+    """The stderr line (text, style) for an event worth a line, else None (its text `plain`)."""
+    line = _progress_line(event)
+    return None if line is None else (plain(line[0]), line[1])
+
+
+def _progress_line(event: object) -> tuple[str, str] | None:
     if isinstance(event, EngineStateChanged):
         return f"state {event.old} → {event.new} {event.reason}".rstrip(), "dim"
     if isinstance(event, StepTiming):
+        missed = f", {event.sync_fetches} blocks fetched synchronously" if event.sync_fetches else ""
         return (f"step {event.step}/{event.total_steps} {format_seconds(event.wall_s)} "
-                f"(stall {format_seconds(event.stall_s)})"), "dim"
+                f"(stall {format_seconds(event.stall_s)}{missed})"), "dim"
+    if isinstance(event, BlockOrderCorrected):
+        return event.summary, resolve_default(WARNING_STYLE)
     if isinstance(event, LoadProgress) and event.done_bytes == event.total_bytes and event.total_bytes:
         return f"load {event.component} {format_bytes(event.total_bytes)} ({event.phase})", "dim"
     if isinstance(event, Replanned):
         return event.summary, "dim"
+    if isinstance(event, ExpertSwitched):
+        return f"expert {describe_switch(event)}", "dim"
     if isinstance(event, RequestPhases):
         return f"request {event.request_id}: {describe_phases(event.frames, event.latent_shape, event.phases)}", "dim"
     if isinstance(event, ErrorEvent):

@@ -20,15 +20,16 @@ from typing import Any
 import torch
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..engine.device_choice import parse_device
 from ..engine.engine import Engine
 from ..engine.outputs import DEFAULT_FPS, check_output_place, write_notes, write_result
+from ..engine.plain_text import plain
 from ..engine.profiler import request_size
+from ..engine.request_limits import schedule_steps
 from ..offload.errors import ConfigError
-from ..offload.events import (
-    Subscription,
-)
+from ..offload.events import EngineStateChanged, ErrorEvent, Subscription
 from ..offload.policy import OffloadPolicy
 from ..offload.telemetry import TelemetrySampler, default_sources, validate_hz
 from ..offload.units import format_bytes, format_rate, format_seconds
@@ -69,10 +70,12 @@ class _Progress(threading.Thread):
             self.totals.add(event)
             if self.quiet or self.muted():  # after Ctrl+C the one "interrupted" line says it all
                 continue
+            if isinstance(event, ErrorEvent) or (isinstance(event, EngineStateChanged) and event.new == "failed"):
+                continue  # a failure ends the run with its own one line (`_fail`), never with several
             line = progress_line(event)
             if line is not None:
                 text, style = line
-                self.console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
+                self.console.print(_one_line(text), style=style, markup=False, highlight=False, soft_wrap=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +119,8 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
     engine = guard.run(lambda: Engine(model_path, device=flags.device, variant=args.variant))
     try:
         plan = engine.make_plan(flags.policy)  # policy against the model, before anything is allocated
-        request = default_request(engine, prompt=args.prompt, steps=args.steps, height=args.height,
+        steps = schedule_steps(args.steps, flags.options.params)  # a sigmas/timesteps list sets the count
+        request = default_request(engine, prompt=args.prompt, steps=steps, height=args.height,
                                   width=args.width, seed=args.seed, guidance=args.guidance, frames=args.frames,
                                   negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,
                                   image=args.image, params=flags.options.params)
@@ -130,7 +134,7 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
             flags.reasons.extend(auto.reasons)
             if not args.json:
                 for line in auto.reasons:
-                    Console(stderr=True).print(f"--vram-budget: {line}", markup=False, highlight=False)
+                    Console(stderr=True).print(plain(f"--vram-budget: {line}"), markup=False, highlight=False)
         guard.check()
         return _load_generate_report(args, flags, engine, plan, run, guard)
     finally:
@@ -150,11 +154,11 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         stage = "generation"
         result = guard.run(engine.generate, run.request, guard.cancel)
         final = sampler.sample_now(publish=True)
-    except (ConfigError, Interrupted):
+    except Interrupted:
         raise
-    except Exception as exc:  # a load or run failure: one line; the caller releases memory
-        where = engine.state.value if stage == "load" else "generation failed"
-        _fail(err, f"{where}: {type(exc).__name__}: {_one_line(str(exc))}")
+    except Exception as exc:  # a load or run failure (a ModelDirError too: loading had begun): one line, exit 1
+        what = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
+        _fail(err, f"{stage} failed: {_one_line(what)}")
         return EXIT_FAILED
     finally:
         sampler.close()
@@ -177,6 +181,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         except ValueError as exc:  # frames the writers cannot take (mixed sizes, not RGB)
             _fail(err, f"cannot write {run.output.path}: {_one_line(str(exc))}")
             return EXIT_FAILED
+    guard.check()  # Ctrl+C while writing: "interrupted" was said, so the exit says it too (130)
     totals = progress.totals
     report = RunReport.model_validate({  # checked against the published schema's model as it is built
         "model": str(engine.model.path), "device": str(engine.device),
@@ -222,7 +227,7 @@ def _check_doc(check: Any) -> dict[str, Any] | None:
 
 
 def _fail(err: Console, line: str) -> None:
-    err.print(f"omni-console: {line}", markup=False, highlight=False, soft_wrap=True)
+    err.print(f"omni-console: {plain(line)}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _frame_rate(flag: float | None, pipeline: float | None) -> tuple[float | None, str]:
@@ -234,8 +239,15 @@ def _frame_rate(flag: float | None, pipeline: float | None) -> tuple[float | Non
     return None, "default"
 
 
+class _PlainTable(Table):
+    """A table whose cells are shown as written: a path or name from data is never markup or control."""
+
+    def add_row(self, *renderables: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        super().add_row(*(Text(plain(r)) if isinstance(r, str) else r for r in renderables), **kwargs)
+
+
 def _print_report(r: dict[str, Any], console: Console) -> None:
-    table = Table(title=f"run — {r['model']} on {r['device']}", show_header=False)
+    table = _PlainTable(title=Text(plain(f"run — {r['model']} on {r['device']}")), show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("load time", format_seconds(r["load_seconds"]))
@@ -283,11 +295,11 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
     if r["events_dropped"]:
         table.add_row("events dropped (totals are partial)", str(r["events_dropped"]))
     console.print(table)
-    console.print("\n".join(t["final"]), markup=False, highlight=False)
+    console.print("\n".join(plain(line) for line in t["final"]), markup=False, highlight=False)
     # after the table, unwrapped: paths an operator copies
-    console.print(f"wrote {_files_line(r['files'])}", markup=False, highlight=False, soft_wrap=True)
+    console.print(plain(f"wrote {_files_line(r['files'])}"), markup=False, highlight=False, soft_wrap=True)
     for note in r["notes"]:
-        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+        console.print(plain(f"note: {note}"), markup=False, highlight=False, soft_wrap=True)
 
 
 def _files_line(files: list[str]) -> str:

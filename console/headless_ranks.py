@@ -23,10 +23,12 @@ from typing import Any
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..engine.engine import Engine, default_device
 from ..engine.outputs import write_result
-from ..engine.rank_checks import check_parallel
+from ..engine.plain_text import plain
+from ..engine.rank_checks import check_experts, check_parallel
 from ..engine.rank_group import RankFailed, RankGroup
 from ..engine.rank_layout import RankLayout
 from ..offload.errors import ConfigError
@@ -85,6 +87,7 @@ def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayou
     probe = Engine(model_path, device="cpu", variant=args.variant)  # discovery only: nothing loads here
     probe.make_plan(flags.policy)
     check_parallel(layout, probe.model.pipeline_class)
+    check_experts(layout, probe.model)
     request = default_request(probe, prompt=args.prompt, steps=args.steps, height=args.height, width=args.width,
                               seed=args.seed, guidance=args.guidance, frames=args.frames,
                               negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,
@@ -108,7 +111,7 @@ def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayou
         loads = guard.run(group.load, flags.policy)
         results = guard.run(group.generate, [r.request for r in runs])
     except RankFailed as exc:
-        err.print(f"omni-console: {exc}", markup=False, highlight=False, soft_wrap=True)
+        err.print(f"omni-console: {plain(exc)}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_FAILED
     finally:
         group.close()
@@ -141,7 +144,7 @@ def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayou
 
 
 def _print(r: RanksReport, console: Console) -> None:
-    table = Table(title=f"run — {r.model} on {r.gpus} ranks ({r.device})", caption=r.layout)
+    table = Table(title=Text(plain(f"run — {r.model} on {r.gpus} ranks ({r.device})")), caption=Text(plain(r.layout)))
     for column in ("rank", "seed", "load", "block host", "pinned", "request", "step (median)", "stall", "H2D"):
         table.add_column(column, justify="right")
     for k in r.ranks:
@@ -153,4 +156,4 @@ def _print(r: RanksReport, console: Console) -> None:
     console.print(f"{r.gpus} requests in {format_seconds(r.wall_seconds)} (streamed blocks: "
                   f"{format_bytes(r.streamed_bytes)} per rank per forward)", markup=False, highlight=False)
     for k in r.ranks:
-        console.print(f"wrote {', '.join(k.files) or 'nothing'}", markup=False, highlight=False, soft_wrap=True)
+        console.print(plain(f"wrote {', '.join(k.files) or 'nothing'}"), markup=False, highlight=False, soft_wrap=True)

@@ -3,25 +3,25 @@
 Names carry the local time and the request number, `20250301-142501-request-3.png`; a second
 image in the same second with the same number (two consoles in one directory) gets `-2`, `-3`, …
 Request numbers restart at 1 in every process, so a name from the number alone would replace an
-earlier run's image. Each file is created with `open(path, "xb")` (O_CREAT | O_EXCL), so even two
-processes racing for one name never replace each other's file: the loser takes the next suffix.
+earlier run's image. Each file is written whole into a temporary file in the folder first and then
+hard-linked to its name, which fails if the name exists (`engine.atomic_write`): even two processes
+racing for one name never replace each other's file (the loser takes the next suffix), and `q` or
+SIGTERM while a large image is written never leaves a truncated file under a final name (the app
+removes the temporary file before it exits).
 
 A video result is saved the way `run --output NAME.mp4` writes one (`engine.outputs.write_result`,
-every frame, the pipeline's frame rate) under the same kind of name with `.mp4`. Its name is claimed
-the same exclusive way first (an empty file); the video is written into a fresh scratch folder next
-to it and then moved over that claim, so a half-written video never stands under the final name.
+every frame, the pipeline's frame rate) into a scratch folder beside, then put under the same kind
+of name with `.mp4` the same way.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from ..engine.atomic_write import publish_new, scratch_folder
 from ..engine.outputs import check_output, write_result
 
 MAX_SUFFIX = 1000
@@ -43,8 +43,11 @@ def save_image(image: Any, out_dir: Path, request_id: int, when: float | None = 
     Raises OSError (disk full, no permission) or FileExistsError when every suffix is taken; a
     file this call created and could not finish writing is removed again (it is ours, half-written).
     """
-    def write(handle: IO[bytes], _path: Path) -> None:
-        image.save(handle, format="PNG")
+    def write(scratch: Path) -> Path:
+        done = scratch / "image.png"
+        with done.open("xb") as handle:
+            image.save(handle, format="PNG")
+        return done
 
     return _save_new(out_dir, output_stem(request_id, when), ".png", write)
 
@@ -56,12 +59,8 @@ def save_video(frames: Sequence[Any], out_dir: Path, request_id: int, fps: float
     Same guarantees as `save_image`: no existing file is opened or replaced, and on failure only
     this call's own claim and scratch files are removed.
     """
-    def write(handle: IO[bytes], path: Path) -> None:
-        handle.close()  # the empty claim keeps the name ours while the video is written beside it
-        with tempfile.TemporaryDirectory(prefix=".omni-console-video-", dir=path.parent) as scratch:
-            temp = Path(scratch) / f"video{path.suffix}"
-            write_result(list(frames), check_output(temp, video=True), fps=fps)
-            os.replace(temp, path)  # over our own empty claim only
+    def write(scratch: Path) -> Path:
+        return write_result(list(frames), check_output(scratch / f"video{VIDEO_SUFFIX}", video=True), fps=fps)[0]
 
     return _save_new(out_dir, output_stem(request_id, when), VIDEO_SUFFIX, write)
 
@@ -74,21 +73,17 @@ def save_result(result: Any, out_dir: Path, request_id: int, when: float | None 
     return save_image(result.image, out_dir, request_id, when)
 
 
-def _save_new(out_dir: Path, stem: str, extension: str, write: Callable[[IO[bytes], Path], None]) -> Path:
-    """Create `stem{extension}` (or `stem-2{extension}`, …) exclusively in `out_dir` and fill it."""
+def _save_new(out_dir: Path, stem: str, extension: str, write: Callable[[Path], Path]) -> Path:
+    """Write once into a scratch folder beside the names (`write` returns the finished file), then give
+    it `stem{extension}` (or `stem-2{extension}`, …), the first name that does not exist."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    for suffix in range(1, MAX_SUFFIX + 1):
-        path = out_dir / (f"{stem}{extension}" if suffix == 1 else f"{stem}-{suffix}{extension}")
-        try:
-            handle = open(path, "xb")  # noqa: SIM115 - closed below; exclusive creation is the point
-        except FileExistsError:
-            continue
-        try:
-            with handle:
-                write(handle, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                path.unlink()
-            raise
-        return path.resolve()
+    with scratch_folder(out_dir / stem) as scratch:
+        done = write(scratch)
+        for suffix in range(1, MAX_SUFFIX + 1):
+            path = out_dir / (f"{stem}{extension}" if suffix == 1 else f"{stem}-{suffix}{extension}")
+            try:
+                publish_new(done, path)
+            except FileExistsError:
+                continue
+            return path.resolve()
     raise FileExistsError(f"no free name for {stem}{extension} in {out_dir} after {MAX_SUFFIX} tries")

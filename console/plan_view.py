@@ -28,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..engine.export import vllm_flags, vllm_gaps, vllm_python_call, vllm_serve_command
+from ..engine.plain_text import plain
 from ..engine.plan import ComponentPlan, Plan
 from ..engine.rank_forecast import RankForecast
 from ..engine.rank_layout import RankLayout
@@ -80,11 +81,12 @@ def component_sheet(plan: Plan) -> Sheet:
 
 
 def blocks_sheet(plan: Plan) -> Sheet | None:
-    """Each DiT's block lists in execution order, with how many leading blocks stay resident."""
+    """Each DiT's (or UNet's) block lists in execution order, with how many blocks stay resident."""
     dits = [c for c in plan.components if c.info.block_lists]
     if not dits:
         return None
-    header = ("DiT", "block list", "count", "bytes/block", "largest", "total", "resident", "streamed")
+    kind = plan.model.block_kind
+    header = (kind, "block list", "count", "bytes/block", "largest", "total", "resident", "streamed")
     rows = []
     for c in dits:
         for b in c.info.block_lists:
@@ -97,7 +99,17 @@ def blocks_sheet(plan: Plan) -> Sheet | None:
                          format_bytes(sum(stored)), str(kept), str(b.count - kept)))
         rows.append((c.info.name, "(non-block modules: resident)", "", "", "", format_bytes(c.info.non_block_bytes),
                      "", ""))
-    return Sheet("DiT blocks (execution order)", header, rows, right=frozenset(header[2:]))
+    return Sheet(f"{kind} blocks (execution order)", header, rows, right=frozenset(header[2:]),
+                 caption=order_caption([c for c in dits if c.info.role == "dit"]))
+
+
+def order_caption(dits: list[ComponentPlan]) -> str | None:
+    """Where each DiT's block-list order comes from: its class's source (a guess the first forward checks)
+    or a real forward (the engine corrects the order when the two differ)."""
+    parts = [f"{c.info.name}: order seen in a real forward" if c.info.order_observed else
+             f"{c.info.name}: order read from {c.info.class_name}'s source, checked at the first forward"
+             for c in dits if len(c.info.block_lists) > 1]
+    return "; ".join(parts) or None
 
 
 def forecast_sheet(plan: Plan) -> Sheet:
@@ -106,19 +118,26 @@ def forecast_sheet(plan: Plan) -> Sheet:
         ("device resident weights", format_bytes(f.device_resident_bytes)),
         ("device peak weights", format_bytes(f.peak_device_weight_bytes)),
         ("pinned host memory", format_bytes(f.pinned_host_bytes)),
-        (f"streamed per DiT forward ({f.num_streamed_blocks} blocks)", format_bytes(f.streamed_bytes_per_forward)),
+        (f"streamed per {plan.model.block_kind} forward ({f.num_streamed_blocks} blocks)",
+         format_bytes(f.streamed_bytes_per_forward)),
     ]
-    r = plan.residency
+    r = plan.forward[1]  # one forward's blocks: with two experts, the running one's
     if f.num_streamed_blocks:
-        rows.append((f"resident DiT blocks ({r.placement})", f"{r.num_resident} of {r.num_blocks}"))
+        each = " per expert" if plan.experts else ""
+        rows.append((f"resident {plan.model.block_kind} blocks{each} ({r.placement})",
+                     f"{r.num_resident} of {r.num_blocks}"))
         rows.append(("prefetch ring", f"{f.streaming_slots} slots"))
     caption = (f"peak = resident + {f.streaming_slots} × largest streamed block "
                f"({format_bytes(f.largest_streamed_block_bytes)})"
                f" + largest staged component ({format_bytes(f.largest_staged_bytes)})")
     if plan.stream_dtype is not None:
         rows.append(("DiT weights stored in", plan.stream_dtype))
-        caption += f" + upcast scratch ({format_bytes(f.upcast_scratch_bytes)}). "
-        caption += storage_note(plan.stream_dtype, plan.policy.fp8_modulation) or ""
+        caption += f" + upcast scratch ({format_bytes(f.upcast_scratch_bytes)})"
+    if plan.experts:
+        caption += (f"; two experts ({' → '.join(e.name for e in plan.experts)}), one on the device at a time: "
+                    "the budget changes hands at the boundary step")
+    if plan.stream_dtype is not None:
+        caption += ". " + (storage_note(plan.stream_dtype, plan.policy.fp8_modulation) or "")
     return Sheet("forecast (from safetensors headers)", ("forecast", "bytes"), rows, right=frozenset({"bytes"}),
                  show_header=False, caption=caption)
 
@@ -203,12 +222,13 @@ def rich_table(sheet: Sheet, max_width: int | None = None, variables: Mapping[st
     Cell styles are resolved against `variables` (a theme's), the default theme's when None.
     """
     variables = default_variables() if variables is None else variables
-    table = Table(title=sheet.title, expand=False, show_header=sheet.show_header, caption=sheet.caption)
+    table = Table(title=Text(plain(sheet.title), style="table.title"), expand=False, show_header=sheet.show_header,
+                  caption=Text(plain(sheet.caption), style="table.caption") if sheet.caption else None)
     for col, width in zip(sheet.header, _fixed_widths(sheet, max_width), strict=True):
         table.add_column(col, justify="right" if col in sheet.right else "left", overflow="fold", no_wrap=False,
                          width=width)
     for i, row in enumerate(sheet.rows):
-        table.add_row(*(Text(cell, style=resolve(sheet.styles.get((i, j), ""), variables), overflow="fold")
+        table.add_row(*(Text(plain(cell), style=resolve(sheet.styles.get((i, j), ""), variables), overflow="fold")
                         for j, cell in enumerate(row)))
     return table
 
@@ -228,8 +248,9 @@ def forecast_table(plan: Plan, max_width: int | None = None, variables: Mapping[
 
 
 def _plain(value: str) -> str:
-    """One field of one line: a tab or newline inside a value must not split the row."""
-    return value.replace("\t", "\\t").replace("\r", "\\r").replace("\n", "\\n")
+    """One field of one line: a tab or newline inside a value must not split the row, and a control
+    character from the data must not reach the terminal (`plain` escapes both visibly)."""
+    return plain(value)
 
 
 def tsv_rows(sheet: Sheet) -> list[str]:
@@ -280,7 +301,7 @@ def render_plan(plan: Plan, console: Console | None = None, forecast: RequestFor
     variables = default_variables() if variables is None else variables
     console.print(component_table(plan, console.width, variables))
     for note in plan.model.notes:  # files discovery ignored on purpose (code, pickles)
-        console.print(Text(f"note: {note}", style="dim"))
+        console.print(Text(plain(f"note: {note}"), style="dim"))
     blocks = blocks_table(plan, console.width, variables)
     if blocks is not None:
         console.print(blocks)
@@ -290,9 +311,9 @@ def render_plan(plan: Plan, console: Console | None = None, forecast: RequestFor
     if ranks is not None and ranks.layout.distributed:
         console.print(rich_table(ranks_sheet(ranks), console.width, variables))
         for note in ranks.notes:
-            console.print(Text(f"note: {note}", style="dim"))
+            console.print(Text(plain(f"note: {note}"), style="dim"))
     if reasons:
-        console.print(Panel(Group(*(Text(line) for line in reasons)), title="--vram-budget", expand=False))
+        console.print(Panel(Group(*(Text(plain(line)) for line in reasons)), title="--vram-budget", expand=False))
     layout = ranks.layout if ranks is not None else None
-    lines = [Text("vLLM-Omni equivalent", style="bold"), *(Text(line) for line in vllm_lines(plan, layout))]
+    lines = [Text("vLLM-Omni equivalent", style="bold"), *(Text(plain(line)) for line in vllm_lines(plan, layout))]
     console.print(Panel(Group(*lines), expand=False))

@@ -1,6 +1,6 @@
 """The plan screen's policy edits as pure functions: each returns the new policy or a refusal.
 
-Kept free of Textual so the rules (DiT rows are refused, resident mode is read-only, layers are
+Kept free of Textual so the rules (DiT and UNet rows are refused, resident mode is read-only, layers are
 clamped to the model's block count) are plain data transformations a test can check directly.
 """
 
@@ -10,11 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..engine.discovery import ModelInfo
+from ..engine.experts import blocks_per_forward
 from ..engine.plan import Plan
 from ..offload.errors import PolicyError
 from ..offload.policy import DEFAULT_KEY, OffloadPolicy, build_policy
 
 DIT_REFUSAL = "{name} is a DiT: DLO always owns DiT offload (use +/- for resident layers)"
+UNET_REFUSAL = "{name} is a UNet: DLO streams its blocks as it does a DiT's (use +/- for resident blocks)"
 RESIDENT_MODE_REFUSAL = "mode=resident keeps everything on the device; press m to switch to dlo mode"
 
 
@@ -42,6 +44,8 @@ def _check_component(model: ModelInfo, policy: OffloadPolicy, name: str) -> str 
         return f"{name} is not a component of this model"
     if info.role == "dit":
         return DIT_REFUSAL.format(name=name)
+    if info.role == "unet":
+        return UNET_REFUSAL.format(name=name)
     if info.role not in ("encoder", "vae"):
         what = "has no weights" if not info.has_weights else "is not an encoder or VAE (always resident)"
         return f"{name} {what}: not part of the offload policy"
@@ -81,16 +85,16 @@ def toggle_default(policy: OffloadPolicy) -> Edit:
 
 
 def change_resident_layers(model: ModelInfo, policy: OffloadPolicy, delta: int) -> Edit:
-    """Move resident leading DiT layers by `delta`, clamped to 0..number of DiT blocks."""
+    """Move resident leading DiT (or UNet) layers by `delta`, clamped to 0..number of their blocks."""
     if policy.mode == "resident":
         return Edit(None, RESIDENT_MODE_REFUSAL)
-    limit = model.num_dit_blocks
+    limit = blocks_per_forward(model)  # with two experts: per expert (engine/experts.py)
     n = min(max(policy.resident_layers + delta, 0), limit)
     if n == policy.resident_layers:
-        bound = "0" if delta < 0 else f"{limit} (every DiT block)"
+        bound = "0" if delta < 0 else f"{limit} (every {model.block_kind} block)"
         return Edit(None, f"resident layers already at {bound}")
     which = "leading" if policy.placement == "leading" else "spread"
-    return Edit(policy.with_resident_layers(n), f"resident DiT layers ({which}): {n} of {limit}")
+    return Edit(policy.with_resident_layers(n), f"resident {model.block_kind} layers ({which}): {n} of {limit}")
 
 
 def toggle_placement(policy: OffloadPolicy) -> Edit:

@@ -36,9 +36,9 @@ def steps_done(result: GenerateResult) -> tuple[int, int]:
 
 
 def is_partial(result: GenerateResult) -> bool:
-    """Cancelled before its last step (the image is half-denoised)."""
+    """Cancelled before its last step (the image is half-denoised), or while it was being decoded."""
     done, total = steps_done(result)
-    return total > 0 and done < total
+    return result.cancelled or (total > 0 and done < total)
 
 
 def should_save(result: GenerateResult, save_partial: bool) -> bool:

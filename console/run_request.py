@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..engine.call_options import call_signature, check_call, option_parameter
+from ..engine.call_options import call_signature, check_call, check_shape, option_parameter
 from ..engine.discovery import ModelInfo
 from ..engine.outputs import OutputTarget, check_output
 from ..engine.request_checks import check_request
+from ..engine.request_limits import check_limits
 from ..engine.runner import GenerateRequest
 from ..offload.errors import ConfigError
 
@@ -53,9 +54,14 @@ def parse_params(texts: Sequence[str]) -> dict[str, Any]:
     return params
 
 
+MIN_FPS, MAX_FPS = 0.01, 1000.0  # 100 s to 1 ms a frame: what MP4 time bases and GIF/WebP durations hold
+
+
 def check_fps(fps: float | None) -> float | None:
     if fps is not None and not (math.isfinite(fps) and fps > 0):
         raise ConfigError(f"--fps {fps}: must be a positive finite number of frames per second")
+    if fps is not None and not MIN_FPS <= fps <= MAX_FPS:
+        raise ConfigError(f"--fps {fps:g}: must be between {MIN_FPS:g} and {MAX_FPS:g} frames per second")
     return fps
 
 
@@ -91,11 +97,22 @@ class CheckedRun:
     video: bool
 
 
+def check_plan_size(model: ModelInfo, height: int | None, width: int | None, frames: int | None) -> None:
+    """`plan --height/--width/--frames`: the size the forecast is for, refused as `run` would refuse it
+    (one line naming the flag); nothing is checked when none is given."""
+    if height is None and width is None and frames is None:
+        return
+    request = GenerateRequest(prompt="", height=height, width=width, frames=frames)
+    check_request(model, request, REQUEST_FLAGS)
+    check_shape(model, request, CALL_FLAGS)
+
+
 def checked_request(model: ModelInfo, request: GenerateRequest, options: OptionFlags, output: Path, *,
                     overwrite: bool) -> CheckedRun:
     """Refuse (ConfigError, one line naming the flag) what this pipeline cannot run or the output cannot hold."""
     check_request(model, request, REQUEST_FLAGS)
     check_call(model, request, CALL_FLAGS)
+    check_limits(model, request, CALL_FLAGS, call_signature(model.pipeline_class))
     video = makes_video(model)
     if options.fps is not None and not video:
         raise ConfigError(f"--fps: {model.pipeline_class} makes still images (no frame rate)")

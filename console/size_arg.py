@@ -20,6 +20,8 @@ _SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*")
 
 def parse_size(text: str, flag: str = "--vram-budget") -> int:
     """Bytes for `text` (see the module docstring); ConfigError with one line otherwise."""
+    if text.strip().startswith("-"):
+        raise ConfigError(f"{flag} must be a positive size such as 24GB, got {text!r:.60}")
     match = _SIZE.fullmatch(text)
     unit = match.group(2).lower() if match else ""
     if match is None or unit not in UNITS:

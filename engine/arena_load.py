@@ -70,7 +70,6 @@ def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, weights: Def
     finally:
         weights.close()
     model.config.name_or_path = str(info.folder)
-    model.eval()
-    model.requires_grad_(False)
+    model.eval()  # requires_grad left as transformers leaves it: exactness (see loader.load_component)
     return model, arena, pinning
 

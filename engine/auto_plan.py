@@ -1,29 +1,33 @@
 """`--vram-budget`: choose the policy with the fastest predicted step whose predicted peak fits.
 
 Knobs: each encoder/VAE staged or resident, the DiT's resident blocks, their placement and the
-ring depth k. For every encoder/VAE combination the DiT's streaming is chosen by
-`stream_choice.choose_streaming` under what the combination leaves of the budget (counting the
-largest phase, so a staged VAE's decode must fit too). The winner is the fastest; among equally
-fast ones (0.5 %), the one that stages fewer bytes per request, then the smaller peak. Without a
-profile the step time is the transfer time alone (compute unknown), which still prefers keeping
-the most bytes resident, and the explanation says so.
+ring depth k. The DiT's streaming is chosen as `stream_choice.choose_streaming` does under what the
+encoders and VAEs leave of the budget (counting the largest phase, so a staged VAE's decode must
+fit too). Keeping one more of them resident never leaves more room, so the fastest step is the one
+with all of them staged; every combination that leaves room for a candidate within 0.5 % of it is
+equally fast, and among those the largest encoders and VAEs are kept resident first (each one, in
+order of size, if it still fits): a greedy choice, linear in their number where trying every
+combination doubled per component (fewest staged bytes exactly would be a knapsack problem). The
+DiT's candidates are searched once (`stream_search.StreamTable`) and asked once per decision.
+Without a profile the step time is the transfer time alone (compute unknown), which still prefers
+keeping the most bytes resident, and the explanation says so.
 
 If nothing fits, `NothingFits` names the smallest possible peak.
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 from ..offload.errors import ConfigError
-from ..offload.policy import OffloadPolicy, build_policy
+from ..offload.policy import build_policy
 from ..offload.units import format_bytes
 from .discovery import ComponentInfo
 from .plan import Plan, make_plan
 from .request_forecast import RequestForecast, dit_profile, forecast_request, known_profile, phase_bytes
 from .request_profile import RequestProfile, RequestSize
-from .stream_choice import TIE, DitProfile, StreamChoice, choose_streaming
+from .stream_choice import TIE, DitProfile, StreamChoice, evaluate
+from .stream_search import StreamTable
 
 GB = 1e9
 
@@ -45,7 +49,8 @@ def _gb(n: float) -> str:
 
 
 def _zero_compute(plan: Plan) -> DitProfile:
-    return DitProfile(tuple(b.nbytes for b in plan.blocks), (0.0,) * len(plan.blocks), 0.0, 1, 0)
+    blocks = plan.forward[0]  # one forward's (with two experts: one expert's)
+    return DitProfile(tuple(b.nbytes for b in blocks), (0.0,) * len(blocks), 0.0, 1, 0)
 
 
 def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfile | None, source: str,
@@ -56,60 +61,74 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
         raise ConfigError("--vram-budget chooses a DLO policy; it cannot be combined with --mode resident")
     aux = [c.info for c in plan0.components if c.info.role in ("encoder", "vae") and c.info.has_weights]
     extras = phase_bytes(profile)
-    bw = bandwidth or 1.0
-    best: tuple[StreamChoice, int, OffloadPolicy] | None = None
-    smallest: int | None = None
-    tried: dict[tuple[bool, ...], StreamChoice | None] = {}
-    for flags in itertools.product((True, False), repeat=len(aux)):
-        comps = {**{k: v for k, v in base.dlo_offload_components.items() if k == "default"},
-                 **{a.name: f for a, f in zip(aux, flags, strict=True)}}
-        policy = build_policy(comps, 0, "dlo", "leading", 2, stream_dtype=base.stream_dtype,
-                              fp8_modulation=base.fp8_modulation)
-        plan = make_plan(model, policy)
-        dit = dit_profile(plan, profile) or _zero_compute(plan)
-        staged_enc = max((a.nbytes for a, f in zip(aux, flags, strict=True) if f and a.role == "encoder"), default=0)
-        staged_vae = max((a.nbytes for a, f in zip(aux, flags, strict=True) if f and a.role == "vae"), default=0)
-        phase_extra = max(staged_enc + extras.text_extra, staged_vae + extras.decode_extra)
-        fixed = plan.forecast.device_resident_bytes  # no resident blocks in this plan: components + non-block
-        choice, least = choose_streaming(dit, bw, fixed, budget, phase_extra=phase_extra)
-        smallest = least.peak_bytes if smallest is None else min(smallest, least.peak_bytes)
-        tried[flags] = choice
-        if choice is None:
-            continue
-        staged = sum(a.nbytes for a, f in zip(aux, flags, strict=True) if f)
-        chosen = policy.model_copy(update=dict(resident_layers=choice.residency.num_resident,
-                                               placement=choice.residency.placement,
-                                               prefetch_slots=max(choice.residency.slots, 2)))
-        if best is None or choice.step_s < best[0].step_s * (1 - TIE) or (
-                choice.step_s <= best[0].step_s * (1 + TIE)
-                and (staged, choice.peak_bytes) < (best[1], best[0].peak_bytes)):
-            best = (choice, staged, chosen)
-    if best is None:
-        raise NothingFits(f"nothing fits in {_gb(budget)}: the smallest possible peak is {_gb(smallest or 0)} "
-                          f"(every block streamed through 2 slots, every encoder and VAE staged"
+    default = {k: v for k, v in base.dlo_offload_components.items() if k == "default"}
+    staged_plan = make_plan(model, build_policy({**default, **{a.name: True for a in aux}}, 0, "dlo", "leading", 2,
+                                                  stream_dtype=base.stream_dtype, fp8_modulation=base.fp8_modulation))
+    dit = dit_profile(staged_plan, profile) or _zero_compute(staged_plan)
+    table = StreamTable(dit, bandwidth or 1.0)  # the DiT's candidates do not depend on the encoders and VAEs
+    fixed0 = staged_plan.forecast.device_resident_bytes  # every encoder/VAE staged, no resident block
+
+    def above(resident: frozenset[str]) -> tuple[int, int]:
+        """(device weights outside the DiT's blocks, the largest phase's bytes above the weights) when
+        `resident` encoders/VAEs stay on the device and the others are staged."""
+        staged_enc = max((a.nbytes for a in aux if a.name not in resident and a.role == "encoder"), default=0)
+        staged_vae = max((a.nbytes for a in aux if a.name not in resident and a.role == "vae"), default=0)
+        kept = sum(a.nbytes for a in aux if a.name in resident)
+        return fixed0 + kept, max(staged_enc + extras.text_extra, staged_vae + extras.decode_extra)
+
+    def room(resident: frozenset[str]) -> int:
+        """Bytes left for the DiT's resident blocks and slots (never more with one more resident)."""
+        fixed, phase_extra = above(resident)
+        return budget - fixed - max(dit.activation_bytes, phase_extra)
+
+    def as_choice(index: int, resident: frozenset[str]) -> StreamChoice:
+        return evaluate(dit, table.residency(index), table.bandwidth, *above(resident))
+
+    least = table.room[table.least_room()]
+    fastest = table.choose(room(frozenset()), TIE)  # keeping one more resident never leaves more room
+    if fastest is None:
+        raise NothingFits(f"nothing fits in {_gb(budget)}: the smallest possible peak is "
+                          f"{_gb(budget - room(frozenset()) + int(least))} (every block streamed through "
+                          f"{'2 slots' if dit.block_bytes else 'no slots'}, every encoder and VAE staged"
                           f"{'' if profile else '; activations not measured yet, so the real peak is higher'})")
-    choice, _, policy = best
-    plan = make_plan(model, policy)
+    # as fast (within TIE) as it gets while the DiT's candidates need at least this much room:
+    need = int(table.room[fastest])
+    resident: frozenset[str] = frozenset()
+    for a in sorted(aux, key=lambda a: (-a.nbytes, a.name)):  # the largest first (greedy)
+        if room(resident | {a.name}) >= need:
+            resident = resident | {a.name}
+    index = table.choose(room(resident), TIE)
+    assert index is not None  # room(resident) >= need
+    choice = as_choice(index, resident)
+    policy = build_policy({**default, **{a.name: a.name not in resident for a in aux}}, 0, "dlo", "leading", 2,
+                          stream_dtype=base.stream_dtype, fp8_modulation=base.fp8_modulation)
+    chosen = policy.model_copy(update=dict(resident_layers=choice.residency.num_resident,
+                                           placement=choice.residency.placement,
+                                           prefetch_slots=max(choice.residency.slots, 2)))
+    tried: dict[str, float | None] = {}  # each encoder/VAE's other state: its step time, None if nothing fits
+    for a in aux:
+        alt = table.choose(room(resident ^ {a.name}), TIE)
+        tried[a.name] = None if alt is None else table.step(alt)
+    plan = make_plan(model, chosen)
     forecast = forecast_request(plan, size, profile, source, bandwidth, bandwidth_source)  # type: ignore[arg-type]
     return AutoPlan(plan, forecast, _reasons(plan, choice, aux, tried, budget, profile, bandwidth), budget)
 
 
 def _reasons(plan: Plan, choice: StreamChoice, aux: list[ComponentInfo],
-             tried: dict[tuple[bool, ...], StreamChoice | None], budget: int, profile: RequestProfile | None,
+             tried: dict[str, float | None], budget: int, profile: RequestProfile | None,
              bandwidth: float | None) -> list[str]:
     """One line per decision: each encoder/VAE (and what the other choice would have cost), the DiT's
     resident blocks and placement, the ring, and the predicted step and peak with what they rest on."""
     lines: list[str] = []
     r = choice.residency
-    flags = tuple(plan.policy.offload_enabled(a.name) for a in aux)
-    for i, a in enumerate(aux):
-        other = tuple(not f if j == i else f for j, f in enumerate(flags))
-        alt = tried.get(other)
-        state = "staged" if flags[i] else "resident"
+    for a in aux:
+        staged = plan.policy.offload_enabled(a.name)
+        alt = tried.get(a.name)
+        state = "staged" if staged else "resident"
         if alt is None:
-            why = "resident would not fit" if flags[i] else "staged would not fit"
-        elif flags[i]:
-            why = f"resident would slow the step to {alt.step_s:.3f} s" if alt.step_s > choice.step_s * (1 + TIE) \
+            why = "resident would not fit" if staged else "staged would not fit"
+        elif staged:
+            why = f"resident would slow the step to {alt:.3f} s" if alt > choice.step_s * (1 + TIE) \
                 else "resident is no faster and needs more room"
         else:
             why = "fits without slowing the step (saves staging it every request)"
@@ -117,9 +136,9 @@ def _reasons(plan: Plan, choice: StreamChoice, aux: list[ComponentInfo],
     where = "the leading ones (vLLM-Omni's resident_layers)" if r.placement == "leading" else \
         "spread evenly so each streamed block's copy hides behind resident compute"
     if r.num_streamed == 0:
-        lines.append(f"DiT: all {r.num_blocks} blocks resident (nothing streams)")
+        lines.append(f"{plan.model.block_kind}: all {r.num_blocks} blocks resident (nothing streams)")
     else:
-        lines.append(f"DiT: {r.num_resident} of {r.num_blocks} blocks resident, {where}")
+        lines.append(f"{plan.model.block_kind}: {r.num_resident} of {r.num_blocks} blocks resident, {where}")
         lines.append(f"prefetch ring: {r.slots} slot{'s' if r.slots != 1 else ''} "
                      f"({_gb(choice.slot_bytes)}), copies run up to {max(r.slots - 1, 0)} block(s) ahead")
     basis = "measured profile" if profile else "transfer time only (no profile of this size yet: run one request)"

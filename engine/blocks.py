@@ -20,6 +20,13 @@ range(KEY)])`. A config whose KEY is not a whole number >= 0, or differs from th
 before anything loads. A key the config leaves out, or a count the source computes any other way,
 is not checked (no false refusals). The check costs one pass over the tensor names, whatever the
 config's numbers.
+
+UNets (`unet_block_lists`): a `UNet2DConditionModel` (SD1.5, SD2, SDXL) runs `down_blocks`, then
+`mid_block`, then `up_blocks`, each block once per forward; those are its block lists in that order
+(its `__init__` assigns `up_blocks` before `mid_block`, so registration order would be wrong). Its
+down and up blocks differ in kind and size (`DownBlock2D` beside `CrossAttnDownBlock2D`), so they are
+found by their names, not by a repeated structure, and the mid block is a list of one. The skip
+connections between them are activations: nothing here or in the streamer moves them.
 """
 
 from __future__ import annotations
@@ -117,6 +124,43 @@ def order_block_lists(lists: list[BlockList], order: list[str] | None) -> list[B
         return (2, 0, block_list.attr)
 
     return sorted(lists, key=key)
+
+
+# --- UNets -----------------------------------------------------------------------------------------
+
+UNET_ORDER = ("down_blocks", "mid_block", "up_blocks")
+UNET_STREAMED_CLASSES = frozenset({"UNet2DConditionModel"})
+"""UNet classes whose forward is known to run each of `UNET_ORDER`'s blocks once, in that order."""
+
+
+def unet_block_lists(folder: Path, class_name: str | None, config: dict,
+                     tensors: Iterable[TensorInfo]) -> list[BlockList]:
+    """A UNet's blocks in execution order (none for a class not in `UNET_STREAMED_CLASSES`); refuses a
+    config whose `down_block_types` / `up_block_types` disagree with the blocks the tensors hold."""
+    if class_name not in UNET_STREAMED_CLASSES:
+        return []
+    sizes: dict[str, dict[int, int]] = {attr: defaultdict(int) for attr in UNET_ORDER}
+    for tensor in tensors:
+        attr, _, rest = tensor.name.partition(".")
+        if attr == "mid_block":
+            sizes[attr][0] += tensor.nbytes
+        elif attr in sizes:
+            match = _INDEXED.match(tensor.name)
+            if match:
+                sizes[attr][int(match.group(2))] += tensor.nbytes
+    lists = []
+    for attr in UNET_ORDER:
+        found = sizes[attr]
+        if found and sorted(found) != list(range(len(found))):
+            raise ModelDirError(f"{folder}: the weights' {attr} are not numbered 0..{len(found) - 1}")
+        key = {"down_blocks": "down_block_types", "up_blocks": "up_block_types"}.get(attr)
+        declared = config.get(key) if key else None
+        if isinstance(declared, list) and len(declared) != len(found):
+            raise ModelDirError(f"{folder / 'config.json'}: {key} names {len(declared)} blocks but the weights "
+                                f"hold {len(found)} {attr} (config and tensors disagree)")
+        if found:
+            lists.append(BlockList(attr, tuple(found[i] for i in range(len(found)))))
+    return lists
 
 
 # --- config agreement -----------------------------------------------------------------------------

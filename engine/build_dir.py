@@ -11,7 +11,7 @@ changed or missing file, a symlink, a fifo, an older marker without a manifest):
 this call created itself; the old folder holds the previous target only after it was moved there and
 verified again, so deleting it can remove nothing but files a build wrote.
 
-SIGTERM and SIGINT during a build become exceptions (``SignalGuard``), so the temp folder is removed
+SIGTERM, SIGHUP and SIGINT during a build become exceptions (``SignalGuard``), so the temp folder is removed
 and the target is left as it was; during the short swap they are held back until the swap is done.
 """
 
@@ -103,8 +103,9 @@ class _OldMarker(_Mismatch):
 
 
 def _open_regular(path: Path) -> int:
-    """Open a regular file without following a symlink (a swap after our lstat cannot redirect us)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    """Open a regular file without following a symlink (a swap after our lstat cannot redirect us);
+    O_NONBLOCK so a FIFO put in place of the marker is refused, not waited on."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise _Mismatch(f"{path.name} is not a regular file")

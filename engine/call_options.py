@@ -11,7 +11,8 @@ pipeline by discovery) decides, before anything loads:
   what cannot be checked that simply is accepted);
 - the number of frames each video family can render exactly (`frames_rule`): diffusers rounds a count
   it cannot take (Wan) or renders another one without a word (LTX, CogVideoX), so a count the pipeline
-  would change is refused with the nearest ones it takes;
+  would change is refused with the nearest ones it takes (the tests render every count of a range with
+  plain diffusers and compare);
 - a conditioning image: the pipeline has an image parameter, and the file opens as an image.
 """
 
@@ -33,6 +34,7 @@ from typing import Any
 
 from ..offload.errors import ConfigError
 from .discovery import ModelInfo
+from .render_size import check_render_size
 from .runner import FRAME_PARAMETERS, IMAGE_PARAMETERS, GenerateRequest, pipeline_parameter
 from .trusted_classes import pipeline_class
 from .weights import load_json
@@ -175,18 +177,26 @@ def _check_params(model: ModelInfo, params: Mapping[str, Any], label: str,
 # ------------------------------------------------------------------------------------------ frames
 @dataclass(frozen=True, slots=True)
 class FramesRule:
-    """Frame counts a video pipeline renders exactly: `1 + step * k` for k ≥ 0."""
+    """Frame counts a video pipeline renders exactly: `1 + step * k` for k ≥ 0, and with `multiples`
+    also `step * k` for k ≥ 1."""
 
     pipeline: str
     step: int
     why: str  # what the step comes from, for the refusal line
+    multiples: bool = False
+
+    @property
+    def pattern(self) -> str:
+        return f"{self.step}k or {self.step}k+1" if self.multiples else f"{self.step}k+1"
 
     def accepts(self, frames: int) -> bool:
-        return (frames - 1) % self.step == 0
+        return frames >= 1 and ((frames - 1) % self.step == 0 or (self.multiples and frames % self.step == 0))
 
     def nearest(self, frames: int) -> tuple[int, ...]:
-        below = (frames - 1) // self.step * self.step + 1
-        return (below, below + self.step) if below >= 1 else (below + self.step,)
+        """The counts it renders next to `frames`: the largest below (if any) and the smallest above."""
+        below = next((n for n in range(frames - 1, max(frames - self.step - 1, 0), -1) if self.accepts(n)), None)
+        above = next(n for n in range(frames + 1, frames + self.step + 2) if self.accepts(n))
+        return (below, above) if below is not None else (above,)
 
 
 def _vae_config(model: ModelInfo) -> dict[str, Any]:
@@ -214,10 +224,12 @@ def frames_rule(model: ModelInfo) -> FramesRule | None:
         step = _int(config.get("temporal_compression_ratio"), computed)
         return FramesRule(name, step, f"its VAE's temporal compression is {step}")
     if name.startswith("CogVideoX"):
-        # latent frames = (n - 1) // ratio + 1; the VAE decodes latent frames in pairs after an odd first
-        # one, so an even latent count comes back with extra frames: (n - 1) must be a multiple of 2 * ratio
+        # latent frames L = (n - 1) // ratio + 1; the VAE decodes them in pairs of latent frames, each pair
+        # to 2 * ratio frames, a pair with a third (the odd first one) to 2 * ratio + 1: an even L comes back
+        # as ratio * L frames, an odd L as ratio * (L - 1) + 1 (measured against diffusers 0.42 in the tests)
         ratio = _int(config.get("temporal_compression_ratio"), 4)
-        return FramesRule(name, 2 * ratio, f"its VAE's temporal compression is {ratio}, decoded in pairs")
+        return FramesRule(name, 2 * ratio, f"its VAE's temporal compression is {ratio}, decoded in pairs",
+                          multiples=True)
     if name.startswith("HunyuanVideo") and "Framepack" not in name:  # Framepack renders in sections: no rule
         step = _int(config.get("temporal_compression_ratio"), 4)
         return FramesRule(name, step, f"its VAE's temporal compression is {step}")
@@ -230,7 +242,7 @@ def _check_frames(model: ModelInfo, frames: int, label: str) -> None:
     rule = frames_rule(model)
     if rule is not None and not rule.accepts(frames):
         examples = " or ".join(map(str, rule.nearest(frames)))
-        raise ConfigError(f"{label} {frames}: {rule.pipeline} renders {rule.step}k+1 frames ({rule.why}); "
+        raise ConfigError(f"{label} {frames}: {rule.pipeline} renders {rule.pattern} frames ({rule.why}); "
                           f"e.g. {examples}")
 
 
@@ -295,7 +307,8 @@ def check_call(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, 
     """Refuse, with one line naming the option (`labels` maps field -> what the user typed, e.g. "--frames";
     "param" or "params" for the `--param` values), what the pipeline's call would not take, before anything
     loads: an option it has no parameter for, a bad frame count, an unreadable image, an unknown or ill-typed
-    parameter, a text length its transformer cannot take."""
+    parameter, a text length its transformer cannot take, a size it would render differently
+    (`render_size`)."""
     names = {**OPTION_LABELS, **(labels or {})}
     if labels and "param" not in labels and "params" in labels:  # the request's field is `params`
         names["param"] = labels["params"]
@@ -311,6 +324,19 @@ def check_call(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, 
             _check_image(Path(value), names["image"])
     _check_params(model, request.params, names["param"], signature, names)
     _check_text_length(model, request, names["max_sequence_length"], signature)
+    check_render_size(model, request, names, signature)
+
+
+def check_shape(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, str] | None = None) -> None:
+    """The request's frame count and rendered size only, as `check_call` checks them (what `plan
+    --height/--width/--frames` forecasts for; the sizes' multiples are `request_checks.check_request`'s)."""
+    names = {**OPTION_LABELS, **(labels or {})}
+    signature = call_signature(model.pipeline_class)
+    if request.frames is not None:
+        if option_parameter(signature, "frames") is None:
+            raise ConfigError(f"{names['frames']}: {model.pipeline_class} takes no {OPTION_NOUNS['frames']}")
+        _check_frames(model, request.frames, names["frames"])
+    check_render_size(model, request, names, signature)
 
 
 # ------------------------------------------------------------------------------------------ fps

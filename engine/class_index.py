@@ -22,13 +22,16 @@ from typing import Literal
 
 from .installed_source import SourceModule, class_statement, import_table, locate, package_root
 
-Kind = Literal["pipeline", "weights", "loadable", "other"]
+Kind = Literal["pipeline", "modular", "weights", "loadable", "other"]  # modular: a ModularPipeline (no from_pretrained
+# of a model folder as `run` builds one), refused as a model's pipeline and as a component
 
 _MAX_BASE_LEVELS = 10
 
 PIPELINE_BASES = frozenset({"DiffusionPipeline", "ModularPipeline", "ModularPipelineBlocks"})
 WEIGHT_BASES = {"diffusers": frozenset({"ModelMixin", "AutoModel"}),
                 "transformers": frozenset({"PreTrainedModel", "_BaseAutoModelClass"})}
+# a class diffusers defines in one of its pipeline packages (SD's safety checker is a transformers model)
+WEIGHT_BASES["pipelines"] = WEIGHT_BASES["diffusers"] | {"PreTrainedModel"}
 LOADABLE_BASES = {"diffusers": frozenset({"SchedulerMixin"}),
                   # the documented bases, and the intermediate ones every tokenizer/processor derives from
                   "transformers": frozenset({"PreTrainedTokenizerBase", "ProcessorMixin", "ImageProcessingMixin",
@@ -36,6 +39,7 @@ LOADABLE_BASES = {"diffusers": frozenset({"SchedulerMixin"}),
                                              "PreTrainedTokenizerFast", "TokenizersBackend", "SentencePieceBackend",
                                              "PythonBackend", "BaseImageProcessor", "TorchvisionBackend", "PilBackend",
                                              "SequenceFeatureExtractor"})}
+LOADABLE_BASES["pipelines"] = LOADABLE_BASES["diffusers"] | LOADABLE_BASES["transformers"]
 _ALL = re.compile(r"^__all__\s*=\s*(\[[^\]]*\])", re.MULTILINE)
 
 
@@ -112,7 +116,7 @@ def _direct_bases(cls: ast.ClassDef) -> list[tuple[str, bool]]:
 
 def _kind(library: str, module: str, bases: set[str]) -> Kind:
     if bases & PIPELINE_BASES:
-        return "pipeline"
+        return "pipeline" if "DiffusionPipeline" in bases else "modular"
     if bases & WEIGHT_BASES[library]:
         return "weights"
     if bases & LOADABLE_BASES[library]:
@@ -159,6 +163,31 @@ def find_class(library: str, name: str) -> ClassRef | None:
         return ClassRef(library, name, dotted, "other", is_class=False) if module else None
     where, cls = found
     return ClassRef(library, name, where.name, _kind_of(library, where, cls))
+
+
+def pipeline_package(library: str) -> SourceModule | None:
+    """`diffusers.pipelines.<library>` when the installed diffusers has that pipeline package (the
+    "library" of a hub entry such as `["stable_diffusion", "StableDiffusionSafetyChecker"]`)."""
+    if not library.isidentifier() or library.startswith("_"):
+        return None
+    module = locate(f"diffusers.pipelines.{library}")
+    return module if module is not None and module.is_package else None
+
+
+@functools.cache
+def find_pipeline_package_class(library: str, name: str) -> ClassRef | None:
+    """The class `name` as `diffusers.pipelines.<library>` exports it, when diffusers itself defines it there.
+
+    diffusers' own loader resolves such an entry with `getattr(diffusers.pipelines.<library>, name)`;
+    a name re-exported from elsewhere (another package, another pipeline) is not accepted."""
+    package = pipeline_package(library)
+    if package is None or not name.isidentifier() or name.startswith("_"):
+        return None
+    found = class_statement(package, name, 0)
+    if found is None or not found[0].name.startswith(package.name + "."):
+        return None
+    where, cls = found
+    return ClassRef(library, name, where.name, _kind_of("pipelines", where, cls))
 
 
 def exports(library: str, name: str) -> bool:

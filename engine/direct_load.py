@@ -167,8 +167,7 @@ def _build_deferred(info: ComponentInfo, dtype: torch.dtype | None, weights: Def
             arena.close()
         raise
     model.register_to_config(_name_or_path=str(info.folder))
-    model.eval()
-    model.requires_grad_(False)
+    model.eval()  # requires_grad left as from_pretrained leaves it: exactness (see loader.load_component)
     return model, "", arena
 
 
@@ -213,7 +212,7 @@ def _empty_host_tensors(model: torch.nn.Module, state: dict[str, torch.Tensor], 
     replaced: dict[int, torch.Tensor] = {}
     first_key: dict[str, torch.Tensor] = {}
     for (old_id, (key, _, is_parameter)), data in zip(wanted.items(), datas, strict=True):
-        replaced[old_id] = torch.nn.Parameter(data, requires_grad=False) if is_parameter else data
+        replaced[old_id] = torch.nn.Parameter(data) if is_parameter else data
         first_key[key] = replaced[old_id]
     for table, name, old_id in slots:
         table[name] = replaced[old_id]

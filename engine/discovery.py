@@ -2,8 +2,8 @@
 
 `discover_model(path)` reads `model_index.json`, each component's `config.json` and its
 safetensors headers, and returns what the plan and the console show: every component with its
-role, library, class, dtypes, parameter count and bytes, and for each DiT its block lists in
-execution order with bytes per block and the non-block remainder.
+role, library, class, dtypes, parameter count and bytes, and for each denoiser (a DiT or a UNet) its
+block lists in execution order with bytes per block and the non-block remainder.
 
 The directory is untrusted: every name, class and path in it is checked before anything reads it
 (`safe_paths`, `trusted_classes`, `config_checks`, `dir_audit`); files nothing will read (code,
@@ -16,15 +16,28 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .blocks import BlockList, check_config_block_counts, find_block_lists, order_block_lists, registration_order
+from .blocks import (
+    BlockList,
+    check_config_block_counts,
+    find_block_lists,
+    order_block_lists,
+    registration_order,
+    unet_block_lists,
+)
 from .config_checks import check_config_document
 from .dir_audit import audit_component, audit_root
-from .roles import Role, classify
+from .order_cache import apply_observed
+from .pipeline_values import is_component_entry, pipeline_values
+from .roles import DENOISER_ROLES, Role, classify
 from .safe_paths import allowed_roots, check_inside, check_segment
 from .trusted_classes import check_component, check_pipeline
 from .weights import ModelDirError, find_weights, load_json, read_weight_set
 
 CONFIG_NAMES = ("config.json", "scheduler_config.json", "tokenizer_config.json", "preprocessor_config.json")
+# Far above any real pipeline (Flux: 7 components, 57 blocks; the largest video DiTs: under 100 blocks),
+# and low enough that the planner answers within a second (docs/security.md, "Bounded work")
+MAX_COMPONENTS = 256
+MAX_DIT_BLOCKS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +56,7 @@ class ComponentInfo:
     nbytes: int = 0
     block_lists: tuple[BlockList, ...] = ()
     notes: tuple[str, ...] = ()
+    order_observed: bool = False  # block_lists in the order a real forward ran (engine/order_cache.py)
 
     @property
     def dtypes(self) -> list[str]:
@@ -74,6 +88,8 @@ class ModelInfo:
     pipeline_class: str
     components: tuple[ComponentInfo, ...]
     notes: tuple[str, ...] = ()  # files ignored on purpose (code, pickles), one line each
+    # model_index.json's values that are not components (`boundary_ratio`, ...), checked plain JSON
+    pipeline_values: dict[str, object] = field(default_factory=dict, hash=False)
 
     def by_role(self, role: Role) -> list[ComponentInfo]:
         return [c for c in self.components if c.role == role]
@@ -83,13 +99,26 @@ class ModelInfo:
         return self.by_role("dit")
 
     @property
+    def denoisers(self) -> list[ComponentInfo]:
+        """The components DLO streams block by block: DiTs and UNets (`roles.DENOISER_ROLES`)."""
+        return [c for c in self.components if c.role in DENOISER_ROLES]
+
+    @property
     def auxiliary_names(self) -> list[str]:
         """Names the policy map may key: encoders and VAEs."""
         return [c.name for c in self.components if c.role in ("encoder", "vae")]
 
     @property
+    def block_kind(self) -> str:
+        """What the streamed blocks are called where they are shown: "UNet" when every denoiser with
+        blocks is a UNet, else "DiT"."""
+        streamed = [c for c in self.denoisers if c.block_lists]
+        return "UNet" if streamed and all(c.role == "unet" for c in streamed) else "DiT"
+
+    @property
     def num_dit_blocks(self) -> int:
-        return sum(c.num_blocks for c in self.dits)
+        """Blocks DLO streams (every denoiser's, a UNet's included): the bound of `resident_layers`."""
+        return sum(c.num_blocks for c in self.denoisers)
 
     @property
     def nbytes(self) -> int:
@@ -102,18 +131,15 @@ class ModelInfo:
         raise KeyError(name)
 
 
-def _component_entries(index: dict, index_path: Path) -> list[tuple[str, str | None, str | None]]:
+def _component_entries(index: dict, index_path: Path) -> list[tuple[str, str, str]]:
+    """The `[library, class]` pairs; `[null, null]` (left out) and pipeline values are not components."""
     entries = []
     for name, value in index.items():
-        if name.startswith("_"):
+        if name.startswith("_") or not is_component_entry(value) or value == [None, None]:
             continue
-        if not (isinstance(value, list) and len(value) == 2):
-            if isinstance(value, (str, int, float, bool)) or value is None:
-                continue  # pipeline-level settings such as "requires_safety_checker"
-            raise ModelDirError(f"{index_path}: component {name!r} must be [library, class], got {value!r}")
+        if len(value) != 2:
+            raise ModelDirError(f"{index_path}: component {name!r} must be [library, class], got {value!r:.80}")
         library, class_name = value
-        if library is None and class_name is None:
-            continue  # optional component left out of this checkpoint
         check_segment(name, str(index_path))
         if not isinstance(library, str) or not isinstance(class_name, str):
             raise ModelDirError(f"{index_path}: component {name!r} must be [library, class] strings, "
@@ -149,17 +175,27 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
     for tensor in tensors:
         dtype_bytes[tensor.dtype] += tensor.nbytes
     block_lists: tuple[BlockList, ...] = ()
+    order_observed = False
     if role == "dit":
         lists = find_block_lists(tensors)
+        _check_block_count(folder, sum(len(b.block_bytes) for b in lists))
         check_config_block_counts(folder, library, class_name, config, tensors)
         order = registration_order(library, class_name) if len(lists) > 1 else None
-        block_lists = tuple(order_block_lists(lists, order))
+        block_lists, order_observed = apply_observed(root, name, class_name, order_block_lists(lists, order))
+    elif role == "unet":
+        block_lists = tuple(unet_block_lists(folder, class_name, config, tensors))
     return ComponentInfo(
         name=name, role=role, library=library, class_name=class_name, folder=folder,
         files=weights.files, variant=weights.variant, dtype_bytes=dict(dtype_bytes),
         num_params=sum(t.numel for t in tensors), nbytes=sum(t.nbytes for t in tensors),
-        block_lists=block_lists, notes=tuple(notes),
+        block_lists=block_lists, notes=tuple(notes), order_observed=order_observed,
     )
+
+
+def _check_block_count(where: Path, count: int) -> None:
+    if count > MAX_DIT_BLOCKS:
+        raise ModelDirError(f"{where}: {count} DiT blocks, more than the {MAX_DIT_BLOCKS} omni-console plans for "
+                            "(no real DiT has that many)")
 
 
 def discover_model(path: str | Path, variant: str | None = None) -> ModelInfo:
@@ -182,9 +218,13 @@ def discover_model(path: str | Path, variant: str | None = None) -> ModelInfo:
         raise ModelDirError(f"{index_path}: '_class_name' must name a diffusers pipeline, got {pipeline!r:.60} "
                             "(custom pipelines are never run)")
     check_pipeline(pipeline, str(index_path))
-    components = tuple(
-        discover_component(root, name, library, class_name, variant)
-        for name, library, class_name in _component_entries(index, index_path)
-    )
+    values = pipeline_values(index, str(index_path))  # before any component folder is read
+    entries = _component_entries(index, index_path)
+    if len(entries) > MAX_COMPONENTS:
+        raise ModelDirError(f"{index_path}: {len(entries)} components, more than the {MAX_COMPONENTS} "
+                            "omni-console plans for (no real pipeline has that many)")
+    components = tuple(discover_component(root, name, library, class_name, variant)
+                       for name, library, class_name in entries)
+    _check_block_count(root, sum(c.num_blocks for c in components if c.role in DENOISER_ROLES))
     notes = tuple(root_notes) + tuple(n for c in components for n in c.notes)
-    return ModelInfo(root, pipeline, components, notes)
+    return ModelInfo(root, pipeline, components, notes, values)

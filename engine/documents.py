@@ -77,8 +77,11 @@ class ComponentDoc(Document):
     device_bytes: int = Field(ge=0)
     host_bytes: int = Field(ge=0)
     block_lists: list[BlockListDoc]
-    non_block_bytes: int | None = Field(description="DiT only: bytes outside the block lists")
-    resident_layers: int | None = Field(description="DiT only: leading blocks kept on the device")
+    block_order: Literal["source", "observed"] | None = Field(
+        None, description="DiT with several block lists: where their order comes from: 'source' (its class's "
+                          "__init__, checked against the first forward of a load) or 'observed' (a real forward)")
+    non_block_bytes: int | None = Field(description="DiT or UNet only: bytes outside the block lists")
+    resident_layers: int | None = Field(description="DiT or UNet only: its blocks kept on the device")
 
 
 class ForecastDoc(Document):

@@ -8,6 +8,7 @@ load again.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import threading
@@ -40,6 +41,7 @@ from . import loader
 from .call_options import default_fps
 from .discovery import ModelInfo, discover_model
 from .loader import LoadCancelled, pipeline_class, start_loading
+from .order_watch import BlockOrderWatch, adopt_order, permute_profile
 from .placement import Placement, begin_placement, place_others, place_streamed
 from .plan import Plan, make_plan
 from .profiler import ProfileRecorder, forecast_check, request_size, save_quietly
@@ -93,6 +95,7 @@ class GenerateResult:
     vae_decode_peak_bytes: int | None = None  # device allocator peak during VAE decode (CUDA), else None
     check: ForecastCheck | None = None  # the forecast made before the request vs what it measured
     rank_results: tuple[GenerateResult, ...] = ()  # data-parallel ranks 1…N−1 (engine.group_engine), by seed
+    cancelled: bool = False  # cancel was asked before the pipeline returned (even during the VAE decode): not a result
 
 
 def run_peak(run: RunOutput, peak_since_last_reset: int | None) -> int | None:
@@ -138,6 +141,7 @@ class Engine:
         self.plan: Plan | None = None
         self.pipe: Any = None
         self.placement: Placement | None = None
+        self._order_watch: BlockOrderWatch | None = None
         self._request_ids = itertools.count(1)
         self._lock = threading.RLock()
 
@@ -257,6 +261,7 @@ class Engine:
                     weights.close()  # the files: every tensor has been read by now, or the load failed
                 if collecting:
                     gc.enable()
+            self._watch_block_order()
             self._set_state(EngineState.READY)
             streamer = self.placement.streamer
             seconds = time.perf_counter() - start
@@ -318,6 +323,9 @@ class Engine:
             self._set_state(EngineState.UNLOADED)
 
     def _release(self) -> None:
+        if self._order_watch is not None:
+            self._order_watch.close()
+            self._order_watch = None
         if self.placement is not None:
             self.placement.release()
             self.placement = None
@@ -341,12 +349,24 @@ class Engine:
             forecast = self.forecast(request_size(request))
             assert self.plan is not None
             recorder = ProfileRecorder(self.pipe, self.plan, self.device)
+            measured_plan = self.plan  # the first forward may correct the block order (and the plan)
+            experts = self.placement.experts if self.placement else None
+            if experts is not None:
+                experts.request_id = request_id
             start = time.perf_counter()
             try:
-                run = run_pipeline(
-                    self.pipe, request, bus=self.bus, request_id=request_id, device=self.device,
-                    dits=[getattr(self.pipe, d.name) for d in self.model.dits],
-                    streamer=self.placement.streamer if self.placement else None, cancel=cancel)
+                try:
+                    run = run_pipeline(
+                        self.pipe, request, bus=self.bus, request_id=request_id, device=self.device,
+                        dits=[getattr(self.pipe, d.name) for d in self.model.denoisers],
+                        streamer=self.placement.streamer if self.placement else None, cancel=cancel)
+                except BaseException:
+                    if experts is not None:
+                        with contextlib.suppress(Exception):  # the request's own error is the one to report
+                            experts.restore()
+                    raise
+                if experts is not None:
+                    experts.restore()  # the next request starts with the first expert placed
             except BaseException as exc:
                 recorder.close()
                 seconds = time.perf_counter() - start
@@ -358,6 +378,8 @@ class Engine:
             peak = run_peak(run, torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None)
             streamer = self.placement.streamer if self.placement else None
             profile = recorder.finish(request, run, streamer.observed_bandwidth if streamer else None)
+            if profile is not None and self.plan is not measured_plan and self.plan is not None:
+                profile = permute_profile(profile, measured_plan, self.plan)
             if profile is not None and not (cancel is not None and cancel.is_set()):
                 problem = save_quietly(profile)
                 if problem:
@@ -370,7 +392,26 @@ class Engine:
             self._set_state(EngineState.READY)
             return GenerateResult(request_id, run.image, seconds, run.steps, peak, frames=run.frames,
                                   is_video=run.is_video, fps=self.fps, latent_shape=run.latent_shape,
-                                  phases=run.phases, vae_decode_peak_bytes=run.vae_decode_peak_bytes, check=check)
+                                  phases=run.phases, vae_decode_peak_bytes=run.vae_decode_peak_bytes, check=check,
+                                  cancelled=cancel is not None and cancel.is_set())
+
+    # ---------------------------------------------------------------- block order
+    def _watch_block_order(self) -> None:
+        """Record each DiT's first forward of this load: the plan's block order is checked against it."""
+        assert self.plan is not None
+        dits = {d.name: getattr(self.pipe, d.name, None) for d in self.model.dits if len(d.block_lists) > 1}
+        lists = {d.name: d.block_lists for d in self.model.dits}
+        modules = {name: m for name, m in dits.items() if isinstance(m, torch.nn.Module)}
+        if modules:
+            self._order_watch = BlockOrderWatch(modules, lists, self._block_order_observed)
+
+    def _block_order_observed(self, dit: str, calls: list[tuple[str, int]]) -> None:
+        """A DiT's first forward ran: adopt its block order (streamer, plan, cache) when it differs."""
+        assert self.plan is not None
+        streamer = self.placement.streamer if self.placement else None
+        self.model, self.plan, events = adopt_order(self.model, self.plan, streamer, dit, calls)
+        for event in events:
+            self.bus.publish(event)
 
     @property
     def fps(self) -> float | None:

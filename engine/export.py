@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import Any, Literal
 
+from .discovery import ComponentInfo
 from .documents import (
     PLAN_SCHEMA,
     AutoPlanDoc,
@@ -18,10 +19,11 @@ from .documents import (
     RequestForecastDoc,
     VllmOmniDoc,
 )
-from .plan import Plan
+from .plan import ComponentPlan, Plan
 from .rank_forecast import RankForecast
 from .rank_layout import RankLayout
 from .request_forecast import RequestForecast
+from .roles import DENOISER_ROLES
 from .stream_dtype import storage_note
 
 __all__ = ["PLAN_SCHEMA", "plan_document", "plan_to_dict", "ranks_doc", "vllm_flags", "vllm_gaps", "vllm_python_call",
@@ -42,7 +44,7 @@ def vllm_gaps(plan: Plan, layout: RankLayout | None = None) -> list[str]:
     policy, residency = plan.policy, plan.residency
     if policy.mode == "resident":
         return []
-    gaps = []
+    gaps = [_unet_gap(c) for c in plan.components if c.info.role == "unet" and c.residency == "streamed"]
     if layout is not None and layout.sharded and policy.resident_layers > 0:
         gaps.append("vLLM-Omni rejects resident layers with AllGather (its resident blocks come from a TP-aware "
                     "loader); here resident blocks are whole on every rank")
@@ -59,6 +61,13 @@ def vllm_gaps(plan: Plan, layout: RankLayout | None = None) -> list[str]:
         gaps.append(f"--stream-dtype {policy.stream_dtype} has no vLLM-Omni spelling: its DLO streams the blocks "
                     f"in the checkpoint's dtype")
     return gaps
+
+
+def _unet_gap(c: ComponentPlan) -> str:
+    lists = " + ".join(f"{b.count} {b.attr}" for b in c.info.block_lists)
+    return (f"vLLM-Omni's layerwise offload streams a DiT's blocks only: it has no spelling for streaming the UNet "
+            f"{c.info.name!r} ({lists}), so its flags are the closest spelling, not an equivalent "
+            "(--dlo-resident-layers counts DiT blocks there)")
 
 
 def _index_ranges(indices: tuple[int, ...]) -> str:
@@ -147,8 +156,9 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
                                  largest_block_bytes=b.largest_bytes, total_bytes=b.total_bytes)
                     for b in c.info.block_lists
                 ],
-                non_block_bytes=c.info.non_block_bytes if c.info.role == "dit" else None,
-                resident_layers=c.resident_layers if c.info.role == "dit" else None,
+                block_order=block_order(c.info),
+                non_block_bytes=c.info.non_block_bytes if c.info.role in DENOISER_ROLES else None,
+                resident_layers=c.resident_layers if c.info.role in DENOISER_ROLES else None,
             )
             for c in plan.components
         ],
@@ -177,6 +187,13 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
         auto_plan=AutoPlanDoc(budget_bytes=budget, reasons=list(reasons or [])) if budget is not None else None,
         ranks=ranks_doc(ranks) if ranks is not None and ranks.layout.distributed else None,
     )
+
+
+def block_order(info: ComponentInfo) -> Literal["source", "observed"] | None:
+    """Where a DiT's block-list order comes from (None: fewer than two lists, nothing to order)."""
+    if info.role != "dit" or len(info.block_lists) < 2:
+        return None
+    return "observed" if info.order_observed else "source"
 
 
 def plan_to_dict(plan: Plan, forecast: RequestForecast | None = None, device: str = "",

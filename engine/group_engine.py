@@ -30,7 +30,7 @@ from .discovery import ModelInfo, discover_model
 from .engine import EngineState, EngineStateError, GenerateResult, LoadReport
 from .loader import LoadCancelled, first_line
 from .plan import Plan, make_plan
-from .rank_checks import check_parallel
+from .rank_checks import check_experts, check_parallel
 from .rank_group import GroupCancelled, RankFailed, RankGroup
 from .rank_layout import RankLayout
 from .request_forecast import RequestForecast
@@ -53,6 +53,7 @@ class GroupEngine:
         """`log_dir`: where each rank writes its own output (a console owns the terminal); None: inherited."""
         self.model: ModelInfo = discover_model(model_path, variant)
         check_parallel(layout, self.model.pipeline_class)
+        check_experts(layout, self.model)
         self.layout = layout
         self.device_kind = device_kind
         self.device = torch.device("cuda:0") if device_kind == "cuda" else torch.device("cpu")

@@ -11,6 +11,7 @@ by `engine.offline`). Discovery checked the same rules first; they are checked a
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 
 from ..offload.deferred_weights import DeferredWeights
 from ..offload.errors import ConfigError
@@ -27,9 +29,11 @@ from .arena_load import load_into_arena, supports_arena_load
 from .construction_lock import MODEL_CONSTRUCTION
 from .direct_load import build_deferred, build_deferred_in_arena
 from .discovery import ComponentInfo, ModelInfo
+from .pipeline_values import absent_components, init_values
+from .roles import DENOISER_ROLES
 from .trusted_classes import accepts_trust_remote_code, component_class, holds_weights
 from .trusted_classes import pipeline_class as _trusted_pipeline_class
-from .weights import ModelDirError
+from .weights import ModelDirError, find_weights
 
 # The DiT's blocks and the other components read on one pool: 16 readers, not 16 per component, and
 # the encoders' reads queue between the DiT's batches, so they finish early instead of last (the load
@@ -49,6 +53,14 @@ class LoadCancelled(Exception):
 
 def pipeline_class(model: ModelInfo) -> type:
     return _trusted_pipeline_class(model.pipeline_class, str(model.path / "model_index.json"))
+
+
+def pipeline_init_values(model: ModelInfo, cls: type) -> dict[str, Any]:
+    """What `from_pretrained` passes `cls` besides the components: the saved pipeline values its `__init__`
+    takes, and None for each optional component the directory left out. Raises before anything is read."""
+    where = str(model.path / "model_index.json")
+    present = {info.name for info in model.components}
+    return {**absent_components(cls, present, where), **init_values(cls, copy.deepcopy(model.pipeline_values), where)}
 
 
 def load_dtype(info: ComponentInfo) -> torch.dtype | None:
@@ -72,13 +84,16 @@ def load_component(info: ComponentInfo) -> Any:
             kwargs["torch_dtype"] = dtype
         if info.variant:
             kwargs["variant"] = info.variant
+        # the library's sharded loader reads whatever the index names now: check the names again
+        find_weights(info.folder, info.variant)
     try:
         component = cls.from_pretrained(str(info.folder), **kwargs)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, SafetensorError) as exc:  # SafetensorError: e.g. a file cut short since discovery
         raise ModelDirError(f"{info.folder}: {info.class_name}.from_pretrained failed: {first_line(exc)}") from exc
     if isinstance(component, torch.nn.Module):
+        # eval() as from_pretrained already left it; requires_grad is left as it is too: switching it off
+        # changed which CPU kernel some Linear layers took (Mochi's VAE decoded 3.6e-7 away from diffusers)
         component.eval()
-        component.requires_grad_(False)
     return component
 
 
@@ -110,6 +125,7 @@ class LoadingPipeline:
     built: dict[str, Any]
     dits: dict[str, Any]
     stop: threading.Event
+    init_values: dict[str, Any] = field(default_factory=dict)  # pipeline values and None components
     others: Future | None = None
     pinning: list[Future] = field(default_factory=list)  # aux arenas being page-locked on the registrar
     others_done_at: float | None = None  # perf_counter when the last component was built (its bytes read)
@@ -122,10 +138,11 @@ class LoadingPipeline:
             future.result()
         components = {info.name: self.built[info.name] for info in self.model.components}
         try:
-            pipe = self.cls(**components)
+            pipe = self.cls(**components, **self.init_values)
         except TypeError as exc:
             raise ConfigError(f"{self.model.path}: {self.model.pipeline_class} cannot be built from its components: "
                               f"{exc}") from exc
+        pipe.register_to_config(_name_or_path=str(self.model.path))  # as from_pretrained leaves it
         pipe.set_progress_bar_config(disable=True)
         return pipe
 
@@ -157,7 +174,7 @@ def start_loading(model: ModelInfo, *, progress: Callable[[str, int, int], None]
     cls = pipeline_class(model)
     quiet_libraries()
     stop = threading.Event()
-    loading = LoadingPipeline(model, cls, {}, {}, stop)
+    loading = LoadingPipeline(model, cls, {}, {}, stop, pipeline_init_values(model, cls))
     options = _BuildOptions(progress, cancel, stop, weights, log, aux_in_place, host_arenas, registrar, timings,
                             loading.pinning)
     if others_on is None:
@@ -165,7 +182,8 @@ def start_loading(model: ModelInfo, *, progress: Callable[[str, int, int], None]
             loading.built[info.name] = _build(info, options)
     else:
         # the largest first; their reads share the bandwidth with the blocks' reads that placement starts
-        others = sorted((info for info in model.components if info.role != "dit"), key=lambda i: -i.nbytes)
+        others = sorted((info for info in model.components if info.role not in DENOISER_ROLES),
+                        key=lambda i: -i.nbytes)
 
         def build_others() -> None:
             for info in others:
@@ -175,10 +193,10 @@ def start_loading(model: ModelInfo, *, progress: Callable[[str, int, int], None]
         # the DiTs first, alone: starting the others' reads during their ~0.1 s build made loads slower
         # (1.14x the floor against 1.04x, docs/benchmarks.md, 2026-12-01 "one GPU, this session")
         for info in model.components:
-            if info.role == "dit":
+            if info.role in DENOISER_ROLES:
                 loading.built[info.name] = _build(info, options)
         loading.others = others_on.submit(build_others)
-    loading.dits = {info.name: loading.built[info.name] for info in model.components if info.role == "dit"}
+    loading.dits = {info.name: loading.built[info.name] for info in model.denoisers}
     return loading
 
 
@@ -205,12 +223,12 @@ def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> A
         o.progress(info.name, 0, info.nbytes)
     component, why = None, ""
     started = time.perf_counter()
-    if o.weights is not None and (info.role == "dit" or o.aux_in_place):
+    if o.weights is not None and (info.role in DENOISER_ROLES or o.aux_in_place):
         reader = o.weights.sibling() if own_reader else o.weights
         # an encoder or VAE read beside the DiT's blocks: into an arena, its staged master as it is
-        staged_from_arena = own_reader and info.role != "dit"
+        staged_from_arena = own_reader and info.role not in DENOISER_ROLES
         in_arena = (o.aux_in_place and o.host_arenas is not None and o.registrar is not None
-                    and (staged_from_arena or (info.role == "dit" and DIT_IN_ARENA)))
+                    and (staged_from_arena or (info.role in DENOISER_ROLES and DIT_IN_ARENA)))
         arena: HostArena | None = None
         try:
             if in_arena:

@@ -5,10 +5,11 @@ can be known up front is checked first: the path is not a directory, its nearest
 ancestor is a directory we can actually create files in (checked by creating and removing a
 temporary file there: `os.access` answers "yes" to root on a read-only mount or directory), a
 writer exists for the suffix (Pillow for images and animated GIF/WebP, PyAV for MP4), and no file
-the result would be written to exists unless the operator said so. Writing uses exclusive creation,
-or (with overwrite) a temporary file in the same directory moved over the old one with `os.replace`,
-so a half-written file never stands at an output path and a file that appears meanwhile is never
-clobbered unasked.
+the result would be written to exists unless the operator said so. Writing goes to a temporary file in the
+same directory, put in place only when complete: linked to a new name exclusively, or (with
+overwrite) moved over the old one with `os.replace` (`atomic_write`), so a half-written or empty
+file never stands at an output path, even after SIGTERM or SIGHUP, and a file that appears
+meanwhile is never clobbered unasked.
 
 What each suffix holds:
 - `.mp4`: every frame as one video (see `video_encoders`); for video pipelines only — a still image
@@ -27,7 +28,6 @@ import functools
 import io
 import os
 import re
-import stat
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 from ..offload.errors import ConfigError
+from .atomic_write import write_new, write_replacing
+from .signal_guard import SignalGuard
 
 SUGGESTED_SUFFIXES = (".png", ".jpg", ".webp", ".tiff", ".bmp")
 VIDEO_SUGGESTED_SUFFIXES = (".mp4", ".webp", ".gif", ".png")
@@ -218,44 +220,25 @@ def check_output(path: Path, *, overwrite: bool = False, flag: str = "--output",
 # ---------------------------------------------------------------- writing
 
 def _write_file(path: Path, overwrite: bool, write: Callable[[BinaryIO], None]) -> bool:
-    """Write one file: exclusive create, or replace only with overwrite. True if it created a new file."""
+    """Write one file: new (exclusive), or replace only with overwrite. True if it created a new file.
+
+    Either way the bytes go to `.NAME.XXXX.tmp` beside it first and are put in place whole
+    (`atomic_write`); SIGTERM or SIGHUP meanwhile (`SignalGuard`, main thread) removes that temporary
+    file and exits 143 / 129, so neither a partial nor an empty file is ever left under the name."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    if overwrite and os.path.lexists(path):
-        _replace(path, write)
-        return False
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except FileExistsError:
-        if overwrite:
-            _replace(path, write)
+    with SignalGuard():
+        if overwrite and os.path.lexists(path):
+            write_replacing(path, write)
             return False
-        raise ConfigError(f"--output {str(path)!r} appeared while generating; not replaced "
-                          "(pass --overwrite to replace it)") from None
-    try:
-        with os.fdopen(fd, "wb") as stream:
-            write(stream)
-    except BaseException:
-        path.unlink(missing_ok=True)  # our own partial file: created above, exclusively
-        raise
+        try:
+            write_new(path, write)
+        except FileExistsError:
+            if overwrite:
+                write_replacing(path, write)
+                return False
+            raise ConfigError(f"--output {str(path)!r} appeared while generating; not replaced "
+                              "(pass --overwrite to replace it)") from None
     return True
-
-
-def _replace(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Write next to the old file, keep its permission bits, then move over it in one step."""
-    try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
-    except OSError:
-        mode = None
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as stream:
-            write(stream)
-            if mode is not None:
-                os.fchmod(stream.fileno(), mode)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 def _saver(image: Any, image_format: str) -> Callable[[BinaryIO], None]:

@@ -1,8 +1,9 @@
 """Apply a plan to a loaded pipeline: stream DiT blocks, stage or place auxiliaries, and undo it all.
 
 Per component (engine/plan.py decides the residency):
-- `streamed` (a DiT): its non-block modules go to the device; its block lists feed one
-  `LayerwiseStreamer` ring across all DiTs in execution order, which keeps exactly the blocks
+- `streamed` (a DiT or a UNet): its non-block modules go to the device; its block lists feed one
+  `LayerwiseStreamer` ring across all denoisers in execution order (a UNet's skip connections are
+  activations and stay where its blocks put them), which keeps exactly the blocks
   `plan.residency` marks resident and allocates exactly `plan.residency.slots` slots.
 - `staged`: a `ModuleStager` with a pinned master, wrapped around the methods the pipeline calls
   (`forward`; for VAEs also `encode`/`decode`), sharing one `AllocatorCache` for boundary decisions.
@@ -27,11 +28,13 @@ import torch
 from ..offload.cache import AllocatorCache
 from ..offload.deferred_weights import DeferredWeights
 from ..offload.devices import synchronize
+from ..offload.errors import ConfigError
 from ..offload.events import EventBus, LogEvent
 from ..offload.pinned import HostArena
 from ..offload.stager import ModuleStager, stage_around
 from ..offload.streamer import LayerwiseStreamer
 from ..offload.upcast import module_upcast, upcast_in_place
+from .expert_switch import ExpertSwitch
 from .loader import LoadCancelled
 from .plan import Plan
 from .stream_dtype import STREAM_DTYPES, apply_storage_hooks, cast_for_storage, compute_dtype_of
@@ -50,6 +53,7 @@ class Placement:
     undo: list[Callable[[], None]] = field(default_factory=list)
     cache: AllocatorCache | None = None
     live: bool = False  # every encoder/VAE has a master and the streamer keeps every block's: replannable
+    experts: ExpertSwitch | None = None  # two experts sharing the budget (Wan 2.2 A14B)
 
     @property
     def pinned_bytes(self) -> int:
@@ -123,6 +127,10 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
     (`offload.allgather_streamer`). `blocks_read()` is called once, from a reader thread, when the last
     block byte is in the arena (page-locking may still be finishing)."""
     device = placement.device
+    if plan.experts and group is not None:
+        raise ConfigError("two experts (transformer, transformer_2) are not streamed across several GPUs yet: "
+                          "use one GPU")
+    keep_masters = placement.live or bool(plan.experts)  # an expert's resident blocks move at each switch
     block_lists: list[tuple[str, list[torch.nn.Module]]] = []
     compute: torch.dtype | None = None  # fp8 storage: the dtype blocks are upcast to (offload/upcast.py)
     for comp in plan.components:
@@ -138,11 +146,11 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
         _dit_non_block_to(module, set(attrs), device, weights)
         if compute is not None:  # the non-block layers cast to fp8 are resident: converted once
             _non_block_upcast(module, set(attrs), compute)
-        block_lists.extend((f"{comp.info.name}.{a}", list(getattr(module, a))) for a in attrs)
+        block_lists.extend((f"{comp.info.name}.{a}", block_modules(module, a)) for a in attrs)
     if not block_lists:
         return
     total = sum(c.host_bytes for c in plan.components if c.residency == "streamed")
-    if placement.live:  # every block is packed, resident ones too
+    if keep_masters:  # every block is packed, resident ones too
         total = sum(b.nbytes for b in plan.blocks)
 
     once = threading.Lock()  # reader threads report at once: the first to see the total tells, no other
@@ -150,7 +158,7 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
     def on_pack(done: int, _total: int) -> None:
         _check_cancel(cancel)
         if progress:
-            progress("DiT blocks", done, _total)
+            progress(f"{plan.model.block_kind} blocks", done, _total)
         if blocks_read is not None and done >= _total and once.acquire(blocking=False):
             blocks_read()
 
@@ -162,10 +170,18 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
 
         streamer_cls, streamer_kwargs = AllGatherStreamer, {"group": group}
     placement.streamer = streamer_cls(block_lists, device, residency=plan.residency, bus=bus, pin=pin,
-                                      progress=on_pack, keep_masters=placement.live, weights=weights,
-                                      compute_dtype=compute, **streamer_kwargs)
+                                      progress=on_pack, keep_masters=keep_masters, weights=weights,
+                                      active=plan.active_blocks, compute_dtype=compute, **streamer_kwargs)
     placement.streamer.attach()
     s = placement.streamer
+    if plan.experts:
+        switch = ExpertSwitch(s, plan.experts, [dits[e.name] for e in plan.experts], bus)
+        placement.experts = switch
+        placement.undo.append(switch.close)
+        bus.publish(LogEvent(level="info", message=(
+            f"two experts ({', '.join(e.name for e in plan.experts)}): one runs per forward, so the running "
+            f"one's {plan.experts[0].residency.num_resident} resident blocks and ring take the device; "
+            "they change hands at the boundary step")))
     bus.publish(LogEvent(level="info", message=(
         f"DLO: {s.num_streamed} blocks streamed ({total:,} bytes), {s.num_resident} resident, "
         f"{s.num_slots} slot{'s' if s.num_slots != 1 else ''} of {s.largest_block_bytes:,} bytes")))
@@ -225,6 +241,12 @@ def _closer(arena: HostArena, device: torch.device) -> Callable[[], None]:
         synchronize(device)  # no copy may still read it
         arena.close()
     return close
+
+
+def block_modules(module: torch.nn.Module, attr: str) -> list[torch.nn.Module]:
+    """The blocks of one block list: a `ModuleList`'s entries, or a single block (a UNet's `mid_block`)."""
+    found = getattr(module, attr)
+    return list(found) if isinstance(found, torch.nn.ModuleList) else [found]
 
 
 def _check_block_order(block_lists: list[tuple[str, list[torch.nn.Module]]], plan: Plan) -> None:

@@ -1,13 +1,14 @@
 """Resolve a policy against a discovered model and forecast what it costs — before any load.
 
 Residency of each component:
-- `streamed`: DiT blocks (DLO always owns them), minus the `resident_layers` its placement keeps — decided once,
-  by `OffloadPolicy.block_residency` (offload/residency.py), and handed as `Plan.residency` to the
-  streamer, so the forecast and the placement use the same block list and slot count;
+- `streamed`: the denoiser's blocks (a DiT's, or a UNet's down/mid/up blocks; DLO always owns them), minus
+  the `resident_layers` its placement keeps — decided once, by `OffloadPolicy.block_residency`
+  (offload/residency.py), and handed as `Plan.residency` to the streamer, so the forecast and the
+  placement use the same block list and slot count;
 - `staged`: an encoder/VAE whose policy resolves to True (pinned on host, on the device only
   for its stage);
 - `resident`: an encoder/VAE whose policy resolves to False, every weighted `other` component, a
-  DiT without block lists, and everything in `mode=resident`;
+  DiT or UNet without block lists, and everything in `mode=resident`;
 - `none`: components without weights (tokenizers, schedulers).
 
 Forecast (all figures from the safetensors headers):
@@ -23,6 +24,12 @@ Forecast (all figures from the safetensors headers):
   that runs; the non-block layers are upcast once, so they keep the checkpoint's bytes;
 - pinned host bytes with live re-plan (the console's load) are every block and encoder/VAE: see
   `Engine(live_replan=True)`; this forecast is `run`'s.
+
+Two experts (Wan 2.2 A14B, engine/experts.py): one runs per forward, so the policy's residency applies
+to each expert's own blocks and the device holds only the running one's share: device resident bytes
+count the larger expert's resident blocks (not both), streamed per forward and the ring are the running
+expert's, and the pinned host holds every block of both (the resident ones too: they move at the switch).
+`Plan.forward` is one forward's blocks and residency, what the step forecast replays.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from ..offload.errors import PolicyError
 from ..offload.policy import OffloadPolicy
 from ..offload.residency import BlockResidency
 from .discovery import ComponentInfo, ModelInfo
+from .experts import Expert, blocks_per_forward, plan_experts, streamer_residency
+from .roles import DENOISER_ROLES
 from .stream_dtype import FP8_NAMES
 
 Residency = Literal["streamed", "staged", "resident", "none"]
@@ -91,8 +100,25 @@ class Plan:
     components: tuple[ComponentPlan, ...]
     blocks: tuple[StreamedBlock, ...]
     forecast: Forecast
-    residency: BlockResidency  # the decision `blocks` shows, passed as is to the streamer
+    residency: BlockResidency  # passed as is to the streamer (with experts: the first one running)
+    experts: tuple[Expert, ...] = ()  # two experts sharing the budget (engine/experts.py), else ()
     stream_dtype: str | None = None  # the DiT blocks' storage dtype when fp8 (policy's, or the checkpoint's)
+
+    @property
+    def active_blocks(self) -> tuple[bool, ...] | None:
+        """The streamer's ring mask at load (the first expert's blocks), None without experts."""
+        if not self.experts:
+            return None
+        return streamer_residency(self.experts, 0, len(self.blocks))[1]
+
+    @property
+    def forward(self) -> tuple[tuple[StreamedBlock, ...], BlockResidency]:
+        """One DiT forward's blocks and their residency: every block, or with experts the first one's
+        (the one that runs first; Wan 2.2's two are the same size)."""
+        if not self.experts:
+            return self.blocks, self.residency
+        e = self.experts[0]
+        return self.blocks[e.start:e.stop], e.residency
 
 
 def storage_dtype(model: ModelInfo, policy: OffloadPolicy) -> str | None:
@@ -107,23 +133,28 @@ def storage_dtype(model: ModelInfo, policy: OffloadPolicy) -> str | None:
     return None
 
 
-def execution_blocks(model: ModelInfo, residency: BlockResidency, fp8: bool = False,
-                     modulation: bool = False) -> list[StreamedBlock]:
-    """Every DiT block in execution order (across all DiTs), streamed as `residency` decided, with its
-    bytes as stored (`fp8`: the DiT's weights in fp8, engine/stream_dtype.py)."""
+def execution_blocks(model: ModelInfo, residency: BlockResidency, experts: tuple[Expert, ...] = (),
+                     fp8: bool = False, modulation: bool = False) -> list[StreamedBlock]:
+    """Every denoiser block in execution order (across all DiTs / UNets), streamed as `residency` decided;
+    an expert's blocks as its own residency decided (resident = resident while that expert runs); each
+    with its bytes as stored (`fp8`: the DiT's weights in fp8, engine/stream_dtype.py)."""
+    flags = list(residency.resident)
+    for e in experts:
+        flags[e.start:e.stop] = e.residency.resident
     blocks: list[StreamedBlock] = []
-    for dit in model.dits:
+    for dit in model.denoisers:
         for block_list in dit.block_lists:
             for i, nbytes in enumerate(block_list.stored_bytes(fp8, modulation)):
-                streamed = not residency.resident[len(blocks)]
+                streamed = not flags[len(blocks)]
                 blocks.append(StreamedBlock(dit.name, block_list.attr, i, nbytes, streamed))
     return blocks
 
 
-def _component_plan(info: ComponentInfo, policy: OffloadPolicy, blocks: list[StreamedBlock]) -> ComponentPlan:
+def _component_plan(info: ComponentInfo, policy: OffloadPolicy, blocks: list[StreamedBlock],
+                    expert: bool = False) -> ComponentPlan:
     if not info.has_weights:
         return ComponentPlan(info, "none", "no-weights", 0, 0)
-    if info.role == "dit":
+    if info.role in DENOISER_ROLES:
         if policy.mode == "resident":
             return ComponentPlan(info, "resident", "mode", info.nbytes, 0)
         if not info.block_lists:
@@ -133,6 +164,8 @@ def _component_plan(info: ComponentInfo, policy: OffloadPolicy, blocks: list[Str
         kept = sum(1 for b in own if not b.streamed)
         # non-block modules as the files hold them (upcast once if fp8), resident blocks as stored
         left = info.non_block_bytes + sum(b.nbytes for b in own if not b.streamed)
+        if expert:  # device: while it runs; host: every block's master (the resident ones move at a switch)
+            return ComponentPlan(info, "streamed", "dlo", left, sum(b.nbytes for b in own), kept)
         return ComponentPlan(info, "streamed", "dlo", left, streamed, kept)
     if info.role in ("encoder", "vae"):
         if policy.mode == "resident":
@@ -163,32 +196,52 @@ def upcast_scratch(model: ModelInfo, blocks: list[StreamedBlock]) -> int:
     return max(header, default=0) if blocks else 0
 
 
-def make_plan(model: ModelInfo, policy: OffloadPolicy) -> Plan:
-    """Check the policy against the model (raising PolicyError) and compute residency and forecast."""
-    policy.check_against(model.auxiliary_names, [d.name for d in model.dits], model.num_dit_blocks)
-    residency = policy.block_residency(model.num_dit_blocks)
+def make_plan(model: ModelInfo, policy: OffloadPolicy, residency: BlockResidency | None = None) -> Plan:
+    """Check the policy against the model (raising PolicyError) and compute residency and forecast.
+
+    `residency`: the blocks' residency as already carried out (a loaded streamer whose block order was
+    corrected by the first forward keeps its blocks where they are), instead of the policy's; two experts
+    (engine/experts.py) always take their own."""
+    policy.check_against(model.auxiliary_names, [d.name for d in model.denoisers], blocks_per_forward(model),
+                         unet_names=[d.name for d in model.by_role("unet")])
     stored = storage_dtype(model, policy)
+    if stored is not None and model.by_role("unet"):
+        raise PolicyError("fp8 storage (--stream-dtype) is for DiT pipelines only; this one has a UNet: "
+                          "drop --stream-dtype")
     if policy.fp8_modulation and stored is None:
         raise PolicyError("fp8 modulation needs fp8 storage: add --stream-dtype float8_e4m3fn (or an fp8 checkpoint)")
-    blocks = execution_blocks(model, residency, stored is not None and policy.mode == "dlo", policy.fp8_modulation)
-    plans = tuple(_component_plan(c, policy, blocks) for c in model.components)
-    streamed = [b.nbytes for b in blocks if b.streamed]
+    experts = plan_experts(model, policy)
+    if experts:
+        residency = streamer_residency(experts, 0, model.num_dit_blocks)[0]
+    elif residency is None or residency.num_blocks != model.num_dit_blocks:
+        residency = policy.block_residency(model.num_dit_blocks)
+    blocks = execution_blocks(model, residency, experts, stored is not None and policy.mode == "dlo",
+                              policy.fp8_modulation)
+    names = {e.name for e in experts}
+    plans = tuple(_component_plan(c, policy, blocks, c.name in names) for c in model.components)
     staged = [p.info.nbytes for p in plans if p.residency == "staged"]
     resident = sum(p.device_bytes for p in plans)
-    largest_block = max(streamed, default=0)
+    # one forward's blocks (with experts: each expert's own, the device holding the larger share)
+    forwards = [blocks[e.start:e.stop] for e in experts] or [blocks]
+    streamed_each = [[b.nbytes for b in f if b.streamed] for f in forwards]
+    kept_each = [sum(b.nbytes for b in f if not b.streamed) for f in forwards]
+    resident -= sum(kept_each) - max(kept_each)  # only one expert's resident blocks at a time
+    largest_block = max((max(s, default=0) for s in streamed_each), default=0)
     largest_staged = max(staged, default=0)
+    slots = max(e.residency.slots for e in experts) if experts else residency.slots
+    first = streamed_each[0]
     scratch = upcast_scratch(model, blocks) if stored is not None and policy.mode == "dlo" else 0
     forecast = Forecast(
         device_resident_bytes=resident,
-        pinned_host_bytes=sum(streamed) + sum(staged),
-        streamed_bytes_per_forward=sum(streamed),
-        peak_device_weight_bytes=resident + residency.slot_bytes(largest_block) + largest_staged + scratch,
+        pinned_host_bytes=sum(p.host_bytes for p in plans if p.residency == "streamed") + sum(staged),
+        streamed_bytes_per_forward=max(sum(s) for s in streamed_each),
+        peak_device_weight_bytes=resident + slots * largest_block + largest_staged + scratch,
         largest_streamed_block_bytes=largest_block,
         largest_staged_bytes=largest_staged,
-        num_streamed_blocks=len(streamed),
-        num_resident_blocks=len(blocks) - len(streamed),
-        streaming_slots=residency.slots,
+        num_streamed_blocks=len(first),
+        num_resident_blocks=len(forwards[0]) - len(first),
+        streaming_slots=slots,
         pinned_host_bytes_live=live_masters_bytes(plans, blocks, policy),
         upcast_scratch_bytes=scratch,
     )
-    return Plan(model, policy, plans, tuple(blocks), forecast, residency, stored)
+    return Plan(model, policy, plans, tuple(blocks), forecast, residency, experts, stored)

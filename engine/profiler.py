@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import ValidationError
 
 from ..offload.block_timing import BlockTimer
 from ..offload.events import ForecastCheck
+from .placement import block_modules
 from .plan import Plan
 from .request_forecast import RequestForecast, staged_bytes
 from .request_profile import RequestProfile, RequestSize, device_name, save_profile
@@ -30,7 +32,7 @@ def request_size(request: GenerateRequest) -> RequestSize:
 
 
 def plan_blocks(pipe: Any, plan: Plan) -> list[torch.nn.Module]:
-    return [getattr(getattr(pipe, b.dit), b.attr)[b.index] for b in plan.blocks]
+    return [block_modules(getattr(pipe, b.dit), b.attr)[b.index] for b in plan.blocks]
 
 
 class ProfileRecorder:
@@ -53,7 +55,11 @@ class ProfileRecorder:
             if timer is not None:
                 timer.remove()
             return None
-        compute, forwards = timer.take()
+        compute, forwards = timer.take(firsts=[e.start for e in self.plan.experts] or [0])
+        forward_blocks = self.plan.forward[0]
+        if self.plan.experts:  # one forward runs one expert: the first's blocks, or the other's if it never ran
+            spans = [compute[e.start:e.stop] for e in self.plan.experts]
+            compute = next((c for c in spans if any(c)), spans[0])
         timer.remove()
         steps = len(run.steps)
         per_step = max(1, round(forwards / steps)) if forwards else 1
@@ -71,14 +77,18 @@ class ProfileRecorder:
                 decode = max(run.vae_decode_peak_bytes - base - staged_bytes(self.plan, "vae"), 0)
         # the timing events also catch launch gaps (the host running hooks while the device waits):
         # the blocks are scaled to the steps' own busy time (wall - stall), the figure the replay needs
-        dit = profile_from_timings([b.nbytes for b in self.plan.blocks], compute, busy, per_step, 0)
+        dit = profile_from_timings([b.nbytes for b in forward_blocks], compute, busy, per_step, 0)
         model = self.plan.model
-        return RequestProfile(
-            model=str(Path(model.path).resolve()), model_bytes=model.nbytes, device=device_name(self.device),
-            size=request_size(request), block_compute_s=list(dit.compute_s),
-            other_s=dit.other_s, forwards_per_step=per_step,
-            text_extra_bytes=text, denoise_extra_bytes=denoise, decode_extra_bytes=decode,
-            bandwidth_bytes_per_s=bandwidth, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        try:  # a profile holds only finite, in-range figures (the cache is read back with those bounds)
+            return RequestProfile(
+                model=str(Path(model.path).resolve()), model_bytes=model.nbytes, device=device_name(self.device),
+                size=request_size(request), block_compute_s=[max(c, 0.0) for c in dit.compute_s],
+                other_s=max(dit.other_s, 0.0), forwards_per_step=per_step,
+                text_extra_bytes=text, denoise_extra_bytes=denoise, decode_extra_bytes=decode,
+                bandwidth_bytes_per_s=bandwidth if bandwidth and 1.0 < bandwidth < 1e15 else None,
+                measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        except ValidationError:  # e.g. a timing that overflowed: no profile rather than a bad one
+            return None
 
 
 def save_quietly(profile: RequestProfile) -> str | None:

@@ -8,6 +8,8 @@ give a second rank. Each refusal is a `ConfigError`: one line, exit 2.
 from __future__ import annotations
 
 from ..offload.errors import ConfigError
+from .discovery import ModelInfo
+from .experts import expert_spans
 from .rank_layout import RankLayout, check_layout_device
 
 
@@ -41,3 +43,11 @@ def check_parallel(layout: RankLayout, pipeline_class_name: str | None) -> None:
     if pipeline_class_name is None or not has_unconditional_branch(pipeline_class_name):
         raise ConfigError(f"--parallel cfg: {pipeline_class_name or 'this pipeline'} has no unconditional branch "
                           f"(its call takes no negative prompt; guidance, if any, is embedded): use --parallel dp")
+
+
+def check_experts(layout: RankLayout, model: ModelInfo) -> None:
+    """Two experts (Wan 2.2 A14B) hand their blocks over from whole pinned masters; an AllGather rank keeps
+    only shards, so that layout is refused (each rank streaming whole blocks, `--dlo-no-use-allgather`, works)."""
+    if layout.sharded and expert_spans(model):
+        raise ConfigError("two experts (transformer, transformer_2) are not sharded across GPUs yet: "
+                          "use --dlo-no-use-allgather (every rank streams whole blocks) or one GPU")

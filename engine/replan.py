@@ -34,9 +34,11 @@ def apply_replan(placement: Placement, old: Plan, new: Plan, device: torch.devic
     start = time.perf_counter()
     copied = freed = ring = 0
     streamer = placement.streamer
-    if streamer is not None and streamer.residency != new.residency:
-        stats = streamer.replan(new.residency)
+    if streamer is not None and (streamer.residency != new.residency or old.experts != new.experts):
+        stats = streamer.replan(new.residency, active=new.active_blocks)
         copied, freed, ring = stats.copied_bytes, stats.freed_bytes, stats.ring_bytes
+    if placement.experts is not None:
+        placement.experts.set_experts(new.experts)  # between requests the first expert runs
     for c in new.components:
         stager = placement.stagers.get(c.info.name)
         if stager is None:

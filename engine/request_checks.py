@@ -14,7 +14,11 @@ derives it in its constructor and `check_inputs`:
 - Flux-style pipelines pack latents into 2x2 patches: ×2 (`vae_scale_factor * 2`);
 - pipelines with a fixed divisor in `check_inputs` (PixArt: 8, Wan: 16, LTX-Video: 32, CogVideoX: 8,
   HunyuanVideo: 16, Mochi: 8) need that too;
-- a DiT with learned position embeddings cropped to `pos_embed_max_size` (SD3) caps the size.
+- a DiT with learned position embeddings cropped to `pos_embed_max_size` caps the size: SD3 reads it as
+  patches per side, AuraFlow as patches in all (a square grid), so the table's shape in the weights'
+  header decides (`_embedded_side`);
+- a pipeline that scales every request to `max_area` pixels (Flux Kontext) renders another size
+  than asked unless the area matches: engine/render_size.py states it before load.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 from ..offload.errors import ConfigError
 from .discovery import ComponentInfo, ModelInfo
 from .runner import GenerateRequest
-from .weights import load_json
+from .weights import load_json, read_header
 
 SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes an unsigned 64-bit seed
 NO_VAE_FACTOR = 8  # what the pipelines assume when they have no VAE
@@ -38,6 +42,8 @@ PACKED_2X2_PREFIXES = ("Flux", "Chroma", "QwenImage")
 FIXED_DIVISORS = (("PixArt", 8), ("Wan", 16), ("LTX", 32), ("CogVideoX", 8), ("HunyuanVideo", 16), ("Mochi", 8))
 # PixArt's resolution binning (on by default) knows these transformer sample sizes only.
 PIXART_BINNED_SAMPLE_SIZES = (32, 64, 128, 256)
+
+POS_TABLE = "pos_embed.pos_embed"  # the learned position table of SD3 / AuraFlow-style DiTs
 
 PLAIN_LABELS = {"steps": "steps", "height": "height", "width": "width", "seed": "seed", "guidance": "guidance"}
 
@@ -91,6 +97,19 @@ def dit_patch(config: Mapping[str, Any]) -> tuple[int, int]:
     return size, size
 
 
+def _embedded_side(dit: ComponentInfo) -> int | None:
+    """Patches per side the DiT's learned position table holds, from its shape in the weights' header.
+
+    `pos_embed_max_size` means patches per side for SD3's `PatchEmbed` (a table of size²) but patches in
+    all for AuraFlow's (a table of size, viewed as a √size × √size grid): the table itself, (1, N, dim),
+    settles it: either way a crop covers at most ⌊√N⌋ patches per side."""
+    for file in dit.files:
+        for tensor in read_header(file):
+            if tensor.name == POS_TABLE and len(tensor.shape) == 3 and tensor.shape[0] == 1 and tensor.shape[1] > 0:
+                return math.isqrt(tensor.shape[1])
+    return None
+
+
 def size_rule(model: ModelInfo) -> SizeRule | None:
     """The pipeline's size rule, or None when the configs do not determine it."""
     factor = vae_spatial_factor(model)
@@ -106,6 +125,7 @@ def size_rule(model: ModelInfo) -> SizeRule | None:
         ph, pw = dit_patch(config)
         height_m, width_m = math.lcm(height_m, factor * ph), math.lcm(width_m, factor * pw)
         if (cap := _positive_int(config.get("pos_embed_max_size"))) is not None:
+            cap = min(cap, _embedded_side(dit) or cap)
             max_height = min(max_height or cap * ph * factor, cap * ph * factor)
             max_width = min(max_width or cap * pw * factor, cap * pw * factor)
     return SizeRule(name, height_m, width_m, max_height, max_width)

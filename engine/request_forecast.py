@@ -79,7 +79,8 @@ def scaled_profile(profile: RequestProfile, size: RequestSize) -> RequestProfile
 
 
 def dit_profile(plan: Plan, profile: RequestProfile | None) -> DitProfile | None:
-    blocks = tuple(b.nbytes for b in plan.blocks)
+    """One forward's profile (with two experts: one expert's blocks, `Plan.forward`)."""
+    blocks = tuple(b.nbytes for b in plan.forward[0])
     if profile is None or len(profile.block_compute_s) != len(blocks):
         return None
     forward = sum(profile.block_compute_s) + profile.other_s
@@ -95,7 +96,7 @@ def phase_bytes(profile: RequestProfile | None) -> PhaseBytes:
 
 def dit_fixed_bytes(plan: Plan) -> int:
     """Device weights outside the DiT's blocks: resident components and DiT non-block weights."""
-    resident_blocks = sum(b.nbytes for b in plan.blocks if not b.streamed)
+    resident_blocks = sum(b.nbytes for b in plan.forward[0] if not b.streamed)
     return plan.forecast.device_resident_bytes - resident_blocks
 
 
@@ -107,7 +108,7 @@ def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | No
     notes: list[str] = []
     extras = phase_bytes(profile)
     f = plan.forecast
-    base = f.device_resident_bytes + plan.residency.slot_bytes(f.largest_streamed_block_bytes)
+    base = f.device_resident_bytes + f.streaming_slots * f.largest_streamed_block_bytes
     peaks = {
         "text_encoding": base + staged_bytes(plan, "encoder") + extras.text_extra,
         "denoise": base + extras.denoise_extra,
@@ -120,7 +121,7 @@ def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | No
     dit = dit_profile(plan, profile)
     step_s = floor_s = None
     if dit is not None and (bandwidth or not f.num_streamed_blocks):
-        choice = evaluate(dit, plan.residency, bandwidth or 1.0, dit_fixed_bytes(plan))
+        choice = evaluate(dit, plan.forward[1], bandwidth or 1.0, dit_fixed_bytes(plan))
         serial = choice.forward.compute_s + choice.forward.transfer_s
         step_s = choice.step_s if overlap else serial * dit.forwards_per_step
         floor_s = (choice.forward.floor_s if overlap else serial) * dit.forwards_per_step
@@ -134,13 +135,17 @@ def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | No
                            notes=notes)
 
 
-def known_profile(plan: Plan, size: RequestSize, device: str) -> tuple[RequestProfile | None, Source]:
-    """This size's cached profile ("cached"), else another size's scaled to it ("estimated"), else none."""
+def known_profile(plan: Plan, size: RequestSize, device: str,
+                  notes: list[str] | None = None) -> tuple[RequestProfile | None, Source]:
+    """This size's cached profile ("cached"), else another size's scaled to it ("estimated"), else none.
+
+    A cached profile that cannot be used (not a regular file, too large, numbers out of range) is
+    ignored with one line in `notes`."""
     model = plan.model
-    profile = load_profile(model.path, model.nbytes, device, size)
+    profile = load_profile(model.path, model.nbytes, device, size, notes)
     if profile is not None:
         return profile, "cached"
-    other = any_profile(model.path, model.nbytes, device)
+    other = any_profile(model.path, model.nbytes, device, notes)
     return (scaled_profile(other, size) if other is not None else None), "estimated"
 
 
@@ -148,7 +153,8 @@ def forecast_for(plan: Plan, size: RequestSize, device: str, observed_bandwidth:
                  probe_bandwidth: float | None = None) -> RequestForecast:
     """The forecast from what is known (`known_profile`); the link rate as the streamer observed it,
     else the cached one, else the probe's."""
-    profile, source = known_profile(plan, size, device)
+    cache_notes: list[str] = []
+    profile, source = known_profile(plan, size, device, cache_notes)
     bw_source: Source
     if observed_bandwidth:
         bandwidth, bw_source = observed_bandwidth, "measured"
@@ -156,4 +162,6 @@ def forecast_for(plan: Plan, size: RequestSize, device: str, observed_bandwidth:
         bandwidth, bw_source = profile.bandwidth_bytes_per_s, "cached"
     else:
         bandwidth, bw_source = probe_bandwidth, "estimated"
-    return forecast_request(plan, size, profile, source, bandwidth, bw_source, overlap=device != "cpu")
+    forecast = forecast_request(plan, size, profile, source, bandwidth, bw_source, overlap=device != "cpu")
+    forecast.notes[:0] = cache_notes
+    return forecast

@@ -19,12 +19,34 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .cache_dir import cache_root
+from .cache_dir import CacheFileError, cache_root, read_cache_file
 
 PROFILE_VERSION = 1
+MAX_PROFILE_BYTES = 4 << 20  # 100,000 blocks' timings fit; a profile is never larger
+MAX_PROFILE_FILES = 2048  # `any_profile` reads no more than this many files of the folder
+MAX_BLOCKS = 100_000
+
+# Bounds for what the cache may say: it is input too (a negative, NaN or infinite number would
+# otherwise reach the forecast, the screen and `plan --json`).
+Seconds = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
+Bytes = Annotated[int, Field(ge=0, le=1 << 60)]
+Dim = Annotated[int, Field(ge=1, le=1 << 20)]
+
+
+class _CachedSize(BaseModel):
+    """A `RequestSize` as a profile file may state it (user flags are checked by the CLI, not here)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    height: Dim | None = None
+    width: Dim | None = None
+    frames: Dim | None = None
+    max_sequence_length: Dim | None = None
+    guidance: Annotated[float, Field(ge=-1e6, le=1e6, allow_inf_nan=False)] | None = None
 
 
 class RequestSize(BaseModel):
@@ -48,19 +70,21 @@ class RequestProfile(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    version: int = PROFILE_VERSION
-    model: str = Field(description="model directory, resolved")
-    model_bytes: int
-    device: str = Field(description="device name, e.g. 'NVIDIA H200' or 'cpu'")
+    version: Literal[1] = PROFILE_VERSION
+    model: str = Field(description="model directory, resolved", max_length=4096)
+    model_bytes: Bytes
+    device: str = Field(description="device name, e.g. 'NVIDIA H200' or 'cpu'", max_length=256)
     size: RequestSize
-    block_compute_s: list[float] = Field(description="per DiT block (execution order), one forward")
-    other_s: float = Field(description="per forward, outside the blocks (embeddings, scheduler step)")
-    forwards_per_step: int
-    text_extra_bytes: int | None = None
-    denoise_extra_bytes: int | None = None
-    decode_extra_bytes: int | None = None
-    bandwidth_bytes_per_s: float | None = Field(None, description="the streamer's async copies, bytes / seconds")
-    measured_at: str
+    block_compute_s: list[Seconds] = Field(description="per DiT block (execution order), one forward",
+                                           max_length=MAX_BLOCKS)
+    other_s: Seconds = Field(description="per forward, outside the blocks (embeddings, scheduler step)")
+    forwards_per_step: int = Field(ge=1, le=16)
+    text_extra_bytes: Bytes | None = None
+    denoise_extra_bytes: Bytes | None = None
+    decode_extra_bytes: Bytes | None = None
+    bandwidth_bytes_per_s: Annotated[float, Field(gt=1.0, le=1e15, allow_inf_nan=False)] | None = Field(
+        None, description="the streamer's async copies, bytes / seconds")
+    measured_at: str = Field(max_length=64)
 
 
 def device_name(device: object) -> str:
@@ -80,29 +104,77 @@ def profile_path(model: Path, model_bytes: int, device: str, size: RequestSize) 
     return profile_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
 
-def load_profile(model: Path, model_bytes: int, device: str, size: RequestSize) -> RequestProfile | None:
-    """The cached profile, or None (none yet, or unreadable: a profile is only ever a cache)."""
+def read_profile(path: Path) -> RequestProfile | None:
+    """One profile file: None when absent; `CacheFileError` (the reason) when it cannot be used.
+
+    Regular files only, bounded in size (`read_cache_file`), and every number finite and in range.
+    """
+    raw = read_cache_file(path, MAX_PROFILE_BYTES)
+    if raw is None:
+        return None
+    try:
+        profile = RequestProfile.model_validate_json(raw)
+        _CachedSize.model_validate(profile.size.model_dump())
+    except ValidationError as exc:
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = tuple(first.get("loc", ()))
+        if exc.title == _CachedSize.__name__:
+            loc = ("size", *loc)
+        where = ".".join(str(p) for p in loc) or "document"
+        raise CacheFileError(f"is not a valid profile ({where}: {first.get('msg', 'invalid')})"[:200]) from None
+    except (ValueError, RecursionError):
+        raise CacheFileError("is not a valid profile") from None
+    return profile
+
+
+def _ignored(path: Path, reason: str) -> str:
+    return f"cached profile {path} ignored: {reason}"
+
+
+def load_profile(model: Path, model_bytes: int, device: str, size: RequestSize,
+                 notes: list[str] | None = None) -> RequestProfile | None:
+    """The cached profile, or None (none yet, or unusable: a profile is only ever a cache).
+
+    An unusable one adds one line to `notes` saying which file and why."""
     path = profile_path(model, model_bytes, device, size)
     try:
-        return RequestProfile.model_validate_json(path.read_text())
-    except (OSError, ValueError):
+        return read_profile(path)
+    except CacheFileError as exc:
+        if notes is not None:
+            notes.append(_ignored(path, str(exc)))
         return None
 
 
-def any_profile(model: Path, model_bytes: int, device: str) -> RequestProfile | None:
-    """The newest cached profile of this model on this device at any size (to scale from)."""
+def any_profile(model: Path, model_bytes: int, device: str,
+                notes: list[str] | None = None) -> RequestProfile | None:
+    """The newest cached profile of this model on this device at any size (to scale from).
+
+    At most `MAX_PROFILE_FILES` files are read; unusable ones are skipped with one note in all."""
     found: list[RequestProfile] = []
     root = profile_dir()
     if not root.is_dir():
         return None
     resolved = str(Path(model).resolve())
-    for path in root.glob("*.json"):
+    bad: list[tuple[Path, str]] = []
+    try:
+        with os.scandir(root) as entries:
+            paths = [Path(e.path) for _, e in zip(range(MAX_PROFILE_FILES), entries, strict=False)
+                     if e.name.endswith(".json")]
+    except OSError:
+        return None
+    for path in sorted(paths):
         try:
-            p = RequestProfile.model_validate_json(path.read_text())
-        except (OSError, ValueError):
+            p = read_profile(path)
+        except CacheFileError as exc:
+            bad.append((path, str(exc)))
             continue
-        if p.model == resolved and p.model_bytes == model_bytes and p.device == device:
+        if p is not None and p.model == resolved and p.model_bytes == model_bytes and p.device == device:
             found.append(p)
+    if notes is not None:
+        bad = [b for b in bad if _ignored(*b) not in notes]  # the exact-size one is noted already
+    if bad and notes is not None:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        notes.append(_ignored(*bad[0]) + more)
     return max(found, key=lambda p: p.measured_at, default=None)
 
 

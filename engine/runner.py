@@ -133,7 +133,8 @@ class StepClock:
             self.latent_shape = tuple(latents.shape)
         stats = self.streamer.take_step_stats() if self.streamer is not None else None
         timing = StepTiming(request_id=self.request_id, step=step + 1, total_steps=self.total_steps, wall_s=wall,
-                            stall_s=stats.stall_s if stats else 0.0, h2d_bytes=stats.h2d_bytes if stats else 0)
+                            stall_s=stats.stall_s if stats else 0.0, h2d_bytes=stats.h2d_bytes if stats else 0,
+                            sync_fetches=stats.sync_fetches if stats else 0)
         self.steps.append(timing)
         self.bus.publish(timing)
         self.started = None
@@ -189,7 +190,8 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
         kwargs["callback_on_step_end"] = clock.on_step_end
     decode = DecodeMeter(device)
     undo_decode = decode.install(getattr(pipe, "vae", None))
-    handles = [dit.register_forward_pre_hook(clock.on_dit_forward) for dit in dits]
+    # first among the DiT's pre-hooks: an expert switch (engine/expert_switch.py) counts in its step
+    handles = [dit.register_forward_pre_hook(clock.on_dit_forward, prepend=True) for dit in dits]
     try:
         sync(device)
         call_start = time.perf_counter()

@@ -27,11 +27,24 @@ def kind_of(mode: int) -> str:
 def check_segment(name: object, where: str) -> str:
     """A component name must be one plain path segment: it becomes a folder name under the model root."""
     if not isinstance(name, str) or not name:
-        raise ModelDirError(f"{where}: component name {name!r} is empty or not a string (names are folder names)")
+        raise ModelDirError(f"{where}: component name {name!r:.80} is empty or not a string (names are folder names)")
     if name in (".", "..") or any(c in name for c in "/\\\0"):
-        raise ModelDirError(f"{where}: component name {name!r} is not a plain folder name "
+        raise ModelDirError(f"{where}: component name {name!r:.80} is not a plain folder name "
                             "(paths outside the model directory are never opened)")
+    check_name_length(name, f"{where}: component name")
     return name
+
+
+NAME_MAX = 255  # bytes of one file name on Linux, macOS and Windows file systems
+
+
+def check_name_length(name: str, where: str) -> None:
+    """A folder or file name longer than any file system allows is refused (its path could not even be
+    looked up: `File name too long`), shown cut short: such a name can be a megabyte."""
+    for part in name.split("/"):
+        if len(part.encode("utf-8", "surrogatepass")) > NAME_MAX:
+            raise ModelDirError(f"{where} {part!r:.60}… is {len(part.encode('utf-8', 'surrogatepass'))} bytes long "
+                                f"(a file name has at most {NAME_MAX})")
 
 
 def check_relative_file(value: object, where: str) -> str:
@@ -41,6 +54,7 @@ def check_relative_file(value: object, where: str) -> str:
     if not value or "\0" in value or "\\" in value or any(p in ("", ".", "..") for p in value.split("/")):
         raise ModelDirError(f"{where}: {value!r:.80} is not a file inside the component folder "
                             "(paths outside the model directory are never opened)")
+    check_name_length(value, f"{where}: file name")
     return value
 
 

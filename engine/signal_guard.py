@@ -1,9 +1,10 @@
-"""Let a critical file operation clean up when the process is asked to stop (SIGTERM, Ctrl-C).
+"""Let a critical file operation clean up when the process is asked to stop (SIGTERM, SIGHUP, Ctrl-C).
 
-Python's default SIGTERM disposition kills the process at once, so no ``finally`` runs and a temp
-folder would be left behind. Inside ``SignalGuard`` SIGTERM raises ``SystemExit(143)`` instead (143 =
-128 + 15, what a shell reports for a process ended by SIGTERM) and SIGINT raises ``KeyboardInterrupt``
-as usual; both unwind through the caller's ``finally``. ``held()`` delays them across a step that must
+Python's default SIGTERM and SIGHUP dispositions kill the process at once, so no ``finally`` runs and
+a temp file or folder would be left behind. Inside ``SignalGuard`` SIGTERM raises ``SystemExit(143)``
+instead (143 = 128 + 15, what a shell reports for a process ended by SIGTERM), SIGHUP (a closed
+terminal or ssh session) ``SystemExit(129)``, and SIGINT raises ``KeyboardInterrupt`` as usual; all
+unwind through the caller's ``finally``. ``held()`` delays them across a step that must
 not stop half-way (a rename pair), delivering them right after.
 """
 
@@ -22,13 +23,14 @@ EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
 class SignalGuard:
-    """During a build, SIGTERM / SIGINT raise (so ``finally`` cleans up); inside ``held()`` they wait.
+    """During a build or a write, SIGTERM / SIGHUP / SIGINT raise (``finally`` cleans up); in ``held()`` they wait.
 
     Installed only in the main thread and only over the default dispositions: a handler the embedding
     program set (or SIG_IGN) is its own decision and stays. The previous handlers come back on exit.
     """
 
-    _DEFAULTS = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
+    _DEFAULTS = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler,
+                 **({signal.SIGHUP: signal.SIG_DFL} if hasattr(signal, "SIGHUP") else {})}
 
     def __init__(self) -> None:
         self._previous: dict[int, object] = {}
@@ -57,7 +59,7 @@ class SignalGuard:
     def _raise(signum: int) -> None:
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
-        raise SystemExit(EXIT_TERMINATED)
+        raise SystemExit(128 + signum)
 
     @contextmanager
     def held(self) -> Iterator[None]:

@@ -7,7 +7,8 @@ streamer's copy schedule (`step_forecast.replay_forward`) and its denoise-phase 
     fixed device bytes (DiT non-block weights, resident components)
   + resident block bytes + k x largest streamed block + DiT activations at the requested size.
 
-The fastest candidate whose peak fits wins; among equally fast ones (within 0.5 %), the smaller peak.
+The fastest candidate whose peak fits wins; among equally fast ones (within 0.5 % of the fastest),
+the smaller peak. `stream_search` finds it without replaying every candidate.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from ..offload.residency import PLACEMENTS, BlockResidency
 from ..offload.units import align_up
 from .step_forecast import ForwardTime, replay_forward
+from .stream_search import StreamTable
 
 RING_DEPTHS = (2, 3, 4, 6, 8, 12, 16, 24, 32)
 TIE = 0.005  # candidates within 0.5 % of the fastest count as equally fast
@@ -85,21 +87,20 @@ def candidates(num_blocks: int, depths: Sequence[int] = RING_DEPTHS) -> Iterator
 
 
 def choose_streaming(profile: DitProfile, bandwidth: float, fixed_bytes: int, budget: int | None,
-                     placements: Sequence[str] = PLACEMENTS, phase_extra: int = 0
-                     ) -> tuple[StreamChoice | None, StreamChoice]:
-    """(the fastest choice within `budget` or None, the choice with the smallest peak)."""
-    best: StreamChoice | None = None
-    smallest: StreamChoice | None = None
-    for residency in candidates(len(profile.block_bytes)):
-        if residency.placement not in placements and residency.num_streamed:
-            continue
-        c = evaluate(profile, residency, bandwidth, fixed_bytes, phase_extra)
-        if smallest is None or c.peak_bytes < smallest.peak_bytes:
-            smallest = c
-        if budget is not None and c.peak_bytes > budget:
-            continue
-        if best is None or c.step_s < best.step_s * (1 - TIE) or \
-                (c.step_s <= best.step_s * (1 + TIE) and c.peak_bytes < best.peak_bytes):
-            best = c
-    assert smallest is not None
-    return best, smallest
+                     placements: Sequence[str] = PLACEMENTS, phase_extra: int = 0,
+                     table: StreamTable | None = None) -> tuple[StreamChoice | None, StreamChoice]:
+    """(the fastest choice within `budget` or None, the choice with the smallest peak).
+
+    Among the candidates that fit, the fastest step wins; among those within `TIE` of it, the smallest
+    peak, then the first in `candidates` order. Searched in polynomial time (`stream_search`); pass
+    the `table` of an earlier call with the same profile, bandwidth and placements to reuse it."""
+    table = table or StreamTable(profile, bandwidth, placements)
+    above = fixed_bytes + max(profile.activation_bytes, phase_extra)  # peak = above + the candidate's room
+    smallest = evaluate(profile, table.residency(table.least_room()), bandwidth, fixed_bytes, phase_extra)
+    if budget is None:
+        index = table.choose(2**62, TIE)
+    else:
+        index = table.choose(budget - above, TIE) if budget >= above else None
+    if index is None:
+        return None, smallest
+    return evaluate(profile, table.residency(index), bandwidth, fixed_bytes, phase_extra), smallest

@@ -9,7 +9,11 @@ pipeline module, a library name that is really a `.py` file) must never run, so:
   transformers model, tokenizer, processor, image processor or feature extractor (or an `Auto*`);
 - a component that is itself a pipeline (a nested pipeline) is refused: loading it would read a
   second `model_index.json` and build its own components outside this engine's checks;
-- the pipeline class (`_class_name` of `model_index.json`) is a diffusers `DiffusionPipeline`.
+- the pipeline class (`_class_name` of `model_index.json`) is a diffusers `DiffusionPipeline`;
+- a "library" naming one of diffusers' own pipeline packages (the hub's SD1.5 saves its safety
+  checker as `["stable_diffusion", "StableDiffusionSafetyChecker"]`, which diffusers loads from
+  `diffusers.pipelines.stable_diffusion`) is accepted for a model class that package itself defines,
+  as `DiffusionPipeline.from_pretrained` resolves it; anything it re-exports from elsewhere is not.
 
 Discovery (`check_component`, `check_pipeline`) decides from the installed packages' lazy-import
 tables and source (`class_index`), without importing either library; the loader
@@ -22,7 +26,7 @@ from __future__ import annotations
 import importlib
 import re
 
-from .class_index import ClassRef, exports, find_class
+from .class_index import ClassRef, exports, find_class, find_pipeline_package_class, pipeline_package
 from .errors import ModelDirError
 
 ALLOWED_LIBRARIES = ("diffusers", "transformers")
@@ -46,7 +50,18 @@ def library_defines(library: str, name: object) -> bool:
     return isinstance(name, str) and bool(_IDENTIFIER.match(name)) and exports(library, name)
 
 
+def is_pipeline_package(library: object) -> bool:
+    """A "library" that is one of the installed diffusers' pipeline packages (read from its files)."""
+    return isinstance(library, str) and library not in ALLOWED_LIBRARIES and pipeline_package(library) is not None
+
+
 def _find(library: object, class_name: object, where: str) -> ClassRef:
+    if is_pipeline_package(library):
+        ref = find_pipeline_package_class(str(library), class_name) if isinstance(class_name, str) else None
+        if ref is None:
+            raise ModelDirError(f"{where}: diffusers.pipelines.{library} defines no class {class_name!r:.60} "
+                                f"({_NO_CODE})")
+        return ref
     library = _check_library(library, where)
     if not library_defines(library, class_name):
         raise ModelDirError(f"{where}: {library} has no class {class_name!r:.60} ({_NO_CODE})")
@@ -62,7 +77,7 @@ def check_component(library: object, class_name: object, where: str) -> ClassRef
     Decided from the installed packages' files; nothing is imported.
     """
     ref = _find(library, class_name, where)
-    if ref.kind == "pipeline":
+    if ref.kind in ("pipeline", "modular"):
         raise ModelDirError(f"{where}: {library}.{class_name} is a pipeline; nested pipelines are refused "
                             "(a component must be a model, scheduler, tokenizer or processor)")
     if ref.kind == "other":
@@ -79,7 +94,23 @@ def check_pipeline(class_name: object, where: str) -> ClassRef:
     return ref
 
 
+def _import_pipeline_package_class(library: str, class_name: str, where: str) -> type:
+    """`getattr(diffusers.pipelines.<library>, class_name)`, as diffusers' loader does, checked to be defined
+    in that package (after `_find` read the same from its source)."""
+    package = f"diffusers.pipelines.{library}"
+    try:
+        cls = getattr(importlib.import_module(package), class_name)
+    except Exception as exc:
+        raise ModelDirError(f"{where}: {package}.{class_name} cannot be imported ({str(exc).splitlines()[0][:80]})") \
+            from None
+    if not isinstance(cls, type) or not cls.__module__.startswith(package + "."):
+        raise ModelDirError(f"{where}: {package}.{class_name} is not a diffusers class ({_NO_CODE})")
+    return cls
+
+
 def _import_class(library: object, class_name: object, where: str) -> type:
+    if is_pipeline_package(library):
+        return _import_pipeline_package_class(str(library), str(class_name), where)
     module = _library(library, where)
     library = module.__name__
     if not library_defines(library, class_name):
@@ -103,6 +134,8 @@ def _is_pipeline(cls: type) -> bool:
 
 
 def _loadable_bases(library: str) -> tuple[type, ...]:
+    if library not in ALLOWED_LIBRARIES:  # a diffusers pipeline package: diffusers' or transformers' kinds
+        return _loadable_bases("diffusers") + _loadable_bases("transformers")
     module = importlib.import_module(library)
     names = (("ModelMixin", "SchedulerMixin", "AutoModel") if library == "diffusers" else
              ("PreTrainedModel", "PreTrainedTokenizerBase", "ProcessorMixin", "ImageProcessingMixin",
@@ -143,6 +176,10 @@ def accepts_trust_remote_code(library: str | None, cls: type) -> bool:
     """Whether `cls.from_pretrained` takes `trust_remote_code` (every transformers class; diffusers' AutoModel)."""
     if library == "transformers":
         return True
+    if library not in ALLOWED_LIBRARIES:  # a transformers model diffusers defines (SD's safety checker)
+        from transformers import PreTrainedModel
+
+        return issubclass(cls, PreTrainedModel)
     import diffusers
 
     return cls is getattr(diffusers, "AutoModel", None)

@@ -30,6 +30,8 @@ __all__ = ["DTYPES", "PICKLE_SUFFIXES", "ModelDirError", "TensorInfo", "WeightSe
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 MAX_JSON_BYTES = 64 * 2**20  # far above any real config or shard index; bounds what a hostile file costs
+# tensors in one component (real ones: a few thousand at most); bounds discovery's time and memory
+MAX_TENSORS = 65_536
 
 # safetensors dtype tags → (torch-style name, bytes per element)
 DTYPES: dict[str, tuple[str, float]] = {
@@ -75,7 +77,9 @@ def read_header(path: Path) -> list[TensorInfo]:
     try:
         with safe_open(str(path), framework="numpy") as handle:  # headers only: "pt" would import torch
             infos = []
-            for name in handle.keys():  # noqa: SIM118 - safe_open is not iterable
+            names = handle.keys()
+            _check_tensor_count(path, len(names))
+            for name in names:
                 tensor_slice = handle.get_slice(name)
                 tag = tensor_slice.get_dtype()
                 if tag not in DTYPES:
@@ -88,6 +92,12 @@ def read_header(path: Path) -> list[TensorInfo]:
         raise ModelDirError(f"{path}: cannot read (permission denied)") from None
     except OSError as exc:
         raise ModelDirError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def _check_tensor_count(where: Path, count: int) -> None:
+    if count > MAX_TENSORS:
+        raise ModelDirError(f"{where}: {count} tensors, more than the {MAX_TENSORS} omni-console reads for one "
+                            "component (no real checkpoint has that many)")
 
 
 def _short(exc: Exception) -> str:
@@ -165,21 +175,40 @@ def _require_regular_names(folder: Path, names: list[str]) -> None:
                                 "(only regular files are read)")
 
 
-def _shards(index_path: Path, folder: Path) -> tuple[list[str], frozenset[str]]:
-    """The shard file names of a sharded index (each a checked file name inside the folder) and the
-    tensor names it lists."""
+def _shard_names(index_path: Path) -> tuple[set[str], frozenset[str]]:
+    """The shard file names an index lists, each a checked `.safetensors` name inside the folder.
+
+    A library's sharded loader picks its reader by the shard's suffix (`torch.load` for anything that
+    is not `.safetensors`), so a name with another suffix is refused here, whatever the file holds."""
     weight_map = load_json(index_path).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise ModelDirError(f"{index_path}: missing or empty 'weight_map'")
     shards = set()
     for tensor, shard in weight_map.items():
-        shards.add(check_relative_file(shard, f"{index_path}: weight_map[{tensor!r:.80}]"))
+        where = f"{index_path}: weight_map[{_clip(tensor)!r}]"
+        name = check_relative_file(shard, where)
+        if not name.endswith(".safetensors"):
+            raise ModelDirError(f"{where} names {_clip(name)!r}, not a .safetensors file (a library would "
+                                "unpickle it; only safetensors are read)")
+        shards.add(name)
+    return shards, frozenset(weight_map)
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    """A name from the directory as an error shows it: at most `limit` characters (names can be 1 MB)."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _shards(index_path: Path, folder: Path) -> tuple[list[str], frozenset[str]]:
+    """The shard file names of a sharded index (each a checked `.safetensors` file inside the folder)
+    and the tensor names it lists."""
+    shards, listed = _shard_names(index_path)
     for shard in sorted(shards):
         path = folder / shard
         if not path.exists():
             raise ModelDirError(f"{index_path}: shard {shard} is missing")
         require_regular(path, "shard")
-    return sorted(shards), frozenset(weight_map)
+    return sorted(shards), listed
 
 
 def find_weights(folder: Path, variant: str | None = None, *, pickle_only_is_error: bool = True) -> WeightSet | None:
@@ -211,6 +240,9 @@ def find_weights(folder: Path, variant: str | None = None, *, pickle_only_is_err
     chosen = variant
     if variant is None and not has_plain:
         chosen = variants_present[0]  # variant-only folder
+    for other in indexes:  # an index we do not read names only safetensors too: a library might read it
+        if _variant_of(other) != chosen:
+            _shard_names(folder / other)
     index = next((n for n in indexes if _variant_of(n) == chosen), None)
     if index is not None:
         index_path = folder / index
@@ -227,6 +259,7 @@ def read_weight_set(weights: WeightSet) -> list[TensorInfo]:
     tensors: list[TensorInfo] = []
     for file in weights.files:
         tensors.extend(read_header(file))
+        _check_tensor_count(weights.index or file, len(tensors))
     if weights.index is not None:
         found = {t.name for t in tensors}
         missing = sorted(weights.listed - found)

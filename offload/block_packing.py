@@ -196,7 +196,8 @@ def pack_block(b: Block, arena: torch.Tensor, device: torch.device) -> None:
         else:
             x = p.binding
             assert x is not None
-            typed_view(arena, base + x.offset, x.dtype, x.shape, x.stride).copy_(p.source)
+            # detached: weights keep requires_grad as from_pretrained leaves it; the arena records no graph
+            typed_view(arena, base + x.offset, x.dtype, x.shape, x.stride).copy_(p.source.detach())
     b.pieces = []  # release references to the original storage
     b.packed = True
     for x in b.bindings:

@@ -46,6 +46,7 @@ class BlockRing:
     _stall_s: float
     _h2d_bytes: int
     _transfers: int
+    _sync_fetches: int
     _async_bytes: int
     _async_seconds: float
     _upcast: BlockUpcast | None
@@ -135,6 +136,7 @@ class BlockRing:
             else:
                 self._load(k, self._free_slot(k), sync=True)
                 synced = True
+                self._sync_fetches += 1  # the ring missed: compute waits for the whole copy
         slot = b.slot
         assert slot is not None
         ready = self._slot_ready[slot]

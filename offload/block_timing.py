@@ -56,8 +56,9 @@ class BlockTimer:
 
         return hook
 
-    def take(self) -> tuple[list[float], int]:
-        """(median seconds per forward of each block, forwards of block 0) since the last call; waits
+    def take(self, firsts: Sequence[int] = (0,)) -> tuple[list[float], int]:
+        """(median seconds per forward of each block, forwards: those of the blocks `firsts`, the first block
+        of each alternative DiT (two experts run one per forward), added) since the last call; waits
         for outstanding events on CUDA. The median, because a request's first forward runs cold
         (kernel selection, allocator growth) and would pull a mean up. A block that never ran gets 0.0."""
         means: list[float] = []
@@ -66,7 +67,7 @@ class BlockTimer:
                 marks[-1][1].synchronize()
             seconds = [(e.elapsed_time(f) / 1000.0 if self._cuda else f - e) for e, f in marks]
             means.append(statistics.median(seconds) if seconds else 0.0)
-        forwards = len(self._marks[0]) if self._marks else 0
+        forwards = sum(len(self._marks[i]) for i in firsts if i < len(self._marks))
         self._marks = [[] for _ in self._marks]
         return means, forwards
 

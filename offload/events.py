@@ -96,7 +96,10 @@ class OomRetry(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepTiming(Event):
-    """One denoise step: wall time and the time compute waited on weight transfers."""
+    """One denoise step: wall time and the time compute waited on weight transfers.
+
+    `sync_fetches`: DiT blocks the streamer had to copy synchronously (the ring's order missed them;
+    after the first step of a request, with the order checked against the first forward: 0)."""
 
     request_id: int
     step: int
@@ -104,6 +107,7 @@ class StepTiming(Event):
     wall_s: float
     stall_s: float
     h2d_bytes: int = 0
+    sync_fetches: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,6 +154,40 @@ class Replanned(Event):
     `ring_bytes`: the streaming ring's warm-up copies; `seconds`: wall time, synchronized."""
 
     summary: str
+    copied_bytes: int
+    freed_bytes: int
+    ring_bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockOrderCorrected(Event):
+    """A DiT's first forward ran its block lists in another order than the plan's (read from source):
+    the streamer, the plan and the profile follow the observed order from then on (and it is cached,
+    so later plans of this model show it). `planned` / `observed`: the block lists, in each order."""
+
+    dit: str
+    planned: tuple[str, ...]
+    observed: tuple[str, ...]
+    summary: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpertSwitched(Event):
+    """Two experts share the device budget (Wan 2.2 A14B): one expert's resident blocks were released and
+    the other's placed, from their pinned masters.
+
+    `reason`: "boundary" (the pipeline called the other expert: diffusers' boundary step) or "request end"
+    (back to the first expert, so every request starts as the load left it). `timestep`: the timestep of
+    the forward that triggered it (None at the request's end). `copied_bytes`: the new expert's resident
+    blocks copied host→device; `freed_bytes`: the old expert's released; `ring_bytes`: the ring's warm-up
+    copies; `seconds`: wall time, synchronized."""
+
+    request_id: int | None
+    from_expert: str
+    to_expert: str
+    reason: str
+    timestep: float | None
     copied_bytes: int
     freed_bytes: int
     ring_bytes: int

@@ -126,20 +126,26 @@ class OffloadPolicy(BaseModel):
             return "default"
         return "implicit"
 
-    def check_against(self, auxiliary_names: Iterable[str], dit_names: Iterable[str], num_dit_blocks: int) -> None:
-        """Post-discovery checks, before anything is allocated or moved."""
+    def check_against(self, auxiliary_names: Iterable[str], dit_names: Iterable[str], num_dit_blocks: int,
+                      *, unet_names: Iterable[str] = ()) -> None:
+        """Post-discovery checks, before anything is allocated or moved. `unet_names`: UNets, whose blocks
+        DLO streams as it does a DiT's (counted in `num_dit_blocks`)."""
         allowed = {DEFAULT_KEY, *auxiliary_names}
         unknown = sorted(k for k in self.dlo_offload_components if k not in allowed)
+        unets = set(unet_names)
         if unknown:
-            dits = sorted(set(unknown) & set(dit_names))
-            hint = f" ({', '.join(dits)} {'is a DiT' if len(dits) == 1 else 'are DiTs'})" if dits else ""
+            dits = sorted(set(unknown) & set(dit_names) - unets)
+            hints = [f"{', '.join(dits)} {'is a DiT' if len(dits) == 1 else 'are DiTs'}"] if dits else []
+            hints += [f"{name} is a UNet, streamed block by block like a DiT" for name in sorted(set(unknown) & unets)]
+            hint = f" ({'; '.join(hints)})" if hints else ""
             raise PolicyError(
                 f"{OPTION} contains unknown auxiliary components: {unknown}{hint}. "
                 f"DLO always owns DiT offload. Allowed keys: {sorted(allowed)}"
             )
         if self.resident_layers > num_dit_blocks:
+            kind = "UNet" if unets and not set(dit_names) - unets else "DiT"
             raise PolicyError(
-                f"resident_layers must be between 0 and {num_dit_blocks} (the model's DiT blocks), "
+                f"resident_layers must be between 0 and {num_dit_blocks} (the model's {kind} blocks), "
                 f"got {self.resident_layers}"
             )
 

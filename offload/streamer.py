@@ -75,12 +75,14 @@ class StepStats:
     """Transfer totals since the previous `take_step_stats()` call.
 
     `stall_s`: time compute waited on weight copies (exposed stall). `h2d_bytes` / `transfers`:
-    bytes and number of host-to-device block copies issued.
+    bytes and number of host-to-device block copies issued. `sync_fetches`: blocks found missing when
+    about to run and copied synchronously (the ring's order missed them; 0 once the order is right).
     """
 
     stall_s: float
     h2d_bytes: int
     transfers: int
+    sync_fetches: int = 0
 
 
 class LayerwiseStreamer(BlockRing):
@@ -95,6 +97,12 @@ class LayerwiseStreamer(BlockRing):
     resident block a device copy of its region: the arena then holds the whole DiT (pinned bytes =
     all blocks, not only the streamed ones), and in exchange `replan` can change which blocks are
     resident, where, and the ring's depth between requests by device copies alone.
+
+    `active` (one flag per block; default all) leaves the blocks marked False out of the ring: they are
+    *parked*, neither resident nor streamed, their bytes only in the arena (needs `keep_masters`). Two
+    experts of which one runs per forward (Wan 2.2 A14B) stream through one ring this way: the idle
+    expert's blocks are parked, so the ring cycles through the active expert's blocks alone, and
+    `replan(..., active=)` hands the device budget from one expert to the other.
     """
 
     def __init__(
@@ -110,6 +118,7 @@ class LayerwiseStreamer(BlockRing):
         keep_masters: bool = False,
         weights: DeferredWeights | None = None,
         compute_dtype: torch.dtype | None = None,
+        active: Sequence[bool] | None = None,
     ) -> None:
         self.device = as_device(device)
         # float8 tensors (fp8 storage) are converted to `compute_dtype` on the device (offload/upcast.py)
@@ -129,7 +138,8 @@ class LayerwiseStreamer(BlockRing):
             raise ValueError(f"residency covers {residency.num_blocks} blocks, the block lists hold {len(blocks)}")
         self.residency = residency
         self._blocks = [Block(name, m, resident=r) for (name, m), r in zip(blocks, residency.resident, strict=True)]
-        self._streamed = [b for b in self._blocks if not b.resident]
+        self.active = self._check_active(active)
+        self._streamed = self._ring_blocks()
         self._bus = bus or NullBus()
         self._pin = pin and self._cuda
         self._progress = progress
@@ -146,6 +156,7 @@ class LayerwiseStreamer(BlockRing):
         self._stall_s = 0.0
         self._h2d_bytes = 0
         self._transfers = 0
+        self._sync_fetches = 0
         self._resident_bytes = 0
         self._async_bytes = 0  # resolved asynchronous copies since attach: the link's rate as streamed
         self._async_seconds = 0.0
@@ -162,7 +173,12 @@ class LayerwiseStreamer(BlockRing):
 
     @property
     def num_resident(self) -> int:
-        return len(self._blocks) - len(self._streamed)
+        return sum(1 for b in self._blocks if b.resident)
+
+    @property
+    def num_parked(self) -> int:
+        """Blocks left out of the ring (`active` False, not resident): only their masters exist."""
+        return len(self._blocks) - self.num_resident - len(self._streamed)
 
     @property
     def streamed_bytes(self) -> int:
@@ -226,11 +242,14 @@ class LayerwiseStreamer(BlockRing):
                                         self.residency.placement)
         self._fill_ring()
 
-    def replan(self, residency: BlockResidency) -> ReplanStats:
+    def replan(self, residency: BlockResidency, active: Sequence[bool] | None = None) -> ReplanStats:
         """Carry out another residency between requests, from the arena's masters (no disk, no repacking).
 
         Blocks that become resident get a device copy of their region; blocks that become streamed
         free theirs and join the ring; the ring is rebuilt with the new depth. Needs `keep_masters`.
+        `active` parks the blocks it marks False (see the class); default: every block active. Between
+        two forwards (an expert switch inside a request) it is as safe as between requests: it waits
+        for the device before it frees anything.
         """
         if not self.keep_masters:
             raise RuntimeError("this streamer keeps no host copy of its resident blocks: load with live re-plan on")
@@ -242,14 +261,17 @@ class LayerwiseStreamer(BlockRing):
         self._clear_ring()
         self._remove_hooks()
         copied = freed = 0
-        for b, resident in zip(self._blocks, residency.resident, strict=True):
+        pairs = list(zip(self._blocks, residency.resident, strict=True))
+        for b, resident in pairs:  # every release before any copy: the peak never holds both sets
+            if b.resident and not resident:
+                freed += self._drop_resident(b)
+                b.resident = False
+        for b, resident in pairs:
             if resident and not b.resident:
                 b.resident = True
                 copied += self._make_resident(b)
-            elif b.resident and not resident:
-                freed += self._drop_resident(b)
-                b.resident = False
-        self._streamed = [b for b in self._blocks if not b.resident]
+        self.active = self._check_active(active)
+        self._streamed = self._ring_blocks()
         self.residency = residency
         self._resident_bytes = sum(b.tensor_bytes for b in self._blocks if b.resident)
         ring_before = self._h2d_bytes
@@ -257,6 +279,33 @@ class LayerwiseStreamer(BlockRing):
         synchronize(self.device)
         return ReplanStats(copied_bytes=copied, freed_bytes=freed, ring_bytes=self._h2d_bytes - ring_before,
                            seconds=time.perf_counter() - start)
+
+    @property
+    def block_names(self) -> list[str]:
+        """Every block (`LIST.i`, as the block lists were given), in the order the ring runs them."""
+        return [b.name for b in self._blocks]
+
+    def reorder(self, names: Sequence[str]) -> BlockResidency:
+        """Run the blocks in another order (`names`: every block name once), e.g. the order the model's
+        forward really calls them in; returns the residency that results.
+
+        Each block keeps its residency (nothing is moved between device and host, the arena is not
+        repacked); only the ring's order changes: hooks and slots are rebuilt and refilled from the new
+        first streamed block. Safe between two forwards, also inside a request."""
+        by_name = {b.name: b for b in self._blocks}
+        if sorted(names) != sorted(by_name) or len(set(names)) != len(names):
+            raise ValueError("a new block order must name every block exactly once")
+        attached = self._attached
+        if attached and self._streamed:
+            self._clear_ring()
+            self._remove_hooks()
+        self._blocks = [by_name[n] for n in names]
+        self._streamed = [b for b in self._blocks if not b.resident]
+        self.residency = BlockResidency(tuple(b.resident for b in self._blocks), self.residency.slots,
+                                        self.residency.placement)
+        if attached:
+            self._build_ring()
+        return self.residency
 
     def take_step_stats(self, wait: bool = False) -> StepStats:
         """Totals since the previous call (or since attach); emits every resolved StagingEvent.
@@ -268,11 +317,23 @@ class LayerwiseStreamer(BlockRing):
         them. `wait=True` resolves everything (teardown, tests).
         """
         self._absorb(self._clock.drain() if self._cuda and wait else self._clock.poll())
-        stats = StepStats(self._stall_s, self._h2d_bytes, self._transfers)
-        self._stall_s, self._h2d_bytes, self._transfers = 0.0, 0, 0
+        stats = StepStats(self._stall_s, self._h2d_bytes, self._transfers, self._sync_fetches)
+        self._stall_s, self._h2d_bytes, self._transfers, self._sync_fetches = 0.0, 0, 0, 0
         return stats
 
     # ------------------------------------------------------------------ attach / detach
+
+    def _check_active(self, active: Sequence[bool] | None) -> tuple[bool, ...]:
+        flags = tuple(active) if active is not None else (True,) * len(self._blocks)
+        if len(flags) != len(self._blocks):
+            raise ValueError(f"active covers {len(flags)} blocks, the streamer holds {len(self._blocks)}")
+        if not all(flags) and not self.keep_masters:
+            raise ValueError("parked blocks (active False) need keep_masters: their only copy is the arena's")
+        return flags
+
+    def _ring_blocks(self) -> list[Block]:
+        """The blocks the ring cycles through: streamed and active, in execution order."""
+        return [b for b, a in zip(self._blocks, self.active, strict=True) if not b.resident and a]
 
     def _attach(self) -> None:
         packed = self._blocks if self.keep_masters else self._streamed

@@ -12,6 +12,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
+from ...engine.plain_text import plain
 from ...offload.errors import ConfigError
 from ..size_arg import parse_size
 
@@ -42,7 +43,7 @@ class BudgetDialog(ModalScreen[int | None]):
         try:
             budget = parse_size(event.value, "the budget")
         except ConfigError as exc:
-            self.query_one("#budget-error", Static).update(str(exc))
+            self.query_one("#budget-error", Static).update(plain(exc))
             return
         self.dismiss(budget)
 

@@ -14,6 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from ...engine.plain_text import plain_lines
 from ...engine.runner import GenerateRequest
 from ...offload.errors import ConfigError
 from ..generate_form import RequestForm, parse_size
@@ -69,7 +70,7 @@ class GenerateDialog(ModalScreen[GenerateRequest | None]):
             request = self.build()
         except (ValueError, ConfigError) as exc:
             self.error = str(exc)
-            self.query_one("#gen-error", Static).update(self.error)
+            self.query_one("#gen-error", Static).update(plain_lines(self.error))
             return
         self.dismiss(request)
 

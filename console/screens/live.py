@@ -21,6 +21,7 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, Header, ProgressBar, Static
 
+from ...engine.plain_text import plain_lines
 from ...engine.plan import Plan
 from ...offload.events import Event, ForecastCheck, RequestPhases, StepTiming
 from ...offload.telemetry import TelemetrySnapshot
@@ -183,13 +184,13 @@ class LiveScreen(Screen[None]):
 
     def _show_status(self) -> None:
         text = f"{CANCELLING} · {self.status_text}" if self.cancelling else self.status_text
-        set_text(self.status_line, text)
+        set_text(self.status_line, plain_lines(text))  # may hold an error or a path from data
 
     def set_generation(self, text: str, done: int | None = None, total: int | None = None) -> None:
         self.gen_text = text
         if total is not None:
             self.gen_progress.update(total=max(total, 1), progress=done or 0)
-        set_text(self.gen_label, text)  # wraps: a saved path is shown whole
+        set_text(self.gen_label, plain_lines(text))  # wraps: a saved path is shown whole (controls escaped)
 
     def show_request_frames(self, frames: int | None) -> None:
         """A request starts: its frame count for a video pipeline (None hides the phase lines)."""

@@ -16,6 +16,7 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Log, Static
 
+from ...engine.plain_text import plain_lines
 from ...engine.plan import Plan
 from ...engine.request_forecast import RequestForecast
 from ...offload.events import LoadProgress
@@ -134,12 +135,12 @@ class PlanScreen(Screen[None]):
     def show_link(self, plan: Plan, link: LinkInfo, header: str, request: RequestForecast | None = None) -> None:
         """The parts that follow the machine (free memory, bandwidth): forecast and header."""
         self.forecast.show(plan, link, request)
-        self.header.update(header)
+        self.header.update(plain_lines(header))
 
     def set_status(self, text: str, severity: str = "") -> None:
         self.status = text
         status = self.status_line
-        status.update(text)
+        status.update(plain_lines(text))
         status.set_class(not text, "-empty")
         status.set_class(severity == "error", "-error")
         status.set_class(severity == "warning", "-warning")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, ProgressBar
 
+from ...engine.plain_text import plain
 from ...offload.events import LoadProgress
 from ...offload.units import format_bytes
 
@@ -44,7 +46,7 @@ class LoadProgressPanel(Vertical):
         self.query_one("#lp-status", Label).update("waiting for the engine…")
 
     def set_status(self, text: str) -> None:
-        self.query_one("#lp-status", Label).update(text)
+        self.query_one("#lp-status", Label).update(Text(plain(text)))
 
     def add_progress(self, event: LoadProgress) -> None:
         """Create or advance the component's bar; weightless components (tokenizers) get none."""
@@ -57,9 +59,10 @@ class LoadProgressPanel(Vertical):
         if name in self._rows:
             row, text, bar = self._rows[name]
             row.display = True
-            text.update(label)
+            text.update(Text(plain(label)))
         else:
-            text, bar = Label(label, classes="lp-label"), ProgressBar(total=event.total_bytes, show_eta=False)
+            text = Label(Text(plain(label)), classes="lp-label")
+            bar = ProgressBar(total=event.total_bytes, show_eta=False)
             row = Horizontal(text, bar, id=_row_id(name))
             self._rows[name] = (row, text, bar)
             self.mount(row)

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from ...engine.plain_text import plain
 from ...engine.plan import Plan
 from ...engine.request_forecast import RequestForecast
 from ...engine.stream_dtype import storage_note
@@ -31,8 +32,9 @@ def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = 
     (cached, or estimated from another size), the peak counts activations and the step time replaces
     the transfer time; otherwise both are the weights-only figures."""
     f = plan.forecast
-    r = plan.residency
-    placed = (f"{r.num_resident} resident ({r.placement}), {slots_text(f.streaming_slots)}"
+    r = plan.forward[1]  # one forward's blocks: with two experts, the running one's
+    each = " per expert, one expert on the device at a time" if plan.experts else ""
+    placed = (f"{r.num_resident} resident ({r.placement}){each}, {slots_text(f.streaming_slots)}"
               if f.num_streamed_blocks else "")
     weights_peak = (f"resident + {slots_text(f.streaming_slots)} × largest streamed block "
                     f"({format_bytes(f.largest_streamed_block_bytes)}) "
@@ -45,7 +47,8 @@ def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = 
         peak_row = ("device peak weights", format_bytes(f.peak_device_weight_bytes), weights_peak)
     rows = [
         ("device resident weights", format_bytes(f.device_resident_bytes),
-         "resident components + DiT non-block modules + resident DiT layers"),
+         "resident components + DiT non-block modules + resident DiT layers"
+         + (" (of the running expert only)" if plan.experts else "")),
         peak_row,
         host_memory_row(plan, link),
         ("streamed per step", format_bytes(f.streamed_bytes_per_forward),
@@ -161,9 +164,9 @@ class ForecastPanel(Static, can_focus=True):
             table.add_column(style="dim", overflow="fold")
         short = resolve(SHORT_STYLE, widget_variables(self))
         for label, value, note in self._shown:
-            cell = Text(value, style=short if value.startswith("NO") else "")
+            cell = Text(plain(value), style=short if value.startswith("NO") else "")
             if compact:
-                table.add_row(label, cell)
-            else:
-                table.add_row(label, cell, note)
+                table.add_row(Text(plain(label)), cell)
+            else:  # notes may name a cached profile's path: text, never markup
+                table.add_row(Text(plain(label)), cell, Text(plain(note)))
         self.update(table)

@@ -11,6 +11,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ...engine.export import vllm_flags, vllm_serve_command
+from ...engine.plain_text import plain
 from ...engine.plan import Plan
 
 
@@ -44,10 +45,10 @@ class PolicyPanel(Static, can_focus=True):
         grid.add_column(style="bold", no_wrap=True)
         grid.add_column(overflow="fold")
         grid.add_row("mode", policy.mode + ("  (no offload: baseline)" if policy.mode == "resident" else ""))
-        grid.add_row("--dlo-offload-components", Text(self.components_json, style="bold"))
+        grid.add_row("--dlo-offload-components", Text(plain(self.components_json), style="bold"))
         grid.add_row("--dlo-resident-layers", str(policy.resident_layers))
         if policy.mode == "dlo" and (policy.placement != "leading" or policy.prefetch_slots != 2):
             grid.add_row("streaming", f"{policy.placement} placement, {policy.prefetch_slots} prefetch slots")
-        grid.add_row("vllm serve", Text(self.command))
+        grid.add_row("vllm serve", Text(plain(self.command)))
         grid.add_row("", Text("c copies the command", style="dim") if not readonly else "")
         self.update(grid)

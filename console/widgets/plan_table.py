@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from rich.text import Text
 from textual.widgets import DataTable
 
+from ...engine.plain_text import plain
 from ...engine.plan import ComponentPlan, Plan
 from ...offload.units import format_bytes
 from ..plan_view import RESIDENCY_LABEL, RESIDENCY_STYLE, blocks_cell
@@ -41,10 +42,10 @@ def row_cells(c: ComponentPlan, readonly: bool, variables: Mapping[str, str]) ->
     """The row's cells; the residency is coloured with `variables` (the active theme's)."""
     style = "dim" if readonly else resolve(RESIDENCY_STYLE[c.residency], variables)
     info = c.info
-    return [
-        info.name, Text(residency_text(c), style=style), source_text(c), info.role,
-        Text(format_bytes(info.nbytes) if info.has_weights else "—", justify="right"), blocks_cell(c),
-        ", ".join(info.dtypes) or "—", info.class_name or "",
+    return [  # names and classes come from the model directory: Text, never markup, controls escaped
+        Text(plain(info.name)), Text(residency_text(c), style=style), Text(plain(source_text(c))),
+        Text(plain(info.role)), Text(format_bytes(info.nbytes) if info.has_weights else "—", justify="right"),
+        Text(blocks_cell(c)), Text(plain(", ".join(info.dtypes) or "—")), Text(plain(info.class_name or "")),
     ]
 
 

@@ -12,6 +12,7 @@ from textual.widgets import DataTable, Static
 
 from omni_console.offload.units import format_bytes
 
+from ...engine.plain_text import plain
 from ..theme_colors import follow_theme, resolve, widget_variables
 from .text_update import set_text
 
@@ -93,7 +94,7 @@ class ResidencyPanel(Vertical):
         table = self.query_one(DataTable)
         variables = widget_variables(self)
         cells = [
-            (r.name, Text(r.state.replace("_", " "), style=resolve(STATE_STYLE[r.state], variables)),
+            (Text(plain(r.name)), Text(r.state.replace("_", " "), style=resolve(STATE_STYLE[r.state], variables)),
              format_bytes(r.nbytes))
             for r in self.rows
         ]

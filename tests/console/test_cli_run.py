@@ -61,7 +61,7 @@ def test_headless_run_load_failure_exit_1_one_line(demo_model_dir: Path, tmp_pat
     monkeypatch.setattr(streamer.LayerwiseStreamer, "attach", boom)
     assert main(["run", "--headless", "--model", str(demo_model_dir), "--output", str(tmp_path / "x.png")]) == 1
     err = capsys.readouterr().err
-    assert "omni-console: failed: RuntimeError: pinning failed on purpose" in err and "Traceback" not in err
+    assert "omni-console: load failed: RuntimeError: pinning failed on purpose" in err and "Traceback" not in err
     assert not (tmp_path / "x.png").exists()
 
 

@@ -67,8 +67,8 @@ def test_options_the_pipeline_does_not_take_are_refused(demo_model_dir: Path, wa
                           "e.g. 9 or 13"),
     ("ltx_model_dir", 5, "--frames 5: LTXPipeline renders 8k+1 frames (its VAE's temporal compression is 8); "
                          "e.g. 1 or 9"),
-    ("cogvideox_model_dir", 13, "--frames 13: CogVideoXPipeline renders 8k+1 frames (its VAE's temporal compression "
-                                "is 4, decoded in pairs); e.g. 9 or 17"),
+    ("cogvideox_model_dir", 13, "--frames 13: CogVideoXPipeline renders 8k or 8k+1 frames (its VAE's temporal "
+                                "compression is 4, decoded in pairs); e.g. 9 or 16"),
 ])
 def test_frame_counts_the_pipeline_would_change_are_refused(request, fixture, frames, expected):
     path = request.getfixturevalue(fixture)

@@ -432,7 +432,8 @@ def _run_child(where: str, target: Path) -> subprocess.Popen:
     (signal.SIGTERM, 143, False),
     (signal.SIGTERM, 143, True),
     (signal.SIGINT, 130, True),
-], ids=["sigterm-new", "sigterm-over-build", "sigint-over-build"])
+    (signal.SIGHUP, 129, False),
+], ids=["sigterm-new", "sigterm-over-build", "sigint-over-build", "sighup-new"])
 def test_signal_during_build_leaves_nothing_behind(signum: int, code: int, earlier_build: bool,
                                                    demo_model_dir: Path, tmp_path: Path) -> None:
     target = tmp_path / "demo"

@@ -1,0 +1,175 @@
+"""SDXL-size UNet streamed block by block vs resident, against the PCIe floor, on one GPU.
+
+An SDXL-base-size `UNet2DConditionModel` (2.57B parameters, bf16, random weights) runs one forward at
+1024x1024 (a 128x128 latent; batch 2: one guided denoise step) in these ways:
+  resident          all weights on the device (the compute floor)
+  DLO, k slots      our LayerwiseStreamer over the UNet's blocks in execution order (down_blocks,
+                    mid_block, up_blocks: 7 blocks of 0.01 to 2.4 GB), every block streamed unless
+                    --resident-layers says otherwise, a ring of k slots each the size of the largest
+                    streamed block
+Floor for a streamed step = max(resident step, streamed bytes / measured pinned H2D bandwidth).
+Also checked: each DLO output == the resident output (bit-identical), peak allocated and the ring's
+slot bytes (the largest block sets the slot size: with SDXL's blocks two slots hold most of the UNet).
+Usage: python benchmarks/unet_stream.py --out unet_stream.json [--slots 2 3] [--resident-layers 0 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import time
+from typing import Any
+
+import torch
+from dlo_stream import log, measure_bandwidth, time_forward
+
+from omni_console.engine.placement import block_modules
+from omni_console.offload.pinned import pinned_bytes_held
+from omni_console.offload.residency import BlockResidency
+from omni_console.offload.streamer import LayerwiseStreamer
+
+SDXL_UNET: dict[str, Any] = dict(  # stabilityai/stable-diffusion-xl-base-1.0, unet/config.json
+    act_fn="silu", addition_embed_type="text_time", addition_embed_type_num_heads=64, addition_time_embed_dim=256,
+    attention_head_dim=[5, 10, 20], block_out_channels=[320, 640, 1280], cross_attention_dim=2048,
+    down_block_types=["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"], in_channels=4,
+    layers_per_block=2, norm_num_groups=32, out_channels=4, projection_class_embeddings_input_dim=2816,
+    sample_size=128, transformer_layers_per_block=[1, 2, 10],
+    up_block_types=["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"], use_linear_projection=True,
+)
+SMALL_UNET: dict[str, Any] = SDXL_UNET | dict(block_out_channels=[32, 64, 128], attention_head_dim=[2, 4, 8],
+                                              transformer_layers_per_block=[1, 1, 2], cross_attention_dim=64,
+                                              projection_class_embeddings_input_dim=6 * 256 + 64)
+PRESETS = {"sdxl": SDXL_UNET, "small": SMALL_UNET}
+BLOCK_ATTRS = ("down_blocks", "mid_block", "up_blocks")  # execution order
+
+
+def build_unet(cfg: dict[str, Any], seed: int = 0) -> torch.nn.Module:
+    """Random bf16 weights made on the GPU (fast), deterministic from the seed."""
+    from diffusers import UNet2DConditionModel
+
+    with torch.device("meta"):
+        model = UNet2DConditionModel(**cfg)
+    model = torch.nn.Module.to(model, torch.bfloat16).to_empty(device="cuda")  # plain cast: no fp32-modules warning
+    gen = torch.Generator("cuda").manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.02, generator=gen)
+        for b in model.buffers():
+            b.zero_()
+    model.requires_grad_(False).eval()
+    return model
+
+
+def make_inputs(cfg: dict[str, Any], res: int, batch: int) -> dict[str, Any]:
+    g = torch.Generator("cuda").manual_seed(1)
+    kw = dict(device="cuda", dtype=torch.bfloat16)
+    side = res // 8
+    pooled = cfg["projection_class_embeddings_input_dim"] - 6 * cfg["addition_time_embed_dim"]
+    return dict(
+        sample=torch.randn(batch, cfg["in_channels"], side, side, generator=g, **kw),
+        timestep=torch.tensor([500.0] * batch, device="cuda"),
+        encoder_hidden_states=torch.randn(batch, 77, cfg["cross_attention_dim"], generator=g, **kw),
+        added_cond_kwargs={"text_embeds": torch.randn(batch, pooled, generator=g, **kw),
+                           "time_ids": torch.tensor([[res, res, 0, 0, res, res]] * batch, **kw)},
+        return_dict=False,
+    )
+
+
+def unet_blocks(model: torch.nn.Module) -> list[tuple[str, list[torch.nn.Module]]]:
+    return [(a, block_modules(model, a)) for a in BLOCK_ATTRS]
+
+
+def block_sizes(model: torch.nn.Module) -> list[int]:
+    return [sum(p.numel() * p.element_size() for p in b.parameters()) for _, bs in unet_blocks(model) for b in bs]
+
+
+def run_dlo(cfg: dict[str, Any], inputs: dict[str, Any], iters: int, resident: int, slots: int) -> dict[str, Any]:
+    model = build_unet(cfg)  # fresh weights: a streamer consumes its blocks
+    for attr in BLOCK_ATTRS:
+        getattr(model, attr).to("cpu")
+    gc.collect()
+    torch.cuda.empty_cache()
+    lists = unet_blocks(model)
+    residency = BlockResidency.placed("leading", sum(len(bs) for _, bs in lists), resident, slots)
+    pinned_before = pinned_bytes_held()
+    t0 = time.perf_counter()
+    streamer = LayerwiseStreamer(lists, "cuda", residency=residency)
+    streamer.attach()
+    attach_s = time.perf_counter() - t0
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    times, out = time_forward(model, inputs, iters)
+    stats = streamer.take_step_stats()
+    result = {
+        "resident_layers": resident, "slots": streamer.num_slots, "slot_bytes": streamer.slot_bytes,
+        "attach_s": attach_s, "step_s": statistics.median(times), "times": times,
+        "streamed_bytes": streamer.streamed_bytes, "pinned_bytes": pinned_bytes_held() - pinned_before,
+        "peak_allocated": torch.cuda.max_memory_allocated(), "largest_block": streamer.largest_block_bytes,
+        "stall_s_per_step": stats.stall_s / (iters + 2), "h2d_bytes_per_step": stats.h2d_bytes / (iters + 2),
+    }
+    streamer.detach()
+    del model
+    gc.collect()
+    torch.cuda.empty_cache()
+    return result | {"output": out}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="sdxl")
+    parser.add_argument("--res", type=int, default=1024)
+    parser.add_argument("--batch", type=int, default=2, help="2: one guided step (conditional + unconditional)")
+    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--resident-layers", type=int, nargs="*", default=[0])
+    parser.add_argument("--slots", type=int, nargs="*", default=[2, 3])
+    parser.add_argument("--out", default="unet_stream.json")
+    args = parser.parse_args()
+    cfg = PRESETS[args.preset]
+    import diffusers
+
+    report: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                              "diffusers": diffusers.__version__, "preset": args.preset, "res": args.res,
+                              "batch": args.batch, "iters": args.iters, "date": time.strftime("%Y-%m-%d")}
+    log("bandwidth")
+    report["bandwidth_gbps"] = measure_bandwidth()
+    bw = report["bandwidth_gbps"]["pinned_arena"] * 1e9
+    log(f"bandwidth {report['bandwidth_gbps']}")
+    model = build_unet(cfg)
+    inputs = make_inputs(cfg, args.res, args.batch)
+    times, ref = time_forward(model, inputs, args.iters)
+    sizes = block_sizes(model)
+    report["resident"] = {"step_s": statistics.median(times), "times": times,
+                          "params": sum(p.numel() for p in model.parameters()),
+                          "model_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+                          "block_bytes": sizes, "peak_allocated": torch.cuda.max_memory_allocated()}
+    log(f"resident {report['resident']['step_s']:.4f} s/step, {report['resident']['params'] / 1e9:.2f}B params, "
+        f"blocks {[round(s / 1e9, 3) for s in sizes]} GB")
+    del model
+    gc.collect()
+    torch.cuda.empty_cache()
+    report["dlo"] = []
+    for layers in args.resident_layers:
+        for slots in args.slots:
+            r = run_dlo(cfg, inputs, args.iters, layers, slots)
+            out = r.pop("output")
+            r["identical_to_resident"] = bool(torch.equal(out, ref))
+            r["max_abs_diff"] = float((out.float() - ref.float()).abs().max())
+            r["floor_s"] = max(report["resident"]["step_s"], r["streamed_bytes"] / bw)
+            r["ratio_to_floor"] = r["step_s"] / r["floor_s"]
+            report["dlo"].append(r)
+            log(f"DLO resident_layers={layers} slots={r['slots']}: step {r['step_s']:.4f} s, "
+                f"floor {r['floor_s']:.4f} s = max(resident {report['resident']['step_s']:.4f}, "
+                f"{r['streamed_bytes'] / 1e9:.2f} GB / "
+                f"{bw / 1e9:.1f} GB/s), ratio {r['ratio_to_floor']:.3f}, identical {r['identical_to_resident']}, "
+                f"peak {r['peak_allocated'] / 1e9:.2f} GB (slots {r['slot_bytes'] / 1e9:.2f} GB), "
+                f"stall/step {r['stall_s_per_step']:.4f} s")
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=2)
+    log(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
