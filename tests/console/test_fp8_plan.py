@@ -48,3 +48,17 @@ def test_console_rows_name_the_stored_dtype(demo_model_dir: Path):
     stored = [r for r in rows if r[0] == "DiT weights stored in"]
     assert stored and stored[0][1] == "float8_e5m2" and "differ" in stored[0][2]
     assert not [r for r in forecast_rows(make_plan(model, build_policy({}, 0)), link) if "stored" in r[0]]
+
+
+def test_stream_dtype_for_a_unet_pipeline_is_refused_before_anything_loads(tmp_path: Path, capsys):
+    """fp8 storage is for DiTs only: `plan` and `run` with a UNet say so in one line and exit 2."""
+    from tiny_families_unet import build_tiny_sdxl
+
+    sdxl = build_tiny_sdxl(tmp_path / "sdxl")
+    assert main(["plan", "--model", str(sdxl)]) == 0  # the pipeline itself plans fine
+    capsys.readouterr()
+    for command in (["plan"], ["run", "--prompt", "a fox"]):
+        assert main([*command, "--model", str(sdxl), "--stream-dtype", "float8_e4m3fn"]) == 2
+        captured = capsys.readouterr()
+        lines = captured.err.strip().splitlines()
+        assert len(lines) == 1 and "--stream-dtype" in lines[0] and "UNet" in lines[0], captured.err
