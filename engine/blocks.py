@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .init_layout import PACKAGE, init_layout
-from .stream_dtype import fp8_block_bytes
 from .weights import ModelDirError, TensorInfo
 
 # An index is a canonical decimal (no leading zeros) short enough to be a real list position.
@@ -94,6 +93,8 @@ def find_block_lists(tensors: Iterable[TensorInfo]) -> list[BlockList]:
             continue
         if not all(_repeats(entries[0], entries[i]) for i in range(1, n)):
             continue  # not a repeated structure: a list of heterogeneous modules
+        from .stream_dtype import fp8_block_bytes  # here: the order and count checks stay torch-free
+
         lists.append(BlockList(attr, tuple(sum(t.nbytes for t in entries[i].values()) for i in range(n)),
                                fp8_bytes=tuple(fp8_block_bytes(attr, i, entries[i]) for i in range(n)),
                                fp8_mod_bytes=tuple(fp8_block_bytes(attr, i, entries[i], True) for i in range(n))))
