@@ -53,12 +53,16 @@ def test_the_plan_counts_each_expert_at_its_fp8_bytes(wan22_dir: Path):
     assert f.device_resident_bytes < ff.device_resident_bytes
 
 
-@pytest.mark.slow
-def test_frames_match_diffusers_layerwise_casting_on_both_experts(wan22_dir: Path, wan_loadable):
+@pytest.mark.parametrize("device", [
+    pytest.param("cpu", marks=pytest.mark.slow),
+    pytest.param("cuda", marks=[pytest.mark.cuda,
+                                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]),
+])
+def test_frames_match_diffusers_layerwise_casting_on_both_experts(wan22_dir: Path, wan_loadable, device: str):
     from diffusers import WanPipeline
 
     req = _request()
-    plain = WanPipeline.from_pretrained(wan22_dir, local_files_only=True)
+    plain = WanPipeline.from_pretrained(wan22_dir, local_files_only=True).to(device)
     assert plain.config.boundary_ratio == BOUNDARY_RATIO
     plain.set_progress_bar_config(disable=True)
 
@@ -73,10 +77,12 @@ def test_frames_match_diffusers_layerwise_casting_on_both_experts(wan22_dir: Pat
     expected = frames(plain)
     assert not np.array_equal(unchanged, expected)  # fp8 storage changes the frames: the check can fail
     del plain
+    if device == "cuda":
+        torch.cuda.empty_cache()
 
     copied: dict[str | None, int] = {}
     for stream_dtype in (None, FP8):
-        engine = Engine(wan22_dir, device="cpu")
+        engine = Engine(wan22_dir, device=device)
         engine.load(build_policy({}, 1, "dlo", "leading", 2, stream_dtype=stream_dtype))
         if engine.pipe.config.get("boundary_ratio") is None:  # as tests/engine/test_experts.py
             engine.pipe.register_to_config(boundary_ratio=BOUNDARY_RATIO)
