@@ -11,9 +11,11 @@ import pytest
 import torch
 from tiny_families_experts import BOUNDARY_RATIO, EXPERTS_GENERATION, build_tiny_wan22_a14b
 
+from omni_console.engine.auto_plan import NothingFits, auto_plan
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
 from omni_console.engine.plan import make_plan
+from omni_console.engine.request_profile import RequestSize
 from omni_console.engine.runner import GenerateRequest
 from omni_console.offload.events import ExpertSwitched
 from omni_console.offload.policy import build_policy
@@ -51,6 +53,27 @@ def test_the_plan_counts_each_expert_at_its_fp8_bytes(wan22_dir: Path):
                                                for e in fp8.experts)
     assert f.streamed_bytes_per_forward < 0.5 * ff.streamed_bytes_per_forward
     assert f.device_resident_bytes < ff.device_resident_bytes
+
+
+def test_the_vram_budget_planner_keeps_fp8_storage_and_fits_more_with_it(wan22_dir: Path):
+    """A budget that fits one whole expert only in fp8: the planner keeps the policy's stream_dtype and uses it."""
+    model = discover_model(wan22_dir)
+    per_expert = model.component("transformer").num_blocks
+    whole = {dtype: make_plan(model, build_policy({}, per_expert, "dlo", "leading", 2, stream_dtype=dtype))
+             for dtype in (None, FP8)}
+    budget = whole[FP8].forecast.peak_device_weight_bytes
+    assert budget < whole[None].forecast.peak_device_weight_bytes
+    size = RequestSize(height=32, width=32, frames=5)
+    for dtype, fits_whole in ((FP8, True), (None, False)):
+        try:
+            chosen = auto_plan(make_plan(model, build_policy({}, 0, stream_dtype=dtype)), budget, size, None,
+                               "unknown", None, "unknown")
+        except NothingFits:  # full precision may not fit at all: then certainly no whole expert
+            assert not fits_whole, dtype
+            continue
+        own = chosen.plan.experts[0].residency
+        assert chosen.plan.stream_dtype == dtype and chosen.forecast.peak_bytes <= budget
+        assert (own.num_resident + own.slots == per_expert) == fits_whole, dtype
 
 
 @pytest.mark.parametrize("device", [
