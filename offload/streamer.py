@@ -294,8 +294,10 @@ class LayerwiseStreamer(BlockRing):
         if attached and self._streamed:
             self._clear_ring()
             self._remove_hooks()
+        active = {b.name: a for b, a in zip(self._blocks, self.active, strict=True)}
         self._blocks = [by_name[n] for n in names]
-        self._streamed = [b for b in self._blocks if not b.resident]
+        self.active = tuple(active[n] for n in names)  # a parked block stays parked
+        self._streamed = self._ring_blocks()
         self.residency = BlockResidency(tuple(b.resident for b in self._blocks), self.residency.slots,
                                         self.residency.placement)
         if attached:
