@@ -49,13 +49,14 @@ EXIT_FAILED = 1
 
 
 class _Progress(threading.Thread):
-    """Prints state changes and step timings to stderr while the engine works (not in --json mode),
-    and folds every event into bounded running totals for the report."""
+    """Prints state changes and step timings to stderr while the engine works (with --json too: the
+    document goes to stdout alone), and folds every event into bounded running totals for the report."""
 
-    def __init__(self, sub: Subscription, console: Console, quiet: bool,
-                 muted: Callable[[], bool] = lambda: False) -> None:
+    def __init__(self, sub: Subscription, console: Console, muted: Callable[[], bool] = lambda: False,
+                 lock: threading.Lock | None = None) -> None:
         super().__init__(daemon=True, name="omni-progress")
-        self.sub, self.console, self.quiet, self.muted = sub, console, quiet, muted
+        self.sub, self.console, self.muted = sub, console, muted
+        self.lock = lock or threading.Lock()  # shared with the interrupt line, which must come last
         self.stop = threading.Event()
         self.totals = RunTotals()
 
@@ -67,12 +68,13 @@ class _Progress(threading.Thread):
     def _flush(self) -> None:
         for event in self.sub.drain():
             self.totals.add(event)
-            if self.quiet or self.muted():  # after Ctrl+C the one "interrupted" line says it all
-                continue
             line = progress_line(event)
-            if line is not None:
-                text, style = line
-                self.console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
+            if line is None:
+                continue
+            with self.lock:
+                if self.muted():  # after Ctrl+C the one "interrupted" line says it all
+                    continue
+                self.console.print(line[0], style=line[1], markup=False, highlight=False, soft_wrap=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,9 +130,8 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
             plan = auto.plan
             flags = replace(flags, policy=plan.policy)
             flags.reasons.extend(auto.reasons)
-            if not args.json:
-                for line in auto.reasons:
-                    Console(stderr=True).print(f"--vram-budget: {line}", markup=False, highlight=False)
+            for line in auto.reasons:  # stderr, like all progress: stdout holds only the report
+                Console(stderr=True).print(f"--vram-budget: {line}", markup=False, highlight=False)
         guard.check()
         return _load_generate_report(args, flags, engine, plan, run, guard)
     finally:
@@ -140,7 +141,7 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
 def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Engine, plan: Any,
                           run: CheckedRun, guard: InterruptGuard) -> int:
     err = Console(stderr=True)
-    progress = _Progress(engine.bus.subscribe(), err, quiet=args.json, muted=lambda: guard.interrupted)
+    progress = _Progress(engine.bus.subscribe(), err, muted=lambda: guard.interrupted, lock=guard.output_lock)
     sampler = TelemetrySampler(*default_sources(engine.device), bus=engine.bus, hz=flags.telemetry_hz)
     progress.start()
     sampler.start()

@@ -17,7 +17,9 @@ def test_headless_run_writes_image_and_json_report(demo_model_dir: Path, tmp_pat
     code = main(["run", "--headless", "--model", str(demo_model_dir), "--output", str(out), "--seed", "3",
                  "--dlo-offload-components", '{"vae": false}', "--resident-layers", "1", "--json"])
     assert code == 0
-    report = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)  # stdout is the document alone; progress goes to stderr as without --json
+    assert "state ready → running" in captured.err and "step 2/2" in captured.err
     image = Image.open(out)
     assert image.size == (64, 64) and np.asarray(image).std() > 0
     assert report["policy"] == {"mode": "dlo", "dlo_offload_components": {"vae": False}, "resident_layers": 1,
@@ -44,6 +46,15 @@ def test_headless_run_text_report(demo_model_dir: Path, tmp_path: Path, capsys):
     for label in ("load time", "step 1", "host→device bandwidth", "cache decisions", "peak RSS"):
         assert label in captured.out
     assert "state ready → running" in captured.err and "step 2/2" in captured.err
+
+
+def test_version_is_one_line_and_exit_0(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"omni-console {version('omni-console')}\n"
 
 
 def test_headless_run_invalid_policy_exit_2(demo_model_dir: Path, capsys):
