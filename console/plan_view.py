@@ -2,9 +2,9 @@
 
 Two renderings of the same rows, chosen by where stdout goes:
 
-- **A terminal** gets rich tables sized to the terminal. No cell is ever cut short with `…`: a value
-  wider than its column wraps onto the next line (`overflow="fold"`), so a narrow terminal costs
-  height, never information.
+- **A terminal** gets rich tables sized to the terminal. A word is never broken in the middle: cells
+  wrap at spaces, and on a narrow terminal only free text (a class name, a block list's name) is cut
+  with `…` (`table_fit`); the pipe form below has every value complete.
 - **A pipe or a file** (`omni-console plan | less`, `| cut -f1`, `> plan.txt`) gets plain text with
   no width at all: each table is one tab-separated header row followed by its rows, every value in
   full, sections separated by a blank line; the model line, notes, the forecast's formula and the
@@ -33,6 +33,7 @@ from ..engine.rank_forecast import RankForecast
 from ..engine.rank_layout import RankLayout
 from ..engine.request_forecast import RequestForecast
 from ..offload.units import format_bytes
+from .table_fit import fit_widths
 from .theme_colors import default_variables, resolve
 
 RESIDENCY_STYLE = {"streamed": "$primary", "staged": "$warning", "resident": "$success", "none": "$foreground-muted"}
@@ -51,6 +52,8 @@ class Sheet:
     right: frozenset[str] = frozenset()  # right-justified columns (numbers)
     show_header: bool = True
     caption: str | None = None
+    squeeze: frozenset[str] = frozenset()  # free-text columns that may be cut with `…` on a narrow terminal
+    narrow_header: dict[str, str] = field(default_factory=dict)  # shorter headers for a narrow terminal
     styles: dict[tuple[int, int], str] = field(default_factory=dict)  # (row, column) → style with $theme names
 
 
@@ -75,7 +78,7 @@ def component_sheet(plan: Plan) -> Sheet:
         ))
         styles[(i, header.index("residency"))] = RESIDENCY_STYLE[c.residency]
     return Sheet(f"{plan.model.pipeline_class} — {plan.model.path}", header, rows,
-                 right=frozenset({"size", "blocks"}), styles=styles)
+                 right=frozenset({"size", "blocks"}), squeeze=frozenset({"class", "why"}), styles=styles)
 
 
 def blocks_sheet(plan: Plan) -> Sheet | None:
@@ -95,7 +98,8 @@ def blocks_sheet(plan: Plan) -> Sheet | None:
                          format_bytes(b.total_bytes), str(kept), str(b.count - kept)))
         rows.append((c.info.name, "(non-block modules: resident)", "", "", "", format_bytes(c.info.non_block_bytes),
                      "", ""))
-    return Sheet("DiT blocks (execution order)", header, rows, right=frozenset(header[2:]))
+    return Sheet("DiT blocks (execution order)", header, rows, right=frozenset(header[2:]),
+                 squeeze=frozenset({"block list"}), narrow_header={"bytes/block": "per block"})
 
 
 def forecast_sheet(plan: Plan) -> Sheet:
@@ -169,40 +173,40 @@ def vllm_lines(plan: Plan, layout: RankLayout | None = None) -> list[str]:
             *(f"note: {gap}" for gap in vllm_gaps(plan, layout))]
 
 
-SHORT_CELL = 10
-"""Columns whose values all fit in this many characters keep their width while the long ones wrap."""
-LONG_MIN = 8
-"""Room each long column must keep for short columns to be held at a fixed width."""
-
-
-def _fixed_widths(sheet: Sheet, max_width: int | None) -> list[int | None]:
-    """A fixed width for each short column when the long ones still get `LONG_MIN` characters; else none.
-
-    rich shrinks every wrapping column alike, splitting `2.5 MB` over two lines while a 30-character
-    class name keeps its room; fixing the short ones makes the long names fold instead. On a terminal
-    too narrow for that, every column wraps (a fixed column beside it could squeeze a name to nothing).
-    """
-    widths: list[int | None] = []
-    for j, col in enumerate(sheet.header):
-        longest = max((len(row[j]) for row in sheet.rows), default=0)
-        widths.append(max(longest, *(len(w) for w in col.split())) if longest <= SHORT_CELL else None)
-    borders = 3 * len(widths) + 1
-    needed = sum(w if w is not None else LONG_MIN for w in widths) + borders
-    return widths if max_width is not None and needed <= max_width else [None] * len(widths)
+BORDERED_GAP = 3
+"""Characters a boxed table spends per column on its borders and padding (plus one for the edge)."""
+COMPACT_GAP = 2
+"""Between columns of the borderless table used when the boxed one would not fit."""
 
 
 def rich_table(sheet: Sheet, max_width: int | None = None, variables: Mapping[str, str] | None = None) -> Table:
-    """A rich table whose cells wrap (fold) when the terminal is narrow — never `…`.
+    """A rich table that fits `max_width` without breaking a word (see `table_fit`): boxed when it fits
+    whole, else borderless with cells wrapped at spaces and long free-text words cut with `…`.
 
     Cell styles are resolved against `variables` (a theme's), the default theme's when None.
     """
     variables = default_variables() if variables is None else variables
-    table = Table(title=sheet.title, expand=False, show_header=sheet.show_header, caption=sheet.caption)
-    for col, width in zip(sheet.header, _fixed_widths(sheet, max_width), strict=True):
-        table.add_column(col, justify="right" if col in sheet.right else "left", overflow="fold", no_wrap=False,
-                         width=width)
+    header = sheet.header
+    whole = {j for j, col in enumerate(header) if col in sheet.right}
+    squeeze = {j for j, col in enumerate(header) if col in sheet.squeeze}
+    widths = None
+    compact = False
+    if max_width is not None:
+        boxed_room = max_width - BORDERED_GAP * len(header) - 1
+        if fit_widths(header, sheet.rows, boxed_room) is not None:  # the boxed table would wrap: go compact
+            compact = True
+            header = tuple(sheet.narrow_header.get(col, col) for col in header)
+            widths = fit_widths(header, sheet.rows, max_width - COMPACT_GAP * (len(header) - 1), squeeze, whole)
+    if compact:
+        table = Table(title=sheet.title, expand=False, show_header=sheet.show_header, caption=sheet.caption,
+                      box=None, padding=(0, 1), pad_edge=False, show_edge=False, header_style="bold underline")
+    else:
+        table = Table(title=sheet.title, expand=False, show_header=sheet.show_header, caption=sheet.caption)
+    for j, col in enumerate(header):
+        table.add_column(col, justify="right" if j in whole else "left", overflow="ellipsis",
+                         no_wrap=widths is None or j in whole, width=None if widths is None else widths[j])
     for i, row in enumerate(sheet.rows):
-        table.add_row(*(Text(cell, style=resolve(sheet.styles.get((i, j), ""), variables), overflow="fold")
+        table.add_row(*(Text(cell, style=resolve(sheet.styles.get((i, j), ""), variables), overflow="ellipsis")
                         for j, cell in enumerate(row)))
     return table
 
