@@ -207,7 +207,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         from .plan_view import render_plan
 
-        render_plan(plan, forecast=forecast, reasons=reasons, ranks=ranks)
+        render_plan(plan, forecast=forecast, reasons=reasons, ranks=ranks, on_cpu=device == "cpu")
     return 0
 
 

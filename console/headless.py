@@ -239,10 +239,11 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
     table = Table(title=f"run — {r['model']} on {r['device']}", show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
+    on_cpu = r["device"].startswith("cpu")  # no device link: copies are host memory copies, nothing pinned
     table.add_row("load time", format_seconds(r["load_seconds"]))
     for key, seconds in r.get("load_phases", {}).items():
         table.add_row(f"  {key}", format_seconds(seconds))
-    table.add_row("pinned host memory", format_bytes(r["pinned_bytes"]))
+    table.add_row("pinned host memory", "none (CPU)" if on_cpu else format_bytes(r["pinned_bytes"]))
     table.add_row("request time", format_seconds(r["request_seconds"]))
     for key, seconds in r["phases"].items():
         table.add_row(f"  {PHASE_LABELS.get(key, key)}", format_seconds(seconds))
@@ -252,13 +253,17 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
     table.add_row("frames", f"{r['frames']}{latents}")
     if r["is_video"]:
         table.add_row("frame rate", f"{r['fps']:g} fps ({r['fps_source']})")
+    copied = "copied" if on_cpu else "H2D"
     for s in r["steps"]:
         table.add_row(f"step {s['step']}", f"{format_seconds(s['wall_s'])} (stall {format_seconds(s['stall_s'])}, "
-                                           f"H2D {format_bytes(s['h2d_bytes'])})")
+                                           f"{copied} {format_bytes(s['h2d_bytes'])})")
     st = r["staging"]
-    table.add_row("host→device transfers", f"{st['h2d_transfers']} ({st['sync_transfers']} synchronous)")
-    table.add_row("host→device bytes", format_bytes(st["h2d_bytes"]))
-    table.add_row("host→device bandwidth (mean)", format_rate(st["h2d_bytes_per_s"]))
+    if on_cpu:
+        table.add_row("host copies (CPU: no device link)", f"{st['h2d_transfers']}, {format_bytes(st['h2d_bytes'])}")
+    else:
+        table.add_row("host→device transfers", f"{st['h2d_transfers']} ({st['sync_transfers']} synchronous)")
+        table.add_row("host→device bytes", format_bytes(st["h2d_bytes"]))
+        table.add_row("host→device bandwidth (mean)", format_rate(st["h2d_bytes_per_s"]))
     table.add_row("peak allocated (torch)", format_bytes(r["peak_allocated_bytes"]))
     check = r.get("forecast_check")
     if check:
@@ -280,7 +285,11 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
     table.add_row("telemetry samples", str(t["samples"]))
     table.add_row("peak torch reserved / NVML used", f"{format_bytes(t['torch_reserved_peak'])} / "
                                                      f"{format_bytes(t['nvml_used_peak'])}")
-    table.add_row("peak RSS / pinned (host)", f"{format_bytes(t['host_rss_peak'])} / {format_bytes(t['pinned_peak'])}")
+    if on_cpu:
+        table.add_row("peak RSS (host)", format_bytes(t["host_rss_peak"]))
+    else:
+        table.add_row("peak RSS / pinned (host)",
+                      f"{format_bytes(t['host_rss_peak'])} / {format_bytes(t['pinned_peak'])}")
     if r["events_dropped"]:
         table.add_row("events dropped (totals are partial)", str(r["events_dropped"]))
     console.print(table)

@@ -32,7 +32,7 @@ from ..engine.plan import ComponentPlan, Plan
 from ..engine.rank_forecast import RankForecast
 from ..engine.rank_layout import RankLayout
 from ..engine.request_forecast import RequestForecast
-from ..offload.units import format_bytes
+from ..offload.units import format_bytes, format_rate
 from .table_fit import fit_widths
 from .theme_colors import default_variables, resolve
 
@@ -102,12 +102,16 @@ def blocks_sheet(plan: Plan) -> Sheet | None:
                  squeeze=frozenset({"block list"}), narrow_header={"bytes/block": "per block"})
 
 
-def forecast_sheet(plan: Plan) -> Sheet:
+PINNED_ON_CPU = "host memory (not pinned: CPU)"
+"""A CPU has no page-locked memory: the blocks' one copy is plain host memory (as the console says)."""
+
+
+def forecast_sheet(plan: Plan, on_cpu: bool = False) -> Sheet:
     f = plan.forecast
     rows = [
         ("device resident weights", format_bytes(f.device_resident_bytes)),
         ("device peak weights", format_bytes(f.peak_device_weight_bytes)),
-        ("pinned host memory", format_bytes(f.pinned_host_bytes)),
+        (PINNED_ON_CPU if on_cpu else "pinned host memory", format_bytes(f.pinned_host_bytes)),
         (f"streamed per DiT forward ({f.num_streamed_blocks} blocks)", format_bytes(f.streamed_bytes_per_forward)),
     ]
     r = plan.residency
@@ -121,8 +125,9 @@ def forecast_sheet(plan: Plan) -> Sheet:
                  show_header=False, caption=caption)
 
 
-def request_sheet(forecast: RequestForecast) -> Sheet:
-    """The whole request's forecast, each figure with where it came from."""
+def request_sheet(forecast: RequestForecast, on_cpu: bool = False) -> Sheet:
+    """The whole request's forecast, each figure with where it came from. On a CPU there is no
+    host→device link: a copy rate there would read as one, so it is not shown."""
     step = f"{forecast.step_s:.3f} s" if forecast.step_s is not None else "not measured yet"
     rows = [
         (f"device peak ({forecast.peak_phase.replace('_', ' ')})", format_bytes(forecast.peak_bytes),
@@ -131,8 +136,8 @@ def request_sheet(forecast: RequestForecast) -> Sheet:
     ]
     if forecast.floor_s is not None:
         rows.append(("step floor: max(compute, transfer)", f"{forecast.floor_s:.3f} s", forecast.step_source))
-    if forecast.bandwidth:
-        rows.append(("host→device link", f"{forecast.bandwidth / 1e9:.1f} GB/s", forecast.bandwidth_source))
+    if forecast.bandwidth and not on_cpu:
+        rows.append(("host→device link", format_rate(forecast.bandwidth), forecast.bandwidth_source))
     caption = "; ".join(forecast.notes) or None
     return Sheet(f"request forecast ({forecast.size.label()})", ("figure", "value", "source"), rows,
                  right=frozenset({"value"}), caption=caption)
@@ -235,7 +240,7 @@ def tsv_rows(sheet: Sheet) -> list[str]:
 
 
 def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Sequence[str] = (),
-              ranks: RankForecast | None = None) -> str:
+              ranks: RankForecast | None = None, on_cpu: bool = False) -> str:
     """The whole plan as plain lines for a pipe or a file (see the module docstring)."""
     sections: list[Sequence[str]] = [[_plain(f"model: {plan.model.path} ({plan.model.pipeline_class})")],
                                      tsv_rows(component_sheet(plan))]
@@ -244,11 +249,11 @@ def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Seque
     blocks = blocks_sheet(plan)
     if blocks is not None:
         sections.append(tsv_rows(blocks))
-    forecast = forecast_sheet(plan)
+    forecast = forecast_sheet(plan, on_cpu)
     sections.append(tsv_rows(forecast))
     sections.append([_plain(forecast.caption or "")])  # its own paragraph: a table section is rows only
     if request is not None:
-        sheet = request_sheet(request)
+        sheet = request_sheet(request, on_cpu)
         sections.append(tsv_rows(sheet))
         if sheet.caption:
             sections.append([_plain(sheet.caption)])
@@ -264,7 +269,7 @@ def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Seque
 
 def render_plan(plan: Plan, console: Console | None = None, forecast: RequestForecast | None = None,
                 reasons: Sequence[str] = (), variables: Mapping[str, str] | None = None,
-                ranks: RankForecast | None = None) -> None:
+                ranks: RankForecast | None = None, on_cpu: bool = False) -> None:
     """Rich tables on a terminal; plain tab-separated rows when the output is a pipe or a file.
 
     On a terminal the colours are `variables`' (a theme's), the default theme's when None; a pipe gets
@@ -272,7 +277,7 @@ def render_plan(plan: Plan, console: Console | None = None, forecast: RequestFor
     """
     console = console or Console()
     if not console.is_terminal:
-        console.file.write(plan_text(plan, forecast, reasons, ranks))
+        console.file.write(plan_text(plan, forecast, reasons, ranks, on_cpu))
         console.file.flush()
         return
     variables = default_variables() if variables is None else variables
@@ -282,9 +287,9 @@ def render_plan(plan: Plan, console: Console | None = None, forecast: RequestFor
     blocks = blocks_table(plan, console.width, variables)
     if blocks is not None:
         console.print(blocks)
-    console.print(forecast_table(plan, console.width, variables))
+    console.print(rich_table(forecast_sheet(plan, on_cpu), console.width, variables))
     if forecast is not None:
-        console.print(rich_table(request_sheet(forecast), console.width, variables))
+        console.print(rich_table(request_sheet(forecast, on_cpu), console.width, variables))
     if ranks is not None and ranks.layout.distributed:
         console.print(rich_table(ranks_sheet(ranks), console.width, variables))
         for note in ranks.notes:
