@@ -37,7 +37,8 @@ def run_args(model: Path, out: Path) -> list[str]:
     return ["run", "--model", str(model), "--output", str(out), "--json", "--steps", "4", "--telemetry-hz", "20"]
 
 
-@pytest.mark.parametrize("phase,delay", [(p, d) for p in PHASES for d in (0.0, 0.04, 0.1, 0.22)])
+@pytest.mark.parametrize("phase,delay", [pytest.param(p, d, marks=[pytest.mark.slow] if d else [])
+                                         for p in PHASES for d in (0.0, 0.04, 0.1, 0.22)])
 def test_sigint_in_process_is_one_line_and_130(phase, delay, demo_model_dir, tmp_path, capsys, monkeypatch):
     reached = {p: threading.Event() for p in PHASES}
     slow_engine.install(monkeypatch.setattr, lambda p: reached[p].set())
