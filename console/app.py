@@ -123,8 +123,9 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         device's torch/NVML/host sources). The sampling thread starts when `start_telemetry`
         is True, or by default only for the real sources — injected ones are driven by the
         test (`app.sampler.sample_now(publish=True)` then `app.drain_events()`).
-        `save_partial`: also save the image of a request cancelled before its last step (by default
-        a half-denoised image is not saved: it is not a result).
+        `save_partial`: also save the image of a request that returned before its last step (by default
+        a half-denoised image is not saved: it is not a result). esc never returns one: it stops the
+        request between two blocks and keeps nothing.
         """
         self.initial_theme = theme_or_error(theme)
         self.editor = PolicyEditor(engine.model, engine.make_plan, policy)  # PolicyError before anything runs

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..engine.engine import EngineState
 from ..engine.profiler import request_size
-from ..engine.runner import GenerateRequest
+from ..engine.runner import GenerateRequest, RequestCancelled
 from ..offload.events import LogEvent
 from . import request_outcome
 from .command_done import CommandDone
@@ -88,7 +88,10 @@ class RequestCommands:
             self.last_error = "cancelled before it started" if exc is None else f"{type(exc).__name__}: {exc}"
             if self.live_screen is not None:
                 self.live_screen.show_request_frames(None)  # no phases follow a failed request
-            self._show_outcome(request_outcome.failed(self.router.request_id, self.last_error))
+            if isinstance(exc, RequestCancelled):
+                self._show_outcome(request_outcome.cancelled(self.router.request_id, exc.steps_done, exc.total_steps))
+            else:
+                self._show_outcome(request_outcome.failed(self.router.request_id, self.last_error))
             if self.engine.state == EngineState.FAILED:  # a rank group stopped: nothing is loaded any more
                 self.back_to_plan(f"{self.engine.failure}; every rank's memory released — press l to load again",
                                   "error")
