@@ -43,6 +43,7 @@ from ..engine.engine import Engine
 from ..engine.export import vllm_serve_command
 from ..engine.plan import Plan
 from ..engine.request_profile import RequestSize
+from ..engine.runner import GenerateRequest
 from ..engine.worker import EngineWorker
 from ..offload.errors import ConfigError
 from ..offload.policy import OffloadPolicy
@@ -150,6 +151,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         self.prompt = prompt
         self.request_size = RequestSize()  # the size the plan screen's forecast is for: the last request's
         self.save_partial = save_partial
+        self.last_requests: dict[str, GenerateRequest] = {}  # per model path: the generate dialog's values
         self.exit_code = 0
         self.phase: Phase = "plan"
         self.generating = False
