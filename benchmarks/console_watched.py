@@ -53,6 +53,8 @@ class TerminalClock(base.FrameClock):
             counted(screen, renderable)
             if renderable is None or app._batch_count:
                 return
+            if self.sink.closed:
+                return
             t0 = time.perf_counter()
             render = getattr(renderable, "render_segments", None)
             text = render(app.console) if render is not None else app.console._render_buffer(
@@ -101,6 +103,8 @@ async def watched(model: Path, device: str, policy: OffloadPolicy, args: argpars
             frame_ms: list[float] = []
             failures = 0
             while len(state_ms) + failures < args.presses:
+                while app.generating or app.phase != "live":  # the previous request's outcome first
+                    await asyncio.sleep(0.001)
                 running = app.start_generate(base.make_request(engine, args, args.key_steps))
                 assert running is not None
                 while not running.done() and len(state_ms) + failures < args.presses:
@@ -117,9 +121,9 @@ async def watched(model: Path, device: str, policy: OffloadPolicy, args: argpars
             out["key_to_state_ms"] = base.percentiles(state_ms)
             out["key_to_frame_ms"] = base.percentiles(frame_ms)
             out["key_timeouts"] = failures
-            clock.close()
             await pilot.press("q")
             await base.wait_for(lambda: app.return_value is not None, 60)
+        clock.close()
     finally:
         app.shutdown()
     return out

@@ -60,7 +60,7 @@ from .load_commands import LoadCommands
 from .plan_commands import PlanCommands
 from .policy_edits import PolicyEditor
 from .request_commands import RequestCommands
-from .screens import HelpScreen, LiveScreen, PlanScreen
+from .screens import CopyCommandScreen, HelpScreen, LiveScreen, PlanScreen
 from .shutdown import EngineRelease, stop_key_reader
 from .toasts import toasts_replaced_by
 from .widgets import HISTORY_SAMPLES
@@ -350,7 +350,9 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         """
         command = vllm_serve_command(self.plan)
         self.copy_to_clipboard(command)
-        self.say(f"{COPY_NOTICE}\n{command}", timeout=15)
+        self.notices.append((f"{COPY_NOTICE}\n{command}", "information"))
+        if not isinstance(self.screen, CopyCommandScreen):  # whole words only: a toast would fold a path
+            self.push_screen(CopyCommandScreen(command, COPY_NOTICE))
 
     def action_cycle_theme(self) -> None:
         names = list(THEMES)
