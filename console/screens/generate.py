@@ -13,6 +13,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
@@ -75,6 +76,8 @@ class GenerateDialog(ModalScreen[GenerateRequest | None]):
         """The forecast of the request as it stands; a field that does not parse yet leaves it unknown."""
         try:
             text = self.forecast(self.build())
+        except NoMatches:  # an Input's first Changed can come before its siblings are mounted
+            return
         except (ValueError, ConfigError):
             text = "forecast: fill in the fields to see it"
         self.forecast_text = text
