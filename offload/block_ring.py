@@ -246,5 +246,6 @@ class BlockRing:
                 self._async_seconds += m.seconds
             if m.kind == "copy":
                 self._bus.publish(
-                    StagingEvent(target=m.target, direction="h2d", nbytes=m.nbytes, seconds=m.seconds, sync=m.sync)
+                    StagingEvent(target=m.target, direction="h2d", nbytes=m.nbytes, seconds=m.seconds, sync=m.sync,
+                                 t=m.t)
                 )
