@@ -46,11 +46,13 @@ class KeyNumbers(Static):
         return " · ".join(f"{name} {value}" for name, value in self.values.items())
 
     def on_resize(self) -> None:
-        self._draw()
+        if self.content_size.width != getattr(self, "_drawn_width", None):  # a new width only
+            self._draw()
 
     def _draw(self) -> None:
         """On a narrow terminal the line breaks between figures (after ` · `), never inside one
         (`stall 50.0` / `ms`): the breaks are placed here, so no line is longer than the widget."""
+        self._drawn_width = self.content_size.width
         width = self.content_size.width or (self.app.size.width - 2 if self.is_attached else 0)
         lines: list[str] = []
         line = ""

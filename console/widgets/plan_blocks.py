@@ -43,7 +43,8 @@ class BlockListPanel(Static, can_focus=True):
         self._draw()
 
     def on_resize(self) -> None:
-        self._draw()
+        if self._room() != getattr(self, "_drawn_room", None):  # a new width only: no layout pass otherwise
+            self._draw()
 
     def _room(self) -> int | None:
         """Characters inside the border and padding; None before the first layout."""
@@ -55,7 +56,7 @@ class BlockListPanel(Static, can_focus=True):
         if sheet is None:
             self.update("")
             return
-        room = self._room()
+        room = self._drawn_room = self._room()
         header = sheet.header
         whole = {j for j, name in enumerate(header) if name in sheet.right}
         squeeze = {j for j, name in enumerate(header) if name in sheet.squeeze}

@@ -47,6 +47,7 @@ async def test_plan_screen_forecast_and_footer_fit_80x24(app):
             assert value in line, (label, value, line)
         footer = plan.query_one(Footer)
         assert_fully_shown(footer)
+        await until(pilot, lambda: "? help" in footer_text(app))  # the footer's first frame may come a tick later
         last = footer_text(app)
         for words in ("⏎ toggle", "l load", "+ - layers", "m mode", "? help"):
             assert words in last, last
