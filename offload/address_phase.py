@@ -14,6 +14,7 @@ that showed the encoder difference, streamed blocks matched the plain pipeline b
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -24,6 +25,23 @@ PAGE = 4096
 def phase_of(ptr: int, itemsize: int) -> int:
     """`ptr` modulo a page, or 0 where `ptr` is not even aligned to its element size."""
     return ptr % PAGE if ptr % itemsize == 0 else 0
+
+
+def device_bytes(nbytes: int, device: torch.device) -> torch.Tensor:
+    """Plain uint8 storage: the `allocate` of `place_like` for slots and device buffers."""
+    return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+
+def at_phase(cursor: int, phase: int) -> int:
+    """The first offset from `cursor` on that is `phase` modulo a page (in a page-aligned region)."""
+    return cursor + (phase - cursor) % PAGE
+
+
+def empty_at_phase(shape: tuple[int, ...], dtype: torch.dtype, phase: int) -> torch.Tensor:
+    """An empty contiguous host tensor whose address is `phase` modulo a page."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = place_like(lambda n, _d: torch.empty(n, dtype=torch.uint8), nbytes, torch.device("cpu"), phase)
+    return raw.view(dtype).view(shape)
 
 
 def place_like(allocate: Callable[[int, torch.device], torch.Tensor], nbytes: int, device: torch.device,

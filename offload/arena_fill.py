@@ -39,7 +39,8 @@ def lay_out(packed: list[Block], device: torch.device, *, pin: bool, weights: De
     reject_shared_ranges(claims)
     # pinned block by block: each region starts on a page, so no two blocks' registrations share one
     # (starting them on 2 MiB huge pages changed nothing: docs/benchmarks.md)
-    step = PAGE if pin and _deferred(packed) else ALIGNMENT
+    # on a CPU device regions start on a page too: their tensors keep their phase (`plan_block`)
+    step = PAGE if (pin and _deferred(packed)) or device.type == "cpu" else ALIGNMENT
     cursor = 0
     for b in packed:
         b.region_offset = cursor
