@@ -126,7 +126,7 @@ def unique_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
 
 
 def plan_block(b: Block, claims: list[tuple[Any, int, int, str]], device: torch.device,
-               deferred: Callable[[torch.Tensor], bool] | None = None) -> None:
+               deferred: Callable[[torch.Tensor], bool] | None = None, keep_phase: bool = False) -> None:
     """Decide where each tensor of the block goes inside its region (no copying yet).
 
     Tensors are grouped by storage and then into clusters of overlapping byte ranges: a cluster
@@ -135,23 +135,20 @@ def plan_block(b: Block, claims: list[tuple[Any, int, int, str]], device: torch.
     range is recorded in `claims` so ranges used by two blocks can be rejected. A tensor for which
     `deferred` is true is still in its file and gets a region of its own (`deferred_pieces`).
 
-    On a CPU device each tensor (each cluster) starts at its current address modulo a page instead of
-    the next 256-byte boundary, and the region is laid out from a page boundary: a host tensor read
-    as stored sits at its file's phase (`engine.direct_load`), and CPU kernels then run on the plain
-    pipeline's alignment (`offload.address_phase`). On CUDA the layout stays compact.
+    With `keep_phase` on a CPU device a deferred tensor starts at its empty host tensor's address modulo a page (its
+    file's phase: `engine.direct_load`) instead of the next 256-byte boundary, in a region laid out
+    from a page boundary (`arena_fill.lay_out`), so CPU kernels run on the plain pipeline's alignment
+    (`offload.address_phase`). On CUDA the layout stays compact.
     """
     groups: dict[Any, list[torch.Tensor]] = {}
     cursor = 0
-    on_cpu = device.type == "cpu"
-
-    def start(ptr: int, itemsize: int) -> int:
-        return at_phase(cursor, phase_of(ptr, itemsize)) if on_cpu else align_up(cursor, ALIGNMENT)
-
+    keep_phase = keep_phase and device.type == "cpu"
     for t in unique_tensors(b.module):
         if t.is_meta:
             raise ValueError(f"{b.name}: cannot stream a meta tensor (weights not loaded)")
         if deferred is not None and deferred(t):  # read straight into its place (`offload.deferred_weights`)
-            cursor = start(t.data_ptr(), t.element_size())
+            cursor = (at_phase(cursor, phase_of(t.data_ptr(), t.element_size())) if keep_phase
+                      else align_up(cursor, ALIGNMENT))
             shape = tuple(t.shape)
             nbytes = t.numel() * t.element_size()
             binding = Binding(t, cursor, t.dtype, shape, contiguous_stride(shape))
@@ -167,9 +164,9 @@ def plan_block(b: Block, claims: list[tuple[Any, int, int, str]], device: torch.
     for key, ts in groups.items():
         for cluster, lo, hi in clusters(ts):
             claims.append((key, lo, hi, b.name))
+            cursor = align_up(cursor, ALIGNMENT)
             if len(cluster) == 1 and not is_dense(cluster[0]):
                 t = cluster[0]
-                cursor = start(t.data_ptr(), t.element_size())
                 shape = tuple(t.shape)
                 nbytes = t.numel() * t.element_size()
                 binding = Binding(t, cursor, t.dtype, shape, contiguous_stride(shape))
@@ -177,7 +174,6 @@ def plan_block(b: Block, claims: list[tuple[Any, int, int, str]], device: torch.
                 b.bindings.append(binding)
             else:
                 lo = lo // _GROUP_ALIGN * _GROUP_ALIGN
-                cursor = start(cluster[0].untyped_storage().data_ptr() + lo, _GROUP_ALIGN)
                 nbytes = hi - lo
                 b.pieces.append(Piece(cursor, nbytes, storage_bytes(cluster[0])[lo:hi], raw=True))
                 for t in cluster:
