@@ -93,13 +93,14 @@ def plain_small_wan(small_wan_dir: Path) -> tuple[np.ndarray, dict[str, int]]:
         return _plain(small_wan_dir)
 
 
-@pytest.mark.parametrize("policy", [build_policy({}, 0), build_policy({}, 1), build_policy({}, 3),
-                                    build_policy(mode="resident")], ids=["streamed", "one-resident",
-                                                                         "all-resident", "resident-mode"])
-def test_small_wan_matches_plain_diffusers_bit_for_bit(small_wan_dir: Path, plain_small_wan, policy) -> None:
+@pytest.mark.parametrize(("live", "policy"), [
+    (False, build_policy({}, 0)), (False, build_policy({}, 1)), (False, build_policy({}, 3)),
+    (False, build_policy(mode="resident")), (True, build_policy({}, 1))],
+    ids=["streamed", "one-resident", "all-resident", "resident-mode", "live-replan-resident-buffer"])
+def test_small_wan_matches_plain_diffusers_bit_for_bit(small_wan_dir: Path, plain_small_wan, live, policy) -> None:
     expected, expected_phases = plain_small_wan
     assert len(expected_phases) > 30 and len(set(expected_phases.values())) > 5  # the file's phases vary
-    engine = Engine(small_wan_dir, device="cpu")
+    engine = Engine(small_wan_dir, device="cpu", live_replan=live)  # live: resident blocks in buffers of their own
     engine.load(policy)
     phases, handles = _record_phases(engine.pipe.transformer)
     result = engine.generate(REQUEST)
