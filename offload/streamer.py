@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from . import arena_fill
+from .address_phase import device_bytes, place_like
 from .block_packing import (
     Block,
     bind_region,
@@ -372,7 +373,7 @@ class LayerwiseStreamer(BlockRing):
         """Give a packed block its own device copy of its region and bind it there; returns bytes copied."""
         assert self._arena is not None
         n, off = b.region_nbytes, b.region_offset
-        buffer = torch.empty(n, dtype=torch.uint8, device=self.device)
+        buffer = place_like(device_bytes, n, self.device, 0)  # CPU: on a page, as its region (`plan_block`)
         mark = self._clock.start(current_stream(self.device) if self._cuda else None)
         buffer.copy_(self._arena.tensor[off : off + n], non_blocking=self._arena.pinned)
         self._clock.finish(mark, "copy", b.name, n, sync=True,
