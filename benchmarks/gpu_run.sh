@@ -27,8 +27,8 @@ if [[ $what == fp8 ]]; then  # fp8 storage vs bf16, every block streamed, Flux-d
   python3 benchmarks/fp8_stream.py --out "$OUT/fp8_stream.json" "$@" 2>&1 | grep -v "kept in float32" \
     | tail -40 > "$OUT/fp8.log"
 fi
-if [[ $what == unet ]]; then  # SDXL-size UNet, 1024x1024, blocks streamed vs resident
-  python3 benchmarks/unet_stream.py --out "$OUT/unet_stream.json" "$@" 2>&1 | tail -20 > "$OUT/unet.log"
+if [[ $what == unet ]]; then  # SDXL-size UNet, 1024x1024, units (and whole blocks) streamed vs resident
+  python3 benchmarks/unet_stream.py --out "$OUT/unet_stream.json" "$@" 2>&1 | tail -30 > "$OUT/unet.log"
 fi
 if [[ $what == e2e ]]; then
   python3 benchmarks/engine_e2e.py --out "$OUT/engine_e2e.json" "$@" 2>&1 | grep -v "kept in float32" \

@@ -1,16 +1,20 @@
-"""SDXL-size UNet streamed block by block vs resident, against the PCIe floor, on one GPU.
+"""SDXL-size UNet streamed unit by unit (or block by block) vs resident, against the PCIe floor, on one GPU.
 
 An SDXL-base-size `UNet2DConditionModel` (2.57B parameters, bf16, random weights) runs one forward at
 1024x1024 (a 128x128 latent; batch 2: one guided denoise step) in these ways:
   resident          all weights on the device (the compute floor)
-  DLO, k slots      our LayerwiseStreamer over the UNet's blocks in execution order (down_blocks,
-                    mid_block, up_blocks: 7 blocks of 0.01 to 2.4 GB), every block streamed unless
+  DLO, k slots      our LayerwiseStreamer over the UNet's units in execution order, as the engine plans
+                    them (engine/blocks.py `unet_block_lists`): grain `units` streams each down/mid/up
+                    block's children in call order (SDXL: ~32 units, the largest ~0.7 GB); grain `blocks`
+                    the 7 whole blocks (0.01 to 2.4 GB) as before. Every unit is streamed unless
                     --resident-layers says otherwise, a ring of k slots each the size of the largest
-                    streamed block
+                    streamed unit
 Floor for a streamed step = max(resident step, streamed bytes / measured pinned H2D bandwidth).
 Also checked: each DLO output == the resident output (bit-identical), peak allocated and the ring's
-slot bytes (the largest block sets the slot size: with SDXL's blocks two slots hold most of the UNet).
+slot bytes (the largest unit sets the slot size: with SDXL's whole blocks two slots hold most of the UNet,
+with its units about 1.4 GB).
 Usage: python benchmarks/unet_stream.py --out unet_stream.json [--slots 2 3] [--resident-layers 0 1]
+       [--grain units blocks]
 """
 
 from __future__ import annotations
@@ -20,12 +24,15 @@ import gc
 import json
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 from dlo_stream import log, measure_bandwidth, time_forward
 
+from omni_console.engine.blocks import unet_block_lists
 from omni_console.engine.placement import block_modules
+from omni_console.engine.weights import TensorInfo
 from omni_console.offload.pinned import pinned_bytes_held
 from omni_console.offload.residency import BlockResidency
 from omni_console.offload.streamer import LayerwiseStreamer
@@ -77,21 +84,30 @@ def make_inputs(cfg: dict[str, Any], res: int, batch: int) -> dict[str, Any]:
     )
 
 
-def unet_blocks(model: torch.nn.Module) -> list[tuple[str, list[torch.nn.Module]]]:
-    return [(a, block_modules(model, a)) for a in BLOCK_ATTRS]
+def unet_blocks(model: torch.nn.Module, cfg: dict[str, Any], grain: str) -> list[tuple[str, list[torch.nn.Module]]]:
+    """The streamer's block lists: the engine's units (from the weights' names, as discovery finds them in a
+    checkpoint) or the whole down/mid/up blocks."""
+    if grain == "blocks":
+        return [(a, block_modules(model, a)) for a in BLOCK_ATTRS]
+    tensors = [TensorInfo(name, str(t.dtype).removeprefix("torch."), tuple(t.shape), Path("unet"))
+               for name, t in model.state_dict().items()]
+    lists = unet_block_lists(Path("unet"), "UNet2DConditionModel", cfg, tensors)
+    return [(b.attr, block_modules(model, b.attr, b.items)) for b in lists]
 
 
-def block_sizes(model: torch.nn.Module) -> list[int]:
-    return [sum(p.numel() * p.element_size() for p in b.parameters()) for _, bs in unet_blocks(model) for b in bs]
+def block_sizes(model: torch.nn.Module, cfg: dict[str, Any], grain: str) -> list[int]:
+    return [sum(p.numel() * p.element_size() for p in b.parameters())
+            for _, bs in unet_blocks(model, cfg, grain) for b in bs]
 
 
-def run_dlo(cfg: dict[str, Any], inputs: dict[str, Any], iters: int, resident: int, slots: int) -> dict[str, Any]:
+def run_dlo(cfg: dict[str, Any], inputs: dict[str, Any], iters: int, resident: int, slots: int,
+            grain: str) -> dict[str, Any]:
     model = build_unet(cfg)  # fresh weights: a streamer consumes its blocks
     for attr in BLOCK_ATTRS:
         getattr(model, attr).to("cpu")
     gc.collect()
     torch.cuda.empty_cache()
-    lists = unet_blocks(model)
+    lists = unet_blocks(model, cfg, grain)
     residency = BlockResidency.placed("leading", sum(len(bs) for _, bs in lists), resident, slots)
     pinned_before = pinned_bytes_held()
     t0 = time.perf_counter()
@@ -104,7 +120,8 @@ def run_dlo(cfg: dict[str, Any], inputs: dict[str, Any], iters: int, resident: i
     times, out = time_forward(model, inputs, iters)
     stats = streamer.take_step_stats()
     result = {
-        "resident_layers": resident, "slots": streamer.num_slots, "slot_bytes": streamer.slot_bytes,
+        "grain": grain, "units": sum(len(bs) for _, bs in lists), "resident_layers": resident,
+        "slots": streamer.num_slots, "slot_bytes": streamer.slot_bytes,
         "attach_s": attach_s, "step_s": statistics.median(times), "times": times,
         "streamed_bytes": streamer.streamed_bytes, "pinned_bytes": pinned_bytes_held() - pinned_before,
         "peak_allocated": torch.cuda.max_memory_allocated(), "largest_block": streamer.largest_block_bytes,
@@ -125,6 +142,8 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--resident-layers", type=int, nargs="*", default=[0])
     parser.add_argument("--slots", type=int, nargs="*", default=[2, 3])
+    parser.add_argument("--grain", choices=("units", "blocks"), nargs="*", default=["units", "blocks"],
+                        help="units: each block's children (the engine's plan); blocks: the 7 whole blocks")
     parser.add_argument("--out", default="unet_stream.json")
     args = parser.parse_args()
     cfg = PRESETS[args.preset]
@@ -140,32 +159,34 @@ def main() -> None:
     model = build_unet(cfg)
     inputs = make_inputs(cfg, args.res, args.batch)
     times, ref = time_forward(model, inputs, args.iters)
-    sizes = block_sizes(model)
+    grains = {g: block_sizes(model, cfg, g) for g in args.grain}
     report["resident"] = {"step_s": statistics.median(times), "times": times,
                           "params": sum(p.numel() for p in model.parameters()),
                           "model_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
-                          "block_bytes": sizes, "peak_allocated": torch.cuda.max_memory_allocated()}
-    log(f"resident {report['resident']['step_s']:.4f} s/step, {report['resident']['params'] / 1e9:.2f}B params, "
-        f"blocks {[round(s / 1e9, 3) for s in sizes]} GB")
+                          "unit_bytes": grains, "peak_allocated": torch.cuda.max_memory_allocated()}
+    log(f"resident {report['resident']['step_s']:.4f} s/step, {report['resident']['params'] / 1e9:.2f}B params")
+    for grain, sizes in grains.items():
+        log(f"grain {grain}: {len(sizes)} units, largest {max(sizes):,} bytes ({max(sizes) / 1e9:.3f} GB), "
+            f"two slots {2 * max(sizes) / 1e9:.2f} GB; units {[round(s / 1e9, 3) for s in sizes]} GB")
     del model
     gc.collect()
     torch.cuda.empty_cache()
     report["dlo"] = []
-    for layers in args.resident_layers:
-        for slots in args.slots:
-            r = run_dlo(cfg, inputs, args.iters, layers, slots)
-            out = r.pop("output")
-            r["identical_to_resident"] = bool(torch.equal(out, ref))
-            r["max_abs_diff"] = float((out.float() - ref.float()).abs().max())
-            r["floor_s"] = max(report["resident"]["step_s"], r["streamed_bytes"] / bw)
-            r["ratio_to_floor"] = r["step_s"] / r["floor_s"]
-            report["dlo"].append(r)
-            log(f"DLO resident_layers={layers} slots={r['slots']}: step {r['step_s']:.4f} s, "
-                f"floor {r['floor_s']:.4f} s = max(resident {report['resident']['step_s']:.4f}, "
-                f"{r['streamed_bytes'] / 1e9:.2f} GB / "
-                f"{bw / 1e9:.1f} GB/s), ratio {r['ratio_to_floor']:.3f}, identical {r['identical_to_resident']}, "
-                f"peak {r['peak_allocated'] / 1e9:.2f} GB (slots {r['slot_bytes'] / 1e9:.2f} GB), "
-                f"stall/step {r['stall_s_per_step']:.4f} s")
+    for grain, layers, slots in ((g, n, k) for g in args.grain for n in args.resident_layers for k in args.slots):
+        r = run_dlo(cfg, inputs, args.iters, layers, slots, grain)
+        out = r.pop("output")
+        r["identical_to_resident"] = bool(torch.equal(out, ref))
+        r["max_abs_diff"] = float((out.float() - ref.float()).abs().max())
+        r["floor_s"] = max(report["resident"]["step_s"], r["streamed_bytes"] / bw)
+        r["ratio_to_floor"] = r["step_s"] / r["floor_s"]
+        report["dlo"].append(r)
+        log(f"DLO {grain} ({r['units']} units, largest {r['largest_block']:,} bytes) resident_layers={layers} "
+            f"slots={r['slots']}: step {r['step_s']:.4f} s, "
+            f"floor {r['floor_s']:.4f} s = max(resident {report['resident']['step_s']:.4f}, "
+            f"{r['streamed_bytes'] / 1e9:.2f} GB / "
+            f"{bw / 1e9:.1f} GB/s), ratio {r['ratio_to_floor']:.3f}, identical {r['identical_to_resident']}, "
+            f"peak {r['peak_allocated'] / 1e9:.2f} GB (slots {r['slot_bytes'] / 1e9:.2f} GB), "
+            f"stall/step {r['stall_s_per_step']:.4f} s")
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)
     log(f"wrote {args.out}")

@@ -44,6 +44,7 @@ from ..engine.export import vllm_serve_command
 from ..engine.plain_text import plain, plain_lines
 from ..engine.plan import Plan
 from ..engine.request_profile import RequestSize
+from ..engine.runner import GenerateRequest
 from ..engine.worker import EngineWorker
 from ..offload.errors import ConfigError
 from ..offload.policy import OffloadPolicy
@@ -60,7 +61,7 @@ from .load_commands import LoadCommands
 from .plan_commands import PlanCommands
 from .policy_edits import PolicyEditor
 from .request_commands import RequestCommands
-from .screens import HelpScreen, LiveScreen, PlanScreen
+from .screens import CopyCommandScreen, HelpScreen, LiveScreen, PlanScreen
 from .shutdown import EngineRelease, stop_key_reader
 from .toasts import toasts_replaced_by
 from .widgets import HISTORY_SAMPLES
@@ -124,8 +125,9 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         device's torch/NVML/host sources). The sampling thread starts when `start_telemetry`
         is True, or by default only for the real sources — injected ones are driven by the
         test (`app.sampler.sample_now(publish=True)` then `app.drain_events()`).
-        `save_partial`: also save the image of a request cancelled before its last step (by default
-        a half-denoised image is not saved: it is not a result).
+        `save_partial`: also save the image of a request that returned before its last step (by default
+        a half-denoised image is not saved: it is not a result). esc never returns one: it stops the
+        request between two blocks and keeps nothing.
         """
         self.initial_theme = theme_or_error(theme)
         self.editor = PolicyEditor(engine.model, engine.make_plan, policy)  # PolicyError before anything runs
@@ -150,6 +152,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         self.prompt = prompt
         self.request_size = RequestSize()  # the size the plan screen's forecast is for: the last request's
         self.save_partial = save_partial
+        self.last_requests: dict[str, GenerateRequest] = {}  # per model path: the generate dialog's values
         self.exit_code = 0
         self.phase: Phase = "plan"
         self.generating = False
@@ -349,7 +352,9 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         """
         command = vllm_serve_command(self.plan)
         self.copy_to_clipboard(command)
-        self.say(f"{COPY_NOTICE}\n{command}", timeout=15)
+        self.notices.append((f"{COPY_NOTICE}\n{command}", "information"))
+        if not isinstance(self.screen, CopyCommandScreen):  # whole words only: a toast would fold a path
+            self.push_screen(CopyCommandScreen(command, COPY_NOTICE))
 
     def action_cycle_theme(self) -> None:
         names = list(THEMES)

@@ -60,6 +60,16 @@ def _theme_help() -> str:
     return f"colour theme: {names}; press t in the app to cycle"
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml), without importing anything heavy."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("omni-console")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def _policy_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", type=Path, help="diffusers model directory (default: the embedded demo model)")
     parser.add_argument("--variant", help="weight variant to read, e.g. fp16 (files NAME.fp16.safetensors); "
@@ -106,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Operator console for layerwise-offloaded diffusion models. "
                     "Without a subcommand, opens the console app.",
     )
+    parser.add_argument("--version", action="version", version=f"omni-console {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="{console,plan,run,demo-model}")
 
     app = sub.add_parser("console", help="open the Textual console (default)")
@@ -172,7 +183,7 @@ def _normalise_argv(argv: Sequence[str]) -> list[str]:
     """No subcommand means the console app; `--flag -5GB` becomes `--flag=-5GB`, so the flag's own check
     answers (a negative size, height, …) rather than argparse's "expected one argument"."""
     argv = list(argv)
-    if not argv or argv[0] not in (*SUBCOMMANDS, "-h", "--help"):
+    if not argv or argv[0] not in (*SUBCOMMANDS, "-h", "--help", "--version"):
         argv = ["console", *argv]
     joined: list[str] = []
     i = 0
@@ -243,7 +254,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         from .plan_view import render_plan
 
-        render_plan(plan, forecast=forecast, reasons=reasons, ranks=ranks)
+        render_plan(plan, forecast=forecast, reasons=reasons, ranks=ranks, on_cpu=device == "cpu")
     return 0
 
 

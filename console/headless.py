@@ -50,13 +50,14 @@ EXIT_FAILED = 1
 
 
 class _Progress(threading.Thread):
-    """Prints state changes and step timings to stderr while the engine works (not in --json mode),
-    and folds every event into bounded running totals for the report."""
+    """Prints state changes and step timings to stderr while the engine works (with --json too: the
+    document goes to stdout alone), and folds every event into bounded running totals for the report."""
 
-    def __init__(self, sub: Subscription, console: Console, quiet: bool,
-                 muted: Callable[[], bool] = lambda: False) -> None:
+    def __init__(self, sub: Subscription, console: Console, muted: Callable[[], bool] = lambda: False,
+                 lock: threading.Lock | None = None) -> None:
         super().__init__(daemon=True, name="omni-progress")
-        self.sub, self.console, self.quiet, self.muted = sub, console, quiet, muted
+        self.sub, self.console, self.muted = sub, console, muted
+        self.lock = lock or threading.Lock()  # shared with the interrupt line, which must come last
         self.stop = threading.Event()
         self.totals = RunTotals()
 
@@ -68,14 +69,15 @@ class _Progress(threading.Thread):
     def _flush(self) -> None:
         for event in self.sub.drain():
             self.totals.add(event)
-            if self.quiet or self.muted():  # after Ctrl+C the one "interrupted" line says it all
-                continue
             if isinstance(event, ErrorEvent) or (isinstance(event, EngineStateChanged) and event.new == "failed"):
                 continue  # a failure ends the run with its own one line (`_fail`), never with several
             line = progress_line(event)
-            if line is not None:
-                text, style = line
-                self.console.print(_one_line(text), style=style, markup=False, highlight=False, soft_wrap=True)
+            if line is None:
+                continue
+            with self.lock:
+                if self.muted():  # after Ctrl+C the one "interrupted" line says it all
+                    continue
+                self.console.print(_one_line(line[0]), style=line[1], markup=False, highlight=False, soft_wrap=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +134,8 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
             plan = auto.plan
             flags = replace(flags, policy=plan.policy)
             flags.reasons.extend(auto.reasons)
-            if not args.json:
-                for line in auto.reasons:
-                    Console(stderr=True).print(plain(f"--vram-budget: {line}"), markup=False, highlight=False)
+            for line in auto.reasons:  # stderr, like all progress: stdout holds only the report
+                Console(stderr=True).print(plain(f"--vram-budget: {line}"), markup=False, highlight=False)
         guard.check()
         return _load_generate_report(args, flags, engine, plan, run, guard)
     finally:
@@ -144,7 +145,7 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
 def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Engine, plan: Any,
                           run: CheckedRun, guard: InterruptGuard) -> int:
     err = Console(stderr=True)
-    progress = _Progress(engine.bus.subscribe(), err, quiet=args.json, muted=lambda: guard.interrupted)
+    progress = _Progress(engine.bus.subscribe(), err, muted=lambda: guard.interrupted, lock=guard.output_lock)
     sampler = TelemetrySampler(*default_sources(engine.device), bus=engine.bus, hz=flags.telemetry_hz)
     progress.start()
     sampler.start()
@@ -250,10 +251,11 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
     table = _PlainTable(title=Text(plain(f"run — {r['model']} on {r['device']}")), show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
+    on_cpu = r["device"].startswith("cpu")  # no device link: copies are host memory copies, nothing pinned
     table.add_row("load time", format_seconds(r["load_seconds"]))
     for key, seconds in r.get("load_phases", {}).items():
         table.add_row(f"  {key}", format_seconds(seconds))
-    table.add_row("pinned host memory", format_bytes(r["pinned_bytes"]))
+    table.add_row("pinned host memory", "none (CPU)" if on_cpu else format_bytes(r["pinned_bytes"]))
     table.add_row("request time", format_seconds(r["request_seconds"]))
     for key, seconds in r["phases"].items():
         table.add_row(f"  {PHASE_LABELS.get(key, key)}", format_seconds(seconds))
@@ -263,13 +265,17 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
     table.add_row("frames", f"{r['frames']}{latents}")
     if r["is_video"]:
         table.add_row("frame rate", f"{r['fps']:g} fps ({r['fps_source']})")
+    copied = "copied" if on_cpu else "H2D"
     for s in r["steps"]:
         table.add_row(f"step {s['step']}", f"{format_seconds(s['wall_s'])} (stall {format_seconds(s['stall_s'])}, "
-                                           f"H2D {format_bytes(s['h2d_bytes'])})")
+                                           f"{copied} {format_bytes(s['h2d_bytes'])})")
     st = r["staging"]
-    table.add_row("host→device transfers", f"{st['h2d_transfers']} ({st['sync_transfers']} synchronous)")
-    table.add_row("host→device bytes", format_bytes(st["h2d_bytes"]))
-    table.add_row("host→device bandwidth (mean)", format_rate(st["h2d_bytes_per_s"]))
+    if on_cpu:
+        table.add_row("host copies (CPU: no device link)", f"{st['h2d_transfers']}, {format_bytes(st['h2d_bytes'])}")
+    else:
+        table.add_row("host→device transfers", f"{st['h2d_transfers']} ({st['sync_transfers']} synchronous)")
+        table.add_row("host→device bytes", format_bytes(st["h2d_bytes"]))
+        table.add_row("host→device bandwidth (mean)", format_rate(st["h2d_bytes_per_s"]))
     table.add_row("peak allocated (torch)", format_bytes(r["peak_allocated_bytes"]))
     check = r.get("forecast_check")
     if check:
@@ -291,7 +297,11 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
     table.add_row("telemetry samples", str(t["samples"]))
     table.add_row("peak torch reserved / NVML used", f"{format_bytes(t['torch_reserved_peak'])} / "
                                                      f"{format_bytes(t['nvml_used_peak'])}")
-    table.add_row("peak RSS / pinned (host)", f"{format_bytes(t['host_rss_peak'])} / {format_bytes(t['pinned_peak'])}")
+    if on_cpu:
+        table.add_row("peak RSS (host)", format_bytes(t["host_rss_peak"]))
+    else:
+        table.add_row("peak RSS / pinned (host)",
+                      f"{format_bytes(t['host_rss_peak'])} / {format_bytes(t['pinned_peak'])}")
     if r["events_dropped"]:
         table.add_row("events dropped (totals are partial)", str(r["events_dropped"]))
     console.print(table)

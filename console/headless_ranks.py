@@ -101,9 +101,12 @@ def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayou
     err = Console(stderr=True)
 
     def show(rank: int, event: Event) -> None:
-        line = None if args.json or guard.interrupted else progress_line(event)
-        if line is not None:
-            err.print(f"[rank {rank}] {line[0]}", style=line[1], markup=False, highlight=False, soft_wrap=True)
+        line = progress_line(event)  # stderr, with --json too
+        if line is None:
+            return
+        with guard.output_lock:  # the interrupt line, once printed, stays the last
+            if not guard.interrupted:
+                err.print(f"[rank {rank}] {line[0]}", style=line[1], markup=False, highlight=False, soft_wrap=True)
 
     guard.check()
     group = guard.run(lambda: RankGroup(model_path, layout, device.type, variant=args.variant, on_event=show))

@@ -44,6 +44,8 @@ class InterruptGuard:
         self._announced = False
         self._previous: Any = None
         self._installed = False
+        # held by whoever writes progress to stderr: the one line is always the last, never mid-batch
+        self.output_lock = threading.Lock()
 
     @property
     def interrupted(self) -> bool:
@@ -76,11 +78,12 @@ class InterruptGuard:
         if self._announced:
             return
         self._announced = True
-        try:
-            sys.stderr.write(INTERRUPTED_LINE + "\n")
-            sys.stderr.flush()
-        except (OSError, ValueError):  # a closed or broken stderr must not turn into a traceback
-            pass
+        with self.output_lock:  # a progress line being printed finishes first; none follows (muted)
+            try:
+                sys.stderr.write(INTERRUPTED_LINE + "\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):  # a closed or broken stderr must not turn into a traceback
+                pass
 
     def check(self) -> None:
         """Raise Interrupted if Ctrl+C was pressed (between phases)."""

@@ -2,9 +2,9 @@
 
 Two renderings of the same rows, chosen by where stdout goes:
 
-- **A terminal** gets rich tables sized to the terminal. No cell is ever cut short with `…`: a value
-  wider than its column wraps onto the next line (`overflow="fold"`), so a narrow terminal costs
-  height, never information.
+- **A terminal** gets rich tables sized to the terminal. A word is never broken in the middle: cells
+  wrap at spaces, and on a narrow terminal only free text (a class name, a block list's name) is cut
+  with `…` (`table_fit`); the pipe form below has every value complete.
 - **A pipe or a file** (`omni-console plan | less`, `| cut -f1`, `> plan.txt`) gets plain text with
   no width at all: each table is one tab-separated header row followed by its rows, every value in
   full, sections separated by a blank line; the model line, notes, the forecast's formula and the
@@ -34,7 +34,8 @@ from ..engine.rank_forecast import RankForecast
 from ..engine.rank_layout import RankLayout
 from ..engine.request_forecast import RequestForecast
 from ..engine.stream_dtype import storage_note
-from ..offload.units import format_bytes
+from ..offload.units import format_bytes, format_rate
+from .table_fit import fit_widths
 from .theme_colors import default_variables, resolve
 
 RESIDENCY_STYLE = {"streamed": "$primary", "staged": "$warning", "resident": "$success", "none": "$foreground-muted"}
@@ -53,6 +54,8 @@ class Sheet:
     right: frozenset[str] = frozenset()  # right-justified columns (numbers)
     show_header: bool = True
     caption: str | None = None
+    squeeze: frozenset[str] = frozenset()  # free-text columns that may be cut with `…` on a narrow terminal
+    narrow_header: dict[str, str] = field(default_factory=dict)  # shorter headers for a narrow terminal
     styles: dict[tuple[int, int], str] = field(default_factory=dict)  # (row, column) → style with $theme names
 
 
@@ -77,7 +80,7 @@ def component_sheet(plan: Plan) -> Sheet:
         ))
         styles[(i, header.index("residency"))] = RESIDENCY_STYLE[c.residency]
     return Sheet(f"{plan.model.pipeline_class} — {plan.model.path}", header, rows,
-                 right=frozenset({"size", "blocks"}), styles=styles)
+                 right=frozenset({"size", "blocks"}), squeeze=frozenset({"class", "why"}), styles=styles)
 
 
 def blocks_sheet(plan: Plan) -> Sheet | None:
@@ -100,7 +103,8 @@ def blocks_sheet(plan: Plan) -> Sheet | None:
         rows.append((c.info.name, "(non-block modules: resident)", "", "", "", format_bytes(c.info.non_block_bytes),
                      "", ""))
     return Sheet(f"{kind} blocks (execution order)", header, rows, right=frozenset(header[2:]),
-                 caption=order_caption([c for c in dits if c.info.role == "dit"]))
+                 caption=order_caption([c for c in dits if c.info.role == "dit"]),
+                 squeeze=frozenset({"block list"}), narrow_header={"bytes/block": "per block"})
 
 
 def order_caption(dits: list[ComponentPlan]) -> str | None:
@@ -112,12 +116,16 @@ def order_caption(dits: list[ComponentPlan]) -> str | None:
     return "; ".join(parts) or None
 
 
-def forecast_sheet(plan: Plan) -> Sheet:
+PINNED_ON_CPU = "host memory (not pinned: CPU)"
+"""A CPU has no page-locked memory: the blocks' one copy is plain host memory (as the console says)."""
+
+
+def forecast_sheet(plan: Plan, on_cpu: bool = False) -> Sheet:
     f = plan.forecast
     rows = [
         ("device resident weights", format_bytes(f.device_resident_bytes)),
         ("device peak weights", format_bytes(f.peak_device_weight_bytes)),
-        ("pinned host memory", format_bytes(f.pinned_host_bytes)),
+        (PINNED_ON_CPU if on_cpu else "pinned host memory", format_bytes(f.pinned_host_bytes)),
         (f"streamed per {plan.model.block_kind} forward ({f.num_streamed_blocks} blocks)",
          format_bytes(f.streamed_bytes_per_forward)),
     ]
@@ -142,8 +150,9 @@ def forecast_sheet(plan: Plan) -> Sheet:
                  show_header=False, caption=caption)
 
 
-def request_sheet(forecast: RequestForecast) -> Sheet:
-    """The whole request's forecast, each figure with where it came from."""
+def request_sheet(forecast: RequestForecast, on_cpu: bool = False) -> Sheet:
+    """The whole request's forecast, each figure with where it came from. On a CPU there is no
+    host→device link: a copy rate there would read as one, so it is not shown."""
     step = f"{forecast.step_s:.3f} s" if forecast.step_s is not None else "not measured yet"
     rows = [
         (f"device peak ({forecast.peak_phase.replace('_', ' ')})", format_bytes(forecast.peak_bytes),
@@ -152,8 +161,8 @@ def request_sheet(forecast: RequestForecast) -> Sheet:
     ]
     if forecast.floor_s is not None:
         rows.append(("step floor: max(compute, transfer)", f"{forecast.floor_s:.3f} s", forecast.step_source))
-    if forecast.bandwidth:
-        rows.append(("host→device link", f"{forecast.bandwidth / 1e9:.1f} GB/s", forecast.bandwidth_source))
+    if forecast.bandwidth and not on_cpu:
+        rows.append(("host→device link", format_rate(forecast.bandwidth), forecast.bandwidth_source))
     caption = "; ".join(forecast.notes) or None
     return Sheet(f"request forecast ({forecast.size.label()})", ("figure", "value", "source"), rows,
                  right=frozenset({"value"}), caption=caption)
@@ -194,41 +203,42 @@ def vllm_lines(plan: Plan, layout: RankLayout | None = None) -> list[str]:
             *(f"note: {gap}" for gap in vllm_gaps(plan, layout))]
 
 
-SHORT_CELL = 10
-"""Columns whose values all fit in this many characters keep their width while the long ones wrap."""
-LONG_MIN = 8
-"""Room each long column must keep for short columns to be held at a fixed width."""
-
-
-def _fixed_widths(sheet: Sheet, max_width: int | None) -> list[int | None]:
-    """A fixed width for each short column when the long ones still get `LONG_MIN` characters; else none.
-
-    rich shrinks every wrapping column alike, splitting `2.5 MB` over two lines while a 30-character
-    class name keeps its room; fixing the short ones makes the long names fold instead. On a terminal
-    too narrow for that, every column wraps (a fixed column beside it could squeeze a name to nothing).
-    """
-    widths: list[int | None] = []
-    for j, col in enumerate(sheet.header):
-        longest = max((len(row[j]) for row in sheet.rows), default=0)
-        widths.append(max(longest, *(len(w) for w in col.split())) if longest <= SHORT_CELL else None)
-    borders = 3 * len(widths) + 1
-    needed = sum(w if w is not None else LONG_MIN for w in widths) + borders
-    return widths if max_width is not None and needed <= max_width else [None] * len(widths)
+BORDERED_GAP = 3
+"""Characters a boxed table spends per column on its borders and padding (plus one for the edge)."""
+COMPACT_GAP = 2
+"""Between columns of the borderless table used when the boxed one would not fit."""
 
 
 def rich_table(sheet: Sheet, max_width: int | None = None, variables: Mapping[str, str] | None = None) -> Table:
-    """A rich table whose cells wrap (fold) when the terminal is narrow — never `…`.
+    """A rich table that fits `max_width` without breaking a word (see `table_fit`): boxed when it fits
+    whole, else borderless with cells wrapped at spaces and long free-text words cut with `…`.
 
     Cell styles are resolved against `variables` (a theme's), the default theme's when None.
     """
     variables = default_variables() if variables is None else variables
-    table = Table(title=Text(plain(sheet.title), style="table.title"), expand=False, show_header=sheet.show_header,
-                  caption=Text(plain(sheet.caption), style="table.caption") if sheet.caption else None)
-    for col, width in zip(sheet.header, _fixed_widths(sheet, max_width), strict=True):
-        table.add_column(col, justify="right" if col in sheet.right else "left", overflow="fold", no_wrap=False,
-                         width=width)
+    header = sheet.header
+    whole = {j for j, col in enumerate(header) if col in sheet.right}
+    squeeze = {j for j, col in enumerate(header) if col in sheet.squeeze}
+    widths = None
+    compact = False
+    if max_width is not None:
+        boxed_room = max_width - BORDERED_GAP * len(header) - 1
+        if fit_widths(header, sheet.rows, boxed_room) is not None:  # the boxed table would wrap: go compact
+            compact = True
+            header = tuple(sheet.narrow_header.get(col, col) for col in header)
+            widths = fit_widths(header, sheet.rows, max_width - COMPACT_GAP * (len(header) - 1), squeeze, whole)
+    title = Text(plain(sheet.title), style="table.title")
+    caption = Text(plain(sheet.caption), style="table.caption") if sheet.caption else None
+    if compact:
+        table = Table(title=title, expand=False, show_header=sheet.show_header, caption=caption,
+                      box=None, padding=(0, 1), pad_edge=False, show_edge=False, header_style="bold underline")
+    else:
+        table = Table(title=title, expand=False, show_header=sheet.show_header, caption=caption)
+    for j, col in enumerate(header):
+        table.add_column(col, justify="right" if j in whole else "left", overflow="ellipsis",
+                         no_wrap=widths is None or j in whole, width=None if widths is None else widths[j])
     for i, row in enumerate(sheet.rows):
-        table.add_row(*(Text(plain(cell), style=resolve(sheet.styles.get((i, j), ""), variables), overflow="fold")
+        table.add_row(*(Text(plain(cell), style=resolve(sheet.styles.get((i, j), ""), variables), overflow="ellipsis")
                         for j, cell in enumerate(row)))
     return table
 
@@ -258,7 +268,7 @@ def tsv_rows(sheet: Sheet) -> list[str]:
 
 
 def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Sequence[str] = (),
-              ranks: RankForecast | None = None) -> str:
+              ranks: RankForecast | None = None, on_cpu: bool = False) -> str:
     """The whole plan as plain lines for a pipe or a file (see the module docstring)."""
     sections: list[Sequence[str]] = [[_plain(f"model: {plan.model.path} ({plan.model.pipeline_class})")],
                                      tsv_rows(component_sheet(plan))]
@@ -267,11 +277,11 @@ def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Seque
     blocks = blocks_sheet(plan)
     if blocks is not None:
         sections.append(tsv_rows(blocks))
-    forecast = forecast_sheet(plan)
+    forecast = forecast_sheet(plan, on_cpu)
     sections.append(tsv_rows(forecast))
     sections.append([_plain(forecast.caption or "")])  # its own paragraph: a table section is rows only
     if request is not None:
-        sheet = request_sheet(request)
+        sheet = request_sheet(request, on_cpu)
         sections.append(tsv_rows(sheet))
         if sheet.caption:
             sections.append([_plain(sheet.caption)])
@@ -287,7 +297,7 @@ def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Seque
 
 def render_plan(plan: Plan, console: Console | None = None, forecast: RequestForecast | None = None,
                 reasons: Sequence[str] = (), variables: Mapping[str, str] | None = None,
-                ranks: RankForecast | None = None) -> None:
+                ranks: RankForecast | None = None, on_cpu: bool = False) -> None:
     """Rich tables on a terminal; plain tab-separated rows when the output is a pipe or a file.
 
     On a terminal the colours are `variables`' (a theme's), the default theme's when None; a pipe gets
@@ -295,7 +305,7 @@ def render_plan(plan: Plan, console: Console | None = None, forecast: RequestFor
     """
     console = console or Console()
     if not console.is_terminal:
-        console.file.write(plan_text(plan, forecast, reasons, ranks))
+        console.file.write(plan_text(plan, forecast, reasons, ranks, on_cpu))
         console.file.flush()
         return
     variables = default_variables() if variables is None else variables
@@ -305,9 +315,9 @@ def render_plan(plan: Plan, console: Console | None = None, forecast: RequestFor
     blocks = blocks_table(plan, console.width, variables)
     if blocks is not None:
         console.print(blocks)
-    console.print(forecast_table(plan, console.width, variables))
+    console.print(rich_table(forecast_sheet(plan, on_cpu), console.width, variables))
     if forecast is not None:
-        console.print(rich_table(request_sheet(forecast), console.width, variables))
+        console.print(rich_table(request_sheet(forecast, on_cpu), console.width, variables))
     if ranks is not None and ranks.layout.distributed:
         console.print(rich_table(ranks_sheet(ranks), console.width, variables))
         for note in ranks.notes:

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 
 from ..engine.engine import EngineState
 from ..engine.profiler import request_size
-from ..engine.runner import GenerateRequest
+from ..engine.runner import GenerateRequest, RequestCancelled, total_steps_of
 from ..offload.events import LogEvent
 from . import request_outcome
 from .command_done import CommandDone
 from .generate_form import RequestForm, expected_frames
 from .outputs import save_result
-from .request_defaults import default_request
+from .request_defaults import default_request, forecast_line, small_request
 from .screens import GenerateDialog
 
 if TYPE_CHECKING:
@@ -39,14 +39,29 @@ class RequestCommands:
             self.say("a request is running; esc cancels it", "warning")
             return
         make_request = partial(default_request, self.engine)
-        form = RequestForm.for_model(self.engine.model, make_request(prompt=self.prompt), make_request)
-        self.push_screen(GenerateDialog(form), self.start_generate)
+        remembered = self.last_requests.get(str(self.engine.model.path))
+        if remembered is not None:  # the last request's values for this model, as the operator left them
+            defaults = remembered
+        elif self.engine.device.type == "cpu":
+            defaults = small_request(self.engine, self.prompt)
+        else:
+            defaults = make_request(prompt=self.prompt)
+        form = RequestForm.for_model(self.engine.model, defaults, make_request)
+        self.push_screen(GenerateDialog(form, self.request_forecast_line), self.start_generate)
+
+    def request_forecast_line(self: OmniConsoleApp, request: GenerateRequest) -> str:
+        """The generate dialog's forecast of `request` (cached or scaled profile), before Enter."""
+        steps = request.steps
+        if steps is None and self.engine.pipe is not None:
+            steps = total_steps_of(self.engine.pipe, request) or None
+        return forecast_line(self.engine.forecast(request_size(request)), steps)
 
     def start_generate(self: OmniConsoleApp, request: GenerateRequest | None) -> Future | None:
         """Run one request on the worker; the image is saved on the worker thread when it is done."""
         if request is None or self.phase != "live" or self.generating:
             return None
         self.prompt = request.prompt
+        self.last_requests[str(self.engine.model.path)] = request  # the dialog opens with these next time
         self.request_size = request_size(request)
         self.generating = True
         self.router.request_id = None
@@ -88,7 +103,10 @@ class RequestCommands:
             self.last_error = "cancelled before it started" if exc is None else f"{type(exc).__name__}: {exc}"
             if self.live_screen is not None:
                 self.live_screen.show_request_frames(None)  # no phases follow a failed request
-            self._show_outcome(request_outcome.failed(self.router.request_id, self.last_error))
+            if isinstance(exc, RequestCancelled):
+                self._show_outcome(request_outcome.cancelled(self.router.request_id, exc.steps_done, exc.total_steps))
+            else:
+                self._show_outcome(request_outcome.failed(self.router.request_id, self.last_error))
             if self.engine.state == EngineState.FAILED:  # a rank group stopped: nothing is loaded any more
                 self.back_to_plan(f"{self.engine.failure}; every rank's memory released — press l to load again",
                                   "error")

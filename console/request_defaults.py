@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..engine.engine import Engine
+from ..engine.request_forecast import RequestForecast
 from ..engine.runner import GenerateRequest
+from ..offload.units import format_seconds
 
 
 def default_request(engine: Engine, *, prompt: str, steps: int | None = None, height: int | None = None,
@@ -29,3 +32,49 @@ def default_request(engine: Engine, *, prompt: str, steps: int | None = None, he
     return GenerateRequest(prompt=prompt, steps=steps, height=height, width=width, seed=seed, guidance=guidance,
                            frames=frames, negative_prompt=negative_prompt, max_sequence_length=max_sequence_length,
                            image=image, params=dict(params or {}), extra=extra)
+
+
+CPU_STEPS = 4
+CPU_SIDE = 256
+CPU_FRAMES = 9
+"""A CPU's first request: a few steps at 256 px (and about 9 frames) finish in minutes, where a video
+pipeline's own defaults (LTX: 704x512, 161 frames, 50 steps) take hours; the operator can raise them."""
+
+
+def small_request(engine: Engine, prompt: str) -> GenerateRequest:
+    """The dialog's first request on a CPU: the pipeline's defaults, capped to a small size."""
+    from ..engine.call_options import frames_rule
+    from ..engine.runner import total_steps_of
+
+    request = default_request(engine, prompt=prompt)
+    pipe = engine.pipe
+    steps = request.steps if request.steps is not None else (total_steps_of(pipe, request) if pipe else 0) or None
+    height = request.height or _pipeline_default(engine, "height")
+    width = request.width or _pipeline_default(engine, "width")
+    rule = frames_rule(engine.model)
+    frames = request.frames
+    if rule is not None and frames is None:
+        frames = 1 + rule.step * -(-(CPU_FRAMES - 1) // rule.step)  # the smallest count it renders exactly ≥ 9
+    return replace(request, steps=min(steps, CPU_STEPS) if steps else CPU_STEPS,
+                   height=min(height, CPU_SIDE) if height else CPU_SIDE,
+                   width=min(width, CPU_SIDE) if width else CPU_SIDE, frames=frames)
+
+
+def _pipeline_default(engine: Engine, name: str) -> int | None:
+    """The pipeline's own default size, from its config (`default_sample_size` × the VAE's scale) when it
+    has one; None when the pipeline decides at call time."""
+    pipe = engine.pipe
+    sample = getattr(pipe, "default_sample_size", None)
+    scale = getattr(pipe, "vae_scale_factor", None) or getattr(pipe, "vae_spatial_compression_ratio", None)
+    if isinstance(sample, int) and isinstance(scale, int):
+        return sample * scale
+    return None
+
+
+def forecast_line(forecast: RequestForecast | None, steps: int | None) -> str:
+    """The dialog's line: how long the denoise loop of this request will take, or that it is not known."""
+    if forecast is None or forecast.step_s is None or not steps:
+        return ("forecast: unknown — no request of this model and size has run on this device yet "
+                "(this one measures it)")
+    return (f"forecast: {steps} steps × {format_seconds(forecast.step_s)} = {format_seconds(steps * forecast.step_s)}"
+            f" denoising ({forecast.step_source})")

@@ -46,6 +46,13 @@ def should_save(result: GenerateResult, save_partial: bool) -> bool:
     return image is not None and hasattr(image, "save") and (save_partial or not is_partial(result))
 
 
+def cancelled(request_id: int | None, done: int, total: int) -> Outcome:
+    """esc stopped the request between two blocks: nothing of it is kept (no image, no profile)."""
+    where = "request" if request_id is None else f"request {request_id}"
+    said = f"{where} cancelled after {done}/{total} steps; nothing saved"
+    return Outcome(said, "warning", said, LogEvent(level="warning", message=said))
+
+
 def failed(request_id: int | None, reason: str) -> Outcome:
     """The request raised (or never started): error toast, and the reason in the event log."""
     where = "request" if request_id is None else f"request {request_id}"

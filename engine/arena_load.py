@@ -5,8 +5,8 @@ key conversions and dtype rules run unchanged; tensors in the load dtype are use
 copied). The arena is read in parallel (`offload.deferred_weights`) and page-locked once, so a
 staged encoder's master is the arena itself: no `from_pretrained` read, no packing copy.
 
-Used on CUDA only: on a CPU the stager keeps each weight at the address the plain pipeline gives it
-(`offload.address_phase`), which only the library's own loader reproduces.
+Used on CUDA by default: on a CPU the stager keeps each weight at the address the plain pipeline gives
+it (`offload.address_phase`); asked for there, each tensor sits at its file's address phase.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..offload.address_phase import phase_of
 from ..offload.deferred_weights import DeferredWeights
 from ..offload.pinned import HostArena, arena_views
 from .construction_lock import MODEL_CONSTRUCTION
@@ -45,7 +46,9 @@ def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, weights: Def
     would hold up the registrations of the DiT blocks read meanwhile (docs/benchmarks.md)."""
     cls = component_class(info.library, info.class_name, str(info.folder))
     stored = component_locations(info)
-    arena, views = arena_views([(found.shape, found.dtype) for found in stored.values()])
+    phases = [phase_of(found.offset, found.dtype.itemsize) if weights.keep_phase else None  # a CPU device
+              for found in stored.values()]
+    arena, views = arena_views([(found.shape, found.dtype) for found in stored.values()], phases)
     pinning: Future[bool] | None = None
     try:
         state = dict(zip(stored, views, strict=True))

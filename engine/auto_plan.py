@@ -121,12 +121,17 @@ def _reasons(plan: Plan, choice: StreamChoice, aux: list[ComponentInfo],
     resident blocks and placement, the ring, and the predicted step and peak with what they rest on."""
     lines: list[str] = []
     r = choice.residency
+    # a step time needs measured compute and, if anything streams, the link's rate; else it is unknown
+    known = profile is not None and (bool(bandwidth) or r.num_streamed == 0)
     for a in aux:
         staged = plan.policy.offload_enabled(a.name)
         alt = tried.get(a.name)
         state = "staged" if staged else "resident"
         if alt is None:
             why = "resident would not fit" if staged else "staged would not fit"
+        elif staged and not known:  # ranked by bytes streamed: a time would be invented
+            why = (f"resident would leave room for fewer resident {plan.model.block_kind} blocks"
+                   if alt > choice.step_s * (1 + TIE) else "resident streams no fewer bytes and needs more room")
         elif staged:
             why = f"resident would slow the step to {alt:.3f} s" if alt > choice.step_s * (1 + TIE) \
                 else "resident is no faster and needs more room"
@@ -141,11 +146,15 @@ def _reasons(plan: Plan, choice: StreamChoice, aux: list[ComponentInfo],
         lines.append(f"{plan.model.block_kind}: {r.num_resident} of {r.num_blocks} blocks resident, {where}")
         lines.append(f"prefetch ring: {r.slots} slot{'s' if r.slots != 1 else ''} "
                      f"({_gb(choice.slot_bytes)}), copies run up to {max(r.slots - 1, 0)} block(s) ahead")
-    basis = "measured profile" if profile else "transfer time only (no profile of this size yet: run one request)"
-    floor = choice.forward.floor_s * (profile.forwards_per_step if profile else 1)
-    lines.append(f"predicted step {choice.step_s:.3f} s (floor {floor:.3f} s), "
-                 f"peak {_gb(choice.peak_bytes)} of {_gb(budget)}; from {basis}"
-                 f"{'' if bandwidth else ', link rate unknown'}")
+    if known:
+        floor = choice.forward.floor_s * (profile.forwards_per_step if profile else 1)
+        step = f"predicted step {choice.step_s:.3f} s (floor {floor:.3f} s)"
+        basis = "from the measured profile"
+    else:
+        step = "predicted step unknown"
+        basis = ("ranked by bytes streamed per step (no request of this model has run on this device yet: run one)"
+                 if profile is None else "ranked by bytes streamed per step (the link's rate is not known yet)")
+    lines.append(f"{step}, peak {_gb(choice.peak_bytes)} of {_gb(budget)}; {basis}")
     return lines
 
 

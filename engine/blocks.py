@@ -22,11 +22,14 @@ is not checked (no false refusals). The check costs one pass over the tensor nam
 config's numbers.
 
 UNets (`unet_block_lists`): a `UNet2DConditionModel` (SD1.5, SD2, SDXL) runs `down_blocks`, then
-`mid_block`, then `up_blocks`, each block once per forward; those are its block lists in that order
-(its `__init__` assigns `up_blocks` before `mid_block`, so registration order would be wrong). Its
-down and up blocks differ in kind and size (`DownBlock2D` beside `CrossAttnDownBlock2D`), so they are
-found by their names, not by a repeated structure, and the mid block is a list of one. The skip
-connections between them are activations: nothing here or in the streamer moves them.
+`mid_block`, then `up_blocks`, each block once per forward (its `__init__` assigns `up_blocks` before
+`mid_block`, so registration order would be wrong). Whole blocks are too coarse a unit (SDXL's
+`up_blocks.0` alone is 2.4 GB, and the ring's slots are the largest unit's size), so each block is a
+block list of its own (`down_blocks.1`, `mid_block`) whose units are its children, in the order that
+block class's forward calls them (`UNIT_ORDERS`: resnet, attention, resnet, ..., then the down/up
+sampler). A block of a class not in that table, or whose tensors are not exactly those children,
+stays one unit: an order is never guessed. The skip connections between blocks are activations:
+nothing here or in the streamer moves them.
 """
 
 from __future__ import annotations
@@ -51,10 +54,12 @@ FALLBACK_ORDER = (
 
 @dataclass(frozen=True, slots=True)
 class BlockList:
-    """One list of repeated DiT blocks."""
+    """One list of streamed blocks: a DiT's repeated blocks, or a UNet block's children (`items`)."""
 
     attr: str
     block_bytes: tuple[int, ...]
+    items: tuple[str, ...] = ()
+    """Paths of the units under `attr`, in execution order (`resnets.0`); empty: `attr`'s entries by index."""
     # each block's bytes with its weights stored in fp8 (engine/stream_dtype.py), without / with the
     # modulation opt-in; empty: not computed (the checkpoint's bytes apply)
     fp8_bytes: tuple[int, ...] = ()
@@ -132,23 +137,75 @@ def order_block_lists(lists: list[BlockList], order: list[str] | None) -> list[B
 UNET_ORDER = ("down_blocks", "mid_block", "up_blocks")
 UNET_STREAMED_CLASSES = frozenset({"UNet2DConditionModel"})
 """UNet classes whose forward is known to run each of `UNET_ORDER`'s blocks once, in that order."""
+UNIT_ORDERS = {
+    # class: (its children lists, what its forward calls: "pairs" resnets[i], attentions[i];
+    # "mid" resnets[0] then (attentions[i], resnets[i + 1]); "resnets" resnets only) then the sampler
+    "CrossAttnDownBlock2D": (("resnets", "attentions", "downsamplers"), "pairs"),
+    "DownBlock2D": (("resnets", "downsamplers"), "resnets"),
+    "UNetMidBlock2DCrossAttn": (("resnets", "attentions"), "mid"),
+    "CrossAttnUpBlock2D": (("resnets", "attentions", "upsamplers"), "pairs"),
+    "UpBlock2D": (("resnets", "upsamplers"), "resnets"),
+}
+"""UNet block classes (diffusers' unets/unet_2d_blocks.py) whose forward's call order of children is known."""
+_CHILD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\.(0|[1-9][0-9]{0,8})\.")
+
+
+def unit_order(block_class: str | None, unit_bytes: dict[str, int]) -> list[str] | None:
+    """The children (`resnets.0`, ...) a block of `block_class` calls, in call order, when its tensors
+    (`unit_bytes`: child path → bytes, `""` for tensors outside an indexed child) are exactly those
+    children; None for an unknown class or any other layout (the block is then one unit)."""
+    known = UNIT_ORDERS.get(block_class or "")
+    if known is None or "" in unit_bytes:
+        return None
+    lists, kind = known
+    found: dict[str, set[int]] = defaultdict(set)
+    for path in unit_bytes:
+        name, _, index = path.partition(".")
+        found[name].add(int(index))
+    if not set(found) <= set(lists) or any(sorted(v) != list(range(len(v))) for v in found.values()):
+        return None
+    resnets, attentions = len(found["resnets"]), len(found["attentions"])
+    sampler = [f"{lists[-1]}.{i}" for i in range(len(found[lists[-1]]))] if kind != "mid" else []
+    if resnets == 0 or (kind == "pairs" and attentions != resnets) or (kind == "mid" and attentions != resnets - 1):
+        return None
+    if kind == "resnets":
+        return [f"resnets.{i}" for i in range(resnets)] + sampler
+    if kind == "pairs":
+        return [p for i in range(resnets) for p in (f"resnets.{i}", f"attentions.{i}")] + sampler
+    return ["resnets.0", *(p for i in range(attentions) for p in (f"attentions.{i}", f"resnets.{i + 1}"))]
+
+
+def _block_types(config: dict, key: str, count: int) -> list[str | None]:
+    """The block class names the config gives (`UNetRes` prefix dropped, as diffusers does), else None each."""
+    declared = config.get(key)
+    if not isinstance(declared, list) or len(declared) != count:
+        return [None] * count
+    return [t.removeprefix("UNetRes") if isinstance(t, str) else None for t in declared]
 
 
 def unet_block_lists(folder: Path, class_name: str | None, config: dict,
                      tensors: Iterable[TensorInfo]) -> list[BlockList]:
-    """A UNet's blocks in execution order (none for a class not in `UNET_STREAMED_CLASSES`); refuses a
-    config whose `down_block_types` / `up_block_types` disagree with the blocks the tensors hold."""
+    """A UNet's blocks in execution order, one block list each whose units are the block's children in
+    call order (none for a class not in `UNET_STREAMED_CLASSES`); refuses a config whose
+    `down_block_types` / `up_block_types` disagree with the blocks the tensors hold."""
     if class_name not in UNET_STREAMED_CLASSES:
         return []
-    sizes: dict[str, dict[int, int]] = {attr: defaultdict(int) for attr in UNET_ORDER}
+    # attr -> block index -> child path ("" outside an indexed child) -> bytes
+    sizes: dict[str, dict[int, dict[str, int]]] = {
+        attr: defaultdict(lambda: defaultdict(int)) for attr in UNET_ORDER}
     for tensor in tensors:
         attr, _, rest = tensor.name.partition(".")
         if attr == "mid_block":
-            sizes[attr][0] += tensor.nbytes
+            index = 0
         elif attr in sizes:
             match = _INDEXED.match(tensor.name)
-            if match:
-                sizes[attr][int(match.group(2))] += tensor.nbytes
+            if not match:
+                continue
+            index, rest = int(match.group(2)), match.group(3)
+        else:
+            continue
+        child = _CHILD.match(rest)
+        sizes[attr][index][child.group(0)[:-1] if child else ""] += tensor.nbytes
     lists = []
     for attr in UNET_ORDER:
         found = sizes[attr]
@@ -159,8 +216,21 @@ def unet_block_lists(folder: Path, class_name: str | None, config: dict,
         if isinstance(declared, list) and len(declared) != len(found):
             raise ModelDirError(f"{folder / 'config.json'}: {key} names {len(declared)} blocks but the weights "
                                 f"hold {len(found)} {attr} (config and tensors disagree)")
-        if found:
-            lists.append(BlockList(attr, tuple(found[i] for i in range(len(found)))))
+        if not found:
+            continue
+        if key:
+            types = _block_types(config, key, len(found))
+        else:
+            mid = config.get("mid_block_type", "UNetMidBlock2DCrossAttn")
+            types = [mid if isinstance(mid, str) else None]
+        for i in range(len(found)):
+            name = attr if attr == "mid_block" else f"{attr}.{i}"
+            units = found[i]
+            order = unit_order(types[i], units)
+            if order is None:  # unknown class or layout: the whole block is one unit
+                lists.append(BlockList(name, (sum(units.values()),)))
+            else:
+                lists.append(BlockList(name, tuple(units[p] for p in order), tuple(order)))
     return lists
 
 

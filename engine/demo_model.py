@@ -14,18 +14,20 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..offload.errors import ConfigError
 from .build_dir import COMPLETE_MARKER, UnwritableFolder, atomic_build, manifest_mismatch
 from .cache_dir import CACHE_ENV, cache_root
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = [
     "CACHE_ENV",
     "COMPLETE_MARKER",
     "DEMO_GENERATION",
-    "VARIANT_DTYPES",
+    "VARIANT_DTYPE_NAMES",
     "VERSION",
     "atomic_build",
     "build_demo_model",
@@ -89,6 +91,8 @@ def seeded(seed: int, component: int) -> Iterator[None]:
 
     Each component gets its own derived seed, so changing one component never shifts another's weights.
     """
+    import torch
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed * 1000 + component)
         yield
@@ -212,7 +216,17 @@ FLUX_LAYOUT: dict[str, str] = {"tokenizer_2": "T5TokenizerFast"}
 """model_index class names as in black-forest-labs/FLUX.1-dev."""
 
 
-VARIANT_DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16}
+VARIANT_DTYPE_NAMES = {"fp16": "float16", "bf16": "bfloat16"}
+
+
+def __getattr__(name: str) -> object:
+    """`VARIANT_DTYPES` built on first use: finding the cached demo (`plan`, the console's start) must not
+    import torch, which costs seconds on a small machine."""
+    if name == "VARIANT_DTYPES":
+        import torch
+
+        return {variant: getattr(torch, dtype) for variant, dtype in VARIANT_DTYPE_NAMES.items()}
+    raise AttributeError(name)
 """Variants whose files hold that dtype, as on the hub; any other variant name keeps float32."""
 
 
@@ -229,13 +243,15 @@ def save_pipeline(
     control: the transformer alone can be sharded (into two shards), and a variant can be written alone or
     beside the default float32 files (``keep_default``), as hub repos do.
     """
+    import torch
+
     from .tokenizers_offline import write_clip_slow_files
 
     out = Path(out)
     if variant is None or keep_default:
         _save_components(pipe, out, variant=None, shard_transformer=shard_transformer, weights_only=False)
     if variant is not None:
-        dtype = VARIANT_DTYPES.get(variant)
+        dtype = __getattr__("VARIANT_DTYPES").get(variant)
         if dtype is not None:
             for component in pipe.components.values():
                 if isinstance(component, torch.nn.Module):
@@ -257,6 +273,8 @@ def _two_shard_limit(module: torch.nn.Module) -> int:
 
 def _save_components(pipe, out: Path, *, variant: str | None, shard_transformer: bool, weights_only: bool) -> None:
     """Save each component into ``out/<name>``; ``weights_only`` keeps existing configs untouched."""
+    import torch
+
     for name, component in pipe.components.items():
         is_model = isinstance(component, torch.nn.Module)
         if component is None or not hasattr(component, "save_pretrained") or (weights_only and not is_model):
@@ -345,7 +363,7 @@ def ensure_demo_model(seed: int = 0) -> Path:
     for path in candidates:
         if not os.path.lexists(path):
             return _build_cached(root, path, seed, skipped=primary if path != primary else None)
-        if manifest_mismatch(path) is None:
+        if manifest_mismatch(path, trust_unchanged=True) is None:  # hashes re-read only after a change
             return path
     raise _cache_error(root, f"{primary.name} and its siblings hold files omni-console did not write; "
                              "delete the ones you do not need")

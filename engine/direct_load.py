@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from ..offload.address_phase import empty_at_phase, phase_of
 from ..offload.deferred_weights import DeferredWeights, Source
 from ..offload.pinned import HostArena, arena_views
 from .construction_lock import MODEL_CONSTRUCTION
@@ -158,7 +159,7 @@ def _build_deferred(info: ComponentInfo, dtype: torch.dtype | None, weights: Def
             return (None, f"{key!r:.80} is {list(found.shape)} in the checkpoint, {list(tensor.shape)} in the model",
                     None)
     keep_fp32 = list(getattr(cls, "_keep_in_fp32_modules", None) or [])
-    empties, arena = _empty_host_tensors(model, state, stored, dtype, keep_fp32, in_arena)
+    empties, arena = _empty_host_tensors(model, state, stored, dtype, keep_fp32, in_arena, weights.keep_phase)
     try:
         add_sources(weights, ((empty, stored[key]) for key, empty in empties.items()))
     except BaseException:
@@ -188,11 +189,13 @@ def _build_empty(cls: type, config: dict, unused: dict, dtype: torch.dtype | Non
 
 
 def _empty_host_tensors(model: torch.nn.Module, state: dict[str, torch.Tensor], stored: dict[str, StoredTensor],
-                        dtype: torch.dtype | None, keep_fp32: list[str], in_arena: bool
+                        dtype: torch.dtype | None, keep_fp32: list[str], in_arena: bool, keep_phase: bool
                         ) -> tuple[dict[str, torch.Tensor], HostArena | None]:
     """Put an empty (allocated, unwritten) host tensor of the load dtype in place of every state-dict
     tensor, keeping tied ones tied; returns one key per distinct new tensor, and with `in_arena` the
-    arena they all view (each tensor at an aligned offset, in state-dict order)."""
+    arena they all view (each tensor at an aligned offset, in state-dict order). With `keep_phase` (a
+    CPU device) each tensor read as stored sits at its file address modulo a page, as in the plain
+    pipeline's mapping of the file (`offload.address_phase`)."""
     slots: list[tuple[dict[str, Any], str, int]] = []  # (module table, name, id of the tensor it held)
     wanted: dict[int, tuple[str, torch.dtype, bool]] = {}  # id -> (first key, load dtype, is a parameter)
     in_state = {id(t) for t in state.values()}
@@ -208,7 +211,13 @@ def _empty_host_tensors(model: torch.nn.Module, state: dict[str, torch.Tensor], 
                         table is module._parameters
                 slots.append((table, name, id(old)))
     specs = [(stored[key].shape, want) for key, want, _ in wanted.values()]
-    arena, datas = arena_views(specs) if in_arena else (None, [torch.empty(shape, dtype=d) for shape, d in specs])
+    phases = [phase_of(stored[key].offset, want.itemsize) if keep_phase and want == stored[key].dtype else None
+              for key, want, _ in wanted.values()]
+    if in_arena:
+        arena, datas = arena_views(specs, phases)
+    else:
+        arena, datas = None, [torch.empty(shape, dtype=d) if phase is None else empty_at_phase(shape, d, phase)
+                              for (shape, d), phase in zip(specs, phases, strict=True)]
     replaced: dict[int, torch.Tensor] = {}
     first_key: dict[str, torch.Tensor] = {}
     for (old_id, (key, _, is_parameter)), data in zip(wanted.items(), datas, strict=True):

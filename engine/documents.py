@@ -57,6 +57,8 @@ class BlockListDoc(Document):
     attr: str
     count: int = Field(ge=0)
     bytes_per_block: list[int]
+    units: list[str] = Field(default_factory=list, description=(
+        "UNet blocks only: the streamed children (`resnets.0`, `attentions.0`) in call order; empty: entries by index"))
     largest_block_bytes: int = Field(ge=0)
     total_bytes: int = Field(ge=0)
 

@@ -203,7 +203,8 @@ class Engine:
             self._set_state(EngineState.LOADING, f"mode={policy.mode}")
             start = time.perf_counter()
             registered = register_seconds_total()
-            weights = (DeferredWeights(self.read_threads, share_readers=loader.SHARE_READERS)
+            weights = (DeferredWeights(self.read_threads, share_readers=loader.SHARE_READERS,
+                                       keep_phase=self.device.type == "cpu")
                        if self.direct_read else None)
             arenas: dict[str, HostArena] = {}
             components: dict[str, float] = {}

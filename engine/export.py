@@ -64,7 +64,8 @@ def vllm_gaps(plan: Plan, layout: RankLayout | None = None) -> list[str]:
 
 
 def _unet_gap(c: ComponentPlan) -> str:
-    lists = " + ".join(f"{b.count} {b.attr}" for b in c.info.block_lists)
+    blocks = c.info.block_lists
+    lists = f"{sum(b.count for b in blocks)} units in {len(blocks)} down/mid/up blocks"
     return (f"vLLM-Omni's layerwise offload streams a DiT's blocks only: it has no spelling for streaming the UNet "
             f"{c.info.name!r} ({lists}), so its flags are the closest spelling, not an equivalent "
             "(--dlo-resident-layers counts DiT blocks there)")
@@ -152,7 +153,7 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
                 residency=c.residency, why=c.why,
                 device_bytes=c.device_bytes, host_bytes=c.host_bytes,
                 block_lists=[
-                    BlockListDoc(attr=b.attr, count=b.count, bytes_per_block=list(b.block_bytes),
+                    BlockListDoc(attr=b.attr, count=b.count, bytes_per_block=list(b.block_bytes), units=list(b.items),
                                  largest_block_bytes=b.largest_bytes, total_bytes=b.total_bytes)
                     for b in c.info.block_lists
                 ],

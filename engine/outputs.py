@@ -19,7 +19,9 @@ What each suffix holds:
   sequence beside it, `NAME-0001.png`, `NAME-0002.png`, … (zero-padded to the frame count's width,
   at least 4 digits). An existing file among any of those names is refused unless overwrite; when the
   frame count is not known up front, any existing `NAME-<digits>.png` is refused likewise. With
-  overwrite, names beyond this run's count are left alone (never deleted).
+  overwrite, once every frame is written, the earlier run's frames of this name that this run did not
+  rewrite (`NAME-<4+ digits>.png`, regular files) are removed, so the folder holds one sequence, not a
+  mix of two; no other file is touched.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import functools
 import io
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -279,7 +282,30 @@ def write_result(frames: Sequence[Any], target: OutputTarget, *, fps: float | No
         for path in created:  # a partial sequence of our own new files is removed; replaced ones stay new
             path.unlink(missing_ok=True)
         raise
+    if target.overwrite:
+        remove_stale_frames(target.path, written)
     return written
+
+
+def remove_stale_frames(path: Path, written: Sequence[Path]) -> list[Path]:
+    """Remove the frames an earlier, longer run wrote for `path` that `written` did not replace.
+
+    Only names this module writes for `path` (NAME-<at least SEQUENCE_MIN_DIGITS digits>.SUF) that are
+    regular files; returns what was removed."""
+    keep = {p.name for p in written}
+    removed = []
+    for old in existing_sequence_files(path):
+        digits = old.name[len(path.stem) + 1:len(old.name) - len(path.suffix)]
+        if old.name in keep or len(digits) < SEQUENCE_MIN_DIGITS:
+            continue
+        try:
+            if not stat.S_ISREG(os.lstat(old).st_mode):
+                continue
+            old.unlink()
+        except FileNotFoundError:
+            continue
+        removed.append(old)
+    return removed
 
 
 def write_notes(frames: Sequence[Any], target: OutputTarget, *, fps: float | None) -> list[str]:

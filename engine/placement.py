@@ -1,7 +1,8 @@
 """Apply a plan to a loaded pipeline: stream DiT blocks, stage or place auxiliaries, and undo it all.
 
 Per component (engine/plan.py decides the residency):
-- `streamed` (a DiT or a UNet): its non-block modules go to the device; its block lists feed one
+- `streamed` (a DiT or a UNet): its non-block modules go to the device (a UNet's `down_blocks` and the
+  like count as block modules: their units stream); its block lists feed one
   `LayerwiseStreamer` ring across all denoisers in execution order (a UNet's skip connections are
   activations and stay where its blocks put them), which keeps exactly the blocks
   `plan.residency` marks resident and allocates exactly `plan.residency.slots` slots.
@@ -138,15 +139,16 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
         module = dits.get(comp.info.name)
         if comp.residency != "streamed" or not isinstance(module, torch.nn.Module):
             continue
-        attrs = [b.attr for b in comp.info.block_lists]
+        lists = comp.info.block_lists
+        tops = {b.attr.split(".")[0] for b in lists}
         if plan.stream_dtype is not None:
             compute = compute_dtype_of(module)
             cast_for_storage(module, STREAM_DTYPES[plan.stream_dtype], weights=weights,
                              modulation=plan.policy.fp8_modulation)
-        _dit_non_block_to(module, set(attrs), device, weights)
+        _dit_non_block_to(module, tops, device, weights)
         if compute is not None:  # the non-block layers cast to fp8 are resident: converted once
-            _non_block_upcast(module, set(attrs), compute)
-        block_lists.extend((f"{comp.info.name}.{a}", block_modules(module, a)) for a in attrs)
+            _non_block_upcast(module, tops, compute)
+        block_lists.extend((f"{comp.info.name}.{b.attr}", block_modules(module, b.attr, b.items)) for b in lists)
     if not block_lists:
         return
     total = sum(c.host_bytes for c in plan.components if c.residency == "streamed")
@@ -243,9 +245,12 @@ def _closer(arena: HostArena, device: torch.device) -> Callable[[], None]:
     return close
 
 
-def block_modules(module: torch.nn.Module, attr: str) -> list[torch.nn.Module]:
-    """The blocks of one block list: a `ModuleList`'s entries, or a single block (a UNet's `mid_block`)."""
-    found = getattr(module, attr)
+def block_modules(module: torch.nn.Module, attr: str, items: tuple[str, ...] = ()) -> list[torch.nn.Module]:
+    """The blocks of one block list (`BlockList.attr`, `.items`): the units `items` names under `attr` (a
+    UNet block's children, `resnets.0`), else a `ModuleList`'s entries, else `attr` itself as one unit."""
+    found = module.get_submodule(attr)
+    if items:
+        return [found.get_submodule(item) for item in items]
     return list(found) if isinstance(found, torch.nn.ModuleList) else [found]
 
 

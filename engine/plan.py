@@ -1,7 +1,7 @@
 """Resolve a policy against a discovered model and forecast what it costs — before any load.
 
 Residency of each component:
-- `streamed`: the denoiser's blocks (a DiT's, or a UNet's down/mid/up blocks; DLO always owns them), minus
+- `streamed`: the denoiser's blocks (a DiT's, or a UNet's units: its blocks' children; DLO owns them), minus
   the `resident_layers` its placement keeps — decided once, by `OffloadPolicy.block_residency`
   (offload/residency.py), and handed as `Plan.residency` to the streamer, so the forecast and the
   placement use the same block list and slot count;

@@ -32,7 +32,8 @@ def request_size(request: GenerateRequest) -> RequestSize:
 
 
 def plan_blocks(pipe: Any, plan: Plan) -> list[torch.nn.Module]:
-    return [block_modules(getattr(pipe, b.dit), b.attr)[b.index] for b in plan.blocks]
+    lists = {(d.name, b.attr): b for d in plan.model.denoisers for b in d.block_lists}
+    return [block_modules(getattr(pipe, b.dit), b.attr, lists[(b.dit, b.attr)].items)[b.index] for b in plan.blocks]
 
 
 class ProfileRecorder:

@@ -98,6 +98,39 @@ class GenerateRequest:
         return kwargs
 
 
+class RequestCancelled(Exception):
+    """The operator cancelled the request; raised between two blocks, inside the step (nothing is kept)."""
+
+    def __init__(self, steps_done: int = 0, total_steps: int = 0) -> None:
+        super().__init__(f"cancelled after {steps_done}/{total_steps} steps")
+        self.steps_done, self.total_steps = steps_done, total_steps
+
+
+def cancel_points(modules: list[torch.nn.Module]) -> list[torch.nn.Module]:
+    """Where a cancel is checked: every element of every ModuleList under `modules` (the DiT's blocks, an
+    encoder's layers, a VAE's up/down blocks), so a cancel lands within one block's time, not a step's."""
+    points: list[torch.nn.Module] = []
+    for module in modules:
+        for child in module.modules():
+            if isinstance(child, torch.nn.ModuleList):
+                points.extend(child)
+    return points
+
+
+def watch_cancel(modules: list[torch.nn.Module], cancel: threading.Event | None) -> list[Any]:
+    """Forward pre-hooks raising `RequestCancelled` once `cancel` is set. Each runs before any other hook
+    of its block (the streamer's too), so the request stops between blocks, where a failure is recovered
+    from cleanly (tests/engine/test_faults.py); returns the handles to remove."""
+    if cancel is None:
+        return []
+
+    def check(*_: Any) -> None:
+        if cancel.is_set():
+            raise RequestCancelled
+
+    return [point.register_forward_pre_hook(check, prepend=True) for point in cancel_points(modules)]
+
+
 class StepClock:
     """Times denoise steps between the first DiT forward and the step-end callback."""
 
@@ -192,11 +225,16 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
     undo_decode = decode.install(getattr(pipe, "vae", None))
     # first among the DiT's pre-hooks: an expert switch (engine/expert_switch.py) counts in its step
     handles = [dit.register_forward_pre_hook(clock.on_dit_forward, prepend=True) for dit in dits]
+    components = getattr(pipe, "components", None) or {}
+    others = [m for m in components.values() if isinstance(m, torch.nn.Module) and all(m is not d for d in dits)]
+    handles += watch_cancel([*dits, *others], cancel)
     try:
         sync(device)
         call_start = time.perf_counter()
         output = pipe(**kwargs)  # diffusers runs it under no_grad, exactly as the plain pipeline does
         sync(device)
+    except RequestCancelled:
+        raise RequestCancelled(len(clock.steps), clock.total_steps) from None
     finally:
         for handle in handles:
             handle.remove()

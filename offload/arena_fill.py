@@ -34,12 +34,15 @@ def lay_out(packed: list[Block], device: torch.device, *, pin: bool, weights: De
     """Plan every block's region (`Block.region_offset`) and allocate the arena that holds them all."""
     claims: list[tuple[Any, int, int, str]] = []
     knows = weights.knows if weights is not None else None
+    # CPU only: tensors read from their files keep the file's address phase (`offload.address_phase`)
+    keep_phase = device.type == "cpu" and weights is not None and weights.keep_phase
     for b in packed:
-        plan_block(b, claims, device, knows)
+        plan_block(b, claims, device, knows, keep_phase)
     reject_shared_ranges(claims)
     # pinned block by block: each region starts on a page, so no two blocks' registrations share one
     # (starting them on 2 MiB huge pages changed nothing: docs/benchmarks.md)
-    step = PAGE if pin and _deferred(packed) else ALIGNMENT
+    # keeping the file's phase, read-in regions start on a page too (`plan_block`)
+    step = PAGE if _deferred(packed) and (pin or keep_phase) else ALIGNMENT
     cursor = 0
     for b in packed:
         b.region_offset = cursor

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from .address_phase import at_phase, phase_of
 from .devices import placeholder, rebind, storage_bytes, storage_key
 from .pinned import ALIGNMENT, align_up, contiguous_stride, is_dense, span_elements, typed_view
 
@@ -125,7 +126,7 @@ def unique_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
 
 
 def plan_block(b: Block, claims: list[tuple[Any, int, int, str]], device: torch.device,
-               deferred: Callable[[torch.Tensor], bool] | None = None) -> None:
+               deferred: Callable[[torch.Tensor], bool] | None = None, keep_phase: bool = False) -> None:
     """Decide where each tensor of the block goes inside its region (no copying yet).
 
     Tensors are grouped by storage and then into clusters of overlapping byte ranges: a cluster
@@ -133,14 +134,21 @@ def plan_block(b: Block, claims: list[tuple[Any, int, int, str]], device: torch.
     unrelated tensors that merely live in one big storage are packed separately. Each cluster's
     range is recorded in `claims` so ranges used by two blocks can be rejected. A tensor for which
     `deferred` is true is still in its file and gets a region of its own (`deferred_pieces`).
+
+    With `keep_phase` on a CPU device a deferred tensor starts at its empty host tensor's address modulo a page (its
+    file's phase: `engine.direct_load`) instead of the next 256-byte boundary, in a region laid out
+    from a page boundary (`arena_fill.lay_out`), so CPU kernels run on the plain pipeline's alignment
+    (`offload.address_phase`). On CUDA the layout stays compact.
     """
     groups: dict[Any, list[torch.Tensor]] = {}
     cursor = 0
+    keep_phase = keep_phase and device.type == "cpu"
     for t in unique_tensors(b.module):
         if t.is_meta:
             raise ValueError(f"{b.name}: cannot stream a meta tensor (weights not loaded)")
         if deferred is not None and deferred(t):  # read straight into its place (`offload.deferred_weights`)
-            cursor = align_up(cursor, ALIGNMENT)
+            cursor = (at_phase(cursor, phase_of(t.data_ptr(), t.element_size())) if keep_phase
+                      else align_up(cursor, ALIGNMENT))
             shape = tuple(t.shape)
             nbytes = t.numel() * t.element_size()
             binding = Binding(t, cursor, t.dtype, shape, contiguous_stride(shape))

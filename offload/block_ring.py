@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from .address_phase import device_bytes, place_like
 from .block_packing import Block, bind_region, unbind_region
 from .devices import current_stream, stream_context, synchronize
 from .events import EventBus, StagingEvent
@@ -93,7 +94,8 @@ class BlockRing:
         """Slots for the streamed blocks (`residency.slots`, never more than them), warm window."""
         largest = self._slot_nbytes()
         nslots = self.residency.slots
-        self._slots = [torch.empty(largest, dtype=torch.uint8, device=self.device) for _ in range(nslots)]
+        # on a CPU each slot starts on a page: a block bound there keeps its tensors' phase (`plan_block`)
+        self._slots = [place_like(device_bytes, largest, self.device, 0) for _ in range(nslots)]
         self._slot_owner = [None] * nslots
         self._slot_ready = [None] * nslots
         self._last_slot = None
@@ -252,5 +254,6 @@ class BlockRing:
                 self._async_seconds += m.seconds
             if m.kind == "copy":
                 self._bus.publish(
-                    StagingEvent(target=m.target, direction="h2d", nbytes=m.nbytes, seconds=m.seconds, sync=m.sync)
+                    StagingEvent(target=m.target, direction="h2d", nbytes=m.nbytes, seconds=m.seconds, sync=m.sync,
+                                 t=m.t)
                 )

@@ -49,8 +49,11 @@ def default_threads() -> int:
 class DeferredWeights:
     """The sources of every tensor still on `meta`, and the reader that fills them in place."""
 
-    def __init__(self, threads: int | None = None, *, share_readers: bool = False) -> None:
+    def __init__(self, threads: int | None = None, *, share_readers: bool = False, keep_phase: bool = False) -> None:
         self.threads = threads or default_threads()
+        # keep_phase (a CPU device): the empty host tensors are built at their file address modulo a
+        # page, so every copy that keeps a tensor's phase keeps the file's (`offload.address_phase`)
+        self.keep_phase = keep_phase
         # share_readers: this object and its `sibling()`s read on one pool of `threads` threads, so
         # components loading at once never run more readers than that between them
         self._shared: ThreadPoolExecutor | None = (
@@ -133,7 +136,7 @@ class DeferredWeights:
     def sibling(self) -> DeferredWeights:
         """A reader for another component: its own sources and files, this one's reader threads when
         they are shared."""
-        other = DeferredWeights(self.threads)
+        other = DeferredWeights(self.threads, keep_phase=self.keep_phase)
         other._shared = self._shared
         return other
 

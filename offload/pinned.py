@@ -260,12 +260,16 @@ def is_dense(t: torch.Tensor) -> bool:
     return True
 
 
-def arena_views(specs: Sequence[tuple[Sequence[int], torch.dtype]]) -> tuple[HostArena, list[torch.Tensor]]:
+def arena_views(specs: Sequence[tuple[Sequence[int], torch.dtype]], phases: Sequence[int | None] | None = None
+                ) -> tuple[HostArena, list[torch.Tensor]]:
     """One unpinned arena holding a contiguous tensor of each (shape, dtype), back to back at aligned
-    offsets in the given order, and those tensors (views of it): a component read into one place."""
+    offsets in the given order, and those tensors (views of it): a component read into one place.
+    A tensor given a phase starts at that offset modulo a page instead (CPU: `offload.address_phase`)."""
     offsets: list[int] = []
     cursor = 0
-    for shape, dtype in specs:
+    for (shape, dtype), phase in zip(specs, phases or [None] * len(specs), strict=True):
+        if phase is not None:
+            cursor += (phase - cursor) % PAGE  # the arena starts on a page
         offsets.append(cursor)
         cursor = align_up(cursor + math.prod(shape) * dtype.itemsize, ALIGNMENT)
     arena = HostArena(cursor, pin=False)

@@ -286,7 +286,8 @@ class ModuleStager:
     def _publish_copies(self, *, wait: bool) -> None:
         measured = self._clock.drain() if (wait and self._cuda) else self._clock.poll()
         for m in measured:
-            self._bus.publish(StagingEvent(target=m.target, direction="h2d", nbytes=m.nbytes, seconds=m.seconds))
+            self._bus.publish(StagingEvent(target=m.target, direction="h2d", nbytes=m.nbytes, seconds=m.seconds,
+                                           t=m.t))
 
     def _restore(self, *, context: str) -> None:
         """Back to the host masters after a failure, device copies dropped, cache force-released."""

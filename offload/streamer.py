@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from . import arena_fill
+from .address_phase import device_bytes, place_like
 from .block_packing import (
     Block,
     bind_region,
@@ -299,8 +300,10 @@ class LayerwiseStreamer(BlockRing):
         if attached and self._streamed:
             self._clear_ring()
             self._remove_hooks()
+        active = {b.name: a for b, a in zip(self._blocks, self.active, strict=True)}
         self._blocks = [by_name[n] for n in names]
-        self._streamed = [b for b in self._blocks if not b.resident]
+        self.active = tuple(active[n] for n in names)  # a parked block stays parked
+        self._streamed = self._ring_blocks()
         self.residency = BlockResidency(tuple(b.resident for b in self._blocks), self.residency.slots,
                                         self.residency.placement)
         if attached:
@@ -377,7 +380,7 @@ class LayerwiseStreamer(BlockRing):
         """Give a packed block its own device copy of its region and bind it there; returns bytes copied."""
         assert self._arena is not None
         n, off = b.region_nbytes, b.region_offset
-        buffer = torch.empty(n, dtype=torch.uint8, device=self.device)
+        buffer = place_like(device_bytes, n, self.device, 0)  # CPU: on a page, as its region (`plan_block`)
         mark = self._clock.start(current_stream(self.device) if self._cuda else None)
         buffer.copy_(self._arena.tensor[off : off + n], non_blocking=self._arena.pinned)
         self._clock.finish(mark, "copy", b.name, n, sync=True,

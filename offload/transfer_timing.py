@@ -9,7 +9,7 @@ and the measurement is resolved at once.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -19,13 +19,18 @@ Kind = Literal["copy", "stall"]
 
 @dataclass(frozen=True, slots=True)
 class Measured:
-    """A resolved measurement: a copy of `nbytes` to `target`, or a compute wait (stall)."""
+    """A resolved measurement: a copy of `nbytes` to `target`, or a compute wait (stall).
+
+    `t`: `time.monotonic()` of the copy itself — when it finished on a CPU, when it was issued on its
+    stream on CUDA — so the staging events of one step keep their own times, not the time they were
+    published at (several are resolved together)."""
 
     kind: Kind
     target: str
     nbytes: int
     seconds: float
     sync: bool
+    t: float = field(default_factory=time.monotonic)
 
 
 @dataclass(slots=True)
@@ -36,6 +41,7 @@ class _Pending:
     sync: bool
     start: Any
     end: Any
+    issued: float = field(default_factory=time.monotonic)
 
 
 class TransferClock:
@@ -96,4 +102,4 @@ class TransferClock:
     @staticmethod
     def _resolve(p: _Pending) -> Measured:
         seconds = max(p.start.elapsed_time(p.end), 0.0) / 1000.0
-        return Measured(p.kind, p.target, p.nbytes, seconds, p.sync)
+        return Measured(p.kind, p.target, p.nbytes, seconds, p.sync, p.issued)

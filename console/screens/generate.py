@@ -7,10 +7,13 @@ this screen lays them out (one compact row each, so even a video pipeline's nine
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
@@ -33,17 +36,22 @@ class GenerateDialog(ModalScreen[GenerateRequest | None]):
     GenerateDialog Horizontal.field { height: 1; margin-bottom: 0; }
     GenerateDialog .field-label { width: 12; }
     GenerateDialog Input { width: 1fr; }
-    GenerateDialog #gen-error { color: $error; height: auto; margin-top: 1; }
+    GenerateDialog #gen-forecast { height: auto; margin-top: 1; color: $text-muted; }
+    GenerateDialog #gen-error { color: $error; height: auto; }
     GenerateDialog #gen-buttons { height: 3; align-horizontal: right; }
     """
 
     BINDINGS = [Binding("escape", "cancel", "cancel", id="generate.cancel")]
 
-    def __init__(self, form: RequestForm) -> None:
+    def __init__(self, form: RequestForm,
+                 forecast: Callable[[GenerateRequest], str] = lambda _request: "") -> None:
+        """`forecast`: the line saying how long the request as filled in will take (updated as it is edited)."""
         super().__init__()
         self.form = form
+        self.forecast = forecast
         self.field_ids = [f.id for f in form.fields()]
         self.error = ""
+        self.forecast_text = ""
 
     def compose(self) -> ComposeResult:
         with Vertical() as box:
@@ -52,10 +60,29 @@ class GenerateDialog(ModalScreen[GenerateRequest | None]):
                 with Horizontal(classes="field", id=f"field-{spec.id}"):
                     yield Label(spec.label, classes="field-label")
                     yield Input(spec.value, placeholder=spec.placeholder, id=spec.id, type=spec.kind, compact=True)
+            yield Static("", id="gen-forecast", markup=False)
             yield Static("", id="gen-error", markup=False)
             with Horizontal(id="gen-buttons"):
                 yield Button("Generate", id="go", variant="primary")
                 yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self._show_forecast()
+
+    @on(Input.Changed)
+    def _changed(self) -> None:
+        self._show_forecast()
+
+    def _show_forecast(self) -> None:
+        """The forecast of the request as it stands; a field that does not parse yet leaves it unknown."""
+        try:
+            text = self.forecast(self.build())
+        except NoMatches:  # an Input's first Changed can come before its siblings are mounted
+            return
+        except (ValueError, ConfigError):
+            text = "forecast: fill in the fields to see it"
+        self.forecast_text = text
+        self.query_one("#gen-forecast", Static).update(text)
 
     def values(self) -> dict[str, str]:
         """Each shown field's text, by field id."""

@@ -41,6 +41,11 @@ RANK_BINDING = Binding("r", "rank_filter", "rank", id="live.rank",
 """Bound on the screen of a multi-GPU group only (a single engine's footer and help stay as they were)."""
 
 
+RESIDENCY_TITLE = "residency now (what is on the device)"
+RESIDENCY_TITLE_CPU = "residency now (CPU: every state is in host RAM)"
+"""On a CPU the "device" and the host are the same RAM: the title must not say "on the device"."""
+
+
 class LiveScreen(Screen[None]):
     """After load: watch memory and transfers, run requests; `u` unloads back to the plan."""
 
@@ -103,6 +108,7 @@ class LiveScreen(Screen[None]):
         residency rows now (None keeps the last ones)."""
         super().__init__()
         self.history = history
+        self.on_cpu = on_cpu
         self.live_policy = live_policy  # the engine was loaded with live re-plan: the policy keys apply
         self.residency_source = residency
         self.allocator = AllocatorPanel(id="allocator")
@@ -154,7 +160,7 @@ class LiveScreen(Screen[None]):
         yield Footer(compact=True, show_command_palette=False)  # ^p is in the help (?)
 
     def on_mount(self) -> None:
-        self.residency.border_title = "residency now (what is on the device)"
+        self.residency.border_title = RESIDENCY_TITLE_CPU if self.on_cpu else RESIDENCY_TITLE
         self.staging.query_one("Log").focus()
         self.call_after_refresh(self._replay_telemetry)
 

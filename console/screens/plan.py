@@ -52,7 +52,7 @@ class PlanScreen(Screen[None]):
         Binding("minus", "app.edit('layers', -1)", "-layer", id="plan.layers_down", group=LAYERS,
                 tooltip="one fewer resident leading DiT layer (-)"),
         Binding("m", "app.edit('mode')", "mode", id="plan.mode", tooltip="switch mode dlo ⇄ resident (baseline)"),
-        Binding("p", "app.edit('placement')", "placement", id="plan.placement", show=False,
+        Binding("o", "app.edit('placement')", "placement", id="plan.placement", show=False,  # o on live too
                 tooltip="resident blocks: leading (vLLM-Omni) ⇄ spread between the streamed ones"),
         Binding("right_square_bracket", "app.edit('slots', 1)", "+slot", id="plan.slots_up", group=SLOTS, show=False,
                 tooltip="one more prefetch slot (copies run further ahead; one more block of device memory)"),

@@ -45,5 +45,24 @@ class KeyNumbers(Static):
     def text(self) -> str:
         return " · ".join(f"{name} {value}" for name, value in self.values.items())
 
+    def on_resize(self) -> None:
+        if self.content_size.width != getattr(self, "_drawn_width", None):  # a new width only
+            self._draw()
+
     def _draw(self) -> None:
-        set_text(self, self.text)
+        """On a narrow terminal the line breaks between figures (after ` · `), never inside one
+        (`stall 50.0` / `ms`): the breaks are placed here, so no line is longer than the widget."""
+        self._drawn_width = self.content_size.width
+        width = self.content_size.width or (self.app.size.width - 2 if self.is_attached else 0)
+        lines: list[str] = []
+        line = ""
+        for name, value in self.values.items():
+            figure = f"{name} {value}"
+            candidate = f"{line} · {figure}" if line else figure
+            if line and width and len(candidate) > width:
+                lines.append(f"{line} ·")
+                line = figure
+            else:
+                line = candidate
+        lines.append(line)
+        set_text(self, "\n".join(lines))

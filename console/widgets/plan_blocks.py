@@ -14,8 +14,11 @@ from textual.widgets import Static
 from ...engine.plain_text import plain
 from ...engine.plan import Plan
 from ..plan_view import blocks_sheet
+from ..table_fit import fit_widths
 
 LEGEND = "blocks: total (per list, in execution order)"
+GAP = 2
+"""Characters between two columns (padding 1 on each side, no border)."""
 
 
 class BlockListPanel(Static, can_focus=True):
@@ -36,12 +39,36 @@ class BlockListPanel(Static, can_focus=True):
         sheet = blocks_sheet(plan)
         self.rows = [] if sheet is None else list(sheet.rows)
         self.set_class(sheet is None, "-empty")
+        self._sheet = sheet
+        self._draw()
+
+    def on_resize(self) -> None:
+        if self._room() != getattr(self, "_drawn_room", None):  # a new width only: no layout pass otherwise
+            self._draw()
+
+    def _room(self) -> int | None:
+        """Characters inside the border and padding; None before the first layout."""
+        width = self.size.width or (self.app.size.width - 2 if self.is_attached else 0)
+        return width - 4 if width > 4 else None
+
+    def _draw(self) -> None:
+        sheet = getattr(self, "_sheet", None)
         if sheet is None:
             self.update("")
             return
-        table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
-        for name in sheet.header:
-            table.add_column(name, justify="right" if name in sheet.right else "left", overflow="fold")
+        room = self._drawn_room = self._room()
+        header = sheet.header
+        whole = {j for j, name in enumerate(header) if name in sheet.right}
+        squeeze = {j for j, name in enumerate(header) if name in sheet.squeeze}
+        widths = None
+        if room is not None and fit_widths(header, sheet.rows, room - GAP * (len(header) - 1)) is not None:
+            header = tuple(sheet.narrow_header.get(name, name) for name in header)
+            widths = fit_widths(header, sheet.rows, room - GAP * (len(header) - 1), squeeze, whole)
+        table = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False, header_style="bold")
+        for j, name in enumerate(header):  # words wrap at spaces or are cut with `…`, never split (table_fit)
+            table.add_column(name, justify="right" if j in whole else "left", overflow="ellipsis",
+                             no_wrap=widths is None or j in whole, width=None if widths is None else widths[j])
         for row in sheet.rows:
-            table.add_row(*(Text(plain(cell)) for cell in row))  # DiT names come from data: never markup
+            # DiT names come from data: never markup
+            table.add_row(*(Text(plain(cell), overflow="ellipsis") for cell in row))
         self.update(table)

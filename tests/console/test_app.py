@@ -199,7 +199,7 @@ async def test_copy_command_puts_the_serve_line_on_the_clipboard(app, engine):
         assert """--dlo-offload-components '{"text_encoder": false}'""" in expected
         notice = app.notices[-1][0]
         assert "OSC 52" in notice and "may or may not accept it" in notice and "copied" not in notice
-        assert notice.endswith(f"select by hand:\n{expected}")
+        assert notice.endswith(f"select by hand:\n{expected}")  # history; the screen shows it (test_copy_command)
 
 
 async def test_theme_cycles_with_t_and_can_be_chosen(engine, tmp_path):

@@ -13,7 +13,7 @@ async def test_placement_and_ring_depth_keys_replan_and_show_in_the_forecast(app
         await pilot.pause()
         for _ in range(3):
             await pilot.press("plus")
-        await pilot.press("p")
+        await pilot.press("o")
         assert app.policy.placement == "spread" and app.plan.residency.placement == "spread"
         assert app.plan.residency.resident != tuple(i < 3 for i in range(6))
         assert "spread" in app.notices[-1][0]

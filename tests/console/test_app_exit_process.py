@@ -18,6 +18,8 @@ termios = pytest.importorskip("termios")
 fcntl = pytest.importorskip("fcntl")
 import struct  # noqa: E402
 
+pytestmark = pytest.mark.slow  # end to end (the real process on a pseudo-terminal): .ci/run runs it, pytest -q skips it
+
 EXIT_LIMIT_S = 3.0
 """The app itself exits within 2 s of the quit; the rest is process teardown on a busy 2-core machine."""
 ALT_SCREEN_ON, ALT_SCREEN_OFF = b"\x1b[?1049h", b"\x1b[?1049l"

@@ -17,6 +17,8 @@ from omni_console.engine.engine import EngineState
 from omni_console.engine.group_engine import GroupEngine
 from omni_console.offload.events import LogEvent
 
+pytestmark = pytest.mark.slow  # end to end (spawns rank processes): .ci/run runs it, `pytest -q` skips it
+
 
 def group_app(demo_model_dir, tmp_path, *extra: str):
     args = build_parser().parse_args(["console", "--model", str(demo_model_dir), "--gpus", "2", *extra])

@@ -96,7 +96,7 @@ async def test_generate_dialog_rejects_bad_input_and_escape_cancels(app):
         await pilot.pause()
         await load(pilot, app)
         await pilot.press("g")
-        await until(pilot, lambda: isinstance(app.screen, GenerateDialog))
+        await until(pilot, lambda: isinstance(app.screen, GenerateDialog) and bool(app.screen.query("#size")))
         dialog = app.screen
         assert dialog.query_one("#size", Input).value == "64x64"  # the demo's working defaults
         assert dialog.query_one("#steps", Input).value == "2"

@@ -24,6 +24,9 @@ async def test_live_keys_replan_the_loaded_model_and_say_what_moved(live_engine,
             assert app.phase == "live"
             await pilot.press("plus", "plus")
             await until(pilot, lambda: live_engine.plan.policy.resident_layers == 2)
+            # the header says what the engine runs now, not what it loaded with
+            await until(pilot, lambda: "resident layers 2" in app.live_screen.status_text)
+            assert "resident layers 0" not in app.live_screen.status_text
             await pilot.press("o")
             await until(pilot, lambda: live_engine.plan.residency.placement == "spread")
             await pilot.press("right_square_bracket")

@@ -24,6 +24,8 @@ from omni_console.engine.runner import GenerateRequest
 from omni_console.offload.errors import ConfigError
 from omni_console.offload.events import RequestPhases
 
+pytestmark = pytest.mark.slow  # end to end (generates videos in the app): .ci/run runs it, `pytest -q` skips it
+
 PINNED_TIME = 1_700_000_000.0
 SMALL_TERMINAL = (80, 24)
 VIDEO_ONLY_FIELDS = {"frames"}

@@ -27,11 +27,18 @@ HERE = Path(__file__).parent
 WORKER_THREADS = ("omni-headless-work", "omni-progress", "omni-telemetry")
 
 
+def interrupted_only(err: str) -> bool:
+    """Progress lines (stderr, --json too) up to the interrupt, then the one line; no failure after it."""
+    return (err.endswith(LINE) and err.count("interrupted") == 1 and "Traceback" not in err
+            and "failed" not in err and "ErrorEvent" not in err)
+
+
 def run_args(model: Path, out: Path) -> list[str]:
     return ["run", "--model", str(model), "--output", str(out), "--json", "--steps", "4", "--telemetry-hz", "20"]
 
 
-@pytest.mark.parametrize("phase,delay", [(p, d) for p in PHASES for d in (0.0, 0.04, 0.1, 0.22)])
+@pytest.mark.parametrize("phase,delay", [pytest.param(p, d, marks=[pytest.mark.slow] if d else [])
+                                         for p in PHASES for d in (0.0, 0.04, 0.1, 0.22)])
 def test_sigint_in_process_is_one_line_and_130(phase, delay, demo_model_dir, tmp_path, capsys, monkeypatch):
     reached = {p: threading.Event() for p in PHASES}
     slow_engine.install(monkeypatch.setattr, lambda p: reached[p].set())
@@ -59,7 +66,7 @@ def test_sigint_in_process_is_one_line_and_130(phase, delay, demo_model_dir, tmp
     finally:
         signal.signal(signal.SIGINT, previous)
     captured = capsys.readouterr()
-    assert (code, captured.err, captured.out) == (130, LINE, "")
+    assert (code, captured.out) == (130, "") and interrupted_only(captured.err)
     assert not out.exists()
     for engine in engines:  # memory released: nothing placed, no pipeline held
         assert engine.pipe is None and engine.placement is None
@@ -104,7 +111,7 @@ def test_sigint_to_the_cli_process_in_every_phase(demo_model_dir, tmp_path):
     with ThreadPoolExecutor(max_workers=len(cases)) as pool:
         results = list(pool.map(lambda c: _interrupt_once(demo_model_dir, tmp_path / f"{c[0]}-{c[1]}", *c), cases))
     for case, (code, stdout, stderr, wrote) in zip(cases, results, strict=True):
-        assert (code, stderr, stdout, wrote) == (130, LINE, "", False), case
+        assert (code, stdout, wrote) == (130, "", False) and interrupted_only(stderr), (case, stderr)
 
 
 @pytest.mark.slow
@@ -121,7 +128,7 @@ def test_second_sigint_exits_at_once(demo_model_dir, tmp_path):
     finally:
         proc.kill()
     assert time.monotonic() - start < 10
-    assert (proc.returncode, stderr, stdout, out.exists()) == (130, LINE, "", False)
+    assert (proc.returncode, stdout, out.exists()) == (130, "", False) and interrupted_only(stderr)
 
 
 def test_sigint_with_progress_lines_ends_with_the_one_line(demo_model_dir, tmp_path, capsys, monkeypatch):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from omni_console.console.cli import main
@@ -17,7 +18,9 @@ def test_headless_run_writes_image_and_json_report(demo_model_dir: Path, tmp_pat
     code = main(["run", "--headless", "--model", str(demo_model_dir), "--output", str(out), "--seed", "3",
                  "--dlo-offload-components", '{"vae": false}', "--resident-layers", "1", "--json"])
     assert code == 0
-    report = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)  # stdout is the document alone; progress goes to stderr as without --json
+    assert "state ready → running" in captured.err and "step 2/2" in captured.err
     image = Image.open(out)
     assert image.size == (64, 64) and np.asarray(image).std() > 0
     assert report["policy"] == {"mode": "dlo", "dlo_offload_components": {"vae": False}, "resident_layers": 1,
@@ -41,9 +44,22 @@ def test_headless_run_writes_image_and_json_report(demo_model_dir: Path, tmp_pat
 def test_headless_run_text_report(demo_model_dir: Path, tmp_path: Path, capsys):
     assert main(["run", "--headless", "--model", str(demo_model_dir), "--output", str(tmp_path / "o.png")]) == 0
     captured = capsys.readouterr()
-    for label in ("load time", "step 1", "host→device bandwidth", "cache decisions", "peak RSS"):
+    for label in ("load time", "step 1", "cache decisions", "peak RSS"):
         assert label in captured.out
+    if not torch.cuda.is_available():  # CPU words on a CPU: no link, no rate, no pinned memory
+        assert "host copies (CPU: no device link)" in captured.out
+        for gpu_word in ("host→device", "H2D", "GB/s", "MB/s"):
+            assert gpu_word not in captured.out, gpu_word
     assert "state ready → running" in captured.err and "step 2/2" in captured.err
+
+
+def test_version_is_one_line_and_exit_0(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"omni-console {version('omni-console')}\n"
 
 
 def test_headless_run_invalid_policy_exit_2(demo_model_dir: Path, capsys):

@@ -15,6 +15,8 @@ from PIL import Image
 
 from omni_console.console.cli import main
 
+pytestmark = pytest.mark.slow  # end to end (generates videos end to end): .ci/run runs it, `pytest -q` skips it
+
 WAN_FAST = ["--height", "32", "--width", "32", "--steps", "2", "--max-sequence-length", "32"]
 PHASES = {"text_encoding", "denoise", "vae_decode"}
 

@@ -47,6 +47,7 @@ async def test_plan_screen_forecast_and_footer_fit_80x24(app):
             assert value in line, (label, value, line)
         footer = plan.query_one(Footer)
         assert_fully_shown(footer)
+        await until(pilot, lambda: "? help" in footer_text(app))  # the footer's first frame may come a tick later
         last = footer_text(app)
         for words in ("⏎ toggle", "l load", "+ - layers", "m mode", "? help"):
             assert words in last, last
@@ -77,13 +78,18 @@ async def test_live_screen_key_numbers_and_footer_fit_80x24(app, engine):
         engine.bus.publish(StepTiming(request_id=1, step=2, total_steps=2, wall_s=0.25, stall_s=0.05))
         app.drain_events()
         await until(pilot, lambda: "step 250.0 ms (stall 50.0 ms)" in live.key_numbers.text)
+        # the step figure on one screen line, never wrapped inside (the layout may take a frame to settle)
+        await until(pilot, lambda: any("step 250.0 ms (stall 50.0 ms)" in ln for ln in screen_text(app).splitlines()))
         assert_fully_shown(live.key_numbers)
         text = screen_text(app)
-        line = next(ln for ln in text.splitlines() if "allocated" in ln)
+        lines = text.splitlines()
+        at = next(i for i, ln in enumerate(lines) if "allocated" in ln)
+        line = " ".join(lines[at:at + 2])  # at 80 columns the step figure goes whole onto the next line
         # the injected sources: 3 GB allocated, 5 GB reserved, free for us = 137.7 + 2 GB cached
         for words in ("allocated 3.0 GB", "reserved 5.0 GB", "free 139.7 GB", "step 250.0 ms"):
             assert words in line, line
         assert_fully_shown(live.query_one(Footer))
+        await until(pilot, lambda: "g generate" in footer_text(app))
         last = footer_text(app)
         for words in ("g generate", "u unload", "/ filter", "p pause log", "? help"):
             assert words in last, last

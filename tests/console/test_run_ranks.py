@@ -12,6 +12,8 @@ from PIL import Image
 
 from omni_console.console.cli import main
 
+pytestmark = pytest.mark.slow  # end to end (spawns rank processes): .ci/run runs it, `pytest -q` skips it
+
 
 @pytest.fixture(autouse=True)
 def _cores(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,6 @@
 """An SDXL UNet in the plan as a DiT is shown: `plan` (piped), `plan --json`, and the plan screen's component
-row and block list — named a UNet, its down/mid/up blocks in execution order, and the vLLM-Omni gap said."""
+row and block list — named a UNet, one block list per down/mid/up block (its children the units) in execution
+order, and the vLLM-Omni gap said."""
 
 from __future__ import annotations
 
@@ -40,14 +41,16 @@ def test_piped_plan_lists_the_unet_blocks_in_execution_order(sdxl_dir: Path, cap
     component = next(r for r in _rows(out, ["component", "role", "class", "dtype", "size", "blocks", "residency",
                                             "why"]) if r[0] == "unet")
     assert component[1:3] == ["unet", "UNet2DConditionModel"]
-    assert component[5:] == ["5 (2+1+2)", "streamed by DLO", "dlo"]
+    assert component[5:] == ["20 (3+4+3+7+3)", "streamed by DLO", "dlo"]
     rows = _rows(out, BLOCKS_HEADER)
-    assert [(r[1], r[2]) for r in rows[:3]] == [("down_blocks", "2"), ("mid_block", "1"), ("up_blocks", "2")]
-    # spread keeps 2 of 5 resident: blocks 0 and 2 (down_blocks.0 and the mid block)
-    assert [(r[6], r[7]) for r in rows[:3]] == [("1", "1"), ("1", "0"), ("0", "2")]
-    assert rows[3][1] == "(non-block modules: resident)"
-    assert [b.attr for b in unet.block_lists] == ["down_blocks", "mid_block", "up_blocks"]
-    assert "streamed per UNet forward (3 blocks)" in out and "resident UNet blocks (spread)\t2 of 5" in out
+    assert [(r[1], r[2]) for r in rows[:5]] == [("down_blocks.0", "3"), ("down_blocks.1", "4"), ("mid_block", "3"),
+                                                ("up_blocks.0", "7"), ("up_blocks.1", "3")]
+    # spread keeps 2 of 20 units resident: units 0 and 10 (the first of down_blocks.0 and of up_blocks.0)
+    assert [(r[6], r[7]) for r in rows[:5]] == [("1", "2"), ("0", "4"), ("0", "3"), ("1", "6"), ("0", "3")]
+    assert rows[5][1] == "(non-block modules: resident)"
+    assert [b.attr for b in unet.block_lists] == ["down_blocks.0", "down_blocks.1", "mid_block", "up_blocks.0",
+                                                  "up_blocks.1"]
+    assert "streamed per UNet forward (18 blocks)" in out and "resident UNet blocks (spread)\t2 of 20" in out
     assert "DiT" not in out.split("vLLM-Omni equivalent")[0]  # the UNet is never called a DiT before the export
     assert "note: vLLM-Omni's layerwise offload streams a DiT's blocks only" in out
 
@@ -58,19 +61,21 @@ def test_plan_json_has_the_unet_blocks_and_says_vllm_omni_cannot_stream_them(sdx
     unet = next(c for c in doc["components"] if c["name"] == "unet")
     info = discover_model(sdxl_dir).component("unet")
     assert (unet["role"], unet["residency"], unet["why"], unet["resident_layers"]) == ("unet", "streamed", "dlo", 0)
-    assert [(b["attr"], b["bytes_per_block"]) for b in unet["block_lists"]] == [
-        (b.attr, list(b.block_bytes)) for b in info.block_lists]
+    assert [(b["attr"], b["units"], b["bytes_per_block"]) for b in unet["block_lists"]] == [
+        (b.attr, list(b.items), list(b.block_bytes)) for b in info.block_lists]
+    assert unet["block_lists"][2]["units"] == ["resnets.0", "attentions.0", "resnets.1"]  # the mid block's calls
     assert unet["non_block_bytes"] == info.non_block_bytes
     forecast = doc["forecast"]
     sizes = [n for b in info.block_lists for n in b.block_bytes]
-    assert forecast["num_streamed_blocks"] == 5 and forecast["streaming_slots"] == 2
+    assert forecast["num_streamed_blocks"] == 20 and forecast["streaming_slots"] == 2
     assert forecast["streamed_bytes_per_forward"] == sum(sizes)
-    assert forecast["largest_streamed_block_bytes"] == max(sizes)  # the ring's slot: the largest (an up block)
+    assert forecast["largest_streamed_block_bytes"] == max(sizes)  # the ring's slot: the largest (an attention)
     assert forecast["peak_device_weight_bytes"] == (forecast["device_resident_bytes"] + 2 * max(sizes)
                                                     + forecast["largest_staged_bytes"])
     vllm = doc["vllm_omni"]
     assert vllm["exact"] is False
-    assert any("no spelling for streaming the UNet 'unet'" in gap for gap in vllm["gaps"])
+    assert any("no spelling for streaming the UNet 'unet' (20 units in 5 down/mid/up blocks)" in gap
+               for gap in vllm["gaps"])
 
 
 def test_resident_mode_plan_has_no_unet_gap(sdxl_dir: Path, capsys):
@@ -88,16 +93,16 @@ async def test_plan_screen_shows_the_unet_row_and_its_block_list(sdxl_dir: Path,
             await pilot.pause()
             table = app.screen.query_one(ComponentTable)
             row = [str(cell) for cell in table.get_row("unet")]
-            assert row[:6] == ["unet", "streamed by DLO (1 resident)", "DLO", "unet", "7.9 MB", "5 (2+1+2)"]
+            assert row[:6] == ["unet", "streamed by DLO (1 resident)", "DLO", "unet", "7.9 MB", "20 (3+4+3+7+3)"]
             blocks = app.screen.query_one(BlockListPanel)
             assert blocks.border_title.startswith("UNet block lists")
             assert [(r[1], r[2], r[6], r[7]) for r in blocks.rows[:3]] == [
-                ("down_blocks", "2", "1", "1"), ("mid_block", "1", "0", "1"), ("up_blocks", "2", "0", "2")]
+                ("down_blocks.0", "3", "1", "2"), ("down_blocks.1", "4", "0", "4"), ("mid_block", "3", "0", "3")]
             text = screen_text(app)
             assert "UNet block lists" in text and "mid_block" in text
             await pilot.press("+")
             await pilot.pause()
-            assert [(r[6], r[7]) for r in blocks.rows[:3]] == [("2", "0"), ("0", "1"), ("0", "2")]
+            assert [(r[6], r[7]) for r in blocks.rows[:3]] == [("2", "1"), ("0", "4"), ("0", "3")]
     finally:
         app.shutdown()
         engine.close()
@@ -108,13 +113,13 @@ def test_vram_budget_plans_the_unet_blocks_and_names_them(sdxl_dir: Path, capsys
     the all-streamed peak is refused naming it (the ring's 2 slots of the largest block set that peak)."""
     info = discover_model(sdxl_dir).component("unet")
     sizes = [n for b in info.block_lists for n in b.block_bytes]
-    assert main(["plan", "--model", str(sdxl_dir), "--json", "--vram-budget", "12MB"]) == 0
+    assert main(["plan", "--model", str(sdxl_dir), "--json", "--vram-budget", "6MB"]) == 0
     doc = json.loads(capsys.readouterr().out)
     unet = next(c for c in doc["components"] if c["name"] == "unet")
     assert 0 < unet["resident_layers"] < len(sizes)
-    assert doc["forecast"]["peak_device_weight_bytes"] <= 12_000_000
+    assert doc["forecast"]["peak_device_weight_bytes"] <= 6_000_000
     assert any(line.startswith(f"UNet: {unet['resident_layers']} of {len(sizes)} blocks resident")
                for line in doc["auto_plan"]["reasons"]), doc["auto_plan"]["reasons"]
-    assert main(["plan", "--model", str(sdxl_dir), "--vram-budget", "8MB"]) == 2
+    assert main(["plan", "--model", str(sdxl_dir), "--vram-budget", "2MB"]) == 2
     err = capsys.readouterr().err
-    assert "nothing fits in 8.0 MB" in err and "every block streamed through 2 slots" in err
+    assert "nothing fits in 2.0 MB" in err and "every block streamed through 2 slots" in err

@@ -68,3 +68,16 @@ def test_compute_bound_profile_streams_everything_at_no_cost(base):
 def test_nothing_fits_names_the_smallest_peak(base):
     with pytest.raises(NothingFits, match=r"smallest possible peak is [\d.]+ MB"):
         auto_plan(base, 1000, SIZE, _profile(len(base.blocks), 1e-3, 0), "cached", 1e8, "cached")
+
+
+@pytest.mark.parametrize("with_profile", [False, True])
+def test_an_unknown_step_time_is_said_unknown_not_invented(base, with_profile):
+    """No profile (or a profile without the link's rate): the ranking uses bytes streamed, and the reasons
+    must not print that ranking's stand-in as a time (it used to read `0.000 s` or `2190336.000 s`)."""
+    profile = _profile(len(base.blocks), 1e-3, 0) if with_profile else None
+    chosen = auto_plan(base, 3_000_000, SIZE, profile, "cached" if profile else "estimated", None, "unknown")
+    assert chosen.plan.forecast.num_streamed_blocks > 0  # something crosses the link, at a rate not known
+    step = [line for line in chosen.reasons if line.startswith("predicted step")]
+    assert len(step) == 1 and step[0].startswith("predicted step unknown, peak ")
+    assert " s " not in " ".join(chosen.reasons) and " s)" not in " ".join(chosen.reasons)
+    assert chosen.forecast.step_s is None

@@ -236,3 +236,23 @@ def test_lumina2_on_cuda_moves_each_block_once_per_forward_after_the_first(lumin
 
 def astuple(stats) -> tuple[int, int]:
     return stats.sync_fetches, stats.h2d_bytes
+
+
+def test_streamer_reorder_keeps_parked_blocks_parked():
+    """An expert's parked blocks (Wan 2.2's inactive expert) stay out of the ring whatever the order."""
+    from omni_console.offload.streamer import LayerwiseStreamer
+
+    torch.manual_seed(0)
+    first = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+    second = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+    x = torch.randn(1, 4)
+    expected = second[2](second[1](second[0](x)))
+    streamer = LayerwiseStreamer([("a", first), ("b", second)], "cpu", keep_masters=True,
+                                 active=(False, False, False, True, True, True))
+    streamer.attach()
+    streamer.reorder(["b.0", "b.1", "b.2", "a.0", "a.1", "a.2"])
+    assert streamer.active == (True, True, True, False, False, False)
+    for _ in range(2):
+        assert torch.equal(second[2](second[1](second[0](x))), expected)
+    assert streamer.take_step_stats().sync_fetches == 0
+    streamer.detach()

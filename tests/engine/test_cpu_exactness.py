@@ -11,10 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import diffusers
+import pytest
 
 from omni_console.engine.engine import Engine
 from omni_console.engine.runner import GenerateRequest
 from omni_console.offload.policy import build_policy
+
+pytestmark = pytest.mark.slow  # end to end (runs SD3 twice, plain and staged): .ci/run runs it, `pytest -q` skips it
 
 ENCODERS = ("text_encoder", "text_encoder_2", "text_encoder_3")
 

@@ -473,3 +473,35 @@ def test_signal_handlers_are_restored_after_a_build(tmp_path: Path) -> None:
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     atomic_build(tmp_path / "x", _fake_build, {"seed": 0})
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_finding_the_cached_demo_trusts_unchanged_files_without_hashing(demo_model_dir: Path, tmp_path: Path,
+                                                                         monkeypatch) -> None:
+    """Every start finds the demo: an unchanged copy (sizes match, nothing modified after the manifest)
+    is taken without re-reading its hashes; a same-size edit has a later mtime and is hashed."""
+    from omni_console.engine import build_dir
+
+    monkeypatch.setenv("OMNI_CONSOLE_CACHE_DIR", str(tmp_path / "cache"))
+    cached = Path(shutil.copytree(demo_model_dir, default_demo_model_path(0)))  # copy2 keeps the mtimes
+    real_sha = build_dir._sha256
+    hashed: list[str] = []
+    monkeypatch.setattr(build_dir, "_sha256", lambda path: hashed.append(str(path)) or real_sha(path))
+    assert ensure_demo_model(0) == cached and hashed == []
+    config = cached / "vae" / "config.json"
+    text = config.read_text()
+    config.write_text(text.replace('"', "'", 1) if '"' in text else text)  # same size, other bytes
+    later = (cached / COMPLETE_MARKER).stat().st_mtime_ns + 10**9
+    os.utime(config, ns=(later, later))
+    assert manifest_mismatch(cached, trust_unchanged=True) == "vae/config.json changed content" and hashed
+
+
+def test_plan_of_the_cached_demo_does_not_import_torch(demo_model_dir: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    shutil.copytree(demo_model_dir, cache / default_demo_model_path(0).name)
+    code = ("import sys; from omni_console.console.cli import main; code = main(['plan']); "
+            "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OMNI_CONSOLE_CACHE_DIR": str(cache)})
+    assert done.returncode == 0, done.stderr
+    assert "FluxPipeline" in done.stdout

@@ -20,6 +20,8 @@ from omni_console.engine.rank_layout import RankLayout
 from omni_console.offload.events import EventBus, LogEvent, StagingEvent, StepTiming, TelemetryEvent
 from omni_console.offload.policy import build_policy
 
+pytestmark = pytest.mark.slow  # end to end (spawns rank processes): .ci/run runs it, `pytest -q` skips it
+
 POLICY = build_policy({"text_encoder": False, "text_encoder_2": True, "vae": False}, 1)
 
 

@@ -16,6 +16,8 @@ from omni_console.engine.rank_layout import RankLayout
 from omni_console.offload.events import LoadProgress
 from omni_console.offload.policy import build_policy
 
+pytestmark = pytest.mark.slow  # end to end (spawns rank processes): .ci/run runs it, `pytest -q` skips it
+
 POLICIES = [({"text_encoder": True, "text_encoder_2": True, "vae": True}, 0),
             ({"text_encoder": False, "text_encoder_2": True, "vae": False}, 1)]
 

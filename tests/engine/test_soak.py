@@ -12,10 +12,13 @@ import threading
 from pathlib import Path
 
 import psutil
+import pytest
 
 from omni_console.engine.engine import Engine
 from omni_console.engine.runner import GenerateRequest
 from omni_console.offload.policy import build_policy
+
+pytestmark = pytest.mark.slow  # end to end (200 generations): .ci/run runs it, `pytest -q` skips it
 
 GENERATIONS = 200
 RELOAD_EVERY = 10

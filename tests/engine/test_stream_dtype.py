@@ -15,6 +15,7 @@ from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
 from omni_console.engine.plan import make_plan
 from omni_console.engine.stream_dtype import apply_storage_hooks, storage_leaves
+from omni_console.offload.address_phase import PAGE
 from omni_console.offload.errors import PolicyError
 from omni_console.offload.policy import build_policy
 from omni_console.offload.streamer import LayerwiseStreamer
@@ -123,9 +124,11 @@ def test_arena_and_plan_hold_fp8_bytes(demo_model_dir: Path):
         report = engine.load(plan.policy)
         streamer = engine.placement.streamer
         assert isinstance(streamer, LayerwiseStreamer)
-        # the arena holds each block as planned (regions aligned: within 256 bytes a tensor)
+        # the arena holds each block as planned (regions aligned; on a CPU each tensor keeps its file's
+        # address phase, offload/address_phase.py: within a page a tensor and a page a block)
         tensors = sum(1 for b in streamer._blocks for _ in b.bindings)
-        assert 0 <= report.block_host_bytes - plan.forecast.pinned_host_bytes + _staged(plan) <= 256 * tensors
+        slack = PAGE * (tensors + len(streamer._blocks))
+        assert 0 <= report.block_host_bytes - plan.forecast.pinned_host_bytes + _staged(plan) <= slack
         assert report.streamed_bytes == pytest.approx(plan.forecast.streamed_bytes_per_forward, rel=0.02)
         engine.unload()
     engine.close()

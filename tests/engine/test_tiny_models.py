@@ -17,6 +17,8 @@ from omni_console.engine.demo_model import (
     ensure_demo_model,
 )
 
+pytestmark = pytest.mark.slow  # end to end (builds and runs every tiny family): .ci/run runs it, `pytest -q` skips it
+
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".h5", ".gguf")
 
 

@@ -1,8 +1,10 @@
-"""SD1.5 and SDXL UNets stream block by block (down_blocks, mid_block, up_blocks) like DiT blocks.
+"""SD1.5 and SDXL UNets stream unit by unit like DiT blocks: each down/mid/up block's children (resnets,
+attentions, down/up samplers) in the order that block's forward calls them.
 
 The oracle is the plain diffusers pipeline (`from_pretrained`, no offload, same seed); on a CPU every
 policy must give the same pixels bit for bit, through the whole engine (discover, load, place,
-generate). SD1.5 is saved without a safety checker (`[null, null]` components).
+generate). The unit order is checked against the calls a real diffusers forward makes. SD1.5 is saved
+without a safety checker (`[null, null]` components).
 """
 
 from __future__ import annotations
@@ -26,15 +28,16 @@ from omni_console.offload.policy import build_policy
 
 PROMPT = "a lighthouse on a cliff at dusk"
 SEED = 11
-UNET_LISTS = ["down_blocks", "mid_block", "up_blocks"]
+UNET_HEADS = ("down_blocks", "mid_block", "up_blocks")
+ALL = -1  # every unit resident
 
-# (components, resident blocks, mode, placement, slots): all streamed, some resident (leading, spread, a
-# deeper ring), every block resident, and no offload at all
+# (components, resident units, mode, placement, slots): all streamed, some resident (leading, spread, a
+# deeper ring), every unit resident, and no offload at all
 POLICIES = [
     ({}, 0, "dlo", "leading", 2),
     ({"default": False}, 2, "dlo", "leading", 2),
-    ({"vae": False}, 2, "dlo", "spread", 3),
-    ({}, 5, "dlo", "leading", 2),
+    ({"vae": False}, 5, "dlo", "spread", 3),
+    ({}, ALL, "dlo", "leading", 2),
     (None, 0, "resident", "leading", 2),
 ]
 
@@ -69,33 +72,57 @@ def _call(pipe, req: GenerateRequest) -> np.ndarray:
                 generator=torch.Generator("cpu").manual_seed(req.seed)).images[0]
 
 
-def _block_bytes_from_files(path: Path) -> dict[str, list[int]]:
-    """Bytes per block of each UNet block list, summed from the tensors the file holds."""
-    sizes: dict[str, dict[int, int]] = {attr: {} for attr in UNET_LISTS}
+def _unit_bytes_from_files(path: Path) -> dict[str, int]:
+    """Bytes per UNet unit (`down_blocks.1.attentions.0`, `mid_block.resnets.0`), summed from the file's tensors."""
+    sizes: dict[str, int] = {}
     with safe_open(str(path / "unet" / "diffusion_pytorch_model.safetensors"), framework="pt") as f:
         for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
-            head, _, rest = key.partition(".")
-            if head not in sizes:
+            parts = key.split(".")
+            if parts[0] not in UNET_HEADS:
                 continue
-            index = 0 if head == "mid_block" else int(rest.split(".")[0])
+            unit = ".".join(parts[:3] if parts[0] == "mid_block" else parts[:4])
             tensor = f.get_tensor(key)
-            sizes[head][index] = sizes[head].get(index, 0) + tensor.numel() * tensor.element_size()
-    return {attr: [found[i] for i in sorted(found)] for attr, found in sizes.items()}
+            sizes[unit] = sizes.get(unit, 0) + tensor.numel() * tensor.element_size()
+    return sizes
+
+
+def _planned_units(path: Path) -> list[str]:
+    unet = discover_model(path).component("unet")
+    return [f"{b.attr}.{item}" for b in unet.block_lists for item in b.items]
 
 
 @pytest.mark.parametrize("builder", ["sd15", "sdxl"])
-def test_the_unet_is_its_own_role_with_its_blocks_in_execution_order(request, builder):
+def test_the_unet_is_its_own_role_with_its_units_from_the_files(request, builder):
     path = request.getfixturevalue(f"{builder}_dir")
     model = discover_model(path)
     unet = model.component("unet")
     assert unet.role == "unet" and model.denoisers == [unet] and model.dits == []
-    assert [b.attr for b in unet.block_lists] == UNET_LISTS  # down, mid, up: not __init__'s down, up, mid
-    from_files = _block_bytes_from_files(path)
-    assert {b.attr: list(b.block_bytes) for b in unet.block_lists} == from_files
-    assert unet.non_block_bytes == unet.nbytes - sum(sum(v) for v in from_files.values()) > 0
-    assert model.num_dit_blocks == sum(len(v) for v in from_files.values())
-    sizes = [n for b in unet.block_lists for n in b.block_bytes]
-    assert max(sizes) > 3 * min(sizes)  # blocks of very different sizes, as in the real checkpoints
+    heads = [b.attr.split(".")[0] for b in unet.block_lists]
+    assert heads == sorted(heads, key=UNET_HEADS.index)  # down, mid, up: not __init__'s down, up, mid
+    assert all(b.items and len(b.items) == b.count for b in unet.block_lists)  # every block split into children
+    from_files = _unit_bytes_from_files(path)
+    planned = {f"{b.attr}.{item}": n for b in unet.block_lists for item, n in zip(b.items, b.block_bytes, strict=True)}
+    assert planned == from_files  # every block tensor in exactly one unit
+    assert unet.non_block_bytes == unet.nbytes - sum(from_files.values()) > 0
+    assert model.num_dit_blocks == len(from_files)
+    whole_blocks: dict[str, int] = {}
+    for unit, n in from_files.items():
+        block = unit.rsplit(".", 2)[0]
+        whole_blocks[block] = whole_blocks.get(block, 0) + n
+    assert max(from_files.values()) < max(whole_blocks.values()) / 2  # the ring's slot shrinks: the point
+
+
+@pytest.mark.parametrize("builder", ["sd15", "sdxl"])
+def test_unit_order_is_the_order_a_real_forward_calls_them(request, builder):
+    """Pre-hooks on every planned unit of the plain diffusers UNet record one denoise step's forward."""
+    path = request.getfixturevalue(f"{builder}_dir")
+    planned = _planned_units(path)
+    pipe = _plain_pipeline(path)
+    calls: list[str] = []
+    for unit in planned:
+        pipe.unet.get_submodule(unit).register_forward_pre_hook(lambda *_, unit=unit: calls.append(unit))
+    _call(pipe, replace(_request(builder), steps=1))
+    assert calls == planned  # one forward (both guidance halves in one batch): each unit once, in plan order
 
 
 @pytest.mark.slow
@@ -108,11 +135,13 @@ def test_bit_identical_to_plain_diffusers_under_every_policy(request, family):
     engine = Engine(path, device="cpu")
     try:
         for comps, layers, mode, placement, slots in POLICIES:
-            policy = build_policy(comps, layers, mode, placement, slots)
+            policy = build_policy(comps, engine.model.num_dit_blocks if layers == ALL else layers, mode, placement,
+                                  slots)
             engine.load(policy)
             streamer = engine.placement.streamer if engine.placement else None
             streamed = streamer.num_streamed if streamer is not None else 0
-            assert streamed == (0 if mode == "resident" else 5 - layers), policy
+            units = engine.model.num_dit_blocks
+            assert streamed == (0 if mode == "resident" else units - (units if layers == ALL else layers)), policy
             result = engine.generate(req)
             engine.unload()
             assert np.array_equal(result.image, expected), policy
@@ -131,20 +160,22 @@ def _unet_staging(events: list) -> tuple[list[list[StagingEvent]], list[StagingE
     return steps[1:-1], steps[0]
 
 
-def test_sdxl_blocks_stream_every_step_without_a_synchronous_fetch(sdxl_dir: Path):
-    engine = Engine(sdxl_dir, device="cpu")
+@pytest.mark.parametrize("family", ["sd15", "sdxl"])
+def test_units_stream_every_step_without_a_synchronous_fetch(request, family):
+    engine = Engine(request.getfixturevalue(f"{family}_dir"), device="cpu")
     sub = engine.bus.subscribe()
     try:
         engine.load(build_policy({}, 1, "dlo", "spread", 2))
         planned = [f"{b.dit}.{b.attr}.{b.index}" for b in engine.plan.blocks if b.streamed]
-        engine.generate(replace(_request("sdxl"), steps=3))
+        assert len(planned) == engine.model.num_dit_blocks - 1 > 7  # units, not the 7 whole blocks
+        engine.generate(replace(_request(family), steps=3))
         events = sub.drain()
     finally:
         engine.close()
     steps = [e for e in events if isinstance(e, StepTiming)]
-    assert len(steps) == 3
+    assert len(steps) >= 3  # SD1.5's PNDM runs one more (its first PLMS step twice)
     per_step, _ = _unet_staging(events)
-    assert len(per_step) == 2  # the copies made during steps 2 and 3 (the last step's trail is the next's)
+    assert len(per_step) == len(steps) - 1  # the copies made during steps 2.. (the last step's trail is the next's)
     for copies in per_step:
         assert sorted(e.target for e in copies) == sorted(planned)  # every streamed block, once per step
         assert not [e for e in copies if e.sync], "a block was fetched synchronously after the first step"
@@ -157,8 +188,9 @@ def test_policy_map_and_resident_blocks_are_checked_against_the_unet(sdxl_dir: P
     model = discover_model(sdxl_dir)
     with pytest.raises(PolicyError, match="unet is a UNet, streamed block by block like a DiT"):
         make_plan(model, build_policy({"unet": False}))
-    with pytest.raises(PolicyError, match=r"between 0 and 5 \(the model's UNet blocks\)"):
-        make_plan(model, build_policy({}, 6))
+    n = len(_unit_bytes_from_files(sdxl_dir))
+    with pytest.raises(PolicyError, match=rf"between 0 and {n} \(the model's UNet blocks\)"):
+        make_plan(model, build_policy({}, n + 1))
 
 
 @pytest.mark.cuda
@@ -172,7 +204,8 @@ def test_sdxl_on_cuda_matches_plain_diffusers_and_streams_ahead(sdxl_dir: Path):
     sub = engine.bus.subscribe()
     try:
         for comps, layers, mode, placement, slots in POLICIES:
-            engine.load(build_policy(comps, layers, mode, placement, slots))
+            engine.load(build_policy(comps, engine.model.num_dit_blocks if layers == ALL else layers, mode,
+                                     placement, slots))
             sub.drain()
             result = engine.generate(req)
             per_step, _ = _unet_staging(sub.drain())

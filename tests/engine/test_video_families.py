@@ -27,6 +27,8 @@ from omni_console.offload.errors import ConfigError
 from omni_console.offload.events import RequestPhases
 from omni_console.offload.policy import build_policy
 
+pytestmark = pytest.mark.slow  # end to end (runs every tiny video pipeline): .ci/run runs it, `pytest -q` skips it
+
 PROMPT = "a red fox running in the snow"
 NEGATIVE = "blurry"
 SEED = 7

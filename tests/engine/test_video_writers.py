@@ -275,12 +275,25 @@ def test_overwrite_replaces_and_keeps_permission_bits(tmp_path, suffix):
         assert Image.open(written[0]).n_frames == 5
 
 
-def test_overwrite_leaves_longer_old_sequences_alone(tmp_path):
+def test_overwrite_with_fewer_frames_removes_the_older_runs_extra_frames_only(tmp_path):
     write_result(make_frames(7), check_output(tmp_path / "s.png", video=True, frames=7), fps=None)
+    others = ["s-01.png", "s-0009.jpg", "s-notes.png", "t-0005.png", "s.png"]  # not frames of this sequence
+    for name in others:
+        (tmp_path / name).write_bytes(b"user")
+    (tmp_path / "s-0006.png").unlink()
+    (tmp_path / "s-0006.png").mkdir()  # not a regular file: left alone
     written = write_result(make_frames(3), check_output(tmp_path / "s.png", video=True, frames=3, overwrite=True),
                            fps=None)
     assert [p.name for p in written] == ["s-0001.png", "s-0002.png", "s-0003.png"]
-    assert len(os.listdir(tmp_path)) == 7  # frames 4..7 of the older run are not deleted
+    assert sorted(os.listdir(tmp_path)) == sorted([*others, "s-0001.png", "s-0002.png", "s-0003.png", "s-0006.png"])
+    assert all((tmp_path / name).read_bytes() == b"user" for name in others)
+
+
+def test_without_overwrite_nothing_is_removed(tmp_path):
+    write_result(make_frames(3), check_output(tmp_path / "a.png", video=True, frames=3), fps=None)
+    (tmp_path / "a-0009.png").write_bytes(b"user")
+    write_result(make_frames(2), check_output(tmp_path / "b.png", video=True, frames=2), fps=None)
+    assert (tmp_path / "a-0009.png").read_bytes() == b"user" and len(os.listdir(tmp_path)) == 6
 
 
 # ---------------------------------------------------------------- frame timing

@@ -1,0 +1,182 @@
+"""What watching the console costs the engine: the live screen drawn to a terminal while it generates.
+
+`console_responsiveness.py` times the app headless, where Textual composes each frame but never turns
+it into terminal output; an operator's terminal also gets every frame rendered to escape sequences
+and written. Here each composed frame is rendered as the real driver would (`render_segments`) and
+written to /dev/null, at the live screen's normal redraw rate, at each terminal size (--sizes):
+
+1. headless `Engine` baseline (the same request, same process), before and after the app runs;
+2. per size: the watched app loads the model, runs --repeats requests of --steps steps (step 1 of
+   each excluded), then presses `p` (pause/resume the log) --presses times during a long request:
+   key → state and key → next frame written, p50/p95/max;
+3. prints, per size, the watched/headless ratio of the median step (target ≤ 1.01) and the key→frame
+   p95 (target < 100 ms), and writes JSON to --out.
+
+Usage: python benchmarks/console_watched.py [--model PATH] [--device cuda|cpu] [--steps N]
+       [--sizes 160x48,80x24] [--presses N] [--out watched.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import console_responsiveness as base  # noqa: E402
+import torch  # noqa: E402
+
+from omni_console.console.app import OmniConsoleApp  # noqa: E402
+from omni_console.console.cli import resolve_model_path  # noqa: E402
+from omni_console.engine.engine import Engine, GenerateResult  # noqa: E402
+from omni_console.offload.policy import OffloadPolicy, build_policy, parse_components_json  # noqa: E402
+
+
+class TerminalClock(base.FrameClock):
+    """Every composed frame rendered to terminal output and written, as the real driver does."""
+
+    def __init__(self, app: OmniConsoleApp) -> None:
+        super().__init__(app)
+        self.sink = open(os.devnull, "w")  # noqa: SIM115 (closed by close())
+        self.bytes = 0
+        self.render_s = 0.0
+        counted = app._display
+
+        def display(screen, renderable) -> None:
+            counted(screen, renderable)
+            if renderable is None or app._batch_count:
+                return
+            if self.sink.closed:
+                return
+            t0 = time.perf_counter()
+            render = getattr(renderable, "render_segments", None)
+            text = render(app.console) if render is not None else app.console._render_buffer(
+                app.console.render(renderable))
+            self.sink.write(text)
+            self.bytes += len(text)
+            self.render_s += time.perf_counter() - t0
+
+        app._display = display  # type: ignore[method-assign]
+
+    def close(self) -> None:
+        self.sink.close()
+
+
+async def watched(model: Path, device: str, policy: OffloadPolicy, args: argparse.Namespace,
+                  size: tuple[int, int]) -> dict[str, Any]:
+    engine = Engine(model, device=device, variant=args.variant)
+    app = OmniConsoleApp(engine, policy, telemetry_hz=args.hz, out_dir=Path(args.out_dir))
+    out: dict[str, Any] = {"size": f"{size[0]}x{size[1]}"}
+    try:
+        async with app.run_test(size=size) as pilot:
+            clock = TerminalClock(app)
+            await pilot.pause()
+            future = app.action_load()
+            assert future is not None
+            await asyncio.wrap_future(future)
+            if not await base.wait_for(lambda: app.screen is app.live_screen, 120):
+                raise RuntimeError(f"load did not reach the live screen: {app.last_error}")
+
+            async def generate(steps: int) -> GenerateResult:
+                while app.generating or app.phase != "live":
+                    await asyncio.sleep(0.001)
+                fut = app.start_generate(base.make_request(engine, args, steps))
+                assert fut is not None
+                return await asyncio.wrap_future(fut)
+
+            await generate(args.steps)  # warm-up
+            frames0, bytes0, render0, t0 = clock.frames, clock.bytes, clock.render_s, time.perf_counter()
+            results = [await generate(args.steps) for _ in range(args.repeats)]
+            elapsed = time.perf_counter() - t0
+            out["steps"] = base.step_stats(results)
+            out["frames_per_s"] = (clock.frames - frames0) / elapsed
+            out["terminal_bytes_per_s"] = (clock.bytes - bytes0) / elapsed
+            out["render_share_of_wall"] = (clock.render_s - render0) / elapsed
+            state_ms: list[float] = []
+            frame_ms: list[float] = []
+            failures = 0
+            while len(state_ms) + failures < args.presses:
+                while app.generating or app.phase != "live":  # the previous request's outcome first
+                    await asyncio.sleep(0.001)
+                running = app.start_generate(base.make_request(engine, args, args.key_steps))
+                assert running is not None
+                while not running.done() and len(state_ms) + failures < args.presses:
+                    timed = await base.press_and_time(app, clock, "p")
+                    if timed is None:
+                        failures += 1
+                    else:
+                        state_ms.append(timed[0])
+                        frame_ms.append(timed[1])
+                    await asyncio.sleep(args.gap_ms / 1e3)
+                await asyncio.wrap_future(running)
+                while app.generating:
+                    await asyncio.sleep(0.001)
+            out["key_to_state_ms"] = base.percentiles(state_ms)
+            out["key_to_frame_ms"] = base.percentiles(frame_ms)
+            out["key_timeouts"] = failures
+            await pilot.press("q")
+            await base.wait_for(lambda: app.return_value is not None, 60)
+        clock.close()
+    finally:
+        app.shutdown()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", type=Path, default=None)
+    parser.add_argument("--variant", default=None)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dlo-offload-components", default=None, metavar="JSON")
+    parser.add_argument("--resident-layers", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--key-steps", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--height", type=int, default=None)
+    parser.add_argument("--width", type=int, default=None)
+    parser.add_argument("--presses", type=int, default=40)
+    parser.add_argument("--gap-ms", type=float, default=50.0)
+    parser.add_argument("--hz", type=float, default=10.0)
+    parser.add_argument("--sizes", default="160x48,80x24")
+    parser.add_argument("--out-dir", default="omni-console-out")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    args.replan = None
+    sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
+    model = resolve_model_path(args.model)
+    policy = build_policy(parse_components_json(args.dlo_offload_components), args.resident_layers)
+    before = base.headless_baseline(model, args.device, policy, args)
+    base.log(f"headless (before): median step {before['median_s'] * 1e3:.2f} ms")
+    runs = [asyncio.run(watched(model, args.device, policy, args, size)) for size in sizes]  # type: ignore[arg-type]
+    after = base.headless_baseline(model, args.device, policy, args)
+    base.log(f"headless (after): median step {after['median_s'] * 1e3:.2f} ms")
+    headless = statistics.fmean([before["median_s"], after["median_s"]])
+    print(f"device {args.device} · model {model.name} · {args.steps} steps × {args.repeats} · "
+          f"headless median step {headless * 1e3:.2f} ms (before {before['median_s'] * 1e3:.2f}, "
+          f"after {after['median_s'] * 1e3:.2f})")
+    for run in runs:
+        run["step_ratio"] = run["steps"]["median_s"] / headless
+        p95 = run["key_to_frame_ms"]["p95"]
+        print(f"{run['size']}: watched median step {run['steps']['median_s'] * 1e3:.2f} ms · ratio "
+              f"{run['step_ratio']:.3f} (target ≤ 1.01) · key→frame p95 "
+              f"{'n/a' if p95 is None else f'{p95:.1f} ms'} (target < 100) · {run['frames_per_s']:.1f} frames/s, "
+              f"{run['terminal_bytes_per_s'] / 1e3:.1f} kB/s to the terminal, "
+              f"render {run['render_share_of_wall'] * 100:.1f} % of wall")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"schema": "omni-console.bench.watched/1", "device": args.device,
+                                        "model": str(model), "headless_median_s": headless,
+                                        "headless": {"before": before, "after": after}, "watched": runs},
+                                       indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
