@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|all] [benchmark args...]
 # `tests` also runs benchmarks/cpu_exactness.py on the host CPU.
 set -uo pipefail
 what=${1:-all}; shift || true
@@ -22,6 +22,10 @@ if [[ $what == tests || $what == all ]]; then
 fi
 if [[ $what == bench || $what == all ]]; then
   python3 benchmarks/dlo_stream.py --out "$OUT/dlo_stream.json" "$@" 2>&1 | tail -40 > "$OUT/bench.log"
+fi
+if [[ $what == fp8 ]]; then  # fp8 storage vs bf16, every block streamed, Flux-dev-size at 1024²
+  python3 benchmarks/fp8_stream.py --out "$OUT/fp8_stream.json" "$@" 2>&1 | grep -v "kept in float32" \
+    | tail -40 > "$OUT/fp8.log"
 fi
 if [[ $what == unet ]]; then  # SDXL-size UNet, 1024x1024, units (and whole blocks) streamed vs resident
   python3 benchmarks/unet_stream.py --out "$OUT/unet_stream.json" "$@" 2>&1 | tail -30 > "$OUT/unet.log"

@@ -24,9 +24,11 @@ def resolve_model_path(model: Path | None) -> Path:
 
 def policy_from_args(args: argparse.Namespace) -> OffloadPolicy:
     """The build-time-checked policy from `--dlo-offload-components`, `--resident-layers`, `--mode`,
-    `--placement` and `--prefetch-slots`."""
+    `--placement`, `--prefetch-slots`, `--stream-dtype` and `--fp8-modulation`."""
     return build_policy(parse_components_json(args.dlo_offload_components), args.resident_layers, args.mode,
-                        getattr(args, "placement", "leading"), getattr(args, "prefetch_slots", 2))
+                        getattr(args, "placement", "leading"), getattr(args, "prefetch_slots", 2),
+                        stream_dtype=getattr(args, "stream_dtype", None),
+                        fp8_modulation=getattr(args, "fp8_modulation", False))
 
 
 def budget_from_args(args: argparse.Namespace) -> int | None:

@@ -84,6 +84,14 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
                              "spread evenly between the streamed ones")
     parser.add_argument("--prefetch-slots", type=int, default=2, metavar="K",
                         help="device slots of the streaming ring (>= 2, default 2): copies run K-1 blocks ahead")
+    parser.add_argument("--stream-dtype", choices=("float8_e4m3fn", "float8_e5m2"), default=None,
+                        help="store the DiT's weights in fp8 (diffusers' layerwise-casting rule: norms, embeddings "
+                             "and projections stay in the compute dtype), upcast on the device per block: fewer "
+                             "pinned and streamed bytes; outputs differ from the full-precision pipeline "
+                             "(default: as the checkpoint stores them; an fp8 checkpoint streams as fp8)")
+    parser.add_argument("--fp8-modulation", action="store_true",
+                        help="with fp8 storage, also store the AdaLN modulation linears in fp8 (as common fp8 "
+                             "checkpoints do; not diffusers' rule)")
     parser.add_argument("--vram-budget", metavar="SIZE",
                         help="choose encoder/VAE residency, resident blocks, placement and K for the fastest "
                              "predicted step within SIZE (e.g. 24GB, 24GiB); overrides the three flags above")

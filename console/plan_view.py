@@ -33,6 +33,7 @@ from ..engine.plan import ComponentPlan, Plan
 from ..engine.rank_forecast import RankForecast
 from ..engine.rank_layout import RankLayout
 from ..engine.request_forecast import RequestForecast
+from ..engine.stream_dtype import storage_note
 from ..offload.units import format_bytes, format_rate
 from .table_fit import fit_widths
 from .theme_colors import default_variables, resolve
@@ -94,10 +95,11 @@ def blocks_sheet(plan: Plan) -> Sheet | None:
         for b in c.info.block_lists:
             mine = [x for x in plan.blocks if x.dit == c.info.name and x.attr == b.attr]
             kept = sum(1 for x in mine if not x.streamed)
-            sizes = sorted(set(b.block_bytes))
+            stored = [x.nbytes for x in mine]  # as the arena holds them (fp8 storage: fp8 bytes)
+            sizes = sorted(set(stored))
             per = format_bytes(sizes[0]) if len(sizes) == 1 else f"{format_bytes(sizes[0])}–{format_bytes(sizes[-1])}"
-            rows.append((c.info.name, b.attr, str(b.count), per, format_bytes(b.largest_bytes),
-                         format_bytes(b.total_bytes), str(kept), str(b.count - kept)))
+            rows.append((c.info.name, b.attr, str(b.count), per, format_bytes(max(stored)),
+                         format_bytes(sum(stored)), str(kept), str(b.count - kept)))
         rows.append((c.info.name, "(non-block modules: resident)", "", "", "", format_bytes(c.info.non_block_bytes),
                      "", ""))
     return Sheet(f"{kind} blocks (execution order)", header, rows, right=frozenset(header[2:]),
@@ -136,9 +138,14 @@ def forecast_sheet(plan: Plan, on_cpu: bool = False) -> Sheet:
     caption = (f"peak = resident + {f.streaming_slots} × largest streamed block "
                f"({format_bytes(f.largest_streamed_block_bytes)})"
                f" + largest staged component ({format_bytes(f.largest_staged_bytes)})")
+    if plan.stream_dtype is not None:
+        rows.append(("DiT weights stored in", plan.stream_dtype))
+        caption += f" + upcast scratch ({format_bytes(f.upcast_scratch_bytes)})"
     if plan.experts:
         caption += (f"; two experts ({' → '.join(e.name for e in plan.experts)}), one on the device at a time: "
                     "the budget changes hands at the boundary step")
+    if plan.stream_dtype is not None:
+        caption += ". " + (storage_note(plan.stream_dtype, plan.policy.fp8_modulation) or "")
     return Sheet("forecast (from safetensors headers)", ("forecast", "bytes"), rows, right=frozenset({"bytes"}),
                  show_header=False, caption=caption)
 

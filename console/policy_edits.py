@@ -127,8 +127,11 @@ def switch_mode(policy: OffloadPolicy, stash: OffloadPolicy | None) -> tuple[Edi
     rather than lost. Returns the edit and the new stash.
     """
     if policy.mode == "dlo":
-        return Edit(build_policy(None, 0, "resident"), "mode=resident: no offload (baseline); m switches back"), policy
-    restored = stash if stash is not None else build_policy(None, 0, "dlo")
+        resident = build_policy(None, 0, "resident", stream_dtype=policy.stream_dtype,
+                                fp8_modulation=policy.fp8_modulation)  # the same weights, resident
+        return Edit(resident, "mode=resident: no offload (baseline); m switches back"), policy
+    restored = stash if stash is not None else build_policy(None, 0, "dlo", stream_dtype=policy.stream_dtype,
+                                                            fp8_modulation=policy.fp8_modulation)
     return Edit(restored, "mode=dlo: DiT blocks streamed, encoders/VAEs by policy"), None
 
 

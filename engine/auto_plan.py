@@ -62,7 +62,8 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
     aux = [c.info for c in plan0.components if c.info.role in ("encoder", "vae") and c.info.has_weights]
     extras = phase_bytes(profile)
     default = {k: v for k, v in base.dlo_offload_components.items() if k == "default"}
-    staged_plan = make_plan(model, build_policy({**default, **{a.name: True for a in aux}}, 0, "dlo", "leading", 2))
+    staged_plan = make_plan(model, build_policy({**default, **{a.name: True for a in aux}}, 0, "dlo", "leading", 2,
+                                                  stream_dtype=base.stream_dtype, fp8_modulation=base.fp8_modulation))
     dit = dit_profile(staged_plan, profile) or _zero_compute(staged_plan)
     table = StreamTable(dit, bandwidth or 1.0)  # the DiT's candidates do not depend on the encoders and VAEs
     fixed0 = staged_plan.forecast.device_resident_bytes  # every encoder/VAE staged, no resident block
@@ -99,7 +100,8 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
     index = table.choose(room(resident), TIE)
     assert index is not None  # room(resident) >= need
     choice = as_choice(index, resident)
-    policy = build_policy({**default, **{a.name: a.name not in resident for a in aux}}, 0, "dlo", "leading", 2)
+    policy = build_policy({**default, **{a.name: a.name not in resident for a in aux}}, 0, "dlo", "leading", 2,
+                          stream_dtype=base.stream_dtype, fp8_modulation=base.fp8_modulation)
     chosen = policy.model_copy(update=dict(resident_layers=choice.residency.num_resident,
                                            placement=choice.residency.placement,
                                            prefetch_slots=max(choice.residency.slots, 2)))

@@ -60,6 +60,15 @@ class BlockList:
     block_bytes: tuple[int, ...]
     items: tuple[str, ...] = ()
     """Paths of the units under `attr`, in execution order (`resnets.0`); empty: `attr`'s entries by index."""
+    # each block's bytes with its weights stored in fp8 (engine/stream_dtype.py), without / with the
+    # modulation opt-in; empty: not computed (the checkpoint's bytes apply)
+    fp8_bytes: tuple[int, ...] = ()
+    fp8_mod_bytes: tuple[int, ...] = ()
+
+    def stored_bytes(self, fp8: bool, modulation: bool = False) -> tuple[int, ...]:
+        """Each block's bytes in the arena: as the checkpoint stores them, or with fp8 storage."""
+        chosen = (self.fp8_mod_bytes if modulation else self.fp8_bytes) if fp8 else ()
+        return chosen or self.block_bytes
 
     @property
     def count(self) -> int:
@@ -89,7 +98,11 @@ def find_block_lists(tensors: Iterable[TensorInfo]) -> list[BlockList]:
             continue
         if not all(_repeats(entries[0], entries[i]) for i in range(1, n)):
             continue  # not a repeated structure: a list of heterogeneous modules
-        lists.append(BlockList(attr, tuple(sum(t.nbytes for t in entries[i].values()) for i in range(n))))
+        from .stream_dtype import fp8_block_bytes  # here: the order and count checks stay torch-free
+
+        lists.append(BlockList(attr, tuple(sum(t.nbytes for t in entries[i].values()) for i in range(n)),
+                               fp8_bytes=tuple(fp8_block_bytes(attr, i, entries[i]) for i in range(n)),
+                               fp8_mod_bytes=tuple(fp8_block_bytes(attr, i, entries[i], True) for i in range(n))))
     return lists
 
 

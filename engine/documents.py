@@ -40,6 +40,9 @@ class PolicyDoc(Document):
         "leading", description="which blocks stay resident: the first N, or N spread evenly between streamed ones")
     prefetch_slots: int = Field(2, ge=2, description="device slots of the streamer's ring (k): copies run up to "
                                                      "k-1 blocks ahead")
+    stream_dtype: Literal["float8_e4m3fn", "float8_e5m2"] | None = Field(
+        None, description="DiT weights stored in fp8 by diffusers' layerwise-casting rule (null: as the checkpoint)")
+    fp8_modulation: bool = Field(False, description="AdaLN modulation linears in fp8 too (not diffusers' rule)")
 
 
 class ModelDoc(Document):
@@ -98,6 +101,13 @@ class ForecastDoc(Document):
     resident_block_indices: list[int] = Field(default_factory=list,
                                               description="resident DiT blocks, execution order (0-based)")
     placement: Literal["leading", "spread"] = "leading"
+    stream_dtype: str | None = Field(None, description="fp8 dtype the DiT's weights are stored and streamed in "
+                                                       "(null: the checkpoint's); byte figures above are at it")
+    fp8_modulation: bool = Field(False, description="AdaLN modulation linears stored in fp8 too (not diffusers' rule)")
+    upcast_scratch_bytes: int = Field(0, ge=0, description="fp8 storage: device scratch for the running block "
+                                                           "upcast to the compute dtype (in the peak)")
+    storage_note: str | None = Field(None, description="fp8 storage: how outputs differ from the full-precision "
+                                                       "pipeline")
 
 
 class RequestForecastDoc(Document):

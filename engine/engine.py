@@ -295,6 +295,9 @@ class Engine:
                 raise EngineStateError("loaded without live re-plan: unload and load again to change the policy")
             if policy.mode != self.plan.policy.mode:
                 raise PolicyError("switching dlo ⇄ resident is a new load: unload (u), switch (m), load (l)")
+            old = self.plan.policy
+            if (policy.stream_dtype, policy.fp8_modulation) != (old.stream_dtype, old.fp8_modulation):
+                raise PolicyError("changing the stream dtype is a new load: the weights are cast as they are read")
             plan = self.make_plan(policy)
             event = apply_replan(self.placement, self.plan, plan, self.device)
             self.plan = plan

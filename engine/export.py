@@ -24,6 +24,7 @@ from .rank_forecast import RankForecast
 from .rank_layout import RankLayout
 from .request_forecast import RequestForecast
 from .roles import DENOISER_ROLES
+from .stream_dtype import storage_note
 
 __all__ = ["PLAN_SCHEMA", "plan_document", "plan_to_dict", "ranks_doc", "vllm_flags", "vllm_gaps", "vllm_python_call",
            "vllm_serve_command"]
@@ -56,6 +57,9 @@ def vllm_gaps(plan: Plan, layout: RankLayout | None = None) -> list[str]:
     if residency.slots > 2:
         gaps.append(f"a {residency.slots}-slot prefetch ring has no vLLM-Omni spelling: vLLM-Omni prefetches one "
                     f"block ahead (2 slots)")
+    if policy.stream_dtype is not None:
+        gaps.append(f"--stream-dtype {policy.stream_dtype} has no vLLM-Omni spelling: its DLO streams the blocks "
+                    f"in the checkpoint's dtype")
     return gaps
 
 
@@ -138,7 +142,8 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
                        total_bytes=plan.model.nbytes),
         policy=PolicyDoc(mode=plan.policy.mode, dlo_offload_components=dict(plan.policy.dlo_offload_components),
                          resident_layers=plan.policy.resident_layers, placement=plan.policy.placement,
-                         prefetch_slots=plan.policy.prefetch_slots),
+                         prefetch_slots=plan.policy.prefetch_slots, stream_dtype=plan.policy.stream_dtype,
+                         fp8_modulation=plan.policy.fp8_modulation),
         components=[
             ComponentDoc(
                 name=c.info.name, role=c.info.role, library=c.info.library,
@@ -171,6 +176,9 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
             streaming_slots=forecast.streaming_slots,
             resident_block_indices=list(plan.residency.resident_indices),
             placement=plan.residency.placement,
+            stream_dtype=plan.stream_dtype, fp8_modulation=plan.policy.fp8_modulation,
+            upcast_scratch_bytes=forecast.upcast_scratch_bytes,
+            storage_note=storage_note(plan.stream_dtype, plan.policy.fp8_modulation),
         ),
         vllm_omni=VllmOmniDoc(flags=vllm_flags(plan), serve=vllm_serve_command(plan, layout),
                               python=vllm_python_call(plan, layout), exact=not vllm_gaps(plan, layout),

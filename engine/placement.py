@@ -34,9 +34,11 @@ from ..offload.events import EventBus, LogEvent
 from ..offload.pinned import HostArena
 from ..offload.stager import ModuleStager, stage_around
 from ..offload.streamer import LayerwiseStreamer
+from ..offload.upcast import module_upcast, upcast_in_place
 from .expert_switch import ExpertSwitch
 from .loader import LoadCancelled
 from .plan import Plan
+from .stream_dtype import STREAM_DTYPES, apply_storage_hooks, cast_for_storage, compute_dtype_of
 
 STAGED_METHODS = {"vae": ("forward", "encode", "decode"), "encoder": ("forward",)}
 
@@ -89,6 +91,13 @@ def _dit_non_block_to(module: torch.nn.Module, block_attrs: set[str], device: to
         setattr(module, name, buf.to(device))
 
 
+def _non_block_upcast(module: torch.nn.Module, block_attrs: set[str], compute: torch.dtype) -> None:
+    for name, child in module.named_children():
+        if name not in block_attrs:
+            module_upcast(child, compute)
+    upcast_in_place([*module.parameters(recurse=False), *module.buffers(recurse=False)], compute)
+
+
 def begin_placement(device: torch.device, bus: EventBus, *, live: bool = False) -> Placement:
     """An empty placement to place into: `place_streamed`, then `place_others` (undo: `release`).
 
@@ -124,13 +133,21 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
                           "use one GPU")
     keep_masters = placement.live or bool(plan.experts)  # an expert's resident blocks move at each switch
     block_lists: list[tuple[str, list[torch.nn.Module]]] = []
+    compute: torch.dtype | None = None  # fp8 storage: the dtype blocks are upcast to (offload/upcast.py)
     for comp in plan.components:
         _check_cancel(cancel)
         module = dits.get(comp.info.name)
         if comp.residency != "streamed" or not isinstance(module, torch.nn.Module):
             continue
         lists = comp.info.block_lists
-        _dit_non_block_to(module, {b.attr.split(".")[0] for b in lists}, device, weights)
+        tops = {b.attr.split(".")[0] for b in lists}
+        if plan.stream_dtype is not None:
+            compute = compute_dtype_of(module)
+            cast_for_storage(module, STREAM_DTYPES[plan.stream_dtype], weights=weights,
+                             modulation=plan.policy.fp8_modulation)
+        _dit_non_block_to(module, tops, device, weights)
+        if compute is not None:  # the non-block layers cast to fp8 are resident: converted once
+            _non_block_upcast(module, tops, compute)
         block_lists.extend((f"{comp.info.name}.{b.attr}", block_modules(module, b.attr, b.items)) for b in lists)
     if not block_lists:
         return
@@ -156,7 +173,7 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
         streamer_cls, streamer_kwargs = AllGatherStreamer, {"group": group}
     placement.streamer = streamer_cls(block_lists, device, residency=plan.residency, bus=bus, pin=pin,
                                       progress=on_pack, keep_masters=keep_masters, weights=weights,
-                                      active=plan.active_blocks, **streamer_kwargs)
+                                      active=plan.active_blocks, compute_dtype=compute, **streamer_kwargs)
     placement.streamer.attach()
     s = placement.streamer
     if plan.experts:
@@ -196,6 +213,9 @@ def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,
         if arena is not None:
             placement.undo.append(_closer(arena, device))  # a resident component drops it at once, below
         if comp.residency == "resident" and not live_aux:
+            if info.role == "dit" and plan.stream_dtype is not None:  # diffusers' own layerwise casting
+                apply_storage_hooks(module, STREAM_DTYPES[plan.stream_dtype], compute_dtype_of(module),
+                                    modulation=plan.policy.fp8_modulation)
             module.to(device)
             if arena is not None:
                 placement.undo.pop()()

@@ -18,6 +18,10 @@ Forecast (all figures from the safetensors headers):
 - peak device weight bytes = resident bytes + the streamer's ring (`residency.slots`: the policy's k,
   never more than the streamed blocks) × the largest streamed block + the largest staged component
   (only one auxiliary stage runs at a time). With activations and per phase: engine/request_forecast.py.
+- with fp8 storage (`Plan.stream_dtype`), a block's bytes are its fp8 bytes (engine/stream_dtype.py):
+  pinned, streamed, slot and resident-block bytes all shrink (resident blocks stay fp8 on the device
+  and are upcast per forward, as streamed ones are), plus one compute-dtype scratch for the block
+  that runs; the non-block layers are upcast once, so they keep the checkpoint's bytes;
 - pinned host bytes with live re-plan (the console's load) are every block and encoder/VAE: see
   `Engine(live_replan=True)`; this forecast is `run`'s.
 
@@ -33,11 +37,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ..offload.errors import PolicyError
 from ..offload.policy import OffloadPolicy
 from ..offload.residency import BlockResidency
 from .discovery import ComponentInfo, ModelInfo
 from .experts import Expert, blocks_per_forward, plan_experts, streamer_residency
 from .roles import DENOISER_ROLES
+from .stream_dtype import FP8_NAMES
 
 Residency = Literal["streamed", "staged", "resident", "none"]
 Why = Literal["explicit", "default", "implicit", "dlo", "mode", "no-weights", "not-auxiliary", "no-blocks"]
@@ -78,6 +84,7 @@ class Forecast:
     num_resident_blocks: int
     streaming_slots: int = 0
     pinned_host_bytes_live: int = 0  # with live re-plan (the console): every DiT block and encoder/VAE
+    upcast_scratch_bytes: int = 0  # fp8 storage: the running block's weights in the compute dtype
 
     def transfer_seconds(self, bandwidth_bytes_per_s: float | None) -> float | None:
         """Time to stream the DiT once at a given host→device bandwidth (None when unknown)."""
@@ -95,6 +102,7 @@ class Plan:
     forecast: Forecast
     residency: BlockResidency  # passed as is to the streamer (with experts: the first one running)
     experts: tuple[Expert, ...] = ()  # two experts sharing the budget (engine/experts.py), else ()
+    stream_dtype: str | None = None  # the DiT blocks' storage dtype when fp8 (policy's, or the checkpoint's)
 
     @property
     def active_blocks(self) -> tuple[bool, ...] | None:
@@ -113,17 +121,30 @@ class Plan:
         return self.blocks[e.start:e.stop], e.residency
 
 
-def execution_blocks(model: ModelInfo, residency: BlockResidency,
-                     experts: tuple[Expert, ...] = ()) -> list[StreamedBlock]:
+def storage_dtype(model: ModelInfo, policy: OffloadPolicy) -> str | None:
+    """The fp8 dtype the DiT weights are stored in: the policy's `stream_dtype`, else the one the DiT
+    checkpoint holds fp8 tensors in (an fp8 checkpoint is streamed as stored)."""
+    if policy.stream_dtype is not None:
+        return policy.stream_dtype
+    for dit in model.dits:
+        held = [d for d in dit.dtypes if d in FP8_NAMES]  # by bytes, largest first
+        if held:
+            return held[0]
+    return None
+
+
+def execution_blocks(model: ModelInfo, residency: BlockResidency, experts: tuple[Expert, ...] = (),
+                     fp8: bool = False, modulation: bool = False) -> list[StreamedBlock]:
     """Every denoiser block in execution order (across all DiTs / UNets), streamed as `residency` decided;
-    an expert's blocks as its own residency decided (resident = resident while that expert runs)."""
+    an expert's blocks as its own residency decided (resident = resident while that expert runs); each
+    with its bytes as stored (`fp8`: the DiT's weights in fp8, engine/stream_dtype.py)."""
     flags = list(residency.resident)
     for e in experts:
         flags[e.start:e.stop] = e.residency.resident
     blocks: list[StreamedBlock] = []
     for dit in model.denoisers:
         for block_list in dit.block_lists:
-            for i, nbytes in enumerate(block_list.block_bytes):
+            for i, nbytes in enumerate(block_list.stored_bytes(fp8, modulation)):
                 streamed = not flags[len(blocks)]
                 blocks.append(StreamedBlock(dit.name, block_list.attr, i, nbytes, streamed))
     return blocks
@@ -141,9 +162,11 @@ def _component_plan(info: ComponentInfo, policy: OffloadPolicy, blocks: list[Str
         own = [b for b in blocks if b.dit == info.name]
         streamed = sum(b.nbytes for b in own if b.streamed)
         kept = sum(1 for b in own if not b.streamed)
+        # non-block modules as the files hold them (upcast once if fp8), resident blocks as stored
+        left = info.non_block_bytes + sum(b.nbytes for b in own if not b.streamed)
         if expert:  # device: while it runs; host: every block's master (the resident ones move at a switch)
-            return ComponentPlan(info, "streamed", "dlo", info.nbytes - streamed, info.block_bytes, kept)
-        return ComponentPlan(info, "streamed", "dlo", info.nbytes - streamed, streamed, kept)
+            return ComponentPlan(info, "streamed", "dlo", left, sum(b.nbytes for b in own), kept)
+        return ComponentPlan(info, "streamed", "dlo", left, streamed, kept)
     if info.role in ("encoder", "vae"):
         if policy.mode == "resident":
             return ComponentPlan(info, "resident", "mode", info.nbytes, 0)
@@ -163,6 +186,16 @@ def live_masters_bytes(plans: tuple[ComponentPlan, ...], blocks: list[StreamedBl
     return sum(b.nbytes for b in blocks) + aux
 
 
+def upcast_scratch(model: ModelInfo, blocks: list[StreamedBlock]) -> int:
+    """The upcast scratch (offload/upcast.py): the largest block in a 2-byte compute dtype, from the
+    headers (a 16-bit checkpoint's bytes as stored, an fp8 one's twice)."""
+    header: list[int] = []
+    for dit in model.dits:
+        scale = 2 if any(d in FP8_NAMES for d in dit.dtypes) else 1
+        header.extend(n * scale for block_list in dit.block_lists for n in block_list.block_bytes)
+    return max(header, default=0) if blocks else 0
+
+
 def make_plan(model: ModelInfo, policy: OffloadPolicy, residency: BlockResidency | None = None) -> Plan:
     """Check the policy against the model (raising PolicyError) and compute residency and forecast.
 
@@ -171,12 +204,19 @@ def make_plan(model: ModelInfo, policy: OffloadPolicy, residency: BlockResidency
     (engine/experts.py) always take their own."""
     policy.check_against(model.auxiliary_names, [d.name for d in model.denoisers], blocks_per_forward(model),
                          unet_names=[d.name for d in model.by_role("unet")])
+    stored = storage_dtype(model, policy)
+    if stored is not None and model.by_role("unet"):
+        raise PolicyError("fp8 storage (--stream-dtype) is for DiT pipelines only; this one has a UNet: "
+                          "drop --stream-dtype")
+    if policy.fp8_modulation and stored is None:
+        raise PolicyError("fp8 modulation needs fp8 storage: add --stream-dtype float8_e4m3fn (or an fp8 checkpoint)")
     experts = plan_experts(model, policy)
     if experts:
         residency = streamer_residency(experts, 0, model.num_dit_blocks)[0]
     elif residency is None or residency.num_blocks != model.num_dit_blocks:
         residency = policy.block_residency(model.num_dit_blocks)
-    blocks = execution_blocks(model, residency, experts)
+    blocks = execution_blocks(model, residency, experts, stored is not None and policy.mode == "dlo",
+                              policy.fp8_modulation)
     names = {e.name for e in experts}
     plans = tuple(_component_plan(c, policy, blocks, c.name in names) for c in model.components)
     staged = [p.info.nbytes for p in plans if p.residency == "staged"]
@@ -190,16 +230,18 @@ def make_plan(model: ModelInfo, policy: OffloadPolicy, residency: BlockResidency
     largest_staged = max(staged, default=0)
     slots = max(e.residency.slots for e in experts) if experts else residency.slots
     first = streamed_each[0]
+    scratch = upcast_scratch(model, blocks) if stored is not None and policy.mode == "dlo" else 0
     forecast = Forecast(
         device_resident_bytes=resident,
         pinned_host_bytes=sum(p.host_bytes for p in plans if p.residency == "streamed") + sum(staged),
         streamed_bytes_per_forward=max(sum(s) for s in streamed_each),
-        peak_device_weight_bytes=resident + slots * largest_block + largest_staged,
+        peak_device_weight_bytes=resident + slots * largest_block + largest_staged + scratch,
         largest_streamed_block_bytes=largest_block,
         largest_staged_bytes=largest_staged,
         num_streamed_blocks=len(first),
         num_resident_blocks=len(forwards[0]) - len(first),
         streaming_slots=slots,
         pinned_host_bytes_live=live_masters_bytes(plans, blocks, policy),
+        upcast_scratch_bytes=scratch,
     )
-    return Plan(model, policy, plans, tuple(blocks), forecast, residency, experts)
+    return Plan(model, policy, plans, tuple(blocks), forecast, residency, experts, stored)

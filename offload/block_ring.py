@@ -25,6 +25,7 @@ from .events import EventBus, StagingEvent
 from .pinned import HostArena
 from .residency import BlockResidency
 from .transfer_timing import Measured, TransferClock
+from .upcast import BlockUpcast
 
 
 class BlockRing:
@@ -49,6 +50,7 @@ class BlockRing:
     _sync_fetches: int
     _async_bytes: int
     _async_seconds: float
+    _upcast: BlockUpcast | None
 
     @property
     def largest_block_bytes(self) -> int:
@@ -97,6 +99,8 @@ class BlockRing:
         self._slot_owner = [None] * nslots
         self._slot_ready = [None] * nslots
         self._last_slot = None
+        if self._upcast is not None:
+            self._upcast.size_for(self._streamed)
         self._load(0, 0, sync=True)
         self._fill_window(0)
 
@@ -144,6 +148,8 @@ class BlockRing:
             compute.wait_event(ready)
             self._clock.finish(mark, "stall", b.name, 0, stream=compute)
         self._last_slot = slot
+        if self._upcast is not None:  # fp8 storage: convert on the compute stream, after the copy's wait
+            self._upcast.run(b, self._slots[slot])
         self._fill_window(k)  # normally a no-op: the post-hooks keep the window full
 
     def _after(self, k: int) -> None:

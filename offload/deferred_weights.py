@@ -10,7 +10,8 @@ destination with the GIL released, so N threads read at N times one thread's rat
 bandwidth binds.
 
 A range stored in another dtype than the tensor's (a float32 module kept in float32 from a bf16
-file, say) is read into a scratch buffer and converted into place.
+file, say) is read into a scratch buffer and converted into place. A tensor `retype`d for fp8 storage
+is converted as its load dtype would have been, then to fp8 (`module.to(fp8)` after the load).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class DeferredWeights:
             ThreadPoolExecutor(self.threads, thread_name_prefix="weights-read") if share_readers else None)
         self._owns_shared = share_readers
         self._sources: dict[int, tuple[torch.Tensor, Source]] = {}  # id(tensor) → (tensor, source), unread
+        self._via: dict[int, torch.dtype] = {}  # id(tensor) → its load dtype, for a tensor retyped since
         self._fds: list[int] = []
         self._lock = threading.Lock()
         self.bytes_read = 0
@@ -79,6 +81,18 @@ class DeferredWeights:
             raise ValueError(f"source of {tuple(source.shape)} ({source.nbytes} bytes) does not fit a tensor of "
                              f"{tuple(target.shape)}")
         self._sources[id(target)] = (target, source)
+
+    def retype(self, target: torch.Tensor, dtype: torch.dtype) -> None:
+        """`target` (waiting for its bytes) is held as `dtype` instead (fp8 storage): its empty storage is
+        replaced, and the read converts through the dtype it had (as a load followed by a cast would)."""
+        if not self.knows(target):
+            raise ValueError("only a tensor waiting for its file can be retyped")
+        if target.dtype == dtype:
+            return
+        self._via.setdefault(id(target), target.dtype)
+        shape = tuple(target.shape)
+        with torch.inference_mode(target.is_inference()):
+            target.data = torch.empty(shape, dtype=dtype)
 
     def knows(self, t: torch.Tensor) -> bool:
         """Whether `t` still waits for its bytes."""
@@ -140,7 +154,7 @@ class DeferredWeights:
         """Queue `fill_parts`' reads on `pool` and return at once; `wait()` on the result finishes them.
         A failed read (or a `progress` that raises) sets `stop`, and every read sharing `stop` is skipped."""
         reads: list[tuple[int, int, memoryview]] = []
-        converts: list[tuple[Source, torch.Tensor, int, torch.Tensor, torch.dtype]] = []
+        converts: list[tuple[Source, torch.Tensor, int, torch.Tensor, torch.dtype, torch.dtype]] = []
         for target, start, dest in jobs:
             _, source = self._sources[id(target)]
             if dest.dtype != torch.uint8 or dest.device.type != "cpu" or not dest.is_contiguous():
@@ -152,7 +166,8 @@ class DeferredWeights:
             else:
                 scratch = torch.empty(source.nbytes, dtype=torch.uint8)
                 reads.extend(_chunks(source.fd, source.offset, _as_view(scratch)))
-                converts.append((source, scratch, start, dest, target.dtype))
+                via = self._via.get(id(target), target.dtype)
+                converts.append((source, scratch, start, dest, target.dtype, via))
 
         def read(job: tuple[int, int, memoryview]) -> None:
             if stop.is_set():
@@ -179,6 +194,7 @@ class DeferredWeights:
             self._counted_until = end
         for target in targets:
             self._sources.pop(id(target), None)
+            self._via.pop(id(target), None)
 
     def forget(self, tensors: Iterable[torch.Tensor]) -> None:
         """These tensors no longer wait (their bytes are not needed here: another rank holds them)."""
@@ -208,6 +224,7 @@ class DeferredWeights:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._sources.clear()
+        self._via.clear()
 
 
 class ReadsStopped(RuntimeError):
@@ -218,7 +235,8 @@ class PendingFill:
     """Reads queued by `DeferredWeights.submit_parts`; `wait()` once, in submission order."""
 
     def __init__(self, weights: DeferredWeights, targets: list[torch.Tensor], futures: list[Future[None]],
-                 converts: list[tuple[Source, torch.Tensor, int, torch.Tensor, torch.dtype]], nbytes: int) -> None:
+                 converts: list[tuple[Source, torch.Tensor, int, torch.Tensor, torch.dtype, torch.dtype]],
+                 nbytes: int) -> None:
         self._weights, self._targets, self._futures, self._converts = weights, targets, futures, converts
         self.nbytes = nbytes
         self._start = time.perf_counter()
@@ -238,8 +256,8 @@ class PendingFill:
         if first is not None:
             raise first
         self._weights._filled(self._targets, self.nbytes, self._start)
-        for source, scratch, start, dest, dtype in self._converts:  # after every read: a conversion needs all of it
-            converted = scratch.view(source.dtype).to(dtype).view(torch.uint8)
+        for source, scratch, start, dest, dtype, via in self._converts:  # after every read: a conversion needs all
+            converted = scratch.view(source.dtype).to(via).to(dtype).view(torch.uint8)
             dest.copy_(converted[start : start + dest.numel()])
         return self.nbytes
 

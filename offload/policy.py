@@ -21,6 +21,8 @@ from .errors import PolicyError, PolicyTypeError
 from .residency import DEFAULT_SLOTS, BlockResidency, Placement
 
 Mode = Literal["dlo", "resident"]
+StreamDtype = Literal["float8_e4m3fn", "float8_e5m2"]
+STREAM_DTYPE_NAMES = ("float8_e4m3fn", "float8_e5m2")
 Source = Literal["explicit", "default", "implicit"]
 DEFAULT_KEY = "default"
 OPTION = "dlo_offload_components"
@@ -50,7 +52,11 @@ def validate_component_map(value: object) -> dict[str, bool]:
 
 class OffloadPolicy(BaseModel):
     """What the operator chose: DLO or the resident baseline, the component map, resident layers,
-    which blocks those are (`placement`) and the streamer's ring depth (`prefetch_slots`, k >= 2)."""
+    which blocks those are (`placement`) and the streamer's ring depth (`prefetch_slots`, k >= 2).
+
+    `stream_dtype` stores the DiT's weights in fp8 by diffusers' layerwise-casting rule (None: as the
+    checkpoint stores them); `fp8_modulation` also stores the AdaLN modulation linears in fp8 (not
+    diffusers' rule). See engine/stream_dtype.py."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -59,6 +65,8 @@ class OffloadPolicy(BaseModel):
     resident_layers: int = 0
     placement: Placement = "leading"
     prefetch_slots: int = DEFAULT_SLOTS
+    stream_dtype: StreamDtype | None = None
+    fp8_modulation: bool = False
 
     @field_validator("dlo_offload_components", mode="before")
     @classmethod
@@ -152,10 +160,15 @@ class OffloadPolicy(BaseModel):
         return self.model_copy(update={"dlo_offload_components": comps})
 
     def with_resident_layers(self, n: int) -> OffloadPolicy:
-        return build_policy(self.dlo_offload_components, n, self.mode, self.placement, self.prefetch_slots)
+        return build_policy(self.dlo_offload_components, n, self.mode, self.placement, self.prefetch_slots,
+                            **self._storage())
 
     def with_streaming(self, placement: Placement, prefetch_slots: int) -> OffloadPolicy:
-        return build_policy(self.dlo_offload_components, self.resident_layers, self.mode, placement, prefetch_slots)
+        return build_policy(self.dlo_offload_components, self.resident_layers, self.mode, placement, prefetch_slots,
+                            **self._storage())
+
+    def _storage(self) -> dict[str, Any]:
+        return {"stream_dtype": self.stream_dtype, "fp8_modulation": self.fp8_modulation}
 
     def components_json(self) -> str:
         """The exact `--dlo-offload-components` value (compact JSON, keys in insertion order)."""
@@ -163,15 +176,21 @@ class OffloadPolicy(BaseModel):
 
 
 def build_policy(components: Any = None, resident_layers: Any = 0, mode: Any = "dlo", placement: Any = "leading",
-                 prefetch_slots: Any = DEFAULT_SLOTS) -> OffloadPolicy:
+                 prefetch_slots: Any = DEFAULT_SLOTS, *, stream_dtype: Any = None,
+                 fp8_modulation: Any = False) -> OffloadPolicy:
     """Build a policy, turning pydantic's wrapped errors back into our one-line errors."""
     if mode not in ("dlo", "resident"):
         raise PolicyError(f"mode must be 'dlo' or 'resident', got {mode!r}")
     if placement not in ("leading", "spread"):
         raise PolicyError(f"placement must be 'leading' or 'spread', got {placement!r}")
+    if stream_dtype is not None and stream_dtype not in STREAM_DTYPE_NAMES:
+        raise PolicyError(f"stream dtype must be one of {', '.join(STREAM_DTYPE_NAMES)}, got {stream_dtype!r}")
+    if not isinstance(fp8_modulation, bool):
+        raise PolicyTypeError(f"fp8_modulation must be a boolean, got {_type_name(fp8_modulation)}")
     try:
         return OffloadPolicy(mode=mode, dlo_offload_components=components, resident_layers=resident_layers,
-                             placement=placement, prefetch_slots=prefetch_slots)
+                             placement=placement, prefetch_slots=prefetch_slots, stream_dtype=stream_dtype,
+                             fp8_modulation=fp8_modulation)
     except ValidationError as exc:
         for err in exc.errors():
             original = (err.get("ctx") or {}).get("error")

@@ -57,6 +57,7 @@ from .events import EventBus, NullBus
 from .pinned import HostArena, typed_view
 from .residency import BlockResidency
 from .transfer_timing import TransferClock
+from .upcast import BlockUpcast
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +118,13 @@ class LayerwiseStreamer(BlockRing):
         progress: Callable[[int, int], None] | None = None,
         keep_masters: bool = False,
         weights: DeferredWeights | None = None,
+        compute_dtype: torch.dtype | None = None,
         active: Sequence[bool] | None = None,
     ) -> None:
         self.device = as_device(device)
+        # float8 tensors (fp8 storage) are converted to `compute_dtype` on the device (offload/upcast.py)
+        self.compute_dtype = compute_dtype
+        self._upcast = BlockUpcast(compute_dtype, self.device) if compute_dtype is not None else None
         self._weights = weights  # blocks whose tensors are still in their files are read into the arena
         self.keep_masters = keep_masters
         self._cuda = is_cuda(self.device)
@@ -343,6 +348,8 @@ class LayerwiseStreamer(BlockRing):
                 tensors = unique_tensors(b.module)
                 move_preserving_aliases(tensors, self.device)
                 b.tensor_bytes = distinct_bytes(tensors)
+                if self._upcast is not None:
+                    self._upcast.hold(b.name, b.module)  # resident fp8: upcast before each forward
         if packed:
             self._pack(packed)
         for b in self._blocks:
@@ -380,11 +387,15 @@ class LayerwiseStreamer(BlockRing):
                            stream=current_stream(self.device) if self._cuda else None)
         b.device_buffer = buffer
         bind_region(b, buffer)
+        if self._upcast is not None:
+            self._upcast.hold(b.name, b.module)  # resident fp8: upcast before each forward
         return n
 
     def _drop_resident(self, b: Block) -> int:
         """Free a resident block's device copy (its master stays in the arena); returns bytes freed."""
         n = b.device_buffer.numel() if b.device_buffer is not None else 0
+        if self._upcast is not None:
+            self._upcast.drop(b.name)
         unbind_region(b, self.device)
         b.device_buffer = None
         return n
@@ -412,6 +423,8 @@ class LayerwiseStreamer(BlockRing):
         self._release_buffers()
 
     def _release_buffers(self) -> None:
+        if self._upcast is not None:
+            self._upcast.release()
         self._slots, self._slot_owner, self._slot_ready = [], [], []
         self._last_slot = None
         self._copy_stream = None

@@ -13,6 +13,7 @@ from textual.widgets import Static
 from ...engine.plain_text import plain
 from ...engine.plan import Plan
 from ...engine.request_forecast import RequestForecast
+from ...engine.stream_dtype import storage_note
 from ...offload.units import format_bytes, format_rate, format_seconds
 from ..plan_context import LinkInfo
 from ..theme_colors import follow_theme, resolve, widget_variables
@@ -54,6 +55,9 @@ def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = 
          f"{f.num_streamed_blocks} DiT blocks cross the link once per DiT forward "
          f"({f.num_resident_blocks} resident{'; ' + placed if placed else ''})"),
     ]
+    if plan.stream_dtype is not None:  # fp8 storage: the byte figures above are at it
+        rows.append(("DiT weights stored in", plan.stream_dtype,
+                     storage_note(plan.stream_dtype, plan.policy.fp8_modulation) or ""))
     if request is not None and request.step_s is not None:
         floor = f"; floor {format_seconds(request.floor_s)}" if request.floor_s is not None else ""
         rows.append(("step time", format_seconds(request.step_s),

@@ -1,0 +1,155 @@
+"""fp8 storage, compute-dtype compute: each block's 8-bit weights upcast on the device before it runs.
+
+Weights stored in float8 (an fp8 checkpoint read as stored, or a `--stream-dtype` cast at load) stay
+8-bit in the host arena, on the link and in the ring's slot. Right before a streamed block runs, on
+the compute stream, every float8 tensor of the block is converted into one compute-dtype scratch
+buffer shared by all streamed blocks (blocks run one after another on that stream, so one buffer is
+enough; the slot's next copy waits for compute, so it never overwrites bytes still being converted)
+and re-pointed there. Resident blocks keep their fp8 bytes on the device as well and are converted
+the same way by hooks of their own, right before they run (as diffusers' layerwise casting does), so
+every block costs fp8 device bytes and one upcast per forward. The DiT's non-block layers (small) are
+converted once where they land.
+
+Why this is exact: every float8 value is representable in bfloat16, float16 and float32, so the
+conversion is lossless, and a block computes with the very weights diffusers' layerwise casting
+(`enable_layerwise_casting(storage_dtype=fp8, compute_dtype=...)`) upcasts layer by layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from .block_packing import Binding, Block
+from .devices import rebind
+from .pinned import ALIGNMENT, align_up, contiguous_stride, typed_view
+
+FLOAT8 = frozenset({torch.float8_e4m3fn, torch.float8_e5m2})
+
+
+def is_float8(dtype: torch.dtype) -> bool:
+    return dtype in FLOAT8
+
+
+def _stored(b: Block) -> list[Binding]:
+    return [x for x in b.bindings if is_float8(x.dtype)]
+
+
+def upcast_bytes(b: Block, compute_dtype: torch.dtype) -> int:
+    """Scratch bytes block `b` needs for its float8 tensors in `compute_dtype` (0: none stored in fp8)."""
+    end = 0
+    for x in _stored(b):
+        end = align_up(end, ALIGNMENT) + _numel(x) * compute_dtype.itemsize
+    return align_up(end, ALIGNMENT) if end else 0
+
+
+class BlockUpcast:
+    """The upcast step: float8 tensors of the block about to run, converted into one scratch buffer.
+
+    Streamed blocks are converted from their slot by the ring (`run`); resident blocks keep their fp8
+    bytes on the device too and are converted by hooks of their own (`hold`), their fp8 tensors put
+    back after the forward: device bytes stay fp8 for every block, and each block pays the same upcast.
+    """
+
+    def __init__(self, compute_dtype: torch.dtype, device: torch.device) -> None:
+        self.compute_dtype = compute_dtype
+        self.device = device
+        self._scratch: torch.Tensor | None = None
+        self._held: dict[str, list[Any]] = {}  # resident block → its hook handles
+
+    @property
+    def scratch_bytes(self) -> int:
+        return self._scratch.numel() if self._scratch is not None else 0
+
+    def size_for(self, blocks: Iterable[Block]) -> None:
+        """Hold a scratch buffer for the largest streamed block's conversion (grown later if a resident
+        block needs more)."""
+        self._ensure(max((upcast_bytes(b, self.compute_dtype) for b in blocks), default=0))
+
+    def _ensure(self, nbytes: int) -> torch.Tensor | None:
+        if nbytes and (self._scratch is None or self._scratch.numel() < nbytes):
+            self._scratch = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+        return self._scratch
+
+    def release(self) -> None:
+        for handles in self._held.values():
+            for h in handles:
+                h.remove()
+        self._held.clear()
+        self._scratch = None
+
+    def run(self, b: Block, region: torch.Tensor) -> None:
+        """Convert `b`'s float8 tensors (bytes in `region`, its slot) into the scratch and point them there."""
+        stored = _stored(b)
+        scratch = self._ensure(upcast_bytes(b, self.compute_dtype))
+        if scratch is None:
+            return
+        at = 0
+        for x in stored:
+            at = align_up(at, ALIGNMENT)
+            src = typed_view(region, x.offset, x.dtype, x.shape, x.stride)
+            dst = typed_view(scratch, at, self.compute_dtype, x.shape, contiguous_stride(x.shape))
+            dst.copy_(src)
+            rebind(x.target, lambda dst=dst: dst)
+            at += _numel(x) * self.compute_dtype.itemsize
+
+    def hold(self, name: str, module: torch.nn.Module) -> None:
+        """A resident block: upcast its float8 tensors before each forward, put the fp8 ones back after."""
+        self.drop(name)
+        stored = [t for t in dict.fromkeys([*module.parameters(), *module.buffers()]) if is_float8(t.dtype)]
+        if not stored:
+            return
+        need = 0
+        for t in stored:
+            need = align_up(need, ALIGNMENT) + t.numel() * self.compute_dtype.itemsize
+        saved: list[torch.Tensor] = []
+
+        def before(_module: torch.nn.Module, _args: Any) -> None:
+            scratch = self._ensure(align_up(need, ALIGNMENT))
+            assert scratch is not None
+            saved[:] = [t.data for t in stored]
+            at = 0
+            for t, fp8 in zip(stored, saved, strict=True):
+                at = align_up(at, ALIGNMENT)
+                dst = typed_view(scratch, at, self.compute_dtype, tuple(fp8.shape), contiguous_stride(fp8.shape))
+                dst.copy_(fp8)
+                rebind(t, lambda dst=dst: dst)
+                at += fp8.numel() * self.compute_dtype.itemsize
+
+        def after(_module: torch.nn.Module, _args: Any, _output: Any) -> None:
+            for t, fp8 in zip(stored, saved, strict=True):
+                rebind(t, lambda fp8=fp8: fp8)
+            saved.clear()
+
+        self._held[name] = [module.register_forward_pre_hook(before), module.register_forward_hook(after)]
+
+    def drop(self, name: str) -> None:
+        """A block no longer resident: its hooks go (its tensors are the streamer's again)."""
+        for h in self._held.pop(name, []):
+            h.remove()
+
+
+def upcast_in_place(tensors: Iterable[torch.Tensor], compute_dtype: torch.dtype) -> int:
+    """Re-point each float8 tensor at a `compute_dtype` copy on its device (resident weights: converted
+    once); returns the compute-dtype bytes made. Aliases of one storage are converted separately."""
+    made = 0
+    for t in tensors:
+        if is_float8(t.dtype):
+            up = t.detach().to(compute_dtype)
+            rebind(t, lambda up=up: up)
+            made += up.numel() * up.element_size()
+    return made
+
+
+def module_upcast(module: torch.nn.Module, compute_dtype: torch.dtype) -> int:
+    """`upcast_in_place` over a module's parameters and buffers."""
+    return upcast_in_place([*module.parameters(), *module.buffers()], compute_dtype)
+
+
+def _numel(x: Binding) -> int:
+    n = 1
+    for d in x.shape:
+        n *= d
+    return n
