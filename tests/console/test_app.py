@@ -252,7 +252,8 @@ async def test_command_palette_offers_the_main_actions(app):
 @pytest.mark.parametrize("size", [(80, 24), (200, 60)])
 async def test_plan_screen_renders_at_small_and_large_sizes(app, size):
     async with app.run_test(size=size) as pilot:
-        await pilot.pause()
+        # a loaded machine may need a few refreshes before the table and footer are composed
+        await until(pilot, lambda: "text_encoder" in screen_text(app) and "l load" in screen_text(app))
         text = screen_text(app)
         assert len(text.splitlines()) == size[1]
         assert "text_encoder" in text and "l load" in text

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from omni_console.console.cli import main
 from omni_console.engine.discovery import discover_model
@@ -72,8 +73,9 @@ def test_text_plan_shows_table_forecast_and_flags(demo_model_dir: Path):
         [sys.executable, "-m", "omni_console.console.cli", "plan", "--model", str(demo_model_dir),
          "--dlo-offload-components", '{"text_encoder": false}'],
         capture_output=True, text=True, env={"COLUMNS": "160", "PATH": ""}, check=True).stdout
+    pinned = "pinned host memory" if torch.cuda.is_available() else "host memory (not pinned: CPU)"
     for expected in ("FluxTransformer2DModel", "streamed by DLO", "offloaded (staged)", "resident",
-                     "transformer_blocks", "single_transformer_blocks", "pinned host memory",
+                     "transformer_blocks", "single_transformer_blocks", pinned,
                      "device peak weights", "--dlo-offload-components '{\"text_encoder\": false}'",
                      "--enable-distributed-layerwise-offload"):
         assert expected in out, expected

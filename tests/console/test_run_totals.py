@@ -51,7 +51,7 @@ def _events(seed: int = 0) -> list:
 def test_progress_memory_is_bounded_and_totals_exact():
     events = _events()
     bus = EventBus()
-    progress = _Progress(bus.subscribe(), Console(file=io.StringIO()), quiet=True)
+    progress = _Progress(bus.subscribe(), Console(file=io.StringIO()), muted=lambda: True)
     progress.start()
     for event in events:
         bus.publish(event)
