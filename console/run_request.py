@@ -18,6 +18,7 @@ from typing import Any
 
 from ..engine.call_options import call_signature, check_call, check_shape, option_parameter
 from ..engine.discovery import ModelInfo
+from ..engine.loader import pipeline_class, pipeline_init_values
 from ..engine.outputs import OutputTarget, check_output
 from ..engine.request_checks import check_request
 from ..engine.request_limits import check_limits
@@ -111,6 +112,8 @@ def checked_request(model: ModelInfo, request: GenerateRequest, options: OptionF
                     overwrite: bool) -> CheckedRun:
     """Refuse (ConfigError, one line naming the flag) what this pipeline cannot run or the output cannot hold."""
     check_request(model, request, REQUEST_FLAGS)
+    # model_index.json's values against the pipeline's __init__ (and required components saved as null)
+    pipeline_init_values(model, pipeline_class(model))
     check_call(model, request, CALL_FLAGS)
     check_limits(model, request, CALL_FLAGS, call_signature(model.pipeline_class))
     video = makes_video(model)

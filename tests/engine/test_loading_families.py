@@ -17,6 +17,7 @@ from PIL import Image
 from tiny_families_loading import LOADING_GENERATION, build_tiny_loading_family
 
 from omni_console.engine.engine import Engine
+from omni_console.engine.experts import blocks_per_forward
 from omni_console.engine.runner import GenerateRequest
 from omni_console.offload.policy import build_policy
 
@@ -106,7 +107,7 @@ def engine_output(result) -> np.ndarray:
 def policies(engine: Engine) -> list:
     """Five policies: all staged and streamed; all resident with 1 layer; VAE resident with every layer;
     spread placement; diffusers-like resident mode."""
-    layers = engine.model.num_dit_blocks  # 0 for SD1.5: its UNet is resident ("other")
+    layers = blocks_per_forward(engine.model)  # with two experts (Wan 2.2 A14B): one expert's blocks
     return [build_policy({}, 0), build_policy({"default": False}, min(1, layers)), build_policy({"vae": False}, layers),
             build_policy({}, min(1, layers), placement="spread"), build_policy({}, 0, mode="resident")]
 
