@@ -1,6 +1,7 @@
 """No code path from discovery to a loaded, placed pipeline ever unpickles: every unpickling entry point
 raises for the whole of discovery + load + unload, for every model family the engine supports."""
 
+# ruff: noqa: F811  (the no_unpickling fixture is imported, then named by the tests)
 from __future__ import annotations
 
 import pickle
@@ -9,33 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from no_pickle_guard import Unpickled, no_unpickling  # noqa: F401  (fixture)
 
 from omni_console.engine.engine import Engine, EngineState
 from omni_console.offload.policy import build_policy
-
-
-class Unpickled(AssertionError):
-    """Raised by every patched unpickling entry point."""
-
-
-def _forbidden(name: str):
-    def refuse(*args, **kwargs):
-        raise Unpickled(f"{name} called")
-    return refuse
-
-
-class _ForbiddenUnpickler:
-    def __init__(self, *args, **kwargs):
-        raise Unpickled("pickle.Unpickler constructed")
-
-
-@pytest.fixture
-def no_unpickling(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(torch, "load", _forbidden("torch.load"))
-    monkeypatch.setattr(torch.serialization, "load", _forbidden("torch.serialization.load"))
-    monkeypatch.setattr(pickle, "load", _forbidden("pickle.load"))
-    monkeypatch.setattr(pickle, "loads", _forbidden("pickle.loads"))
-    monkeypatch.setattr(pickle, "Unpickler", _ForbiddenUnpickler)
 
 
 def test_the_patches_bite(no_unpickling, tmp_path: Path):
