@@ -41,6 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .fp8_names import fp8_block_bytes
 from .init_layout import PACKAGE, init_layout
 from .weights import ModelDirError, TensorInfo
 
@@ -98,8 +99,6 @@ def find_block_lists(tensors: Iterable[TensorInfo]) -> list[BlockList]:
             continue
         if not all(_repeats(entries[0], entries[i]) for i in range(1, n)):
             continue  # not a repeated structure: a list of heterogeneous modules
-        from .stream_dtype import fp8_block_bytes  # here: the order and count checks stay torch-free
-
         lists.append(BlockList(attr, tuple(sum(t.nbytes for t in entries[i].values()) for i in range(n)),
                                fp8_bytes=tuple(fp8_block_bytes(attr, i, entries[i]) for i in range(n)),
                                fp8_mod_bytes=tuple(fp8_block_bytes(attr, i, entries[i], True) for i in range(n))))

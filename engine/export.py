@@ -19,12 +19,12 @@ from .documents import (
     RequestForecastDoc,
     VllmOmniDoc,
 )
+from .fp8_names import storage_note
 from .plan import ComponentPlan, Plan
 from .rank_forecast import RankForecast
 from .rank_layout import RankLayout
 from .request_forecast import RequestForecast
 from .roles import DENOISER_ROLES
-from .stream_dtype import storage_note
 
 __all__ = ["PLAN_SCHEMA", "plan_document", "plan_to_dict", "ranks_doc", "vllm_flags", "vllm_gaps", "vllm_python_call",
            "vllm_serve_command"]

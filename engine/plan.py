@@ -42,8 +42,8 @@ from ..offload.policy import OffloadPolicy
 from ..offload.residency import BlockResidency
 from .discovery import ComponentInfo, ModelInfo
 from .experts import Expert, blocks_per_forward, plan_experts, streamer_residency
+from .fp8_names import FP8_NAMES
 from .roles import DENOISER_ROLES
-from .stream_dtype import FP8_NAMES
 
 Residency = Literal["streamed", "staged", "resident", "none"]
 Why = Literal["explicit", "default", "implicit", "dlo", "mode", "no-weights", "not-auxiliary", "no-blocks"]

@@ -19,15 +19,15 @@ in the arena already 8-bit: no full-precision copy is made on the way.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 
 import torch
 
 from ..offload.deferred_weights import DeferredWeights
 from ..offload.devices import rebind
+from .fp8_names import DEMO_DIFFERENCE, FP8_NAMES, SKIP_PATTERNS, fp8_block_bytes, header_stored_fp8, storage_note  # noqa: F401
 
 STREAM_DTYPES: dict[str, torch.dtype] = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
-FP8_NAMES = tuple(STREAM_DTYPES)
+assert tuple(STREAM_DTYPES) == FP8_NAMES  # the names plan.py reads without torch
 
 
 def _layer_types() -> tuple[type[torch.nn.Module], ...]:
@@ -44,7 +44,7 @@ def default_patterns() -> tuple[str, ...]:
         from diffusers.hooks.layerwise_casting import DEFAULT_SKIP_MODULES_PATTERN
         return tuple(DEFAULT_SKIP_MODULES_PATTERN)
     except ImportError:
-        return ("pos_embed", "patch_embed", "norm", "^proj_in$", "^proj_out$")
+        return SKIP_PATTERNS
 
 
 def skip_patterns(model: torch.nn.Module) -> tuple[str, ...]:
@@ -114,48 +114,8 @@ def compute_dtype_of(model: torch.nn.Module) -> torch.dtype:
 
 # --- forecast from the safetensors headers (no model built) --------------------------------------
 
-def header_stored_fp8(names: Iterable[tuple[str, tuple[int, ...]]], *, modulation: bool = False) -> set[str]:
-    """Tensor names (relative to the DiT) the rule would store in fp8, judged from names and shapes
-    alone: a layer is a module with a weight of two or more dimensions (Linear, Conv, Embedding), skipped
-    by the default patterns; `modulation` keeps the `norm*.linear` layers too. A forecast: the load
-    applies the exact rule to the built model."""
-    shapes = dict(names)
-    layers = {n.rpartition(".")[0] for n, s in shapes.items() if n.endswith(".weight") and len(s) >= 2}
-    patterns = default_patterns()
-    out: set[str] = set()
-    for name in shapes:
-        module, _, leaf = name.rpartition(".")
-        if module not in layers or leaf not in ("weight", "bias"):
-            continue
-        skipped = any(re.search(p, module) for p in patterns)
-        if skipped and not (modulation and re.search(r"norm[^.]*\.linear$", module)):
-            continue
-        out.add(name)
-    return out
-
-
-def fp8_block_bytes(attr: str, index: int, entries: dict, modulation: bool = False) -> int:
-    """A block's bytes with fp8 storage, from its header entries (`rest` name -> `TensorInfo`)."""
-    prefix = f"{attr}.{index}."
-    chosen = header_stored_fp8(((prefix + rest, t.shape) for rest, t in entries.items()), modulation=modulation)
-    return sum(t.numel if prefix + rest in chosen else t.nbytes for rest, t in entries.items())
-
-
 # Measured on the demo model (engine/demo_model.py, float32 compute, "a photo of a cat", seed 0, its
 # default 2 steps at 64x64), fp8 storage by diffusers' rule against the plain pipeline: mean and
 # largest |difference| of the image's 0..255 values. tests/engine/test_stream_dtype.py re-measures it.
-DEMO_DIFFERENCE: dict[str, tuple[float, int]] = {"float8_e4m3fn": (0.55, 6), "float8_e5m2": (1.09, 10)}
 DEMO_PROMPT = "a photo of a cat"
 
-
-def storage_note(stream_dtype: str | None, modulation: bool) -> str | None:
-    """What the plan says about fp8 storage: what is stored how, and that the outputs change."""
-    if stream_dtype is None:
-        return None
-    mean, top = DEMO_DIFFERENCE[stream_dtype]
-    rule = ("diffusers' layerwise-casting rule plus the AdaLN modulation linears (not diffusers' rule)"
-            if modulation else "diffusers' layerwise-casting rule: norms, embeddings, pos/patch embeds, "
-            "proj_in/proj_out and modulation linears keep the compute dtype")
-    return (f"DiT weights stored in {stream_dtype} ({rule}), upcast per block on the device: outputs differ "
-            f"from the full-precision pipeline (demo model: mean |Δ| {mean:.2f}, max {top} of 255 per pixel "
-            f"value) and match diffusers' enable_layerwise_casting bit for bit")

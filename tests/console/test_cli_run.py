@@ -24,7 +24,8 @@ def test_headless_run_writes_image_and_json_report(demo_model_dir: Path, tmp_pat
     image = Image.open(out)
     assert image.size == (64, 64) and np.asarray(image).std() > 0
     assert report["policy"] == {"mode": "dlo", "dlo_offload_components": {"vae": False}, "resident_layers": 1,
-                                "placement": "leading", "prefetch_slots": 2}
+                                "placement": "leading", "prefetch_slots": 2, "stream_dtype": None,
+                                "fp8_modulation": False}
     assert [s["step"] for s in report["steps"]] == [1, 2]
     phases = report["load_phases"]  # where the load's time went, adding up to the load time
     assert set(phases) == {"read", "arrange", "register"} and phases["read"] > 0

@@ -62,3 +62,12 @@ def test_stream_dtype_for_a_unet_pipeline_is_refused_before_anything_loads(tmp_p
         captured = capsys.readouterr()
         lines = captured.err.strip().splitlines()
         assert len(lines) == 1 and "--stream-dtype" in lines[0] and "UNet" in lines[0], captured.err
+
+
+def test_the_forecasts_skip_patterns_are_diffusers_own():
+    """`plan` forecasts fp8 bytes without importing diffusers: its copy of the skip patterns must agree."""
+    from diffusers.hooks.layerwise_casting import DEFAULT_SKIP_MODULES_PATTERN
+
+    from omni_console.engine.fp8_names import SKIP_PATTERNS
+
+    assert tuple(DEFAULT_SKIP_MODULES_PATTERN) == SKIP_PATTERNS
