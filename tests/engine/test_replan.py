@@ -99,7 +99,10 @@ def test_a_live_load_keeps_what_the_forecast_says_whatever_the_policy(demo_model
             placement = engine.placement
             held = placement.streamer.host_bytes + sum(s.staged_bytes for s in placement.stagers.values())
             forecast = engine.plan.forecast.pinned_host_bytes_live
-            assert forecast == pytest.approx(held, rel=0.01)  # block regions are 256-byte aligned
+            # the forecast packs at 256 bytes; on a CPU each weight read from its file also keeps the file's
+            # page phase (offload/address_phase.py): up to one page more per tensor and per block region
+            pages = 4096 * (sum(1 for _ in engine.pipe.transformer.parameters()) + len(engine.plan.blocks))
+            assert forecast * 0.99 <= held <= forecast + pages
             assert forecast > engine.plan.forecast.pinned_host_bytes or policy.resident_layers == 0
         finally:
             engine.close()
