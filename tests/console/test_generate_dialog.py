@@ -19,7 +19,9 @@ def forecast_text(dialog: GenerateDialog) -> str:
     return str(dialog.query_one("#gen-forecast", Static).render())
 
 
-async def test_the_dialog_forecasts_before_enter_and_remembers_the_last_values(app, monkeypatch):
+async def test_the_dialog_forecasts_before_enter_and_remembers_the_last_values(app, monkeypatch, tmp_path):
+    # a cache of its own: a profile another test recorded for the demo would be scaled into an estimate
+    monkeypatch.setenv("OMNI_CONSOLE_CACHE_DIR", str(tmp_path / "cache"))
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         await load(pilot, app)
