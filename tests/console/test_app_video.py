@@ -16,6 +16,7 @@ from textual.widgets import Input
 
 from omni_console.console import outputs
 from omni_console.console.generate_form import RequestForm
+from omni_console.console.request_defaults import CPU_FRAMES
 from omni_console.console.screens import GenerateDialog
 from omni_console.console.widgets.request_phases import describe_phases, format_latent
 from omni_console.engine.discovery import discover_model
@@ -77,9 +78,10 @@ async def test_the_dialog_shows_a_frames_field_for_wan_and_not_for_the_demo_flux
         assert {"prompt", "negative_prompt", "steps", "size", "frames", "seed", "guidance",
                 "max_sequence_length"} <= wan_fields
         assert "image" not in wan_fields  # text-to-video: no conditioning image
-        # empty fields: the pipeline's own defaults (its call signature) are the placeholders
+        # the pipeline's own defaults (its call signature) are the placeholders; on a CPU the first request
+        # is prefilled small (console/request_defaults.py: 4k+1 frames for Wan, the smallest count >= 9)
         frames = dialog.query_one("#frames", Input)
-        assert frames.value == "" and frames.placeholder == "81 (pipeline default)"
+        assert frames.value == str(CPU_FRAMES) and frames.placeholder == "81 (pipeline default)"
         assert dialog.query_one("#steps", Input).placeholder == "50 (pipeline default)"
         assert dialog.query_one("#size", Input).placeholder == "832x480 (pipeline default)"
         text = screen_text(wan_app)
