@@ -78,6 +78,7 @@ async def test_live_screen_key_numbers_and_footer_fit_80x24(app, engine):
         engine.bus.publish(StepTiming(request_id=1, step=2, total_steps=2, wall_s=0.25, stall_s=0.05))
         app.drain_events()
         await until(pilot, lambda: "step 250.0 ms (stall 50.0 ms)" in live.key_numbers.text)
+        await until(pilot, lambda: "allocated 3.0 GB" in live.key_numbers.text)  # the sample's redraw may lag
         # the step figure on one screen line, never wrapped inside (the layout may take a frame to settle)
         await until(pilot, lambda: any("step 250.0 ms (stall 50.0 ms)" in ln for ln in screen_text(app).splitlines()))
         assert_fully_shown(live.key_numbers)
