@@ -198,7 +198,8 @@ async def test_cpu_panels_say_unavailable_with_the_reason(engine, tmp_path):
         await load(pilot, app)
         app.sampler.sample_now(publish=True)
         app.drain_events()
-        await pilot.pause()
+        # the memory panels redraw on the drain ticks (staggered): wait for the sample to reach the screen
+        await until(pilot, lambda: "unavailable: no CUDA device (device is cpu)" in screen_text(app))
         text = screen_text(app)
         assert "unavailable: no CUDA device (device is cpu)" in text
         assert "unavailable: NVML init failed: NVML Shared Library Not Found" in text

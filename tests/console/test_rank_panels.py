@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from app_helpers import GB, load, screen_text
+from app_helpers import GB, load, screen_text, until
 
 from omni_console.console.rank_stats import RankStats
 from omni_console.console.screens.live import RANK_BINDING
@@ -110,7 +110,7 @@ async def test_a_group_shows_a_line_per_gpu_and_r_narrows_the_staging_log(app, e
         log = live.staging
         assert any(line.startswith("r0 ") and "block.0" in line for line in log.visible_lines)
         assert any(line.startswith("r1 ") and "block.1" in line for line in log.visible_lines)
-        assert "rank" in screen_text(app).splitlines()[-1]  # the footer offers the key
+        await until(pilot, lambda: "rank" in screen_text(app).splitlines()[-1])  # the footer offers the key
         bar = log.query_one(FilterBar)
         assert bar.border_title == "rank: all"
         await pilot.press(RANK_BINDING.key)
