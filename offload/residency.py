@@ -15,6 +15,8 @@ Two placements choose *which* blocks stay resident for a given count:
 The ring has k slots: while one block computes, up to k-1 of the next streamed blocks are copied.
 A ring never needs more slots than there are streamed blocks (then nothing is ever evicted). One
 slot is allowed (no prefetch: each block is copied when it is needed, the smallest peak).
+With `byte_ring` the k slots' bytes are one buffer instead, filled with as many of the next units as
+fit (offload/ring_layout.py): for blocks of very different sizes (a UNet's units).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class BlockResidency:
     resident: tuple[bool, ...]
     slots: int
     placement: Placement = "leading"
+    byte_ring: bool = False  # the slots' bytes as one buffer, units admitted while they fit (offload/byte_ring.py)
 
     def __post_init__(self) -> None:
         streamed = self.num_streamed

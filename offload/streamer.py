@@ -15,7 +15,9 @@ Swapping never replaces modules or Parameters: each tensor's storage is re-point
 (`param.data = view into a slot`) and, after the block ran, to a zero-element placeholder.
 
 The ring's forward protocol (the hooks, slots, copies and their accounting) is `BlockRing`
-(offload/block_ring.py); this module owns the blocks, the arena, attach/detach and re-plan.
+(offload/block_ring.py), or `ByteRing` (offload/byte_ring.py: the slots' bytes as one buffer, for
+units of very different sizes) where the residency says `byte_ring`; this module owns the blocks,
+the arena, attach/detach and re-plan.
 
 On CPU there is no asynchrony: copies are plain synchronous copies, so all copy time is exposed
 stall (a CPU cannot overlap them with compute); the protocol and the bit-exact results are the same.
@@ -26,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -40,7 +42,7 @@ from .block_packing import (
     unbind_region,
     unique_tensors,
 )
-from .block_ring import BlockRing
+from .byte_ring import ByteRing
 from .deferred_weights import DeferredWeights
 from .devices import (
     as_device,
@@ -86,7 +88,7 @@ class StepStats:
     sync_fetches: int = 0
 
 
-class LayerwiseStreamer(BlockRing):
+class LayerwiseStreamer(ByteRing):
     """Streams the blocks of one or more block lists (execution order) through its device slots.
 
     `residency` (one flag per block, in execution order, and the slot count) is the plan's
@@ -239,8 +241,7 @@ class LayerwiseStreamer(BlockRing):
         if not self._attached or not self._streamed:
             raise RuntimeError("set_slots needs an attached streamer with streamed blocks")
         self._clear_ring()
-        self.residency = BlockResidency(self.residency.resident, min(slots, len(self._streamed)),
-                                        self.residency.placement)
+        self.residency = replace(self.residency, slots=min(slots, len(self._streamed)))
         self._fill_ring()
 
     def replan(self, residency: BlockResidency, active: Sequence[bool] | None = None) -> ReplanStats:
@@ -304,8 +305,7 @@ class LayerwiseStreamer(BlockRing):
         self._blocks = [by_name[n] for n in names]
         self.active = tuple(active[n] for n in names)  # a parked block stays parked
         self._streamed = self._ring_blocks()
-        self.residency = BlockResidency(tuple(b.resident for b in self._blocks), self.residency.slots,
-                                        self.residency.placement)
+        self.residency = replace(self.residency, resident=tuple(b.resident for b in self._blocks))
         if attached:
             self._build_ring()
         return self.residency

@@ -1,0 +1,168 @@
+"""The byte-budgeted ring: units placed first-in first-out in one buffer (wrapping round its end, never
+past the budget), admitted in execution order while they fit; through the streamer bit-identical to
+resident, with more small units ahead than k slots hold and no synchronous fetch after the first step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from offload_toy_models import ToyModel
+from torch import nn
+
+from omni_console.offload.events import EventBus, StagingEvent
+from omni_console.offload.residency import BlockResidency
+from omni_console.offload.ring_layout import RingLayout
+from omni_console.offload.streamer import LayerwiseStreamer
+
+DIM = 16
+WIDTHS = (8, 8, 256, 8, 16, 256, 8, 256, 8, 8)  # a few big units among small ones, as in a UNet
+
+
+def test_units_go_in_order_and_wrap_to_the_start_when_the_end_is_too_short():
+    ring = RingLayout(100, align=10)
+    assert [ring.place(u, n) for u, n in [(0, 30), (1, 25), (2, 20)]] == [0, 30, 60]
+    assert ring.place(3, 30) is None  # 80 + 30 > 100 and the start is still held
+    assert ring.pop().unit == 0
+    assert ring.place(3, 30) == 0  # the tail [80, 100) stays unused, the unit wraps
+    assert ring.place(4, 5) is None  # between the newest (ends at 30) and the oldest (at 30): no room
+    assert ring.pop().unit == 1
+    assert ring.place(4, 5) == 30 and ring.place(5, 21) is None  # [40, 60) is free: 20 bytes
+    assert [p.unit for p in ring.live] == [2, 3, 4]
+    with pytest.raises(ValueError):
+        ring.place(2, 1)  # a unit is in the ring once
+    with pytest.raises(ValueError):
+        RingLayout(100).offset_for(101)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=60), st.integers(40, 160), st.data())
+def test_live_units_never_overlap_nor_pass_the_budget_and_leave_in_order(sizes, capacity, data):
+    ring = RingLayout(capacity, align=4)
+    placed: list[int] = []
+    for unit, n in enumerate(sizes):
+        if data.draw(st.booleans()) and ring.live:
+            placed.remove(ring.pop().unit)
+        while ring.offset_for(n) is None:  # free the oldest until it fits: it always does in the end
+            placed.remove(ring.pop().unit)
+        offset = ring.place(unit, n)
+        placed.append(unit)
+        assert offset is not None and offset % 4 == 0 and offset + n <= capacity
+        spans = sorted((p.offset, p.end) for p in ring.live)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+        assert [p.unit for p in ring.live] == placed  # first in, first out
+    assert ring.live_bytes <= capacity
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=40))
+def test_a_unit_always_fits_while_live_bytes_leave_a_largest_unit_of_slack(sizes):
+    largest, budget = max(sizes), 3 * max(sizes)
+    ring = RingLayout(budget + largest, align=1)
+    for unit, n in enumerate(sizes):
+        while ring.live_bytes + n > budget:
+            ring.pop()
+        assert ring.place(unit, n) is not None
+
+
+def test_equal_units_in_k_slots_worth_of_bytes_are_the_k_slot_ring():
+    ring = RingLayout(3 * 64, align=64)
+    for unit in range(10):
+        while ring.offset_for(64) is None:
+            ring.pop()
+        ring.place(unit, 64)
+        assert len(ring.live) == min(unit + 1, 3)
+
+
+class Widths(nn.Module):
+    """Blocks of very different sizes (hidden widths 8 to 256) on one residual stream."""
+
+    def __init__(self, widths: tuple[int, ...] = WIDTHS, seed: int = 0) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.embed = nn.Linear(DIM, DIM)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(DIM, w), nn.GELU(), nn.Linear(w, DIM)) for w in widths)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x)
+        for block in self.blocks:
+            h = h + block(h)
+        return h
+
+
+def _byte_ring(n: int, slots: int, resident: int = 0, placement: str = "leading") -> BlockResidency:
+    r = BlockResidency.placed(placement, n, resident, slots)
+    return BlockResidency(r.resident, r.slots, r.placement, byte_ring=True)
+
+
+def _x() -> torch.Tensor:
+    return torch.randn(3, DIM, generator=torch.Generator().manual_seed(5))
+
+
+@pytest.mark.parametrize(("resident", "slots", "placement"), [(0, 1, "leading"), (0, 2, "leading"),
+                                                              (0, 3, "leading"), (3, 2, "spread"),
+                                                              (0, 10, "leading")])
+def test_byte_ring_is_bit_identical_and_holds_the_bytes_of_k_slots(resident, slots, placement):
+    reference, model = Widths(), Widths()
+    residency = _byte_ring(len(WIDTHS), slots, resident, placement)
+    streamer = LayerwiseStreamer([("blocks", list(model.blocks))], "cpu", residency=residency)
+    streamer.attach()
+    assert streamer.num_slots == residency.slots
+    capacity = streamer.ring_capacity(residency.slots)
+    assert streamer.slot_bytes == capacity >= residency.slots * streamer.largest_block_bytes
+    with torch.no_grad():
+        expected = reference(_x())
+        for step in range(3):
+            assert torch.equal(model(_x()), expected)
+            stats = streamer.take_step_stats()
+            if step:
+                assert stats.sync_fetches == 0
+                # each streamed unit crosses once per forward, none when the ring holds them all
+                assert stats.transfers == (streamer.num_streamed if slots < streamer.num_streamed else 0)
+    streamer.detach()
+
+
+def test_while_small_units_run_the_ring_holds_more_of_them_than_k_slots_would():
+    bus = EventBus()
+    sub = bus.subscribe()
+    model = Widths()
+    streamer = LayerwiseStreamer([("blocks", list(model.blocks))], "cpu", residency=_byte_ring(len(WIDTHS), 2),
+                                 bus=bus)
+    streamer.attach()
+    names = streamer.block_names
+    first = [e.target for e in sub.drain() if isinstance(e, StagingEvent)]
+    # attach admits in execution order while the units fit two largest units' bytes: past two units
+    assert first == names[: len(first)] and len(first) > 2
+    seen: list[list[str]] = []
+    hook = model.blocks[0].register_forward_pre_hook(
+        lambda *_: seen.append([n for n, s, _ in streamer.block_states() if s == "device"]))
+    with torch.no_grad():
+        model(_x())
+        model(_x())
+    hook.remove()
+    assert seen[-1] == names[: len(seen[-1])] and len(seen[-1]) > 2
+    sub.drain()
+    with torch.no_grad():
+        model(_x())
+    copies = [e.target for e in sub.drain() if isinstance(e, StagingEvent)]
+    assert sorted(copies) == sorted(names)  # each unit crosses once per forward, in execution order cyclically
+    streamer.detach()
+
+
+def test_a_reordered_byte_ring_fetches_once_then_follows_the_new_order():
+    reference, model = ToyModel(6, DIM), ToyModel(6, DIM)
+    streamer = LayerwiseStreamer(model.block_lists(), "cpu", residency=_byte_ring(6, 2))
+    streamer.attach()
+    names = streamer.block_names
+    residency = streamer.reorder([*names[3:], *names[:3]])
+    assert residency.byte_ring
+    model.blocks_a, model.blocks_b = model.blocks_b, model.blocks_a  # the forward now runs them that way
+    reference.blocks_a, reference.blocks_b = reference.blocks_b, reference.blocks_a
+    with torch.no_grad():
+        for _ in range(2):
+            assert torch.equal(model(_x()), reference(_x()))
+            assert streamer.take_step_stats().sync_fetches == 0
+    streamer.set_slots(3)
+    assert streamer.residency.byte_ring and streamer.num_slots == 3
+    streamer.detach()
