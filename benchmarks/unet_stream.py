@@ -7,14 +7,19 @@ An SDXL-base-size `UNet2DConditionModel` (2.57B parameters, bf16, random weights
                     them (engine/blocks.py `unet_block_lists`): grain `units` streams each down/mid/up
                     block's children in call order (SDXL: ~32 units, the largest ~0.7 GB); grain `blocks`
                     the 7 whole blocks (0.01 to 2.4 GB) as before. Every unit is streamed unless
-                    --resident-layers says otherwise, a ring of k slots each the size of the largest
-                    streamed unit
+                    --resident-layers says otherwise. Ring `slots`: k slots each the size of the
+                    largest streamed unit (k-1 units ahead); ring `bytes` (what the engine plans for a
+                    UNet): the same k x largest bytes as one buffer, the next units admitted in order
+                    while they fit (offload/byte_ring.py), so many small units and the next big ones
+                    are in flight at once
+Per-unit compute (resident, CUDA events) is reported too: with the unit sizes it is what the step
+forecast replays (engine/step_forecast.py).
 Floor for a streamed step = max(resident step, streamed bytes / measured pinned H2D bandwidth).
 Also checked: each DLO output == the resident output (bit-identical), peak allocated and the ring's
 slot bytes (the largest unit sets the slot size: with SDXL's whole blocks two slots hold most of the UNet,
 with its units about 1.4 GB).
 Usage: python benchmarks/unet_stream.py --out unet_stream.json [--slots 2 3] [--resident-layers 0 1]
-       [--grain units blocks]
+       [--grain units blocks] [--ring slots bytes]
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from dlo_stream import log, measure_bandwidth, time_forward
 from omni_console.engine.blocks import unet_block_lists
 from omni_console.engine.placement import block_modules
 from omni_console.engine.weights import TensorInfo
+from omni_console.offload.block_timing import BlockTimer
 from omni_console.offload.pinned import pinned_bytes_held
 from omni_console.offload.residency import BlockResidency
 from omni_console.offload.streamer import LayerwiseStreamer
@@ -100,15 +106,37 @@ def block_sizes(model: torch.nn.Module, cfg: dict[str, Any], grain: str) -> list
             for _, bs in unet_blocks(model, cfg, grain) for b in bs]
 
 
+def loop_step(model: torch.nn.Module, inputs: dict[str, Any], iters: int) -> float:
+    """Seconds per forward of `iters` forwards back to back, as a denoise loop runs them (no synchronization
+    between them: the next forward's first copies overlap this one's tail)."""
+    with torch.no_grad():
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            model(**inputs)
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / iters
+
+
+def unit_compute(model: torch.nn.Module, cfg: dict[str, Any], inputs: dict[str, Any], iters: int) -> list[float]:
+    """Median seconds per forward of each unit (execution order), all resident."""
+    timer = BlockTimer([b for _, bs in unet_blocks(model, cfg, "units") for b in bs], "cuda")
+    time_forward(model, inputs, iters)
+    seconds, _ = timer.take()
+    timer.remove()
+    return seconds
+
+
 def run_dlo(cfg: dict[str, Any], inputs: dict[str, Any], iters: int, resident: int, slots: int,
-            grain: str) -> dict[str, Any]:
+            grain: str, ring: str) -> dict[str, Any]:
     model = build_unet(cfg)  # fresh weights: a streamer consumes its blocks
     for attr in BLOCK_ATTRS:
         getattr(model, attr).to("cpu")
     gc.collect()
     torch.cuda.empty_cache()
     lists = unet_blocks(model, cfg, grain)
-    residency = BlockResidency.placed("leading", sum(len(bs) for _, bs in lists), resident, slots)
+    placed = BlockResidency.placed("leading", sum(len(bs) for _, bs in lists), resident, slots)
+    residency = BlockResidency(placed.resident, placed.slots, placed.placement, byte_ring=ring == "bytes")
     pinned_before = pinned_bytes_held()
     t0 = time.perf_counter()
     streamer = LayerwiseStreamer(lists, "cuda", residency=residency)
@@ -118,14 +146,16 @@ def run_dlo(cfg: dict[str, Any], inputs: dict[str, Any], iters: int, resident: i
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     times, out = time_forward(model, inputs, iters)
+    loop_s = loop_step(model, inputs, 2 * iters)
     stats = streamer.take_step_stats()
     result = {
-        "grain": grain, "units": sum(len(bs) for _, bs in lists), "resident_layers": resident,
+        "grain": grain, "ring": ring, "units": sum(len(bs) for _, bs in lists), "resident_layers": resident,
         "slots": streamer.num_slots, "slot_bytes": streamer.slot_bytes,
-        "attach_s": attach_s, "step_s": statistics.median(times), "times": times,
+        "attach_s": attach_s, "step_s": statistics.median(times), "times": times, "loop_step_s": loop_s,
         "streamed_bytes": streamer.streamed_bytes, "pinned_bytes": pinned_bytes_held() - pinned_before,
         "peak_allocated": torch.cuda.max_memory_allocated(), "largest_block": streamer.largest_block_bytes,
-        "stall_s_per_step": stats.stall_s / (iters + 2), "h2d_bytes_per_step": stats.h2d_bytes / (iters + 2),
+        "stall_s_per_step": stats.stall_s / (3 * iters + 2), "h2d_bytes_per_step": stats.h2d_bytes / (3 * iters + 2),
+        "sync_fetches": stats.sync_fetches,
     }
     streamer.detach()
     del model
@@ -144,6 +174,8 @@ def main() -> None:
     parser.add_argument("--slots", type=int, nargs="*", default=[2, 3])
     parser.add_argument("--grain", choices=("units", "blocks"), nargs="*", default=["units", "blocks"],
                         help="units: each block's children (the engine's plan); blocks: the 7 whole blocks")
+    parser.add_argument("--ring", choices=("slots", "bytes"), nargs="*", default=["slots", "bytes"],
+                        help="slots: k equal slots; bytes: their bytes as one buffer (the engine's plan for a UNet)")
     parser.add_argument("--out", default="unet_stream.json")
     args = parser.parse_args()
     cfg = PRESETS[args.preset]
@@ -159,12 +191,16 @@ def main() -> None:
     model = build_unet(cfg)
     inputs = make_inputs(cfg, args.res, args.batch)
     times, ref = time_forward(model, inputs, args.iters)
+    resident_loop = loop_step(model, inputs, 2 * args.iters)
     grains = {g: block_sizes(model, cfg, g) for g in args.grain}
-    report["resident"] = {"step_s": statistics.median(times), "times": times,
+    report["resident"] = {"step_s": statistics.median(times), "times": times, "loop_step_s": resident_loop,
                           "params": sum(p.numel() for p in model.parameters()),
                           "model_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
-                          "unit_bytes": grains, "peak_allocated": torch.cuda.max_memory_allocated()}
-    log(f"resident {report['resident']['step_s']:.4f} s/step, {report['resident']['params'] / 1e9:.2f}B params")
+                          "unit_bytes": grains, "peak_allocated": torch.cuda.max_memory_allocated(),
+                          "unit_compute_s": unit_compute(model, cfg, inputs, args.iters)}
+    report["resident"]["other_s"] = report["resident"]["step_s"] - sum(report["resident"]["unit_compute_s"])
+    log(f"resident {report['resident']['step_s']:.4f} s/step, {report['resident']['params'] / 1e9:.2f}B params; "
+        f"unit compute ms {[round(c * 1e3, 2) for c in report['resident']['unit_compute_s']]}")
     for grain, sizes in grains.items():
         log(f"grain {grain}: {len(sizes)} units, largest {max(sizes):,} bytes ({max(sizes) / 1e9:.3f} GB), "
             f"two slots {2 * max(sizes) / 1e9:.2f} GB; units {[round(s / 1e9, 3) for s in sizes]} GB")
@@ -172,21 +208,25 @@ def main() -> None:
     gc.collect()
     torch.cuda.empty_cache()
     report["dlo"] = []
-    for grain, layers, slots in ((g, n, k) for g in args.grain for n in args.resident_layers for k in args.slots):
-        r = run_dlo(cfg, inputs, args.iters, layers, slots, grain)
+    runs = [(g, n, k, ring) for g in args.grain for ring in args.ring for n in args.resident_layers for k in args.slots]
+    for grain, layers, slots, ring in runs:
+        r = run_dlo(cfg, inputs, args.iters, layers, slots, grain, ring)
         out = r.pop("output")
         r["identical_to_resident"] = bool(torch.equal(out, ref))
         r["max_abs_diff"] = float((out.float() - ref.float()).abs().max())
         r["floor_s"] = max(report["resident"]["step_s"], r["streamed_bytes"] / bw)
         r["ratio_to_floor"] = r["step_s"] / r["floor_s"]
+        r["loop_floor_s"] = max(resident_loop, r["streamed_bytes"] / bw)
+        r["loop_ratio_to_floor"] = r["loop_step_s"] / r["loop_floor_s"]
         report["dlo"].append(r)
         log(f"DLO {grain} ({r['units']} units, largest {r['largest_block']:,} bytes) resident_layers={layers} "
-            f"slots={r['slots']}: step {r['step_s']:.4f} s, "
+            f"ring={ring} slots={r['slots']}: step {r['step_s']:.4f} s, "
             f"floor {r['floor_s']:.4f} s = max(resident {report['resident']['step_s']:.4f}, "
             f"{r['streamed_bytes'] / 1e9:.2f} GB / "
-            f"{bw / 1e9:.1f} GB/s), ratio {r['ratio_to_floor']:.3f}, identical {r['identical_to_resident']}, "
+            f"{bw / 1e9:.1f} GB/s), ratio {r['ratio_to_floor']:.3f}; back to back {r['loop_step_s']:.4f} s, "
+            f"ratio {r['loop_ratio_to_floor']:.3f}; identical {r['identical_to_resident']}, "
             f"peak {r['peak_allocated'] / 1e9:.2f} GB (slots {r['slot_bytes'] / 1e9:.2f} GB), "
-            f"stall/step {r['stall_s_per_step']:.4f} s")
+            f"stall/step {r['stall_s_per_step']:.4f} s, sync fetches {r['sync_fetches']}")
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)
     log(f"wrote {args.out}")
