@@ -3,9 +3,10 @@
 `BlockResidency.byte_ring` selects it (the plan does for UNets, whose units differ in size by 300x);
 without it the ring is `BlockRing`'s k equal slots, unchanged. The buffer has the bytes k slots would
 have (k times the largest streamed unit), so the plan's forecast holds either way; where units go in
-it is `RingLayout` (offload/ring_layout.py). The protocol is `BlockRing`'s with units for slots: a
-unit's pre-hook waits for its copy (or copies it synchronously when the ring missed it), its
-post-hook frees it and admits, on the copy stream, every following unit that now fits, cyclically
+it is `RingLayout` (offload/ring_layout.py): each at a fixed offset, its tensors bound there once at
+attach (no per-step re-pointing). The protocol is `BlockRing`'s with units for slots: a unit's
+pre-hook waits for its copy (or copies it synchronously when the ring missed it), its post-hook
+frees it and admits, on the copy stream, every following unit whose bytes are now free, cyclically
 across forwards, so the next forward's first units arrive during this one's tail.
 """
 
@@ -75,17 +76,19 @@ class ByteRing(BlockRing):
         capacity = self.ring_capacity(self.residency.slots)
         self._slots = [place_like(device_bytes, capacity, self.device, 0)]  # one buffer; a page on a CPU
         self._slot_owner, self._slot_ready, self._last_slot = [None], [None], None
-        self._layout = RingLayout(capacity, self._align)
+        self._layout = RingLayout([b.region_nbytes for b in self._streamed], capacity, self._align)
         self._ready = {}
         self._next_unit = 0
+        for k, b in enumerate(self._streamed):  # bound for good: a unit's bytes are always in one place
+            bind_region(b, self._region(k))
         if self._upcast is not None:
             self._upcast.size_for(self._streamed)
         self._load_unit(0, sync=True)
         self._admit()
-        self._all_fit = len(self._layout.live) == len(self._streamed)
+        self._all_fit = self._layout.disjoint
 
     def _clear_ring(self) -> None:
-        super()._clear_ring()
+        super()._clear_ring()  # unbinds every streamed unit
         self._layout, self._ready, self._all_fit = None, {}, False
 
     def _before(self, k: int) -> None:
@@ -97,14 +100,14 @@ class ByteRing(BlockRing):
         layout = self._layout
         assert layout is not None
         synced = False
-        if layout.holds(k) is None:  # the ring's order missed it: drop what is in flight, copy it now
+        if not layout.holds(k):  # the ring's order missed it: drop what is in flight, copy it now
             self._drop_live()
             self._load_unit(k, sync=True)
             synced = True
             self._sync_fetches += 1
         elif not self._all_fit:
-            while layout.live[0].unit != k:  # units this forward skipped: their bytes are free again
-                self._free(layout.pop().unit)
+            while layout.live[0] != k:  # units this forward skipped: their bytes are free again
+                self._free(layout.pop())
         ready = self._ready.get(k)
         if self._cuda and not synced and ready is not None:
             compute = current_stream(self.device)
@@ -121,45 +124,34 @@ class ByteRing(BlockRing):
             super()._after(k)
             return
         layout = self._layout
-        if self._all_fit or layout is None or layout.holds(k) is None:
+        if self._all_fit or layout is None or not layout.holds(k):
             return
-        while True:
-            unit = layout.pop().unit
-            self._free(unit)
-            if unit == k:
-                break
+        while self._free(layout.pop()) != k:
+            pass
         self._admit()
 
     def _admit(self) -> None:
-        """Copy the next units in execution order (cyclic) while each fits the ring."""
+        """Copy the next units in execution order (cyclic) while each one's bytes are free."""
         layout = self._layout
         assert layout is not None
-        n = len(self._streamed)
-        while len(layout.live) < n:
-            k = self._next_unit
-            if layout.holds(k) is not None or layout.offset_for(self._streamed[k].region_nbytes) is None:
-                return
-            self._load_unit(k, sync=False)
+        while layout.fits(self._next_unit):
+            self._load_unit(self._next_unit, sync=False)
 
     def _load_unit(self, k: int, *, sync: bool) -> None:
         b = self._streamed[k]
         assert self._layout is not None
-        offset = self._layout.place(k, b.region_nbytes)
-        if offset is None:
+        if not self._layout.place(k):
             raise RuntimeError(f"{b.name} does not fit the ring now")  # callers check or empty it first
         self._next_unit = (k + 1) % len(self._streamed)
-        region = self._region(k)
-        self._ready[k] = self._copy_unit(b, region, sync=sync)
+        self._ready[k] = self._copy_unit(b, self._region(k), sync=sync)
         self._h2d_bytes += b.region_nbytes
         self._transfers += 1
-        bind_region(b, region)
         b.slot = 0
 
     def _region(self, k: int) -> torch.Tensor:
         assert self._layout is not None
-        placed = self._layout.holds(k)
-        assert placed is not None
-        return self._slots[0][placed.offset : placed.end]
+        start, end = self._layout.span(k)
+        return self._slots[0][start:end]
 
     def _copy_unit(self, b: Block, dst: torch.Tensor, *, sync: bool) -> Any:
         """Copy b's region from the arena into `dst` (one memcpy); returns the copy's end event on CUDA.
@@ -190,8 +182,11 @@ class ByteRing(BlockRing):
         if self._cuda and self._copy_stream is not None:
             current_stream(self.device).wait_stream(self._copy_stream)
         while self._layout.live:
-            self._free(self._layout.pop().unit)
+            self._free(self._layout.pop())
 
-    def _free(self, k: int) -> None:
+    def _free(self, k: int) -> int:
+        """Unit k's bytes may be overwritten from now on; its tensors stay bound there (not read until
+        it is admitted again). Returns k."""
         self._ready.pop(k, None)
-        self._unbind(k)
+        self._streamed[k].slot = None
+        return k
