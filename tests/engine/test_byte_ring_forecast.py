@@ -1,0 +1,61 @@
+"""The step forecast replays a byte ring (a UNet's) with the streamer's own bookkeeping: a case worked
+by hand, the k-slot ring where units are equal, and never faster than the floor."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from omni_console.engine.step_forecast import replay_forward
+from omni_console.offload.residency import BlockResidency
+
+GB = 10**9
+
+
+def _ring(n: int, k: int, byte_ring: bool, resident: int = 0) -> BlockResidency:
+    r = BlockResidency.leading(n, resident, k)
+    return BlockResidency(r.resident, r.slots, r.placement, byte_ring=byte_ring)
+
+
+def test_small_compute_heavy_units_hide_the_big_copies_only_in_a_byte_ring():
+    """8 small units (50 MB, 0.05 s each) then 3 big ones (1 GB, 0.01 s) at 10 GB/s: compute 0.43 s,
+    copies 0.34 s. Four largest units' bytes hold the whole cycle but the big units' overlap with the next
+    small ones: all three big copies run while the small units compute, so the step is its compute. Four
+    slots fetch only 3 units ahead: the big copies start during the last small units and the big units
+    wait 0.04 + 0.09 s. Three units' bytes: the third big unit wraps onto the first's bytes and waits for it."""
+    compute, sizes = [0.05] * 8 + [0.01] * 3, [GB // 20] * 8 + [GB] * 3
+    byte4 = replay_forward(compute, sizes, _ring(11, 4, True), 10 * GB)
+    slots4 = replay_forward(compute, sizes, _ring(11, 4, False), 10 * GB)
+    byte3 = replay_forward(compute, sizes, _ring(11, 3, True), 10 * GB)
+    assert byte4.seconds == pytest.approx(byte4.floor_s) == pytest.approx(0.43)
+    assert byte4.stall_s == pytest.approx(0.0, abs=1e-9)
+    assert slots4.seconds == pytest.approx(0.56) and slots4.stall_s == pytest.approx(0.13)
+    assert byte3.seconds == pytest.approx(0.525)  # 0.43 + the 0.095 s the third big unit waits
+
+
+def test_a_ring_that_holds_every_unit_copies_nothing_per_step():
+    t = replay_forward([0.1] * 4, [GB, 256, 256, GB - 512], _ring(4, 2, True), GB, other_s=0.05)  # 2 GB: all fit
+    assert t.seconds == pytest.approx(0.45) and t.stall_s == 0.0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 4).flatmap(lambda k: st.tuples(
+    st.just(k), st.integers(1, 5).map(lambda laps: laps * k),
+    st.lists(st.floats(0.001, 0.1), min_size=20, max_size=20), st.integers(10**6, 10**9))))
+def test_equal_units_filling_whole_laps_replay_as_the_k_slot_ring(case):
+    k, n, compute, size = case
+    args = (compute[:n], [size] * n)
+    assert replay_forward(*args, _ring(n, k, True), 10 * GB).seconds == pytest.approx(
+        replay_forward(*args, _ring(n, k, False), 10 * GB).seconds)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(2, 20).flatmap(lambda n: st.tuples(
+    st.lists(st.floats(0.001, 0.1), min_size=n, max_size=n),
+    st.lists(st.integers(1, 10**9), min_size=n, max_size=n),
+    st.integers(0, n - 1), st.integers(1, 6))))
+def test_a_byte_ring_never_beats_the_floor(case):
+    compute, sizes, resident, slots = case
+    t = replay_forward(compute, sizes, _ring(len(compute), slots, True, resident), 5 * GB)
+    assert t.seconds >= t.floor_s * (1 - 1e-9)
