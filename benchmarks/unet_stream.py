@@ -14,7 +14,12 @@ An SDXL-base-size `UNet2DConditionModel` (2.57B parameters, bf16, random weights
                     are in flight at once
 Per-unit compute (resident, CUDA events) is reported too: with the unit sizes it is what the step
 forecast replays (engine/step_forecast.py).
-Floor for a streamed step = max(resident step, streamed bytes / measured pinned H2D bandwidth).
+Floor for a streamed step = max(resident step, streamed bytes / measured pinned H2D bandwidth). A step
+is timed three ways: each forward with the device synchronized after it (`step_s`: the next step's
+copies, issued at this one's end, are waited for too, with nothing to overlap), with the compute stream
+synchronized (`engine_step_s`, as engine/runner.py times a denoise step), and forwards back to back
+(`loop_step_s`, a denoise loop without the engine's per-step timing; its floor uses the resident
+model's back-to-back step).
 Also checked: each DLO output == the resident output (bit-identical), peak allocated and the ring's
 slot bytes (the largest unit sets the slot size: with SDXL's whole blocks two slots hold most of the UNet,
 with its units about 1.4 GB).
@@ -118,6 +123,20 @@ def loop_step(model: torch.nn.Module, inputs: dict[str, Any], iters: int) -> flo
     return (time.perf_counter() - t0) / iters
 
 
+def engine_step(model: torch.nn.Module, inputs: dict[str, Any], iters: int) -> float:
+    """Median seconds per forward timed as engine/runner.py times a denoise step: the compute stream
+    synchronized at both ends, the copy stream left running (the next step's first units on their way)."""
+    times = []
+    with torch.no_grad():
+        for _ in range(iters):
+            torch.cuda.current_stream().synchronize()
+            t0 = time.perf_counter()
+            model(**inputs)
+            torch.cuda.current_stream().synchronize()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def unit_compute(model: torch.nn.Module, cfg: dict[str, Any], inputs: dict[str, Any], iters: int) -> list[float]:
     """Median seconds per forward of each unit (execution order), all resident."""
     timer = BlockTimer([b for _, bs in unet_blocks(model, cfg, "units") for b in bs], "cuda")
@@ -147,14 +166,16 @@ def run_dlo(cfg: dict[str, Any], inputs: dict[str, Any], iters: int, resident: i
     torch.cuda.reset_peak_memory_stats()
     times, out = time_forward(model, inputs, iters)
     loop_s = loop_step(model, inputs, 2 * iters)
+    engine_s = engine_step(model, inputs, iters)
     stats = streamer.take_step_stats()
     result = {
         "grain": grain, "ring": ring, "units": sum(len(bs) for _, bs in lists), "resident_layers": resident,
         "slots": streamer.num_slots, "slot_bytes": streamer.slot_bytes,
         "attach_s": attach_s, "step_s": statistics.median(times), "times": times, "loop_step_s": loop_s,
+        "engine_step_s": engine_s,
         "streamed_bytes": streamer.streamed_bytes, "pinned_bytes": pinned_bytes_held() - pinned_before,
         "peak_allocated": torch.cuda.max_memory_allocated(), "largest_block": streamer.largest_block_bytes,
-        "stall_s_per_step": stats.stall_s / (3 * iters + 2), "h2d_bytes_per_step": stats.h2d_bytes / (3 * iters + 2),
+        "stall_s_per_step": stats.stall_s / (4 * iters + 2), "h2d_bytes_per_step": stats.h2d_bytes / (4 * iters + 2),
         "sync_fetches": stats.sync_fetches,
     }
     streamer.detach()
@@ -218,13 +239,16 @@ def main() -> None:
         r["ratio_to_floor"] = r["step_s"] / r["floor_s"]
         r["loop_floor_s"] = max(resident_loop, r["streamed_bytes"] / bw)
         r["loop_ratio_to_floor"] = r["loop_step_s"] / r["loop_floor_s"]
+        r["engine_ratio_to_floor"] = r["engine_step_s"] / r["floor_s"]
         report["dlo"].append(r)
         log(f"DLO {grain} ({r['units']} units, largest {r['largest_block']:,} bytes) resident_layers={layers} "
             f"ring={ring} slots={r['slots']}: step {r['step_s']:.4f} s, "
             f"floor {r['floor_s']:.4f} s = max(resident {report['resident']['step_s']:.4f}, "
             f"{r['streamed_bytes'] / 1e9:.2f} GB / "
-            f"{bw / 1e9:.1f} GB/s), ratio {r['ratio_to_floor']:.3f}; back to back {r['loop_step_s']:.4f} s, "
-            f"ratio {r['loop_ratio_to_floor']:.3f}; identical {r['identical_to_resident']}, "
+            f"{bw / 1e9:.1f} GB/s), ratio {r['ratio_to_floor']:.3f}; compute-synced (as the engine times a step) "
+            f"{r['engine_step_s']:.4f} s, ratio {r['engine_ratio_to_floor']:.3f}; "
+            f"back to back {r['loop_step_s']:.4f} s, ratio {r['loop_ratio_to_floor']:.3f} "
+            f"(floor {r['loop_floor_s']:.4f} s); identical {r['identical_to_resident']}, "
             f"peak {r['peak_allocated'] / 1e9:.2f} GB (slots {r['slot_bytes'] / 1e9:.2f} GB), "
             f"stall/step {r['stall_s_per_step']:.4f} s, sync fetches {r['sync_fetches']}")
     with open(args.out, "w") as f:
