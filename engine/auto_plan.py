@@ -65,7 +65,8 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
     staged_plan = make_plan(model, build_policy({**default, **{a.name: True for a in aux}}, 0, "dlo", "leading", 2,
                                                   stream_dtype=base.stream_dtype, fp8_modulation=base.fp8_modulation))
     dit = dit_profile(staged_plan, profile) or _zero_compute(staged_plan)
-    table = StreamTable(dit, bandwidth or 1.0)  # the DiT's candidates do not depend on the encoders and VAEs
+    # the DiT's candidates do not depend on the encoders and VAEs; a UNet's ring is budgeted in bytes
+    table = StreamTable(dit, bandwidth or 1.0, byte_ring=staged_plan.residency.byte_ring)
     fixed0 = staged_plan.forecast.device_resident_bytes  # every encoder/VAE staged, no resident block
 
     def above(resident: frozenset[str]) -> tuple[int, int]:

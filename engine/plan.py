@@ -16,7 +16,8 @@ Forecast (all figures from the safetensors headers):
 - pinned host bytes = streamed blocks + staged components (one pinned master each);
 - streamed per DiT forward = bytes of all streamed blocks (each crosses the link once per forward);
 - peak device weight bytes = resident bytes + the streamer's ring (`residency.slots`: the policy's k,
-  never more than the streamed blocks) × the largest streamed block + the largest staged component
+  never more than the streamed blocks) × the largest streamed block (a UNet's ring: those bytes as one
+  buffer, offload/byte_ring.py) + the largest staged component
   (only one auxiliary stage runs at a time). With activations and per phase: engine/request_forecast.py.
 - with fp8 storage (`Plan.stream_dtype`), a block's bytes are its fp8 bytes (engine/stream_dtype.py):
   pinned, streamed, slot and resident-block bytes all shrink (resident blocks stay fp8 on the device
@@ -34,7 +35,7 @@ expert's, and the pinned host holds every block of both (the resident ones too: 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..offload.errors import PolicyError
@@ -215,6 +216,8 @@ def make_plan(model: ModelInfo, policy: OffloadPolicy, residency: BlockResidency
         residency = streamer_residency(experts, 0, model.num_dit_blocks)[0]
     elif residency is None or residency.num_blocks != model.num_dit_blocks:
         residency = policy.block_residency(model.num_dit_blocks)
+    if model.by_role("unet") and residency.num_streamed and not residency.byte_ring:
+        residency = replace(residency, byte_ring=True)  # units of 2 MB to 0.7 GB: one buffer (offload/byte_ring.py)
     blocks = execution_blocks(model, residency, experts, stored is not None and policy.mode == "dlo",
                               policy.fp8_modulation)
     names = {e.name for e in experts}

@@ -87,8 +87,10 @@ def _replay_byte_ring(compute_s: Sequence[float], sizes: Sequence[int], copy_s: 
                       residency: BlockResidency, other_s: float) -> ForwardTime:
     """`replay_forward` for a byte ring: k largest units' bytes, each unit at its fixed offset."""
     aligned = [align_up(s, ALIGNMENT) for s in sizes]
-    ring = RingLayout(aligned, residency.slots * max(aligned), ALIGNMENT)
     compute = other_s + sum(compute_s)
+    if not any(aligned):
+        return ForwardTime(compute, compute, 0.0, 0.0)
+    ring = RingLayout(aligned, residency.slots * max(aligned), ALIGNMENT)
     if ring.disjoint:  # every streamed unit fits at once: copied at attach, never again
         return ForwardTime(compute, compute, 0.0, 0.0)
     n = len(sizes)

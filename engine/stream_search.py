@@ -14,7 +14,9 @@ The lower bound, for a candidate with n streamed blocks through k < n slots: a f
 shorter than its compute, nor than the copies of its streamed positions k..n-1 (they are issued
 only once the forward has begun and run one after another on the link). Without compute (no
 profile yet) the link never idles and the bound is the whole transfer, which is then the replay's
-answer too (computed as the replay's own running sum).
+answer too (computed as the replay's own running sum). A byte ring (a UNet's) may hold more than k
+units when a forward begins, but never more than its k x largest bytes: their copies are what its
+bound leaves out; with k >= n it holds every unit (their aligned bytes are at most n x largest).
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ class StreamTable:
     """Every streaming candidate of one DiT profile, with its room and a lower bound of its step."""
 
     def __init__(self, profile: DitProfile, bandwidth: float, placements: Sequence[str] = PLACEMENTS,
-                 depths: Sequence[int] | None = None) -> None:
+                 depths: Sequence[int] | None = None, byte_ring: bool = False) -> None:
         from .stream_choice import RING_DEPTHS
+
+        self.byte_ring = byte_ring  # a UNet's ring: the k slots' bytes as one buffer (offload/byte_ring.py)
 
         if not bandwidth > 0 or not math.isfinite(bandwidth):
             raise ValueError("bandwidth must be positive")
@@ -61,6 +65,8 @@ class StreamTable:
             keep[:, 1:] = slot[:, 1:] != slot[:, :-1]  # depths past the streamed count collapse
             if name not in placements:
                 keep &= (n == 0)[:, None]  # all resident is the same under any placement
+            if byte_ring:  # the ring holds at most its bytes when a forward begins
+                first = np.minimum(transfer[:, None], slot * largest[:, None] / bandwidth)
             hidden = np.where(self._no_compute, 0.0, first)  # copies that may run before the forward
             lower = np.maximum(self._compute, transfer[:, None] - hidden) * fps * (1 - SAFETY)
             exact = (n[:, None] == 0) | (n[:, None] <= slot)  # the ring holds every streamed block
@@ -125,7 +131,10 @@ class StreamTable:
 
     def residency(self, index: int) -> BlockResidency:
         name = PLACEMENTS[int(self.placement[index])]
-        return BlockResidency.placed(name, self._n, int(self.resident[index]), int(self.slots[index]))
+        r = BlockResidency.placed(name, self._n, int(self.resident[index]), int(self.slots[index]))
+        if self.byte_ring and r.num_streamed:
+            return BlockResidency(r.resident, r.slots, r.placement, byte_ring=True)
+        return r
 
     def step(self, index: int) -> float:
         """The candidate's step seconds, as `stream_choice.evaluate` replays it (cached)."""

@@ -45,7 +45,7 @@ class ByteRing(BlockRing):
 
     def ring_capacity(self, slots: int) -> int:
         """Bytes of a byte ring standing for `slots` slots: each a largest unit, whole pages on a CPU."""
-        return slots * align_up(self._slot_nbytes(), self._align)
+        return slots * align_up(max(self._slot_nbytes(), 1), self._align)  # zero-byte units: one alignment
 
     @property
     def _align(self) -> int:

@@ -8,6 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from omni_console.engine.step_forecast import replay_forward
+from omni_console.engine.stream_choice import TIE, DitProfile, candidates, choose_streaming, evaluate
+from omni_console.engine.stream_search import StreamTable
 from omni_console.offload.residency import BlockResidency
 
 GB = 10**9
@@ -59,3 +61,25 @@ def test_a_byte_ring_never_beats_the_floor(case):
     compute, sizes, resident, slots = case
     t = replay_forward(compute, sizes, _ring(len(compute), slots, True, resident), 5 * GB)
     assert t.seconds >= t.floor_s * (1 - 1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 4_000_000), min_size=0, max_size=7).flatmap(lambda sizes: st.tuples(
+    st.just(sizes),
+    st.lists(st.floats(0, 0.05), min_size=len(sizes), max_size=len(sizes)) | st.just([0.0] * len(sizes)),
+    st.sampled_from([1e8, 1e9, 5.5e10]), st.integers(0, 40_000_000) | st.none())))
+def test_the_planner_search_over_byte_rings_gives_the_exhaustive_choice(case):
+    """`--vram-budget` sizes a UNet's byte ring (k largest units' bytes) by the same search as a DiT's
+    slots: its bounds stay true for byte rings, so it picks what replaying every candidate picks."""
+    sizes, compute, bandwidth, budget = case
+    profile = DitProfile(tuple(sizes), tuple(compute), 0.01 if any(compute) else 0.0, 2, 1000)
+    fast, _ = choose_streaming(profile, bandwidth, 0, budget, table=StreamTable(profile, bandwidth, byte_ring=True))
+    every = [evaluate(profile, BlockResidency(r.resident, r.slots, r.placement, byte_ring=bool(r.num_streamed)),
+                      bandwidth, 0) for r in candidates(len(sizes))]
+    fits = [c for c in every if budget is None or c.peak_bytes <= budget]
+    if not fits:
+        assert fast is None
+        return
+    fastest = min(c.step_s for c in fits)
+    assert fast == min((c for c in fits if c.step_s <= fastest * (1 + TIE)), key=lambda c: c.peak_bytes)
+    assert fast.residency.byte_ring or not fast.residency.num_streamed
