@@ -165,3 +165,24 @@ def test_a_reordered_byte_ring_fetches_once_then_follows_the_new_order():
     streamer.set_slots(3)
     assert streamer.residency.byte_ring and streamer.num_slots == 3
     streamer.detach()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("slots", [1, 2, 3])
+def test_byte_ring_on_cuda_is_bit_identical_and_copies_ahead_on_the_copy_stream(slots):
+    reference, model = Widths().cuda(), Widths()
+    residency = _byte_ring(len(WIDTHS), slots)
+    streamer = LayerwiseStreamer([("blocks", list(model.blocks))], "cuda", residency=residency)
+    model.embed.cuda()
+    streamer.attach()
+    x = _x().cuda()
+    with torch.no_grad():
+        expected = reference(x)
+        for step in range(4):
+            assert torch.equal(model(x), expected)
+            stats = streamer.take_step_stats(wait=True)
+            if step:  # the first also counts the copies attach issued
+                assert stats.sync_fetches == 0 and stats.transfers == streamer.num_streamed
+    assert streamer.observed_bandwidth is not None  # the copies ran asynchronously
+    streamer.detach()
