@@ -42,6 +42,7 @@ from dlo_stream import log, measure_bandwidth, time_forward
 
 from omni_console.engine.blocks import unet_block_lists
 from omni_console.engine.placement import block_modules
+from omni_console.engine.step_forecast import replay_forward
 from omni_console.engine.weights import TensorInfo
 from omni_console.offload.block_timing import BlockTimer
 from omni_console.offload.pinned import pinned_bytes_held
@@ -176,7 +177,7 @@ def run_dlo(cfg: dict[str, Any], inputs: dict[str, Any], iters: int, resident: i
         "streamed_bytes": streamer.streamed_bytes, "pinned_bytes": pinned_bytes_held() - pinned_before,
         "peak_allocated": torch.cuda.max_memory_allocated(), "largest_block": streamer.largest_block_bytes,
         "stall_s_per_step": stats.stall_s / (4 * iters + 2), "h2d_bytes_per_step": stats.h2d_bytes / (4 * iters + 2),
-        "sync_fetches": stats.sync_fetches,
+        "sync_fetches": stats.sync_fetches, "residency": residency,
     }
     streamer.detach()
     del model
@@ -240,6 +241,13 @@ def main() -> None:
         r["loop_floor_s"] = max(resident_loop, r["streamed_bytes"] / bw)
         r["loop_ratio_to_floor"] = r["loop_step_s"] / r["loop_floor_s"]
         r["engine_ratio_to_floor"] = r["engine_step_s"] / r["floor_s"]
+        if grain == "units":  # the plan's forecast: the streamer's schedule replayed over the resident unit times
+            res = r.pop("residency")
+            compute = report["resident"]["unit_compute_s"]
+            other = max(resident_loop - sum(compute), 0.0)
+            r["forecast_step_s"] = replay_forward(compute, grains["units"], res, bw, other).seconds
+        else:
+            r.pop("residency")
         report["dlo"].append(r)
         log(f"DLO {grain} ({r['units']} units, largest {r['largest_block']:,} bytes) resident_layers={layers} "
             f"ring={ring} slots={r['slots']}: step {r['step_s']:.4f} s, "
@@ -250,7 +258,8 @@ def main() -> None:
             f"back to back {r['loop_step_s']:.4f} s, ratio {r['loop_ratio_to_floor']:.3f} "
             f"(floor {r['loop_floor_s']:.4f} s); identical {r['identical_to_resident']}, "
             f"peak {r['peak_allocated'] / 1e9:.2f} GB (slots {r['slot_bytes'] / 1e9:.2f} GB), "
-            f"stall/step {r['stall_s_per_step']:.4f} s, sync fetches {r['sync_fetches']}")
+            f"stall/step {r['stall_s_per_step']:.4f} s, sync fetches {r['sync_fetches']}"
+            + (f"; forecast {r['forecast_step_s']:.4f} s" if "forecast_step_s" in r else ""))
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)
     log(f"wrote {args.out}")
