@@ -168,6 +168,12 @@ def test_units_stream_every_step_without_a_synchronous_fetch(request, family):
         engine.load(build_policy({}, 1, "dlo", "spread", 2))
         planned = [f"{b.dit}.{b.attr}.{b.index}" for b in engine.plan.blocks if b.streamed]
         assert len(planned) == engine.model.num_dit_blocks - 1 > 7  # units, not the 7 whole blocks
+        # a UNet's ring is the forecast's k largest units' bytes as one buffer (offload/byte_ring.py)
+        streamer = engine.placement.streamer if engine.placement else None
+        assert engine.plan.residency.byte_ring and streamer is not None
+        forecast = engine.plan.forecast
+        assert streamer.num_slots == forecast.streaming_slots == 2
+        assert streamer.slot_bytes == streamer.ring_capacity(2) >= 2 * forecast.largest_streamed_block_bytes
         engine.generate(replace(_request(family), steps=3))
         events = sub.drain()
     finally:
