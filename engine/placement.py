@@ -184,9 +184,11 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
             f"two experts ({', '.join(e.name for e in plan.experts)}): one runs per forward, so the running "
             f"one's {plan.experts[0].residency.num_resident} resident blocks and ring take the device; "
             "they change hands at the boundary step")))
+    ring = (f"a ring of {s.slot_bytes:,} bytes ({s.num_slots} largest units; the next units copied while they fit)"
+            if s.residency.byte_ring else
+            f"{s.num_slots} slot{'s' if s.num_slots != 1 else ''} of {s.largest_block_bytes:,} bytes")
     bus.publish(LogEvent(level="info", message=(
-        f"DLO: {s.num_streamed} blocks streamed ({total:,} bytes), {s.num_resident} resident, "
-        f"{s.num_slots} slot{'s' if s.num_slots != 1 else ''} of {s.largest_block_bytes:,} bytes")))
+        f"DLO: {s.num_streamed} blocks streamed ({total:,} bytes), {s.num_resident} resident, {ring}")))
 
 
 def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,

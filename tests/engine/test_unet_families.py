@@ -23,7 +23,7 @@ from omni_console.engine.engine import Engine
 from omni_console.engine.plan import make_plan
 from omni_console.engine.runner import GenerateRequest
 from omni_console.offload.errors import PolicyError
-from omni_console.offload.events import StagingEvent, StepTiming
+from omni_console.offload.events import LogEvent, StagingEvent, StepTiming
 from omni_console.offload.policy import build_policy
 
 PROMPT = "a lighthouse on a cliff at dusk"
@@ -173,11 +173,14 @@ def test_units_stream_every_step_without_a_synchronous_fetch(request, family):
         assert engine.plan.residency.byte_ring and streamer is not None
         forecast = engine.plan.forecast
         assert streamer.num_slots == forecast.streaming_slots == 2
-        assert streamer.slot_bytes == streamer.ring_capacity(2) >= 2 * forecast.largest_streamed_block_bytes
+        ring_bytes = streamer.slot_bytes
+        assert ring_bytes == streamer.ring_capacity(2) >= 2 * forecast.largest_streamed_block_bytes
         engine.generate(replace(_request(family), steps=3))
         events = sub.drain()
     finally:
         engine.close()
+    ring = f"a ring of {ring_bytes:,} bytes (2 largest units"
+    assert [e for e in events if isinstance(e, LogEvent) and ring in e.message]  # the load says so
     steps = [e for e in events if isinstance(e, StepTiming)]
     assert len(steps) >= 3  # SD1.5's PNDM runs one more (its first PLMS step twice)
     per_step, _ = _unet_staging(events)
