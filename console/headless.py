@@ -214,7 +214,8 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         "vae_decode_peak_bytes": result.vae_decode_peak_bytes,
         "forecast_check": _check_doc(result.check),
         "auto_plan": {"budget_bytes": flags.budget, "reasons": flags.reasons} if flags.budget is not None else None,
-        **measured, "oom_step_downs": step_down_docs(result),
+        **measured, **memory.predicted(result.check, measured["process_peak_bytes"]),
+        "oom_step_downs": step_down_docs(result),
         "notes": notes,
         **totals.summary(),
         "events_dropped": progress.sub.dropped,
@@ -289,6 +290,11 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
     if not on_cpu:
         table.add_row("device memory of the process (NVML peak)", format_bytes(r["process_peak_bytes"])
                       if r["process_peak_bytes"] is not None else f"N/A: {r['process_peak_note']}")
+        if r.get("predicted_process_peak_bytes") is not None:
+            error = r["process_peak_error"]
+            table.add_row("  forecast (allocated + context + margin)",
+                          format_bytes(r["predicted_process_peak_bytes"])
+                          + (f" ({error * 100:+.1f}%, context {r['context_source']})" if error is not None else ""))
     if r["allocator_cap_bytes"] is not None:
         table.add_row("allocator cap (budget − CUDA context)", format_bytes(r["allocator_cap_bytes"]))
     for s in r["oom_step_downs"]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..engine.device_footprint import DeviceOverhead, record_context
+from ..engine.device_footprint import DeviceOverhead, device_overhead, record_context
 from ..offload.nvml_source import NvmlSource, nvml_target_for
 from ..offload.process_memory import ProcessPeakMeter, bound_allocator, context_bytes
 
@@ -42,6 +42,7 @@ class RunMemory:
     allocator_cap: int | None = None
     meter: ProcessPeakMeter | None = None
     source: NvmlSource | None = None
+    overhead: DeviceOverhead | None = None  # what the forecast counted outside torch's allocations
 
     @classmethod
     def start(cls, device: torch.device, device_name: str, budget: int | None,
@@ -49,6 +50,7 @@ class RunMemory:
         memory = cls(device, device_name)
         if device.type != "cuda":
             return memory
+        memory.overhead = overhead or device_overhead(device_name)
         if budget is not None and overhead is not None:
             memory.allocator_cap = overhead.allocator_cap(budget)
             bound_allocator(device, memory.allocator_cap)
@@ -57,7 +59,8 @@ class RunMemory:
         return memory
 
     def finish(self) -> dict[str, Any]:
-        """The report's fields; the context measured now is cached for the next plan on this device."""
+        """The report's fields; the context measured now is cached for the next plan on this device.
+        Call `predicted` afterwards for the forecast's process figure."""
         if self.meter is None or self.source is None:
             return {"process_peak_bytes": None, "process_peak_note": "no device memory to measure (cpu)",
                     "allocator_cap_bytes": None}
@@ -69,6 +72,17 @@ class RunMemory:
         self.source.close()
         return {"process_peak_bytes": peak.peak_bytes, "process_peak_note": peak.reason,
                 "allocator_cap_bytes": self.allocator_cap, "context_bytes": context}
+
+    def predicted(self, check: Any, measured: int | None) -> dict[str, Any]:
+        """The forecast's device memory of the process (its allocated peak + the overhead it counted)
+        and its error against NVML's measured peak; empty when either is missing."""
+        allocated = getattr(check, "predicted_peak", None)
+        if self.overhead is None or allocated is None:
+            return {}
+        predicted = self.overhead.process_bytes(allocated)
+        error = (predicted - measured) / measured if measured else None
+        return {"predicted_process_peak_bytes": predicted, "process_peak_error": error,
+                "context_source": self.overhead.context_source}
 
 
 def step_down_docs(result: Any) -> list[dict[str, str]]:

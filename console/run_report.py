@@ -133,5 +133,9 @@ class RunReport(Document):
                                             "(budget minus the CUDA context)")
     context_bytes: int | None = Field(None, description="NVML per process minus torch reserved at the end "
                                       "(cached for the next plan)")
+    predicted_process_peak_bytes: int | None = Field(None, description="the forecast's device memory of the "
+                                                     "process: its allocated peak + CUDA context + margin")
+    process_peak_error: float | None = Field(None, description="(predicted - measured) / measured, NVML per process")
+    context_source: Literal["measured", "default", "none"] | None = None
     oom_step_downs: list[OomStepDownReport] = Field(default_factory=list, description="phases that ran out of "
                                                     "memory, stepped down and were retried once")
