@@ -51,10 +51,12 @@ class RunMemory:
         if device.type != "cuda":
             return memory
         memory.overhead = overhead or device_overhead(device_name)
-        if budget is not None and overhead is not None:
-            memory.allocator_cap = overhead.allocator_cap(budget)
-            bound_allocator(device, memory.allocator_cap)
         memory.source = NvmlSource(nvml_target_for(device.index or 0), pcie=False)
+        if budget is not None and overhead is not None:
+            # the context as CUDA starts (kernels load lazily: it grows later, the cached figure knows how far)
+            started = context_bytes(device, memory.source) or 0
+            memory.allocator_cap = budget - max(overhead.context_bytes, started)
+            bound_allocator(device, memory.allocator_cap)
         memory.meter = ProcessPeakMeter(memory.source).start()
         return memory
 
