@@ -89,3 +89,27 @@ def test_the_planner_fits_the_process_figure_not_the_allocated_peak(demo_model_d
     with pytest.raises(NothingFits, match="of the process.*CUDA context 2.0 GB"):
         auto_plan(plan0, weights + GB, RequestSize(), None, "unknown", None, "unknown", overhead)
     auto_plan(plan0, weights + GB, RequestSize(), None, "unknown", None, "unknown")  # fits without the overhead
+
+
+def test_plan_shows_and_exports_the_process_figure_beside_torchs_allocated_peak(demo_model_dir: Path):
+    from dataclasses import replace
+
+    from omni_console.console.plan_view import request_sheet
+    from omni_console.engine.export import request_forecast_doc
+    from omni_console.engine.request_forecast import forecast_request
+
+    plan = make_plan(discover_model(demo_model_dir), build_policy({}, 0))
+    forecast = forecast_request(plan, RequestSize(), None, "unknown", None, "unknown")
+    gpu = replace(forecast, overhead=DeviceOverhead(GB, "measured", "NVIDIA H200"))
+    rows = {row[0]: row for row in request_sheet(gpu).rows}
+    process = GB + fp.MIN_MARGIN_BYTES + forecast.peak_bytes
+    assert gpu.process_peak_bytes == process
+    [label] = [k for k in rows if k.startswith("device memory of the process")]
+    assert rows["  torch allocated peak"][1] != rows[label][1]
+    assert rows["  outside torch's allocations"][2] == "measured"
+    doc = request_forecast_doc(gpu, "NVIDIA H200").model_dump()
+    assert (doc["process_peak_bytes"], doc["context_bytes"], doc["context_source"]) == (process, GB, "measured")
+    assert doc["peak_bytes"] == forecast.peak_bytes  # the allocated figure stays where it was
+    cpu = request_forecast_doc(replace(forecast, overhead=fp.NO_OVERHEAD), "cpu").model_dump()
+    assert cpu["process_peak_bytes"] is None and not any(k.startswith("device memory") for k, *_ in
+                                                          request_sheet(forecast, on_cpu=True).rows)
