@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..engine.device_choice import parse_device
-from ..engine.engine import Engine
+from ..engine.engine import Engine, default_device
 from ..engine.outputs import DEFAULT_FPS, check_output_place, write_notes, write_result
 from ..engine.plain_text import plain
 from ..engine.profiler import request_size
@@ -120,7 +120,7 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
     # the main thread can; Ctrl+C meanwhile lets the build finish cleanly, then ends the run.
     model_path = resolve_model_path(args.model)
     guard.check()
-    if flags.budget is not None:
+    if flags.budget is not None and (flags.device or default_device()).type == "cuda":
         prefer_expandable_segments()  # before CUDA's allocator starts (run_memory)
     # with a budget, live re-plan: an out-of-memory step-down can then move resident blocks (oom_guard)
     engine = guard.run(lambda: Engine(model_path, device=flags.device, variant=args.variant,
