@@ -27,7 +27,7 @@ ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 def prefer_expandable_segments() -> bool:
     """Ask torch's allocator for expandable segments (less fragmentation under a cap) unless the operator
     configured it; must run before CUDA's allocator starts. True when set here."""
-    if os.environ.get(ALLOC_CONF):
+    if ALLOC_CONF in os.environ:  # set by the operator, even empty (torch's defaults)
         return False
     os.environ[ALLOC_CONF] = "expandable_segments:True"
     return True

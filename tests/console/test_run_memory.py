@@ -37,5 +37,7 @@ def test_expandable_segments_are_asked_for_only_when_the_operator_set_nothing(mo
     import os
 
     assert os.environ[ALLOC_CONF] == "max_split_size_mb:128"
+    monkeypatch.setenv(ALLOC_CONF, "")  # empty: torch's defaults, chosen
+    assert not prefer_expandable_segments() and os.environ[ALLOC_CONF] == ""
     monkeypatch.delenv(ALLOC_CONF)
     assert prefer_expandable_segments() and os.environ[ALLOC_CONF] == "expandable_segments:True"
