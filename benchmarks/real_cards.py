@@ -60,11 +60,11 @@ def write_model(kind: str, root: Path) -> None:
 class NvmlSampler(threading.Thread):
     """Samples, every 50 ms, the per-process NVML figure of `pid` and the device's used bytes."""
 
-    def __init__(self, index: int, pid: int) -> None:
+    def __init__(self, index: int) -> None:
         super().__init__(daemon=True)
         import pynvml
 
-        self.nv, self.pid = pynvml, pid
+        self.nv, self.pid = pynvml, -1  # set once the process under test has started
         pynvml.nvmlInit()
         self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         self.baseline = int(pynvml.nvmlDeviceGetMemoryInfo(self.handle).used)
@@ -109,10 +109,11 @@ def cli(args: argparse.Namespace, command: str, budget: str | None, cache: Path,
                   "--output", str(out), "--overwrite"]
     cmd = [sys.executable, "-m", "omni_console.console.cli", command, *flags, *extra]
     env = {**os.environ, "OMNI_CONSOLE_CACHE_DIR": str(cache)}
+    sampler = NvmlSampler(index) if command == "run" else None  # its baseline: before the process starts
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    sampler = NvmlSampler(index, proc.pid) if command == "run" else None
     if sampler is not None:
+        sampler.pid = proc.pid
         sampler.start()
     stdout, stderr = proc.communicate()
     result: dict[str, Any] = {"returncode": proc.returncode, "wall_s": time.perf_counter() - t0}
