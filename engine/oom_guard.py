@@ -6,7 +6,7 @@ half of one with guidance), the VAE's `decode` (VAE decode). On `torch.OutOfMemo
 them it lets the failed call unwind (its tensors are freed with its frames), collects garbage and
 empties the allocator cache, steps the policy down (`lower_policy`: fewer resident DiT blocks, then
 a two-slot ring, then the encoders and VAEs staged; for the decode every resident block goes at
-once, the DiT has finished; with nothing left to move, a leaner decode if `LEAN_DECODE` is set),
+once, the DiT has finished, and a leaner decode too when `LEAN_DECODE` is set),
 publishes an `OomStepDown` event, and calls the same function again with the same arguments. A
 denoiser's forward and an encoder's are pure functions of their inputs, so the retried call gives
 what an unfaulted run at the stepped-down policy gives (bit-identical on a CPU, where every policy
@@ -87,18 +87,22 @@ def step_down(engine: Engine, phase: str) -> str:
     assert plan is not None and placement is not None
     lower = lower_policy(plan, phase)
     streamer = placement.streamer
+    done: list[str] = []
     if lower is not None and placement.live and not plan.experts:
         new = make_plan(engine.model, lower[0])
         event = apply_replan(placement, plan, new, engine.device)
         engine.plan = new
         engine.bus.publish(event)
-        return lower[1]
-    if streamer is not None and streamer.residency.slots > 2 and streamer.num_streamed > 2:
+        done.append(lower[1])
+    elif streamer is not None and streamer.residency.slots > 2 and streamer.num_streamed > 2:
         before = streamer.residency.slots
         streamer.set_slots(2)
-        return f"prefetch ring {before}→2 slots (resident blocks stay: loaded without live re-plan)"
+        done.append(f"prefetch ring {before}→2 slots (resident blocks stay: loaded without live re-plan)")
+    # the decode is the one phase a leaner variant of helps directly (and the DiT has finished)
     if phase == "vae_decode" and LEAN_DECODE is not None and (lean := LEAN_DECODE(engine.pipe)):
-        return lean
+        done.append(lean)
+    if done:
+        return "; ".join(done)
     why = "two experts re-plan between requests" if plan.experts and lower else "nothing left to step down"
     return f"cache released only ({why})"
 

@@ -145,3 +145,26 @@ def test_lower_policy_steps_down_blocks_then_ring_then_resident_components(demo_
     assert seen == ["DiT resident blocks 4→2", "DiT resident blocks 2→1", "DiT resident blocks 1→0",
                     "prefetch ring 3→2 slots", "vae staged"]
     assert lower_policy(engine.make_plan(build_policy({}, 0, "resident")), "denoise") is None
+
+
+def test_a_decode_oom_also_asks_the_lean_phases_hook_for_a_leaner_decode(demo_model_dir: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch):
+    from omni_console.engine import oom_guard
+
+    asked = []
+
+    def lean_decode(pipe) -> str:
+        asked.append(pipe)
+        return "VAE decode sliced (test double: nothing changed)"
+
+    monkeypatch.setattr(oom_guard, "LEAN_DECODE", lean_decode)
+    engine = Engine(demo_model_dir, device="cpu", live_replan=True)
+    engine.load(POLICY)
+    fault = OomAt(inside(engine, "vae_decode"), 1)
+    result = engine.generate(REQUEST)
+    fault.handle.remove()
+    assert asked == [engine.pipe]
+    action = result.oom_step_downs[0].action
+    assert action == "DiT resident blocks 4→0; VAE decode sliced (test double: nothing changed)"
+    assert np.array_equal(np.asarray(result.image), clean_image(demo_model_dir, engine.plan.policy))
+    engine.close()
