@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from omni_console.offload.nvml_source import NvmlSource
+from omni_console.offload.nvml_source import NvmlSource, nvml_target_for
 from omni_console.offload.process_memory import ProcessPeakMeter, bound_allocator, context_bytes
 
 
@@ -76,5 +76,5 @@ def test_the_cap_stops_the_allocator_at_its_bytes_and_nvml_sees_this_process():
     finally:
         bound_allocator(device, None)
         torch.cuda.empty_cache()
-    used, why = NvmlSource(torch.cuda.current_device()).process_used()
+    used, why = NvmlSource(nvml_target_for(torch.cuda.current_device())).process_used()
     assert (used is not None and used > torch.cuda.memory_reserved(device)) or "PID namespace" in (why or "")
