@@ -19,6 +19,7 @@ GB = 10**9
 def test_a_budget_run_stays_inside_it_and_the_next_plan_counts_the_measured_context(
         demo_model_dir: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("OMNI_CONSOLE_CACHE_DIR", str(tmp_path / "cache"))  # no footprint measured yet
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)  # what `run` sets is undone afterwards
     flags = ["--model", str(demo_model_dir), "--device", "cuda", "--height", "64", "--width", "64",
              "--vram-budget", "3GB", "--json"]
     assert main(["plan", *flags]) == 0
