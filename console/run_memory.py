@@ -68,6 +68,8 @@ class RunMemory:
                     "allocator_cap_bytes": None}
         peak = self.meter.stop()
         context = context_bytes(self.device, self.source)
+        if self.allocator_cap is not None:
+            bound_allocator(self.device, None)  # the request is over: the process (tests: the next one) is not capped
         if context is not None:
             with contextlib.suppress(OSError):  # an unwritable cache costs the next plan its measured figure
                 record_context(self.device_name, context)
