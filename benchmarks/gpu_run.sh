@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|cards|all] [benchmark args...]
 # `tests` also runs benchmarks/cpu_exactness.py on the host CPU.
 set -uo pipefail
 what=${1:-all}; shift || true
@@ -75,6 +75,10 @@ if [[ $what == allgather ]]; then  # two GPUs: AllGather stream by stream, its k
   nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
   python3 benchmarks/allgather_stream.py --out "$OUT/allgather_stream.json" "$@" 2>&1 | grep -v "kept in float32" \
     | tail -80 > "$OUT/allgather.log"
+fi
+if [[ $what == cards ]]; then  # 8/12/16/24 GB cards by ballast, fresh cache each: pass --kind flux|wan --dir DIR
+  python3 benchmarks/real_cards.py --out "$OUT/real_cards.json" "$@" 2>&1 | grep --line-buffered -v "kept in float32" \
+    > "$OUT/cards.log"
 fi
 if [[ $what == console ]]; then
   python3 benchmarks/console_responsiveness.py --device cuda --out "$OUT/console.json" "$@" 2>&1 \

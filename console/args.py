@@ -36,9 +36,19 @@ def budget_from_args(args: argparse.Namespace) -> int | None:
     text = getattr(args, "vram_budget", None)
     if text is None:
         return None
+    return parse_budget(text, getattr(args, "device", None))
+
+
+def parse_budget(text: str, device: str | None, flag: str = "--vram-budget") -> int:
+    """A size (`size_arg.parse_size`), or `auto`: what `device` has free now less a margin
+    (`engine.auto_budget`, its note the plan's first line); `auto` on a CPU is one line, exit 2."""
+    if text.strip().lower() == "auto":
+        from ..engine.auto_budget import auto_budget
+
+        return auto_budget(device, f"{flag} auto")
     from .size_arg import parse_size
 
-    return parse_size(text)
+    return parse_size(text, flag)
 
 
 def layout_from_args(args: argparse.Namespace) -> RankLayout:

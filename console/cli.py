@@ -94,7 +94,9 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
                              "checkpoints do; not diffusers' rule)")
     parser.add_argument("--vram-budget", metavar="SIZE",
                         help="choose encoder/VAE residency, resident blocks, placement and K for the fastest "
-                             "predicted step within SIZE (e.g. 24GB, 24GiB); overrides the three flags above")
+                             "predicted step within SIZE (e.g. 24GB, 24GiB: the device memory of the process, CUDA "
+                             "context included), or auto: what the GPU has free now less a margin; overrides the "
+                             "three flags above")
     parser.add_argument("--mode", choices=("dlo", "resident"), default="dlo",
                         help="dlo: stream DiT blocks (default); resident: no offload (baseline)")
     parser.add_argument("--gpus", type=int, default=1, metavar="N",

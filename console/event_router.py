@@ -37,6 +37,7 @@ from ..offload.events import (
     LoadProgress,
     LogEvent,
     OomRetry,
+    OomStepDown,
     Replanned,
     RequestFinished,
     RequestPhases,
@@ -57,7 +58,7 @@ HEAVY_UI_S = 0.5
 HEAVY_UI_BUSY_S = 1.0
 """Staging log, memory panels, step table, residency and GPU group redraw at most this often (idle / while a
 request runs); no sample, step or event is skipped, they are applied in groups."""
-LOG_EVENTS = (StagingEvent, CacheDecision, OomRetry, LogEvent, ErrorEvent, Replanned, ExpertSwitched)
+LOG_EVENTS = (StagingEvent, CacheDecision, OomRetry, OomStepDown, LogEvent, ErrorEvent, Replanned, ExpertSwitched)
 
 
 class LiveView(Protocol):

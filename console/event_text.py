@@ -21,6 +21,7 @@ from ..offload.events import (
     LoadProgress,
     LogEvent,
     OomRetry,
+    OomStepDown,
     Replanned,
     RequestPhases,
     StagingEvent,
@@ -98,6 +99,8 @@ def _event_line(event: Event, t0: float, *, on_cpu: bool) -> str | None:
         msg = f": {event.message}" if event.message else ""
         size = format_bytes(event.nbytes)
         return f"{ts} OOM {event.component} {size} — cache released, attempt {event.attempt}{msg}"
+    if isinstance(event, OomStepDown):
+        return f"{ts} OOM {event.phase.replace('_', ' ')} ({event.component}) — {describe_step_down(event)}"
     if isinstance(event, LogEvent):
         return f"{ts} {event.level.upper()} {event.message}"
     if isinstance(event, Replanned):
@@ -157,7 +160,15 @@ def _progress_line(event: object) -> tuple[str, str] | None:
     if isinstance(event, OomRetry):
         return (f"out of device memory loading {event.component} ({format_bytes(event.nbytes)}): "
                 f"allocator cache released, retrying once"), resolve_default(FAILURE_STYLE)
+    if isinstance(event, OomStepDown):
+        return (f"out of device memory in {event.phase.replace('_', ' ')} ({event.component}): "
+                f"{describe_step_down(event)}"), resolve_default(FAILURE_STYLE)
     return None
+
+
+def describe_step_down(event: OomStepDown) -> str:
+    """`cache released, stepped down: DiT 8→4 resident …, retrying the phase once`."""
+    return f"cache released, stepped down: {one_line(event.action)}; retrying the phase once"
 
 
 def describe_phases(frames: int, latent_shape: Sequence[int] | None, phases: dict[str, float]) -> str:

@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..engine.device_choice import parse_device
-from ..engine.engine import Engine
+from ..engine.engine import Engine, default_device
 from ..engine.outputs import DEFAULT_FPS, check_output_place, write_notes, write_result
 from ..engine.plain_text import plain
 from ..engine.profiler import request_size
@@ -38,6 +38,7 @@ from .event_text import PHASE_LABELS, progress_line
 from .event_text import one_line as _one_line
 from .interrupts import Interrupted, InterruptGuard
 from .request_defaults import default_request
+from .run_memory import RunMemory, prefer_expandable_segments, step_down_docs
 from .run_report import RunReport
 from .run_request import REQUEST_FLAGS, CheckedRun, OptionFlags, checked_request, parse_option_flags
 from .run_totals import RunTotals, summarize, telemetry_peaks
@@ -90,6 +91,7 @@ class RunFlags:
     device: torch.device | None
     options: OptionFlags  # --param values and --fps
     reasons: list[str] = field(default_factory=list)  # --vram-budget's decisions, one line each
+    overhead: Any = None  # --vram-budget: the device's footprint outside torch (engine.device_footprint)
 
 
 def check_run_flags(args: argparse.Namespace) -> RunFlags:
@@ -118,7 +120,11 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
     # the main thread can; Ctrl+C meanwhile lets the build finish cleanly, then ends the run.
     model_path = resolve_model_path(args.model)
     guard.check()
-    engine = guard.run(lambda: Engine(model_path, device=flags.device, variant=args.variant))
+    if flags.budget is not None and (flags.device or default_device()).type == "cuda":
+        prefer_expandable_segments()  # before CUDA's allocator starts (run_memory)
+    # with a budget, live re-plan: an out-of-memory step-down can then move resident blocks (oom_guard)
+    engine = guard.run(lambda: Engine(model_path, device=flags.device, variant=args.variant,
+                                      live_replan=flags.budget is not None))
     try:
         plan = engine.make_plan(flags.policy)  # policy against the model, before anything is allocated
         steps = schedule_steps(args.steps, flags.options.params)  # a sigmas/timesteps list sets the count
@@ -132,7 +138,7 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
 
             auto = auto_plan_for(plan, flags.budget, request_size(run.request), engine.device_name)
             plan = auto.plan
-            flags = replace(flags, policy=plan.policy)
+            flags = replace(flags, policy=plan.policy, overhead=auto.overhead)
             flags.reasons.extend(auto.reasons)
             for line in auto.reasons:  # stderr, like all progress: stdout holds only the report
                 Console(stderr=True).print(plain(f"--vram-budget: {line}"), markup=False, highlight=False)
@@ -149,6 +155,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
     sampler = TelemetrySampler(*default_sources(engine.device), bus=engine.bus, hz=flags.telemetry_hz)
     progress.start()
     sampler.start()
+    memory = RunMemory.start(engine.device, engine.device_name, flags.budget, flags.overhead)
     stage = "load"
     try:
         load = guard.run(engine.load, flags.policy, guard.cancel)
@@ -162,6 +169,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         _fail(err, f"{stage} failed: {_one_line(what)}")
         return EXIT_FAILED
     finally:
+        measured = memory.finish()
         sampler.close()
         progress.stop.set()
         progress.join()
@@ -206,6 +214,8 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         "vae_decode_peak_bytes": result.vae_decode_peak_bytes,
         "forecast_check": _check_doc(result.check),
         "auto_plan": {"budget_bytes": flags.budget, "reasons": flags.reasons} if flags.budget is not None else None,
+        **measured, **memory.predicted(result.check, measured["process_peak_bytes"]),
+        "oom_step_downs": step_down_docs(result),
         "notes": notes,
         **totals.summary(),
         "events_dropped": progress.sub.dropped,
@@ -277,6 +287,18 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
         table.add_row("host→device bytes", format_bytes(st["h2d_bytes"]))
         table.add_row("host→device bandwidth (mean)", format_rate(st["h2d_bytes_per_s"]))
     table.add_row("peak allocated (torch)", format_bytes(r["peak_allocated_bytes"]))
+    if not on_cpu:
+        table.add_row("device memory of the process (NVML peak)", format_bytes(r["process_peak_bytes"])
+                      if r["process_peak_bytes"] is not None else f"N/A: {r['process_peak_note']}")
+        if r.get("predicted_process_peak_bytes") is not None:
+            error = r["process_peak_error"]
+            table.add_row("  forecast (allocated + context + margin)",
+                          format_bytes(r["predicted_process_peak_bytes"])
+                          + (f" ({error * 100:+.1f}%, context {r['context_source']})" if error is not None else ""))
+    if r["allocator_cap_bytes"] is not None:
+        table.add_row("allocator cap (budget − CUDA context)", format_bytes(r["allocator_cap_bytes"]))
+    for s in r["oom_step_downs"]:
+        table.add_row(f"out of memory in {PHASE_LABELS.get(s['phase'], s['phase'])}", s["action"])
     check = r.get("forecast_check")
     if check:
         rows = (("step", "predicted_step_s", "measured_step_s", lambda v: f"{v:.3f} s"),

@@ -45,7 +45,8 @@ class PlanCommands:
         if self.phase not in ("plan", "live"):
             self.say("the policy is read-only while the model is loading or unloading", "warning")
             return
-        self.push_screen(BudgetDialog(), self._plan_for_budget)
+        device = getattr(self.engine, "device", None)
+        self.push_screen(BudgetDialog(device=str(device) if device is not None else None), self._plan_for_budget)
 
     def _plan_for_budget(self: OmniConsoleApp, budget: int | None) -> None:
         if budget is None:

@@ -154,11 +154,15 @@ def request_sheet(forecast: RequestForecast, on_cpu: bool = False) -> Sheet:
     """The whole request's forecast, each figure with where it came from. On a CPU there is no
     host→device link: a copy rate there would read as one, so it is not shown."""
     step = f"{forecast.step_s:.3f} s" if forecast.step_s is not None else "not measured yet"
-    rows = [
-        (f"device peak ({forecast.peak_phase.replace('_', ' ')})", format_bytes(forecast.peak_bytes),
-         forecast.peak_source),
-        ("step time", step, forecast.step_source),
-    ]
+    phase = forecast.peak_phase.replace('_', ' ')
+    rows = [(f"device peak ({phase})", format_bytes(forecast.peak_bytes), forecast.peak_source)]
+    if forecast.overhead is not None and forecast.process_peak_bytes is not None and not on_cpu:
+        rows = [(f"device memory of the process ({phase})", format_bytes(forecast.process_peak_bytes),
+                 forecast.peak_source),
+                ("  torch allocated peak", format_bytes(forecast.peak_bytes), forecast.peak_source),
+                ("  outside torch's allocations", format_bytes(forecast.process_peak_bytes - forecast.peak_bytes),
+                 forecast.overhead.context_source)]
+    rows.append(("step time", step, forecast.step_source))
     if forecast.floor_s is not None:
         rows.append(("step floor: max(compute, transfer)", f"{forecast.floor_s:.3f} s", forecast.step_source))
     if forecast.bandwidth and not on_cpu:

@@ -74,6 +74,15 @@ class AutoPlanReport(Document):
     reasons: list[str] = Field(description="one line per decision --vram-budget took")
 
 
+class OomStepDownReport(Document):
+    """A phase that ran out of device memory and was retried once at a lower policy."""
+
+    phase: str = Field(description="text_encoding, denoise or vae_decode")
+    component: str
+    action: str = Field(description="what was stepped down (resident blocks, the ring, a staged component)")
+    message: str = Field(description="the out-of-memory error's first line")
+
+
 class RunReport(Document):
     """`omni-console run --json`: what the load and the request cost, and what was written."""
 
@@ -116,3 +125,17 @@ class RunReport(Document):
     log_lines_total: int = Field(ge=0)
     events_dropped: int = Field(ge=0, description="events the report missed (totals are then partial)")
     telemetry: TelemetryPeaks
+    process_peak_bytes: int | None = Field(None, description="device memory of the process at its peak, as NVML "
+                                           "counts it per process (sampled from load to the request's end); "
+                                           "null: not measurable (the note says why)")
+    process_peak_note: str | None = None
+    allocator_cap_bytes: int | None = Field(None, description="--vram-budget: the caching allocator's cap "
+                                            "(budget minus the CUDA context)")
+    context_bytes: int | None = Field(None, description="NVML per process minus torch reserved at the end "
+                                      "(cached for the next plan)")
+    predicted_process_peak_bytes: int | None = Field(None, description="the forecast's device memory of the "
+                                                     "process: its allocated peak + CUDA context + margin")
+    process_peak_error: float | None = Field(None, description="(predicted - measured) / measured, NVML per process")
+    context_source: Literal["measured", "default", "none"] | None = None
+    oom_step_downs: list[OomStepDownReport] = Field(default_factory=list, description="phases that ran out of "
+                                                    "memory, stepped down and were retried once")

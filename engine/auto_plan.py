@@ -12,16 +12,21 @@ DiT's candidates are searched once (`stream_search.StreamTable`) and asked once 
 Without a profile the step time is the transfer time alone (compute unknown), which still prefers
 keeping the most bytes resident, and the explanation says so.
 
+The budget is the device memory of the process (NVML's per-process figure): the DiT and phases
+are fitted into what torch may allocate once the CUDA context and a fragmentation margin are taken
+off it (`device_footprint.DeviceOverhead`), and every peak shown is the process's.
+
 If nothing fits, `NothingFits` names the smallest possible peak.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..offload.errors import ConfigError
 from ..offload.policy import build_policy
 from ..offload.units import format_bytes
+from .device_footprint import NO_OVERHEAD, DeviceOverhead, device_overhead
 from .discovery import ComponentInfo
 from .plan import Plan, make_plan
 from .request_forecast import RequestForecast, dit_profile, forecast_request, known_profile, phase_bytes
@@ -42,6 +47,7 @@ class AutoPlan:
     forecast: RequestForecast
     reasons: list[str]
     budget: int
+    overhead: DeviceOverhead = NO_OVERHEAD  # the process's device memory outside torch's allocated bytes
 
 
 def _gb(n: float) -> str:
@@ -54,9 +60,10 @@ def _zero_compute(plan: Plan) -> DitProfile:
 
 
 def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfile | None, source: str,
-              bandwidth: float | None, bandwidth_source: str) -> AutoPlan:
-    """The best plan for `budget` bytes (see the module docstring); raises NothingFits."""
+              bandwidth: float | None, bandwidth_source: str, overhead: DeviceOverhead = NO_OVERHEAD) -> AutoPlan:
+    """The best plan for `budget` bytes of the process (see the module docstring); raises NothingFits."""
     model, base = plan0.model, plan0.policy
+    allocatable = overhead.allocated_budget(budget)
     if base.mode == "resident":
         raise ConfigError("--vram-budget chooses a DLO policy; it cannot be combined with --mode resident")
     aux = [c.info for c in plan0.components if c.info.role in ("encoder", "vae") and c.info.has_weights]
@@ -80,7 +87,7 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
     def room(resident: frozenset[str]) -> int:
         """Bytes left for the DiT's resident blocks and slots (never more with one more resident)."""
         fixed, phase_extra = above(resident)
-        return budget - fixed - max(dit.activation_bytes, phase_extra)
+        return allocatable - fixed - max(dit.activation_bytes, phase_extra)
 
     def as_choice(index: int, resident: frozenset[str]) -> StreamChoice:
         return evaluate(dit, table.residency(index), table.bandwidth, *above(resident))
@@ -89,9 +96,11 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
     fastest = table.choose(room(frozenset()), TIE)  # keeping one more resident never leaves more room
     if fastest is None:
         raise NothingFits(f"nothing fits in {_gb(budget)}: the smallest possible peak is "
-                          f"{_gb(budget - room(frozenset()) + int(least))} (every block streamed through "
+                          f"{_gb(overhead.process_bytes(allocatable - room(frozenset()) + int(least)))} of the "
+                          f"process (every block streamed through "
                           f"{'2 slots' if dit.block_bytes else 'no slots'}, every encoder and VAE staged"
-                          f"{'' if profile else '; activations not measured yet, so the real peak is higher'})")
+                          f"{'' if profile else '; activations not measured yet, so the real peak is higher'}"
+                          f"{'' if overhead is NO_OVERHEAD else '; ' + overhead.describe()})")
     # as fast (within TIE) as it gets while the DiT's candidates need at least this much room:
     need = int(table.room[fastest])
     resident: frozenset[str] = frozenset()
@@ -112,12 +121,14 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
         tried[a.name] = None if alt is None else table.step(alt)
     plan = make_plan(model, chosen)
     forecast = forecast_request(plan, size, profile, source, bandwidth, bandwidth_source)  # type: ignore[arg-type]
-    return AutoPlan(plan, forecast, _reasons(plan, choice, aux, tried, budget, profile, bandwidth), budget)
+    forecast = replace(forecast, overhead=overhead if overhead is not NO_OVERHEAD else None)
+    reasons = _reasons(plan, choice, aux, tried, budget, profile, bandwidth, overhead)
+    return AutoPlan(plan, forecast, reasons, budget, overhead)
 
 
 def _reasons(plan: Plan, choice: StreamChoice, aux: list[ComponentInfo],
              tried: dict[str, float | None], budget: int, profile: RequestProfile | None,
-             bandwidth: float | None) -> list[str]:
+             bandwidth: float | None, overhead: DeviceOverhead = NO_OVERHEAD) -> list[str]:
     """One line per decision: each encoder/VAE (and what the other choice would have cost), the DiT's
     resident blocks and placement, the ring, and the predicted step and peak with what they rest on."""
     lines: list[str] = []
@@ -155,14 +166,23 @@ def _reasons(plan: Plan, choice: StreamChoice, aux: list[ComponentInfo],
         step = "predicted step unknown"
         basis = ("ranked by bytes streamed per step (no request of this model has run on this device yet: run one)"
                  if profile is None else "ranked by bytes streamed per step (the link's rate is not known yet)")
-    lines.append(f"{step}, peak {_gb(choice.peak_bytes)} of {_gb(budget)}; {basis}")
+    if overhead is NO_OVERHEAD:
+        lines.append(f"{step}, peak {_gb(choice.peak_bytes)} of {_gb(budget)}; {basis}")
+    else:
+        lines.append(f"{step}, device memory of the process {_gb(overhead.process_bytes(choice.peak_bytes))} "
+                     f"of {_gb(budget)} (allocated peak {_gb(choice.peak_bytes)}); {basis}")
+        lines.append(f"outside torch's allocations: {overhead.describe(choice.peak_bytes)}")
+    note = getattr(budget, "note", "")
+    if note:
+        lines.insert(0, note)
     return lines
 
 
 def auto_plan_for(plan0: Plan, budget: int, size: RequestSize, device: str,
                   observed_bandwidth: float | None = None) -> AutoPlan:
-    """`auto_plan` with what is known on `device` (`known_profile`); the link rate given, else cached."""
+    """`auto_plan` with what is known on `device` (`known_profile`, the device's footprint); the link rate
+    given, else cached."""
     profile, source = known_profile(plan0, size, device)
     bandwidth = observed_bandwidth or (profile.bandwidth_bytes_per_s if profile else None)
     bw_source = "measured" if observed_bandwidth else "cached"
-    return auto_plan(plan0, budget, size, profile, source, bandwidth, bw_source)
+    return auto_plan(plan0, budget, size, profile, source, bandwidth, bw_source, device_overhead(device))

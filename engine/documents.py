@@ -127,6 +127,13 @@ class RequestForecastDoc(Document):
     bandwidth_bytes_per_s: float | None
     bandwidth_source: Literal["measured", "cached", "estimated", "unknown"]
     notes: list[str]
+    process_peak_bytes: int | None = Field(None, ge=0, description="device memory of the process at the peak, as "
+                                           "NVML counts it per process: peak_bytes (torch allocated) + CUDA "
+                                           "context + allocator margin (null: a CPU)")
+    context_bytes: int | None = Field(None, ge=0, description="the CUDA context and libraries outside the allocator")
+    context_source: Literal["measured", "default", "none"] | None = Field(
+        None, description="measured: NVML per process minus torch reserved on this device, driver and torch; "
+                          "default: nothing measured here yet")
 
 
 class AutoPlanDoc(Document):

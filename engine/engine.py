@@ -14,7 +14,6 @@ import itertools
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -26,14 +25,12 @@ from ..offload.events import (
     EngineStateChanged,
     ErrorEvent,
     EventBus,
-    ForecastCheck,
     LoadProgress,
     LogEvent,
     Replanned,
     RequestFinished,
     RequestPhases,
     RequestStarted,
-    StepTiming,
 )
 from ..offload.pinned import HostArena, register_seconds_total
 from ..offload.policy import OffloadPolicy
@@ -41,13 +38,15 @@ from . import loader
 from .call_options import default_fps
 from .discovery import ModelInfo, discover_model
 from .loader import LoadCancelled, pipeline_class, start_loading
+from .oom_guard import guarded_request
 from .order_watch import BlockOrderWatch, adopt_order, permute_profile
 from .placement import Placement, begin_placement, place_others, place_streamed
 from .plan import Plan, make_plan
 from .profiler import ProfileRecorder, forecast_check, request_size, save_quietly
 from .request_forecast import RequestForecast, forecast_for
 from .request_profile import RequestSize, device_name
-from .runner import GenerateRequest, RunOutput, run_pipeline
+from .results import GenerateResult, LoadReport, run_peak
+from .runner import GenerateRequest, run_pipeline
 
 
 class EngineState(StrEnum):
@@ -61,48 +60,6 @@ class EngineState(StrEnum):
 
 class EngineStateError(RuntimeError):
     """A command that the engine's current state does not allow (e.g. generate before load)."""
-
-
-@dataclass(frozen=True, slots=True)
-class LoadReport:
-    seconds: float
-    pinned_bytes: int
-    streamed_bytes: int
-    device_allocated_bytes: int | None
-    phases: dict[str, float] = field(default_factory=dict)
-    block_host_bytes: int = 0  # the block arena: every streamed block, or this rank's shards (AllGather)
-    components: dict[str, float] = field(default_factory=dict)  # seconds building each component
-    dit_read_seconds: float = 0.0  # parallel reads straight into place (the block arena and what materialized)
-    milestones: dict[str, float] = field(default_factory=dict)  # seconds from the start: dits_built, dits_placed, ...
-    """Where the load's time went. `read`: seconds from the start until every byte was read (the
-    components built, the blocks in their arena); `arrange`: the rest (device copies, stagers,
-    hooks, the last registrations); `register`: seconds spent in `cudaHostRegister`, summed over
-    the registering threads that run alongside the reads, so the three add up to more than `seconds`."""
-
-
-@dataclass(frozen=True, slots=True)
-class GenerateResult:
-    request_id: int
-    image: Any
-    seconds: float
-    steps: list[StepTiming] = field(default_factory=list)
-    peak_allocated_bytes: int | None = None
-    frames: list[Any] = field(default_factory=list)  # every frame of the first batch item (PIL, or arrays for "np")
-    is_video: bool = False
-    fps: float | None = None  # call_options.default_fps(model): the pipeline's own frame rate, if it has one
-    latent_shape: tuple[int, ...] | None = None  # of the denoised latents the VAE decoded
-    phases: dict[str, float] = field(default_factory=dict)  # seconds: text_encoding, denoise, vae_decode
-    vae_decode_peak_bytes: int | None = None  # device allocator peak during VAE decode (CUDA), else None
-    check: ForecastCheck | None = None  # the forecast made before the request vs what it measured
-    rank_results: tuple[GenerateResult, ...] = ()  # data-parallel ranks 1…N−1 (engine.group_engine), by seed
-    cancelled: bool = False  # cancel was asked before the pipeline returned (even during the VAE decode): not a result
-
-
-def run_peak(run: RunOutput, peak_since_last_reset: int | None) -> int | None:
-    """The request's device peak: the VAE decode meter resets the peak stats, so combine both halves."""
-    if peak_since_last_reset is None:
-        return None
-    return max(run.text_peak or 0, run.peak_before_decode or 0, peak_since_last_reset)
 
 
 def default_device() -> torch.device:
@@ -357,10 +314,11 @@ class Engine:
             start = time.perf_counter()
             try:
                 try:
-                    run = run_pipeline(
-                        self.pipe, request, bus=self.bus, request_id=request_id, device=self.device,
-                        dits=[getattr(self.pipe, d.name) for d in self.model.denoisers],
-                        streamer=self.placement.streamer if self.placement else None, cancel=cancel)
+                    with guarded_request(self, request_id) as guard:  # no OOM ends a request (oom_guard)
+                        run = run_pipeline(
+                            self.pipe, request, bus=self.bus, request_id=request_id, device=self.device,
+                            dits=[getattr(self.pipe, d.name) for d in self.model.denoisers],
+                            streamer=self.placement.streamer if self.placement else None, cancel=cancel)
                 except BaseException:
                     if experts is not None:
                         with contextlib.suppress(Exception):  # the request's own error is the one to report
@@ -381,7 +339,8 @@ class Engine:
             profile = recorder.finish(request, run, streamer.observed_bandwidth if streamer else None)
             if profile is not None and self.plan is not measured_plan and self.plan is not None:
                 profile = permute_profile(profile, measured_plan, self.plan)
-            if profile is not None and not (cancel is not None and cancel.is_set()):
+            stepped = tuple(guard.events) if guard is not None else ()
+            if profile is not None and not stepped and not (cancel is not None and cancel.is_set()):
                 problem = save_quietly(profile)
                 if problem:
                     self.bus.publish(LogEvent(level="warning", message=problem))
@@ -394,7 +353,7 @@ class Engine:
             return GenerateResult(request_id, run.image, seconds, run.steps, peak, frames=run.frames,
                                   is_video=run.is_video, fps=self.fps, latent_shape=run.latent_shape,
                                   phases=run.phases, vae_decode_peak_bytes=run.vae_decode_peak_bytes, check=check,
-                                  cancelled=cancel is not None and cancel.is_set())
+                                  cancelled=cancel is not None and cancel.is_set(), oom_step_downs=stepped)
 
     # ---------------------------------------------------------------- block order
     def _watch_block_order(self) -> None:

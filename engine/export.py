@@ -111,7 +111,15 @@ def request_forecast_doc(forecast: RequestForecast, device: str) -> RequestForec
         peak_source=forecast.peak_source, phase_peaks=dict(forecast.phase_peaks), step_seconds=forecast.step_s,
         step_floor_seconds=forecast.floor_s, step_source=forecast.step_source,
         bandwidth_bytes_per_s=forecast.bandwidth, bandwidth_source=forecast.bandwidth_source,
-        notes=list(forecast.notes))
+        notes=list(forecast.notes), **_footprint(forecast))
+
+
+def _footprint(forecast: RequestForecast) -> dict[str, object]:
+    overhead = forecast.overhead
+    if overhead is None or overhead.context_source == "none":
+        return {}
+    return {"process_peak_bytes": forecast.process_peak_bytes, "context_bytes": overhead.context_bytes,
+            "context_source": overhead.context_source}
 
 
 def ranks_doc(ranks: RankForecast) -> RanksDoc:

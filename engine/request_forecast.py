@@ -17,9 +17,10 @@ activations. Step time = the streamer's copy schedule replayed over the profile 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from .device_footprint import DeviceOverhead, device_overhead
 from .plan import Plan
 from .request_profile import RequestProfile, RequestSize, any_profile, load_profile
 from .stream_choice import DitProfile, evaluate, profile_from_timings
@@ -49,6 +50,12 @@ class RequestForecast:
     bandwidth: float | None
     bandwidth_source: Source
     notes: list[str] = field(default_factory=list)
+    overhead: DeviceOverhead | None = None  # outside torch's allocations (device_footprint); None: not counted
+
+    @property
+    def process_peak_bytes(self) -> int | None:
+        """The predicted device memory of the process (NVML's per-process figure) at the peak."""
+        return None if self.overhead is None else self.overhead.process_bytes(self.peak_bytes)
 
 
 def staged_bytes(plan: Plan, role: str) -> int:
@@ -164,4 +171,4 @@ def forecast_for(plan: Plan, size: RequestSize, device: str, observed_bandwidth:
         bandwidth, bw_source = probe_bandwidth, "estimated"
     forecast = forecast_request(plan, size, profile, source, bandwidth, bw_source, overlap=device != "cpu")
     forecast.notes[:0] = cache_notes
-    return forecast
+    return replace(forecast, overhead=device_overhead(device))

@@ -95,6 +95,18 @@ class OomRetry(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class OomStepDown(Event):
+    """A request's phase ran out of device memory: the cache was released, the policy stepped down
+    (`action`: fewer resident blocks, a smaller ring, a leaner phase) and that phase's call retried once."""
+
+    request_id: int
+    phase: str  # text_encoding, denoise or vae_decode
+    component: str  # whose call ran out (e.g. transformer, text_encoder_2, vae)
+    action: str
+    message: str = ""  # the first line of the out-of-memory error
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepTiming(Event):
     """One denoise step: wall time and the time compute waited on weight transfers.
 

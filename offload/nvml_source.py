@@ -164,6 +164,29 @@ class NvmlSource:
                 errors=errors,
             )
 
+    def process_used(self, pid: int | None = None) -> tuple[int | None, str | None]:
+        """(device bytes NVML counts for process `pid` (default: this one), None) or (None, the reason).
+
+        NVML lists compute processes by their host PID: inside a PID namespace (a container) this
+        process may not be found under its own PID; the reason says so."""
+        pid = os.getpid() if pid is None else pid
+        with self._lock:
+            why = self._ensure()
+            if why is not None:
+                return None, why
+            nv = self._module()
+            try:
+                procs = list(nv.nvmlDeviceGetComputeRunningProcesses(self._handle))
+            except Exception as exc:
+                return None, f"NVML process list: {_reason(exc)}"
+        for p in procs:
+            if int(p.pid) == pid:
+                used = getattr(p, "usedGpuMemory", None)
+                if used is None or int(used) >= 2**63:  # NVML_VALUE_NOT_AVAILABLE (e.g. Windows WDDM)
+                    return None, "NVML does not report this process's memory"
+                return int(used), None
+        return None, f"process {pid} not in NVML's list ({len(procs)} listed; a PID namespace hides it)"
+
     def _nvlink_rates(self, nv: ModuleType, h: Any) -> tuple[int | None, int | None]:
         """NVLink bytes per second received and sent over all links, from NVML's cumulative data
         counters (KiB) and their timestamps between this sample and the last. None until there are

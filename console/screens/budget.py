@@ -1,7 +1,8 @@
 """The VRAM-budget dialog (b on the plan screen): one size field; Enter plans, Esc cancels.
 
-The size is checked here (`size_arg.parse_size`), so a typo is answered in the dialog and never
-reaches the planner; the app runs the planner off the UI thread.
+The size is checked here (`args.parse_budget`: a size, or `auto` for what the GPU has free now less
+a margin), so a typo is answered in the dialog and never reaches the planner; the app runs the
+planner off the UI thread.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from textual.widgets import Input, Static
 
 from ...engine.plain_text import plain
 from ...offload.errors import ConfigError
-from ..size_arg import parse_size
+from ..args import parse_budget
 
 
 class BudgetDialog(ModalScreen[int | None]):
@@ -28,20 +29,21 @@ class BudgetDialog(ModalScreen[int | None]):
 
     BINDINGS = [Binding("escape", "cancel", "cancel", id="budget.cancel")]
 
-    def __init__(self, value: str = "") -> None:
+    def __init__(self, value: str = "", device: str | None = None) -> None:
         super().__init__()
-        self.value = value
+        self.value, self.device = value, device
 
     def compose(self) -> ComposeResult:
         with Vertical() as box:
             box.border_title = "VRAM budget (Enter plans, Esc cancels)"
-            yield Static("the fastest policy whose predicted peak fits, e.g. 24GB or 24GiB", markup=False)
+            yield Static("the fastest policy whose device memory of the process fits, e.g. 24GB, 24GiB or auto",
+                         markup=False)
             yield Input(self.value, placeholder="24GB", id="budget-size", compact=True)
             yield Static("", id="budget-error", markup=False)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         try:
-            budget = parse_size(event.value, "the budget")
+            budget = parse_budget(event.value, self.device, "the budget")
         except ConfigError as exc:
             self.query_one("#budget-error", Static).update(plain(exc))
             return

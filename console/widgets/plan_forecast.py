@@ -39,7 +39,14 @@ def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = 
     weights_peak = (f"resident + {slots_text(f.streaming_slots)} × largest streamed block "
                     f"({format_bytes(f.largest_streamed_block_bytes)}) "
                     f"+ largest staged component ({format_bytes(f.largest_staged_bytes)})")
-    if request is not None and request.peak_source != "unknown":
+    process = request.process_peak_bytes if request is not None and link.is_cuda else None
+    if request is not None and request.peak_source != "unknown" and process is not None:
+        peak_row = ("device memory of the process", format_bytes(process),
+                    f"{request.peak_phase.replace('_', ' ')} at {request.size.label()} ({request.peak_source}): "
+                    f"torch allocated {format_bytes(request.peak_bytes)} + CUDA context and margin "
+                    f"{format_bytes(process - request.peak_bytes)}; "
+                    f"weights alone {format_bytes(f.peak_device_weight_bytes)}")
+    elif request is not None and request.peak_source != "unknown":
         peak_row = ("device peak", format_bytes(request.peak_bytes),
                     f"{request.peak_phase.replace('_', ' ')} with activations at {request.size.label()} "
                     f"({request.peak_source}); weights alone {format_bytes(f.peak_device_weight_bytes)}")

@@ -36,6 +36,10 @@ async def test_budget_key_asks_for_a_size_and_takes_the_planners_policy(app, eng
         assert isinstance(app.screen, BudgetDialog)  # a typo is answered in the dialog
         assert "must be a size" in str(app.screen.query_one("#budget-error").render())
         field = app.screen.query_one("#budget-size")
+        field.value = "auto"  # a CPU has no device memory to budget: said in the dialog
+        await pilot.press("enter")
+        assert isinstance(app.screen, BudgetDialog)
+        assert "the budget auto: the device is cpu" in str(app.screen.query_one("#budget-error").render())
         field.value = f"{engine.model.nbytes * 2}B"
         await pilot.press("enter")
         await until(pilot, lambda: app.policy.resident_layers == 6)

@@ -1,7 +1,8 @@
 """Faults mid-request: the engine fails one request cleanly and the next one is exact.
 
 Run on the CPU in the suite and on the GPU machine (`-m cuda`): an out-of-memory while staging an
-encoder is retried once and then fails with memory released; an exception inside a streamed DiT
+encoder is retried once by the stager, then the text-encoding phase once by the request's OOM guard,
+and then fails with memory released; an exception inside a streamed DiT
 block's hook mid-forward leaves the engine ready with device and pinned memory at their level
 before the request, and the next request is bit-identical to a clean run; NVML failing mid-run
 turns the NVML group to "unavailable: reason" without disturbing the run.
@@ -20,7 +21,7 @@ import torch
 from omni_console.console.telemetry_text import format_unavailable
 from omni_console.engine.engine import Engine, EngineState
 from omni_console.engine.runner import GenerateRequest
-from omni_console.offload.events import OomRetry, TelemetryEvent
+from omni_console.offload.events import OomRetry, OomStepDown, TelemetryEvent
 from omni_console.offload.pinned import pinned_bytes_held
 from omni_console.offload.policy import build_policy
 from omni_console.offload.telemetry import NvmlSource, TelemetrySampler
@@ -68,11 +69,14 @@ def test_oom_while_staging_is_retried_once_then_fails_with_memory_released(demo_
     level = _device_level(device)
     working = stager.allocate
     stager.allocate = out_of_memory
-    with pytest.raises(torch.OutOfMemoryError, match="injected"):
+    with pytest.raises(torch.OutOfMemoryError, match="again in text encoding .text_encoder_2.*injected"):
         engine.generate(REQUEST)
-    retries = [e for e in sub.drain() if isinstance(e, OomRetry)]
-    assert [r.attempt for r in retries] == [1] and retries[0].component == "text_encoder_2"
-    assert len(calls) == 2  # the first try and exactly one retry
+    events = sub.drain()
+    retries = [e for e in events if isinstance(e, OomRetry)]
+    assert [r.attempt for r in retries] == [1, 1] and retries[0].component == "text_encoder_2"
+    # the stager's own retry, then the request's phase retried once (engine/oom_guard.py), again with one
+    assert len(calls) == 4
+    assert [e.phase for e in events if isinstance(e, OomStepDown)] == ["text_encoding"]
     assert engine.state == EngineState.READY and not stager.loaded
     assert _device_level(device) == level
     stager.allocate = working  # the fault is gone: the next request is exact

@@ -1,0 +1,92 @@
+"""The process's device memory as NVML counts it: its peak during a request, its part outside torch, the cap.
+
+A budget is the card's memory: the CUDA context, the caching allocator's reserved bytes and all
+the rest (engine/device_footprint.py). Three pieces here:
+- `ProcessPeakMeter`: a thread sampling NVML's per-process figure (nvmlDeviceGetComputeRunningProcesses)
+  during a request, keeping the largest; what `run` reports as the measured device memory of the process.
+- `context_bytes`: NVML's per-process figure minus torch's reserved bytes, i.e. what lies outside the
+  allocator (cached by the engine so the next plan counts the measured figure instead of a default).
+- `bound_allocator`: `torch.cuda.set_per_process_memory_fraction` set so that the caching allocator
+  never reserves more than the plan gave it (budget minus context): past it, torch frees its cache
+  and retries before it raises an out-of-memory error, which the engine's OOM guard then handles.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+class ProcessSource(Protocol):
+    def process_used(self, pid: int | None = None) -> tuple[int | None, str | None]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessPeak:
+    peak_bytes: int | None  # None: never read (the reason says why)
+    samples: int
+    reason: str | None = None
+
+
+class ProcessPeakMeter:
+    """Samples the process's NVML figure every `interval` seconds on a daemon thread; `stop()` returns the peak."""
+
+    def __init__(self, source: ProcessSource, interval: float = 0.05) -> None:
+        self._source, self._interval = source, interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.peak: int | None = None
+        self.samples = 0
+        self.reason: str | None = None
+
+    def sample(self) -> None:
+        used, why = self._source.process_used()
+        if used is None:
+            self.reason = why
+            return
+        self.samples += 1
+        self.peak = used if self.peak is None else max(self.peak, used)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self._interval)
+
+    def start(self) -> ProcessPeakMeter:
+        self._thread = threading.Thread(target=self._run, name="process-peak", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> ProcessPeak:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.sample()
+        return ProcessPeak(self.peak, self.samples, None if self.peak is not None else self.reason)
+
+
+def context_bytes(device: torch.device, source: ProcessSource) -> int | None:
+    """The process's device bytes outside torch's allocator now (None: NVML cannot say)."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    used, _ = source.process_used()
+    if used is None:
+        return None
+    return max(used - torch.cuda.memory_reserved(device), 0)
+
+
+def bound_allocator(device: torch.device, cap_bytes: int | None) -> float | None:
+    """Cap the caching allocator's reserved bytes at `cap_bytes` (None: lift the cap); the fraction set.
+
+    The fraction is of the device's total memory as CUDA reports it (a whole H200 under a ballast
+    too, so the cap is in bytes whatever else runs there)."""
+    if device.type != "cuda":
+        return None
+    _, total = torch.cuda.mem_get_info(device)
+    fraction = 1.0 if cap_bytes is None else min(max(cap_bytes / total, 0.0), 1.0)
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    return fraction
