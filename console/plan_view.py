@@ -90,8 +90,12 @@ def blocks_sheet(plan: Plan) -> Sheet | None:
         return None
     kind = plan.model.block_kind
     header = (kind, "block list", "count", "bytes/block", "largest", "total", "resident", "streamed")
+    roles = expert_roles(plan)
+    if roles:
+        header += ("expert",)
     rows = []
     for c in dits:
+        tail = (roles.get(c.info.name, ""),) if roles else ()
         for b in c.info.block_lists:
             mine = [x for x in plan.blocks if x.dit == c.info.name and x.attr == b.attr]
             kept = sum(1 for x in mine if not x.streamed)
@@ -99,12 +103,33 @@ def blocks_sheet(plan: Plan) -> Sheet | None:
             sizes = sorted(set(stored))
             per = format_bytes(sizes[0]) if len(sizes) == 1 else f"{format_bytes(sizes[0])}–{format_bytes(sizes[-1])}"
             rows.append((c.info.name, b.attr, str(b.count), per, format_bytes(max(stored)),
-                         format_bytes(sum(stored)), str(kept), str(b.count - kept)))
+                         format_bytes(sum(stored)), str(kept), str(b.count - kept), *tail))
         rows.append((c.info.name, "(non-block modules: resident)", "", "", "", format_bytes(c.info.non_block_bytes),
-                     "", ""))
-    return Sheet(f"{kind} blocks (execution order)", header, rows, right=frozenset(header[2:]),
-                 caption=order_caption([c for c in dits if c.info.role == "dit"]),
-                 squeeze=frozenset({"block list"}), narrow_header={"bytes/block": "per block"})
+                     "", "", *("",) * len(tail)))
+    return Sheet(f"{kind} blocks (execution order)", header, rows, right=frozenset(header[2:8]),
+                 caption="; ".join(filter(None, (order_caption([c for c in dits if c.info.role == "dit"]),
+                                                 experts_caption(plan)))) or None,
+                 squeeze=frozenset({"block list", "expert"}), narrow_header={"bytes/block": "per block"})
+
+
+def expert_roles(plan: Plan) -> dict[str, str]:
+    """With two experts (Wan 2.2 A14B): what each expert's blocks do when a request starts. The first runs
+    (its resident blocks and ring on the device); the other is idle, parked in host memory, until the
+    pipeline's boundary step hands it the budget. Empty without experts."""
+    if not plan.experts:
+        return {}
+    first, *others = plan.experts
+    return {first.name: "running", **{e.name: "idle" for e in others}}
+
+
+def experts_caption(plan: Plan) -> str | None:
+    """The expert column's words in full (the column itself is one word per expert)."""
+    if not plan.experts:
+        return None
+    first, *others = plan.experts
+    idle = ", ".join(e.name for e in others)
+    return (f"expert: a request starts on {first.name} (its resident blocks and ring on the device); {idle} "
+            "is idle, its blocks parked in host memory, until the boundary step hands it the budget")
 
 
 def order_caption(dits: list[ComponentPlan]) -> str | None:
@@ -281,6 +306,8 @@ def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Seque
     blocks = blocks_sheet(plan)
     if blocks is not None:
         sections.append(tsv_rows(blocks))
+        if (experts := experts_caption(plan)) is not None:
+            sections.append([_plain(experts)])
     forecast = forecast_sheet(plan, on_cpu)
     sections.append(tsv_rows(forecast))
     sections.append([_plain(forecast.caption or "")])  # its own paragraph: a table section is rows only

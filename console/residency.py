@@ -3,6 +3,10 @@
 Read from the engine's placement on the UI thread: stagers' `loaded` flags and the streamer's
 `block_states()` are plain attribute reads, and a placement being released under us yields
 None (the panel keeps its last rows) rather than an error.
+
+With two experts (Wan 2.2 A14B) the idle expert's blocks are parked: out of the ring, only their
+pinned masters kept. They are not "host" blocks waiting for their turn in this forward, so they
+show as one `idle_expert` row per idle expert that names the running one.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from itertools import groupby
 from typing import Any
 
 Row = tuple[str, str, int]
+IDLE_EXPERT = "idle_expert"
+"""The state of a parked expert's blocks (console/widgets/residency_panel.py shows it as "idle expert")."""
 AGGREGATE_ABOVE = 8
 """Block lists longer than this show runs of same-state blocks instead of one row per block."""
 
@@ -52,7 +58,24 @@ def residency_rows(engine: Any, aggregate_above: int = AGGREGATE_ABOVE) -> list[
                 rows.append((f"{name} (non-block modules)", "resident", c.info.non_block_bytes))
         streamer = placement.streamer
         if streamer is not None:
-            rows.extend(block_rows(streamer.block_states(), aggregate_above))
+            rows.extend(_streamed_rows(streamer, getattr(placement, "experts", None), aggregate_above))
         return rows
     except Exception:  # released concurrently by the engine thread: keep the last rows
         return None
+
+
+def _streamed_rows(streamer: Any, switch: Any, aggregate_above: int) -> list[Row]:
+    """The streamer's block rows; with two experts the parked (idle) expert's blocks as one row each."""
+    states = streamer.block_states()
+    if switch is None:
+        return block_rows(states, aggregate_above)
+    active = list(streamer.active)
+    running = switch.experts[switch.active].name
+    rows = block_rows([s for s, a in zip(states, active, strict=True) if a], aggregate_above)
+    for expert in switch.experts:
+        parked = [s for s, a in zip(states, active, strict=True)
+                  if not a and s[0].split(".", 1)[0] == expert.name]
+        if parked:
+            rows.append((f"{expert.name} blocks ({len(parked)}; {running} running)", IDLE_EXPERT,
+                         sum(s[2] for s in parked)))
+    return rows

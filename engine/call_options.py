@@ -10,9 +10,9 @@ pipeline by discovery) decides, before anything loads:
   its value fits the parameter's annotation (int, float, bool, str, None, lists and unions of those;
   what cannot be checked that simply is accepted);
 - the number of frames each video family can render exactly (`frames_rule`): diffusers rounds a count
-  it cannot take (Wan) or renders another one without a word (LTX, CogVideoX), so a count the pipeline
-  would change is refused with the nearest ones it takes (the tests render every count of a range with
-  plain diffusers and compare);
+  it cannot take (Wan) or renders another one without a word (LTX, CogVideoX, Mochi, HunyuanVideo),
+  so a count the pipeline would change is refused with the nearest ones it takes (the tests render
+  every count of a range with plain diffusers and compare);
 - a conditioning image: the pipeline has an image parameter, and the file opens as an image.
 """
 
@@ -62,6 +62,7 @@ ENGINE_PARAMETERS = frozenset({"prompt", "generator", "output_type", "return_dic
                                "callback_on_step_end_tensor_inputs", "callback", "callback_steps"})
 # Frame rates of families whose pipeline call and docs name none (the model card's rate).
 FAMILY_FPS = (("Mochi", 30.0),)
+MOCHI_TEMPORAL = 6  # MochiPipeline.vae_temporal_scale_factor, set in its __init__, not read from a config
 _EXPORT_FPS = re.compile(r"export_to_video\([^)]*\bfps\s*=\s*(\d+(?:\.\d+)?)")
 
 
@@ -230,6 +231,10 @@ def frames_rule(model: ModelInfo) -> FramesRule | None:
         ratio = _int(config.get("temporal_compression_ratio"), 4)
         return FramesRule(name, 2 * ratio, f"its VAE's temporal compression is {ratio}, decoded in pairs",
                           multiples=True)
+    if name.startswith("Mochi"):
+        # the pipeline's own fixed factor (`vae_temporal_scale_factor = 6`, whatever the VAE config says):
+        # latent frames (n - 1) // 6 + 1, decoded to 6 * (latent - 1) + 1 frames
+        return FramesRule(name, MOCHI_TEMPORAL, f"its temporal factor is {MOCHI_TEMPORAL}")
     if name.startswith("HunyuanVideo") and "Framepack" not in name:  # Framepack renders in sections: no rule
         step = _int(config.get("temporal_compression_ratio"), 4)
         return FramesRule(name, step, f"its VAE's temporal compression is {step}")

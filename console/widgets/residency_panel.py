@@ -16,16 +16,18 @@ from ...engine.plain_text import plain
 from ..theme_colors import follow_theme, resolve, widget_variables
 from .text_update import set_text
 
-STATES = ("resident", "device", "host", "in_flight")
+STATES = ("resident", "device", "host", "in_flight", "idle_expert")
 """resident: kept on the device by policy; device: a staged/streamed part currently loaded;
-host: offloaded to pinned host memory; in_flight: copy in progress (console/residency.py and the
-streamer's `block_states` produce exactly these)."""
+host: offloaded to pinned host memory; in_flight: copy in progress (the streamer's `block_states`);
+idle_expert: the blocks of the expert that is not running (two experts, Wan 2.2 A14B), parked in
+pinned host memory until the pipeline switches to it (console/residency.py)."""
 
 STATE_STYLE = {
     "resident": "bold $success",
     "device": "$primary",
     "host": "$foreground-muted",
     "in_flight": "bold $warning",
+    "idle_expert": "italic $secondary",
 }
 """Theme variables, resolved against the active theme when drawn (and redrawn when it changes)."""
 
