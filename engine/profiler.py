@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from ..offload.block_timing import BlockTimer
 from ..offload.events import ForecastCheck
+from .model_configs import fill_size
 from .placement import block_modules
 from .plan import Plan
 from .request_forecast import RequestForecast, staged_bytes
@@ -83,7 +84,7 @@ class ProfileRecorder:
         try:  # a profile holds only finite, in-range figures (the cache is read back with those bounds)
             return RequestProfile(
                 model=str(Path(model.path).resolve()), model_bytes=model.nbytes, device=device_name(self.device),
-                size=request_size(request), block_compute_s=[max(c, 0.0) for c in dit.compute_s],
+                size=fill_size(model, request_size(request)), block_compute_s=[max(c, 0.0) for c in dit.compute_s],
                 other_s=max(dit.other_s, 0.0), forwards_per_step=per_step,
                 text_extra_bytes=text, denoise_extra_bytes=denoise, decode_extra_bytes=decode,
                 bandwidth_bytes_per_s=bandwidth if bandwidth and 1.0 < bandwidth < 1e15 else None,
