@@ -156,14 +156,14 @@ def request_sheet(forecast: RequestForecast, on_cpu: bool = False) -> Sheet:
     step = f"{forecast.step_s:.3f} s" if forecast.step_s is not None else "not measured yet"
     rows = [
         (f"device peak ({forecast.peak_phase.replace('_', ' ')})", format_bytes(forecast.peak_bytes),
-         forecast.peak_source),
-        ("step time", step, forecast.step_source),
+         forecast.peak_label),
+        ("step time", step, forecast.step_label),
     ]
     if forecast.floor_s is not None:
-        rows.append(("step floor: max(compute, transfer)", f"{forecast.floor_s:.3f} s", forecast.step_source))
+        rows.append(("step floor: max(compute, transfer)", f"{forecast.floor_s:.3f} s", forecast.step_label))
     if forecast.bandwidth and not on_cpu:
         rows.append(("host→device link", format_rate(forecast.bandwidth), forecast.bandwidth_source))
-    caption = "; ".join(forecast.notes) or None
+    caption = "; ".join(([forecast.size_line] if forecast.size_line else []) + forecast.notes) or None
     return Sheet(f"request forecast ({forecast.size.label()})", ("figure", "value", "source"), rows,
                  right=frozenset({"value"}), caption=caption)
 

@@ -82,8 +82,10 @@ def _with_estimated_peaks(profile: RequestProfile, phases: PhaseEstimate) -> Req
 def profile_for(plan: Plan, size: RequestSize, device: str, notes: list[str] | None = None) -> KnownProfile:
     """The profile a forecast of `size` on `device` rests on (see the module docstring)."""
     model = plan.model
-    size = fill_size(model, size)
+    asked, size = size, fill_size(model, size)
     found = load_profile(model.path, model.nbytes, device, size, notes)
+    if found is None and asked != size:  # cached as asked (before sizes were filled): the same request
+        found = load_profile(model.path, model.nbytes, device, asked, notes)
     source, basis = "cached", "cached"
     if found is None:
         other = any_profile(model.path, model.nbytes, device, notes)

@@ -111,4 +111,6 @@ def forecast_check(request_id: int, forecast: RequestForecast | None, run: RunOu
         measured_peak=peak, peak_source=forecast.peak_source if forecast else "unknown",
         predicted_step_s=forecast.step_s if forecast else None,
         measured_step_s=statistics.median(walls) if walls else None,
-        step_source=forecast.step_source if forecast else "unknown")
+        step_source=forecast.step_source if forecast else "unknown",
+        peak_basis=forecast.peak_basis if forecast and forecast.peak_source != "unknown" else "",
+        step_basis=forecast.step_basis if forecast and forecast.step_source != "unknown" else "")

@@ -20,7 +20,7 @@ activations. Step time = the streamer's copy schedule replayed over the profile 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from .plan import Plan
@@ -55,6 +55,24 @@ class RequestForecast:
     notes: list[str] = field(default_factory=list)
     peak_basis: str = ""  # what the peak's activations rest on: "cached", "scaled from …", "estimated from config"
     step_basis: str = ""
+    assumed: tuple[str, ...] = ()  # size fields the request left out, taken from the pipeline's defaults
+
+    @property
+    def peak_label(self) -> str:
+        """The peak's source as shown: its basis ("estimated from config", "scaled from 64x64") or source."""
+        return self.peak_basis if self.peak_source != "unknown" and self.peak_basis else self.peak_source
+
+    @property
+    def step_label(self) -> str:
+        return self.step_basis if self.step_source != "unknown" and self.step_basis else self.step_source
+
+    @property
+    def size_line(self) -> str | None:
+        """Which size was assumed, when the request left some of it to the pipeline (None: all given)."""
+        if not self.assumed:
+            return None
+        fields = ", ".join(f.replace("_", " ") for f in self.assumed)
+        return f"size {self.size.label()}: {fields} from the pipeline's defaults (no flag given)"
 
 
 def staged_bytes(plan: Plan, role: str) -> int:
@@ -186,4 +204,5 @@ def forecast_for(plan: Plan, size: RequestSize, device: str, observed_bandwidth:
     forecast = forecast_request(plan, known.size, profile, known.source, bandwidth, bw_source,  # type: ignore[arg-type]
                                 overlap=device != "cpu", peak_basis=known.peak_basis, step_basis=known.step_basis)
     forecast.notes[:0] = cache_notes
-    return forecast
+    assumed = tuple(k for k, v in size.model_dump().items() if v is None and getattr(known.size, k) is not None)
+    return replace(forecast, assumed=assumed)
