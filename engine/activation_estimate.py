@@ -13,7 +13,8 @@ the components' configs and the request size, the way the phase's largest live t
   x `units` of the block's live tensors (SDPA keeps no N^2 matrix on CUDA); `units` is per class
   where a GPU run measured it, else `6 + 2 ff / d`;
 - VAE decode: the decoder's largest activation (channels x pixels x frames decoded at once, from its
-  up path) x `C_vae` live copies of it.
+  up path) x `C_vae` live copies of it; a VAE that decodes a chunk of frames at a time (Wan: one
+  latent frame) adds the video it accumulates, twice (the output and the copy that appends to it).
 
 The constants (`TEXT_ATTENTION`, `DENOISE_UNITS`, `DECODE_COPIES`) are calibrated against the phase
 peaks the GPU runs recorded (docs/ and benchmarks/results/); tests/engine/test_estimate_calibration.py
@@ -33,7 +34,7 @@ from .weights import DTYPES
 BASIS = "estimated from config"
 TEXT_ATTENTION = {"T5EncoderModel": 7.0, "UMT5EncoderModel": 9.5, "MT5EncoderModel": 7.0}  # x elt per score
 DENOISE_UNITS = {"FluxTransformer2DModel": 18.5, "WanTransformer3DModel": 11.2}  # x N x d x elt
-DECODE_COPIES = {"AutoencoderKL": 4.8, "AutoencoderKLWan": 7.7}
+DECODE_COPIES = {"AutoencoderKL": 4.8, "AutoencoderKLWan": 7.2}
 DEFAULT_DECODE_COPIES = 4.8
 # Joint attention: text tokens run through the blocks with the image tokens (the others cross-attend)
 JOINT_CLASSES = frozenset({"FluxTransformer2DModel", "SD3Transformer2DModel", "HunyuanVideoTransformer3DModel",
@@ -173,6 +174,17 @@ def largest_decoder_activation(class_name: str | None, config: dict[str, Any], s
     return largest * (size.frames or 1)
 
 
+def decode_extra(class_name: str | None, config: dict[str, Any], size: RequestSize, elt: int) -> int | None:
+    """The VAE decode's bytes above the weights at `size` (None: the config says too little)."""
+    largest = largest_decoder_activation(class_name, config, size)
+    if largest is None or not (size.height and size.width):
+        return None
+    extra = DECODE_COPIES.get(class_name or "", DEFAULT_DECODE_COPIES) * largest
+    if class_name == "AutoencoderKLWan":  # chunk by chunk: the decoded video grows by concatenation
+        extra += 2 * (size.frames or 1) * (pos_int(config.get("out_channels")) or 3) * size.height * size.width
+    return int(extra * elt)
+
+
 def estimate_phases(model: ModelInfo, size: RequestSize) -> PhaseEstimate:
     """Each phase's bytes above the weights at `size` (a size with every field filled: see
     `model_configs.fill_size`). A phase whose configs say too little is None, with a note."""
@@ -191,10 +203,7 @@ def estimate_phases(model: ModelInfo, size: RequestSize) -> PhaseEstimate:
     if denoise is None:
         notes.append("denoise activations: not estimated (the request size or the denoiser's config is unknown)")
     v = vae(model)
-    largest = largest_decoder_activation(v.class_name, config_of(v), size) if v is not None else None
-    decode = None
-    if largest is not None and v is not None:
-        decode = int(DECODE_COPIES.get(v.class_name or "", DEFAULT_DECODE_COPIES) * largest * elt_bytes(v))
-    elif v is not None:
+    decode = decode_extra(v.class_name, config_of(v), size, elt_bytes(v)) if v is not None else None
+    if v is not None and decode is None:
         notes.append("VAE decode activations: not estimated (the request size or the VAE's config is unknown)")
     return PhaseEstimate(text, denoise, decode, geo, size, notes=notes)
