@@ -26,6 +26,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from .activation_estimate import JOINT_CLASSES, Geometry, PhaseEstimate, estimate_phases, geometry
 from .discovery import ModelInfo
 from .plan import Plan, StreamedBlock
@@ -110,10 +112,13 @@ def estimated_profile(plan: Plan, size: RequestSize, device: str,
     flops = forward_flops(model, blocks, size) if rates is not None else None
     compute = [f / rates[0] + BLOCK_OVERHEAD_S for f in flops] if flops is not None and rates else []
     geo = phases.geometry
-    return RequestProfile(
-        model=str(Path(model.path).resolve()), model_bytes=model.nbytes, device=device, size=size,
-        block_compute_s=compute, other_s=0.0, forwards_per_step=geo.forwards_per_step if geo else 1,
-        text_extra_bytes=phases.text_extra, denoise_extra_bytes=phases.denoise_extra,
-        decode_extra_bytes=phases.decode_extra,
-        bandwidth_bytes_per_s=rates[1] if rates and compute else None,
-        measured_at=time.strftime("estimated %Y-%m-%dT%H:%M:%S"))
+    try:  # a config's numbers are input: an estimate beyond a profile's bounds is no estimate
+        return RequestProfile(
+            model=str(Path(model.path).resolve()), model_bytes=model.nbytes, device=device, size=size,
+            block_compute_s=compute, other_s=0.0, forwards_per_step=geo.forwards_per_step if geo else 1,
+            text_extra_bytes=phases.text_extra, denoise_extra_bytes=phases.denoise_extra,
+            decode_extra_bytes=phases.decode_extra,
+            bandwidth_bytes_per_s=rates[1] if rates and compute else None,
+            measured_at=time.strftime("estimated %Y-%m-%dT%H:%M:%S"))
+    except ValidationError:
+        return None

@@ -35,6 +35,13 @@ class KnownProfile:
     size: RequestSize  # the size with the pipeline's defaults filled in
 
 
+MAX_S, MAX_BYTES = 1e6, 1 << 60  # a profile's bounds (request_profile): copies skip validation, so cap here
+
+
+def _cap(x: float | None) -> int | None:
+    return None if x is None else int(min(max(x, 0), MAX_BYTES))
+
+
 def _pixels(size: RequestSize) -> float | None:
     if not (size.height and size.width):
         return None
@@ -55,16 +62,17 @@ def scale_profile(plan: Plan, profile: RequestProfile, size: RequestSize) -> Req
     blocks = plan.forward[0]
     f_old, f_new = forward_flops(model, blocks, profile.size), forward_flops(model, blocks, size)
     if f_old and f_new and len(f_old) == len(profile.block_compute_s):
-        compute = [c * n / o if o else c for c, n, o in zip(profile.block_compute_s, f_new, f_old, strict=True)]
-        other = profile.other_s * (sum(f_new) / sum(f_old) if sum(f_old) else 1.0)
+        compute = [min(c * n / o, MAX_S) if o else c
+                   for c, n, o in zip(profile.block_compute_s, f_new, f_old, strict=True)]
+        other = min(profile.other_s * (sum(f_new) / sum(f_old) if sum(f_old) else 1.0), MAX_S)
     elif linear is not None:
-        compute, other = [c * linear for c in profile.block_compute_s], profile.other_s * linear
+        compute, other = [min(c * linear, MAX_S) for c in profile.block_compute_s], min(profile.other_s * linear, MAX_S)
     else:
         return None
 
     def scale(x: int | None, r: float | None, fallback: float | None) -> int | None:
         factor = r if r is not None else fallback
-        return None if x is None or factor is None else int(x * factor)
+        return None if x is None or factor is None else _cap(x * factor)
 
     return profile.model_copy(update=dict(
         size=size, block_compute_s=compute, other_s=other,
@@ -74,9 +82,9 @@ def scale_profile(plan: Plan, profile: RequestProfile, size: RequestSize) -> Req
 
 
 def _with_estimated_peaks(profile: RequestProfile, phases: PhaseEstimate) -> RequestProfile:
-    return profile.model_copy(update=dict(text_extra_bytes=phases.text_extra,
-                                          denoise_extra_bytes=phases.denoise_extra,
-                                          decode_extra_bytes=phases.decode_extra))
+    return profile.model_copy(update=dict(text_extra_bytes=_cap(phases.text_extra),
+                                          denoise_extra_bytes=_cap(phases.denoise_extra),
+                                          decode_extra_bytes=_cap(phases.decode_extra)))
 
 
 def profile_for(plan: Plan, size: RequestSize, device: str, notes: list[str] | None = None) -> KnownProfile:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,27 @@ def test_call_defaults_come_from_the_installed_source() -> None:
     assert call_defaults("FluxPipeline")["default_sample_size"] == 128
     assert call_defaults("StableDiffusion3Pipeline")["default_sample_size"] == 128  # its fallback literal
     assert call_defaults("NoSuchPipeline") == {} and call_defaults("not an identifier") == {}
+
+
+@pytest.mark.parametrize(("component", "edit"), [
+    ("transformer", {"num_attention_heads": 2**39, "attention_head_dim": 2**39}),
+    ("transformer", {"num_attention_heads": "many", "attention_head_dim": -3}),
+    ("vae", {"block_out_channels": [2**39] * 16}),
+    ("text_encoder_2", {"d_model": 2**39, "num_heads": True}),
+])
+def test_hostile_config_numbers_leave_a_finite_forecast(demo_model_dir: Path, tmp_path: Path, capsys,
+                                                        component: str, edit: dict) -> None:
+    root = tmp_path / "model"
+    shutil.copytree(demo_model_dir, root)
+    config = root / component / "config.json"
+    config.write_text(json.dumps(json.loads(config.read_text()) | edit))
+    code = main(["plan", "--model", str(root), "--device", "cpu", "--json"])
+    out = capsys.readouterr().out
+    if code == 2:  # discovery may refuse the config itself: one line, nothing estimated
+        return
+    assert code == 0
+    request = json.loads(out, parse_constant=lambda c: pytest.fail(f"plan --json wrote {c}"))["request_forecast"]
+    assert all(0 < v <= 1 << 62 for v in [request["peak_bytes"], *request["phase_peaks"].values()])
+    gpu = forecast_for(_plan(root), RequestSize(height=64, width=64), GPU)  # the step is estimated there too
+    assert gpu.step_s is None or (math.isfinite(gpu.step_s) and 0 < gpu.step_s <= 1e8)
+    assert all(0 < v <= 1 << 62 for v in gpu.phase_peaks.values())
