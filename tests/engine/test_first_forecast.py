@@ -13,6 +13,7 @@ import pytest
 
 from omni_console.console.cli import main
 from omni_console.console.plan_context import LinkInfo
+from omni_console.console.request_defaults import forecast_line
 from omni_console.console.widgets.plan_forecast import forecast_rows
 from omni_console.engine.activation_estimate import BASIS, estimate_phases
 from omni_console.engine.discovery import discover_model
@@ -85,6 +86,7 @@ def test_the_console_panel_labels_an_estimate(demo_model_dir: Path) -> None:
     rows = {label: note for label, _, note in forecast_rows(plan, LinkInfo(is_cuda=True), request)}
     assert "estimated from config" in rows["device peak"]
     assert rows["step time"].startswith("estimated from config: copy schedule replayed over estimated block times")
+    assert forecast_line(request, 4).endswith("denoising (estimated from config)")  # the generate dialog's line
 
 
 def test_another_sizes_profile_is_scaled_and_labelled(demo_model_dir: Path) -> None:
