@@ -198,8 +198,8 @@ def forecast_check_text(check: ForecastCheck) -> str:
 
     step = part("step", f"{check.predicted_step_s:.3f} s" if check.predicted_step_s is not None else None,
                 f"{check.measured_step_s:.3f} s" if check.measured_step_s is not None else None,
-                check.step_error, check.step_source)
+                check.step_error, check.step_basis or check.step_source)
     peak = part("peak", format_bytes(check.predicted_peak) if check.predicted_peak is not None else None,
                 format_bytes(check.measured_peak) if check.measured_peak is not None else None,
-                check.peak_error, check.peak_source)
+                check.peak_error, check.peak_basis or check.peak_source)
     return f"forecast · {step} · {peak}"

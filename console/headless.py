@@ -234,7 +234,8 @@ def _check_doc(check: Any) -> dict[str, Any] | None:
     return {"predicted_peak_bytes": check.predicted_peak, "measured_peak_bytes": check.measured_peak,
             "peak_error": check.peak_error, "peak_source": check.peak_source,
             "predicted_step_s": check.predicted_step_s, "measured_step_s": check.measured_step_s,
-            "step_error": check.step_error, "step_source": check.step_source}
+            "step_error": check.step_error, "step_source": check.step_source,
+            "peak_basis": getattr(check, "peak_basis", ""), "step_basis": getattr(check, "step_basis", "")}
 
 
 def _fail(err: Console, line: str) -> None:

@@ -180,19 +180,19 @@ def request_sheet(forecast: RequestForecast, on_cpu: bool = False) -> Sheet:
     host→device link: a copy rate there would read as one, so it is not shown."""
     step = f"{forecast.step_s:.3f} s" if forecast.step_s is not None else "not measured yet"
     phase = forecast.peak_phase.replace('_', ' ')
-    rows = [(f"device peak ({phase})", format_bytes(forecast.peak_bytes), forecast.peak_source)]
+    rows = [(f"device peak ({phase})", format_bytes(forecast.peak_bytes), forecast.peak_label)]
     if forecast.overhead is not None and forecast.process_peak_bytes is not None and not on_cpu:
         rows = [(f"device memory of the process ({phase})", format_bytes(forecast.process_peak_bytes),
-                 forecast.peak_source),
-                ("  torch allocated peak", format_bytes(forecast.peak_bytes), forecast.peak_source),
+                 forecast.peak_label),
+                ("  torch allocated peak", format_bytes(forecast.peak_bytes), forecast.peak_label),
                 ("  outside torch's allocations", format_bytes(forecast.process_peak_bytes - forecast.peak_bytes),
                  forecast.overhead.context_source)]
-    rows.append(("step time", step, forecast.step_source))
+    rows.append(("step time", step, forecast.step_label))
     if forecast.floor_s is not None:
-        rows.append(("step floor: max(compute, transfer)", f"{forecast.floor_s:.3f} s", forecast.step_source))
+        rows.append(("step floor: max(compute, transfer)", f"{forecast.floor_s:.3f} s", forecast.step_label))
     if forecast.bandwidth and not on_cpu:
         rows.append(("host→device link", format_rate(forecast.bandwidth), forecast.bandwidth_source))
-    caption = "; ".join(forecast.notes) or None
+    caption = "; ".join(([forecast.size_line] if forecast.size_line else []) + forecast.notes) or None
     return Sheet(f"request forecast ({forecast.size.label()})", ("figure", "value", "source"), rows,
                  right=frozenset({"value"}), caption=caption)
 

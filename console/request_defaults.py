@@ -77,4 +77,4 @@ def forecast_line(forecast: RequestForecast | None, steps: int | None) -> str:
         return ("forecast: unknown — no request of this model and size has run on this device yet "
                 "(this one measures it)")
     return (f"forecast: {steps} steps × {format_seconds(forecast.step_s)} = {format_seconds(steps * forecast.step_s)}"
-            f" denoising ({forecast.step_source})")
+            f" denoising ({forecast.step_label})")

@@ -67,6 +67,9 @@ class ForecastCheckReport(Document):
     measured_step_s: float | None = Field(description="median step after the first")
     step_error: float | None
     step_source: str
+    peak_basis: str = Field("", description="what the predicted peak rested on: cached, 'scaled from WxH', "
+                                            "'estimated from config'")
+    step_basis: str = Field("", description="what the predicted step rested on (as peak_basis)")
 
 
 class AutoPlanReport(Document):

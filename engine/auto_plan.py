@@ -29,7 +29,8 @@ from ..offload.units import format_bytes
 from .device_footprint import NO_OVERHEAD, DeviceOverhead, device_overhead
 from .discovery import ComponentInfo
 from .plan import Plan, make_plan
-from .request_forecast import RequestForecast, dit_profile, forecast_request, known_profile, phase_bytes
+from .profile_basis import profile_for
+from .request_forecast import RequestForecast, dit_profile, forecast_request, phase_bytes
 from .request_profile import RequestProfile, RequestSize
 from .stream_choice import TIE, DitProfile, StreamChoice, evaluate
 from .stream_search import StreamTable
@@ -54,14 +55,16 @@ def _gb(n: float) -> str:
     return format_bytes(int(n))
 
 
-def _zero_compute(plan: Plan) -> DitProfile:
+def _zero_compute(plan: Plan, activation_bytes: int = 0) -> DitProfile:
     blocks = plan.forward[0]  # one forward's (with two experts: one expert's)
-    return DitProfile(tuple(b.nbytes for b in blocks), (0.0,) * len(blocks), 0.0, 1, 0)
+    return DitProfile(tuple(b.nbytes for b in blocks), (0.0,) * len(blocks), 0.0, 1, activation_bytes)
 
 
 def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfile | None, source: str,
-              bandwidth: float | None, bandwidth_source: str, overhead: DeviceOverhead = NO_OVERHEAD) -> AutoPlan:
-    """The best plan for `budget` bytes of the process (see the module docstring); raises NothingFits."""
+              bandwidth: float | None, bandwidth_source: str, overhead: DeviceOverhead = NO_OVERHEAD,
+              peak_basis: str = "", step_basis: str = "") -> AutoPlan:
+    """The best plan for `budget` bytes of the process (see the module docstring); raises NothingFits. The
+    bases (profile_basis.KnownProfile) label the forecast and the reasons."""
     model, base = plan0.model, plan0.policy
     allocatable = overhead.allocated_budget(budget)
     if base.mode == "resident":
@@ -71,7 +74,7 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
     default = {k: v for k, v in base.dlo_offload_components.items() if k == "default"}
     staged_plan = make_plan(model, build_policy({**default, **{a.name: True for a in aux}}, 0, "dlo", "leading", 2,
                                                   stream_dtype=base.stream_dtype, fp8_modulation=base.fp8_modulation))
-    dit = dit_profile(staged_plan, profile) or _zero_compute(staged_plan)
+    dit = dit_profile(staged_plan, profile) or _zero_compute(staged_plan, extras.denoise_extra)
     # the DiT's candidates do not depend on the encoders and VAEs; a UNet's ring is budgeted in bytes
     table = StreamTable(dit, bandwidth or 1.0, byte_ring=staged_plan.residency.byte_ring)
     fixed0 = staged_plan.forecast.device_resident_bytes  # every encoder/VAE staged, no resident block
@@ -120,15 +123,18 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
         alt = table.choose(room(resident ^ {a.name}), TIE)
         tried[a.name] = None if alt is None else table.step(alt)
     plan = make_plan(model, chosen)
-    forecast = forecast_request(plan, size, profile, source, bandwidth, bandwidth_source)  # type: ignore[arg-type]
+    forecast = forecast_request(plan, size, profile, source, bandwidth, bandwidth_source,  # type: ignore[arg-type]
+                                peak_basis=peak_basis, step_basis=step_basis)
     forecast = replace(forecast, overhead=overhead if overhead is not NO_OVERHEAD else None)
-    reasons = _reasons(plan, choice, aux, tried, budget, profile, bandwidth, overhead)
+    known = profile is not None and bool(profile.block_compute_s)
+    reasons = _reasons(plan, choice, aux, tried, budget, profile if known else None, bandwidth, overhead,
+                       step_basis if step_basis not in ("", "cached") else "")
     return AutoPlan(plan, forecast, reasons, budget, overhead)
 
 
 def _reasons(plan: Plan, choice: StreamChoice, aux: list[ComponentInfo],
              tried: dict[str, float | None], budget: int, profile: RequestProfile | None,
-             bandwidth: float | None, overhead: DeviceOverhead = NO_OVERHEAD) -> list[str]:
+             bandwidth: float | None, overhead: DeviceOverhead = NO_OVERHEAD, basis: str = "") -> list[str]:
     """One line per decision: each encoder/VAE (and what the other choice would have cost), the DiT's
     resident blocks and placement, the ring, and the predicted step and peak with what they rest on."""
     lines: list[str] = []
@@ -161,7 +167,7 @@ def _reasons(plan: Plan, choice: StreamChoice, aux: list[ComponentInfo],
     if known:
         floor = choice.forward.floor_s * (profile.forwards_per_step if profile else 1)
         step = f"predicted step {choice.step_s:.3f} s (floor {floor:.3f} s)"
-        basis = "from the measured profile"
+        basis = basis or "from the measured profile"
     else:
         step = "predicted step unknown"
         basis = ("ranked by bytes streamed per step (no request of this model has run on this device yet: run one)"
@@ -180,9 +186,11 @@ def _reasons(plan: Plan, choice: StreamChoice, aux: list[ComponentInfo],
 
 def auto_plan_for(plan0: Plan, budget: int, size: RequestSize, device: str,
                   observed_bandwidth: float | None = None) -> AutoPlan:
-    """`auto_plan` with what is known on `device` (`known_profile`, the device's footprint); the link rate
-    given, else cached."""
-    profile, source = known_profile(plan0, size, device)
+    """`auto_plan` with what is known on `device` (`profile_for`, the device's footprint); the link rate
+    given, else the profile's."""
+    known = profile_for(plan0, size, device)
+    profile = known.profile
     bandwidth = observed_bandwidth or (profile.bandwidth_bytes_per_s if profile else None)
-    bw_source = "measured" if observed_bandwidth else "cached"
-    return auto_plan(plan0, budget, size, profile, source, bandwidth, bw_source, device_overhead(device))
+    bw_source = "measured" if observed_bandwidth else "cached" if known.step_basis == "cached" else "estimated"
+    return auto_plan(plan0, budget, known.size, profile, known.source, bandwidth, bw_source, device_overhead(device),
+                     known.peak_basis, known.step_basis)

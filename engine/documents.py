@@ -117,13 +117,19 @@ class RequestForecastDoc(Document):
     size: dict[str, int | float | None] = Field(description="height, width, frames, max_sequence_length, guidance")
     peak_bytes: int = Field(ge=0, description="the largest phase: weights on the device + that phase's extra")
     peak_phase: str = Field(description="text_encoding, denoise or vae_decode")
+    size_assumed: list[str] = Field(default_factory=list, description="size fields the request left out, taken "
+                                                                      "from the pipeline's defaults")
     peak_source: Literal["measured", "cached", "estimated", "unknown"] = Field(
-        description="cached: measured by an earlier request of this size; estimated: scaled from another size; "
-                    "unknown: weights only, activations not measured yet")
+        description="cached: measured by an earlier request of this size; estimated: scaled from another size "
+                    "or estimated from the configs (peak_basis says which); unknown: weights only")
+    peak_basis: str = Field("", description="what the peak's activations rest on: 'cached', 'scaled from WxH', "
+                                            "'estimated from config' ('' when unknown)")
     phase_peaks: dict[str, int]
     step_seconds: float | None = Field(description="predicted denoise step (null: nothing measured yet)")
     step_floor_seconds: float | None = Field(description="max(compute, streamed bytes / link rate) per step")
     step_source: Literal["measured", "cached", "estimated", "unknown"]
+    step_basis: str = Field("", description="what the step time rests on: 'cached', 'scaled from WxH', "
+                                            "'estimated from config' (FLOPs / the device table's throughput)")
     bandwidth_bytes_per_s: float | None
     bandwidth_source: Literal["measured", "cached", "estimated", "unknown"]
     notes: list[str]

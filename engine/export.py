@@ -107,9 +107,10 @@ def vllm_python_call(plan: Plan, layout: RankLayout | None = None) -> str:
 
 def request_forecast_doc(forecast: RequestForecast, device: str) -> RequestForecastDoc:
     return RequestForecastDoc(
-        device=device, size=forecast.size.model_dump(), peak_bytes=forecast.peak_bytes, peak_phase=forecast.peak_phase,
-        peak_source=forecast.peak_source, phase_peaks=dict(forecast.phase_peaks), step_seconds=forecast.step_s,
-        step_floor_seconds=forecast.floor_s, step_source=forecast.step_source,
+        device=device, size=forecast.size.model_dump(), size_assumed=list(forecast.assumed),
+        peak_bytes=forecast.peak_bytes, peak_phase=forecast.peak_phase, peak_source=forecast.peak_source,
+        peak_basis=forecast.peak_basis, phase_peaks=dict(forecast.phase_peaks), step_seconds=forecast.step_s,
+        step_floor_seconds=forecast.floor_s, step_source=forecast.step_source, step_basis=forecast.step_basis,
         bandwidth_bytes_per_s=forecast.bandwidth, bandwidth_source=forecast.bandwidth_source,
         notes=list(forecast.notes), **_footprint(forecast))
 

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from ..offload.block_timing import BlockTimer
 from ..offload.events import ForecastCheck
+from .model_configs import fill_size
 from .placement import block_modules
 from .plan import Plan
 from .request_forecast import RequestForecast, staged_bytes
@@ -83,7 +84,7 @@ class ProfileRecorder:
         try:  # a profile holds only finite, in-range figures (the cache is read back with those bounds)
             return RequestProfile(
                 model=str(Path(model.path).resolve()), model_bytes=model.nbytes, device=device_name(self.device),
-                size=request_size(request), block_compute_s=[max(c, 0.0) for c in dit.compute_s],
+                size=fill_size(model, request_size(request)), block_compute_s=[max(c, 0.0) for c in dit.compute_s],
                 other_s=max(dit.other_s, 0.0), forwards_per_step=per_step,
                 text_extra_bytes=text, denoise_extra_bytes=denoise, decode_extra_bytes=decode,
                 bandwidth_bytes_per_s=bandwidth if bandwidth and 1.0 < bandwidth < 1e15 else None,
@@ -110,4 +111,6 @@ def forecast_check(request_id: int, forecast: RequestForecast | None, run: RunOu
         measured_peak=peak, peak_source=forecast.peak_source if forecast else "unknown",
         predicted_step_s=forecast.step_s if forecast else None,
         measured_step_s=statistics.median(walls) if walls else None,
-        step_source=forecast.step_source if forecast else "unknown")
+        step_source=forecast.step_source if forecast else "unknown",
+        peak_basis=forecast.peak_basis if forecast and forecast.peak_source != "unknown" else "",
+        step_basis=forecast.step_basis if forecast and forecast.step_source != "unknown" else "")

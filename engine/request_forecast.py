@@ -5,9 +5,11 @@ compute, work outside the blocks, activations of each phase, the link's rate —
 `RequestProfile`:
 - `cached`: measured by an earlier request of this size on this device (the engine saves one after
   every request);
-- `estimated`: scaled from a profile of another size (compute and activations in proportion to the
-  pixels x frames), or the link rate from the start-up probe;
-- `unknown`: nothing measured yet on this device; the peak is then the weights alone and says so.
+- `estimated`: scaled from a profile of another size, or estimated from the configs before any
+  profile exists (engine/profile_basis.py; `peak_basis` / `step_basis` say which: "scaled from
+  1024x1024", "estimated from config"), or the link rate from the start-up probe or the device table;
+- `unknown`: nothing to go on (a step time on a CPU before a request has run); a peak without any
+  activations is the weights alone and says so.
 
 Peak = the largest phase: weights on the device (resident components, DiT non-block weights,
 resident blocks, the ring's k slots) + for text encoding the largest staged encoder and its
@@ -17,12 +19,14 @@ activations. Step time = the streamer's copy schedule replayed over the profile 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from .device_footprint import DeviceOverhead, device_overhead
 from .plan import Plan
-from .request_profile import RequestProfile, RequestSize, any_profile, load_profile
+from .profile_basis import profile_for
+from .request_profile import RequestProfile, RequestSize
 from .stream_choice import DitProfile, evaluate, profile_from_timings
 
 Source = Literal["measured", "cached", "estimated", "unknown"]
@@ -50,7 +54,27 @@ class RequestForecast:
     bandwidth: float | None
     bandwidth_source: Source
     notes: list[str] = field(default_factory=list)
+    peak_basis: str = ""  # what the peak's activations rest on: "cached", "scaled from …", "estimated from config"
+    step_basis: str = ""
     overhead: DeviceOverhead | None = None  # outside torch's allocations (device_footprint); None: not counted
+    assumed: tuple[str, ...] = ()  # size fields the request left out, taken from the pipeline's defaults
+
+    @property
+    def peak_label(self) -> str:
+        """The peak's source as shown: its basis ("estimated from config", "scaled from 64x64") or source."""
+        return self.peak_basis if self.peak_source != "unknown" and self.peak_basis else self.peak_source
+
+    @property
+    def step_label(self) -> str:
+        return self.step_basis if self.step_source != "unknown" and self.step_basis else self.step_source
+
+    @property
+    def size_line(self) -> str | None:
+        """Which size was assumed, when the request left some of it to the pipeline (None: all given)."""
+        if not self.assumed:
+            return None
+        fields = ", ".join(f.replace("_", " ") for f in self.assumed)
+        return f"size {self.size.label()}: {fields} from the pipeline's defaults (no flag given)"
 
     @property
     def process_peak_bytes(self) -> int | None:
@@ -107,11 +131,20 @@ def dit_fixed_bytes(plan: Plan) -> int:
     return plan.forecast.device_resident_bytes - resident_blocks
 
 
+def _source(basis: str, default: Source) -> Source:
+    if not basis:
+        return default
+    return "cached" if basis == "cached" else "estimated"
+
+
 def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | None, profile_source: Source,
-                     bandwidth: float | None, bandwidth_source: Source, overlap: bool = True) -> RequestForecast:
+                     bandwidth: float | None, bandwidth_source: Source, overlap: bool = True,
+                     peak_basis: str = "", step_basis: str = "") -> RequestForecast:
     """Peak and step time of one request of `size` under `plan` (see the module docstring).
 
-    `overlap=False` (a CPU device) adds every copy to the compute: a CPU copies synchronously."""
+    `overlap=False` (a CPU device) adds every copy to the compute: a CPU copies synchronously.
+    `peak_basis` / `step_basis` (profile_basis.KnownProfile) label each figure; without them both
+    carry `profile_source`."""
     notes: list[str] = []
     extras = phase_bytes(profile)
     f = plan.forecast
@@ -122,9 +155,10 @@ def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | No
         "vae_decode": base + staged_bytes(plan, "vae") + extras.decode_extra,
     }
     phase = max(peaks, key=lambda k: peaks[k])
-    measured_peaks = profile is not None and profile.denoise_extra_bytes is not None
+    measured_peaks = profile is not None and any(
+        x is not None for x in (profile.text_extra_bytes, profile.denoise_extra_bytes, profile.decode_extra_bytes))
     if not measured_peaks:  # no profile yet, or one from a device without an allocator (a CPU)
-        notes.append("activations not measured yet at this size: the peak counts weights only")
+        notes.append("activations not known at this size: the peak counts weights only")
     dit = dit_profile(plan, profile)
     step_s = floor_s = None
     if dit is not None and (bandwidth or not f.num_streamed_blocks):
@@ -132,28 +166,29 @@ def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | No
         serial = choice.forward.compute_s + choice.forward.transfer_s
         step_s = choice.step_s if overlap else serial * dit.forwards_per_step
         floor_s = (choice.forward.floor_s if overlap else serial) * dit.forwards_per_step
-    elif dit is None:
-        notes.append("step time: no request of this model has run on this device yet")
-    return RequestForecast(size=size, peak_bytes=peaks[phase], peak_phase=phase,
-                           peak_source=profile_source if measured_peaks else "unknown", phase_peaks=peaks,
-                           step_s=step_s, floor_s=floor_s,
-                           step_source=profile_source if step_s is not None else "unknown",
+        if not (step_s > 0 and math.isfinite(step_s)):  # nothing to time (no block): no step time, never 0
+            step_s = floor_s = None
+    if step_s is None:
+        notes.append("step time: no request of this model has run on this device yet"
+                     + ("" if overlap else " (a CPU's compute is not estimated)"))
+    peak_src = _source(peak_basis, profile_source) if measured_peaks else "unknown"
+    step_src = _source(step_basis, profile_source) if step_s is not None else "unknown"
+    return RequestForecast(size=size, peak_bytes=peaks[phase], peak_phase=phase, peak_source=peak_src,
+                           phase_peaks=peaks, step_s=step_s, floor_s=floor_s, step_source=step_src,
                            bandwidth=bandwidth, bandwidth_source=bandwidth_source if bandwidth else "unknown",
-                           notes=notes)
+                           notes=notes, peak_basis=peak_basis if measured_peaks else "",
+                           step_basis=step_basis if step_s is not None else "")
 
 
 def known_profile(plan: Plan, size: RequestSize, device: str,
                   notes: list[str] | None = None) -> tuple[RequestProfile | None, Source]:
-    """This size's cached profile ("cached"), else another size's scaled to it ("estimated"), else none.
+    """This size's cached profile ("cached"), else another size's scaled to it, else one estimated from
+    the configs ("estimated"), else none (`profile_basis.profile_for`, which also says which).
 
     A cached profile that cannot be used (not a regular file, too large, numbers out of range) is
     ignored with one line in `notes`."""
-    model = plan.model
-    profile = load_profile(model.path, model.nbytes, device, size, notes)
-    if profile is not None:
-        return profile, "cached"
-    other = any_profile(model.path, model.nbytes, device, notes)
-    return (scaled_profile(other, size) if other is not None else None), "estimated"
+    known = profile_for(plan, size, device, notes)
+    return known.profile, known.source  # type: ignore[return-value]
 
 
 def forecast_for(plan: Plan, size: RequestSize, device: str, observed_bandwidth: float | None = None,
@@ -161,14 +196,20 @@ def forecast_for(plan: Plan, size: RequestSize, device: str, observed_bandwidth:
     """The forecast from what is known (`known_profile`); the link rate as the streamer observed it,
     else the cached one, else the probe's."""
     cache_notes: list[str] = []
-    profile, source = known_profile(plan, size, device, cache_notes)
+    known = profile_for(plan, size, device, cache_notes)
+    profile = known.profile
     bw_source: Source
     if observed_bandwidth:
         bandwidth, bw_source = observed_bandwidth, "measured"
+    elif probe_bandwidth and known.step_basis != "cached":  # measured here and now beats a table or a scale
+        bandwidth, bw_source = probe_bandwidth, "estimated"
     elif profile is not None and profile.bandwidth_bytes_per_s:
-        bandwidth, bw_source = profile.bandwidth_bytes_per_s, "cached"
+        bandwidth = profile.bandwidth_bytes_per_s
+        bw_source = "cached" if known.step_basis == "cached" else "estimated"
     else:
         bandwidth, bw_source = probe_bandwidth, "estimated"
-    forecast = forecast_request(plan, size, profile, source, bandwidth, bw_source, overlap=device != "cpu")
+    forecast = forecast_request(plan, known.size, profile, known.source, bandwidth, bw_source,  # type: ignore[arg-type]
+                                overlap=device != "cpu", peak_basis=known.peak_basis, step_basis=known.step_basis)
     forecast.notes[:0] = cache_notes
-    return replace(forecast, overhead=device_overhead(device))
+    assumed = tuple(k for k, v in size.model_dump().items() if v is None and getattr(known.size, k) is not None)
+    return replace(forecast, assumed=assumed, overhead=device_overhead(device))

@@ -221,6 +221,8 @@ class ForecastCheck(Event):
     predicted_step_s: float | None
     measured_step_s: float | None
     step_source: str
+    peak_basis: str = ""  # the prediction's basis: "cached", "scaled from 64x64", "estimated from config"
+    step_basis: str = ""
 
     @staticmethod
     def error(predicted: float | None, measured: float | None) -> float | None:

@@ -49,7 +49,7 @@ def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = 
     elif request is not None and request.peak_source != "unknown":
         peak_row = ("device peak", format_bytes(request.peak_bytes),
                     f"{request.peak_phase.replace('_', ' ')} with activations at {request.size.label()} "
-                    f"({request.peak_source}); weights alone {format_bytes(f.peak_device_weight_bytes)}")
+                    f"({request.peak_label}); weights alone {format_bytes(f.peak_device_weight_bytes)}")
     else:
         peak_row = ("device peak weights", format_bytes(f.peak_device_weight_bytes), weights_peak)
     rows = [
@@ -68,7 +68,8 @@ def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = 
     if request is not None and request.step_s is not None:
         floor = f"; floor {format_seconds(request.floor_s)}" if request.floor_s is not None else ""
         rows.append(("step time", format_seconds(request.step_s),
-                     f"{request.step_source}: copy schedule replayed over measured block times{floor}"))
+                     f"{request.step_label}: copy schedule replayed over "
+                     f"{'measured' if request.step_source == 'cached' else 'estimated'} block times{floor}"))
     elif not link.is_cuda:
         rows.append(("transfer time per step", NO_LINK, "bandwidth applies to a GPU only"))
     elif link.bandwidth is None:

@@ -12,6 +12,7 @@ from tiny_families import FAMILY_GENERATION
 
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
+from omni_console.engine.model_configs import fill_size
 from omni_console.engine.plan import make_plan
 from omni_console.engine.request_forecast import forecast_request, scaled_profile
 from omni_console.engine.request_profile import RequestProfile, RequestSize, load_profile, profile_dir
@@ -64,8 +65,9 @@ def test_a_request_caches_its_profile_and_the_next_forecast_uses_it(demo_model_d
         assert before.step_s is None and before.step_source == "unknown"
         first = engine.generate(request)
         assert first.check is not None and first.check.predicted_step_s is None and first.check.measured_step_s > 0
-        profile = load_profile(demo_model_dir, engine.model.nbytes, "cpu", size)
-        assert profile is not None and len(profile.block_compute_s) == DEMO_BLOCKS
+        # cached under the size the pipeline rendered: the fields left out take the pipeline's defaults
+        profile = load_profile(demo_model_dir, engine.model.nbytes, "cpu", fill_size(engine.model, size))
+        assert profile is not None and profile.size.guidance is not None and len(profile.block_compute_s) == DEMO_BLOCKS
         assert all(c > 0 for c in profile.block_compute_s) and profile.forwards_per_step == 1
         steady = first.steps[1:] or first.steps  # the first step runs cold and is left out
         busy = statistics.median(s.wall_s - s.stall_s for s in steady)  # one forward per step
