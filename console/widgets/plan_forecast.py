@@ -42,7 +42,7 @@ def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = 
     process = request.process_peak_bytes if request is not None and link.is_cuda else None
     if request is not None and request.peak_source != "unknown" and process is not None:
         peak_row = ("device memory of the process", format_bytes(process),
-                    f"{request.peak_phase.replace('_', ' ')} at {request.size.label()} ({request.peak_source}): "
+                    f"{request.peak_phase.replace('_', ' ')} at {request.size.label()} ({request.peak_label}): "
                     f"torch allocated {format_bytes(request.peak_bytes)} + CUDA context and margin "
                     f"{format_bytes(process - request.peak_bytes)}; "
                     f"weights alone {format_bytes(f.peak_device_weight_bytes)}")

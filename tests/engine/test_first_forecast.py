@@ -84,7 +84,7 @@ def test_the_console_panel_labels_an_estimate(demo_model_dir: Path) -> None:
     plan = _plan(demo_model_dir)
     request = forecast_for(plan, RequestSize(height=64, width=64), GPU)
     rows = {label: note for label, _, note in forecast_rows(plan, LinkInfo(is_cuda=True), request)}
-    assert "estimated from config" in rows["device peak"]
+    assert "estimated from config" in rows["device memory of the process"]  # the card's figure on a GPU
     assert rows["step time"].startswith("estimated from config: copy schedule replayed over estimated block times")
     assert forecast_line(request, 4).endswith("denoising (estimated from config)")  # the generate dialog's line
 
