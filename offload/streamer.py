@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -58,34 +58,9 @@ from .devices import (
 from .events import EventBus, NullBus
 from .pinned import HostArena, typed_view
 from .residency import BlockResidency
+from .stream_stats import ReplanStats, StepStats
 from .transfer_timing import TransferClock
 from .upcast import BlockUpcast
-
-
-@dataclass(frozen=True, slots=True)
-class ReplanStats:
-    """What a `replan` moved: block regions copied to the device (newly resident), device bytes freed
-    (newly streamed), the ring's warm-up copies, and the wall time including both synchronizations."""
-
-    copied_bytes: int
-    freed_bytes: int
-    ring_bytes: int
-    seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class StepStats:
-    """Transfer totals since the previous `take_step_stats()` call.
-
-    `stall_s`: time compute waited on weight copies (exposed stall). `h2d_bytes` / `transfers`:
-    bytes and number of host-to-device block copies issued. `sync_fetches`: blocks found missing when
-    about to run and copied synchronously (the ring's order missed them; 0 once the order is right).
-    """
-
-    stall_s: float
-    h2d_bytes: int
-    transfers: int
-    sync_fetches: int = 0
 
 
 class LayerwiseStreamer(ByteRing):
