@@ -11,7 +11,8 @@ the components' configs and the request size, the way the phase's largest live t
 - denoise: the DiT's sequence `N` (latent frames x latent pixels / patch; with joint attention the
   text tokens too) x hidden size x the batch (2 where the pipeline batches classifier-free guidance)
   x `units` of the block's live tensors (SDPA keeps no N^2 matrix on CUDA); `units` is per class
-  where a GPU run measured it, else `6 + 2 ff / d`;
+  where a GPU run measured it, else `6 + 2 ff / d`; a UNet: `UNET_UNITS` x the batch x latent pixels x
+  its first block's channels (the skip connections it keeps and the widest stage's work);
 - VAE decode: the decoder's largest activation (channels x pixels x frames decoded at once, from its
   up path) x `C_vae` live copies of it; a VAE that decodes a chunk of frames at a time (Wan: one
   latent frame) adds the video it accumulates, twice (the output and the copy that appends to it).
@@ -34,6 +35,7 @@ from .weights import DTYPES
 BASIS = "estimated from config"
 TEXT_ATTENTION = {"T5EncoderModel": 7.0, "UMT5EncoderModel": 9.5, "MT5EncoderModel": 7.0}  # x elt per score
 DENOISE_UNITS = {"FluxTransformer2DModel": 18.5, "WanTransformer3DModel": 11.2}  # x N x d x elt
+UNET_UNITS = 22.0  # x batch x latent pixels x block_out_channels[0] x elt (SDXL-size at 1024², batch 2)
 DECODE_COPIES = {"AutoencoderKL": 4.8, "AutoencoderKLWan": 7.2}
 DEFAULT_DECODE_COPIES = 4.8
 # Joint attention: text tokens run through the blocks with the image tokens (the others cross-attend)
@@ -133,6 +135,18 @@ def denoise_extra(class_name: str | None, geo: Geometry, elt: int) -> int:
     return int(units * geo.batch * geo.sequence * geo.hidden * elt)
 
 
+def unet_extra(model: ModelInfo, unet: ComponentInfo, size: RequestSize) -> int | None:
+    """A UNet's denoise activations (see the module docstring); None when its config says too little."""
+    channels = config_of(unet).get("block_out_channels")
+    first = pos_int(channels[0]) if isinstance(channels, list) and channels else None
+    if first is None or not (size.height and size.width):
+        return None
+    factor = vae_spatial_factor(config_of(vae(model)))
+    batch = 2 if uses_cfg(model.pipeline_class, size.guidance) == "batch" else 1
+    latent = (size.height // factor) * (size.width // factor) * (size.frames or 1)
+    return int(UNET_UNITS * batch * latent * first * elt_bytes(unet))
+
+
 def text_extra(class_name: str | None, config: dict[str, Any], tokens: int, elt: int) -> int | None:
     """One encoder's activations at `tokens` tokens, batch 1 (None: its config names no widths)."""
     d = pos_int(config.get("d_model")) or pos_int(config.get("hidden_size"))
@@ -200,6 +214,8 @@ def estimate_phases(model: ModelInfo, size: RequestSize) -> PhaseEstimate:
     geo = geometry(model, size)
     dit = denoiser(model)
     denoise = denoise_extra(dit.class_name, geo, elt_bytes(dit)) if geo is not None and dit is not None else None
+    if dit is not None and dit.role == "unet":
+        denoise = unet_extra(model, dit, size)
     if denoise is None:
         notes.append("denoise activations: not estimated (the request size or the denoiser's config is unknown)")
     v = vae(model)

@@ -121,6 +121,23 @@ def test_denoise_activations_match_the_budget_sweeps(flux: ModelInfo, wan: Model
             within(estimate_phases(model, size).denoise_extra, run["resident"]["activation_bytes"], 0.10)
 
 
+def test_a_unets_activations_match_the_unet_sweep(tmp_path: Path) -> None:
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+
+    for run in recorded("unet_stream-*.json"):  # SDXL-size, one guided step (batch 2) at 1024²
+        assert (run["preset"], run["res"], run["batch"]) == ("sdxl", 1024, 2)
+        root = tmp_path / run["date"]
+        unet = init_defaults(UNet2DConditionModel, block_out_channels=[320, 640, 1280], sample_size=128,
+                             layers_per_block=2, cross_attention_dim=2048)
+        vae = init_defaults(AutoencoderKL, block_out_channels=[128, 256, 512, 512], latent_channels=4)
+        weights = run["resident"]["model_bytes"]
+        model = ModelInfo(path=root, pipeline_class="StableDiffusionXLPipeline", components=(
+            component(root, "unet", "unet", "UNet2DConditionModel", unet, weights),
+            component(root, "vae", "vae", "AutoencoderKL", vae, 167_000_000)))
+        size = RequestSize(height=1024, width=1024, guidance=5.0)
+        within(estimate_phases(model, size).denoise_extra, run["resident"]["peak_allocated"] - weights, 0.10)
+
+
 def _text_extra(report: dict[str, Any]) -> int:
     """A DLO run's text-encoding activations: its peak (the staged encoder's phase) less the weights."""
     assert report["vae_decode_peak_bytes"] < report["peak_allocated_bytes"]  # the peak was the text phase
