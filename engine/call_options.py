@@ -241,9 +241,27 @@ def frames_rule(model: ModelInfo) -> FramesRule | None:
     return None
 
 
+def fixed_frame_counts(model: ModelInfo) -> tuple[int, ...] | None:
+    """The only frame counts a pipeline renders at all, where they are so few (None: see `frames_rule`).
+
+    Latte adds its transformer's temporal position table (`video_length` rows, 16 in the released model)
+    to every multi-frame latent: any other count than 1 or `video_length` fails in the first DiT forward."""
+    if not model.pipeline_class.startswith("Latte"):
+        return None
+    length = _int(_dit_config(model).get("video_length"), 16)
+    return (1, length) if length > 1 else (1,)
+
+
 def _check_frames(model: ModelInfo, frames: int, label: str) -> None:
     if frames < 1:
         raise ConfigError(f"{label} {frames}: must be at least 1")
+    counts = fixed_frame_counts(model)
+    if counts is not None:
+        if frames not in counts:
+            raise ConfigError(f"{label} {frames}: {model.pipeline_class} renders {' or '.join(map(str, counts))} "
+                              f"frames (its transformer's temporal position table holds video_length = "
+                              f"{counts[-1]} frames)")
+        return
     rule = frames_rule(model)
     if rule is not None and not rule.accepts(frames):
         examples = " or ".join(map(str, rule.nearest(frames)))

@@ -8,8 +8,11 @@ order the blocks are called in during each DiT's first forward of a load and han
 which reorders the streamer, re-plans and caches the order (engine/order_cache.py).
 
 Only an order that is one pass over the block lists (each list's blocks together, in index order)
-can be a plan's order; anything else (a block called twice, lists interleaved, a block skipped) is
-reported and the plan's order kept.
+can be a plan's order. Lists interleaved block by block, every block called once (Latte: spatial
+block i, then temporal block i), are followed by the streamer alone, block by block, while the plan
+keeps its lists (same blocks, same bytes per forward); not cached, so each load's first forward
+finds it again. Anything else (a block called twice, a block skipped) is reported and the plan's
+order kept.
 """
 
 from __future__ import annotations
@@ -96,6 +99,12 @@ class BlockOrderWatch:
             self._unwatch(name)
 
 
+def every_block_once(calls: Sequence[tuple[str, int]], lists: Sequence[BlockList]) -> bool:
+    """Whether `calls` runs every block of `lists` exactly once (in any order)."""
+    expected = {(b.attr, i) for b in lists for i in range(b.count)}
+    return len(calls) == len(expected) and set(calls) == expected
+
+
 def reordered_names(names: Sequence[str], dit: str, order: Sequence[str]) -> list[str]:
     """The streamer's block names (`DIT.LIST.i`) with `dit`'s blocks put in `order` (lists), the rest kept."""
     def key(name: str) -> tuple[int, int]:
@@ -130,6 +139,14 @@ def adopt_order(model: ModelInfo, plan: Plan, streamer: LayerwiseStreamer | None
     info = model.component(dit)
     planned = [b.attr for b in info.block_lists]
     observed = one_pass_order(calls, info.block_lists)
+    if observed is None and every_block_once(calls, info.block_lists):
+        if streamer is None:
+            return model, plan, []
+        mine = iter(f"{dit}.{attr}.{index}" for attr, index in calls)
+        streamer.reorder([next(mine) if n.split(".", 1)[0] == dit else n for n in streamer.block_names])
+        return model, plan, [LogEvent(level="info", message=(
+            f"{dit}: its first forward interleaves its block lists ({' and '.join(planned)}, block by block); "
+            "the streamer now runs the blocks in that order, the plan keeps its lists' order"))]
     if observed is None:
         return model, plan, [LogEvent(level="warning", message=(
             f"{dit}: its first forward did not run each block list once, in order ({len(calls)} block calls); "

@@ -1,0 +1,133 @@
+"""Further diffusers families through the engine against plain `DiffusionPipeline.from_pretrained(dir)`:
+SD3.5, PixArt-Alpha, Bria, CogView4, Lumina-Next, Latte, LTX condition, SkyReels-V2 and Wan VACE.
+
+Each is bit-identical to the plain pipeline under the five policies the other family tests use, its DiT's
+blocks are found and streamed, and after each request's first step the ring never misses a block (no
+synchronous fetch): Latte interleaves its spatial and temporal block lists block by block, which the
+streamer follows once the first forward has shown it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from tiny_families_more import LATTE_FRAMES, MORE_GENERATION, build_tiny_more_family
+
+from omni_console.engine.call_options import check_call
+from omni_console.engine.discovery import discover_model
+from omni_console.engine.engine import Engine
+from omni_console.engine.request_checks import check_request
+from omni_console.engine.runner import GenerateRequest
+from omni_console.offload.errors import ConfigError
+from omni_console.offload.events import LogEvent, StepTiming
+from omni_console.offload.policy import build_policy
+
+PROMPT = "a red fox running in the snow"
+FAMILIES = ("sd35", "pixart_alpha", "bria", "cogview4", "lumina", "latte", "ltx_condition", "skyreels_v2", "wan_vace")
+FTFY_MODULES = ("diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2", "diffusers.pipelines.wan.pipeline_wan_vace")
+
+
+@pytest.fixture(scope="module")
+def more_dir(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("more-families")
+    built: dict[str, Path] = {}
+
+    def get(family: str) -> Path:
+        if family not in built:
+            built[family] = build_tiny_more_family(family, root / family)
+        return built[family]
+
+    return get
+
+
+@pytest.fixture(autouse=True)
+def without_ftfy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SkyReels-V2 and Wan VACE clean prompts with `ftfy` (plain diffusers fails alike without it); its
+    fix_text leaves an ASCII prompt as it is, so a stand-in is faithful."""
+    if importlib.util.find_spec("ftfy") is None:
+        for name in FTFY_MODULES:
+            module = importlib.import_module(name)
+            monkeypatch.setattr(module, "ftfy", SimpleNamespace(fix_text=lambda text: text), raising=False)
+
+
+def family_request(family: str) -> GenerateRequest:
+    gen = dict(MORE_GENERATION[family])
+    frames = gen.pop("num_frames", None) or gen.pop("video_length", None)
+    return GenerateRequest(prompt=PROMPT, steps=gen.pop("num_inference_steps"), height=gen.pop("height"),
+                           width=gen.pop("width"), seed=7, guidance=3.0, frames=frames, negative_prompt="blurry",
+                           max_sequence_length=gen.pop("max_sequence_length", None), output_type="np", extra=gen)
+
+
+def plain_output(path: Path, request: GenerateRequest) -> np.ndarray:
+    from diffusers import DiffusionPipeline
+
+    pipe = DiffusionPipeline.from_pretrained(path, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe(**request.call_kwargs(pipe))
+    return np.asarray(out.frames[0] if hasattr(out, "frames") else out.images)
+
+
+@pytest.mark.slow  # five loads and requests per family
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_is_bit_identical_to_from_pretrained(family: str, more_dir):
+    path = more_dir(family)
+    request = family_request(family)
+    engine = Engine(path, device="cpu")
+    check_request(engine.model, request)
+    check_call(engine.model, request)
+    (dit,) = engine.model.dits
+    assert dit.num_blocks >= 2 and dit.block_lists  # found, so streamed
+    expected = plain_output(path, request)
+    assert float(expected.std()) > 0
+    sub = engine.bus.subscribe()
+    layers = dit.num_blocks
+    policies = [build_policy({}, 0), build_policy({"default": False}, 1), build_policy({"vae": False}, layers),
+                build_policy({}, 1, placement="spread"), build_policy({}, 0, mode="resident")]
+    try:
+        for policy in policies:
+            engine.load(policy)
+            result = engine.generate(request)
+            engine.unload()
+            got = np.stack(result.frames) if result.is_video else np.asarray(result.image)[None]
+            assert got.size == expected.size and np.array_equal(got.reshape(expected.shape), expected), policy
+    finally:
+        engine.close()
+    events = sub.drain()
+    late = [(s.step, s.sync_fetches) for s in events if isinstance(s, StepTiming) and s.step > 1 and s.sync_fetches]
+    assert late == []
+    interleaved = [e for e in events if isinstance(e, LogEvent) and "interleaves its block lists" in e.message]
+    assert bool(interleaved) == (family == "latte")
+
+
+def test_latte_renders_one_frame_or_its_tables_length(more_dir):
+    model = discover_model(more_dir("latte"))
+    for frames in (1, LATTE_FRAMES):
+        check_call(model, GenerateRequest(prompt=PROMPT, frames=frames))
+    with pytest.raises(ConfigError) as refused:
+        check_call(model, GenerateRequest(prompt=PROMPT, frames=3), {"frames": "--frames"})
+    assert str(refused.value) == (f"--frames 3: LattePipeline renders 1 or {LATTE_FRAMES} frames (its transformer's "
+                                  f"temporal position table holds video_length = {LATTE_FRAMES} frames)")
+
+
+@pytest.mark.slow  # two plain pipeline calls
+def test_latte_frame_counts_against_plain_diffusers(more_dir):
+    """What plain diffusers does with the counts the rule refuses (fails) and takes (renders them)."""
+    from diffusers import DiffusionPipeline
+
+    path = more_dir("latte")
+    pipe = DiffusionPipeline.from_pretrained(path, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    gen = {**MORE_GENERATION["latte"], "num_inference_steps": 1}
+    for frames, renders in ((1, True), (3, False), (LATTE_FRAMES, True)):
+        try:
+            out = pipe(prompt=PROMPT, output_type="np", generator=torch.Generator().manual_seed(0),
+                       **{**gen, "video_length": frames})
+            shape = np.asarray(out.frames[0]).shape[0]
+        except RuntimeError:
+            shape = None
+        assert (shape == frames) == renders, (frames, shape)
