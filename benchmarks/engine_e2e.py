@@ -51,7 +51,7 @@ def write_checkpoint(root: Path) -> None:
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
-    from omni_console.engine.demo_model import save_pipeline
+    from omni_console.engine.pipeline_save import save_pipeline
     from omni_console.engine.tokenizers_offline import build_clip_tokenizer, build_t5_tokenizer
 
     transformer = _random_(_on_cuda(lambda: FluxTransformer2DModel(guidance_embeds=True)), 1)

@@ -49,7 +49,7 @@ def write_checkpoint(root: Path) -> None:
     from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline, WanTransformer3DModel
     from transformers import UMT5Config, UMT5EncoderModel
 
-    from omni_console.engine.demo_model import save_pipeline
+    from omni_console.engine.pipeline_save import save_pipeline
     from omni_console.engine.tokenizers_offline import build_t5_tokenizer
 
     transformer = _random_on_cuda(lambda: WanTransformer3DModel(

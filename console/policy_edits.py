@@ -27,10 +27,6 @@ class Edit:
     policy: OffloadPolicy | None
     message: str
 
-    @property
-    def refused(self) -> bool:
-        return self.policy is None
-
 
 def _residency_word(offload: bool) -> str:
     return "offloaded (staged)" if offload else "resident"

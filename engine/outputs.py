@@ -248,11 +248,6 @@ def _saver(image: Any, image_format: str) -> Callable[[BinaryIO], None]:
     return lambda stream: image.save(stream, format=image_format)
 
 
-def write_image(image: Any, target: OutputTarget) -> None:
-    """Write a PIL image to a checked target: exclusive create, or replace only with overwrite."""
-    _write_file(target.path, target.overwrite, _saver(image, target.image_format))
-
-
 def write_result(frames: Sequence[Any], target: OutputTarget, *, fps: float | None) -> list[Path]:
     """Write every frame to a checked target (see the module docstring); returns the files written.
 
