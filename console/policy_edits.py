@@ -150,7 +150,7 @@ class PolicyEditor:
         self.model = model
         self.make_plan = make_plan
         self.policy = policy
-        self.plan = make_plan(policy)  # PolicyError (a ConfigError) before anything runs
+        self.plan = make_plan(policy)  # PolicyError (exit 2 on the command line) before anything runs
         self._mode_stash: OffloadPolicy | None = None
 
     def replan(self) -> Plan:

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..offload.errors import ConfigError
 from ..offload.policy import build_policy
 from ..offload.units import format_bytes
 from .discovery import ComponentInfo
+from .errors import ConfigError
 from .plan import Plan, make_plan
 from .request_forecast import RequestForecast, dit_profile, forecast_request, known_profile, phase_bytes
 from .request_profile import RequestProfile, RequestSize

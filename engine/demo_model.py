@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..offload.errors import ConfigError
 from .build_dir import UnwritableFolder, atomic_build, manifest_mismatch
 from .cache_dir import CACHE_ENV, cache_root
+from .errors import ConfigError
 from .pipeline_save import save_pipeline
 
 __all__ = [

@@ -119,7 +119,7 @@ class Engine:
         self.model: ModelInfo = discover_model(model_path, variant)
         self.device = torch.device(device) if device is not None else default_device()
         if self.device.type == "cuda" and not torch.cuda.is_available():
-            from ..offload.errors import ConfigError
+            from .errors import ConfigError
 
             raise ConfigError(f"device {self.device} requested but CUDA is not available")
         self.bus = bus or EventBus()
@@ -132,7 +132,7 @@ class Engine:
         self.aux_in_place = direct_read and (self.device.type == "cuda" if aux_in_place is None else aux_in_place)
         self.group = group  # a torch.distributed group: streamed blocks sharded across it (AllGather)
         if group is not None and live_replan:
-            from ..offload.errors import ConfigError
+            from .errors import ConfigError
 
             raise ConfigError("live re-plan keeps whole masters; AllGather keeps shards: choose one")
         self._prepared = False

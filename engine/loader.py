@@ -23,12 +23,12 @@ import torch
 from safetensors import SafetensorError
 
 from ..offload.deferred_weights import DeferredWeights
-from ..offload.errors import ConfigError
 from ..offload.pinned import HostArena
 from .arena_load import load_into_arena, supports_arena_load
 from .construction_lock import MODEL_CONSTRUCTION
 from .direct_load import build_deferred, build_deferred_in_arena
 from .discovery import ComponentInfo, ModelInfo
+from .errors import ConfigError
 from .pipeline_values import absent_components, init_values
 from .roles import DENOISER_ROLES
 from .trusted_classes import accepts_trust_remote_code, component_class, holds_weights

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
-from ..offload.errors import ConfigError
 from .atomic_write import write_new, write_replacing
+from .errors import ConfigError
 from .signal_guard import SignalGuard
 
 SUGGESTED_SUFFIXES = (".png", ".jpg", ".webp", ".tiff", ".bmp")

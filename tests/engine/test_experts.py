@@ -218,9 +218,9 @@ def test_on_cuda_the_switch_keeps_frames_identical_to_plain_diffusers(wan22_dir:
 
 
 def test_sharding_two_experts_across_gpus_is_refused_before_load(wan22_dir: Path):
+    from omni_console.engine.errors import ConfigError
     from omni_console.engine.rank_checks import check_experts
     from omni_console.engine.rank_layout import RankLayout
-    from omni_console.offload.errors import ConfigError
 
     model = discover_model(wan22_dir)
     with pytest.raises(ConfigError, match="--dlo-no-use-allgather"):

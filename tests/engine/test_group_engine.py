@@ -147,7 +147,7 @@ def test_a_rank_that_dies_fails_the_next_request_with_one_line(demo_model_dir: P
 
 
 def test_a_bad_model_dir_fails_before_any_rank_starts(tmp_path: Path) -> None:
-    from omni_console.offload.errors import ConfigError
+    from omni_console.engine.errors import ConfigError
 
     with pytest.raises(ConfigError):
         GroupEngine(tmp_path / "missing", RankLayout(2, True), device_kind="cpu")
