@@ -37,7 +37,7 @@ from .weights import ModelDirError, find_weights
 
 # The DiT's blocks and the other components read on one pool: 16 readers, not 16 per component, and
 # the encoders' reads queue between the DiT's batches, so they finish early instead of last (measured on
-# one H200: warm loads at 1.02-1.06x the read floor, against 1.07-1.19x with 16 readers per component)
+# one H200: Flux-size warm loads at 1.02-1.06x the read floor, against 1.07-1.19x with 16 readers each)
 SHARE_READERS = True
 # A DiT's weights as views into one arena that is never written where its blocks are (they are read
 # into the streamer's arena): one mapping, where a thousand empty tensors made a thousand, each one
