@@ -136,7 +136,7 @@ async def press_and_time(app: OmniConsoleApp, clock: FrameClock, key: str) -> tu
 async def replans_under_keys(app: OmniConsoleApp, clock: FrameClock, engine: Engine,
                              args: argparse.Namespace) -> dict[str, Any]:
     """Re-plan 0 -> N -> 0 -> N -> 0 resident layers through the app; time keys while each runs."""
-    from omni_console.offload.events import Replanned
+    from omni_console.engine.events import Replanned
 
     sub = engine.bus.subscribe()
     rows: list[dict[str, Any]] = []

@@ -31,9 +31,10 @@ from typing import Any
 
 import torch
 
+from omni_console.engine.events import ExpertSwitched
 from omni_console.engine.expert_switch import ExpertSwitch
 from omni_console.engine.experts import Expert, streamer_residency
-from omni_console.offload.events import EventBus, ExpertSwitched
+from omni_console.offload.events import EventBus
 from omni_console.offload.residency import BlockResidency
 from omni_console.offload.streamer import LayerwiseStreamer
 

@@ -25,11 +25,12 @@ from rich.text import Text
 from ..engine.device_choice import parse_device
 from ..engine.engine import Engine
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
+from ..engine.events import EngineStateChanged
 from ..engine.outputs import DEFAULT_FPS, check_output_place, write_notes, write_result
 from ..engine.plain_text import plain
 from ..engine.profiler import request_size
 from ..engine.request_limits import schedule_steps
-from ..offload.events import EngineStateChanged, ErrorEvent, Subscription
+from ..offload.events import ErrorEvent, Subscription
 from ..offload.policy import OffloadPolicy
 from ..offload.telemetry import TelemetrySampler, default_sources, validate_hz
 from ..offload.units import format_bytes, format_rate, format_seconds

@@ -22,24 +22,22 @@ from typing import Any
 import torch
 
 from ..offload.deferred_weights import DeferredWeights
-from ..offload.events import (
+from ..offload.events import ErrorEvent, EventBus, LogEvent
+from ..offload.pinned import HostArena, register_seconds_total
+from ..offload.policy import OffloadPolicy
+from . import loader
+from .call_options import default_fps
+from .discovery import ModelInfo, discover_model
+from .events import (
     EngineStateChanged,
-    ErrorEvent,
-    EventBus,
     ForecastCheck,
     LoadProgress,
-    LogEvent,
     Replanned,
     RequestFinished,
     RequestPhases,
     RequestStarted,
     StepTiming,
 )
-from ..offload.pinned import HostArena, register_seconds_total
-from ..offload.policy import OffloadPolicy
-from . import loader
-from .call_options import default_fps
-from .discovery import ModelInfo, discover_model
 from .loader import LoadCancelled, pipeline_class, start_loading
 from .order_watch import BlockOrderWatch, adopt_order, permute_profile
 from .placement import Placement, begin_placement, place_others, place_streamed

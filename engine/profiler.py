@@ -17,7 +17,7 @@ import torch
 from pydantic import ValidationError
 
 from ..offload.block_timing import BlockTimer
-from ..offload.events import ForecastCheck
+from .events import ForecastCheck
 from .placement import block_modules
 from .plan import Plan
 from .request_forecast import RequestForecast, staged_bytes

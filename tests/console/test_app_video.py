@@ -22,8 +22,8 @@ from omni_console.console.widgets.request_phases import describe_phases, format_
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
 from omni_console.engine.errors import ConfigError
+from omni_console.engine.events import RequestPhases
 from omni_console.engine.runner import GenerateRequest
-from omni_console.offload.events import RequestPhases
 
 pytestmark = pytest.mark.slow  # end to end (generates videos in the app): .ci/run runs it, `pytest -q` skips it
 

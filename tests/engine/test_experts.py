@@ -25,12 +25,12 @@ from tiny_families_experts import BOUNDARY_RATIO, EXPERTS_GENERATION, build_tiny
 from omni_console.engine.auto_plan import auto_plan
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
+from omni_console.engine.events import ExpertSwitched, StepTiming
 from omni_console.engine.export import plan_to_dict
 from omni_console.engine.plan import make_plan
 from omni_console.engine.request_profile import RequestSize
 from omni_console.engine.runner import GenerateRequest
 from omni_console.offload.errors import PolicyError
-from omni_console.offload.events import ExpertSwitched, StepTiming
 from omni_console.offload.policy import build_policy
 
 PROMPT = "a red fox running in the snow"
