@@ -138,7 +138,7 @@ def write(report: dict[str, Any], args: argparse.Namespace, *, device: str | Non
     out = getattr(args, "out", None)
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(report, indent=2) + "\n")
+        Path(out).write_text(json.dumps(report, indent=2, default=str) + "\n")  # paths among the flags
     target = getattr(args, "csv", None)
     if target:
         with open(target, "w", newline="") as f:
