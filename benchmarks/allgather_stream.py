@@ -13,7 +13,7 @@ transformer as `dlo_stream.py` (random bf16 weights, seed 0) and measures, every
    and the copies' idle time inside the step. Rank 0's traces are kept (gzip) beside `--out`.
 Floor per rank: max(compute, shard bytes / all-at-once bandwidth). Ratios printed.
 
-Usage (two GPUs): python benchmarks/allgather_stream.py --gpus 2 --profile --out allgather_stream.json
+Usage (two GPUs): python -m benchmarks.allgather_stream --gpus 2 --profile --out allgather_stream.json
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import gzip
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -35,14 +34,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).parent))
-from dlo_stream import BLOCK_ATTRS, PRESETS, build_model, make_inputs  # noqa: E402
-
 from omni_console.engine.rank_group import free_port  # noqa: E402
 from omni_console.offload.allgather_streamer import AllGatherStreamer, gather_into  # noqa: E402
 from omni_console.offload.pinned import HostArena, pinned_bytes_held  # noqa: E402
 from omni_console.offload.residency import BlockResidency  # noqa: E402
 from omni_console.offload.streamer import LayerwiseStreamer  # noqa: E402
+
+from . import harness
+from .dlo_stream import BLOCK_ATTRS, PRESETS, build_model, make_inputs
 
 VARIANTS: dict[str, dict[str, int]] = {
     "default": {},
@@ -331,16 +330,14 @@ def summarise(ranks: list[dict[str, Any]], world: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, out="allgather_stream.json", iters=5)
     parser.add_argument("--gpus", type=int, default=2)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="flux-dev")
     parser.add_argument("--res", type=int, default=1024)
-    parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--variants", type=lambda s: s.split(","), default=["default"],
                         help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--bind-numa", action="store_true", help="each rank on its GPU's local CPUs (sysfs)")
-    parser.add_argument("--out", default="allgather_stream.json")
     args = parser.parse_args()
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown:
@@ -360,7 +357,7 @@ def main() -> None:
               "nccl": ".".join(map(str, torch.cuda.nccl.version())), "gpus": args.gpus, "preset": args.preset,
               "res": args.res, "iters": args.iters, "bind_numa": args.bind_numa, "ranks": ranks,
               "summary": summarise(ranks, args.gpus)}
-    Path(args.out).write_text(json.dumps(report, indent=2))
+    harness.write(report, args)
     print(json.dumps(report["summary"], indent=1), flush=True)
 
 

@@ -11,7 +11,7 @@ checks the free memory again through NVML (no CUDA context of its own) before it
     from ballast import ballast
     with ballast(12) as card:          # cuda:0 now shows 12 GB free
         subprocess.run([... "omni-console", "run", ...])
-    python3 benchmarks/ballast.py 12   # by hand: hold until Enter
+    python3 -m benchmarks.ballast 12   # by hand: hold until Enter
 """
 
 from __future__ import annotations

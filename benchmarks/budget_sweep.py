@@ -16,14 +16,12 @@ One DiT (Flux-dev-size at 1024², or Wan2.1-14B-size at 81x480x832; random bf16 
 
 Every streamed run's output is compared with the resident output (bit-identical expected).
 A "step" here is one DiT forward (one denoise step without classifier-free guidance).
-Usage: python benchmarks/budget_sweep.py --model flux|wan|flux-small|wan-small --out sweep.json
+Usage: python -m benchmarks.budget_sweep --model flux|wan|flux-small|wan-small --out sweep.json
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import statistics
 import time
 from typing import Any
@@ -35,6 +33,8 @@ from omni_console.engine.stream_choice import choose_streaming, evaluate, profil
 from omni_console.offload.block_timing import BlockTimer
 from omni_console.offload.residency import BlockResidency
 from omni_console.offload.streamer import LayerwiseStreamer
+
+from . import harness
 
 GB = 1e9
 MODELS: dict[str, dict[str, Any]] = {
@@ -189,14 +189,11 @@ def measured_run(model, inputs, device, lists, masters, residency, depths, iters
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, out="budget_sweep.json", device="cuda", iters=3)
     parser.add_argument("--model", choices=sorted(MODELS), default="flux")
-    parser.add_argument("--device", default="cuda")
     parser.add_argument("--points", type=int, nargs="*", default=None)
     parser.add_argument("--depths", type=int, nargs="*", default=[2, 4, 8, 16])
     parser.add_argument("--budgets", type=float, nargs="*", default=[8, 12, 16, 24, 32, 48])
-    parser.add_argument("--iters", type=int, default=3)
-    parser.add_argument("--out", default="budget_sweep.json")
     args = parser.parse_args()
     spec = MODELS[args.model]
     device = torch.device(args.device)
@@ -284,8 +281,7 @@ def main() -> None:
                    vs_best_measured=(row["step_s"] / best_measured) if best_measured else None)
         plans.append(row)
     report["auto_plan"] = plans
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2)
+    harness.write(report, args)
     log(f"wrote {args.out}")
 
 

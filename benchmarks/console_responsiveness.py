@@ -15,7 +15,7 @@ The key goes through the driver's message path, like a real keypress. Frames are
 `App._display` (Textual private API; headless apps still compose every frame before it). Step 1 of
 each request is excluded from step statistics (warm-up). Prints the figures and writes JSON to --out.
 
-Usage: python benchmarks/console_responsiveness.py [--model PATH] [--device cpu|cuda] [--steps N]
+Usage: python -m benchmarks.console_responsiveness [--model PATH] [--device cpu|cuda] [--steps N]
        [--key-steps N] [--presses N] [--hz 10] [--out console.json]
 """
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import statistics
@@ -45,6 +44,8 @@ from omni_console.console.headless import default_request  # noqa: E402
 from omni_console.engine.engine import Engine, GenerateResult  # noqa: E402
 from omni_console.engine.runner import GenerateRequest  # noqa: E402
 from omni_console.offload.policy import OffloadPolicy, build_policy, parse_components_json  # noqa: E402
+
+from . import harness
 
 TIMEOUT_S = 10.0
 
@@ -135,7 +136,7 @@ async def press_and_time(app: OmniConsoleApp, clock: FrameClock, key: str) -> tu
 async def replans_under_keys(app: OmniConsoleApp, clock: FrameClock, engine: Engine,
                              args: argparse.Namespace) -> dict[str, Any]:
     """Re-plan 0 -> N -> 0 -> N -> 0 resident layers through the app; time keys while each runs."""
-    from omni_console.offload.events import Replanned
+    from omni_console.engine.events import Replanned
 
     sub = engine.bus.subscribe()
     rows: list[dict[str, Any]] = []
@@ -224,10 +225,9 @@ async def run_app(model: Path, device: str, policy: OffloadPolicy, args: argpars
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.parser(__doc__.split("\n")[0], out=None, device=harness.AUTO)
     parser.add_argument("--model", type=Path, default=None, help="diffusers model dir (default: the demo model)")
     parser.add_argument("--variant", default=None)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dlo-offload-components", default=None, metavar="JSON")
     parser.add_argument("--resident-layers", type=int, default=0)
     parser.add_argument("--steps", type=int, default=30, help="steps per request for the overhead runs")
@@ -246,7 +246,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", default="omni-console-out", help="where the app saves images")
     parser.add_argument("--torch-threads", type=int, default=None,
                         help="torch intra-op threads (CPU runs: leave a core for the UI, e.g. nproc - 1)")
-    parser.add_argument("--out", type=Path, default=None, help="write the JSON report here")
     args = parser.parse_args(argv)
     if args.key != "p":
         parser.error("only --key p is timed (its effect, the staging log's paused state, is observable)")
@@ -290,9 +289,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: p50 {p['p50']:.1f} ms · p95 {p['p95']:.1f} ms · max {p['max']:.1f} ms (n={p['n']})")
     print(f"timeouts {lat['timeouts']} · frames/s while generating {app['frames_per_s_while_generating']:.1f} · "
           f"events dropped {app['events_dropped']} · telemetry overruns {app['telemetry_overruns']}")
+    harness.write(report, args)
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2))
         log(f"wrote {args.out}")
     return 0
 

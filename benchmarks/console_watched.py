@@ -12,7 +12,7 @@ written to /dev/null, at the live screen's normal redraw rate, at each terminal 
 3. prints, per size, the watched/headless ratio of the median step (target ≤ 1.01) and the key→frame
    p95 (target < 100 ms), and writes JSON to --out.
 
-Usage: python benchmarks/console_watched.py [--model PATH] [--device cuda|cpu] [--steps N]
+Usage: python -m benchmarks.console_watched [--model PATH] [--device cuda|cpu] [--steps N]
        [--sizes 160x48,80x24] [--presses N] [--out watched.json]
 """
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -28,15 +27,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-import console_responsiveness as base  # noqa: E402
-import torch  # noqa: E402
-
 from omni_console.console.app import OmniConsoleApp  # noqa: E402
 from omni_console.console.cli import resolve_model_path  # noqa: E402
 from omni_console.engine.engine import Engine, GenerateResult  # noqa: E402
 from omni_console.offload.policy import OffloadPolicy, build_policy, parse_components_json  # noqa: E402
+
+from . import console_responsiveness as base
+from . import harness
 
 
 class TerminalClock(base.FrameClock):
@@ -130,10 +127,9 @@ async def watched(model: Path, device: str, policy: OffloadPolicy, args: argpars
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.parser(__doc__.split("\n")[0], out=None, device=harness.AUTO)
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--variant", default=None)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dlo-offload-components", default=None, metavar="JSON")
     parser.add_argument("--resident-layers", type=int, default=0)
     parser.add_argument("--steps", type=int, default=20)
@@ -146,7 +142,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hz", type=float, default=10.0)
     parser.add_argument("--sizes", default="160x48,80x24")
     parser.add_argument("--out-dir", default="omni-console-out")
-    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     args.replan = None
     sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
@@ -169,12 +164,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{'n/a' if p95 is None else f'{p95:.1f} ms'} (target < 100) · {run['frames_per_s']:.1f} frames/s, "
               f"{run['terminal_bytes_per_s'] / 1e3:.1f} kB/s to the terminal, "
               f"render {run['render_share_of_wall'] * 100:.1f} % of wall")
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"schema": "omni-console.bench.watched/1", "device": args.device,
-                                        "model": str(model), "headless_median_s": headless,
-                                        "headless": {"before": before, "after": after}, "watched": runs},
-                                       indent=2))
+    harness.write({"schema": "omni-console.bench.watched/1", "device": args.device, "model": str(model),
+                   "headless_median_s": headless, "headless": {"before": before, "after": after}, "watched": runs},
+                  args)
     return 0
 
 

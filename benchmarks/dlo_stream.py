@@ -8,14 +8,12 @@ forward at 1024² (one denoise step of the DiT) in four ways:
   diffusers block_level    enable_group_offload(block_level, 1 block/group, use_stream, record_stream)
 Floor for a streamed step = max(resident step, streamed bytes / measured pinned H2D bandwidth).
 Also checked: DLO output == resident output (bit-identical), pinned bytes / streamed bytes, peak
-allocated. Usage: python benchmarks/dlo_stream.py --out results.json [--preset flux-dev|small]
+allocated. Usage: python -m benchmarks.dlo_stream --out results.json [--preset flux-dev|small]
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import statistics
 import time
 from typing import Any
@@ -24,6 +22,8 @@ import torch
 
 from omni_console.offload.pinned import HostArena, pinned_bytes_held
 from omni_console.offload.streamer import LayerwiseStreamer
+
+from . import harness
 
 PRESETS: dict[str, dict[str, Any]] = {
     "flux-dev": dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=38, attention_head_dim=128,
@@ -167,13 +167,11 @@ def run_diffusers(cfg: dict[str, Any], inputs: dict[str, Any], iters: int, offlo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, out="dlo_stream.json", iters=5)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="flux-dev")
     parser.add_argument("--res", type=int, default=1024)
-    parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--resident-layers", type=int, nargs="*", default=[0])
     parser.add_argument("--skip-diffusers", action="store_true")
-    parser.add_argument("--out", default="dlo_stream.json")
     args = parser.parse_args()
     cfg = PRESETS[args.preset]
     report: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -226,8 +224,7 @@ def main() -> None:
             report["diffusers_group_offload"].append(r)
             log(f"diffusers {kind}: {r['step_s']:.4f} s/step, ratio {r['ratio_to_floor']:.3f}, "
                 f"setup {r['setup_s']:.1f} s")
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2)
+    harness.write(report, args)
     log(f"wrote {args.out}")
 
 

@@ -6,14 +6,12 @@ T5-XXL-size encoder 9.5 GB, CLIP-L, Flux VAE; offline tokenizers) to --dir, then
   2. plain diffusers, everything resident on the GPU (the oracle): load, generate;
 and reports load time, first request time, per-step times, staging bandwidth, pinned bytes,
 peak allocated, and whether the two images are identical.
-Usage: python benchmarks/engine_e2e.py --dir /tmp/flux-size --out e2e.json [--steps 4 --res 1024]
+Usage: python -m benchmarks.engine_e2e --dir /tmp/flux-size --out e2e.json [--steps 4 --res 1024]
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,8 @@ from omni_console.engine.runner import GenerateRequest
 from omni_console.offload.events import StagingEvent
 from omni_console.offload.pinned import pinned_bytes_held
 from omni_console.offload.policy import build_policy
+
+from . import harness
 
 
 def log(msg: str) -> None:
@@ -51,7 +51,7 @@ def write_checkpoint(root: Path) -> None:
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
-    from omni_console.engine.demo_model import save_pipeline
+    from omni_console.engine.pipeline_save import save_pipeline
     from omni_console.engine.tokenizers_offline import build_clip_tokenizer, build_t5_tokenizer
 
     transformer = _random_(_on_cuda(lambda: FluxTransformer2DModel(guidance_embeds=True)), 1)
@@ -86,9 +86,8 @@ def staging_rate(events: list[Any]) -> float | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, out="engine_e2e.json")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/flux-size"))
-    parser.add_argument("--out", default="engine_e2e.json")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--res", type=int, default=1024)
     parser.add_argument("--write-only", action="store_true", help="only write the checkpoint (if missing)")
@@ -148,8 +147,7 @@ def main() -> None:
     report["max_abs_pixel_diff"] = int(np.abs(ours.astype(int) - plain.astype(int)).max())
     log(f"plain diffusers resident: load {plain_load:.1f} s, request {plain_req:.2f} s; identical "
         f"{report['identical_to_plain_diffusers']} (max pixel diff {report['max_abs_pixel_diff']})")
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2)
+    harness.write(report, args)
     log(f"wrote {args.out}")
 
 

@@ -17,27 +17,28 @@ Reported: steady step time per expert vs the one-expert figure (target: within 2
 vs its moved bytes / the measured pinned bandwidth + 100 ms (target), the device peak vs one expert's
 budget, and the final latents bit-identical to the resident run's (the frames are their VAE decode).
 
-    python3 benchmarks/experts_switch.py --out experts_switch.json                 # 81x480x832, 40 layers
-    python3 benchmarks/experts_switch.py --frames 21 --layers 10 --out small.json  # a quick check
-    python3 benchmarks/experts_switch.py --tiny --device cpu --out smoke.json      # the script itself, on a CPU
+    python -m benchmarks.experts_switch --out experts_switch.json                 # 81x480x832, 40 layers
+    python -m benchmarks.experts_switch --frames 21 --layers 10 --out small.json  # a quick check
+    python -m benchmarks.experts_switch --tiny --device cpu --out smoke.json      # the script itself, on a CPU
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import statistics
 import time
 from typing import Any
 
 import torch
 
+from omni_console.engine.events import ExpertSwitched
 from omni_console.engine.expert_switch import ExpertSwitch
 from omni_console.engine.experts import Expert, streamer_residency
-from omni_console.offload.events import EventBus, ExpertSwitched
+from omni_console.offload.events import EventBus
 from omni_console.offload.residency import BlockResidency
 from omni_console.offload.streamer import LayerwiseStreamer
+
+from . import harness
 
 BOUNDARY_RATIO = 0.875
 GB = 1e9
@@ -137,7 +138,7 @@ def block_bytes(blocks: torch.nn.ModuleList) -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.parser(__doc__, out="experts_switch.json", device="cuda")
     ap.add_argument("--frames", type=int, default=81)
     ap.add_argument("--height", type=int, default=480)
     ap.add_argument("--width", type=int, default=832)
@@ -146,9 +147,7 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=2)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--requests", type=int, default=2)
-    ap.add_argument("--out", default="experts_switch.json")
     ap.add_argument("--tiny", action="store_true", help="tiny experts (a smoke run of the script, no figures)")
-    ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     global DEVICE
     DEVICE = torch.device(args.device)
@@ -245,8 +244,7 @@ def main() -> None:
         f"bit-identical to resident: {t['bit_identical_to_resident']}")
     switch.close()
     two.detach()
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
+    harness.write(result, args)
     log(f"wrote {args.out}")
 
 

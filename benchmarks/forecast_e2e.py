@@ -8,7 +8,7 @@
    step time, and whether the measured peak stayed within the budget.
 
 The checkpoint is the one benchmarks/engine_e2e.py writes (FluxPipeline layout, random bf16
-weights, 34 GB). Usage: python benchmarks/forecast_e2e.py --dir /tmp/flux-size --out forecast.json
+weights, 34 GB). Usage: python -m benchmarks.forecast_e2e --dir /tmp/flux-size --out forecast.json
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from . import harness
 
 GB = 1e9
 
@@ -43,13 +45,11 @@ def run_cli(model: Path, out: Path, args: argparse.Namespace, *flags: str) -> di
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, out="forecast_e2e.json", device="cuda")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/flux-size"))
     parser.add_argument("--res", type=int, default=1024)
-    parser.add_argument("--device", default="cuda")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--budgets", type=float, nargs="*", default=[12, 16, 24, 32, 48])
-    parser.add_argument("--out", default="forecast_e2e.json")
     args = parser.parse_args()
     cache = tempfile.mkdtemp(prefix="omni-profiles-")
     os.environ["OMNI_CONSOLE_CACHE_DIR"] = cache  # a fresh profile cache: the first run measures
@@ -76,7 +76,7 @@ def main() -> None:
             f"err {check['peak_error']}) within {row['within_budget']}; step {check['measured_step_s']:.4f} s "
             f"(pred {check['predicted_step_s']}, err {check['step_error']})")
     report["budgets"] = rows
-    Path(args.out).write_text(json.dumps(report, indent=2))
+    harness.write(report, args)
     log(f"wrote {args.out}")
 
 

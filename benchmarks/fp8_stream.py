@@ -12,28 +12,28 @@ For each fp8 DLO run: floor = max(compute with upcast, streamed bytes / measured
 step / floor, pinned host bytes against bf16's, and bit-identity with the resident model cast the
 same way (diffusers' hooks on the same selection). The opt-in's step is also given against the bf16
 DLO step of the same run. Usage:
-  python benchmarks/fp8_stream.py --out fp8_stream.json [--preset flux-dev|small] [--device cuda|cpu]
+  python -m benchmarks.fp8_stream --out fp8_stream.json [--preset flux-dev|small] [--device cuda|cpu]
 (`--device cpu --preset small --res 128` is a smoke run of the script itself.)
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from dlo_stream import BLOCK_ATTRS, PRESETS, log, measure_bandwidth
 
 from omni_console.engine.stream_dtype import apply_storage_hooks, cast_for_storage
 from omni_console.offload.pinned import pinned_bytes_held
 from omni_console.offload.residency import BlockResidency
 from omni_console.offload.streamer import LayerwiseStreamer
 from omni_console.offload.upcast import module_upcast
+
+from . import harness
+from .dlo_stream import BLOCK_ATTRS, PRESETS, log, measure_bandwidth
 
 FP8, BF16 = torch.float8_e4m3fn, torch.bfloat16
 
@@ -145,12 +145,9 @@ def streamed(cfg: dict[str, Any], inputs: dict[str, Any], iters: int, device: to
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, out="fp8_stream.json", device="cuda", iters=3)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="flux-dev")
     parser.add_argument("--res", type=int, default=1024)
-    parser.add_argument("--iters", type=int, default=3)
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--out", default="fp8_stream.json")
     args = parser.parse_args()
     device = torch.device(args.device)
     cfg = PRESETS[args.preset]
@@ -201,8 +198,7 @@ def main() -> None:
         log(f"DLO fp8{' + modulation' if modulation else ''}: {r['step_s']:.4f} s, floor {r['floor_s']:.4f}, "
             f"ratio {r['ratio_to_floor']:.3f}, {r['step_over_bf16_dlo']:.3f}x bf16 DLO, pinned "
             f"{r['pinned_over_bf16']:.3f}x bf16, identical {r['identical_to_resident_cast_same_way']}")
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2)
+    harness.write(report, args)
     log(f"wrote {args.out}")
 
 

@@ -2,7 +2,8 @@
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
 # Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|cards|all] [benchmark args...]
-# `tests` also runs benchmarks/cpu_exactness.py on the host CPU.
+# `tests` also runs benchmarks/cpu_exactness.py on the host CPU (the tiny families written by
+# tests/write_tiny_families.py). Benchmarks run from the repository root as modules: python3 -m benchmarks.NAME.
 set -uo pipefail
 what=${1:-all}; shift || true
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -18,70 +19,72 @@ if [[ $what == tests || $what == all ]]; then
   python3 -m pytest -m cuda -q -rA -p no:cacheprovider tests 2>&1 | tail -60 > "$OUT/cuda.log"
   # the host CPU too: staged components must stay bit-identical on its kernels (AVX-512 or not)
   lscpu | grep -E "Model name|Flags" | cut -c1-400 >> "$OUT/gpu.txt"
-  timeout 300 python3 benchmarks/cpu_exactness.py --out "$OUT/cpu_exactness.json" > "$OUT/cpu_exactness.log" 2>&1
+  { python3 tests/write_tiny_families.py /tmp/tiny-families \
+      && timeout 300 python3 -m benchmarks.cpu_exactness --tiny-dir /tmp/tiny-families --out "$OUT/cpu_exactness.json"; \
+  } > "$OUT/cpu_exactness.log" 2>&1
 fi
 if [[ $what == bench || $what == all ]]; then
-  python3 benchmarks/dlo_stream.py --out "$OUT/dlo_stream.json" "$@" 2>&1 | tail -40 > "$OUT/bench.log"
+  python3 -m benchmarks.dlo_stream --out "$OUT/dlo_stream.json" "$@" 2>&1 | tail -40 > "$OUT/bench.log"
 fi
 if [[ $what == fp8 ]]; then  # fp8 storage vs bf16, every block streamed, Flux-dev-size at 1024²
-  python3 benchmarks/fp8_stream.py --out "$OUT/fp8_stream.json" "$@" 2>&1 | grep -v "kept in float32" \
+  python3 -m benchmarks.fp8_stream --out "$OUT/fp8_stream.json" "$@" 2>&1 | grep -v "kept in float32" \
     | tail -40 > "$OUT/fp8.log"
 fi
 if [[ $what == unet ]]; then  # SDXL-size UNet, 1024x1024, units (and whole blocks) streamed vs resident
-  python3 benchmarks/unet_stream.py --out "$OUT/unet_stream.json" "$@" 2>&1 | tail -30 > "$OUT/unet.log"
+  python3 -m benchmarks.unet_stream --out "$OUT/unet_stream.json" "$@" 2>&1 | tail -30 > "$OUT/unet.log"
 fi
 if [[ $what == e2e ]]; then
-  python3 benchmarks/engine_e2e.py --out "$OUT/engine_e2e.json" "$@" 2>&1 | grep -v "kept in float32" \
+  python3 -m benchmarks.engine_e2e --out "$OUT/engine_e2e.json" "$@" 2>&1 | grep -v "kept in float32" \
     | tail -40 > "$OUT/e2e.log"
 fi
 if [[ $what == console-flux ]]; then  # the console on the Flux-size checkpoint (written if missing)
-  python3 benchmarks/engine_e2e.py --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5
-  python3 benchmarks/console_responsiveness.py --device cuda --model /tmp/flux-size --height 1024 --width 1024 \
+  python3 -m benchmarks.engine_e2e --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5
+  python3 -m benchmarks.console_responsiveness --device cuda --model /tmp/flux-size --height 1024 --width 1024 \
     --out "$OUT/console.json" "$@" 2>&1 | tail -60 > "$OUT/console.log"
 fi
 if [[ $what == video ]]; then  # Wan2.1-14B-size, 81x480x832, through `run` to .mp4: DLO vs resident
-  python3 benchmarks/video_e2e.py --dir /tmp/wan-size --out "$OUT/video_e2e.json" "$@" 2>&1 \
+  python3 -m benchmarks.video_e2e --dir /tmp/wan-size --out "$OUT/video_e2e.json" "$@" 2>&1 \
     | grep -v "kept in float32" | tail -40 > "$OUT/video.log"
 fi
 if [[ $what == experts ]]; then  # Wan 2.2 A14B-size: two experts share one budget (--frames/--layers: smaller)
-  python3 benchmarks/experts_switch.py --out "$OUT/experts_switch.json" "$@" 2>&1 | tail -40 > "$OUT/experts.log"
+  python3 -m benchmarks.experts_switch --out "$OUT/experts_switch.json" "$@" 2>&1 | tail -40 > "$OUT/experts.log"
 fi
 if [[ $what == sweep ]]; then  # VRAM-budget sweeps and the auto-plan: pass --model flux|wan
-  python3 benchmarks/budget_sweep.py --out "$OUT/budget_sweep.json" "$@" 2>&1 | grep -v "kept in float32" \
+  python3 -m benchmarks.budget_sweep --out "$OUT/budget_sweep.json" "$@" 2>&1 | grep -v "kept in float32" \
     | tail -80 > "$OUT/sweep.log"
 fi
 if [[ $what == forecast ]]; then  # whole-request forecast and --vram-budget through `run` (Flux-size checkpoint)
-  python3 benchmarks/engine_e2e.py --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5
-  python3 benchmarks/forecast_e2e.py --dir /tmp/flux-size --out "$OUT/forecast_e2e.json" "$@" 2>&1 \
+  python3 -m benchmarks.engine_e2e --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5
+  python3 -m benchmarks.forecast_e2e --dir /tmp/flux-size --out "$OUT/forecast_e2e.json" "$@" 2>&1 \
     | grep -v "kept in float32" | tail -40 > "$OUT/forecast.log"
 fi
 if [[ $what == replan ]]; then  # load floors, time to ready (warm, cold, diffusers beside it), live re-plan: Flux-size
-  python3 benchmarks/replan_load.py --dir /tmp/flux-size --write flux --threads 16 --replan 28 --peers \
+  python3 -m benchmarks.replan_load --dir /tmp/flux-size --write flux --threads 16 --replan 28 --peers \
     --out "$OUT/replan_load.json" "$@" 2>&1 | grep --line-buffered -v "kept in float32" > "$OUT/replan.log"
 fi
 if [[ $what == load-wan ]]; then  # the same for the Wan2.1-14B-size checkpoint (the disk holds one of the two)
   rm -rf /tmp/flux-size
-  python3 benchmarks/replan_load.py --dir /tmp/wan-size --write wan --threads 16 --peers \
+  python3 -m benchmarks.replan_load --dir /tmp/wan-size --write wan --threads 16 --peers \
     --out "$OUT/load_wan.json" "$@" 2>&1 | grep --line-buffered -v "kept in float32" > "$OUT/load_wan.log"
 fi
 if [[ $what == ranks ]]; then  # two GPUs (kind nvidia-h200-x2): one GPU vs AllGather vs rank-local, Flux-size
   export NCCL_NVLS_ENABLE=0
-  python3 benchmarks/engine_e2e.py --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5
-  python3 benchmarks/ranks_e2e.py --dir /tmp/flux-size --out "$OUT/ranks_e2e.json" "$@" 2>&1 \
+  python3 -m benchmarks.engine_e2e --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5
+  python3 -m benchmarks.ranks_e2e --dir /tmp/flux-size --out "$OUT/ranks_e2e.json" "$@" 2>&1 \
     | grep -v "kept in float32" | tail -40 > "$OUT/ranks.log"
 fi
 if [[ $what == allgather ]]; then  # two GPUs: AllGather stream by stream, its knobs side by side (synthetic Flux-size)
   export NCCL_NVLS_ENABLE=0
   nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
-  python3 benchmarks/allgather_stream.py --out "$OUT/allgather_stream.json" "$@" 2>&1 | grep -v "kept in float32" \
+  python3 -m benchmarks.allgather_stream --out "$OUT/allgather_stream.json" "$@" 2>&1 | grep -v "kept in float32" \
     | tail -80 > "$OUT/allgather.log"
 fi
 if [[ $what == cards ]]; then  # 8/12/16/24 GB cards by ballast, fresh cache each: pass --kind flux|wan --dir DIR
-  python3 benchmarks/real_cards.py --out "$OUT/real_cards.json" "$@" 2>&1 | grep --line-buffered -v "kept in float32" \
+  python3 -m benchmarks.real_cards --out "$OUT/real_cards.json" "$@" 2>&1 | grep --line-buffered -v "kept in float32" \
     > "$OUT/cards.log"
 fi
 if [[ $what == console ]]; then
-  python3 benchmarks/console_responsiveness.py --device cuda --out "$OUT/console.json" "$@" 2>&1 \
+  python3 -m benchmarks.console_responsiveness --device cuda --out "$OUT/console.json" "$@" 2>&1 \
     | tail -40 > "$OUT/console.log"
 fi
 exit 0

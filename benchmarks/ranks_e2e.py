@@ -15,22 +15,20 @@ warm-up. With `--warm N`, the engine API (as the console drives it) loads once a
 on one GPU and on two AllGather ranks (data- and CFG-parallel): the steady requests are what an
 operator sending one after another sees, and what a throughput figure means.
 
-Usage: python benchmarks/ranks_e2e.py --dir /tmp/flux-size --out ranks_e2e.json
+Usage: python -m benchmarks.ranks_e2e --dir /tmp/flux-size --out ranks_e2e.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-from forecast_e2e import run_cli  # noqa: E402
+from . import harness
+from .forecast_e2e import run_cli
 
 
 def log(msg: str) -> None:
@@ -92,15 +90,13 @@ def warm_section(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, out="ranks_e2e.json", device="cuda")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/flux-size"))
     parser.add_argument("--res", type=int, default=1024)
-    parser.add_argument("--device", default="cuda")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warm", type=int, default=0, help="also N requests per load through the engine API")
     parser.add_argument("--only-warm", action="store_true", help="skip the `run` section")
     parser.add_argument("--one-gpu", action="store_true", help="--warm on one GPU only (the ratios' denominators)")
-    parser.add_argument("--out", default="ranks_e2e.json")
     args = parser.parse_args()
     if not (args.dir / "model_index.json").exists():
         from engine_e2e import write_checkpoint
@@ -109,7 +105,7 @@ def main() -> None:
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "res": args.res, "steps": args.steps}
     if args.warm:
         report["warm"] = warm_section(args)
-        Path(args.out).write_text(json.dumps(report, indent=2))
+        harness.write(report, args)
     if args.only_warm:
         return
     with tempfile.TemporaryDirectory() as tmp:
@@ -152,7 +148,7 @@ def main() -> None:
         log(f"CFG-parallel: one guided request {cfg_wall:.2f} s on two ranks vs {cfg_single['request_seconds']:.2f} s "
             f"on one GPU = {summary['cfg']['latency_ratio']:.3f}x")
     report["summary"] = summary
-    Path(args.out).write_text(json.dumps(report, indent=2))
+    harness.write(report, args)
     log(f"wrote {args.out}")
 
 

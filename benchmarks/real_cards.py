@@ -16,9 +16,9 @@ Prints the table (card, policy, lean phases, predicted vs measured peak and step
 writes JSON. `--resident-reference` runs `--mode resident` once without a ballast for the resident
 step time the targets compare with.
 
-    python3 benchmarks/real_cards.py --kind wan --dir /tmp/wan-size --cards 8 12 16 24 --guidance 5 \\
+    python3 -m benchmarks.real_cards --kind wan --dir /tmp/wan-size --cards 8 12 16 24 --guidance 5 \\
         --steps 3 --out real_cards_wan.json
-    python3 benchmarks/real_cards.py --kind flux --dir /tmp/flux-size --cards 8 12 16 24 --out real_cards_flux.json
+    python3 -m benchmarks.real_cards --kind flux --dir /tmp/flux-size --cards 8 12 16 24 --out real_cards_flux.json
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ballast import GB, ballast  # noqa: E402
+from .ballast import GB, ballast
 
 SIZES = {"flux": {"height": 1024, "width": 1024, "frames": None, "guidance": 3.5, "steps": 4},
          "wan": {"height": 480, "width": 832, "frames": 81, "guidance": 5.0, "steps": 3}}
@@ -51,8 +50,8 @@ def write_model(kind: str, root: Path) -> None:
     if (root / "model_index.json").exists():
         return
     module = "engine_e2e" if kind == "flux" else "video_e2e"
-    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); "
-            f"from pathlib import Path; from {module} import write_checkpoint; write_checkpoint(Path({str(root)!r}))")
+    code = (f"from pathlib import Path; from benchmarks.{module} import write_checkpoint; "
+            f"write_checkpoint(Path({str(root)!r}))")
     log(f"writing the {kind}-size checkpoint to {root}")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -18,13 +18,11 @@ the storage limit).
 3. Live re-plan on the loaded model (--replan): resident layers 0 -> N -> 0, each against
    1.2 x moved bytes / the pinned host -> device rate measured in the same run + 0.1 s.
 
-Usage: python benchmarks/replan_load.py --dir /tmp/flux-size --threads 16 --replan 28 --repeat 3 --out replan_load.json
+Usage: python -m benchmarks.replan_load --dir /tmp/flux-size --threads 16 --replan 28 --repeat 3 --out replan_load.json
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -35,7 +33,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from load_timeline import mapping_facts, recording
 
 from omni_console.engine import loader
 from omni_console.engine.engine import Engine
@@ -44,6 +41,9 @@ from omni_console.offload import arena_fill, pinned
 from omni_console.offload.arena_fill import READ_AHEAD_BATCHES
 from omni_console.offload.pinned import HUGE_PAGE, HostArena
 from omni_console.offload.policy import build_policy
+
+from . import harness
+from .load_timeline import mapping_facts, recording
 
 CHUNK = 64 << 20
 # --repeat's read schedules: (batches of DiT blocks queued ahead, None = all; one reader pool for the
@@ -315,13 +315,11 @@ def _kind(schedule: str, variant: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, out="replan_load.json", device=harness.AUTO)
     parser.add_argument("--dir", type=Path, required=True)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 4)
     parser.add_argument("--cold", action="store_true")
     parser.add_argument("--replan", type=int, default=None, metavar="N", help="re-plan 0 -> N -> 0 resident layers")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--out", default="replan_load.json")
     parser.add_argument("--peers", action="store_true", help="time diffusers on the same files too")
     parser.add_argument("--quick", action="store_true", help="skip the 1-thread read and register-fresh floors")
     parser.add_argument("--repeat", type=int, default=0, metavar="N",
@@ -409,7 +407,7 @@ def main() -> None:
             log(f"Engine.load cold ({run['schedule']}) {run['seconds']:.2f} s {run['phases']} = "
                 f"{run['over_cold_floor']:.2f}x the cold read ({cold_floor:.2f} s); reads ended "
                 f"{run['timeline']['reads_end_s']}, registering ended {run['timeline']['registers_end_s']} s")
-    Path(args.out).write_text(json.dumps(report, indent=2))
+    harness.write(report, args)
     log(f"wrote {args.out}")
 
 

@@ -7,14 +7,12 @@
    time to process exit is measured. The terminal must be back (alternate screen left) every time.
    Target: under 300 ms.
 
-Usage: python benchmarks/startup.py [--model PATH] [--runs 5] [--idle-s 1.0] [--out startup.json]
+Usage: python -m benchmarks.startup [--model PATH] [--runs 5] [--idle-s 1.0] [--out startup.json]
 Without --model the demo model is written to a temporary folder first.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import statistics
@@ -24,6 +22,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from . import harness
 
 ALT_SCREEN_ON, ALT_SCREEN_OFF = b"\x1b[?1049h", b"\x1b[?1049l"
 
@@ -110,11 +110,10 @@ def time_quit(model: Path, idle_s: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__.splitlines()[0], out=None)
     parser.add_argument("--model", type=Path)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--idle-s", type=float, default=1.0)
-    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model
@@ -133,8 +132,7 @@ def main() -> None:
     print(f"q on an idle console: median {result['quit_idle_s']['median'] * 1000:.0f} ms "
           f"(runs {', '.join(f'{t * 1000:.0f}' for t in quit_)} ms; target < 300 ms)")
     print(f"load average (1 min) at the end: {result['machine']['load_avg_1m']:.1f} on {os.cpu_count()} cores")
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=2))
+    harness.write(result, args, device="cpu")
 
 
 if __name__ == "__main__":

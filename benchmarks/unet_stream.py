@@ -23,22 +23,19 @@ model's back-to-back step).
 Also checked: each DLO output == the resident output (bit-identical), peak allocated and the ring's
 slot bytes (the largest unit sets the slot size: with SDXL's whole blocks two slots hold most of the UNet,
 with its units about 1.4 GB).
-Usage: python benchmarks/unet_stream.py --out unet_stream.json [--slots 2 3] [--resident-layers 0 1]
+Usage: python -m benchmarks.unet_stream --out unet_stream.json [--slots 2 3] [--resident-layers 0 1]
        [--grain units blocks] [--ring slots bytes]
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from dlo_stream import log, measure_bandwidth, time_forward
 
 from omni_console.engine.blocks import unet_block_lists
 from omni_console.engine.placement import block_modules
@@ -48,6 +45,9 @@ from omni_console.offload.block_timing import BlockTimer
 from omni_console.offload.pinned import pinned_bytes_held
 from omni_console.offload.residency import BlockResidency
 from omni_console.offload.streamer import LayerwiseStreamer
+
+from . import harness
+from .dlo_stream import log, measure_bandwidth, time_forward
 
 SDXL_UNET: dict[str, Any] = dict(  # stabilityai/stable-diffusion-xl-base-1.0, unet/config.json
     act_fn="silu", addition_embed_type="text_time", addition_embed_type_num_heads=64, addition_time_embed_dim=256,
@@ -187,18 +187,16 @@ def run_dlo(cfg: dict[str, Any], inputs: dict[str, Any], iters: int, resident: i
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, out="unet_stream.json", iters=5)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="sdxl")
     parser.add_argument("--res", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=2, help="2: one guided step (conditional + unconditional)")
-    parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--resident-layers", type=int, nargs="*", default=[0])
     parser.add_argument("--slots", type=int, nargs="*", default=[2, 3])
     parser.add_argument("--grain", choices=("units", "blocks"), nargs="*", default=["units", "blocks"],
                         help="units: each block's children (the engine's plan); blocks: the 7 whole blocks")
     parser.add_argument("--ring", choices=("slots", "bytes"), nargs="*", default=["slots", "bytes"],
                         help="slots: k equal slots; bytes: their bytes as one buffer (the engine's plan for a UNet)")
-    parser.add_argument("--out", default="unet_stream.json")
     args = parser.parse_args()
     cfg = PRESETS[args.preset]
     import diffusers
@@ -260,8 +258,7 @@ def main() -> None:
             f"peak {r['peak_allocated'] / 1e9:.2f} GB (slots {r['slot_bytes'] / 1e9:.2f} GB), "
             f"stall/step {r['stall_s_per_step']:.4f} s, sync fetches {r['sync_fetches']}"
             + (f"; forecast {r['forecast_step_s']:.4f} s" if "forecast_step_s" in r else ""))
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2)
+    harness.write(report, args)
     log(f"wrote {args.out}")
 
 

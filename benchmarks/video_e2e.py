@@ -6,7 +6,7 @@ twice — `--mode dlo` with every DiT block streamed and `--mode resident` — a
 480x832, and reports per-step times (steady = after the first step), their ratio, the request's
 phases (text encoding, denoise, VAE decode) with the VAE decode peak, and the mp4's frame count.
 
-    python3 benchmarks/video_e2e.py --dir /tmp/wan-size --out video_e2e.json [--steps 4]
+    python -m benchmarks.video_e2e --dir /tmp/wan-size --out video_e2e.json [--steps 4]
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from . import harness
 
 
 def log(msg: str) -> None:
@@ -49,7 +51,7 @@ def write_checkpoint(root: Path) -> None:
     from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline, WanTransformer3DModel
     from transformers import UMT5Config, UMT5EncoderModel
 
-    from omni_console.engine.demo_model import save_pipeline
+    from omni_console.engine.pipeline_save import save_pipeline
     from omni_console.engine.tokenizers_offline import build_t5_tokenizer
 
     transformer = _random_on_cuda(lambda: WanTransformer3DModel(
@@ -96,9 +98,8 @@ def run_cli(model: Path, out_dir: Path, mode: str, args: argparse.Namespace) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, out="video_e2e.json")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/wan-size"))
-    parser.add_argument("--out", default="video_e2e.json")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--frames", type=int, default=81)
     parser.add_argument("--height", type=int, default=480)
@@ -118,8 +119,7 @@ def main() -> None:
     if dlo and resident:
         report["dlo_over_resident"] = dlo / resident
         log(f"steady step: DLO {dlo:.3f} s, resident {resident:.3f} s, ratio {dlo / resident:.4f}")
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2)
+    harness.write(report, args)
     log(f"wrote {args.out}")
 
 

@@ -40,13 +40,13 @@ from textual.screen import Screen
 from textual.timer import Timer
 
 from ..engine.engine import Engine
+from ..engine.errors import ConfigError
 from ..engine.export import vllm_serve_command
 from ..engine.plain_text import plain, plain_lines
 from ..engine.plan import Plan
 from ..engine.request_profile import RequestSize
 from ..engine.runner import GenerateRequest
 from ..engine.worker import EngineWorker
-from ..offload.errors import ConfigError
 from ..offload.policy import OffloadPolicy
 from ..offload.telemetry import DEFAULT_HZ, Source, TelemetrySampler, TelemetrySnapshot, default_sources
 from ..offload.units import format_seconds

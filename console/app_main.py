@@ -23,9 +23,9 @@ from collections.abc import Iterator
 from typing import NoReturn
 
 from ..engine.engine import Engine
+from ..engine.errors import ConfigError
 from ..engine.group_engine import GroupEngine
 from ..engine.rank_layout import RankLayout
-from ..offload.errors import ConfigError
 from ..offload.telemetry import validate_hz
 from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
 

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from ..engine.errors import OPERATOR_ERRORS, ConfigError
 from ..engine.plain_text import plain
-from ..offload.errors import ConfigError
 from ..offload.telemetry_types import DEFAULT_HZ
 from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
 
@@ -304,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unknown:
             raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (see omni-console {args.command} --help)")
         return COMMANDS[args.command](args)
-    except ConfigError as exc:
+    except OPERATOR_ERRORS as exc:  # bad input (a policy's too): one line, exit 2
         print(f"omni-console: error: {plain(' '.join(str(exc).splitlines()))}", file=sys.stderr)
         return EXIT_USAGE
     except Interrupted:  # the guard printed the line when Ctrl+C came

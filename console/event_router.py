@@ -27,25 +27,19 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..offload.events import (
-    CacheDecision,
+from ..engine.events import (
     EngineStateChanged,
-    ErrorEvent,
-    Event,
     ExpertSwitched,
     ForecastCheck,
     LoadProgress,
-    LogEvent,
-    OomRetry,
     OomStepDown,
     Replanned,
     RequestFinished,
     RequestPhases,
     RequestStarted,
-    StagingEvent,
     StepTiming,
-    TelemetryEvent,
 )
+from ..offload.events import CacheDecision, ErrorEvent, Event, LogEvent, OomRetry, StagingEvent, TelemetryEvent
 from ..offload.telemetry import TelemetrySnapshot
 from ..offload.units import format_seconds
 from .bandwidth import ObservedBandwidth

@@ -24,12 +24,13 @@ from rich.text import Text
 
 from ..engine.device_choice import parse_device
 from ..engine.engine import Engine, default_device
+from ..engine.errors import OPERATOR_ERRORS, ConfigError
+from ..engine.events import EngineStateChanged
 from ..engine.outputs import DEFAULT_FPS, check_output_place, write_notes, write_result
 from ..engine.plain_text import plain
 from ..engine.profiler import request_size
 from ..engine.request_limits import schedule_steps
-from ..offload.errors import ConfigError
-from ..offload.events import EngineStateChanged, ErrorEvent, Subscription
+from ..offload.events import ErrorEvent, Subscription
 from ..offload.policy import OffloadPolicy
 from ..offload.telemetry import TelemetrySampler, default_sources, validate_hz
 from ..offload.units import format_bytes, format_rate, format_seconds
@@ -165,7 +166,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
     except Interrupted:
         raise
     except Exception as exc:  # a load or run failure (a ModelDirError too: loading had begun): one line, exit 1
-        what = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
+        what = str(exc) if isinstance(exc, OPERATOR_ERRORS) else f"{type(exc).__name__}: {exc}"
         _fail(err, f"{stage} failed: {_one_line(what)}")
         return EXIT_FAILED
     finally:

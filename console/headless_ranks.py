@@ -26,12 +26,12 @@ from rich.table import Table
 from rich.text import Text
 
 from ..engine.engine import Engine, default_device
+from ..engine.errors import ConfigError
 from ..engine.outputs import write_result
 from ..engine.plain_text import plain
 from ..engine.rank_checks import check_experts, check_parallel
 from ..engine.rank_group import RankFailed, RankGroup
 from ..engine.rank_layout import RankLayout
-from ..offload.errors import ConfigError
 from ..offload.events import Event
 from ..offload.units import format_bytes, format_seconds
 from .args import resolve_model_path

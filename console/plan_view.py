@@ -282,10 +282,6 @@ def blocks_table(plan: Plan, max_width: int | None = None,
     return None if sheet is None else rich_table(sheet, max_width, variables)
 
 
-def forecast_table(plan: Plan, max_width: int | None = None, variables: Mapping[str, str] | None = None) -> Table:
-    return rich_table(forecast_sheet(plan), max_width, variables)
-
-
 def _plain(value: str) -> str:
     """One field of one line: a tab or newline inside a value must not split the row, and a control
     character from the data must not reach the terminal (`plain` escapes both visibly)."""

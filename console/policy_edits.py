@@ -27,10 +27,6 @@ class Edit:
     policy: OffloadPolicy | None
     message: str
 
-    @property
-    def refused(self) -> bool:
-        return self.policy is None
-
 
 def _residency_word(offload: bool) -> str:
     return "offloaded (staged)" if offload else "resident"
@@ -154,7 +150,7 @@ class PolicyEditor:
         self.model = model
         self.make_plan = make_plan
         self.policy = policy
-        self.plan = make_plan(policy)  # PolicyError (a ConfigError) before anything runs
+        self.plan = make_plan(policy)  # PolicyError (exit 2 on the command line) before anything runs
         self._mode_stash: OffloadPolicy | None = None
 
     def replan(self) -> Plan:

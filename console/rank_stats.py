@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..offload.events import StepTiming
+from ..engine.events import StepTiming
 from ..offload.telemetry import TelemetrySnapshot
 
 

@@ -18,12 +18,12 @@ from typing import Any
 
 from ..engine.call_options import call_signature, check_call, check_shape, option_parameter
 from ..engine.discovery import ModelInfo
+from ..engine.errors import ConfigError
 from ..engine.loader import pipeline_class, pipeline_init_values
 from ..engine.outputs import OutputTarget, check_output
 from ..engine.request_checks import check_request
 from ..engine.request_limits import check_limits
 from ..engine.runner import GenerateRequest
-from ..offload.errors import ConfigError
 
 REQUEST_FLAGS = {"steps": "--steps", "height": "--height", "width": "--width", "seed": "--seed",
                  "guidance": "--guidance"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 
-from ..offload.errors import ConfigError
+from ..engine.errors import ConfigError
 
 UNITS = {"": 10**9, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}

@@ -43,7 +43,7 @@ def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, weights: Def
     closed here) reads it. With `pin` the arena is page-locked here; with a `registrar`, there, as soon
     as its bytes are in (returned: the future of that), while transformers builds the model: building
     a large encoder takes about as long as page-locking it, and a page-locking started only after it
-    would hold up the registrations of the DiT blocks read meanwhile (docs/benchmarks.md)."""
+    would hold up the registrations of the DiT blocks read meanwhile (the driver serialises them)."""
     cls = component_class(info.library, info.class_name, str(info.folder))
     stored = component_locations(info)
     phases = [phase_of(found.offset, found.dtype.itemsize) if weights.keep_phase else None  # a CPU device

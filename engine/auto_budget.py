@@ -9,8 +9,8 @@ line, exit 2.
 
 from __future__ import annotations
 
-from ..offload.errors import ConfigError
 from ..offload.units import format_bytes
+from .errors import ConfigError
 
 AUTO_MARGIN_FRACTION = 0.02
 AUTO_MIN_MARGIN = 256_000_000

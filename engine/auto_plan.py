@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..offload.errors import ConfigError
 from ..offload.policy import build_policy
 from ..offload.units import format_bytes
 from .device_footprint import NO_OVERHEAD, DeviceOverhead, device_overhead
 from .discovery import ComponentInfo
+from .errors import ConfigError
 from .plan import Plan, make_plan
 from .profile_basis import profile_for
 from .request_forecast import RequestForecast, dit_profile, forecast_request, phase_bytes

@@ -31,7 +31,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..offload.errors import ConfigError
+from .errors import ConfigError
 from .signal_guard import SignalGuard
 
 __all__ = [

@@ -32,8 +32,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..offload.errors import ConfigError
 from .discovery import ModelInfo
+from .errors import ConfigError
 from .render_size import check_render_size
 from .runner import FRAME_PARAMETERS, IMAGE_PARAMETERS, GenerateRequest, pipeline_parameter
 from .trusted_classes import pipeline_class

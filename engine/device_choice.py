@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..offload.errors import ConfigError
+from .errors import ConfigError
 
 SUPPORTED = "cpu, cuda or cuda:N"
 

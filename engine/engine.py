@@ -21,22 +21,20 @@ from typing import Any
 import torch
 
 from ..offload.deferred_weights import DeferredWeights
-from ..offload.events import (
-    EngineStateChanged,
-    ErrorEvent,
-    EventBus,
-    LoadProgress,
-    LogEvent,
-    Replanned,
-    RequestFinished,
-    RequestPhases,
-    RequestStarted,
-)
+from ..offload.events import ErrorEvent, EventBus, LogEvent
 from ..offload.pinned import HostArena, register_seconds_total
 from ..offload.policy import OffloadPolicy
 from . import loader
 from .call_options import default_fps
 from .discovery import ModelInfo, discover_model
+from .events import (
+    EngineStateChanged,
+    LoadProgress,
+    Replanned,
+    RequestFinished,
+    RequestPhases,
+    RequestStarted,
+)
 from .loader import LoadCancelled, pipeline_class, start_loading
 from .oom_guard import guarded_request
 from .order_watch import BlockOrderWatch, adopt_order, permute_profile
@@ -76,7 +74,7 @@ class Engine:
         self.model: ModelInfo = discover_model(model_path, variant)
         self.device = torch.device(device) if device is not None else default_device()
         if self.device.type == "cuda" and not torch.cuda.is_available():
-            from ..offload.errors import ConfigError
+            from .errors import ConfigError
 
             raise ConfigError(f"device {self.device} requested but CUDA is not available")
         self.bus = bus or EventBus()
@@ -89,7 +87,7 @@ class Engine:
         self.aux_in_place = direct_read and (self.device.type == "cuda" if aux_in_place is None else aux_in_place)
         self.group = group  # a torch.distributed group: streamed blocks sharded across it (AllGather)
         if group is not None and live_replan:
-            from ..offload.errors import ConfigError
+            from .errors import ConfigError
 
             raise ConfigError("live re-plan keeps whole masters; AllGather keeps shards: choose one")
         self._prepared = False

@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
-from ..offload.events import EventBus, ExpertSwitched
+from ..offload.events import EventBus
 from ..offload.streamer import LayerwiseStreamer
+from .events import ExpertSwitched
 from .experts import Expert, streamer_residency
 
 

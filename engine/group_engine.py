@@ -23,11 +23,12 @@ from typing import Any
 
 import torch
 
-from ..offload.events import EngineStateChanged, ErrorEvent, EventBus, LogEvent
+from ..offload.events import ErrorEvent, EventBus, LogEvent
 from ..offload.policy import OffloadPolicy
 from .call_options import default_fps
 from .discovery import ModelInfo, discover_model
 from .engine import EngineState, EngineStateError, GenerateResult, LoadReport
+from .events import EngineStateChanged
 from .loader import LoadCancelled, first_line
 from .plan import Plan, make_plan
 from .rank_checks import check_experts, check_parallel

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..offload.events import LogEvent, OomStepDown
+from ..offload.events import LogEvent
+from .events import OomStepDown
 
 if TYPE_CHECKING:
     from ..offload.policy import OffloadPolicy

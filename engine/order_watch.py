@@ -23,10 +23,11 @@ from typing import Any
 
 import torch
 
-from ..offload.events import BlockOrderCorrected, Event, LogEvent
+from ..offload.events import Event, LogEvent
 from ..offload.streamer import LayerwiseStreamer
 from .blocks import BlockList
 from .discovery import ModelInfo
+from .events import BlockOrderCorrected
 from .order_cache import save_observed_order
 from .plan import Plan, make_plan
 from .request_profile import RequestProfile

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
-from ..offload.errors import ConfigError
 from .atomic_write import write_new, write_replacing
+from .errors import ConfigError
 from .signal_guard import SignalGuard
 
 SUGGESTED_SUFFIXES = (".png", ".jpg", ".webp", ".tiff", ".bmp")
@@ -246,11 +246,6 @@ def _write_file(path: Path, overwrite: bool, write: Callable[[BinaryIO], None]) 
 
 def _saver(image: Any, image_format: str) -> Callable[[BinaryIO], None]:
     return lambda stream: image.save(stream, format=image_format)
-
-
-def write_image(image: Any, target: OutputTarget) -> None:
-    """Write a PIL image to a checked target: exclusive create, or replace only with overwrite."""
-    _write_file(target.path, target.overwrite, _saver(image, target.image_format))
 
 
 def write_result(frames: Sequence[Any], target: OutputTarget, *, fps: float | None) -> list[Path]:

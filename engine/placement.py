@@ -29,12 +29,12 @@ import torch
 from ..offload.cache import AllocatorCache
 from ..offload.deferred_weights import DeferredWeights
 from ..offload.devices import synchronize
-from ..offload.errors import ConfigError
 from ..offload.events import EventBus, LogEvent
 from ..offload.pinned import HostArena
 from ..offload.stager import ModuleStager, stage_around
 from ..offload.streamer import LayerwiseStreamer
 from ..offload.upcast import module_upcast, upcast_in_place
+from .errors import ConfigError
 from .expert_switch import ExpertSwitch
 from .loader import LoadCancelled
 from .plan import Plan

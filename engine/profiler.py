@@ -17,7 +17,7 @@ import torch
 from pydantic import ValidationError
 
 from ..offload.block_timing import BlockTimer
-from ..offload.events import ForecastCheck
+from .events import ForecastCheck
 from .model_configs import fill_size
 from .placement import block_modules
 from .plan import Plan

@@ -7,8 +7,8 @@ give a second rank. Each refusal is a `ConfigError`: one line, exit 2.
 
 from __future__ import annotations
 
-from ..offload.errors import ConfigError
 from .discovery import ModelInfo
+from .errors import ConfigError
 from .experts import expert_spans
 from .rank_layout import RankLayout, check_layout_device
 

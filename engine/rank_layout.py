@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..offload.errors import ConfigError
+from .errors import ConfigError
 
 Parallel = Literal["dp", "cfg"]
 MAX_GPUS = 64

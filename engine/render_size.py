@@ -18,8 +18,8 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from ..offload.errors import ConfigError
 from .discovery import ModelInfo
+from .errors import ConfigError
 from .request_checks import SizeRule, size_rule
 from .runner import GenerateRequest
 

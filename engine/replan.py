@@ -11,8 +11,8 @@ import time
 
 import torch
 
-from ..offload.events import Replanned
 from ..offload.units import format_bytes, format_seconds
+from .events import Replanned
 from .placement import Placement
 from .plan import Plan
 

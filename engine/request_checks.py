@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..offload.errors import ConfigError
 from .discovery import ComponentInfo, ModelInfo
+from .errors import ConfigError
 from .runner import GenerateRequest
 from .weights import load_json, read_header
 

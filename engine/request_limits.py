@@ -16,9 +16,9 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-from ..offload.errors import ConfigError
 from .call_options import value_fits
 from .discovery import ModelInfo
+from .errors import ConfigError
 from .runner import GenerateRequest
 from .weights import ModelDirError, load_json
 

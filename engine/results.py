@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..offload.events import ForecastCheck, OomStepDown, StepTiming
+from .events import ForecastCheck, OomStepDown, StepTiming
 from .runner import RunOutput
 
 

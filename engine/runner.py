@@ -23,9 +23,10 @@ from typing import Any
 
 import torch
 
-from ..offload.errors import ConfigError
-from ..offload.events import EventBus, StepTiming
+from ..offload.events import EventBus
 from ..offload.streamer import LayerwiseStreamer
+from .errors import ConfigError
+from .events import StepTiming
 from .request_phases import DecodeMeter, phase_seconds, sync, sync_compute
 
 # Request fields the engine maps onto a pipeline's own parameter names, in the order tried.

@@ -27,7 +27,7 @@ BATCH_BYTES = 2 << 30  # read this much, then hand it to the registering threads
 # Batches queued beyond the one being finished (None: all). One keeps every reader busy at a batch's
 # end (a cold disk feels an idle reader most) and leaves room in the queue for other components' reads.
 READ_AHEAD_BATCHES: int | None = 1
-REGISTER_THREADS = 4  # one registering thread falls behind 16 readers; four keep pace (docs/benchmarks.md)
+REGISTER_THREADS = 4  # one registering thread falls behind 16 readers; four keep pace
 
 
 def lay_out(packed: list[Block], device: torch.device, *, pin: bool, weights: DeferredWeights | None) -> HostArena:
@@ -40,7 +40,7 @@ def lay_out(packed: list[Block], device: torch.device, *, pin: bool, weights: De
         plan_block(b, claims, device, knows, keep_phase)
     reject_shared_ranges(claims)
     # pinned block by block: each region starts on a page, so no two blocks' registrations share one
-    # (starting them on 2 MiB huge pages changed nothing: docs/benchmarks.md)
+    # (starting them on 2 MiB huge pages changed no measured load time)
     # keeping the file's phase, read-in regions start on a page too (`plan_block`)
     step = PAGE if _deferred(packed) and (pin or keep_phase) else ALIGNMENT
     cursor = 0

@@ -125,14 +125,6 @@ class DeferredWeights:
                 raise ValueError(f"destination holds {dest.numel()} bytes, the tensor needs {want}")
         return self.submit_parts([(target, 0, dest) for target, dest in jobs], pool, stop, progress)
 
-    def fill_parts(self, jobs: Sequence[tuple[torch.Tensor, int, torch.Tensor]],
-                   progress: Callable[[int], None] | None = None) -> int:
-        """Like `fill`, for parts: `(target, start, destination)` reads the target's bytes (in its own
-        dtype) from byte `start` on, as many as `destination` holds (an AllGather rank reads only its
-        shard of each block). Every target named stops waiting."""
-        with self.reader_pool() as pool:
-            return self.submit_parts(jobs, pool, threading.Event(), progress).wait()
-
     def sibling(self) -> DeferredWeights:
         """A reader for another component: its own sources and files, this one's reader threads when
         they are shared."""
@@ -151,7 +143,10 @@ class DeferredWeights:
 
     def submit_parts(self, jobs: Sequence[tuple[torch.Tensor, int, torch.Tensor]], pool: ThreadPoolExecutor,
                      stop: threading.Event, progress: Callable[[int], None] | None = None) -> PendingFill:
-        """Queue `fill_parts`' reads on `pool` and return at once; `wait()` on the result finishes them.
+        """Queue reads of parts on `pool` and return at once; `wait()` on the result finishes them.
+        `(target, start, destination)` reads the target's bytes (in its own dtype) from byte `start` on,
+        as many as `destination` holds (an AllGather rank reads only its shard of each block); every
+        target named stops waiting.
         A failed read (or a `progress` that raises) sets `stop`, and every read sharing `stop` is skipped."""
         reads: list[tuple[int, int, memoryview]] = []
         converts: list[tuple[Source, torch.Tensor, int, torch.Tensor, torch.dtype, torch.dtype]] = []

@@ -1,15 +1,11 @@
-"""Errors an operator can fix: bad input, bad policy, bad model directory.
+"""Errors of an offload policy: a value the caller gave that the policy cannot take.
 
-Every such error carries one clear line naming the file or key and the problem; the command
-line prints that line and exits 2, without a traceback.
+Each carries one line naming the key and the problem. How it is reported is the caller's choice
+(the command line prints the line and exits 2: `engine.errors.OPERATOR_ERRORS`).
 """
 
 
-class ConfigError(ValueError):
-    """Bad input the operator can fix (policy, model directory, flags)."""
-
-
-class PolicyError(ConfigError):
+class PolicyError(ValueError):
     """An invalid `dlo_offload_components` / resident-layers / mode combination."""
 
 

@@ -1,5 +1,5 @@
 """How every view writes sizes, rates and durations: decimal units (1 GB = 10^9 bytes), as
-`nvidia-smi`, PCIe link bandwidths and the numbers in docs/benchmarks.md do."""
+`nvidia-smi`, PCIe link bandwidths and the project's benchmark reports do."""
 
 from __future__ import annotations
 

@@ -15,16 +15,16 @@ from typing import Any
 
 from tiny_video_families import make_cogvideox_pipeline, make_ltx_i2v_pipeline, make_ltx_pipeline
 
+from omni_console.engine.build_dir import atomic_build
 from omni_console.engine.demo_model import (
     FLUX_LAYOUT,
-    atomic_build,
     make_flux_pipeline,
-    save_pipeline,
     seeded,
     tiny_clip_text_config,
     tiny_t5_config,
     tiny_vae,
 )
+from omni_console.engine.pipeline_save import save_pipeline
 
 __all__ = [
     "FAMILY_GENERATION",

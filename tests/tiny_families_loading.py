@@ -7,7 +7,7 @@ checker, Wan 2.2 TI2V image-to-video without an image encoder), a diffusers clas
 "library" (SD1.5's `["stable_diffusion", "StableDiffusionSafetyChecker"]`), or bit-exactness of its
 VAE (Mochi); HunyuanVideo, Chroma, Sana and QwenImage (tokenizers built offline, a T5 or byte-level one
 standing in for Llama's and Gemma's) check that the rest of the hub's families load the same way.
-Written with the pipeline's own `save_pretrained` layout (`demo_model.save_pipeline`),
+Written with the pipeline's own `save_pretrained` layout (`pipeline_save.save_pipeline`),
 configs as small as diffusers' own tests use, each component under its own derived seed.
 """
 
@@ -17,14 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omni_console.engine.demo_model import (
-    atomic_build,
-    save_pipeline,
-    seeded,
-    tiny_clip_text_config,
-    tiny_t5_config,
-    tiny_vae,
-)
+from omni_console.engine.build_dir import atomic_build
+from omni_console.engine.demo_model import seeded, tiny_clip_text_config, tiny_t5_config, tiny_vae
+from omni_console.engine.pipeline_save import save_pipeline
 
 T5_LAYOUT = {"tokenizer": "T5TokenizerFast"}
 

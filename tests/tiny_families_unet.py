@@ -16,7 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from omni_console.engine.demo_model import atomic_build, seeded, tiny_clip_text_config, tiny_vae
+from omni_console.engine.build_dir import atomic_build
+from omni_console.engine.demo_model import seeded, tiny_clip_text_config, tiny_vae
 
 __all__ = ["UNET_GENERATION", "build_tiny_sd15", "build_tiny_sdxl", "make_sd15_pipeline", "make_sdxl_pipeline"]
 

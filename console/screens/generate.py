@@ -17,9 +17,9 @@ from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from ...engine.errors import ConfigError
 from ...engine.plain_text import plain_lines
 from ...engine.runner import GenerateRequest
-from ...offload.errors import ConfigError
 from ..generate_form import RequestForm, parse_size
 
 __all__ = ["GenerateDialog", "parse_size"]

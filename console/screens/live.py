@@ -21,9 +21,10 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, Header, ProgressBar, Static
 
+from ...engine.events import ForecastCheck, RequestPhases, StepTiming
 from ...engine.plain_text import plain_lines
 from ...engine.plan import Plan
-from ...offload.events import Event, ForecastCheck, RequestPhases, StepTiming
+from ...offload.events import Event
 from ...offload.telemetry import TelemetrySnapshot
 from ..event_text import forecast_check_text
 from ..rank_stats import RankStats

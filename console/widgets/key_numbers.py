@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
-from ...offload.events import StepTiming
+from ...engine.events import StepTiming
 from ...offload.telemetry import TelemetrySnapshot
 from ...offload.units import format_bytes, format_seconds
 from .text_update import set_text

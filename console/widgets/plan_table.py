@@ -98,12 +98,3 @@ class ComponentTable(DataTable):
         row = min(max(self.cursor_row, 0), self.row_count - 1)
         return self.plan.components[row].info.name
 
-    def select_name(self, name: str) -> None:
-        """Move the cursor to a component's row (tests and the command palette use this)."""
-        if self.plan is None:
-            return
-        for i, c in enumerate(self.plan.components):
-            if c.info.name == name:
-                self.move_cursor(row=i, animate=False)
-                return
-        raise KeyError(name)

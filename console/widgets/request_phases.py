@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
-from omni_console.offload.events import RequestPhases
+from omni_console.engine.events import RequestPhases
 from omni_console.offload.units import format_bytes
 
 from .text_update import set_text

@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Sparkline, Static
 
-from omni_console.offload.events import StepTiming
+from omni_console.engine.events import StepTiming
 from omni_console.offload.units import format_bytes, format_rate
 
 from .metric_row import HISTORY_SAMPLES

@@ -6,7 +6,7 @@ import pytest
 from app_helpers import load, make_app, until
 
 from omni_console.engine.engine import Engine
-from omni_console.offload.events import Replanned
+from omni_console.engine.events import Replanned
 
 
 @pytest.fixture

@@ -21,9 +21,9 @@ from omni_console.console.screens import GenerateDialog
 from omni_console.console.widgets.request_phases import describe_phases, format_latent
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
+from omni_console.engine.errors import ConfigError
+from omni_console.engine.events import RequestPhases
 from omni_console.engine.runner import GenerateRequest
-from omni_console.offload.errors import ConfigError
-from omni_console.offload.events import RequestPhases
 
 pytestmark = pytest.mark.slow  # end to end (generates videos in the app): .ci/run runs it, `pytest -q` skips it
 

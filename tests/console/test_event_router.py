@@ -3,15 +3,8 @@
 from __future__ import annotations
 
 from omni_console.console.event_router import HEAVY_UI_BUSY_S, HEAVY_UI_S, LIGHT_UI_S, EventRouter
-from omni_console.offload.events import (
-    EngineStateChanged,
-    LoadProgress,
-    RequestFinished,
-    RequestStarted,
-    StagingEvent,
-    StepTiming,
-    TelemetryEvent,
-)
+from omni_console.engine.events import EngineStateChanged, LoadProgress, RequestFinished, RequestStarted, StepTiming
+from omni_console.offload.events import StagingEvent, TelemetryEvent
 from omni_console.offload.telemetry import TelemetrySnapshot
 
 

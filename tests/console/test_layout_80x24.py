@@ -11,7 +11,7 @@ from textual.widgets import Footer
 from omni_console.console.screens import LiveScreen, PlanScreen
 from omni_console.console.widgets.plan_blocks import LEGEND, BlockListPanel
 from omni_console.console.widgets.plan_forecast import ForecastPanel
-from omni_console.offload.events import LoadProgress, StepTiming
+from omni_console.engine.events import LoadProgress, StepTiming
 
 SIZE = (80, 24)
 

@@ -9,7 +9,8 @@ from omni_console.console.rank_stats import RankStats
 from omni_console.console.screens.live import RANK_BINDING
 from omni_console.console.widgets.filter_bar import FilterBar
 from omni_console.console.widgets.gpu_group_panel import GpuGroupPanel, rank_line
-from omni_console.offload.events import LogEvent, StagingEvent, StepTiming, TelemetryEvent
+from omni_console.engine.events import StepTiming
+from omni_console.offload.events import LogEvent, StagingEvent, TelemetryEvent
 from omni_console.offload.telemetry import NvmlMemory, TelemetrySnapshot, TorchMemory
 
 

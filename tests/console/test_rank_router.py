@@ -6,14 +6,8 @@ import pytest
 from test_event_router import Clock, RecordingView, staging
 
 from omni_console.console.event_router import HEAVY_UI_S, EventRouter
-from omni_console.offload.events import (
-    LoadProgress,
-    RequestFinished,
-    RequestStarted,
-    StagingEvent,
-    StepTiming,
-    TelemetryEvent,
-)
+from omni_console.engine.events import LoadProgress, RequestFinished, RequestStarted, StepTiming
+from omni_console.offload.events import StagingEvent, TelemetryEvent
 from omni_console.offload.telemetry import TelemetrySnapshot, TorchMemory
 
 GB = 10**9

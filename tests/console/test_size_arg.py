@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from omni_console.console.size_arg import UNITS, parse_size
-from omni_console.offload.errors import ConfigError
+from omni_console.engine.errors import ConfigError
 
 
 @pytest.mark.parametrize(("text", "expected"), [("24", 24 * 10**9), ("24GB", 24 * 10**9), ("24 gib", 24 * 2**30),

@@ -16,7 +16,8 @@ import pytest
 from app_helpers import make_app, until
 
 from omni_console.engine.engine import Engine
-from omni_console.offload.events import StagingEvent, StepTiming
+from omni_console.engine.events import StepTiming
+from omni_console.offload.events import StagingEvent
 from omni_console.themes import THEMES
 
 SIZES = [(80, 24), (160, 48)]

@@ -28,7 +28,8 @@ from app_helpers import make_app, screen_text, until
 from omni_console.console.cli import main
 from omni_console.console.event_text import loading_line, progress_line
 from omni_console.engine.engine import Engine
-from omni_console.offload.events import ErrorEvent, LoadProgress
+from omni_console.engine.events import LoadProgress
+from omni_console.offload.events import ErrorEvent
 
 OSC_TITLE = "\x1b]2;PWNED\x07"
 OSC_CLIP = "\x1b]52;c;cHduZWQ=\x07"

@@ -18,15 +18,8 @@ from omni_console.console.widgets import (
     StepTimings,
     format_event,
 )
-from omni_console.offload.events import (
-    CacheDecision,
-    ErrorEvent,
-    LoadProgress,
-    LogEvent,
-    OomRetry,
-    StagingEvent,
-    StepTiming,
-)
+from omni_console.engine.events import LoadProgress, StepTiming
+from omni_console.offload.events import CacheDecision, ErrorEvent, LogEvent, OomRetry, StagingEvent
 from omni_console.offload.telemetry import HostMemory, NvmlMemory, TelemetrySnapshot, TorchMemory
 from omni_console.themes import CSS_PATH, DEFAULT_THEME, THEMES, register_themes
 

@@ -22,10 +22,11 @@ from omni_console.console.cli import main
 from omni_console.engine.blocks import BlockList
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
+from omni_console.engine.events import BlockOrderCorrected, StepTiming
 from omni_console.engine.order_cache import order_path
 from omni_console.engine.order_watch import one_pass_order
 from omni_console.engine.runner import GenerateRequest
-from omni_console.offload.events import BlockOrderCorrected, LogEvent, StepTiming
+from omni_console.offload.events import LogEvent
 from omni_console.offload.policy import build_policy
 
 LUMINA2_SOURCE = ["noise_refiner", "context_refiner", "layers"]

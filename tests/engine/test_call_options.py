@@ -24,8 +24,8 @@ from omni_console.engine.call_options import (
     value_fits,
 )
 from omni_console.engine.discovery import discover_model
+from omni_console.engine.errors import ConfigError
 from omni_console.engine.runner import GenerateRequest
-from omni_console.offload.errors import ConfigError
 
 FLAGS = {"frames": "--frames", "negative_prompt": "--negative-prompt", "max_sequence_length": "--max-sequence-length",
          "image": "--image", "param": "--param", "steps": "--steps", "guidance": "--guidance"}

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from omni_console.console.cli import main
 from omni_console.engine.build_dir import COMPLETE_MARKER, atomic_build, manifest_mismatch
 from omni_console.engine.demo_model import default_demo_model_path, ensure_demo_model
-from omni_console.offload.errors import ConfigError
+from omni_console.engine.errors import ConfigError
 
 # --- helpers -----------------------------------------------------------------------------------
 

@@ -14,10 +14,11 @@ import torch
 from tiny_families import FAMILY_GENERATION
 
 from omni_console.engine.engine import Engine, EngineState, EngineStateError
+from omni_console.engine.events import LoadProgress, StepTiming
 from omni_console.engine.loader import LoadCancelled
 from omni_console.engine.runner import GenerateRequest
 from omni_console.offload.errors import PolicyError
-from omni_console.offload.events import CacheDecision, LoadProgress, StagingEvent, StepTiming
+from omni_console.offload.events import CacheDecision, StagingEvent
 from omni_console.offload.pinned import pinned_bytes_held
 from omni_console.offload.policy import build_policy
 

@@ -25,12 +25,12 @@ from tiny_families_experts import BOUNDARY_RATIO, EXPERTS_GENERATION, build_tiny
 from omni_console.engine.auto_plan import auto_plan
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
+from omni_console.engine.events import ExpertSwitched, StepTiming
 from omni_console.engine.export import plan_to_dict
 from omni_console.engine.plan import make_plan
 from omni_console.engine.request_profile import RequestSize
 from omni_console.engine.runner import GenerateRequest
 from omni_console.offload.errors import PolicyError
-from omni_console.offload.events import ExpertSwitched, StepTiming
 from omni_console.offload.policy import build_policy
 
 PROMPT = "a red fox running in the snow"
@@ -218,9 +218,9 @@ def test_on_cuda_the_switch_keeps_frames_identical_to_plain_diffusers(wan22_dir:
 
 
 def test_sharding_two_experts_across_gpus_is_refused_before_load(wan22_dir: Path):
+    from omni_console.engine.errors import ConfigError
     from omni_console.engine.rank_checks import check_experts
     from omni_console.engine.rank_layout import RankLayout
-    from omni_console.offload.errors import ConfigError
 
     model = discover_model(wan22_dir)
     with pytest.raises(ConfigError, match="--dlo-no-use-allgather"):

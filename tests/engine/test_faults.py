@@ -20,8 +20,9 @@ import torch
 
 from omni_console.console.telemetry_text import format_unavailable
 from omni_console.engine.engine import Engine, EngineState
+from omni_console.engine.events import OomStepDown
 from omni_console.engine.runner import GenerateRequest
-from omni_console.offload.events import OomRetry, OomStepDown, TelemetryEvent
+from omni_console.offload.events import OomRetry, TelemetryEvent
 from omni_console.offload.pinned import pinned_bytes_held
 from omni_console.offload.policy import build_policy
 from omni_console.offload.telemetry import NvmlSource, TelemetrySampler

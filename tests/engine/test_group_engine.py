@@ -13,11 +13,12 @@ import pytest
 from test_engine import request_for
 
 from omni_console.engine.engine import Engine, EngineState
+from omni_console.engine.events import StepTiming
 from omni_console.engine.group_engine import GroupEngine
 from omni_console.engine.loader import LoadCancelled
 from omni_console.engine.rank_group import RankFailed
 from omni_console.engine.rank_layout import RankLayout
-from omni_console.offload.events import EventBus, LogEvent, StagingEvent, StepTiming, TelemetryEvent
+from omni_console.offload.events import EventBus, LogEvent, StagingEvent, TelemetryEvent
 from omni_console.offload.policy import build_policy
 
 pytestmark = pytest.mark.slow  # end to end (spawns rank processes): .ci/run runs it, `pytest -q` skips it
@@ -147,7 +148,7 @@ def test_a_rank_that_dies_fails_the_next_request_with_one_line(demo_model_dir: P
 
 
 def test_a_bad_model_dir_fails_before_any_rank_starts(tmp_path: Path) -> None:
-    from omni_console.offload.errors import ConfigError
+    from omni_console.engine.errors import ConfigError
 
     with pytest.raises(ConfigError):
         GroupEngine(tmp_path / "missing", RankLayout(2, True), device_kind="cpu")

@@ -21,10 +21,11 @@ from tiny_families_more import LATTE_FRAMES, MORE_GENERATION, build_tiny_more_fa
 from omni_console.engine.call_options import check_call
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
+from omni_console.engine.errors import ConfigError
+from omni_console.engine.events import StepTiming
 from omni_console.engine.request_checks import check_request
 from omni_console.engine.runner import GenerateRequest
-from omni_console.offload.errors import ConfigError
-from omni_console.offload.events import LogEvent, StepTiming
+from omni_console.offload.events import LogEvent
 from omni_console.offload.policy import build_policy
 
 PROMPT = "a red fox running in the snow"

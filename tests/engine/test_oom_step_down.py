@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from omni_console.engine.engine import Engine, EngineState
+from omni_console.engine.events import OomStepDown, Replanned
 from omni_console.engine.oom_guard import lower_policy
 from omni_console.engine.runner import GenerateRequest, cancel_points
-from omni_console.offload.events import OomStepDown, Replanned
 from omni_console.offload.pinned import pinned_bytes_held
 from omni_console.offload.policy import build_policy
 

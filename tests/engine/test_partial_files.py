@@ -21,22 +21,25 @@ from PIL import Image
 
 from omni_console.console import outputs as console_outputs
 from omni_console.engine.atomic_write import remove_pending
-from omni_console.engine.outputs import check_output, write_image
+from omni_console.engine.outputs import check_output, write_result
 
 CHILD = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
-    from omni_console.engine.outputs import check_output, write_image
+    from omni_console.engine.outputs import check_output, write_result
 
     signum, out, overwrite = int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "1"
 
     class Image:  # a large image: half of it is written when the signal comes
+        def convert(self, mode):
+            return self
+
         def save(self, stream, format):
             stream.write(b"\\x89PNG" + b"x" * (1 << 20))
             os.kill(os.getpid(), signum)
             stream.write(b"y" * (1 << 20))
 
-    write_image(Image(), check_output(out, overwrite=overwrite))
+    write_result([Image()], check_output(out, overwrite=overwrite), fps=None)
     print("finished")
 """)
 
@@ -66,10 +69,10 @@ def test_an_output_is_complete_or_absent_and_never_replaces_a_new_file(tmp_path:
     target = check_output(out)
     out.write_bytes(b"appeared meanwhile")
     with pytest.raises(Exception, match="appeared while generating"):
-        write_image(Image.new("RGB", (8, 8)), target)
+        write_result([Image.new("RGB", (8, 8))], target, fps=None)
     assert out.read_bytes() == b"appeared meanwhile" and _listing(tmp_path) == ["o.png"]
     out.unlink()
-    write_image(Image.new("RGB", (8, 8)), target)
+    write_result([Image.new("RGB", (8, 8))], target, fps=None)
     assert Image.open(out).size == (8, 8) and _listing(tmp_path) == ["o.png"]
 
 

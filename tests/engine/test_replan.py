@@ -10,9 +10,10 @@ import pytest
 from tiny_families import FAMILY_GENERATION
 
 from omni_console.engine.engine import Engine, EngineStateError
+from omni_console.engine.events import Replanned
 from omni_console.engine.runner import GenerateRequest
 from omni_console.offload.errors import PolicyError
-from omni_console.offload.events import EventBus, Replanned
+from omni_console.offload.events import EventBus
 from omni_console.offload.policy import build_policy
 
 

@@ -12,12 +12,13 @@ from tiny_families import FAMILY_GENERATION
 
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
+from omni_console.engine.events import ForecastCheck
 from omni_console.engine.model_configs import fill_size
 from omni_console.engine.plan import make_plan
 from omni_console.engine.request_forecast import forecast_request, scaled_profile
 from omni_console.engine.request_profile import RequestProfile, RequestSize, load_profile, profile_dir
 from omni_console.engine.runner import GenerateRequest
-from omni_console.offload.events import EventBus, ForecastCheck
+from omni_console.offload.events import EventBus
 from omni_console.offload.policy import build_policy
 
 DEMO_BLOCKS = 6

@@ -14,7 +14,7 @@ from test_block_order_observed import LUMINA2_RAN, request_for
 from tiny_families_shapes import build_tiny_lumina2
 
 from omni_console.engine.engine import Engine
-from omni_console.offload.events import BlockOrderCorrected
+from omni_console.engine.events import BlockOrderCorrected
 from omni_console.offload.policy import build_policy
 
 FP8 = "float8_e4m3fn"

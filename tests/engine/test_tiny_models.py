@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from omni_console.engine.build_dir import COMPLETE_MARKER
 from omni_console.engine.demo_model import (
-    COMPLETE_MARKER,
     DEMO_GENERATION,
     build_demo_model,
     default_demo_model_path,

@@ -20,10 +20,11 @@ from tiny_families_unet import UNET_GENERATION, build_tiny_sd15, build_tiny_sdxl
 
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
+from omni_console.engine.events import StepTiming
 from omni_console.engine.plan import make_plan
 from omni_console.engine.runner import GenerateRequest
 from omni_console.offload.errors import PolicyError
-from omni_console.offload.events import LogEvent, StagingEvent, StepTiming
+from omni_console.offload.events import LogEvent, StagingEvent
 from omni_console.offload.policy import build_policy
 
 PROMPT = "a lighthouse on a cliff at dusk"

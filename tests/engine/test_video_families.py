@@ -21,10 +21,10 @@ from tiny_families import FAMILY_GENERATION
 from omni_console.engine.call_options import check_call
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
+from omni_console.engine.errors import ConfigError
+from omni_console.engine.events import RequestPhases
 from omni_console.engine.request_checks import check_request
 from omni_console.engine.runner import GenerateRequest
-from omni_console.offload.errors import ConfigError
-from omni_console.offload.events import RequestPhases
 from omni_console.offload.policy import build_policy
 
 pytestmark = pytest.mark.slow  # end to end (runs every tiny video pipeline): .ci/run runs it, `pytest -q` skips it

@@ -21,9 +21,9 @@ from tiny_families_loading import LOADING_GENERATION, build_tiny_loading_family
 
 from omni_console.engine.call_options import check_call, frames_rule
 from omni_console.engine.discovery import discover_model
+from omni_console.engine.errors import ConfigError
 from omni_console.engine.request_checks import check_request
 from omni_console.engine.runner import GenerateRequest
-from omni_console.offload.errors import ConfigError
 
 # family: (frame counts, (height, width) sizes) rendered with plain diffusers
 CASES: dict[str, tuple[tuple[int, ...], tuple[tuple[int, int], ...]]] = {

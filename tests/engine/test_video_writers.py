@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from omni_console.engine import outputs, video_encoders
+from omni_console.engine.errors import ConfigError
 from omni_console.engine.outputs import check_output, sequence_paths, write_notes, write_result
-from omni_console.offload.errors import ConfigError
 
 WIDTH, HEIGHT = 64, 48
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
-from omni_console.offload.events import EventBus, LogEvent, StagingEvent, StepTiming
+from omni_console.engine.events import StepTiming
+from omni_console.offload.events import EventBus, LogEvent, StagingEvent
 
 
 def test_every_subscriber_gets_every_event_in_order_with_timestamps():

@@ -1,0 +1,1 @@
+"""Benchmarks of omni-console: run each from the repository root as `python -m benchmarks.NAME`."""
