@@ -124,9 +124,9 @@ def test_denoise_activations_match_the_budget_sweeps(flux: ModelInfo, wan: Model
 def test_a_unets_activations_match_the_unet_sweep(tmp_path: Path) -> None:
     from diffusers import AutoencoderKL, UNet2DConditionModel
 
-    for run in recorded("unet_stream-*.json"):  # SDXL-size, one guided step (batch 2) at 1024²
+    for index, run in enumerate(recorded("unet_stream-*.json")):  # SDXL-size, one guided step (batch 2) at 1024²
         assert (run["preset"], run["res"], run["batch"]) == ("sdxl", 1024, 2)
-        root = tmp_path / run["date"]
+        root = tmp_path / f"run-{index}"
         unet = init_defaults(UNet2DConditionModel, block_out_channels=[320, 640, 1280], sample_size=128,
                              layers_per_block=2, cross_attention_dim=2048)
         vae = init_defaults(AutoencoderKL, block_out_channels=[128, 256, 512, 512], latent_channels=4)
