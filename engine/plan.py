@@ -204,6 +204,10 @@ def make_plan(model: ModelInfo, policy: OffloadPolicy, residency: BlockResidency
     (engine/experts.py) always take their own."""
     policy.check_against(model.auxiliary_names, [d.name for d in model.denoisers], blocks_per_forward(model),
                          unet_names=[d.name for d in model.by_role("unet")])
+    for d in model.denoisers:  # engine/quant_layouts.py: what the installed libraries could load at all
+        if d.quant_method is not None and policy.mode == "dlo":
+            raise PolicyError(f"{d.name} is quantized ('{d.quant_method}'): its layers are the quantizer's, not "
+                              "tensors DLO can stream; use --mode resident")
     stored = storage_dtype(model, policy)
     if stored is not None and model.by_role("unet"):
         raise PolicyError("fp8 storage (--stream-dtype) is for DiT pipelines only; this one has a UNet: "
