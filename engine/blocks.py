@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .fp8_names import fp8_block_bytes
+from .fp8_names import fp8_block_bytes, header_stored_fp8
 from .init_layout import PACKAGE, init_layout
 from .weights import ModelDirError, TensorInfo
 
@@ -192,6 +192,7 @@ def unet_block_lists(folder: Path, class_name: str | None, config: dict,
     # attr -> block index -> child path ("" outside an indexed child) -> bytes
     sizes: dict[str, dict[int, dict[str, int]]] = {
         attr: defaultdict(lambda: defaultdict(int)) for attr in UNET_ORDER}
+    held: dict[tuple[str, int, str], list[TensorInfo]] = defaultdict(list)  # each unit's tensors (fp8 bytes)
     for tensor in tensors:
         attr, _, rest = tensor.name.partition(".")
         if attr == "mid_block":
@@ -205,6 +206,7 @@ def unet_block_lists(folder: Path, class_name: str | None, config: dict,
             continue
         child = _CHILD.match(rest)
         sizes[attr][index][child.group(0)[:-1] if child else ""] += tensor.nbytes
+        held[attr, index, child.group(0)[:-1] if child else ""].append(tensor)
     lists = []
     for attr in UNET_ORDER:
         found = sizes[attr]
@@ -227,9 +229,11 @@ def unet_block_lists(folder: Path, class_name: str | None, config: dict,
             units = found[i]
             order = unit_order(types[i], units)
             if order is None:  # unknown class or layout: the whole block is one unit
-                lists.append(BlockList(name, (sum(units.values()),)))
+                fp8 = (sum(_fp8_bytes(held[attr, i, p]) for p in units),)
+                lists.append(BlockList(name, (sum(units.values()),), fp8_bytes=fp8, fp8_mod_bytes=fp8))
             else:
-                lists.append(BlockList(name, tuple(units[p] for p in order), tuple(order)))
+                fp8 = tuple(_fp8_bytes(held[attr, i, p]) for p in order)
+                lists.append(BlockList(name, tuple(units[p] for p in order), tuple(order), fp8, fp8))
     return lists
 
 
@@ -268,3 +272,10 @@ def _shown(value: object, limit: int = 40) -> str:
     """The value as the config spells it, cut short: a hostile config must not make a long line."""
     text = json.dumps(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _fp8_bytes(tensors: list[TensorInfo]) -> int:
+    """A UNet unit's bytes with fp8 storage (engine/fp8_names.py's header rule; UNets have no AdaLN, so
+    the modulation opt-in stores nothing more)."""
+    chosen = header_stored_fp8((t.name, t.shape) for t in tensors)
+    return sum(t.numel if t.name in chosen else t.nbytes for t in tensors)

@@ -126,7 +126,7 @@ def storage_dtype(model: ModelInfo, policy: OffloadPolicy) -> str | None:
     checkpoint holds fp8 tensors in (an fp8 checkpoint is streamed as stored)."""
     if policy.stream_dtype is not None:
         return policy.stream_dtype
-    for dit in model.dits:
+    for dit in model.denoisers:
         held = [d for d in dit.dtypes if d in FP8_NAMES]  # by bytes, largest first
         if held:
             return held[0]
@@ -190,7 +190,7 @@ def upcast_scratch(model: ModelInfo, blocks: list[StreamedBlock]) -> int:
     """The upcast scratch (offload/upcast.py): the largest block in a 2-byte compute dtype, from the
     headers (a 16-bit checkpoint's bytes as stored, an fp8 one's twice)."""
     header: list[int] = []
-    for dit in model.dits:
+    for dit in model.denoisers:
         scale = 2 if any(d in FP8_NAMES for d in dit.dtypes) else 1
         header.extend(n * scale for block_list in dit.block_lists for n in block_list.block_bytes)
     return max(header, default=0) if blocks else 0
@@ -209,9 +209,6 @@ def make_plan(model: ModelInfo, policy: OffloadPolicy, residency: BlockResidency
             raise PolicyError(f"{d.name} is quantized ('{d.quant_method}'): its layers are the quantizer's, not "
                               "tensors DLO can stream; use --mode resident")
     stored = storage_dtype(model, policy)
-    if stored is not None and model.by_role("unet"):
-        raise PolicyError("fp8 storage (--stream-dtype) is for DiT pipelines only; this one has a UNet: "
-                          "drop --stream-dtype")
     if policy.fp8_modulation and stored is None:
         raise PolicyError("fp8 modulation needs fp8 storage: add --stream-dtype float8_e4m3fn (or an fp8 checkpoint)")
     experts = plan_experts(model, policy)
