@@ -66,7 +66,8 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
                                                   stream_dtype=base.stream_dtype, fp8_modulation=base.fp8_modulation))
     dit = dit_profile(staged_plan, profile) or _zero_compute(staged_plan)
     table = StreamTable(dit, bandwidth or 1.0)  # the DiT's candidates do not depend on the encoders and VAEs
-    fixed0 = staged_plan.forecast.device_resident_bytes  # every encoder/VAE staged, no resident block
+    # every encoder/VAE staged, no resident block; with fp8 storage the running block's upcast scratch too
+    fixed0 = staged_plan.forecast.device_resident_bytes + staged_plan.forecast.upcast_scratch_bytes
 
     def above(resident: frozenset[str]) -> tuple[int, int]:
         """(device weights outside the DiT's blocks, the largest phase's bytes above the weights) when

@@ -58,3 +58,11 @@ def fp8_block_bytes(attr: str, index: int, entries: dict, modulation: bool = Fal
     prefix = f"{attr}.{index}."
     chosen = header_stored_fp8(((prefix + rest, t.shape) for rest, t in entries.items()), modulation=modulation)
     return sum(t.numel if prefix + rest in chosen else t.nbytes for rest, t in entries.items())
+
+
+def fp8_block_elements(attr: str, index: int, entries: dict, modulation: bool = False) -> int:
+    """How many of a block's elements are stored in fp8 (each upcast once per forward: offload/upcast.py): the
+    rule's choice, and whatever the checkpoint already holds in fp8."""
+    prefix = f"{attr}.{index}."
+    chosen = header_stored_fp8(((prefix + rest, t.shape) for rest, t in entries.items()), modulation=modulation)
+    return sum(t.numel for rest, t in entries.items() if prefix + rest in chosen or t.dtype in FP8_NAMES)

@@ -70,6 +70,7 @@ class StreamedBlock:
     index: int
     nbytes: int
     streamed: bool
+    upcast_elems: int = 0  # fp8 storage: elements upcast to the compute dtype each forward (offload/upcast.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +145,10 @@ def execution_blocks(model: ModelInfo, residency: BlockResidency, experts: tuple
     blocks: list[StreamedBlock] = []
     for dit in model.denoisers:
         for block_list in dit.block_lists:
+            elems = block_list.upcast_elements(modulation) if fp8 else (0,) * block_list.count
             for i, nbytes in enumerate(block_list.stored_bytes(fp8, modulation)):
                 streamed = not flags[len(blocks)]
-                blocks.append(StreamedBlock(dit.name, block_list.attr, i, nbytes, streamed))
+                blocks.append(StreamedBlock(dit.name, block_list.attr, i, nbytes, streamed, elems[i]))
     return blocks
 
 
