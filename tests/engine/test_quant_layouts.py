@@ -145,3 +145,31 @@ def test_a_fine_grained_fp8_encoder_runs_as_the_plain_pipeline(demo_model_dir: P
         assert np.array_equal(np.asarray(engine.generate(req).image), expected), comps
         engine.unload()
     engine.close()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_fine_grained_fp8_encoder_stays_fp8_when_staged_on_cuda(demo_model_dir: Path, tmp_path: Path):
+    """On a GPU of compute capability 8.9+ transformers keeps the encoder's fp8 weights and scales
+    (`FP8Linear`): the staged master holds those bytes, and the image is plain diffusers' on that GPU."""
+    root = copy_with(demo_model_dir, tmp_path / "m", "text_encoder_2", per_tensor_inv,
+                     {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": None})
+    req = request_for("flux")
+    pipe = diffusers.FluxPipeline.from_pretrained(root, local_files_only=True).to("cuda")
+    pipe.set_progress_bar_config(disable=True)
+    kept = {p.dtype for p in pipe.text_encoder_2.parameters()}
+    expected = np.asarray(pipe(**req.call_kwargs(pipe)).images[0])
+    del pipe
+    torch.cuda.empty_cache()
+    info = discover_model(root).component("text_encoder_2")
+    engine = Engine(root, device="cuda")
+    try:
+        for comps in ({}, {"text_encoder_2": False}):
+            engine.load(build_policy(comps, 1))
+            stager = engine.placement.stagers.get("text_encoder_2")
+            if stager is not None and torch.cuda.get_device_capability() >= (8, 9):
+                assert FP8 in kept and stager.staged_bytes <= info.nbytes  # fp8 bytes, not dequantized
+            assert np.array_equal(np.asarray(engine.generate(req).image), expected), comps
+            engine.unload()
+    finally:
+        engine.close()
