@@ -20,15 +20,16 @@ def _skip_patterns() -> tuple[str, ...]:
 DEMO_DIFFERENCE: dict[str, tuple[float, int]] = {"float8_e4m3fn": (0.55, 6), "float8_e5m2": (1.09, 10)}
 
 
-def storage_note(stream_dtype: str | None, modulation: bool) -> str | None:
-    """What the plan says about fp8 storage: what is stored how, and that the outputs change."""
+def storage_note(stream_dtype: str | None, modulation: bool, kind: str = "DiT") -> str | None:
+    """What the plan says about fp8 storage: what is stored how, and that the outputs change (`kind`: the
+    streamed blocks' name, "DiT" or "UNet")."""
     if stream_dtype is None:
         return None
     mean, top = DEMO_DIFFERENCE[stream_dtype]
     rule = ("diffusers' layerwise-casting rule plus the AdaLN modulation linears (not diffusers' rule)"
             if modulation else "diffusers' layerwise-casting rule: norms, embeddings, pos/patch embeds, "
             "proj_in/proj_out and modulation linears keep the compute dtype")
-    return (f"DiT weights stored in {stream_dtype} ({rule}), upcast per block on the device: outputs differ "
+    return (f"{kind} weights stored in {stream_dtype} ({rule}), upcast per block on the device: outputs differ "
             f"from the full-precision pipeline (demo model: mean |Δ| {mean:.2f}, max {top} of 255 per pixel "
             f"value) and match diffusers' enable_layerwise_casting bit for bit")
 

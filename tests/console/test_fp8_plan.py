@@ -58,6 +58,9 @@ def test_stream_dtype_for_a_unet_pipeline_plans_fp8_units(tmp_path: Path, capsys
     plain = _json(capsys, sdxl)["forecast"]
     f = _json(capsys, sdxl, "--stream-dtype", "float8_e4m3fn")["forecast"]
     assert f["stream_dtype"] == "float8_e4m3fn" and "differ" in f["storage_note"]
+    assert f["storage_note"].startswith("UNet weights stored in")
+    assert main(["plan", "--model", str(sdxl), "--stream-dtype", "float8_e4m3fn"]) == 0
+    assert "UNet weights stored in" in capsys.readouterr().out
     assert f["streamed_bytes_per_forward"] < 0.5 * plain["streamed_bytes_per_forward"]  # float32 fixture
     assert f["upcast_scratch_bytes"] > 0
 
