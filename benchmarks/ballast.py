@@ -8,7 +8,7 @@ N GB free (its own CUDA context counted), prints one READY line with the free by
 holds everything until a line arrives on its stdin (or stdin closes: the parent died). The parent
 checks the free memory again through NVML (no CUDA context of its own) before it yields.
 
-    from ballast import ballast
+    from benchmarks.ballast import ballast
     with ballast(12) as card:          # cuda:0 now shows 12 GB free
         subprocess.run([... "omni-console", "run", ...])
     python3 -m benchmarks.ballast 12   # by hand: hold until Enter

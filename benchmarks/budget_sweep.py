@@ -16,7 +16,13 @@ One DiT (Flux-dev-size at 1024², or Wan2.1-14B-size at 81x480x832; random bf16 
 
 Every streamed run's output is compared with the resident output (bit-identical expected).
 A "step" here is one DiT forward (one denoise step without classifier-free guidance).
+
+`--stream-dtype float8_e4m3fn`: the blocks are stored in fp8 by diffusers' layerwise-casting rule
+(engine/stream_dtype.py) and upcast on the device before each block runs; the resident reference is
+diffusers' own `enable_layerwise_casting` hooks on the same layers (its per-block compute includes the
+upcast, as the streamer's does), and the predicted peak counts the upcast scratch.
 Usage: python -m benchmarks.budget_sweep --model flux|wan|flux-small|wan-small --out sweep.json
+       [--stream-dtype float8_e4m3fn --budgets 8 12 16 24]
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ import torch
 
 from omni_console.console.bandwidth import measure_h2d_bandwidth
 from omni_console.engine.stream_choice import choose_streaming, evaluate, profile_from_timings
+from omni_console.engine.stream_dtype import STREAM_DTYPES, apply_storage_hooks, cast_for_storage
 from omni_console.offload.block_timing import BlockTimer
 from omni_console.offload.residency import BlockResidency
 from omni_console.offload.streamer import LayerwiseStreamer
+from omni_console.offload.upcast import is_float8, module_upcast
 
 from . import harness
 
@@ -149,14 +157,15 @@ class Masters:
                 t.data = master
 
 
-def measured_run(model, inputs, device, lists, masters, residency, depths, iters, ref, profile, bw, fixed):
+def measured_run(model, inputs, device, lists, masters, residency, depths, iters, ref, profile, bw, fixed,
+                 compute_dtype=None):
     """Attach once, then time each ring depth in place; returns one row per depth."""
     masters.bind()
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
     t0 = time.perf_counter()
-    streamer = LayerwiseStreamer(lists, device, residency=residency)
+    streamer = LayerwiseStreamer(lists, device, residency=residency, compute_dtype=compute_dtype)
     streamer.attach()
     attach_s = time.perf_counter() - t0
     rows = []
@@ -194,6 +203,7 @@ def main() -> None:
     parser.add_argument("--points", type=int, nargs="*", default=None)
     parser.add_argument("--depths", type=int, nargs="*", default=[2, 4, 8, 16])
     parser.add_argument("--budgets", type=float, nargs="*", default=[8, 12, 16, 24, 32, 48])
+    parser.add_argument("--stream-dtype", choices=sorted(STREAM_DTYPES), default=None)
     args = parser.parse_args()
     spec = MODELS[args.model]
     device = torch.device(args.device)
@@ -206,6 +216,13 @@ def main() -> None:
     inputs = inputs_for(spec, device)
     lists = blocks_of(model, spec["kind"])
     blocks = [b for _, bl in lists for b in bl]
+    compute_dtype, scratch = None, 0
+    if args.stream_dtype is not None:  # fp8 storage: the resident reference is diffusers' layerwise casting
+        compute_dtype, storage = torch.bfloat16, STREAM_DTYPES[args.stream_dtype]
+        cast_for_storage(model, storage)  # on the device: fast
+        apply_storage_hooks(model, storage, compute_dtype)  # whole model: the rule sees qualified names
+        scratch = max(sum(t.numel() for t in b.parameters() if is_float8(t.dtype)) for b in blocks) * 2
+        report["stream_dtype"], report["upcast_scratch_bytes"] = args.stream_dtype, scratch
     block_bytes = tuple(sum(t.numel() * t.element_size() for t in [*b.parameters(), *b.buffers()]) for b in blocks)
     sync(device)
     weights = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
@@ -222,11 +239,22 @@ def main() -> None:
         timed_forward = time.perf_counter() - t0
     compute, forwards = timer.take()
     timer.remove()
+    if compute_dtype is not None:  # diffusers' hooks cannot be removed: the same weights again, for the streamer
+        del model, timer
+        gc.collect()
+        model = build(spec, device)
+        cast_for_storage(model, STREAM_DTYPES[args.stream_dtype])
+        attrs = set(BLOCK_ATTRS[spec["kind"]])
+        for name, child in model.named_children():
+            if name not in attrs:
+                module_upcast(child, compute_dtype)  # non-block layers: upcast once, as placement does
+        lists = blocks_of(model, spec["kind"])
+        blocks = [b for _, bl in lists for b in bl]
     raw_compute = sum(compute)
     non_block = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]) - sum(block_bytes)
     profile = profile_from_timings(block_bytes, compute, resident_step, 1, activation)
     other = profile.other_s
-    fixed = non_block
+    fixed = non_block + scratch  # with fp8 storage the running block's upcast scratch is device memory too
     report["resident"] = dict(step_s=resident_step, timed_forward_s=timed_forward, block_compute_s=raw_compute,
                               other_s=other, activation_bytes=activation, weights_bytes=weights,
                               block_bytes=list(block_bytes), non_block_bytes=non_block, peak_allocated=peak(device))
@@ -247,7 +275,7 @@ def main() -> None:
     for point in args.points or spec["points"]:
         log(f"leading resident_layers={point}")
         lead = measured_run(model, inputs, device, lists, masters, BlockResidency.leading(n, point, 2),
-                            args.depths, args.iters, ref, profile, bw, fixed)
+                            args.depths, args.iters, ref, profile, bw, fixed, compute_dtype)
         rows += lead
         if 0 < point < n:
             best = min(lead, key=lambda r: r["step_s"])
@@ -257,7 +285,7 @@ def main() -> None:
             if choice is not None and choice.residency.placement == "spread":
                 log(f"spread at <= {weight_budget / GB:.2f} GB of block weights")
                 spread = measured_run(model, inputs, device, lists, masters, choice.residency,
-                                      [choice.residency.slots], args.iters, ref, profile, bw, fixed)
+                                      [choice.residency.slots], args.iters, ref, profile, bw, fixed, compute_dtype)
                 for r in spread:
                     r["equal_bytes_as_leading"] = point
                 rows += spread
@@ -273,7 +301,7 @@ def main() -> None:
         log(f"budget {budget_gb} GB: {choice.residency.placement} resident={choice.residency.num_resident} "
             f"k={choice.residency.slots}")
         row = measured_run(model, inputs, device, lists, masters, choice.residency, [choice.residency.slots],
-                           args.iters, ref, profile, bw, fixed)[0]
+                           args.iters, ref, profile, bw, fixed, compute_dtype)[0]
         fitting = [r for r in rows if (r["peak_allocated"] or r["predicted_peak"]) <= budget]
         best_measured = min((r["step_s"] for r in fitting), default=None)
         row.update(budget_gb=budget_gb, fits=True, within_budget=row["peak_allocated"] <= budget,

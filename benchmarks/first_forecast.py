@@ -5,7 +5,7 @@ Wan-14B-size), in a fresh profile cache: `plan --json` with no size flags (the s
 `plan --json` at the request's size, then `run --json` twice — the first run's `forecast_check` is
 the estimate from config vs measured, the second's the cached profile vs measured.
 
-    python3 benchmarks/first_forecast.py --flux /tmp/flux-size --wan /tmp/wan-size --out first_forecast.json
+    python3 -m benchmarks.first_forecast --flux /tmp/flux-size --wan /tmp/wan-size --out first_forecast.json
 """
 
 from __future__ import annotations

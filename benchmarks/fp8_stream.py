@@ -11,8 +11,16 @@ A Flux-dev-size transformer (random bf16 weights) runs one forward at 1024² in 
 For each fp8 DLO run: floor = max(compute with upcast, streamed bytes / measured pinned bandwidth),
 step / floor, pinned host bytes against bf16's, and bit-identity with the resident model cast the
 same way (diffusers' hooks on the same selection). The opt-in's step is also given against the bf16
-DLO step of the same run. Usage:
-  python -m benchmarks.fp8_stream --out fp8_stream.json [--preset flux-dev|small] [--device cuda|cpu]
+DLO step of the same run. On CUDA the upcast alone is timed too (`upcast`: fp8 elements per second and
+seconds per GB of fp8 weights, the rate engine/upcast_cost.py models).
+
+`--profile` adds, for each DLO run, a pass with CUDA events per block (benchmarks/fp8_profile.py): per
+block its copy, its exposed wait + upcast and its compute, and per step the copy, compute, upcast and
+link-idle totals, saying whether the step is bound by the link or by compute + upcast.
+`--preset wan14b` (Wan2.1-14B size, 81x480x832; `--runs layerwise dlo_fp8`): fp8 storage streamed
+against the resident fp8 (layerwise-casting) step. Usage:
+  python -m benchmarks.fp8_stream --out fp8_stream.json [--preset flux-dev|small|wan14b|wan-small]
+      [--device cuda|cpu] [--runs ...] [--profile]
 (`--device cpu --preset small --res 128` is a smoke run of the script itself.)
 """
 
@@ -27,15 +35,26 @@ from typing import Any
 import torch
 
 from omni_console.engine.stream_dtype import apply_storage_hooks, cast_for_storage
+from omni_console.offload.events import EventBus
 from omni_console.offload.pinned import pinned_bytes_held
 from omni_console.offload.residency import BlockResidency
 from omni_console.offload.streamer import LayerwiseStreamer
 from omni_console.offload.upcast import module_upcast
 
 from . import harness
-from .dlo_stream import BLOCK_ATTRS, PRESETS, log, measure_bandwidth
+from .budget_sweep import BLOCK_ATTRS as KIND_ATTRS
+from .budget_sweep import MODELS
+from .budget_sweep import build as build_spec
+from .budget_sweep import inputs_for as spec_inputs
+from .dlo_stream import PRESETS, log, measure_bandwidth
+from .fp8_profile import BlockEvents, copy_times, summarize, upcast_rate
 
 FP8, BF16 = torch.float8_e4m3fn, torch.bfloat16
+SPECS: dict[str, dict[str, Any]] = {"flux-dev": dict(kind="flux", cfg=PRESETS["flux-dev"], res=1024),
+                                    "small": dict(kind="flux", cfg=PRESETS["small"], res=128),
+                                    "wan14b": MODELS["wan"], "wan-small": MODELS["wan-small"]}
+RUNS = ("resident_bf16", "layerwise", "upcast", "dlo_bf16", "dlo_fp8", "dlo_fp8_mod")
+BLOCK_ATTRS: tuple[str, ...] = ()  # the preset's block lists (set in main)
 
 
 def sync(device: torch.device) -> None:
@@ -43,34 +62,13 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def build(cfg: dict[str, Any], device: torch.device, seed: int = 0) -> torch.nn.Module:
-    """Random bf16 weights, deterministic from the seed (made on the device: fast)."""
-    from diffusers import FluxTransformer2DModel
-
-    with torch.device("meta"):
-        model = FluxTransformer2DModel(**cfg)
-    model = model.to(dtype=BF16).to_empty(device=device)
-    gen = torch.Generator(device).manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.02, generator=gen)
-        for b in model.buffers():
-            b.zero_()
-    return model.requires_grad_(False).eval()
+def build(spec: dict[str, Any], device: torch.device) -> torch.nn.Module:
+    """Random bf16 weights, deterministic (made on the device: fast)."""
+    return build_spec(spec, device)
 
 
-def inputs_for(cfg: dict[str, Any], res: int, device: torch.device) -> dict[str, Any]:
-    g = torch.Generator(device).manual_seed(1)
-    tokens, txt, side = (res // 16) ** 2, 512, res // 16
-    kw = dict(device=device, dtype=BF16)
-    ids = torch.zeros(tokens, 3, device=device)
-    ids[:, 1] = torch.arange(side, device=device).repeat_interleave(side)
-    ids[:, 2] = torch.arange(side, device=device).repeat(side)
-    return dict(hidden_states=torch.randn(1, tokens, cfg["in_channels"], generator=g, **kw),
-                encoder_hidden_states=torch.randn(1, txt, cfg["joint_attention_dim"], generator=g, **kw),
-                pooled_projections=torch.randn(1, cfg["pooled_projection_dim"], generator=g, **kw),
-                timestep=torch.tensor([0.5], **kw), guidance=torch.tensor([3.5], **kw),
-                img_ids=ids, txt_ids=torch.zeros(txt, 3, device=device), return_dict=False)
+def inputs_for(spec: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return spec_inputs(spec, device)
 
 
 def timed(model: torch.nn.Module, inputs: dict[str, Any], iters: int, device: torch.device,
@@ -94,9 +92,9 @@ def free(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def resident(cfg: dict[str, Any], inputs: dict[str, Any], iters: int, device: torch.device,
+def resident(spec: dict[str, Any], inputs: dict[str, Any], iters: int, device: torch.device,
              prepare: Callable[[torch.nn.Module], None] | None = None) -> tuple[dict[str, Any], torch.Tensor]:
-    model = build(cfg, device)
+    model = build(spec, device)
     if prepare is not None:
         prepare(model)
     step, times, out = timed(model, inputs, iters, device)
@@ -106,17 +104,20 @@ def resident(cfg: dict[str, Any], inputs: dict[str, Any], iters: int, device: to
     return {"step_s": step, "times": times, "device_weight_bytes": weights}, out
 
 
-def streamed(cfg: dict[str, Any], inputs: dict[str, Any], iters: int, device: torch.device, *,
-             storage: torch.dtype | None, modulation: bool = False, slots: int = 2
+def streamed(spec: dict[str, Any], inputs: dict[str, Any], iters: int, device: torch.device, *,
+             storage: torch.dtype | None, modulation: bool = False, slots: int = 2, profile: bool = False
              ) -> tuple[dict[str, Any], torch.Tensor]:
     """Every block streamed (`slots` = number of blocks: every block stays in the ring, so only the
     upcast remains of the streaming work)."""
-    model = build(cfg, device)
+    model = build(spec, device)
+    rate = None
     if storage is not None:
         cast_for_storage(model, storage, modulation=modulation)  # on the device: fast
         for name, child in model.named_children():
             if name not in BLOCK_ATTRS:
                 module_upcast(child, BF16)  # resident non-block layers: upcast once, as placement does
+        if device.type == "cuda":
+            rate = upcast_rate([b for a in BLOCK_ATTRS for b in getattr(model, a)], BF16)
     for a in BLOCK_ATTRS:
         getattr(model, a).to("cpu")
     free(device)
@@ -124,39 +125,75 @@ def streamed(cfg: dict[str, Any], inputs: dict[str, Any], iters: int, device: to
     t0 = time.perf_counter()
     blocks = [(a, list(getattr(model, a))) for a in BLOCK_ATTRS]
     n = sum(len(m) for _, m in blocks)
+    bus = EventBus()
+    events = BlockEvents([(f"{a}.{i}", m) for a, ms in blocks for i, m in enumerate(ms)]) if profile else None
+    if events is not None:
+        events.install_outer()  # before the streamer's hooks: `enter` precedes its wait and upcast
     streamer = LayerwiseStreamer(blocks, device, residency=BlockResidency.leading(n, 0, min(slots, n)),
-                                 compute_dtype=BF16 if storage is not None else None)
+                                 compute_dtype=BF16 if storage is not None else None, bus=bus)
     streamer.attach()
     attach_s = time.perf_counter() - t0
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     step, times, out = timed(model, inputs, iters, device)
     stats = streamer.take_step_stats(wait=True)
+    profiled = None
+    if events is not None and device.type == "cuda":
+        events.install_inner()  # after the streamer's hooks: `ready` follows its wait and upcast
+        subscription = bus.subscribe(maxlen=100_000)
+        events.recording = True
+        forwards = 3
+        _, _, _ = timed(model, inputs, forwards, device, warmup=0)
+        events.recording = False
+        pstats = streamer.take_step_stats(wait=True)
+        copies = copy_times(bus, subscription)
+        per_block = events.per_block()
+        for row in per_block:
+            row["copy_ms"] = copies.get(row["block"], 0.0)
+        events.remove()
+        profiled = {"per_block": per_block, "per_step": summarize(per_block, step, pstats.stall_s / forwards)}
     result = {"storage": str(storage or BF16), "modulation": modulation, "slots": streamer.num_slots,
               "step_s": step, "times": times, "attach_s": attach_s, "streamed_bytes": streamer.streamed_bytes,
               "pinned_bytes": pinned_bytes_held() - before, "host_arena_bytes": streamer.host_bytes,
               "largest_block": streamer.largest_block_bytes,
               "stall_s_per_step": stats.stall_s / (iters + 2),
-              "peak_allocated": torch.cuda.max_memory_allocated() if device.type == "cuda" else None}
+              "peak_allocated": torch.cuda.max_memory_allocated() if device.type == "cuda" else None,
+              "upcast": rate, "profile": profiled}
     streamer.detach()
     del model, streamer
     free(device)
     return result, out
 
 
+def _profile_line(r: dict[str, Any]) -> str:
+    p = (r.get("profile") or {}).get("per_step")
+    if not p:
+        return ""
+    return (f"; per step: copies {p['copy_s']:.4f} s, compute {p['compute_s']:.4f} s, upcast {p['upcast_s']:.4f} s, "
+            f"exposed wait {p['stall_s']:.4f} s, link idle {p['link_idle_s']:.4f} s ({p['bound']}-bound)")
+
+
 def main() -> None:
+    global BLOCK_ATTRS
     parser = harness.parser(__doc__, out="fp8_stream.json", device="cuda", iters=3)
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="flux-dev")
-    parser.add_argument("--res", type=int, default=1024)
+    parser.add_argument("--preset", choices=sorted(SPECS), default="flux-dev")
+    parser.add_argument("--res", type=int, default=None, help="Flux presets: the square size (default: the preset's)")
+    parser.add_argument("--runs", nargs="*", choices=RUNS, default=list(RUNS))
+    parser.add_argument("--profile", action="store_true", help="per-block CUDA events for each DLO run")
     args = parser.parse_args()
     device = torch.device(args.device)
-    cfg = PRESETS[args.preset]
+    spec = dict(SPECS[args.preset])
+    if args.res is not None and spec["kind"] == "flux":
+        spec["res"] = args.res
+    BLOCK_ATTRS = KIND_ATTRS[spec["kind"]]
+    runs = set(args.runs)
     import diffusers
 
     report: dict[str, Any] = {"gpu": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                               "torch": torch.__version__, "diffusers": diffusers.__version__, "preset": args.preset,
-                              "res": args.res, "iters": args.iters, "date": time.strftime("%Y-%m-%d")}
-    inputs = inputs_for(cfg, args.res, device)
+                              "res": spec.get("res"), "iters": args.iters, "runs": sorted(runs),
+                              "date": time.strftime("%Y-%m-%d")}
+    inputs = inputs_for(spec, device)
     if device.type == "cuda":
         report["bandwidth_gbps"] = measure_bandwidth()
         bw = report["bandwidth_gbps"]["pinned_arena"] * 1e9
@@ -164,42 +201,80 @@ def main() -> None:
     else:
         bw = float("inf")
 
-    report["resident_bf16"], ref16 = resident(cfg, inputs, args.iters, device)
-    log(f"resident bf16 {report['resident_bf16']['step_s']:.4f} s")
-    report["resident_layerwise_casting"], ref8 = resident(
-        cfg, inputs, args.iters, device, lambda m: m.enable_layerwise_casting(storage_dtype=FP8, compute_dtype=BF16))
-    log(f"resident layerwise casting {report['resident_layerwise_casting']['step_s']:.4f} s")
-    _, ref_mod = resident(cfg, inputs, 1, device, lambda m: apply_storage_hooks(m, FP8, BF16, modulation=True))
+    ref16 = ref8 = ref_mod = None
+    if runs & {"resident_bf16", "dlo_bf16"}:
+        report["resident_bf16"], ref16 = resident(spec, inputs, args.iters, device)
+        log(f"resident bf16 {report['resident_bf16']['step_s']:.4f} s")
+    if runs & {"layerwise", "upcast", "dlo_fp8"}:
+        report["resident_layerwise_casting"], ref8 = resident(
+            spec, inputs, args.iters, device,
+            lambda m: m.enable_layerwise_casting(storage_dtype=FP8, compute_dtype=BF16))
+        log(f"resident layerwise casting {report['resident_layerwise_casting']['step_s']:.4f} s")
+    if "dlo_fp8_mod" in runs:
+        _, ref_mod = resident(spec, inputs, 1, device, lambda m: apply_storage_hooks(m, FP8, BF16, modulation=True))
 
-    n = cfg["num_layers"] + cfg["num_single_layers"]
-    upcast, out = streamed(cfg, inputs, args.iters, device, storage=FP8, slots=n)
-    upcast["identical_to_layerwise_casting"] = bool(torch.equal(out, ref8))
-    report["compute_with_upcast"] = upcast
-    log(f"compute with upcast {upcast['step_s']:.4f} s, identical {upcast['identical_to_layerwise_casting']}")
+    n = sum(len(getattr(build_meta(spec), a)) for a in BLOCK_ATTRS)
+    floors: dict[bool, float] = {}
+    if "upcast" in runs:
+        for modulation in (False, True) if "dlo_fp8_mod" in runs else (False,):
+            upcast, out = streamed(spec, inputs, args.iters, device, storage=FP8, slots=n, modulation=modulation)
+            ref = ref_mod if modulation else ref8
+            upcast["identical_to_layerwise_casting"] = ref is not None and bool(torch.equal(out, ref))
+            report["compute_with_upcast" + ("_modulation" if modulation else "")] = upcast
+            floors[modulation] = upcast["step_s"]
+            rate = upcast.get("upcast") or {}
+            log(f"compute with upcast{' (modulation)' if modulation else ''} {upcast['step_s']:.4f} s, identical "
+                f"{upcast['identical_to_layerwise_casting']}"
+                + (f"; upcast alone {rate['seconds']:.4f} s for {rate['fp8_elements'] / 1e9:.2f} G fp8 elements = "
+                   f"{rate['seconds_per_gb']:.4f} s/GB ({rate['elements_per_s']:.3e} elements/s)" if rate else ""))
 
-    bf16, out = streamed(cfg, inputs, args.iters, device, storage=None)
-    bf16["identical_to_resident"] = bool(torch.equal(out, ref16))
-    bf16["floor_s"] = max(report["resident_bf16"]["step_s"], bf16["streamed_bytes"] / bw)
-    bf16["ratio_to_floor"] = bf16["step_s"] / bf16["floor_s"]
-    report["dlo_bf16"] = bf16
-    log(f"DLO bf16 {bf16['step_s']:.4f} s, floor {bf16['floor_s']:.4f}, ratio {bf16['ratio_to_floor']:.3f}")
+    bf16 = None
+    if "dlo_bf16" in runs:
+        bf16, out = streamed(spec, inputs, args.iters, device, storage=None, profile=args.profile)
+        bf16["identical_to_resident"] = bool(torch.equal(out, ref16))
+        bf16["floor_s"] = max(report["resident_bf16"]["step_s"], bf16["streamed_bytes"] / bw)
+        bf16["ratio_to_floor"] = bf16["step_s"] / bf16["floor_s"]
+        report["dlo_bf16"] = bf16
+        log(f"DLO bf16 {bf16['step_s']:.4f} s, floor {bf16['floor_s']:.4f}, ratio {bf16['ratio_to_floor']:.3f}"
+            + _profile_line(bf16))
 
     report["dlo_fp8"] = []
-    for modulation, ref in ((False, ref8), (True, ref_mod)):
-        r, out = streamed(cfg, inputs, args.iters, device, storage=FP8, modulation=modulation)
-        r["identical_to_resident_cast_same_way"] = bool(torch.equal(out, ref))
-        r["max_abs_diff_vs_bf16"] = float((out.float() - ref16.float()).abs().max())
-        r["floor_s"] = max(upcast["step_s"], r["streamed_bytes"] / bw)
-        r["ratio_to_floor"] = r["step_s"] / r["floor_s"]
-        r["step_over_bf16_dlo"] = r["step_s"] / bf16["step_s"]
-        r["pinned_over_bf16"] = r["pinned_bytes"] / max(1, bf16["pinned_bytes"])
-        r["arena_over_bf16"] = r["host_arena_bytes"] / max(1, bf16["host_arena_bytes"])
+    for modulation, ref, wanted in ((False, ref8, "dlo_fp8"), (True, ref_mod, "dlo_fp8_mod")):
+        if wanted not in runs:
+            continue
+        r, out = streamed(spec, inputs, args.iters, device, storage=FP8, modulation=modulation, profile=args.profile)
+        r["identical_to_resident_cast_same_way"] = ref is not None and bool(torch.equal(out, ref))
+        if ref16 is not None:
+            r["max_abs_diff_vs_bf16"] = float((out.float() - ref16.float()).abs().max())
+        compute = floors.get(modulation, floors.get(False))  # without the upcast run: the resident fp8 step
+        if compute is None and "resident_layerwise_casting" in report:
+            compute = report["resident_layerwise_casting"]["step_s"]
+        r["floor_s"] = max(compute or 0.0, r["streamed_bytes"] / bw)
+        r["ratio_to_floor"] = r["step_s"] / r["floor_s"] if r["floor_s"] > 0 else None
+        if "resident_layerwise_casting" in report and not modulation:  # Wan's target: <= 1.03x resident fp8
+            r["step_over_resident_fp8"] = r["step_s"] / report["resident_layerwise_casting"]["step_s"]
+        if bf16 is not None:
+            r["step_over_bf16_dlo"] = r["step_s"] / bf16["step_s"]
+            r["pinned_over_bf16"] = r["pinned_bytes"] / max(1, bf16["pinned_bytes"])
+            r["arena_over_bf16"] = r["host_arena_bytes"] / max(1, bf16["host_arena_bytes"])
         report["dlo_fp8"].append(r)
+        extra = "".join(f", {label} {r[key]:.3f}x" for key, label in (
+            ("step_over_resident_fp8", "resident fp8"), ("step_over_bf16_dlo", "bf16 DLO"),
+            ("pinned_over_bf16", "pinned vs bf16")) if key in r)
         log(f"DLO fp8{' + modulation' if modulation else ''}: {r['step_s']:.4f} s, floor {r['floor_s']:.4f}, "
-            f"ratio {r['ratio_to_floor']:.3f}, {r['step_over_bf16_dlo']:.3f}x bf16 DLO, pinned "
-            f"{r['pinned_over_bf16']:.3f}x bf16, identical {r['identical_to_resident_cast_same_way']}")
+            f"ratio {r['ratio_to_floor'] or 0:.3f}{extra}, identical {r['identical_to_resident_cast_same_way']}"
+            + _profile_line(r))
     harness.write(report, args)
     log(f"wrote {args.out}")
+
+
+def build_meta(spec: dict[str, Any]) -> torch.nn.Module:
+    """The model's structure only (block counts), on the meta device."""
+    from diffusers import FluxTransformer2DModel, WanTransformer3DModel
+
+    cls = FluxTransformer2DModel if spec["kind"] == "flux" else WanTransformer3DModel
+    with torch.device("meta"):
+        return cls(**spec["cfg"])
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|cards|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|cards|all] [benchmark args...]
 # `tests` also runs benchmarks/cpu_exactness.py on the host CPU (the tiny families written by
 # tests/write_tiny_families.py). Benchmarks run from the repository root as modules: python3 -m benchmarks.NAME.
 set -uo pipefail
@@ -29,6 +29,18 @@ fi
 if [[ $what == fp8 ]]; then  # fp8 storage vs bf16, every block streamed, Flux-dev-size at 1024²
   python3 -m benchmarks.fp8_stream --out "$OUT/fp8_stream.json" "$@" 2>&1 | grep -v "kept in float32" \
     | tail -40 > "$OUT/fp8.log"
+fi
+if [[ $what == fp8-all ]]; then  # issue 26's GPU measurements in about 4 minutes (each part time-boxed)
+  # Flux-dev-size 1024²: every run, the upcast rate, per-block CUDA events of each DLO run (--profile)
+  timeout 120 python3 -m benchmarks.fp8_stream --profile --out "$OUT/fp8_stream.json" 2>&1 \
+    | grep -v "kept in float32" | tail -40 > "$OUT/fp8.log"
+  # Wan2.1-14B-size 81x480x832: fp8 streamed vs resident fp8 (layerwise casting); target <= 1.03x
+  timeout 100 python3 -m benchmarks.fp8_stream --preset wan14b --runs layerwise dlo_fp8 --iters 2 \
+    --out "$OUT/fp8_wan.json" 2>&1 | grep -v "kept in float32" | tail -20 > "$OUT/fp8_wan.log"
+  # the VRAM-budget planner with fp8 storage on the Flux-size model, 8-24 GB
+  timeout 110 python3 -m benchmarks.budget_sweep --model flux --stream-dtype float8_e4m3fn --points 0 20 40 57 \
+    --depths 2 4 --budgets 8 12 16 24 --out "$OUT/fp8_sweep.json" 2>&1 | grep -v "kept in float32" \
+    | tail -40 > "$OUT/fp8_sweep.log"
 fi
 if [[ $what == unet ]]; then  # SDXL-size UNet, 1024x1024, units (and whole blocks) streamed vs resident
   python3 -m benchmarks.unet_stream --out "$OUT/unet_stream.json" "$@" 2>&1 | tail -30 > "$OUT/unet.log"

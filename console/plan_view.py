@@ -164,13 +164,13 @@ def forecast_sheet(plan: Plan, on_cpu: bool = False) -> Sheet:
                f"({format_bytes(f.largest_streamed_block_bytes)})"
                f" + largest staged component ({format_bytes(f.largest_staged_bytes)})")
     if plan.stream_dtype is not None:
-        rows.append(("DiT weights stored in", plan.stream_dtype))
+        rows.append((f"{plan.model.block_kind} weights stored in", plan.stream_dtype))
         caption += f" + upcast scratch ({format_bytes(f.upcast_scratch_bytes)})"
     if plan.experts:
         caption += (f"; two experts ({' → '.join(e.name for e in plan.experts)}), one on the device at a time: "
                     "the budget changes hands at the boundary step")
     if plan.stream_dtype is not None:
-        caption += ". " + (storage_note(plan.stream_dtype, plan.policy.fp8_modulation) or "")
+        caption += ". " + (storage_note(plan.stream_dtype, plan.policy.fp8_modulation, plan.model.block_kind) or "")
     return Sheet("forecast (from safetensors headers)", ("forecast", "bytes"), rows, right=frozenset({"bytes"}),
                  show_header=False, caption=caption)
 

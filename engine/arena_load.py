@@ -29,6 +29,8 @@ def supports_arena_load(info: ComponentInfo) -> str | None:
     """None when `info` is a transformers model class that can be built from an arena."""
     if info.library != "transformers" or not info.files:
         return "not a transformers model with safetensors files"
+    if info.quant_method is not None:  # its quantizer runs inside transformers' own from_pretrained
+        return f"quantized ('{info.quant_method}')"
     import transformers
 
     cls = component_class(info.library, info.class_name, str(info.folder))

@@ -77,7 +77,8 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
     dit = dit_profile(staged_plan, profile) or _zero_compute(staged_plan, extras.denoise_extra)
     # the DiT's candidates do not depend on the encoders and VAEs; a UNet's ring is budgeted in bytes
     table = StreamTable(dit, bandwidth or 1.0, byte_ring=staged_plan.residency.byte_ring)
-    fixed0 = staged_plan.forecast.device_resident_bytes  # every encoder/VAE staged, no resident block
+    # every encoder/VAE staged, no resident block; with fp8 storage the running block's upcast scratch too
+    fixed0 = staged_plan.forecast.device_resident_bytes + staged_plan.forecast.upcast_scratch_bytes
 
     def above(resident: frozenset[str]) -> tuple[int, int]:
         """(device weights outside the DiT's blocks, the largest phase's bytes above the weights) when

@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .fp8_names import fp8_block_bytes
+from .fp8_names import fp8_block_bytes, fp8_block_elements, header_stored_fp8
 from .init_layout import PACKAGE, init_layout
 from .weights import ModelDirError, TensorInfo
 
@@ -65,11 +65,17 @@ class BlockList:
     # modulation opt-in; empty: not computed (the checkpoint's bytes apply)
     fp8_bytes: tuple[int, ...] = ()
     fp8_mod_bytes: tuple[int, ...] = ()
+    fp8_elems: tuple[int, ...] = ()  # each block's elements stored in fp8 (upcast per forward), without /
+    fp8_mod_elems: tuple[int, ...] = ()  # with the modulation opt-in; empty: not computed
 
     def stored_bytes(self, fp8: bool, modulation: bool = False) -> tuple[int, ...]:
         """Each block's bytes in the arena: as the checkpoint stores them, or with fp8 storage."""
         chosen = (self.fp8_mod_bytes if modulation else self.fp8_bytes) if fp8 else ()
         return chosen or self.block_bytes
+
+    def upcast_elements(self, modulation: bool = False) -> tuple[int, ...]:
+        """Each block's elements stored in fp8 with fp8 storage (0 each when not computed)."""
+        return (self.fp8_mod_elems if modulation else self.fp8_elems) or (0,) * self.count
 
     @property
     def count(self) -> int:
@@ -101,7 +107,9 @@ def find_block_lists(tensors: Iterable[TensorInfo]) -> list[BlockList]:
             continue  # not a repeated structure: a list of heterogeneous modules
         lists.append(BlockList(attr, tuple(sum(t.nbytes for t in entries[i].values()) for i in range(n)),
                                fp8_bytes=tuple(fp8_block_bytes(attr, i, entries[i]) for i in range(n)),
-                               fp8_mod_bytes=tuple(fp8_block_bytes(attr, i, entries[i], True) for i in range(n))))
+                               fp8_mod_bytes=tuple(fp8_block_bytes(attr, i, entries[i], True) for i in range(n)),
+                               fp8_elems=tuple(fp8_block_elements(attr, i, entries[i]) for i in range(n)),
+                               fp8_mod_elems=tuple(fp8_block_elements(attr, i, entries[i], True) for i in range(n))))
     return lists
 
 
@@ -192,6 +200,7 @@ def unet_block_lists(folder: Path, class_name: str | None, config: dict,
     # attr -> block index -> child path ("" outside an indexed child) -> bytes
     sizes: dict[str, dict[int, dict[str, int]]] = {
         attr: defaultdict(lambda: defaultdict(int)) for attr in UNET_ORDER}
+    held: dict[tuple[str, int, str], list[TensorInfo]] = defaultdict(list)  # each unit's tensors (fp8 bytes)
     for tensor in tensors:
         attr, _, rest = tensor.name.partition(".")
         if attr == "mid_block":
@@ -205,6 +214,7 @@ def unet_block_lists(folder: Path, class_name: str | None, config: dict,
             continue
         child = _CHILD.match(rest)
         sizes[attr][index][child.group(0)[:-1] if child else ""] += tensor.nbytes
+        held[attr, index, child.group(0)[:-1] if child else ""].append(tensor)
     lists = []
     for attr in UNET_ORDER:
         found = sizes[attr]
@@ -227,9 +237,13 @@ def unet_block_lists(folder: Path, class_name: str | None, config: dict,
             units = found[i]
             order = unit_order(types[i], units)
             if order is None:  # unknown class or layout: the whole block is one unit
-                lists.append(BlockList(name, (sum(units.values()),)))
+                fp8 = (sum(_fp8_bytes(held[attr, i, p])[0] for p in units),)
+                elems = (sum(_fp8_bytes(held[attr, i, p])[1] for p in units),)
+                lists.append(BlockList(name, (sum(units.values()),), (), fp8, fp8, elems, elems))
             else:
-                lists.append(BlockList(name, tuple(units[p] for p in order), tuple(order)))
+                fp8 = tuple(_fp8_bytes(held[attr, i, p])[0] for p in order)
+                elems = tuple(_fp8_bytes(held[attr, i, p])[1] for p in order)
+                lists.append(BlockList(name, tuple(units[p] for p in order), tuple(order), fp8, fp8, elems, elems))
     return lists
 
 
@@ -268,3 +282,11 @@ def _shown(value: object, limit: int = 40) -> str:
     """The value as the config spells it, cut short: a hostile config must not make a long line."""
     text = json.dumps(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _fp8_bytes(tensors: list[TensorInfo]) -> tuple[int, int]:
+    """A UNet unit's (bytes, elements stored in fp8) with fp8 storage (engine/fp8_names.py's header rule;
+    UNets have no AdaLN, so the modulation opt-in stores nothing more)."""
+    chosen = header_stored_fp8((t.name, t.shape) for t in tensors)
+    return (sum(t.numel if t.name in chosen else t.nbytes for t in tensors),
+            sum(t.numel for t in tensors if t.name in chosen))

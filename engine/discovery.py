@@ -28,6 +28,7 @@ from .config_checks import check_config_document
 from .dir_audit import audit_component, audit_root
 from .order_cache import apply_observed
 from .pipeline_values import is_component_entry, pipeline_values
+from .quant_layouts import check_quantization
 from .roles import DENOISER_ROLES, Role, classify
 from .safe_paths import allowed_roots, check_inside, check_segment
 from .trusted_classes import check_component, check_pipeline
@@ -57,6 +58,7 @@ class ComponentInfo:
     block_lists: tuple[BlockList, ...] = ()
     notes: tuple[str, ...] = ()
     order_observed: bool = False  # block_lists in the order a real forward ran (engine/order_cache.py)
+    quant_method: str | None = None  # config.json's quantization_config method (engine/quant_layouts.py)
 
     @property
     def dtypes(self) -> list[str]:
@@ -171,6 +173,7 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
     if weights is None:
         return ComponentInfo(name, role, library, class_name, folder, notes=tuple(notes))
     tensors = read_weight_set(weights)
+    quantized = check_quantization(folder, library, config, tensors)  # what the libraries cannot load exactly
     dtype_bytes: Counter[str] = Counter()
     for tensor in tensors:
         dtype_bytes[tensor.dtype] += tensor.nbytes
@@ -188,7 +191,7 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
         name=name, role=role, library=library, class_name=class_name, folder=folder,
         files=weights.files, variant=weights.variant, dtype_bytes=dict(dtype_bytes),
         num_params=sum(t.numel for t in tensors), nbytes=sum(t.nbytes for t in tensors),
-        block_lists=block_lists, notes=tuple(notes), order_observed=order_observed,
+        block_lists=block_lists, notes=tuple(notes), order_observed=order_observed, quant_method=quantized,
     )
 
 

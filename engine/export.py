@@ -187,7 +187,7 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
             placement=plan.residency.placement,
             stream_dtype=plan.stream_dtype, fp8_modulation=plan.policy.fp8_modulation,
             upcast_scratch_bytes=forecast.upcast_scratch_bytes,
-            storage_note=storage_note(plan.stream_dtype, plan.policy.fp8_modulation),
+            storage_note=storage_note(plan.stream_dtype, plan.policy.fp8_modulation, plan.model.block_kind),
         ),
         vllm_omni=VllmOmniDoc(flags=vllm_flags(plan), serve=vllm_serve_command(plan, layout),
                               python=vllm_python_call(plan, layout), exact=not vllm_gaps(plan, layout),

@@ -20,15 +20,16 @@ def _skip_patterns() -> tuple[str, ...]:
 DEMO_DIFFERENCE: dict[str, tuple[float, int]] = {"float8_e4m3fn": (0.55, 6), "float8_e5m2": (1.09, 10)}
 
 
-def storage_note(stream_dtype: str | None, modulation: bool) -> str | None:
-    """What the plan says about fp8 storage: what is stored how, and that the outputs change."""
+def storage_note(stream_dtype: str | None, modulation: bool, kind: str = "DiT") -> str | None:
+    """What the plan says about fp8 storage: what is stored how, and that the outputs change (`kind`: the
+    streamed blocks' name, "DiT" or "UNet")."""
     if stream_dtype is None:
         return None
     mean, top = DEMO_DIFFERENCE[stream_dtype]
     rule = ("diffusers' layerwise-casting rule plus the AdaLN modulation linears (not diffusers' rule)"
             if modulation else "diffusers' layerwise-casting rule: norms, embeddings, pos/patch embeds, "
             "proj_in/proj_out and modulation linears keep the compute dtype")
-    return (f"DiT weights stored in {stream_dtype} ({rule}), upcast per block on the device: outputs differ "
+    return (f"{kind} weights stored in {stream_dtype} ({rule}), upcast per block on the device: outputs differ "
             f"from the full-precision pipeline (demo model: mean |Δ| {mean:.2f}, max {top} of 255 per pixel "
             f"value) and match diffusers' enable_layerwise_casting bit for bit")
 
@@ -58,3 +59,11 @@ def fp8_block_bytes(attr: str, index: int, entries: dict, modulation: bool = Fal
     prefix = f"{attr}.{index}."
     chosen = header_stored_fp8(((prefix + rest, t.shape) for rest, t in entries.items()), modulation=modulation)
     return sum(t.numel if prefix + rest in chosen else t.nbytes for rest, t in entries.items())
+
+
+def fp8_block_elements(attr: str, index: int, entries: dict, modulation: bool = False) -> int:
+    """How many of a block's elements are stored in fp8 (each upcast once per forward: offload/upcast.py): the
+    rule's choice, and whatever the checkpoint already holds in fp8."""
+    prefix = f"{attr}.{index}."
+    chosen = header_stored_fp8(((prefix + rest, t.shape) for rest, t in entries.items()), modulation=modulation)
+    return sum(t.numel for rest, t in entries.items() if prefix + rest in chosen or t.dtype in FP8_NAMES)

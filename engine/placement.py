@@ -38,6 +38,7 @@ from .errors import ConfigError
 from .expert_switch import ExpertSwitch
 from .loader import LoadCancelled
 from .plan import Plan
+from .roles import DENOISER_ROLES
 from .stream_dtype import STREAM_DTYPES, apply_storage_hooks, cast_for_storage, compute_dtype_of
 
 STAGED_METHODS = {"vae": ("forward", "encode", "decode"), "encoder": ("forward",)}
@@ -215,7 +216,7 @@ def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,
         if arena is not None:
             placement.undo.append(_closer(arena, device))  # a resident component drops it at once, below
         if comp.residency == "resident" and not live_aux:
-            if info.role == "dit" and plan.stream_dtype is not None:  # diffusers' own layerwise casting
+            if info.role in DENOISER_ROLES and plan.stream_dtype is not None:  # diffusers' own layerwise casting
                 apply_storage_hooks(module, STREAM_DTYPES[plan.stream_dtype], compute_dtype_of(module),
                                     modulation=plan.policy.fp8_modulation)
             module.to(device)

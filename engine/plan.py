@@ -71,6 +71,7 @@ class StreamedBlock:
     index: int
     nbytes: int
     streamed: bool
+    upcast_elems: int = 0  # fp8 storage: elements upcast to the compute dtype each forward (offload/upcast.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +128,7 @@ def storage_dtype(model: ModelInfo, policy: OffloadPolicy) -> str | None:
     checkpoint holds fp8 tensors in (an fp8 checkpoint is streamed as stored)."""
     if policy.stream_dtype is not None:
         return policy.stream_dtype
-    for dit in model.dits:
+    for dit in model.denoisers:
         held = [d for d in dit.dtypes if d in FP8_NAMES]  # by bytes, largest first
         if held:
             return held[0]
@@ -145,9 +146,10 @@ def execution_blocks(model: ModelInfo, residency: BlockResidency, experts: tuple
     blocks: list[StreamedBlock] = []
     for dit in model.denoisers:
         for block_list in dit.block_lists:
+            elems = block_list.upcast_elements(modulation) if fp8 else (0,) * block_list.count
             for i, nbytes in enumerate(block_list.stored_bytes(fp8, modulation)):
                 streamed = not flags[len(blocks)]
-                blocks.append(StreamedBlock(dit.name, block_list.attr, i, nbytes, streamed))
+                blocks.append(StreamedBlock(dit.name, block_list.attr, i, nbytes, streamed, elems[i]))
     return blocks
 
 
@@ -191,7 +193,7 @@ def upcast_scratch(model: ModelInfo, blocks: list[StreamedBlock]) -> int:
     """The upcast scratch (offload/upcast.py): the largest block in a 2-byte compute dtype, from the
     headers (a 16-bit checkpoint's bytes as stored, an fp8 one's twice)."""
     header: list[int] = []
-    for dit in model.dits:
+    for dit in model.denoisers:
         scale = 2 if any(d in FP8_NAMES for d in dit.dtypes) else 1
         header.extend(n * scale for block_list in dit.block_lists for n in block_list.block_bytes)
     return max(header, default=0) if blocks else 0
@@ -205,10 +207,11 @@ def make_plan(model: ModelInfo, policy: OffloadPolicy, residency: BlockResidency
     (engine/experts.py) always take their own."""
     policy.check_against(model.auxiliary_names, [d.name for d in model.denoisers], blocks_per_forward(model),
                          unet_names=[d.name for d in model.by_role("unet")])
+    for d in model.denoisers:  # engine/quant_layouts.py: what the installed libraries could load at all
+        if d.quant_method is not None and policy.mode == "dlo":
+            raise PolicyError(f"{d.name} is quantized ('{d.quant_method}'): its layers are the quantizer's, not "
+                              "tensors DLO can stream; use --mode resident")
     stored = storage_dtype(model, policy)
-    if stored is not None and model.by_role("unet"):
-        raise PolicyError("fp8 storage (--stream-dtype) is for DiT pipelines only; this one has a UNet: "
-                          "drop --stream-dtype")
     if policy.fp8_modulation and stored is None:
         raise PolicyError("fp8 modulation needs fp8 storage: add --stream-dtype float8_e4m3fn (or an fp8 checkpoint)")
     experts = plan_experts(model, policy)

@@ -12,9 +12,10 @@ compute, work outside the blocks, activations of each phase, the link's rate —
   activations is the weights alone and says so.
 
 Peak = the largest phase: weights on the device (resident components, DiT non-block weights,
-resident blocks, the ring's k slots) + for text encoding the largest staged encoder and its
-activations, for the denoise loop the DiT's activations, for decode the staged VAE and its
-activations. Step time = the streamer's copy schedule replayed over the profile (step_forecast).
+resident blocks, the ring's k slots, with fp8 storage the upcast scratch) + for text encoding the
+largest staged encoder and its activations, for the denoise loop the DiT's activations, for decode
+the staged VAE and its activations. Step time = the streamer's copy schedule replayed over the
+profile (step_forecast), each block's compute with its fp8 upcast added (engine/upcast_cost.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .plan import Plan
 from .profile_basis import profile_for
 from .request_profile import RequestProfile, RequestSize
 from .stream_choice import DitProfile, evaluate, profile_from_timings
+from .upcast_cost import upcast_seconds
 
 Source = Literal["measured", "cached", "estimated", "unknown"]
 
@@ -114,9 +116,11 @@ def dit_profile(plan: Plan, profile: RequestProfile | None) -> DitProfile | None
     blocks = tuple(b.nbytes for b in plan.forward[0])
     if profile is None or len(profile.block_compute_s) != len(blocks):
         return None
-    forward = sum(profile.block_compute_s) + profile.other_s
-    return profile_from_timings(blocks, profile.block_compute_s, forward, profile.forwards_per_step,
-                                profile.denoise_extra_bytes or 0)
+    # fp8 storage: each block's upcast runs before it on the compute stream, outside its timed compute
+    upcast = upcast_seconds([b.upcast_elems for b in plan.forward[0]], profile.device)
+    compute = [c + u for c, u in zip(profile.block_compute_s, upcast, strict=True)]
+    forward = sum(compute) + profile.other_s
+    return profile_from_timings(blocks, compute, forward, profile.forwards_per_step, profile.denoise_extra_bytes or 0)
 
 
 def phase_bytes(profile: RequestProfile | None) -> PhaseBytes:
@@ -148,7 +152,7 @@ def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | No
     notes: list[str] = []
     extras = phase_bytes(profile)
     f = plan.forecast
-    base = f.device_resident_bytes + f.streaming_slots * f.largest_streamed_block_bytes
+    base = f.device_resident_bytes + f.streaming_slots * f.largest_streamed_block_bytes + f.upcast_scratch_bytes
     peaks = {
         "text_encoding": base + staged_bytes(plan, "encoder") + extras.text_extra,
         "denoise": base + extras.denoise_extra,

@@ -63,8 +63,9 @@ def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = 
          f"({f.num_resident_blocks} resident{'; ' + placed if placed else ''})"),
     ]
     if plan.stream_dtype is not None:  # fp8 storage: the byte figures above are at it
-        rows.append(("DiT weights stored in", plan.stream_dtype,
-                     storage_note(plan.stream_dtype, plan.policy.fp8_modulation) or ""))
+        kind = plan.model.block_kind
+        rows.append((f"{kind} weights stored in", plan.stream_dtype,
+                     storage_note(plan.stream_dtype, plan.policy.fp8_modulation, kind) or ""))
     if request is not None and request.step_s is not None:
         floor = f"; floor {format_seconds(request.floor_s)}" if request.floor_s is not None else ""
         rows.append(("step time", format_seconds(request.step_s),

@@ -50,18 +50,19 @@ def test_console_rows_name_the_stored_dtype(demo_model_dir: Path):
     assert not [r for r in forecast_rows(make_plan(model, build_policy({}, 0)), link) if "stored" in r[0]]
 
 
-def test_stream_dtype_for_a_unet_pipeline_is_refused_before_anything_loads(tmp_path: Path, capsys):
-    """fp8 storage is for DiTs only: `plan` and `run` with a UNet say so in one line and exit 2."""
+def test_stream_dtype_for_a_unet_pipeline_plans_fp8_units(tmp_path: Path, capsys):
+    """A UNet's units are stored in fp8 too (diffusers' layerwise-casting rule): `plan` shows the smaller bytes."""
     from tiny_families_unet import build_tiny_sdxl
 
     sdxl = build_tiny_sdxl(tmp_path / "sdxl")
-    assert main(["plan", "--model", str(sdxl)]) == 0  # the pipeline itself plans fine
-    capsys.readouterr()
-    for command in (["plan"], ["run", "--prompt", "a fox"]):
-        assert main([*command, "--model", str(sdxl), "--stream-dtype", "float8_e4m3fn"]) == 2
-        captured = capsys.readouterr()
-        lines = captured.err.strip().splitlines()
-        assert len(lines) == 1 and "--stream-dtype" in lines[0] and "UNet" in lines[0], captured.err
+    plain = _json(capsys, sdxl)["forecast"]
+    f = _json(capsys, sdxl, "--stream-dtype", "float8_e4m3fn")["forecast"]
+    assert f["stream_dtype"] == "float8_e4m3fn" and "differ" in f["storage_note"]
+    assert f["storage_note"].startswith("UNet weights stored in")
+    assert main(["plan", "--model", str(sdxl), "--stream-dtype", "float8_e4m3fn"]) == 0
+    assert "UNet weights stored in" in capsys.readouterr().out
+    assert f["streamed_bytes_per_forward"] < 0.5 * plain["streamed_bytes_per_forward"]  # float32 fixture
+    assert f["upcast_scratch_bytes"] > 0
 
 
 def test_the_forecasts_skip_patterns_are_diffusers_own():

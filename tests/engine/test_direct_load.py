@@ -86,7 +86,10 @@ def test_renamed_tensor_falls_back_and_says_which(demo_model_dir: Path, tmp_path
     assert module is None and victim in why
 
 
-def test_quantized_config_falls_back(demo_model_dir: Path, tmp_path: Path) -> None:
+def test_quantized_config_falls_back(demo_model_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    from omni_console.engine import quant_layouts
+
+    monkeypatch.setattr(quant_layouts, "_installed", lambda module: True)  # discovery: as if bitsandbytes were
     root = tmp_path / "demo"
     shutil.copytree(demo_model_dir, root)
     config = root / "transformer" / "config.json"
