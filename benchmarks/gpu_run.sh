@@ -32,7 +32,7 @@ if [[ $what == fp8 ]]; then  # fp8 storage vs bf16, every block streamed, Flux-d
 fi
 if [[ $what == fp8-all ]]; then  # issue 26's GPU measurements in about 4 minutes (each part time-boxed)
   # Flux-dev-size 1024²: every run, the upcast rate, per-block CUDA events of each DLO run (--profile)
-  timeout 120 python3 -m benchmarks.fp8_stream --profile --out "$OUT/fp8_stream.json" 2>&1 \
+  timeout 200 python3 -m benchmarks.fp8_stream --profile --out "$OUT/fp8_stream.json" 2>&1 \
     | grep -v "kept in float32" | tail -40 > "$OUT/fp8.log"
   # Wan2.1-14B-size 81x480x832: fp8 streamed vs resident fp8 (layerwise casting); target <= 1.03x
   timeout 100 python3 -m benchmarks.fp8_stream --preset wan14b --runs layerwise dlo_fp8 --iters 2 \
