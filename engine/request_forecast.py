@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .lean import LeanCost, decode_extra, lean_costs, text_stage_bytes
 from .plan import Plan
 from .request_profile import RequestProfile, RequestSize, any_profile, load_profile
 from .stream_choice import DitProfile, evaluate, profile_from_timings
@@ -49,6 +50,7 @@ class RequestForecast:
     bandwidth: float | None
     bandwidth_source: Source
     notes: list[str] = field(default_factory=list)
+    lean: list[LeanCost] = field(default_factory=list)  # lean phases in effect (engine/lean.py)
 
 
 def staged_bytes(plan: Plan, role: str) -> int:
@@ -107,20 +109,15 @@ def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | No
     `overlap=False` (a CPU device) adds every copy to the compute: a CPU copies synchronously."""
     notes: list[str] = []
     extras = phase_bytes(profile)
-    f = plan.forecast
-    base = f.device_resident_bytes + f.streaming_slots * f.largest_streamed_block_bytes
-    peaks = {
-        "text_encoding": base + staged_bytes(plan, "encoder") + extras.text_extra,
-        "denoise": base + extras.denoise_extra,
-        "vae_decode": base + staged_bytes(plan, "vae") + extras.decode_extra,
-    }
+    peaks = phase_peaks(plan, size, extras)
+    lean = lean_costs(plan, size, phase_peaks(plan, size, extras, lean=False), peaks, bandwidth)
     phase = max(peaks, key=lambda k: peaks[k])
     measured_peaks = profile is not None and profile.denoise_extra_bytes is not None
     if not measured_peaks:  # no profile yet, or one from a device without an allocator (a CPU)
         notes.append("activations not measured yet at this size: the peak counts weights only")
     dit = dit_profile(plan, profile)
     step_s = floor_s = None
-    if dit is not None and (bandwidth or not f.num_streamed_blocks):
+    if dit is not None and (bandwidth or not plan.forecast.num_streamed_blocks):
         choice = evaluate(dit, plan.forward[1], bandwidth or 1.0, dit_fixed_bytes(plan))
         serial = choice.forward.compute_s + choice.forward.transfer_s
         step_s = choice.step_s if overlap else serial * dit.forwards_per_step
@@ -132,7 +129,21 @@ def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | No
                            step_s=step_s, floor_s=floor_s,
                            step_source=profile_source if step_s is not None else "unknown",
                            bandwidth=bandwidth, bandwidth_source=bandwidth_source if bandwidth else "unknown",
-                           notes=notes)
+                           notes=notes, lean=lean)
+
+
+def phase_peaks(plan: Plan, size: RequestSize, extras: PhaseBytes, lean: bool = True) -> dict[str, int]:
+    """Each phase's device peak: the weights on the device, the phase's staged component (a streamed
+    encoder's stage is its non-layer weights and two layers) and its bytes above the weights (a tiled
+    decode's are one tile's share); `lean=False`: as without any lean phase."""
+    f = plan.forecast
+    base = f.device_resident_bytes + f.streaming_slots * f.largest_streamed_block_bytes
+    return {
+        "text_encoding": base + (text_stage_bytes(plan) if lean else staged_bytes(plan, "encoder")) + extras.text_extra,
+        "denoise": base + extras.denoise_extra,
+        "vae_decode": base + staged_bytes(plan, "vae") + (decode_extra(plan, size, extras.decode_extra) if lean
+                                                          else extras.decode_extra),
+    }
 
 
 def known_profile(plan: Plan, size: RequestSize, device: str,
