@@ -6,8 +6,10 @@ Per component (engine/plan.py decides the residency):
   `LayerwiseStreamer` ring across all denoisers in execution order (a UNet's skip connections are
   activations and stay where its blocks put them), which keeps exactly the blocks
   `plan.residency` marks resident and allocates exactly `plan.residency.slots` slots.
-- `staged`: a `ModuleStager` with a pinned master, wrapped around the methods the pipeline calls
-  (`forward`; for VAEs also `encode`/`decode`), sharing one `AllocatorCache` for boundary decisions.
+- `staged`: a `ModuleStager` with a pinned master (an encoder streamed layer by layer: a `LayerStage`,
+  engine/lean_apply.py, which also applies VAE tiling/slicing and feed-forward chunking), wrapped around
+  the methods the pipeline calls (`forward`; for VAEs also `encode`/`decode`), sharing one
+  `AllocatorCache` for boundary decisions.
 - `resident`: `.to(device)` once, never staged.
 
 `Placement.release()` undoes everything (hooks, wrappers, slots, pinned arenas) and is safe to
@@ -31,11 +33,13 @@ from ..offload.deferred_weights import DeferredWeights
 from ..offload.devices import synchronize
 from ..offload.errors import ConfigError
 from ..offload.events import EventBus, LogEvent
+from ..offload.layer_stage import LayerStage
 from ..offload.pinned import HostArena
 from ..offload.stager import ModuleStager, stage_around
 from ..offload.streamer import LayerwiseStreamer
 from ..offload.upcast import module_upcast, upcast_in_place
 from .expert_switch import ExpertSwitch
+from .lean_apply import apply_module_lean, make_stager
 from .loader import LoadCancelled
 from .plan import Plan
 from .stream_dtype import STREAM_DTYPES, apply_storage_hooks, cast_for_storage, compute_dtype_of
@@ -49,7 +53,7 @@ class Placement:
 
     device: torch.device
     streamer: LayerwiseStreamer | None = None
-    stagers: dict[str, ModuleStager] = field(default_factory=dict)
+    stagers: dict[str, ModuleStager | LayerStage] = field(default_factory=dict)
     resident: list[str] = field(default_factory=list)
     undo: list[Callable[[], None]] = field(default_factory=list)
     cache: AllocatorCache | None = None
@@ -222,7 +226,7 @@ def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,
             placement.resident.append(info.name)
             bus.publish(LogEvent(level="info", message=f"{info.name}: resident on {device} ({comp.why})"))
         elif comp.residency == "staged" or (comp.residency == "resident" and live_aux):
-            stager = ModuleStager(info.name, module, device, bus=bus, cache=placement.cache, pin=pin)
+            stager = make_stager(info, module, plan, device, bus, placement.cache, pin)
             placement.stagers[info.name] = stager
             placement.undo.append(stage_around(stager, module, _methods_for(module, info.role)))
             placement.undo.append(report_execution_device(module, device))
@@ -234,6 +238,7 @@ def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,
                                                        f"{stager.staged_bytes:,} bytes in a host master"))
         if progress:
             progress(info.name, info.nbytes, info.nbytes)
+    apply_module_lean(pipe, plan, bus)
     if weights is not None and weights.pending:
         raise RuntimeError(f"{weights.pending} weight tensors were never read from their files")
 
