@@ -90,6 +90,7 @@ class RunFlags:
     device: torch.device | None
     options: OptionFlags  # --param values and --fps
     reasons: list[str] = field(default_factory=list)  # --vram-budget's decisions, one line each
+    lean: list[str] = field(default_factory=list)  # lean phases in effect, each with its cost (engine/lean.py)
 
 
 def check_run_flags(args: argparse.Namespace) -> RunFlags:
@@ -136,10 +137,22 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
             flags.reasons.extend(auto.reasons)
             for line in auto.reasons:  # stderr, like all progress: stdout holds only the report
                 Console(stderr=True).print(plain(f"--vram-budget: {line}"), markup=False, highlight=False)
+        flags.lean.extend(_lean_lines(plan, request_size(run.request), engine.device_name, flags.budget is None))
         guard.check()
         return _load_generate_report(args, flags, engine, plan, run, guard)
     finally:
         engine.close()
+
+
+def _lean_lines(plan: Any, size: Any, device: str, say: bool) -> list[str]:
+    """The lean phases the plan applies, each with its cost; printed (stderr) unless the budget's
+    reasons already said them."""
+    from ..engine.request_forecast import forecast_for
+
+    lines = [c.line for c in forecast_for(plan, size, device).lean]
+    for line in lines if say else ():
+        Console(stderr=True).print(plain(f"lean phase: {line}"), markup=False, highlight=False)
+    return lines
 
 
 def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Engine, plan: Any,
@@ -206,6 +219,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         "vae_decode_peak_bytes": result.vae_decode_peak_bytes,
         "forecast_check": _check_doc(result.check),
         "auto_plan": {"budget_bytes": flags.budget, "reasons": flags.reasons} if flags.budget is not None else None,
+        "lean_phases": flags.lean,
         "notes": notes,
         **totals.summary(),
         "events_dropped": progress.sub.dropped,

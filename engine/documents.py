@@ -43,6 +43,11 @@ class PolicyDoc(Document):
     stream_dtype: Literal["float8_e4m3fn", "float8_e5m2"] | None = Field(
         None, description="DiT weights stored in fp8 by diffusers' layerwise-casting rule (null: as the checkpoint)")
     fp8_modulation: bool = Field(False, description="AdaLN modulation linears in fp8 too (not diffusers' rule)")
+    stream_encoders: Literal["auto", "on", "off"] = Field(
+        "auto", description="staged text encoders streamed layer by layer (auto: only where a budget needs it)")
+    vae_tiling: Literal["auto", "on", "off"] = Field("auto", description="tiled VAE decode (pixels differ)")
+    vae_slicing: Literal["auto", "on", "off"] = Field("auto", description="VAE decode one sample at a time")
+    ff_chunking: Literal["auto", "on", "off"] = Field("auto", description="feed-forward chunked over the batch")
 
 
 class ModelDoc(Document):
@@ -110,6 +115,18 @@ class ForecastDoc(Document):
                                                        "pipeline")
 
 
+class LeanPhaseDoc(Document):
+    """One lean phase in effect: its phase's peak without and with it, its cost, whether output is exact."""
+
+    name: Literal["stream_encoders", "vae_tiling", "vae_slicing", "ff_chunking"]
+    phase: str = Field(description="text_encoding, denoise or vae_decode")
+    peak_before_bytes: int | None = Field(description="the phase's peak without any lean phase (null: not modelled)")
+    peak_after_bytes: int | None = Field(description="the phase's peak as planned (null: not modelled)")
+    cost: str
+    exact: bool = Field(description="output bit-identical to the plain pipeline's")
+    line: str = Field(description="the line `plan` prints")
+
+
 class RequestForecastDoc(Document):
     """The whole request before load: device peak and step time, each with where it came from."""
 
@@ -127,6 +144,8 @@ class RequestForecastDoc(Document):
     bandwidth_bytes_per_s: float | None
     bandwidth_source: Literal["measured", "cached", "estimated", "unknown"]
     notes: list[str]
+    lean_phases: list[LeanPhaseDoc] = Field(default_factory=list,
+                                            description="lean phases in effect, each with its cost (engine/lean.py)")
 
 
 class AutoPlanDoc(Document):
