@@ -59,6 +59,7 @@ class Placement:
     cache: AllocatorCache | None = None
     live: bool = False  # every encoder/VAE has a master and the streamer keeps every block's: replannable
     experts: ExpertSwitch | None = None  # two experts sharing the budget (Wan 2.2 A14B)
+    relean: Callable[[Plan], None] | None = None  # re-applies VAE tiling/slicing and FF chunking (re-plan)
 
     @property
     def pinned_bytes(self) -> int:
@@ -239,6 +240,7 @@ def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,
         if progress:
             progress(info.name, info.nbytes, info.nbytes)
     apply_module_lean(pipe, plan, bus)
+    placement.relean = lambda new: apply_module_lean(pipe, new, bus)
     if weights is not None and weights.pending:
         raise RuntimeError(f"{weights.pending} weight tensors were never read from their files")
 

@@ -228,3 +228,22 @@ def test_after_an_oom_the_next_leaner_phase(wan_plan):
     assert leaner_after_oom(wan_plan, "text_encoding") == "stream_encoders"
     tiled = make_plan(wan_plan.model, build_policy({}, 0, vae_tiling="on", vae_slicing="off"))
     assert leaner_after_oom(tiled, "vae_decode") is None
+
+
+@pytest.mark.slow
+def test_a_live_replan_switches_tiling_and_refuses_to_switch_encoder_streaming(deep_wan: Path, wan_loadable):
+    from omni_console.engine.engine import Engine
+    from omni_console.offload.errors import PolicyError
+
+    engine = Engine(deep_wan, device="cpu", live_replan=True)
+    try:
+        engine.load(build_policy({}, 0))
+        assert not engine.pipe.vae.use_tiling
+        event = engine.replan(build_policy({}, 0, vae_tiling="on"))
+        assert engine.pipe.vae.use_tiling and "VAE decode tiled on" in event.summary
+        engine.replan(build_policy({}, 0, vae_tiling="off"))
+        assert not engine.pipe.vae.use_tiling
+        with pytest.raises(PolicyError, match="is a new load"):
+            engine.replan(build_policy({}, 0, stream_encoders="on"))
+    finally:
+        engine.close()
