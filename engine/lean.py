@@ -123,6 +123,19 @@ def tiled_decode_extra(untiled_extra: int, tiled: TiledDecode, out_bytes: int) -
     return min(untiled_extra, int(untiled_extra * tiled.peak_fraction) + 2 * out_bytes)
 
 
+def untiled_decode_extra(plan: Plan, size: RequestSize, measured: int) -> int:
+    """A decode's bytes above the weights as if untiled, from one measured under the plan's policy (the
+    inverse of `decode_extra`): a profile always stores the untiled figure, so that a later plan can
+    decide whether to tile; forecasting the tiled decode again gives back exactly what was measured."""
+    if not plan.policy.lean_on("vae_tiling"):
+        return measured
+    geometry = decode_geometry(plan, size)
+    if geometry is None or geometry[0].tiles <= 1:
+        return measured
+    tiled, out = geometry
+    return max(measured, int((measured - 2 * out) / tiled.peak_fraction))
+
+
 def encoder_stage_bytes(info: ComponentInfo, streamed: bool) -> int:
     """Device bytes of an encoder's stage: whole, or streamed (non-layer weights + the ring's slots)."""
     if not streamed or info.layers is None:

@@ -247,3 +247,14 @@ def test_a_live_replan_switches_tiling_and_refuses_to_switch_encoder_streaming(d
             engine.replan(build_policy({}, 0, stream_encoders="on"))
     finally:
         engine.close()
+
+
+def test_a_tiled_decode_is_profiled_as_untiled_and_forecast_back_exactly(wan_plan):
+    from omni_console.engine.lean import decode_extra, untiled_decode_extra
+
+    tiled_plan = make_plan(wan_plan.model, build_policy({}, 0, vae_tiling="on"))
+    measured = 900_000_000
+    untiled = untiled_decode_extra(tiled_plan, SIZE, measured)
+    assert untiled > measured  # what an untiled decode would need: the next plan can decide to tile
+    assert decode_extra(tiled_plan, SIZE, untiled) == pytest.approx(measured, rel=1e-6)
+    assert untiled_decode_extra(wan_plan, SIZE, measured) == measured  # untiled: as measured
