@@ -12,8 +12,10 @@ A request's peak is its largest phase (engine/request_forecast.py). Each phase h
   on a CPU a batched decode differs from that in the last bits (2e-5 on the tiny VAE: batch-size
   dependent kernels), so sliced is *not* bit-identical to the batched decode
   (tests/engine/test_lean_phases.py). No saving at batch 1 (a single prompt): `auto` never picks it.
-- denoise: feed-forward chunking (`ff_chunking`, `enable_forward_chunking()`) where the class has it
-  (SD3, HunyuanDiT, the video UNets); its saving is not modelled yet, so only `on` applies it.
+- denoise: feed-forward chunking (`ff_chunking`, diffusers' `enable_forward_chunking()` with its
+  defaults: chunks of one over the batch, i.e. guidance's two halves one after the other) where the
+  class has it (SD3, HunyuanDiT, the video UNets); bit-identical on a CPU for the tiny SD3; its saving
+  is not modelled yet, so only `on` applies it.
 
 The models here scale a measured (or estimated) phase figure; a GPU benchmark calibrates them
 (`benchmarks/lean_phases.py`).
@@ -29,6 +31,7 @@ from .discovery import ComponentInfo
 from .weights import DTYPES, ModelDirError, load_json
 
 if TYPE_CHECKING:
+    from ..offload.policy import OffloadPolicy
     from .plan import Plan
     from .request_profile import RequestSize
 
@@ -40,7 +43,7 @@ PHASE_OF = {"stream_encoders": "text_encoding", "vae_tiling": "vae_decode", "vae
 EXACTNESS = {"stream_encoders": "exact (bit-identical)",
              "vae_tiling": "pixels differ from an untiled decode",
              "vae_slicing": "each sample exactly as decoded alone (a batched decode may differ in the last bits)",
-             "ff_chunking": "may differ in the last bits (not verified)"}
+             "ff_chunking": "bit-identical on a CPU (tiny SD3, tested), not verified on a GPU"}
 # diffusers 0.42 classes with `enable_forward_chunking` (a DiT's or UNet's)
 FF_CHUNKING_CLASSES = frozenset({"SD3Transformer2DModel", "HunyuanDiT2DModel", "UNet3DConditionModel",
                                  "UNetMotionModel", "I2VGenXLUNet", "UNetSpatioTemporalConditionModel"})
@@ -250,6 +253,13 @@ def lean_costs(plan: Plan, size: RequestSize, without: dict[str, int], with_: di
         else:
             out.append(LeanCost(name, phase, None, None, "saving and time not modelled", False))
     return out
+
+
+def leaner_policy(plan: Plan, phase: str) -> OffloadPolicy | None:
+    """The plan's policy with the next leaner phase for `phase` on (`leaner_after_oom`), or None. Tiling,
+    slicing and chunking switch between requests (`Engine.replan`); streaming the encoders is a new load."""
+    name = leaner_after_oom(plan, phase)
+    return None if name is None else plan.policy.model_copy(update={name: "on"})
 
 
 def leaner_after_oom(plan: Plan, phase: str) -> str | None:

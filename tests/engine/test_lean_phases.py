@@ -228,6 +228,11 @@ def test_after_an_oom_the_next_leaner_phase(wan_plan):
     assert leaner_after_oom(wan_plan, "text_encoding") == "stream_encoders"
     tiled = make_plan(wan_plan.model, build_policy({}, 0, vae_tiling="on", vae_slicing="off"))
     assert leaner_after_oom(tiled, "vae_decode") is None
+    from omni_console.engine.lean import leaner_policy
+
+    stepped = leaner_policy(wan_plan, "vae_decode")
+    assert stepped is not None and stepped.vae_tiling == "on" and stepped.stream_encoders == "auto"
+    assert leaner_policy(tiled, "vae_decode") is None
 
 
 @pytest.mark.slow
@@ -258,3 +263,25 @@ def test_a_tiled_decode_is_profiled_as_untiled_and_forecast_back_exactly(wan_pla
     assert untiled > measured  # what an untiled decode would need: the next plan can decide to tile
     assert decode_extra(tiled_plan, SIZE, untiled) == pytest.approx(measured, rel=1e-6)
     assert untiled_decode_extra(wan_plan, SIZE, measured) == measured  # untiled: as measured
+
+
+@pytest.mark.slow
+def test_feed_forward_chunking_on_sd3_matches_plain_diffusers(sd3_model_dir: Path):
+    """SD3's `enable_forward_chunking` (chunks over the batch: guidance's two halves) on a CPU."""
+    import diffusers
+
+    from omni_console.engine.engine import Engine
+    from omni_console.engine.runner import GenerateRequest
+
+    req = GenerateRequest(prompt="a red fox in snow", steps=2, height=64, width=64, seed=7, guidance=5.0,
+                          extra={"max_sequence_length": 32})
+    pipe = diffusers.StableDiffusion3Pipeline.from_pretrained(sd3_model_dir, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    expected = np.asarray(pipe(**req.call_kwargs(pipe)).images[0])
+    engine = Engine(sd3_model_dir, device="cpu")
+    try:
+        engine.load(build_policy({}, 0, ff_chunking="on"))
+        assert [b._chunk_size for b in engine.pipe.transformer.transformer_blocks] == [1, 1, 1]  # diffusers' own
+        assert np.array_equal(np.asarray(engine.generate(req).image), expected)
+    finally:
+        engine.close()
