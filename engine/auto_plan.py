@@ -118,7 +118,7 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
     lean, found = _choose_lean(base, staged_plan, fit, table)
     if found is None:
         least = int(table.room[table.least_room()])
-        every = frozenset(n for n in LEAN_FIELDS if getattr(base, n) != "off" and applicable(staged_plan, n))
+        every = frozenset(n for n, m in lean_modes(base).items() if m != "off" and applicable(staged_plan, n))
         fixed, text, decode = phases(frozenset(), every)
         peaks = {"text encoding": fixed + least + text, "denoise": fixed + least + dit.activation_bytes,
                  "VAE decode": fixed + least + decode}
@@ -143,7 +143,7 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
     forecast = forecast_request(plan, size, profile, source, bandwidth, bandwidth_source)  # type: ignore[arg-type]
     reasons = _reasons(plan, choice, aux, tried, budget, profile, bandwidth)
     reasons[-1:-1] = [c.line for c in forecast.lean]
-    spare = [LABELS[n] for n in AUTO_LEAN if getattr(base, n) == "auto" and n not in lean and applicable(plan, n)]
+    spare = [LABELS[n] for n in AUTO_LEAN if lean_modes(base)[n] == "auto" and n not in lean and applicable(plan, n)]
     if spare:
         reasons.insert(-1, f"lean phases: none needed beyond the above ({', '.join(spare)} only if the budget "
                            "needs them)" if forecast.lean else
@@ -151,12 +151,19 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
     return AutoPlan(plan, forecast, reasons, budget)
 
 
+def lean_modes(base: OffloadPolicy) -> dict[str, str]:
+    """Each lean phase's mode as the operator set it: one an earlier budget turned on is "auto" again."""
+    return {n: "auto" if n in base.lean_auto else getattr(base, n) for n in LEAN_FIELDS}
+
+
 def _policy(base: OffloadPolicy, components: dict[str, bool], lean: frozenset[str] = frozenset()) -> OffloadPolicy:
     """A policy with `components`, the base's storage, and the lean phases `lean` on (the others as the
-    base has them: "auto" stays "auto", so a later budget may still choose them)."""
-    modes = {n: "on" if n in lean else getattr(base, n) for n in LEAN_FIELDS}
+    operator set them: "auto" stays "auto", so a later budget may still choose them)."""
+    modes = lean_modes(base)
+    chosen = tuple(n for n in LEAN_FIELDS if n in lean and modes[n] == "auto")
     return build_policy(components, 0, "dlo", "leading", 2, stream_dtype=base.stream_dtype,
-                        fp8_modulation=base.fp8_modulation, **modes)
+                        fp8_modulation=base.fp8_modulation,
+                        **{n: "on" if n in lean else m for n, m in modes.items()}, lean_auto=chosen)
 
 
 def _choose_lean(base: OffloadPolicy, plan: Plan, fit: Callable[[frozenset[str]], tuple[int, frozenset[str]] | None],
@@ -164,11 +171,12 @@ def _choose_lean(base: OffloadPolicy, plan: Plan, fit: Callable[[frozenset[str]]
     """The lean phases the budget needs: those set "on", plus each "auto" one (`AUTO_LEAN`, in order)
     while nothing fits, or (streaming encoders: exact and nearly free) while it makes the step faster;
     then every added one that the others make unnecessary is dropped again."""
-    lean = frozenset(n for n in LEAN_FIELDS if base.lean_on(n))
+    modes = lean_modes(base)
+    lean = frozenset(n for n in LEAN_FIELDS if modes[n] == "on")
     found = fit(lean)
     added: list[str] = []
     for name in AUTO_LEAN:
-        if getattr(base, name) != "auto" or not applicable(plan, name):
+        if modes[name] != "auto" or not applicable(plan, name):
             continue
         if found is not None and name not in EXACT_LEAN:
             continue

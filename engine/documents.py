@@ -48,6 +48,8 @@ class PolicyDoc(Document):
     vae_tiling: Literal["auto", "on", "off"] = Field("auto", description="tiled VAE decode (pixels differ)")
     vae_slicing: Literal["auto", "on", "off"] = Field("auto", description="VAE decode one sample at a time")
     ff_chunking: Literal["auto", "on", "off"] = Field("auto", description="feed-forward chunked over the batch")
+    lean_auto: list[str] = Field(default_factory=list, description="lean phases a --vram-budget turned on (they "
+                                                                   "were auto; a new budget may turn them off)")
 
 
 class ModelDoc(Document):

@@ -153,7 +153,7 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
                          prefetch_slots=plan.policy.prefetch_slots, stream_dtype=plan.policy.stream_dtype,
                          fp8_modulation=plan.policy.fp8_modulation, stream_encoders=plan.policy.stream_encoders,
                          vae_tiling=plan.policy.vae_tiling, vae_slicing=plan.policy.vae_slicing,
-                         ff_chunking=plan.policy.ff_chunking),
+                         ff_chunking=plan.policy.ff_chunking, lean_auto=list(plan.policy.lean_auto)),
         components=[
             ComponentDoc(
                 name=c.info.name, role=c.info.role, library=c.info.library,

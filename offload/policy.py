@@ -78,6 +78,8 @@ class OffloadPolicy(BaseModel):
     vae_tiling: LeanMode = "auto"
     vae_slicing: LeanMode = "auto"
     ff_chunking: LeanMode = "auto"
+    lean_auto: tuple[str, ...] = ()  # the lean phases a --vram-budget turned on (they were "auto"): a new budget
+    # may turn them off again, where an operator's "on" stays
 
     def lean_on(self, name: str) -> bool:
         """Whether the lean phase `name` (one of LEAN_FIELDS) is applied."""
@@ -184,7 +186,7 @@ class OffloadPolicy(BaseModel):
 
     def _storage(self) -> dict[str, Any]:
         return {"stream_dtype": self.stream_dtype, "fp8_modulation": self.fp8_modulation,
-                **{name: getattr(self, name) for name in LEAN_FIELDS}}
+                **{name: getattr(self, name) for name in LEAN_FIELDS}, "lean_auto": self.lean_auto}
 
     def components_json(self) -> str:
         """The exact `--dlo-offload-components` value (compact JSON, keys in insertion order)."""
@@ -204,6 +206,8 @@ def build_policy(components: Any = None, resident_layers: Any = 0, mode: Any = "
     if not isinstance(fp8_modulation, bool):
         raise PolicyTypeError(f"fp8_modulation must be a boolean, got {_type_name(fp8_modulation)}")
     for name, value in lean.items():
+        if name == "lean_auto" and isinstance(value, tuple) and set(value) <= set(LEAN_FIELDS):
+            continue
         if name not in LEAN_FIELDS:
             raise TypeError(f"build_policy() got an unexpected keyword argument {name!r}")
         if value not in LEAN_MODES:

@@ -50,7 +50,8 @@ class PolicyPanel(Static, can_focus=True):
         grid.add_row("--dlo-resident-layers", str(policy.resident_layers))
         if policy.mode == "dlo" and (policy.placement != "leading" or policy.prefetch_slots != 2):
             grid.add_row("streaming", f"{policy.placement} placement, {policy.prefetch_slots} prefetch slots")
-        lean = [f"{name.replace('_', '-')} {getattr(policy, name)}" for name in LEAN_FIELDS
+        lean = [f"{name.replace('_', '-')} {getattr(policy, name)}"
+                f"{' (for the budget)' if name in policy.lean_auto else ''}" for name in LEAN_FIELDS
                 if getattr(policy, name) != "auto"]
         if lean:  # the operator's or the budget's choice; "auto" ones are left to --vram-budget
             grid.add_row("lean phases", ", ".join(lean))

@@ -212,6 +212,15 @@ def test_nothing_fits_even_lean_names_every_phase(wan_plan):
     assert "by phase: text encoding" in text and ", denoise" in text and ", VAE decode" in text
 
 
+def test_a_larger_budget_drops_what_a_smaller_one_chose(wan_plan):
+    decode = 2_000_000_000
+    profile = _profile(len(wan_plan.blocks), 1000, 1000, decode)
+    tight = auto_plan(wan_plan, wan_plan.model.nbytes + decode // 2, SIZE, profile, "cached", 1e9, "cached")
+    assert tight.plan.policy.vae_tiling == "on" and tight.plan.policy.lean_auto == ("vae_tiling",)
+    roomy = auto_plan(tight.plan, decode * 2, SIZE, profile, "cached", 1e9, "cached")  # the console's next `b`
+    assert _lean(roomy) == set() and roomy.plan.policy.vae_tiling == "auto"
+
+
 def test_off_and_on_are_obeyed(wan_plan):
     decode = 2_000_000_000
     profile = _profile(len(wan_plan.blocks), 1000, 1000, decode)
