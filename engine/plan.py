@@ -44,7 +44,7 @@ from ..offload.residency import BlockResidency
 from .discovery import ComponentInfo, ModelInfo
 from .experts import Expert, blocks_per_forward, plan_experts, streamer_residency
 from .fp8_names import FP8_NAMES
-from .lean import encoder_stage_bytes
+from .lean import encoder_stage_bytes, streamable
 from .roles import DENOISER_ROLES
 
 Residency = Literal["streamed", "staged", "resident", "none"]
@@ -237,7 +237,9 @@ def make_plan(model: ModelInfo, policy: OffloadPolicy, residency: BlockResidency
     scratch = upcast_scratch(model, blocks) if stored is not None and policy.mode == "dlo" else 0
     forecast = Forecast(
         device_resident_bytes=resident,
-        pinned_host_bytes=sum(p.host_bytes for p in plans if p.residency == "streamed") + sum(staged),
+        pinned_host_bytes=sum(p.host_bytes for p in plans if p.residency == "streamed") + sum(staged)
+        + sum(p.info.layers.total_bytes for p in plans  # a streamed encoder's layers, also in its ring's arena (CUDA)
+              if p.residency == "staged" and streamed_enc and streamable(p.info) and p.info.layers),
         streamed_bytes_per_forward=max(sum(s) for s in streamed_each),
         peak_device_weight_bytes=resident + slots * largest_block + largest_staged + scratch,
         largest_streamed_block_bytes=largest_block,

@@ -8,6 +8,10 @@ during the stage (opened by `load`, freed by `offload`), so between prompts the 
 of the encoder. The same weights run through the same kernels: outputs are bit-identical to the
 staged (and the plain) encoder.
 
+Host memory: the layers are copied once into the ring's arena (page-locked on CUDA). Where the encoder
+was built over a host arena of its own (engine/arena_load.py), that arena stays for the non-layer
+weights, so the layers' bytes are held twice while loaded (the plan's pinned figure counts them).
+
 `LayerStage` has the stager's interface (`load`, `offload`, `hold`, `close`, `held`, byte counts), so
 `stage_around` and the placement's bookkeeping use it unchanged.
 """
@@ -29,6 +33,8 @@ SLOTS = 2
 
 class StageRing(LayerwiseStreamer):
     """A streamer whose ring's slots are allocated only between `open` and `shut` (one stage)."""
+
+    is_open = False
 
     def attach(self) -> None:
         super().attach()

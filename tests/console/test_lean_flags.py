@@ -81,3 +81,18 @@ def test_the_forecast_and_policy_panels_show_the_lean_phases(wan: Path):
     console.print(shown[-1])
     text = console.export_text()
     assert any(line.split() == ["lean", "phases", "vae-tiling", "on"] for line in text.splitlines()), text
+
+
+@pytest.mark.slow
+def test_run_reports_the_lean_phases_it_applied(wan: Path, tmp_path: Path, capsys, wan_loadable):
+    out = tmp_path / "fox.gif"
+    assert main(["run", "--model", str(wan), "--device", "cpu", "--steps", "1", "--height", "32", "--width", "32",
+                 "--frames", "5", "--output", str(out), "--vae-tiling", "on", "--stream-encoders", "on",
+                 "--json"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["policy"]["vae_tiling"] == "on" and report["policy"]["stream_encoders"] == "on"
+    assert [line.split(":")[0] for line in report["lean_phases"]] == ["text encoders streamed layer by layer",
+                                                                      "VAE decode tiled"]
+    assert "lean phase: VAE decode tiled" in captured.err
+    assert any("streamed layer by layer (24 layers through 2 slots" in line for line in report["log"]), report["log"]
