@@ -21,17 +21,30 @@ from typing import Any
 from .blocks import BlockList
 from .weights import TensorInfo
 
-_PREFIXED = re.compile(r"^((?:[A-Za-z_][A-Za-z0-9_]*\.)*?[A-Za-z_][A-Za-z0-9_]*)\.(0|[1-9][0-9]{0,8})\.(.+)$")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_INDEX = re.compile(r"0|[1-9][0-9]{0,8}")
+
+
+def _split(name: str) -> tuple[str, int, str] | None:
+    """(PREFIX, i, REST) of `PREFIX.<i>.REST`, cut at the first index; one pass over the name (a
+    backtracking pattern would be quadratic in a hostile header's long names)."""
+    parts = name.split(".")
+    for k, part in enumerate(parts):
+        if _INDEX.fullmatch(part):
+            if k == 0 or k == len(parts) - 1 or not all(_IDENT.fullmatch(p) for p in parts[:k]):
+                return None
+            return ".".join(parts[:k]), int(part), ".".join(parts[k + 1:])
+    return None
 
 
 def find_layer_list(tensors: Iterable[TensorInfo]) -> BlockList | None:
     """The encoder's main layer list from its tensor names, or None (see the module docstring)."""
     members: dict[str, dict[int, dict[str, TensorInfo]]] = defaultdict(lambda: defaultdict(dict))
     for tensor in tensors:
-        match = _PREFIXED.match(tensor.name)
-        if match:
-            prefix, index, rest = match.groups()
-            members[prefix][int(index)][rest] = tensor
+        split = _split(tensor.name)
+        if split:
+            prefix, index, rest = split
+            members[prefix][index][rest] = tensor
     best: BlockList | None = None
     for prefix, entries in sorted(members.items()):
         n = len(entries)
