@@ -141,7 +141,7 @@ def untiled_decode_extra(plan: Plan, size: RequestSize, measured: int) -> int:
 
 def encoder_stage_bytes(info: ComponentInfo, streamed: bool) -> int:
     """Device bytes of an encoder's stage: whole, or streamed (non-layer weights + the ring's slots)."""
-    if not streamed or info.layers is None:
+    if not streamed or not streamable(info) or info.layers is None:
         return info.nbytes
     return info.nbytes - info.layers.total_bytes + ENCODER_SLOTS * align_up(info.layers.largest_bytes)
 
