@@ -25,9 +25,10 @@ from .plan import Plan
 
 
 def make_stager(info: ComponentInfo, module: torch.nn.Module, plan: Plan, device: torch.device, bus: EventBus,
-                cache: AllocatorCache | None, pin: bool) -> ModuleStager | LayerStage:
-    """A staged component's stager: a `LayerStage` for an encoder the plan streams, else a `ModuleStager`."""
-    if plan.policy.lean_on("stream_encoders") and streamable(info) and info.layers is not None:
+                cache: AllocatorCache | None, pin: bool, staged: bool = True) -> ModuleStager | LayerStage:
+    """A component's stager: a `LayerStage` for a staged encoder the plan streams, else a `ModuleStager`
+    (`staged=False`: a resident one with a master for re-plans, never streamed)."""
+    if staged and plan.policy.lean_on("stream_encoders") and streamable(info) and info.layers is not None:
         layers = layer_modules(module, info.layers)
         if layers is not None:
             stage = LayerStage(info.name, module, layers, device, bus=bus, cache=cache, pin=pin)

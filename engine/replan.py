@@ -15,6 +15,7 @@ import torch
 
 from ..offload.errors import PolicyError
 from ..offload.events import Replanned
+from ..offload.layer_stage import LayerStage
 from ..offload.units import format_bytes, format_seconds
 from .lean import LABELS
 from .placement import Placement
@@ -40,6 +41,10 @@ def apply_replan(placement: Placement, old: Plan, new: Plan, device: torch.devic
     """Move what differs between `old` and `new` (both plans of the loaded model); returns the event."""
     if old.policy.lean_on("stream_encoders") != new.policy.lean_on("stream_encoders"):
         raise PolicyError("streaming the text encoders layer by layer (or not) is a new load: unload (u), load (l)")
+    for c in new.components:
+        if isinstance(placement.stagers.get(c.info.name), LayerStage) and c.residency == "resident":
+            raise PolicyError(f"{c.info.name} streams layer by layer: keeping it resident is a new load: unload (u), "
+                              "load (l)")
     start = time.perf_counter()
     if placement.relean is not None:
         placement.relean(new)  # VAE tiling/slicing, feed-forward chunking: flags on the modules

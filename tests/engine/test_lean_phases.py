@@ -259,6 +259,14 @@ def test_a_live_replan_switches_tiling_and_refuses_to_switch_encoder_streaming(d
         assert not engine.pipe.vae.use_tiling
         with pytest.raises(PolicyError, match="is a new load"):
             engine.replan(build_policy({}, 0, stream_encoders="on"))
+        engine.unload()
+        engine.load(build_policy({"text_encoder": False}, 0, stream_encoders="on"))  # resident: not streamed
+        assert not isinstance(engine.placement.stagers["text_encoder"], LayerStage)
+        engine.unload()
+        engine.load(build_policy({}, 0, stream_encoders="on"))
+        assert isinstance(engine.placement.stagers["text_encoder"], LayerStage)
+        with pytest.raises(PolicyError, match="streams layer by layer: keeping it resident is a new load"):
+            engine.replan(build_policy({"text_encoder": False}, 0, stream_encoders="on"))
     finally:
         engine.close()
 
