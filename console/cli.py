@@ -16,6 +16,7 @@ from typing import NoReturn
 
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
 from ..engine.plain_text import plain
+from ..offload.policy import LEAN_MODES
 from ..offload.telemetry_types import DEFAULT_HZ
 from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
 
@@ -97,6 +98,17 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
                              "predicted step within SIZE (e.g. 24GB, 24GiB: the device memory of the process, CUDA "
                              "context included), or auto: what the GPU has free now less a margin; overrides the "
                              "three flags above")
+    lean = parser.add_argument_group("lean phases (auto: only where --vram-budget needs them; on: always; off: never)")
+    lean.add_argument("--stream-encoders", choices=LEAN_MODES, default="auto",
+                      help="stream staged text encoders layer by layer through 2 slots (exact)")
+    lean.add_argument("--vae-tiling", choices=LEAN_MODES, default="auto",
+                      help="decode in overlapping tiles (diffusers' enable_tiling): far less memory, more time, "
+                           "pixels differ")
+    lean.add_argument("--vae-slicing", choices=LEAN_MODES, default="auto",
+                      help="decode a batch one sample at a time (diffusers' enable_slicing); never chosen by auto")
+    lean.add_argument("--ff-chunking", choices=LEAN_MODES, default="auto",
+                      help="chunk the denoiser's feed-forward over the batch where its class supports it; "
+                           "never chosen by auto")
     parser.add_argument("--mode", choices=("dlo", "resident"), default="dlo",
                         help="dlo: stream DiT blocks (default); resident: no offload (baseline)")
     parser.add_argument("--gpus", type=int, default=1, metavar="N",

@@ -93,6 +93,7 @@ class RunFlags:
     options: OptionFlags  # --param values and --fps
     reasons: list[str] = field(default_factory=list)  # --vram-budget's decisions, one line each
     overhead: Any = None  # --vram-budget: the device's footprint outside torch (engine.device_footprint)
+    lean: list[str] = field(default_factory=list)  # lean phases in effect, each with its cost (engine/lean.py)
 
 
 def check_run_flags(args: argparse.Namespace) -> RunFlags:
@@ -143,10 +144,22 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
             flags.reasons.extend(auto.reasons)
             for line in auto.reasons:  # stderr, like all progress: stdout holds only the report
                 Console(stderr=True).print(plain(f"--vram-budget: {line}"), markup=False, highlight=False)
+        flags.lean.extend(_lean_lines(plan, request_size(run.request), engine.device_name, flags.budget is None))
         guard.check()
         return _load_generate_report(args, flags, engine, plan, run, guard)
     finally:
         engine.close()
+
+
+def _lean_lines(plan: Any, size: Any, device: str, say: bool) -> list[str]:
+    """The lean phases the plan applies, each with its cost; printed (stderr) unless the budget's
+    reasons already said them."""
+    from ..engine.request_forecast import forecast_for
+
+    lines = [c.line for c in forecast_for(plan, size, device).lean]
+    for line in lines if say else ():
+        Console(stderr=True).print(plain(f"lean phase: {line}"), markup=False, highlight=False)
+    return lines
 
 
 def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Engine, plan: Any,
@@ -217,6 +230,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         "auto_plan": {"budget_bytes": flags.budget, "reasons": flags.reasons} if flags.budget is not None else None,
         **measured, **memory.predicted(result.check, measured["process_peak_bytes"]),
         "oom_step_downs": step_down_docs(result),
+        "lean_phases": flags.lean,
         "notes": notes,
         **totals.summary(),
         "events_dropped": progress.sub.dropped,

@@ -192,6 +192,7 @@ def request_sheet(forecast: RequestForecast, on_cpu: bool = False) -> Sheet:
         rows.append(("step floor: max(compute, transfer)", f"{forecast.floor_s:.3f} s", forecast.step_label))
     if forecast.bandwidth and not on_cpu:
         rows.append(("host→device link", format_rate(forecast.bandwidth), forecast.bandwidth_source))
+    rows.extend((c.label, c.value, "lean phase") for c in forecast.lean)
     caption = "; ".join(([forecast.size_line] if forecast.size_line else []) + forecast.notes) or None
     return Sheet(f"request forecast ({forecast.size.label()})", ("figure", "value", "source"), rows,
                  right=frozenset({"value"}), caption=caption)

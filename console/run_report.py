@@ -117,6 +117,9 @@ class RunReport(Document):
     latent_shape: list[int] | None
     forecast_check: ForecastCheckReport | None = Field(None, description="predicted vs measured peak and step")
     auto_plan: AutoPlanReport | None = Field(None, description="present with --vram-budget")
+    lean_phases: list[str] = Field(default_factory=list, description="lean phases in effect (tiled or sliced VAE "
+                                   "decode, streamed text encoders, chunked feed-forward), each with its peak, "
+                                   "its cost and whether the output stays bit-identical")
     phases: dict[str, float] = Field(description="seconds by phase: text_encoding, denoise, vae_decode")
     vae_decode_peak_bytes: int | None
     notes: list[str]

@@ -16,18 +16,27 @@ The budget is the device memory of the process (NVML's per-process figure): the 
 are fitted into what torch may allocate once the CUDA context and a fragmentation margin are taken
 off it (`device_footprint.DeviceOverhead`), and every peak shown is the process's.
 
-If nothing fits, `NothingFits` names the smallest possible peak.
+Lean phases (engine/lean.py) are chosen only when the budget needs them: those the policy sets "on"
+always; of those left "auto", in `AUTO_LEAN` order, each while nothing fits without it, and streaming
+the encoders (exact, nearly free) also when it leaves room for a faster step; any added one the
+later ones make unnecessary is dropped again. Each in effect is a reason line with its phase's peak
+before and after, its cost and whether the output stays bit-identical.
+
+If nothing fits even with every lean option, `NothingFits` names the smallest possible peak and each
+phase's share of it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ..offload.policy import build_policy
+from ..offload.policy import LEAN_FIELDS, OffloadPolicy, build_policy
 from ..offload.units import format_bytes
 from .device_footprint import NO_OVERHEAD, DeviceOverhead, device_overhead
 from .discovery import ComponentInfo
 from .errors import ConfigError
+from .lean import LABELS, applicable, decode_geometry, encoder_stage_bytes, tiled_decode_extra
 from .plan import Plan, make_plan
 from .profile_basis import profile_for
 from .request_forecast import RequestForecast, dit_profile, forecast_request, phase_bytes
@@ -36,6 +45,8 @@ from .stream_choice import TIE, DitProfile, StreamChoice, evaluate
 from .stream_search import StreamTable
 
 GB = 1e9
+AUTO_LEAN = ("stream_encoders", "vae_tiling")  # what "auto" may choose, cheapest first (engine/lean.py)
+EXACT_LEAN = frozenset({"stream_encoders"})  # bit-identical and nearly free: also chosen to speed the step up
 
 
 class NothingFits(ConfigError):
@@ -72,56 +83,75 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
     aux = [c.info for c in plan0.components if c.info.role in ("encoder", "vae") and c.info.has_weights]
     extras = phase_bytes(profile)
     default = {k: v for k, v in base.dlo_offload_components.items() if k == "default"}
-    staged_plan = make_plan(model, build_policy({**default, **{a.name: True for a in aux}}, 0, "dlo", "leading", 2,
-                                                  stream_dtype=base.stream_dtype, fp8_modulation=base.fp8_modulation))
+    staged_plan = make_plan(model, _policy(base, {**default, **{a.name: True for a in aux}}))
     dit = dit_profile(staged_plan, profile) or _zero_compute(staged_plan, extras.denoise_extra)
     # the DiT's candidates do not depend on the encoders and VAEs; a UNet's ring is budgeted in bytes
     table = StreamTable(dit, bandwidth or 1.0, byte_ring=staged_plan.residency.byte_ring)
     # every encoder/VAE staged, no resident block; with fp8 storage the running block's upcast scratch too
     fixed0 = staged_plan.forecast.device_resident_bytes + staged_plan.forecast.upcast_scratch_bytes
+    geometry = decode_geometry(staged_plan, size)
+    tiled_extra = extras.decode_extra if geometry is None else tiled_decode_extra(extras.decode_extra, *geometry)
 
-    def above(resident: frozenset[str]) -> tuple[int, int]:
-        """(device weights outside the DiT's blocks, the largest phase's bytes above the weights) when
-        `resident` encoders/VAEs stay on the device and the others are staged."""
-        staged_enc = max((a.nbytes for a in aux if a.name not in resident and a.role == "encoder"), default=0)
+    def phases(resident: frozenset[str], lean: frozenset[str]) -> tuple[int, int, int]:
+        """(device weights outside the DiT's blocks, the text phase's and the decode phase's bytes above
+        them) when `resident` encoders/VAEs stay on the device, the others staged, with `lean` phases."""
+        streamed = "stream_encoders" in lean
+        staged_enc = max((encoder_stage_bytes(a, streamed) for a in aux
+                          if a.name not in resident and a.role == "encoder"), default=0)
         staged_vae = max((a.nbytes for a in aux if a.name not in resident and a.role == "vae"), default=0)
         kept = sum(a.nbytes for a in aux if a.name in resident)
-        return fixed0 + kept, max(staged_enc + extras.text_extra, staged_vae + extras.decode_extra)
+        decode = tiled_extra if "vae_tiling" in lean else extras.decode_extra
+        return fixed0 + kept, staged_enc + extras.text_extra, staged_vae + decode
 
-    def room(resident: frozenset[str]) -> int:
+    def above(resident: frozenset[str], lean: frozenset[str]) -> tuple[int, int]:
+        """(device weights outside the DiT's blocks, the largest phase's bytes above the weights)."""
+        fixed, text, decode = phases(resident, lean)
+        return fixed, max(text, decode)
+
+    def room(resident: frozenset[str], lean: frozenset[str]) -> int:
         """Bytes left for the DiT's resident blocks and slots (never more with one more resident)."""
-        fixed, phase_extra = above(resident)
+        fixed, phase_extra = above(resident, lean)
         return allocatable - fixed - max(dit.activation_bytes, phase_extra)
 
-    def as_choice(index: int, resident: frozenset[str]) -> StreamChoice:
-        return evaluate(dit, table.residency(index), table.bandwidth, *above(resident))
+    def fit(lean: frozenset[str]) -> tuple[int, frozenset[str]] | None:
+        """(the DiT's candidate, the resident encoders/VAEs) with `lean` phases, or None if nothing fits."""
+        fastest = table.choose(room(frozenset(), lean), TIE)  # keeping one more resident never leaves more room
+        if fastest is None:
+            return None
+        need = int(table.room[fastest])  # as fast (within TIE) as it gets while the DiT needs this much room
+        resident: frozenset[str] = frozenset()
+        for a in sorted(aux, key=lambda a: (-a.nbytes, a.name)):  # the largest first (greedy)
+            if room(resident | {a.name}, lean) >= need:
+                resident = resident | {a.name}
+        index = table.choose(room(resident, lean), TIE)
+        assert index is not None  # room(resident) >= need
+        return index, resident
 
-    least = table.room[table.least_room()]
-    fastest = table.choose(room(frozenset()), TIE)  # keeping one more resident never leaves more room
-    if fastest is None:
+    lean, found = _choose_lean(base, staged_plan, fit, table)
+    if found is None:
+        least = int(table.room[table.least_room()])
+        every = frozenset(n for n, m in lean_modes(base).items() if m != "off" and applicable(staged_plan, n))
+        fixed, text, decode = phases(frozenset(), every)
+        peaks = {"text encoding": fixed + least + text, "denoise": fixed + least + dit.activation_bytes,
+                 "VAE decode": fixed + least + decode}
+        shown = [LABELS[n] for n in LEAN_FIELDS if n in every and n in AUTO_LEAN]
         raise NothingFits(f"nothing fits in {_gb(budget)}: the smallest possible peak is "
-                          f"{_gb(overhead.process_bytes(allocatable - room(frozenset()) + int(least)))} of the "
-                          f"process (every block streamed through "
+                          f"{_gb(overhead.process_bytes(max(peaks.values())))} of the process (every block streamed "
+                          f"through "
                           f"{'2 slots' if dit.block_bytes else 'no slots'}, every encoder and VAE staged"
+                          f"{''.join(', ' + s for s in shown)}; by phase: "
+                          f"{', '.join(f'{k} {_gb(v)}' for k, v in peaks.items())}"
                           f"{'' if profile else '; activations not measured yet, so the real peak is higher'}"
                           f"{'' if overhead is NO_OVERHEAD else '; ' + overhead.describe()})")
-    # as fast (within TIE) as it gets while the DiT's candidates need at least this much room:
-    need = int(table.room[fastest])
-    resident: frozenset[str] = frozenset()
-    for a in sorted(aux, key=lambda a: (-a.nbytes, a.name)):  # the largest first (greedy)
-        if room(resident | {a.name}) >= need:
-            resident = resident | {a.name}
-    index = table.choose(room(resident), TIE)
-    assert index is not None  # room(resident) >= need
-    choice = as_choice(index, resident)
-    policy = build_policy({**default, **{a.name: a.name not in resident for a in aux}}, 0, "dlo", "leading", 2,
-                          stream_dtype=base.stream_dtype, fp8_modulation=base.fp8_modulation)
+    index, resident = found
+    choice = evaluate(dit, table.residency(index), table.bandwidth, *above(resident, lean))
+    policy = _policy(base, {**default, **{a.name: a.name not in resident for a in aux}}, lean)
     chosen = policy.model_copy(update=dict(resident_layers=choice.residency.num_resident,
                                            placement=choice.residency.placement,
                                            prefetch_slots=max(choice.residency.slots, 2)))
     tried: dict[str, float | None] = {}  # each encoder/VAE's other state: its step time, None if nothing fits
     for a in aux:
-        alt = table.choose(room(resident ^ {a.name}), TIE)
+        alt = table.choose(room(resident ^ {a.name}, lean), TIE)
         tried[a.name] = None if alt is None else table.step(alt)
     plan = make_plan(model, chosen)
     forecast = forecast_request(plan, size, profile, source, bandwidth, bandwidth_source,  # type: ignore[arg-type]
@@ -130,7 +160,53 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
     known = profile is not None and bool(profile.block_compute_s)
     reasons = _reasons(plan, choice, aux, tried, budget, profile if known else None, bandwidth, overhead,
                        step_basis if step_basis not in ("", "cached") else "")
+    reasons[-1:-1] = [c.line for c in forecast.lean]
+    spare = [LABELS[n] for n in AUTO_LEAN if lean_modes(base)[n] == "auto" and n not in lean and applicable(plan, n)]
+    if spare:
+        reasons.insert(-1, f"lean phases: none needed beyond the above ({', '.join(spare)} only if the budget "
+                           "needs them)" if forecast.lean else
+                           f"lean phases: none needed ({', '.join(spare)} only if the budget needs them)")
     return AutoPlan(plan, forecast, reasons, budget, overhead)
+
+
+def lean_modes(base: OffloadPolicy) -> dict[str, str]:
+    """Each lean phase's mode as the operator set it: one an earlier budget turned on is "auto" again."""
+    return {n: "auto" if n in base.lean_auto else getattr(base, n) for n in LEAN_FIELDS}
+
+
+def _policy(base: OffloadPolicy, components: dict[str, bool], lean: frozenset[str] = frozenset()) -> OffloadPolicy:
+    """A policy with `components`, the base's storage, and the lean phases `lean` on (the others as the
+    operator set them: "auto" stays "auto", so a later budget may still choose them)."""
+    modes = lean_modes(base)
+    chosen = tuple(n for n in LEAN_FIELDS if n in lean and modes[n] == "auto")
+    return build_policy(components, 0, "dlo", "leading", 2, stream_dtype=base.stream_dtype,
+                        fp8_modulation=base.fp8_modulation,
+                        **{n: "on" if n in lean else m for n, m in modes.items()}, lean_auto=chosen)
+
+
+def _choose_lean(base: OffloadPolicy, plan: Plan, fit: Callable[[frozenset[str]], tuple[int, frozenset[str]] | None],
+                 table: StreamTable) -> tuple[frozenset[str], tuple[int, frozenset[str]] | None]:
+    """The lean phases the budget needs: those set "on", plus each "auto" one (`AUTO_LEAN`, in order)
+    while nothing fits, or (streaming encoders: exact and nearly free) while it makes the step faster;
+    then every added one that the others make unnecessary is dropped again."""
+    modes = lean_modes(base)
+    lean = frozenset(n for n in LEAN_FIELDS if modes[n] == "on")
+    found = fit(lean)
+    added: list[str] = []
+    for name in AUTO_LEAN:
+        if modes[name] != "auto" or not applicable(plan, name):
+            continue
+        if found is not None and name not in EXACT_LEAN:
+            continue
+        trial = fit(lean | {name})
+        if found is None or (trial is not None and table.step(trial[0]) < table.step(found[0]) * (1 - TIE)):
+            lean, found = lean | {name}, trial
+            added.append(name)
+    for name in reversed(added):
+        trial = fit(lean - {name})
+        if found is not None and trial is not None and table.step(trial[0]) <= table.step(found[0]) * (1 + TIE):
+            lean, found = lean - {name}, trial
+    return lean, found
 
 
 def _reasons(plan: Plan, choice: StreamChoice, aux: list[ComponentInfo],

@@ -26,6 +26,7 @@ from .blocks import (
 )
 from .config_checks import check_config_document
 from .dir_audit import audit_component, audit_root
+from .encoder_layers import find_layer_list
 from .order_cache import apply_observed
 from .pipeline_values import is_component_entry, pipeline_values
 from .quant_layouts import check_quantization
@@ -59,6 +60,7 @@ class ComponentInfo:
     notes: tuple[str, ...] = ()
     order_observed: bool = False  # block_lists in the order a real forward ran (engine/order_cache.py)
     quant_method: str | None = None  # config.json's quantization_config method (engine/quant_layouts.py)
+    layers: BlockList | None = None  # an encoder's layer list, streamable layer by layer (engine/encoder_layers.py)
 
     @property
     def dtypes(self) -> list[str]:
@@ -187,11 +189,13 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
         block_lists, order_observed = apply_observed(root, name, class_name, order_block_lists(lists, order))
     elif role == "unet":
         block_lists = tuple(unet_block_lists(folder, class_name, config, tensors))
+    layers = find_layer_list(tensors) if role == "encoder" else None
     return ComponentInfo(
         name=name, role=role, library=library, class_name=class_name, folder=folder,
         files=weights.files, variant=weights.variant, dtype_bytes=dict(dtype_bytes),
         num_params=sum(t.numel for t in tensors), nbytes=sum(t.nbytes for t in tensors),
         block_lists=block_lists, notes=tuple(notes), order_observed=order_observed, quant_method=quantized,
+        layers=layers,
     )
 
 

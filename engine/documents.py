@@ -43,6 +43,13 @@ class PolicyDoc(Document):
     stream_dtype: Literal["float8_e4m3fn", "float8_e5m2"] | None = Field(
         None, description="DiT weights stored in fp8 by diffusers' layerwise-casting rule (null: as the checkpoint)")
     fp8_modulation: bool = Field(False, description="AdaLN modulation linears in fp8 too (not diffusers' rule)")
+    stream_encoders: Literal["auto", "on", "off"] = Field(
+        "auto", description="staged text encoders streamed layer by layer (auto: only where a budget needs it)")
+    vae_tiling: Literal["auto", "on", "off"] = Field("auto", description="tiled VAE decode (pixels differ)")
+    vae_slicing: Literal["auto", "on", "off"] = Field("auto", description="VAE decode one sample at a time")
+    ff_chunking: Literal["auto", "on", "off"] = Field("auto", description="feed-forward chunked over the batch")
+    lean_auto: list[str] = Field(default_factory=list, description="lean phases a --vram-budget turned on (they "
+                                                                   "were auto; a new budget may turn them off)")
 
 
 class ModelDoc(Document):
@@ -110,6 +117,18 @@ class ForecastDoc(Document):
                                                        "pipeline")
 
 
+class LeanPhaseDoc(Document):
+    """One lean phase in effect: its phase's peak without and with it, its cost, whether output is exact."""
+
+    name: Literal["stream_encoders", "vae_tiling", "vae_slicing", "ff_chunking"]
+    phase: str = Field(description="text_encoding, denoise or vae_decode")
+    peak_before_bytes: int | None = Field(description="the phase's peak without any lean phase (null: not modelled)")
+    peak_after_bytes: int | None = Field(description="the phase's peak as planned (null: not modelled)")
+    cost: str
+    exact: bool = Field(description="output bit-identical to the plain pipeline's")
+    line: str = Field(description="the line `plan` prints")
+
+
 class RequestForecastDoc(Document):
     """The whole request before load: device peak and step time, each with where it came from."""
 
@@ -140,6 +159,8 @@ class RequestForecastDoc(Document):
     context_source: Literal["measured", "default", "none"] | None = Field(
         None, description="measured: NVML per process minus torch reserved on this device, driver and torch; "
                           "default: nothing measured here yet")
+    lean_phases: list[LeanPhaseDoc] = Field(default_factory=list,
+                                            description="lean phases in effect, each with its cost (engine/lean.py)")
 
 
 class AutoPlanDoc(Document):

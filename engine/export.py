@@ -12,6 +12,7 @@ from .documents import (
     BlockListDoc,
     ComponentDoc,
     ForecastDoc,
+    LeanPhaseDoc,
     ModelDoc,
     PlanDocument,
     PolicyDoc,
@@ -20,6 +21,7 @@ from .documents import (
     VllmOmniDoc,
 )
 from .fp8_names import storage_note
+from .lean import LABELS
 from .plan import ComponentPlan, Plan
 from .rank_forecast import RankForecast
 from .rank_layout import RankLayout
@@ -57,6 +59,9 @@ def vllm_gaps(plan: Plan, layout: RankLayout | None = None) -> list[str]:
     if residency.slots > 2:
         gaps.append(f"a {residency.slots}-slot prefetch ring has no vLLM-Omni spelling: vLLM-Omni prefetches one "
                     f"block ahead (2 slots)")
+    lean = [LABELS[n] for n in LABELS if policy.lean_on(n)]
+    if lean:
+        gaps.append(f"{', '.join(lean)}: no vLLM-Omni spelling (its pipelines run the plain phases)")
     if policy.stream_dtype is not None:
         gaps.append(f"--stream-dtype {policy.stream_dtype} has no vLLM-Omni spelling: its DLO streams the blocks "
                     f"in the checkpoint's dtype")
@@ -112,7 +117,10 @@ def request_forecast_doc(forecast: RequestForecast, device: str) -> RequestForec
         peak_basis=forecast.peak_basis, phase_peaks=dict(forecast.phase_peaks), step_seconds=forecast.step_s,
         step_floor_seconds=forecast.floor_s, step_source=forecast.step_source, step_basis=forecast.step_basis,
         bandwidth_bytes_per_s=forecast.bandwidth, bandwidth_source=forecast.bandwidth_source,
-        notes=list(forecast.notes), **_footprint(forecast))
+        notes=list(forecast.notes),
+        lean_phases=[LeanPhaseDoc(name=c.name, phase=c.phase, peak_before_bytes=c.peak_before,  # type: ignore[arg-type]
+                                  peak_after_bytes=c.peak_after, cost=c.cost, exact=c.exact, line=c.line)
+                     for c in forecast.lean], **_footprint(forecast))
 
 
 def _footprint(forecast: RequestForecast) -> dict[str, object]:
@@ -152,7 +160,9 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
         policy=PolicyDoc(mode=plan.policy.mode, dlo_offload_components=dict(plan.policy.dlo_offload_components),
                          resident_layers=plan.policy.resident_layers, placement=plan.policy.placement,
                          prefetch_slots=plan.policy.prefetch_slots, stream_dtype=plan.policy.stream_dtype,
-                         fp8_modulation=plan.policy.fp8_modulation),
+                         fp8_modulation=plan.policy.fp8_modulation, stream_encoders=plan.policy.stream_encoders,
+                         vae_tiling=plan.policy.vae_tiling, vae_slicing=plan.policy.vae_slicing,
+                         ff_chunking=plan.policy.ff_chunking, lean_auto=list(plan.policy.lean_auto)),
         components=[
             ComponentDoc(
                 name=c.info.name, role=c.info.role, library=c.info.library,

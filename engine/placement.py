@@ -6,8 +6,10 @@ Per component (engine/plan.py decides the residency):
   `LayerwiseStreamer` ring across all denoisers in execution order (a UNet's skip connections are
   activations and stay where its blocks put them), which keeps exactly the blocks
   `plan.residency` marks resident and allocates exactly `plan.residency.slots` slots.
-- `staged`: a `ModuleStager` with a pinned master, wrapped around the methods the pipeline calls
-  (`forward`; for VAEs also `encode`/`decode`), sharing one `AllocatorCache` for boundary decisions.
+- `staged`: a `ModuleStager` with a pinned master (an encoder streamed layer by layer: a `LayerStage`,
+  engine/lean_apply.py, which also applies VAE tiling/slicing and feed-forward chunking), wrapped around
+  the methods the pipeline calls (`forward`; for VAEs also `encode`/`decode`), sharing one
+  `AllocatorCache` for boundary decisions.
 - `resident`: `.to(device)` once, never staged.
 
 `Placement.release()` undoes everything (hooks, wrappers, slots, pinned arenas) and is safe to
@@ -30,12 +32,14 @@ from ..offload.cache import AllocatorCache
 from ..offload.deferred_weights import DeferredWeights
 from ..offload.devices import synchronize
 from ..offload.events import EventBus, LogEvent
+from ..offload.layer_stage import LayerStage
 from ..offload.pinned import HostArena
 from ..offload.stager import ModuleStager, stage_around
 from ..offload.streamer import LayerwiseStreamer
 from ..offload.upcast import module_upcast, upcast_in_place
 from .errors import ConfigError
 from .expert_switch import ExpertSwitch
+from .lean_apply import apply_module_lean, make_stager
 from .loader import LoadCancelled
 from .plan import Plan
 from .roles import DENOISER_ROLES
@@ -50,12 +54,13 @@ class Placement:
 
     device: torch.device
     streamer: LayerwiseStreamer | None = None
-    stagers: dict[str, ModuleStager] = field(default_factory=dict)
+    stagers: dict[str, ModuleStager | LayerStage] = field(default_factory=dict)
     resident: list[str] = field(default_factory=list)
     undo: list[Callable[[], None]] = field(default_factory=list)
     cache: AllocatorCache | None = None
     live: bool = False  # every encoder/VAE has a master and the streamer keeps every block's: replannable
     experts: ExpertSwitch | None = None  # two experts sharing the budget (Wan 2.2 A14B)
+    relean: Callable[[Plan], None] | None = None  # re-applies VAE tiling/slicing and FF chunking (re-plan)
 
     @property
     def pinned_bytes(self) -> int:
@@ -225,7 +230,7 @@ def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,
             placement.resident.append(info.name)
             bus.publish(LogEvent(level="info", message=f"{info.name}: resident on {device} ({comp.why})"))
         elif comp.residency == "staged" or (comp.residency == "resident" and live_aux):
-            stager = ModuleStager(info.name, module, device, bus=bus, cache=placement.cache, pin=pin)
+            stager = make_stager(info, module, plan, device, bus, placement.cache, pin, comp.residency == "staged")
             placement.stagers[info.name] = stager
             placement.undo.append(stage_around(stager, module, _methods_for(module, info.role)))
             placement.undo.append(report_execution_device(module, device))
@@ -237,6 +242,8 @@ def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,
                                                        f"{stager.staged_bytes:,} bytes in a host master"))
         if progress:
             progress(info.name, info.nbytes, info.nbytes)
+    apply_module_lean(pipe, plan, bus)
+    placement.relean = lambda new: apply_module_lean(pipe, new, bus)
     if weights is not None and weights.pending:
         raise RuntimeError(f"{weights.pending} weight tensors were never read from their files")
 

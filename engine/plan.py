@@ -18,7 +18,8 @@ Forecast (all figures from the safetensors headers):
 - peak device weight bytes = resident bytes + the streamer's ring (`residency.slots`: the policy's k,
   never more than the streamed blocks) × the largest streamed block (a UNet's ring: those bytes as one
   buffer, offload/byte_ring.py) + the largest staged component
-  (only one auxiliary stage runs at a time). With activations and per phase: engine/request_forecast.py.
+  (only one auxiliary stage runs at a time; an encoder streamed layer by layer stages its non-layer weights
+  and two layers, engine/lean.py). With activations and per phase: engine/request_forecast.py.
 - with fp8 storage (`Plan.stream_dtype`), a block's bytes are its fp8 bytes (engine/stream_dtype.py):
   pinned, streamed, slot and resident-block bytes all shrink (resident blocks stay fp8 on the device
   and are upcast per forward, as streamed ones are), plus one compute-dtype scratch for the block
@@ -44,6 +45,7 @@ from ..offload.residency import BlockResidency
 from .discovery import ComponentInfo, ModelInfo
 from .experts import Expert, blocks_per_forward, plan_experts, streamer_residency
 from .fp8_names import FP8_NAMES
+from .lean import encoder_stage_bytes, streamable
 from .roles import DENOISER_ROLES
 
 Residency = Literal["streamed", "staged", "resident", "none"]
@@ -225,6 +227,8 @@ def make_plan(model: ModelInfo, policy: OffloadPolicy, residency: BlockResidency
                               policy.fp8_modulation)
     names = {e.name for e in experts}
     plans = tuple(_component_plan(c, policy, blocks, c.name in names) for c in model.components)
+    streamed_enc = policy.lean_on("stream_encoders")  # a streamed encoder's stage: non-layer weights + 2 layers
+    staged_device = [encoder_stage_bytes(p.info, streamed_enc) for p in plans if p.residency == "staged"]
     staged = [p.info.nbytes for p in plans if p.residency == "staged"]
     resident = sum(p.device_bytes for p in plans)
     # one forward's blocks (with experts: each expert's own, the device holding the larger share)
@@ -233,13 +237,15 @@ def make_plan(model: ModelInfo, policy: OffloadPolicy, residency: BlockResidency
     kept_each = [sum(b.nbytes for b in f if not b.streamed) for f in forwards]
     resident -= sum(kept_each) - max(kept_each)  # only one expert's resident blocks at a time
     largest_block = max((max(s, default=0) for s in streamed_each), default=0)
-    largest_staged = max(staged, default=0)
+    largest_staged = max(staged_device, default=0)
     slots = max(e.residency.slots for e in experts) if experts else residency.slots
     first = streamed_each[0]
     scratch = upcast_scratch(model, blocks) if stored is not None and policy.mode == "dlo" else 0
     forecast = Forecast(
         device_resident_bytes=resident,
-        pinned_host_bytes=sum(p.host_bytes for p in plans if p.residency == "streamed") + sum(staged),
+        pinned_host_bytes=sum(p.host_bytes for p in plans if p.residency == "streamed") + sum(staged)
+        + sum(p.info.layers.total_bytes for p in plans  # a streamed encoder's layers, also in its ring's arena (CUDA)
+              if p.residency == "staged" and streamed_enc and streamable(p.info) and p.info.layers),
         streamed_bytes_per_forward=max(sum(s) for s in streamed_each),
         peak_device_weight_bytes=resident + slots * largest_block + largest_staged + scratch,
         largest_streamed_block_bytes=largest_block,

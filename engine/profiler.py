@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from ..offload.block_timing import BlockTimer
 from .events import ForecastCheck
+from .lean import text_stage_bytes, untiled_decode_extra
 from .model_configs import fill_size
 from .placement import block_modules
 from .plan import Plan
@@ -71,12 +72,13 @@ class ProfileRecorder:
         base = self.weights_before
         if base is not None:
             if run.text_peak is not None:
-                text = max(run.text_peak - base - staged_bytes(self.plan, "encoder"), 0)
+                text = max(run.text_peak - base - text_stage_bytes(self.plan), 0)  # a streamed encoder's stage
             denoise_peak = run.peak_before_decode if run.vae_decode_peak_bytes is not None else None
             if denoise_peak is not None:
                 denoise = max(denoise_peak - base, 0)
             if run.vae_decode_peak_bytes is not None:
                 decode = max(run.vae_decode_peak_bytes - base - staged_bytes(self.plan, "vae"), 0)
+                decode = untiled_decode_extra(self.plan, request_size(request), decode)  # stored untiled
         # the timing events also catch launch gaps (the host running hooks while the device waits):
         # the blocks are scaled to the steps' own busy time (wall - stall), the figure the replay needs
         dit = profile_from_timings([b.nbytes for b in forward_blocks], compute, busy, per_step, 0)

@@ -2,7 +2,9 @@
 
 DiT blocks: `LayerwiseStreamer.replan` (newly resident blocks copied to the device, newly streamed
 ones freed, the ring rebuilt for the new placement and depth). Encoders/VAEs: their stagers are held
-on the device (resident) or released to staging. Nothing is read from disk.
+on the device (resident) or released to staging. VAE tiling/slicing and feed-forward chunking are
+switched on the modules; streaming the text encoders layer by layer is a new load (refused here).
+Nothing is read from disk.
 """
 
 from __future__ import annotations
@@ -11,8 +13,11 @@ import time
 
 import torch
 
+from ..offload.errors import PolicyError
+from ..offload.layer_stage import LayerStage
 from ..offload.units import format_bytes, format_seconds
 from .events import Replanned
+from .lean import LABELS
 from .placement import Placement
 from .plan import Plan
 
@@ -26,12 +31,23 @@ def _describe(old: Plan, new: Plan) -> str:
     for c in new.components:
         if before.get(c.info.name) != c.residency and c.info.role in ("encoder", "vae"):
             parts.append(f"{c.info.name} {before.get(c.info.name)}→{c.residency}")
+    for name, label in LABELS.items():
+        if old.policy.lean_on(name) != new.policy.lean_on(name):
+            parts.append(f"{label} {'on' if new.policy.lean_on(name) else 'off'}")
     return "; ".join(parts) or "nothing changed"
 
 
 def apply_replan(placement: Placement, old: Plan, new: Plan, device: torch.device) -> Replanned:
     """Move what differs between `old` and `new` (both plans of the loaded model); returns the event."""
+    if old.policy.lean_on("stream_encoders") != new.policy.lean_on("stream_encoders"):
+        raise PolicyError("streaming the text encoders layer by layer (or not) is a new load: unload (u), load (l)")
+    for c in new.components:
+        if isinstance(placement.stagers.get(c.info.name), LayerStage) and c.residency == "resident":
+            raise PolicyError(f"{c.info.name} streams layer by layer: keeping it resident is a new load: unload (u), "
+                              "load (l)")
     start = time.perf_counter()
+    if placement.relean is not None:
+        placement.relean(new)  # VAE tiling/slicing, feed-forward chunking: flags on the modules
     copied = freed = ring = 0
     streamer = placement.streamer
     if streamer is not None and (streamer.residency != new.residency or old.experts != new.experts):

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from .device_footprint import DeviceOverhead, device_overhead
+from .lean import LeanCost, decode_extra, lean_costs, text_stage_bytes
 from .plan import Plan
 from .profile_basis import profile_for
 from .request_profile import RequestProfile, RequestSize
@@ -60,6 +61,7 @@ class RequestForecast:
     step_basis: str = ""
     overhead: DeviceOverhead | None = None  # outside torch's allocations (device_footprint); None: not counted
     assumed: tuple[str, ...] = ()  # size fields the request left out, taken from the pipeline's defaults
+    lean: list[LeanCost] = field(default_factory=list)  # lean phases in effect (engine/lean.py)
 
     @property
     def peak_label(self) -> str:
@@ -151,13 +153,8 @@ def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | No
     carry `profile_source`."""
     notes: list[str] = []
     extras = phase_bytes(profile)
-    f = plan.forecast
-    base = f.device_resident_bytes + f.streaming_slots * f.largest_streamed_block_bytes + f.upcast_scratch_bytes
-    peaks = {
-        "text_encoding": base + staged_bytes(plan, "encoder") + extras.text_extra,
-        "denoise": base + extras.denoise_extra,
-        "vae_decode": base + staged_bytes(plan, "vae") + extras.decode_extra,
-    }
+    peaks = phase_peaks(plan, size, extras)
+    lean = lean_costs(plan, size, phase_peaks(plan, size, extras, lean=False), peaks, bandwidth)
     phase = max(peaks, key=lambda k: peaks[k])
     measured_peaks = profile is not None and any(
         x is not None for x in (profile.text_extra_bytes, profile.denoise_extra_bytes, profile.decode_extra_bytes))
@@ -165,7 +162,7 @@ def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | No
         notes.append("activations not known at this size: the peak counts weights only")
     dit = dit_profile(plan, profile)
     step_s = floor_s = None
-    if dit is not None and (bandwidth or not f.num_streamed_blocks):
+    if dit is not None and (bandwidth or not plan.forecast.num_streamed_blocks):
         choice = evaluate(dit, plan.forward[1], bandwidth or 1.0, dit_fixed_bytes(plan))
         serial = choice.forward.compute_s + choice.forward.transfer_s
         step_s = choice.step_s if overlap else serial * dit.forwards_per_step
@@ -180,8 +177,22 @@ def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | No
     return RequestForecast(size=size, peak_bytes=peaks[phase], peak_phase=phase, peak_source=peak_src,
                            phase_peaks=peaks, step_s=step_s, floor_s=floor_s, step_source=step_src,
                            bandwidth=bandwidth, bandwidth_source=bandwidth_source if bandwidth else "unknown",
-                           notes=notes, peak_basis=peak_basis if measured_peaks else "",
+                           notes=notes, lean=lean, peak_basis=peak_basis if measured_peaks else "",
                            step_basis=step_basis if step_s is not None else "")
+
+
+def phase_peaks(plan: Plan, size: RequestSize, extras: PhaseBytes, lean: bool = True) -> dict[str, int]:
+    """Each phase's device peak: the weights on the device, the phase's staged component (a streamed
+    encoder's stage is its non-layer weights and two layers) and its bytes above the weights (a tiled
+    decode's are one tile's share); `lean=False`: as without any lean phase."""
+    f = plan.forecast
+    base = f.device_resident_bytes + f.streaming_slots * f.largest_streamed_block_bytes + f.upcast_scratch_bytes
+    return {
+        "text_encoding": base + (text_stage_bytes(plan) if lean else staged_bytes(plan, "encoder")) + extras.text_extra,
+        "denoise": base + extras.denoise_extra,
+        "vae_decode": base + staged_bytes(plan, "vae") + (decode_extra(plan, size, extras.decode_extra) if lean
+                                                          else extras.decode_extra),
+    }
 
 
 def known_profile(plan: Plan, size: RequestSize, device: str,

@@ -24,6 +24,10 @@ Mode = Literal["dlo", "resident"]
 StreamDtype = Literal["float8_e4m3fn", "float8_e5m2"]
 STREAM_DTYPE_NAMES = ("float8_e4m3fn", "float8_e5m2")
 Source = Literal["explicit", "default", "implicit"]
+# a lean phase (engine/lean.py): "on" always, "off" never, "auto" only where a --vram-budget needs it
+LeanMode = Literal["auto", "on", "off"]
+LEAN_MODES = ("auto", "on", "off")
+LEAN_FIELDS = ("stream_encoders", "vae_tiling", "vae_slicing", "ff_chunking")
 DEFAULT_KEY = "default"
 OPTION = "dlo_offload_components"
 
@@ -56,7 +60,10 @@ class OffloadPolicy(BaseModel):
 
     `stream_dtype` stores the DiT's weights in fp8 by diffusers' layerwise-casting rule (None: as the
     checkpoint stores them); `fp8_modulation` also stores the AdaLN modulation linears in fp8 (not
-    diffusers' rule). See engine/stream_dtype.py."""
+    diffusers' rule). See engine/stream_dtype.py.
+
+    The lean phases (`stream_encoders`, `vae_tiling`, `vae_slicing`, `ff_chunking`; engine/lean.py) are
+    applied when "on"; "auto" lets `--vram-budget` turn them on where the budget needs them."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -67,6 +74,16 @@ class OffloadPolicy(BaseModel):
     prefetch_slots: int = DEFAULT_SLOTS
     stream_dtype: StreamDtype | None = None
     fp8_modulation: bool = False
+    stream_encoders: LeanMode = "auto"
+    vae_tiling: LeanMode = "auto"
+    vae_slicing: LeanMode = "auto"
+    ff_chunking: LeanMode = "auto"
+    lean_auto: tuple[str, ...] = ()  # the lean phases a --vram-budget turned on (they were "auto"): a new budget
+    # may turn them off again, where an operator's "on" stays
+
+    def lean_on(self, name: str) -> bool:
+        """Whether the lean phase `name` (one of LEAN_FIELDS) is applied."""
+        return bool(getattr(self, name) == "on")
 
     @field_validator("dlo_offload_components", mode="before")
     @classmethod
@@ -168,7 +185,8 @@ class OffloadPolicy(BaseModel):
                             **self._storage())
 
     def _storage(self) -> dict[str, Any]:
-        return {"stream_dtype": self.stream_dtype, "fp8_modulation": self.fp8_modulation}
+        return {"stream_dtype": self.stream_dtype, "fp8_modulation": self.fp8_modulation,
+                **{name: getattr(self, name) for name in LEAN_FIELDS}, "lean_auto": self.lean_auto}
 
     def components_json(self) -> str:
         """The exact `--dlo-offload-components` value (compact JSON, keys in insertion order)."""
@@ -177,7 +195,7 @@ class OffloadPolicy(BaseModel):
 
 def build_policy(components: Any = None, resident_layers: Any = 0, mode: Any = "dlo", placement: Any = "leading",
                  prefetch_slots: Any = DEFAULT_SLOTS, *, stream_dtype: Any = None,
-                 fp8_modulation: Any = False) -> OffloadPolicy:
+                 fp8_modulation: Any = False, **lean: Any) -> OffloadPolicy:
     """Build a policy, turning pydantic's wrapped errors back into our one-line errors."""
     if mode not in ("dlo", "resident"):
         raise PolicyError(f"mode must be 'dlo' or 'resident', got {mode!r}")
@@ -187,10 +205,17 @@ def build_policy(components: Any = None, resident_layers: Any = 0, mode: Any = "
         raise PolicyError(f"stream dtype must be one of {', '.join(STREAM_DTYPE_NAMES)}, got {stream_dtype!r}")
     if not isinstance(fp8_modulation, bool):
         raise PolicyTypeError(f"fp8_modulation must be a boolean, got {_type_name(fp8_modulation)}")
+    for name, value in lean.items():
+        if name == "lean_auto" and isinstance(value, tuple) and set(value) <= set(LEAN_FIELDS):
+            continue
+        if name not in LEAN_FIELDS:
+            raise TypeError(f"build_policy() got an unexpected keyword argument {name!r}")
+        if value not in LEAN_MODES:
+            raise PolicyError(f"{name.replace('_', '-')} must be one of {', '.join(LEAN_MODES)}, got {value!r}")
     try:
         return OffloadPolicy(mode=mode, dlo_offload_components=components, resident_layers=resident_layers,
                              placement=placement, prefetch_slots=prefetch_slots, stream_dtype=stream_dtype,
-                             fp8_modulation=fp8_modulation)
+                             fp8_modulation=fp8_modulation, **lean)
     except ValidationError as exc:
         for err in exc.errors():
             original = (err.get("ctx") or {}).get("error")

@@ -88,8 +88,11 @@ class ModuleStager:
         cache: AllocatorCache | None = None,
         pin: bool = True,
         copy_stream: Any = None,
+        exclude: Sequence[torch.nn.Module] = (),
     ) -> None:
         self.name = name
+        # submodules whose weights are not staged here (a streamed encoder's layers: offload/layer_stage.py)
+        self._excluded = {id(t) for m in exclude for t in (*m.parameters(), *m.buffers())}
         self.module = module
         self.device = as_device(device)
         self._cuda = is_cuda(self.device)
@@ -132,7 +135,7 @@ class ModuleStager:
         sources: dict[Any, torch.Tensor] = {}
         seen: set[int] = set()
         for t in [*self.module.parameters(), *self.module.buffers()]:
-            if id(t) in seen:
+            if id(t) in seen or id(t) in self._excluded:
                 continue
             seen.add(id(t))
             if t.is_meta:

@@ -13,6 +13,7 @@ from textual.widgets import Static
 from ...engine.export import vllm_flags, vllm_serve_command
 from ...engine.plain_text import plain
 from ...engine.plan import Plan
+from ...offload.policy import LEAN_FIELDS
 
 
 class PolicyPanel(Static, can_focus=True):
@@ -49,6 +50,11 @@ class PolicyPanel(Static, can_focus=True):
         grid.add_row("--dlo-resident-layers", str(policy.resident_layers))
         if policy.mode == "dlo" and (policy.placement != "leading" or policy.prefetch_slots != 2):
             grid.add_row("streaming", f"{policy.placement} placement, {policy.prefetch_slots} prefetch slots")
+        lean = [f"{name.replace('_', '-')} {getattr(policy, name)}"
+                f"{' (for the budget)' if name in policy.lean_auto else ''}" for name in LEAN_FIELDS
+                if getattr(policy, name) != "auto"]
+        if lean:  # the operator's or the budget's choice; "auto" ones are left to --vram-budget
+            grid.add_row("lean phases", ", ".join(lean))
         grid.add_row("vllm serve", Text(plain(self.command)))
         grid.add_row("", Text("c copies the command", style="dim") if not readonly else "")
         self.update(grid)

@@ -25,7 +25,9 @@ def test_headless_run_writes_image_and_json_report(demo_model_dir: Path, tmp_pat
     assert image.size == (64, 64) and np.asarray(image).std() > 0
     assert report["policy"] == {"mode": "dlo", "dlo_offload_components": {"vae": False}, "resident_layers": 1,
                                 "placement": "leading", "prefetch_slots": 2, "stream_dtype": None,
-                                "fp8_modulation": False}
+                                "fp8_modulation": False, "stream_encoders": "auto", "vae_tiling": "auto",
+                                "vae_slicing": "auto", "ff_chunking": "auto", "lean_auto": []}
+    assert report["lean_phases"] == []  # no budget, no lean flag: every phase as plain diffusers runs it
     assert [s["step"] for s in report["steps"]] == [1, 2]
     phases = report["load_phases"]  # where the load's time went, adding up to the load time
     assert set(phases) == {"read", "arrange", "register"} and phases["read"] > 0

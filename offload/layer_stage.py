@@ -1,0 +1,127 @@
+"""A staged component whose layer list streams layer by layer: a text encoder on a small budget.
+
+Staged whole (offload/stager.py), a T5-XXL-size encoder puts all its layers on the device for the
+text phase. Here only its non-layer weights (embeddings, final norm) are staged by a `ModuleStager`,
+and its layers stream through the DiT's own machinery, a `LayerwiseStreamer` ring of 2 slots: the
+phase holds the non-layer weights, two layers and the activations. The ring's slots exist only
+during the stage (opened by `load`, freed by `offload`), so between prompts the device holds nothing
+of the encoder. The same weights run through the same kernels: outputs are bit-identical to the
+staged (and the plain) encoder.
+
+Host memory: the layers are copied once into the ring's arena (page-locked on CUDA). Where the encoder
+was built over a host arena of its own (engine/arena_load.py), that arena stays for the non-layer
+weights, so the layers' bytes are held twice while loaded (the plan's pinned figure counts them).
+
+`LayerStage` has the stager's interface (`load`, `offload`, `hold`, `close`, `held`, byte counts), so
+`stage_around` and the placement's bookkeeping use it unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from .cache import AllocatorCache
+from .events import EventBus
+from .residency import BlockResidency
+from .stager import ModuleStager
+from .streamer import LayerwiseStreamer
+
+SLOTS = 2
+
+
+class StageRing(LayerwiseStreamer):
+    """A streamer whose ring's slots are allocated only between `open` and `shut` (one stage)."""
+
+    is_open = False
+
+    def attach(self) -> None:
+        super().attach()
+        if self._streamed:
+            self._clear_ring()  # no slots until the stage: the idle encoder holds no device memory
+        self.is_open = False
+
+    def open(self) -> None:
+        """Allocate the slots and copy the first layers (the stage begins)."""
+        if not self.is_open and self._streamed:
+            self._fill_ring()
+        self.is_open = True
+
+    def shut(self) -> None:
+        """Wait for the copies, unbind the layers and free the slots (the stage ends)."""
+        if self.is_open and self._streamed:
+            self._clear_ring()
+        self.is_open = False
+
+
+class LayerStage:
+    """One component: its non-layer weights staged, its `layers` streamed (see the module docstring)."""
+
+    def __init__(self, name: str, module: torch.nn.Module, layers: Sequence[torch.nn.Module],
+                 device: torch.device | str, *, bus: EventBus | None = None, cache: AllocatorCache | None = None,
+                 pin: bool = True) -> None:
+        self.name = name
+        self.num_layers = len(layers)
+        self.stager = ModuleStager(name, module, device, bus=bus, cache=cache, pin=pin, exclude=layers)
+        self.ring = StageRing([(f"{name}.layers", list(layers))], device,
+                              residency=BlockResidency.leading(len(layers), 0, SLOTS), bus=bus, pin=pin)
+        try:
+            self.ring.attach()
+        except BaseException:
+            self.stager.close()
+            raise
+
+    @property
+    def held(self) -> bool:
+        return False  # never resident: a resident encoder is not streamed
+
+    @property
+    def loaded(self) -> bool:
+        return self.stager.loaded
+
+    @property
+    def staged_bytes(self) -> int:
+        """Bytes one stage moves: the non-layer weights and every layer once."""
+        return self.stager.staged_bytes + self.ring.streamed_bytes
+
+    @property
+    def device_bytes(self) -> int:
+        """Bytes on the device during the stage: the non-layer weights and the ring's slots."""
+        return self.stager.staged_bytes + SLOTS * self.ring.largest_block_bytes
+
+    @property
+    def pinned_bytes(self) -> int:
+        return self.stager.pinned_bytes + self.ring.pinned_bytes
+
+    @property
+    def closed(self) -> bool:
+        return self.stager.closed
+
+    def load(self) -> None:
+        self.stager.load()
+        try:
+            self.ring.open()
+        except BaseException:
+            self.stager.offload()
+            raise
+
+    def offload(self) -> None:
+        try:
+            self.ring.shut()
+        finally:
+            self.stager.offload()
+
+    def hold(self, on: bool) -> int:
+        if on:
+            raise RuntimeError(f"{self.name} streams layer by layer: it cannot be held resident")
+        return 0
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self.offload()
+        finally:
+            self.ring.detach()
+            self.stager.close()
