@@ -101,7 +101,8 @@ def _event_line(event: Event, t0: float, *, on_cpu: bool) -> str | None:
         return f"{ts} OOM {event.component} {size} — cache released, attempt {event.attempt}{msg}"
     if isinstance(event, OomStepDown):
         phase = PHASE_LABELS.get(event.phase, event.phase)
-        return f"{ts} OOM {phase} ({event.component}) — {describe_step_down(event)}"
+        why = f" ({one_line(event.message)})" if event.message else ""
+        return f"{ts} OOM {phase} ({event.component}) — {describe_step_down(event)}{why}"
     if isinstance(event, LogEvent):
         return f"{ts} {event.level.upper()} {event.message}"
     if isinstance(event, Replanned):

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..offload.events import LogEvent, OomStepDown
+from ..offload.events import OomStepDown
 
 if TYPE_CHECKING:
     from ..offload.policy import OffloadPolicy
@@ -195,10 +195,7 @@ class OomGuard:
         event = OomStepDown(request_id=self.request_id, phase=target.phase, component=target.component,
                             action=action, message=message)
         self.events.append(event)
-        self.engine.bus.publish(event)
-        self.engine.bus.publish(LogEvent(level="warning", message=(
-            f"out of device memory in {target.phase.replace('_', ' ')} ({target.component}): cache released, "
-            f"stepped down ({action}), retrying once")))
+        self.engine.bus.publish(event)  # the log's and `run`'s progress line (console/event_text.py)
         try:
             return fn(*args, **kwargs)
         except torch.OutOfMemoryError as exc:

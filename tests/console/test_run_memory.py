@@ -54,4 +54,5 @@ def test_a_step_down_is_one_log_line_and_one_progress_line():
             "retrying the phase once") in log
     line, _style = progress_line(event)
     assert line.startswith("out of device memory in VAE decode (vae): cache released, stepped down")
-    assert "\n" not in line and "\n" not in log
+    assert "\n" not in line and "\n" not in log and "\x1b" not in log
+    assert "(CUDA out of memory. Tried to allocate 2.00 GiB" in log  # the error's first line, escaped
