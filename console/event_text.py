@@ -95,7 +95,9 @@ def _event_line(event: Event, t0: float, *, on_cpu: bool) -> str | None:
         size = format_bytes(event.nbytes)
         return f"{ts} OOM {event.component} {size} — cache released, attempt {event.attempt}{msg}"
     if isinstance(event, OomStepDown):
-        return f"{ts} OOM {event.phase.replace('_', ' ')} ({event.component}) — {describe_step_down(event)}"
+        phase = PHASE_LABELS.get(event.phase, event.phase)
+        why = f" ({one_line(event.message)})" if event.message else ""
+        return f"{ts} OOM {phase} ({event.component}) — {describe_step_down(event)}{why}"
     if isinstance(event, LogEvent):
         return f"{ts} {event.level.upper()} {event.message}"
     if isinstance(event, Replanned):
@@ -156,7 +158,7 @@ def _progress_line(event: object) -> tuple[str, str] | None:
         return (f"out of device memory loading {event.component} ({format_bytes(event.nbytes)}): "
                 f"allocator cache released, retrying once"), resolve_default(FAILURE_STYLE)
     if isinstance(event, OomStepDown):
-        return (f"out of device memory in {event.phase.replace('_', ' ')} ({event.component}): "
+        return (f"out of device memory in {PHASE_LABELS.get(event.phase, event.phase)} ({event.component}): "
                 f"{describe_step_down(event)}"), resolve_default(FAILURE_STYLE)
     return None
 

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..offload.events import LogEvent
 from .events import OomStepDown
 
 if TYPE_CHECKING:
@@ -52,16 +51,27 @@ def lower_policy(plan: Plan, phase: str) -> tuple[OffloadPolicy, str] | None:
     """A policy that needs less device memory than `plan`'s, and what it changes; None: nothing left.
 
     Fewer resident DiT blocks first (half of them; all of them when the decode ran out, the DiT
-    has finished by then), then the ring down to 2 slots, then every resident encoder and VAE
-    staged."""
+    has finished by then; another count when that one would hold no fewer device bytes), then the
+    ring down to 2 slots, then every resident encoder and VAE staged."""
+    from .plan import make_plan
+
     policy, r = plan.policy, plan.residency
     if policy.mode != "dlo":
         return None
-    if r.num_resident > 0:
-        keep = 0 if phase == "vae_decode" else r.num_resident // 2
-        slots = min(policy.prefetch_slots, 2) if phase == "vae_decode" else policy.prefetch_slots
-        return (policy.model_copy(update=dict(resident_layers=keep, prefetch_slots=max(slots, 2))),
-                f"{plan.model.block_kind} resident blocks {r.num_resident}→{keep}")
+    n = r.num_resident
+    # the most freeing first for the decode; else half, then fewer, then more (a big block turned
+    # streamed can enlarge every slot, so a count is taken only if the device bytes really drop)
+    counts = range(n) if phase == "vae_decode" else [*range(n // 2, -1, -1), *range(n // 2 + 1, n)]
+    depths = [2] if phase == "vae_decode" else sorted({policy.prefetch_slots, 2}, reverse=True)
+    for slots in depths:
+        for keep in counts:
+            lower = policy.model_copy(update=dict(resident_layers=keep, prefetch_slots=slots))
+            new = make_plan(plan.model, lower)
+            if device_weights(new) < device_weights(plan):
+                ring = f"ring {r.slots}→{new.residency.slots} slots" if new.residency.slots != r.slots else ""
+                if keep == n:
+                    return lower, f"prefetch {ring}"
+                return lower, f"{plan.model.block_kind} resident blocks {n}→{keep}" + (f", {ring}" if ring else "")
     if policy.prefetch_slots > 2 and r.num_streamed > 2:
         return policy.model_copy(update=dict(prefetch_slots=2)), f"prefetch ring {r.slots}→2 slots"
     resident = [c.info.name for c in plan.components if c.residency == "resident" and c.info.role in ("encoder", "vae")]
@@ -70,6 +80,12 @@ def lower_policy(plan: Plan, phase: str) -> tuple[OffloadPolicy, str] | None:
         return (policy.model_copy(update=dict(dlo_offload_components=components)),
                 f"{', '.join(sorted(resident))} staged")
     return None
+
+
+def device_weights(plan: Plan) -> int:
+    """Device bytes of weights outside any one phase: resident components and blocks, the ring's slots."""
+    f = plan.forecast
+    return f.device_resident_bytes + f.streaming_slots * f.largest_streamed_block_bytes
 
 
 def release_cache(device: torch.device) -> None:
@@ -179,10 +195,7 @@ class OomGuard:
         event = OomStepDown(request_id=self.request_id, phase=target.phase, component=target.component,
                             action=action, message=message)
         self.events.append(event)
-        self.engine.bus.publish(event)
-        self.engine.bus.publish(LogEvent(level="warning", message=(
-            f"out of device memory in {target.phase.replace('_', ' ')} ({target.component}): cache released, "
-            f"stepped down ({action}), retrying once")))
+        self.engine.bus.publish(event)  # the log's and `run`'s progress line (console/event_text.py)
         try:
             return fn(*args, **kwargs)
         except torch.OutOfMemoryError as exc:

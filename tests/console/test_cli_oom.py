@@ -40,7 +40,8 @@ def oom_in_denoise(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_one_oom_is_stepped_down_retried_and_reported(demo_model_dir: Path, tmp_path: Path, capsys,
-                                                      oom_in_denoise):
+                                                      oom_in_denoise, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("OMNI_CONSOLE_CACHE_DIR", str(tmp_path / "cache"))  # no profile: the budget keeps all 6
     out = tmp_path / "fox.png"
     budget = f"{discover_model(demo_model_dir).nbytes * 2}B"  # roomy: blocks resident, live re-plan on
     assert main(["run", "--model", str(demo_model_dir), "--output", str(out), "--vram-budget", budget,

@@ -41,3 +41,18 @@ def test_expandable_segments_are_asked_for_only_when_the_operator_set_nothing(mo
     assert not prefer_expandable_segments() and os.environ[ALLOC_CONF] == ""
     monkeypatch.delenv(ALLOC_CONF)
     assert prefer_expandable_segments() and os.environ[ALLOC_CONF] == "expandable_segments:True"
+
+
+def test_a_step_down_is_one_log_line_and_one_progress_line():
+    from omni_console.console.event_text import format_event, progress_line
+    from omni_console.engine.events import OomStepDown
+
+    event = OomStepDown(request_id=1, phase="vae_decode", component="vae", action="DiT resident blocks 8→0",
+                        message="CUDA out of memory. Tried to allocate 2.00 GiB\x1b]52;c;x\x07", t=5.0)
+    log = format_event(event, t0=0.0)
+    assert ("OOM VAE decode (vae) — cache released, stepped down: DiT resident blocks 8→0; "
+            "retrying the phase once") in log
+    line, _style = progress_line(event)
+    assert line.startswith("out of device memory in VAE decode (vae): cache released, stepped down")
+    assert "\n" not in line and "\n" not in log and "\x1b" not in log
+    assert "(CUDA out of memory. Tried to allocate 2.00 GiB" in log  # the error's first line, escaped

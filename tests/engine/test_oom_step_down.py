@@ -13,7 +13,7 @@ import torch
 
 from omni_console.engine.engine import Engine, EngineState
 from omni_console.engine.events import OomStepDown, Replanned
-from omni_console.engine.oom_guard import lower_policy
+from omni_console.engine.oom_guard import device_weights, lower_policy
 from omni_console.engine.runner import GenerateRequest, cancel_points
 from omni_console.offload.pinned import pinned_bytes_held
 from omni_console.offload.policy import build_policy
@@ -116,7 +116,7 @@ def test_a_second_oom_in_the_phase_ends_the_request_with_one_line_and_memory_rel
     fault.handle.remove()
     text = str(err.value)
     assert "\n" not in text and text.startswith("out of device memory again in denoise (transformer) after "
-                                                 "stepping down (DiT resident blocks 4→2)")
+                                                 "stepping down (DiT resident blocks 4→2, ring 2→3 slots)")
     assert engine.state == EngineState.READY and level() == before
     assert np.array_equal(np.asarray(engine.generate(REQUEST).image), clean_image(demo_model_dir, engine.plan.policy))
     engine.close()
@@ -142,8 +142,9 @@ def test_lower_policy_steps_down_blocks_then_ring_then_resident_components(demo_
     while (lower := lower_policy(plan, "denoise")) is not None:
         seen.append(lower[1])
         plan = engine.make_plan(lower[0])
-    assert seen == ["DiT resident blocks 4→2", "DiT resident blocks 2→1", "DiT resident blocks 1→0",
-                    "prefetch ring 3→2 slots", "vae staged"]
+    # 2→1 would stream a double-stream block (twice a single one's bytes) through both slots: skipped
+    assert seen == ["DiT resident blocks 4→2, ring 2→3 slots", "DiT resident blocks 2→0", "prefetch ring 3→2 slots",
+                    "vae staged"]
     assert lower_policy(engine.make_plan(build_policy({}, 0, "resident")), "denoise") is None
 
 
@@ -168,3 +169,37 @@ def test_a_decode_oom_also_asks_the_lean_phases_hook_for_a_leaner_decode(demo_mo
     assert action == "DiT resident blocks 4→0; VAE decode sliced (test double: nothing changed)"
     assert np.array_equal(np.asarray(result.image), clean_image(demo_model_dir, engine.plan.policy))
     engine.close()
+
+
+def test_every_step_down_needs_no_more_device_memory_and_the_chain_ends(demo_model_dir: Path):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from omni_console.engine.discovery import discover_model
+    from omni_console.engine.plan import make_plan
+
+    model = discover_model(demo_model_dir)
+
+    @settings(max_examples=40, deadline=None)
+    @given(resident=st.integers(0, 6), slots=st.integers(2, 6), placement=st.sampled_from(["leading", "spread"]),
+           kept=st.lists(st.sampled_from(["text_encoder", "text_encoder_2", "vae"]), unique=True),
+           phase=st.sampled_from(["text_encoding", "denoise", "vae_decode"]))
+    def check(resident, slots, placement, kept, phase):
+        plan = make_plan(model, build_policy({k: False for k in kept}, resident, "dlo", placement, slots))
+        for _ in range(20):
+            lower = lower_policy(plan, phase)
+            if lower is None:  # nothing left that holds fewer device bytes
+                assert not any(c.residency == "resident" and c.info.role in ("encoder", "vae")
+                               for c in plan.components)
+                for keep in range(plan.residency.num_resident):
+                    fewer = make_plan(model, plan.policy.model_copy(update=dict(resident_layers=keep,
+                                                                                prefetch_slots=2)))
+                    assert device_weights(fewer) >= device_weights(plan)
+                return
+            new = make_plan(model, lower[0])
+            assert device_weights(new) < device_weights(plan) or lower[1].endswith("staged")
+            assert new.policy != plan.policy
+            plan = new
+        raise AssertionError("the step-downs never ended")
+
+    check()
