@@ -169,7 +169,9 @@ def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | No
         floor_s = (choice.forward.floor_s if overlap else serial) * dit.forwards_per_step
         if not (step_s > 0 and math.isfinite(step_s)):  # nothing to time (no block): no step time, never 0
             step_s = floor_s = None
-    if step_s is None:
+    if step_s is None and dit is not None and not bandwidth:
+        notes.append("step time: the host→device link's rate is not known yet")
+    elif step_s is None:
         notes.append("step time: no request of this model has run on this device yet"
                      + ("" if overlap else " (a CPU's compute is not estimated)"))
     peak_src = _source(peak_basis, profile_source) if measured_peaks else "unknown"

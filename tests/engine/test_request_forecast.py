@@ -80,9 +80,11 @@ def test_a_request_caches_its_profile_and_the_next_forecast_uses_it(demo_model_d
         assert [c.request_id for c in checks] == [first.request_id, second.request_id]
         assert checks[-1].predicted_step_s == pytest.approx(after.step_s)
         assert checks[-1].step_error is not None and checks[-1].measured_peak is None  # no allocator on a CPU
-        # another size is estimated from this one, scaled by its pixels
+        # another size is estimated from the newest profile (the second request's), scaled by its FLOPs
+        now = engine.forecast(size)
         other = engine.forecast(RequestSize(height=request.height * 2, width=request.width * 2))
-        assert other.step_source == "estimated" and other.step_s > after.step_s
+        assert other.step_source == "estimated" and other.step_s > now.step_s
+        assert other.step_basis == f"scaled from {size.label()}"
     finally:
         engine.close()
 
