@@ -131,3 +131,21 @@ def test_latte_frame_counts_against_plain_diffusers(more_dir):
         except RuntimeError:
             shape = None
         assert (shape == frames) == renders, (frames, shape)
+
+
+def test_a_denoiser_that_is_not_streamed_says_so(more_dir):
+    """Kandinsky 3's UNet is of a class no role rule streams: the plan says it stays whole on the device
+    instead of showing it resident without a word; a DiT whose weights hold no block list says the same."""
+    from omni_console.engine.discovery import unstreamed_denoiser_notes
+    from omni_console.engine.plan import make_plan
+
+    model = discover_model(more_dir("kandinsky3"))
+    unet = model.component("unet")
+    assert unet.role == "other" and not unet.block_lists
+    assert model.notes == ("unet (Kandinsky3UNet): the pipeline's denoiser, of a class DLO does not stream: it stays "
+                           "on the device whole",)
+    assert {c.info.name: c.residency for c in make_plan(model, build_policy({}, 0)).components}["unet"] == "resident"
+    assert unstreamed_denoiser_notes("transformer", "dit", "diffusers", "FooTransformer2DModel", ()) == [
+        "transformer (FooTransformer2DModel): no block list of two or more repeated blocks in its weights, so "
+        "nothing of it is streamed: it stays on the device whole"]
+    assert unstreamed_denoiser_notes("controlnet", "other", "diffusers", "ControlNetModel", ()) == []
