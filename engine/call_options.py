@@ -34,7 +34,7 @@ from typing import Any
 
 from ..offload.errors import ConfigError
 from .discovery import ModelInfo
-from .render_size import check_render_size
+from .render_size import check_decodable, check_render_size
 from .runner import FRAME_PARAMETERS, IMAGE_PARAMETERS, GenerateRequest, pipeline_parameter
 from .trusted_classes import pipeline_class
 from .weights import load_json
@@ -348,6 +348,7 @@ def check_call(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, 
     _check_params(model, request.params, names["param"], signature, names)
     _check_text_length(model, request, names["max_sequence_length"], signature)
     check_render_size(model, request, names, signature)
+    check_decodable(model)
 
 
 def check_shape(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, str] | None = None) -> None:

@@ -1,5 +1,6 @@
 """Further diffusers families through the engine against plain `DiffusionPipeline.from_pretrained(dir)`:
-SD3.5, PixArt-Alpha, Bria, CogView4, Lumina-Next, Latte, LTX condition, SkyReels-V2 and Wan VACE.
+SD3.5, PixArt-Alpha, Bria, CogView4, Lumina-Next, Latte, LTX condition, SkyReels-V2, Wan VACE, aMUSEd
+and HunyuanDiT (Kandinsky 3, whose UNet class is not streamed, is checked for its plan note).
 
 Each is bit-identical to the plain pipeline under the five policies the other family tests use, its DiT's
 blocks are found and streamed, and after each request's first step the ring never misses a block (no
@@ -28,7 +29,8 @@ from omni_console.offload.events import LogEvent, StepTiming
 from omni_console.offload.policy import build_policy
 
 PROMPT = "a red fox running in the snow"
-FAMILIES = ("sd35", "pixart_alpha", "bria", "cogview4", "lumina", "latte", "ltx_condition", "skyreels_v2", "wan_vace")
+FAMILIES = ("sd35", "pixart_alpha", "bria", "cogview4", "lumina", "latte", "ltx_condition", "skyreels_v2", "wan_vace",
+            "amused", "hunyuan_dit")
 FTFY_MODULES = ("diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2", "diffusers.pipelines.wan.pipeline_wan_vace")
 
 
@@ -86,7 +88,8 @@ def test_family_is_bit_identical_to_from_pretrained(family: str, more_dir):
     assert float(expected.std()) > 0
     sub = engine.bus.subscribe()
     layers = dit.num_blocks
-    policies = [build_policy({}, 0), build_policy({"default": False}, 1), build_policy({"vae": False}, layers),
+    vae = next(c.name for c in engine.model.components if c.role == "vae")  # aMUSEd's is `vqvae`
+    policies = [build_policy({}, 0), build_policy({"default": False}, 1), build_policy({vae: False}, layers),
                 build_policy({}, 1, placement="spread"), build_policy({}, 0, mode="resident")]
     try:
         for policy in policies:
@@ -149,3 +152,25 @@ def test_a_denoiser_that_is_not_streamed_says_so(more_dir):
         "transformer (FooTransformer2DModel): no block list of two or more repeated blocks in its weights, so "
         "nothing of it is streamed: it stays on the device whole"]
     assert unstreamed_denoiser_notes("controlnet", "other", "diffusers", "ControlNetModel", ()) == []
+
+
+def test_allegro_is_refused_before_load_as_plain_diffusers_fails(more_dir, tmp_path, monkeypatch, capsys):
+    """Allegro's VAE decodes only with tiling, which from_pretrained leaves off: one line, exit 2, nothing loaded."""
+    from diffusers import DiffusionPipeline
+
+    from omni_console.console.cli import main
+
+    path = more_dir("allegro")
+    capsys.readouterr()  # the build's progress bars
+    loads: list[str] = []
+    monkeypatch.setattr(Engine, "load", lambda self, *a, **k: loads.append("load"))
+    code = main(["run", "--model", str(path), "--prompt", PROMPT, "--steps", "1", "--height", "16", "--width", "16",
+                 "--frames", "8", "--max-sequence-length", "16", "--output", str(tmp_path / "v.mp4")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and loads == [] and len(err) == 1
+    assert err[0].endswith("vae (AutoencoderKLAllegro): decodes only with tiling, which from_pretrained leaves off, "
+                           "so AllegroPipeline fails at its VAE decode (plain diffusers too); not supported here")
+    pipe = DiffusionPipeline.from_pretrained(path, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    with pytest.raises(NotImplementedError, match="Decoding without tiling"):
+        pipe(**family_request("allegro").call_kwargs(pipe))
