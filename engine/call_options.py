@@ -231,6 +231,9 @@ def frames_rule(model: ModelInfo) -> FramesRule | None:
         ratio = _int(config.get("temporal_compression_ratio"), 4)
         return FramesRule(name, 2 * ratio, f"its VAE's temporal compression is {ratio}, decoded in pairs",
                           multiples=True)
+    if name.startswith("SanaVideo"):  # latent frames (n - 1) // factor + 1, the factor from a Wan/DC-AE VAE's config
+        step = _int(config.get("scale_factor_temporal") or config.get("temporal_compression_ratio"), 4)
+        return FramesRule(name, step, f"its VAE's temporal factor is {step}")
     if name.startswith("Mochi"):
         # the pipeline's own fixed factor (`vae_temporal_scale_factor = 6`, whatever the VAE config says):
         # latent frames (n - 1) // 6 + 1, decoded to 6 * (latent - 1) + 1 frames

@@ -1,6 +1,6 @@
 """More tiny random-weight pipelines from the installed diffusers' own families (issue 22's "further
 families"): SD3.5 (qk-norm and dual-attention MMDiT), PixArt-Alpha, SkyReels-V2, Wan VACE, Latte, LTX
-condition (0.9.5+), Bria, CogView4, Lumina-Next, Kandinsky 3, aMUSEd, HunyuanDiT and Allegro (refused).
+condition (0.9.5+), Bria, CogView4, Lumina-Next, Kandinsky 3, aMUSEd, HunyuanDiT, SanaVideo and Allegro (refused).
 
 Same conventions as `tiny_families_loading` (deterministic per seed, safetensors only, written with
 `save_pipeline`, a T5 or CLIP tokenizer built offline standing in where the real one needs a download);
@@ -35,6 +35,8 @@ MORE_GENERATION: dict[str, dict[str, Any]] = {
     "amused": {"height": 16, "width": 16, "num_inference_steps": 2},
     "hunyuan_dit": {"height": 32, "width": 32, "num_inference_steps": 2, "use_resolution_binning": False},
     "allegro": {"height": 16, "width": 16, "num_frames": 8, "num_inference_steps": 1, "max_sequence_length": 16},
+    "sana_video": {"height": 32, "width": 32, "frames": 5, "num_inference_steps": 2, "max_sequence_length": 16,
+                   "use_resolution_binning": False},
 }
 """Small call kwargs per family."""
 LATTE_FRAMES = 4
@@ -282,6 +284,28 @@ def make_allegro_pipeline(seed: int):
                            scheduler=DDIMScheduler())
 
 
+def make_sana_video_pipeline(seed: int):
+    """SanaVideo: a Gemma2 text encoder (T5 tokenizer offline), a linear-attention video DiT, the Wan VAE; its
+    call names the frame count `frames`."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, SanaVideoPipeline, SanaVideoTransformer3DModel
+    from transformers import Gemma2Config, Gemma2Model
+
+    from omni_console.engine.tokenizers_offline import build_t5_tokenizer
+
+    tok = build_t5_tokenizer()
+    with seeded(seed, 1):
+        encoder = Gemma2Model(Gemma2Config(
+            head_dim=16, hidden_size=8, intermediate_size=64, max_position_embeddings=512, num_attention_heads=2,
+            num_hidden_layers=1, num_key_value_heads=2, vocab_size=len(tok), pad_token_id=0)).eval()
+    with seeded(seed, 2):
+        transformer = SanaVideoTransformer3DModel(
+            in_channels=16, out_channels=16, num_attention_heads=2, attention_head_dim=12, num_layers=2,
+            num_cross_attention_heads=2, cross_attention_head_dim=12, cross_attention_dim=24, caption_channels=8,
+            sample_size=8, patch_size=(1, 2, 2), rope_max_seq_len=32).eval()
+    return SanaVideoPipeline(tokenizer=tok, text_encoder=encoder, vae=_wan_vae(seed, 3), transformer=transformer,
+                             scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0))
+
+
 SD3_LAYOUT = {"tokenizer_3": "T5TokenizerFast"}
 MAKERS: dict[str, tuple[Callable[[int], Any], dict[str, str]]] = {
     "sd35": (make_sd35_pipeline, SD3_LAYOUT),
@@ -297,6 +321,7 @@ MAKERS: dict[str, tuple[Callable[[int], Any], dict[str, str]]] = {
     "amused": (make_amused_pipeline, {}),
     "hunyuan_dit": (make_hunyuan_dit_pipeline, {"tokenizer_2": "T5TokenizerFast"}),
     "allegro": (make_allegro_pipeline, T5_LAYOUT),
+    "sana_video": (make_sana_video_pipeline, {}),
 }
 
 

@@ -1,6 +1,7 @@
 """Further diffusers families through the engine against plain `DiffusionPipeline.from_pretrained(dir)`:
-SD3.5, PixArt-Alpha, Bria, CogView4, Lumina-Next, Latte, LTX condition, SkyReels-V2, Wan VACE, aMUSEd
-and HunyuanDiT (Kandinsky 3, whose UNet class is not streamed, is checked for its plan note).
+SD3.5, PixArt-Alpha, Bria, CogView4, Lumina-Next, Latte, LTX condition, SkyReels-V2, Wan VACE, aMUSEd,
+HunyuanDiT and SanaVideo (Kandinsky 3, whose UNet class is not streamed, is checked for its plan note;
+Allegro, which plain diffusers cannot decode, for its refusal).
 
 Each is bit-identical to the plain pipeline under the five policies the other family tests use, its DiT's
 blocks are found and streamed, and after each request's first step the ring never misses a block (no
@@ -30,7 +31,7 @@ from omni_console.offload.policy import build_policy
 
 PROMPT = "a red fox running in the snow"
 FAMILIES = ("sd35", "pixart_alpha", "bria", "cogview4", "lumina", "latte", "ltx_condition", "skyreels_v2", "wan_vace",
-            "amused", "hunyuan_dit")
+            "amused", "hunyuan_dit", "sana_video")
 FTFY_MODULES = ("diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2", "diffusers.pipelines.wan.pipeline_wan_vace")
 
 
@@ -59,7 +60,7 @@ def without_ftfy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def family_request(family: str) -> GenerateRequest:
     gen = dict(MORE_GENERATION[family])
-    frames = gen.pop("num_frames", None) or gen.pop("video_length", None)
+    frames = gen.pop("num_frames", None) or gen.pop("video_length", None) or gen.pop("frames", None)
     return GenerateRequest(prompt=PROMPT, steps=gen.pop("num_inference_steps"), height=gen.pop("height"),
                            width=gen.pop("width"), seed=7, guidance=3.0, frames=frames, negative_prompt="blurry",
                            max_sequence_length=gen.pop("max_sequence_length", None), output_type="np", extra=gen)
@@ -174,3 +175,39 @@ def test_allegro_is_refused_before_load_as_plain_diffusers_fails(more_dir, tmp_p
     pipe.set_progress_bar_config(disable=True)
     with pytest.raises(NotImplementedError, match="Decoding without tiling"):
         pipe(**family_request("allegro").call_kwargs(pipe))
+
+
+@pytest.mark.slow  # one plain pipeline call per frame count and size
+def test_sana_video_frames_and_sizes_as_plain_diffusers_renders_them(more_dir):
+    """SanaVideo names its frame count `frames` (taken by --frames); it renders 4k+1 frames (its Wan VAE's
+    temporal factor) and needs sides of a multiple of 32 (its check_inputs): accepted exactly where plain
+    diffusers renders as asked."""
+    from diffusers import DiffusionPipeline
+
+    path = more_dir("sana_video")
+    model = discover_model(path)
+    pipe = DiffusionPipeline.from_pretrained(path, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    gen = {**MORE_GENERATION["sana_video"], "num_inference_steps": 1}
+
+    def accepted(**fields) -> bool:
+        try:
+            check_request(model, GenerateRequest(prompt=PROMPT, max_sequence_length=16, **fields))
+            check_call(model, GenerateRequest(prompt=PROMPT, max_sequence_length=16, **fields))
+        except ConfigError:
+            return False
+        return True
+
+    def rendered(**overrides) -> tuple[int, ...] | None:
+        try:
+            out = pipe(prompt=PROMPT, output_type="np", generator=torch.Generator().manual_seed(0),
+                       **{**gen, **overrides})
+        except (RuntimeError, ValueError):
+            return None
+        return tuple(np.asarray(out.frames[0]).shape[:3])
+
+    for frames in (1, 4, 5, 6, 9):
+        assert accepted(frames=frames) == (rendered(frames=frames)[0] == frames), frames
+    for side in (32, 48, 64):
+        shape = rendered(height=side, width=side)
+        assert accepted(height=side, width=side) == (shape == (gen["frames"], side, side)), (side, shape)
