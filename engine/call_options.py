@@ -34,7 +34,7 @@ from typing import Any
 
 from .discovery import ModelInfo
 from .errors import ConfigError
-from .render_size import check_render_size
+from .render_size import check_decodable, check_render_size
 from .runner import FRAME_PARAMETERS, IMAGE_PARAMETERS, GenerateRequest, pipeline_parameter
 from .trusted_classes import pipeline_class
 from .weights import load_json
@@ -231,6 +231,9 @@ def frames_rule(model: ModelInfo) -> FramesRule | None:
         ratio = _int(config.get("temporal_compression_ratio"), 4)
         return FramesRule(name, 2 * ratio, f"its VAE's temporal compression is {ratio}, decoded in pairs",
                           multiples=True)
+    if name.startswith("SanaVideo"):  # latent frames (n - 1) // factor + 1, the factor from a Wan/DC-AE VAE's config
+        step = _int(config.get("scale_factor_temporal") or config.get("temporal_compression_ratio"), 4)
+        return FramesRule(name, step, f"its VAE's temporal factor is {step}")
     if name.startswith("Mochi"):
         # the pipeline's own fixed factor (`vae_temporal_scale_factor = 6`, whatever the VAE config says):
         # latent frames (n - 1) // 6 + 1, decoded to 6 * (latent - 1) + 1 frames
@@ -348,6 +351,7 @@ def check_call(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, 
     _check_params(model, request.params, names["param"], signature, names)
     _check_text_length(model, request, names["max_sequence_length"], signature)
     check_render_size(model, request, names, signature)
+    check_decodable(model)
 
 
 def check_shape(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, str] | None = None) -> None:

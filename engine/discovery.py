@@ -190,6 +190,7 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
     elif role == "unet":
         block_lists = tuple(unet_block_lists(folder, class_name, config, tensors))
     layers = find_layer_list(tensors) if role == "encoder" else None
+    notes += unstreamed_denoiser_notes(name, role, library, class_name, block_lists)
     return ComponentInfo(
         name=name, role=role, library=library, class_name=class_name, folder=folder,
         files=weights.files, variant=weights.variant, dtype_bytes=dict(dtype_bytes),
@@ -197,6 +198,24 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
         block_lists=block_lists, notes=tuple(notes), order_observed=order_observed, quant_method=quantized,
         layers=layers,
     )
+
+
+DENOISER_NAMES = ("unet", "prior", "transformer", "transformer_2")
+"""Component names diffusers' pipelines give their denoiser."""
+
+
+def unstreamed_denoiser_notes(name: str, role: str, library: str | None, class_name: str | None,
+                              block_lists: tuple[BlockList, ...]) -> list[str]:
+    """One line when a pipeline's denoiser gets no streaming, so the plan never shows it resident silently:
+    a DiT/UNet without a repeated block list in its weights, or a denoiser of a class no role rule names a
+    denoiser (Kandinsky 3's `Kandinsky3UNet`)."""
+    if role in ("dit", "unet") and not block_lists:
+        return [f"{name} ({class_name}): no block list of two or more repeated blocks in its weights, so nothing "
+                "of it is streamed: it stays on the device whole"]
+    if role == "other" and library == "diffusers" and (name in DENOISER_NAMES or "UNet" in (class_name or "")):
+        return [f"{name} ({class_name}): the pipeline's denoiser, of a class DLO does not stream: it stays on the "
+                "device whole"]
+    return []
 
 
 def _check_block_count(where: Path, count: int) -> None:

@@ -9,7 +9,9 @@ call signature, read here:
   rendered at 1024x1024. A size it would change is refused, naming the size it would render and the
   `max_area` that renders the one asked for;
 - a size the request leaves out takes the signature's default (AuraFlow: 1024), which may be more
-  than the transformer's position embeddings hold: refused, asking for the size.
+  than the transformer's position embeddings hold: refused, asking for the size;
+- a VAE that cannot decode as `from_pretrained` leaves it (Allegro's decodes only with tiling, which
+  is off after a load): every request would fail at its last phase, so it is refused before load.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from .request_checks import SizeRule, size_rule
 from .runner import GenerateRequest
 
 AREA_PARAMETER = "max_area"
+TILED_DECODE_ONLY = ("AutoencoderKLAllegro",)
+"""VAE classes whose `decode` raises NotImplementedError unless tiling is enabled (diffusers 0.42)."""
 
 
 def _int(value: object) -> int | None:
@@ -88,3 +92,12 @@ def check_render_size(model: ModelInfo, request: GenerateRequest, names: Mapping
         return
     _check_defaults(model, request, names, signature, rule)
     _check_max_area(model, request, names, signature, rule)
+
+
+def check_decodable(model: ModelInfo) -> None:
+    """Refuse (one line) a pipeline whose VAE cannot decode as loaded: plain diffusers fails there too."""
+    for vae in model.by_role("vae"):
+        if vae.class_name in TILED_DECODE_ONLY:
+            raise ConfigError(f"{vae.name} ({vae.class_name}): decodes only with tiling, which from_pretrained "
+                              f"leaves off, so {model.pipeline_class} fails at its VAE decode (plain diffusers "
+                              "too); not supported here")

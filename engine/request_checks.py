@@ -13,7 +13,7 @@ derives it in its constructor and `check_inputs`:
   the height and width patch);
 - Flux-style pipelines pack latents into 2x2 patches: ×2 (`vae_scale_factor * 2`);
 - pipelines with a fixed divisor in `check_inputs` (PixArt: 8, Wan: 16, LTX-Video: 32, CogVideoX: 8,
-  HunyuanVideo: 16, Mochi: 8) need that too;
+  HunyuanVideo: 16, Mochi: 8, Sana and SanaVideo: 32) need that too;
 - a DiT with learned position embeddings cropped to `pos_embed_max_size` caps the size: SD3 reads it as
   patches per side, AuraFlow as patches in all (a square grid), so the table's shape in the weights'
   header decides (`_embedded_side`);
@@ -39,7 +39,8 @@ NO_VAE_FACTOR = 8  # what the pipelines assume when they have no VAE
 # Pipelines whose check is `height % (vae_scale_factor * 2)`: latents packed into 2x2 patches.
 PACKED_2X2_PREFIXES = ("Flux", "Chroma", "QwenImage")
 # Pipelines whose `check_inputs` divides by a fixed number, whatever the configs say.
-FIXED_DIVISORS = (("PixArt", 8), ("Wan", 16), ("LTX", 32), ("CogVideoX", 8), ("HunyuanVideo", 16), ("Mochi", 8))
+FIXED_DIVISORS = (("PixArt", 8), ("Wan", 16), ("LTX", 32), ("CogVideoX", 8), ("HunyuanVideo", 16), ("Mochi", 8),
+                  ("Sana", 32))
 # PixArt's resolution binning (on by default) knows these transformer sample sizes only.
 PIXART_BINNED_SAMPLE_SIZES = (32, 64, 128, 256)
 

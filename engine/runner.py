@@ -30,7 +30,7 @@ from .events import StepTiming
 from .request_phases import DecodeMeter, phase_seconds, sync, sync_compute
 
 # Request fields the engine maps onto a pipeline's own parameter names, in the order tried.
-FRAME_PARAMETERS = ("num_frames", "video_length")
+FRAME_PARAMETERS = ("num_frames", "video_length", "frames")  # Latte: video_length; SanaVideo: frames
 IMAGE_PARAMETERS = ("image",)
 
 

@@ -1,6 +1,6 @@
 """More tiny random-weight pipelines from the installed diffusers' own families (issue 22's "further
 families"): SD3.5 (qk-norm and dual-attention MMDiT), PixArt-Alpha, SkyReels-V2, Wan VACE, Latte, LTX
-condition (0.9.5+), Bria, CogView4 and Lumina-Next.
+condition (0.9.5+), Bria, CogView4, Lumina-Next, Kandinsky 3, aMUSEd, HunyuanDiT, SanaVideo and Allegro (refused).
 
 Same conventions as `tiny_families_loading` (deterministic per seed, safetensors only, written with
 `save_pipeline`, a T5 or CLIP tokenizer built offline standing in where the real one needs a download);
@@ -33,6 +33,10 @@ MORE_GENERATION: dict[str, dict[str, Any]] = {
     "lumina": {"height": 32, "width": 32, "num_inference_steps": 2, "clean_caption": False},
     "kandinsky3": {"height": 16, "width": 16, "num_inference_steps": 2},
     "amused": {"height": 16, "width": 16, "num_inference_steps": 2},
+    "hunyuan_dit": {"height": 32, "width": 32, "num_inference_steps": 2, "use_resolution_binning": False},
+    "allegro": {"height": 16, "width": 16, "num_frames": 8, "num_inference_steps": 1, "max_sequence_length": 16},
+    "sana_video": {"height": 32, "width": 32, "frames": 5, "num_inference_steps": 2, "max_sequence_length": 16,
+                   "use_resolution_binning": False},
 }
 """Small call kwargs per family."""
 LATTE_FRAMES = 4
@@ -224,6 +228,84 @@ def make_amused_pipeline(seed: int):
                           scheduler=AmusedScheduler(mask_token_id=31))
 
 
+def _bert_tokenizer():
+    """A BERT WordPiece tokenizer over single characters, built offline (HunyuanDiT's CLIP-like Chinese BERT
+    stand-in)."""
+    import string
+
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from transformers import BertTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+                                          *string.ascii_lowercase, *string.digits, *string.punctuation])}
+    core = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    core.normalizer = normalizers.BertNormalizer(lowercase=True)
+    core.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return BertTokenizerFast(tokenizer_object=core, model_max_length=77)
+
+
+def make_hunyuan_dit_pipeline(seed: int):
+    """HunyuanDiT: a BERT and a T5 text encoder, a DiT with skip connections between its `blocks`."""
+    from diffusers import DDPMScheduler, HunyuanDiT2DModel, HunyuanDiTPipeline
+    from transformers import BertConfig, BertModel
+
+    tok = _bert_tokenizer()
+    with seeded(seed, 1):
+        encoder = BertModel(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                       intermediate_size=37, max_position_embeddings=512), add_pooling_layer=False)
+    tok_2, encoder_2 = _t5(seed, 2)
+    with seeded(seed, 3):
+        transformer = HunyuanDiT2DModel(
+            sample_size=16, num_layers=2, patch_size=2, attention_head_dim=8, num_attention_heads=3, in_channels=4,
+            cross_attention_dim=32, cross_attention_dim_t5=32, pooled_projection_dim=16, hidden_size=24,
+            activation_fn="gelu-approximate").eval()
+    with seeded(seed, 4):
+        vae = tiny_vae(latent_channels=4, scaling_factor=0.13025, shift_factor=None)
+    return HunyuanDiTPipeline(vae=vae, text_encoder=encoder.eval(), tokenizer=tok, transformer=transformer,
+                              scheduler=DDPMScheduler(), safety_checker=None, feature_extractor=None,
+                              text_encoder_2=encoder_2, tokenizer_2=tok_2, requires_safety_checker=False)
+
+
+def make_allegro_pipeline(seed: int):
+    """Allegro: T5, a video DiT, the Allegro VAE (which decodes only with tiling enabled)."""
+    from diffusers import AllegroPipeline, AllegroTransformer3DModel, AutoencoderKLAllegro, DDIMScheduler
+
+    tok, encoder = _t5(seed, 1, d_model=24)
+    with seeded(seed, 2):
+        transformer = AllegroTransformer3DModel(
+            num_attention_heads=2, attention_head_dim=12, in_channels=4, out_channels=4, num_layers=2,
+            cross_attention_dim=24, sample_width=8, sample_height=8, sample_frames=8, caption_channels=24).eval()
+    with seeded(seed, 3):
+        vae = AutoencoderKLAllegro(
+            in_channels=3, out_channels=3, down_block_types=("AllegroDownBlock3D",) * 4,
+            up_block_types=("AllegroUpBlock3D",) * 4, block_out_channels=(8, 8, 8, 8), latent_channels=4,
+            layers_per_block=1, norm_num_groups=2, temporal_compression_ratio=4).eval()
+    return AllegroPipeline(tokenizer=tok, text_encoder=encoder, vae=vae, transformer=transformer,
+                           scheduler=DDIMScheduler())
+
+
+def make_sana_video_pipeline(seed: int):
+    """SanaVideo: a Gemma2 text encoder (T5 tokenizer offline), a linear-attention video DiT, the Wan VAE; its
+    call names the frame count `frames`."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, SanaVideoPipeline, SanaVideoTransformer3DModel
+    from transformers import Gemma2Config, Gemma2Model
+
+    from omni_console.engine.tokenizers_offline import build_t5_tokenizer
+
+    tok = build_t5_tokenizer()
+    with seeded(seed, 1):
+        encoder = Gemma2Model(Gemma2Config(
+            head_dim=16, hidden_size=8, intermediate_size=64, max_position_embeddings=512, num_attention_heads=2,
+            num_hidden_layers=1, num_key_value_heads=2, vocab_size=len(tok), pad_token_id=0)).eval()
+    with seeded(seed, 2):
+        transformer = SanaVideoTransformer3DModel(
+            in_channels=16, out_channels=16, num_attention_heads=2, attention_head_dim=12, num_layers=2,
+            num_cross_attention_heads=2, cross_attention_head_dim=12, cross_attention_dim=24, caption_channels=8,
+            sample_size=8, patch_size=(1, 2, 2), rope_max_seq_len=32).eval()
+    return SanaVideoPipeline(tokenizer=tok, text_encoder=encoder, vae=_wan_vae(seed, 3), transformer=transformer,
+                             scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0))
+
+
 SD3_LAYOUT = {"tokenizer_3": "T5TokenizerFast"}
 MAKERS: dict[str, tuple[Callable[[int], Any], dict[str, str]]] = {
     "sd35": (make_sd35_pipeline, SD3_LAYOUT),
@@ -237,6 +319,9 @@ MAKERS: dict[str, tuple[Callable[[int], Any], dict[str, str]]] = {
     "lumina": (make_lumina_pipeline, T5_LAYOUT),
     "kandinsky3": (make_kandinsky3_pipeline, T5_LAYOUT),
     "amused": (make_amused_pipeline, {}),
+    "hunyuan_dit": (make_hunyuan_dit_pipeline, {"tokenizer_2": "T5TokenizerFast"}),
+    "allegro": (make_allegro_pipeline, T5_LAYOUT),
+    "sana_video": (make_sana_video_pipeline, {}),
 }
 
 

@@ -1,5 +1,7 @@
 """Further diffusers families through the engine against plain `DiffusionPipeline.from_pretrained(dir)`:
-SD3.5, PixArt-Alpha, Bria, CogView4, Lumina-Next, Latte, LTX condition, SkyReels-V2 and Wan VACE.
+SD3.5, PixArt-Alpha, Bria, CogView4, Lumina-Next, Latte, LTX condition, SkyReels-V2, Wan VACE, aMUSEd,
+HunyuanDiT and SanaVideo (Kandinsky 3, whose UNet class is not streamed, is checked for its plan note;
+Allegro, which plain diffusers cannot decode, for its refusal).
 
 Each is bit-identical to the plain pipeline under the five policies the other family tests use, its DiT's
 blocks are found and streamed, and after each request's first step the ring never misses a block (no
@@ -29,7 +31,8 @@ from omni_console.offload.events import LogEvent
 from omni_console.offload.policy import build_policy
 
 PROMPT = "a red fox running in the snow"
-FAMILIES = ("sd35", "pixart_alpha", "bria", "cogview4", "lumina", "latte", "ltx_condition", "skyreels_v2", "wan_vace")
+FAMILIES = ("sd35", "pixart_alpha", "bria", "cogview4", "lumina", "latte", "ltx_condition", "skyreels_v2", "wan_vace",
+            "amused", "hunyuan_dit", "sana_video")
 FTFY_MODULES = ("diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2", "diffusers.pipelines.wan.pipeline_wan_vace")
 
 
@@ -58,7 +61,7 @@ def without_ftfy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def family_request(family: str) -> GenerateRequest:
     gen = dict(MORE_GENERATION[family])
-    frames = gen.pop("num_frames", None) or gen.pop("video_length", None)
+    frames = gen.pop("num_frames", None) or gen.pop("video_length", None) or gen.pop("frames", None)
     return GenerateRequest(prompt=PROMPT, steps=gen.pop("num_inference_steps"), height=gen.pop("height"),
                            width=gen.pop("width"), seed=7, guidance=3.0, frames=frames, negative_prompt="blurry",
                            max_sequence_length=gen.pop("max_sequence_length", None), output_type="np", extra=gen)
@@ -87,7 +90,8 @@ def test_family_is_bit_identical_to_from_pretrained(family: str, more_dir):
     assert float(expected.std()) > 0
     sub = engine.bus.subscribe()
     layers = dit.num_blocks
-    policies = [build_policy({}, 0), build_policy({"default": False}, 1), build_policy({"vae": False}, layers),
+    vae = next(c.name for c in engine.model.components if c.role == "vae")  # aMUSEd's is `vqvae`
+    policies = [build_policy({}, 0), build_policy({"default": False}, 1), build_policy({vae: False}, layers),
                 build_policy({}, 1, placement="spread"), build_policy({}, 0, mode="resident")]
     try:
         for policy in policies:
@@ -132,3 +136,79 @@ def test_latte_frame_counts_against_plain_diffusers(more_dir):
         except RuntimeError:
             shape = None
         assert (shape == frames) == renders, (frames, shape)
+
+
+def test_a_denoiser_that_is_not_streamed_says_so(more_dir):
+    """Kandinsky 3's UNet is of a class no role rule streams: the plan says it stays whole on the device
+    instead of showing it resident without a word; a DiT whose weights hold no block list says the same."""
+    from omni_console.engine.discovery import unstreamed_denoiser_notes
+    from omni_console.engine.plan import make_plan
+
+    model = discover_model(more_dir("kandinsky3"))
+    unet = model.component("unet")
+    assert unet.role == "other" and not unet.block_lists
+    assert model.notes == ("unet (Kandinsky3UNet): the pipeline's denoiser, of a class DLO does not stream: it stays "
+                           "on the device whole",)
+    assert {c.info.name: c.residency for c in make_plan(model, build_policy({}, 0)).components}["unet"] == "resident"
+    assert unstreamed_denoiser_notes("transformer", "dit", "diffusers", "FooTransformer2DModel", ()) == [
+        "transformer (FooTransformer2DModel): no block list of two or more repeated blocks in its weights, so "
+        "nothing of it is streamed: it stays on the device whole"]
+    assert unstreamed_denoiser_notes("controlnet", "other", "diffusers", "ControlNetModel", ()) == []
+
+
+def test_allegro_is_refused_before_load_as_plain_diffusers_fails(more_dir, tmp_path, monkeypatch, capsys):
+    """Allegro's VAE decodes only with tiling, which from_pretrained leaves off: one line, exit 2, nothing loaded."""
+    from diffusers import DiffusionPipeline
+
+    from omni_console.console.cli import main
+
+    path = more_dir("allegro")
+    capsys.readouterr()  # the build's progress bars
+    loads: list[str] = []
+    monkeypatch.setattr(Engine, "load", lambda self, *a, **k: loads.append("load"))
+    code = main(["run", "--model", str(path), "--prompt", PROMPT, "--steps", "1", "--height", "16", "--width", "16",
+                 "--frames", "8", "--max-sequence-length", "16", "--output", str(tmp_path / "v.mp4")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and loads == [] and len(err) == 1
+    assert err[0].endswith("vae (AutoencoderKLAllegro): decodes only with tiling, which from_pretrained leaves off, "
+                           "so AllegroPipeline fails at its VAE decode (plain diffusers too); not supported here")
+    pipe = DiffusionPipeline.from_pretrained(path, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    with pytest.raises(NotImplementedError, match="Decoding without tiling"):
+        pipe(**family_request("allegro").call_kwargs(pipe))
+
+
+@pytest.mark.slow  # one plain pipeline call per frame count and size
+def test_sana_video_frames_and_sizes_as_plain_diffusers_renders_them(more_dir):
+    """SanaVideo names its frame count `frames` (taken by --frames); it renders 4k+1 frames (its Wan VAE's
+    temporal factor) and needs sides of a multiple of 32 (its check_inputs): accepted exactly where plain
+    diffusers renders as asked."""
+    from diffusers import DiffusionPipeline
+
+    path = more_dir("sana_video")
+    model = discover_model(path)
+    pipe = DiffusionPipeline.from_pretrained(path, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    gen = {**MORE_GENERATION["sana_video"], "num_inference_steps": 1}
+
+    def accepted(**fields) -> bool:
+        try:
+            check_request(model, GenerateRequest(prompt=PROMPT, max_sequence_length=16, **fields))
+            check_call(model, GenerateRequest(prompt=PROMPT, max_sequence_length=16, **fields))
+        except ConfigError:
+            return False
+        return True
+
+    def rendered(**overrides) -> tuple[int, ...] | None:
+        try:
+            out = pipe(prompt=PROMPT, output_type="np", generator=torch.Generator().manual_seed(0),
+                       **{**gen, **overrides})
+        except (RuntimeError, ValueError):
+            return None
+        return tuple(np.asarray(out.frames[0]).shape[:3])
+
+    for frames in (1, 4, 5, 6, 9):
+        assert accepted(frames=frames) == (rendered(frames=frames)[0] == frames), frames
+    for side in (32, 48, 64):
+        shape = rendered(height=side, width=side)
+        assert accepted(height=side, width=side) == (shape == (gen["frames"], side, side)), (side, shape)
