@@ -34,7 +34,7 @@ import console_responsiveness as base  # noqa: E402
 import torch  # noqa: E402
 
 from omni_console.console.app import OmniConsoleApp  # noqa: E402
-from omni_console.console.cli import resolve_model_path  # noqa: E402
+from omni_console.console.args import resolve_model_path  # noqa: E402
 from omni_console.engine.engine import Engine, GenerateResult  # noqa: E402
 from omni_console.offload.policy import OffloadPolicy, build_policy, parse_components_json  # noqa: E402
 

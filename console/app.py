@@ -82,7 +82,8 @@ Phase = Literal["plan", "loading", "live", "unloading", "quitting"]
 
 
 def theme_or_error(name: str | None) -> str:
-    """The theme to start with; an unknown name is a ConfigError listing the valid ones."""
+    """The theme to start with; an unknown name is a ConfigError listing the valid ones (app_main says the same
+    before torch is imported)."""
     if name is None:
         return DEFAULT_THEME
     if name not in THEMES:
