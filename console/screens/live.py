@@ -36,6 +36,7 @@ from ..widgets.request_phases import RequestPhasesLine
 from ..widgets.residency_panel import ResidencyRow
 
 CANCELLING = "cancelling… (stops at the end of this step)"
+LOG_PAUSED = "staging log paused (p resumes)"
 RANK_BINDING = Binding("r", "rank_filter", "rank", id="live.rank",
                        tooltip="staging events of every rank → rank 0 → rank 1 → … (multi-GPU group only)")
 """Bound on the screen of a multi-GPU group only (a single engine's footer and help stay as they were)."""
@@ -190,6 +191,8 @@ class LiveScreen(Screen[None]):
 
     def _show_status(self) -> None:
         text = f"{CANCELLING} · {self.status_text}" if self.cancelling else self.status_text
+        if self.staging.paused:  # said here too: at 80x24 the log itself is below the fold, and p showed nothing
+            text = f"{text} · {LOG_PAUSED}"
         self.status_line.show(plain_lines(text))  # may hold an error or a path from data
 
     def set_generation(self, text: str, done: int | None = None, total: int | None = None) -> None:
@@ -246,4 +249,5 @@ class LiveScreen(Screen[None]):
 
     def action_pause(self) -> None:
         paused = self.staging.toggle_pause()
-        self.notify("staging log paused (p resumes)" if paused else "staging log live")
+        self._show_status()
+        self.notify(LOG_PAUSED if paused else "staging log live")

@@ -232,3 +232,22 @@ def test_forecast_note_counts_the_streamers_slots(engine):
 
     assert "resident + 1 slot × largest streamed block" in peak_note(5)  # 6 blocks, 5 resident
     assert "resident + 2 slots × largest streamed block" in peak_note(0)
+
+
+async def test_p_shows_at_once_at_80x24_though_the_log_is_below_the_fold(app):
+    """At 80x24 the staging log is under the memory panels: pausing it changed nothing on screen until the next
+    paced redraw (key->frame p95 479 ms on the H200). The status line at the top says it now."""
+    from omni_console.console.screens.live import LOG_PAUSED
+
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await load(pilot, app)
+        live = app.live_screen
+        assert live.staging.region.area == 0  # the log is not on screen (scrolled out of the single column)
+        assert LOG_PAUSED not in screen_text(app)
+        await pilot.press("p")
+        await pilot.pause()
+        assert live.staging.paused and LOG_PAUSED in "".join(screen_text(app).splitlines()[1:4])
+        await pilot.press("p")
+        await pilot.pause()
+        assert not live.staging.paused and LOG_PAUSED not in screen_text(app)
