@@ -1,8 +1,9 @@
 """`omni-console [console]`: validate every flag, then run the app.
 
 Everything an operator can get wrong (policy JSON, resident layers against the model's blocks,
-mode, theme, model directory) is checked before Textual takes the terminal, so a bad flag prints
-one line and exits 2 instead of flashing an app.
+mode, theme, model directory) is checked before the app runs, so a bad flag prints one line and
+exits 2. On a terminal those checks, torch's import and the model's discovery run under the
+start-up frame (`startup_frame`), drawn at once; an error there gives the terminal back first.
 
 Ending the app: q, SIGTERM and SIGHUP all go through the app's quit (the terminal is restored by
 Textual on the way out). The engine thread is never waited for past a short bound, and once the
