@@ -39,7 +39,7 @@ import torch  # noqa: E402
 from textual import events  # noqa: E402
 
 from omni_console.console.app import OmniConsoleApp  # noqa: E402
-from omni_console.console.cli import resolve_model_path  # noqa: E402
+from omni_console.console.args import resolve_model_path  # noqa: E402
 from omni_console.console.headless import default_request  # noqa: E402
 from omni_console.engine.engine import Engine, GenerateResult  # noqa: E402
 from omni_console.engine.runner import GenerateRequest  # noqa: E402

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from omni_console.console.app import OmniConsoleApp  # noqa: E402
-from omni_console.console.cli import resolve_model_path  # noqa: E402
+from omni_console.console.args import resolve_model_path  # noqa: E402
 from omni_console.engine.engine import Engine, GenerateResult  # noqa: E402
 from omni_console.offload.policy import OffloadPolicy, build_policy, parse_components_json  # noqa: E402
 

@@ -63,7 +63,7 @@ from .policy_edits import PolicyEditor
 from .request_commands import RequestCommands
 from .screens import CopyCommandScreen, HelpScreen, LiveScreen, PlanScreen
 from .shutdown import EngineRelease, stop_key_reader
-from .toasts import toasts_replaced_by
+from .toasts import NARROW_WIDTH, max_visible_for, toast_text, toasts_replaced_by
 from .widgets import HISTORY_SAMPLES
 
 DEFAULT_PROMPT = "a lighthouse on a cliff at dusk"
@@ -82,7 +82,8 @@ Phase = Literal["plan", "loading", "live", "unloading", "quitting"]
 
 
 def theme_or_error(name: str | None) -> str:
-    """The theme to start with; an unknown name is a ConfigError listing the valid ones."""
+    """The theme to start with; an unknown name is a ConfigError listing the valid ones (app_main says the same
+    before torch is imported)."""
     if name is None:
         return DEFAULT_THEME
     if name not in THEMES:
@@ -95,6 +96,14 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
 
     CSS_PATH = CSS_PATH
     TITLE = "omni-console"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (NARROW_WIDTH, "-wide")]
+    DEFAULT_CSS = """
+    /* a narrow terminal: one one-line toast over the title bar, not four lines over the forecast (toasts.py) */
+    Screen.-narrow ToastRack { dock: top; align: left top; margin-bottom: 0; overflow-y: hidden; }
+    Screen.-narrow ToastHolder { align-horizontal: left; }
+    Screen.-narrow Toast { width: 100%; max-width: 100%; height: 1; margin-top: 0; padding: 0 1;
+                           text-wrap: nowrap; text-overflow: ellipsis; }
+    """
     BINDINGS = [
         Binding("q", "quit", "quit", id="app.quit", tooltip="quit: cancel, release memory, stop threads"),
         Binding("ctrl+q", "quit", "quit", show=False, priority=True, id="app.quit_ctrl",
@@ -264,11 +273,14 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         """Also keep every notification in `notices` (tests and the operator's history read it)."""
         message = plain_lines(message)  # paths and errors from data: controls shown escaped
         self.notices.append((str(message), str(severity)))
-        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+        super().notify(toast_text(str(message), self.size.width), title=title, severity=severity, timeout=timeout,
+                       markup=markup)
 
     def _on_notify(self, event: Notify) -> None:
-        """Coalesce toasts (repeats replace, at most two shown); Textual's own handler then adds the new one."""
-        for stale in toasts_replaced_by(event.notification, list(self._notifications)):
+        """Coalesce toasts (repeats replace, at most two shown, one on a narrow terminal); Textual's own handler
+        then adds the new one."""
+        for stale in toasts_replaced_by(event.notification, list(self._notifications),
+                                        max_visible=max_visible_for(self.size.width)):
             self._unnotify(stale, refresh=False)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

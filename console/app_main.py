@@ -1,8 +1,9 @@
 """`omni-console [console]`: validate every flag, then run the app.
 
 Everything an operator can get wrong (policy JSON, resident layers against the model's blocks,
-mode, theme, model directory) is checked before Textual takes the terminal, so a bad flag prints
-one line and exits 2 instead of flashing an app.
+mode, theme, model directory) is checked before the app runs, so a bad flag prints one line and
+exits 2. On a terminal those checks, torch's import and the model's discovery run under the
+start-up frame (`startup_frame`), drawn at once; an error there gives the terminal back first.
 
 Ending the app: q, SIGTERM and SIGHUP all go through the app's quit (the terminal is restored by
 Textual on the way out). The engine thread is never waited for past a short bound, and once the
@@ -19,22 +20,25 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Iterator
-from typing import NoReturn
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, NoReturn
 
-from ..engine.engine import Engine
 from ..engine.errors import ConfigError
-from ..engine.group_engine import GroupEngine
-from ..engine.rank_layout import RankLayout
-from ..offload.telemetry import validate_hz
-from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
+from .startup_frame import StartupSignal, startup_frame
+
+if TYPE_CHECKING:  # torch: imported while the start-up frame is shown, not before it
+    from ..engine.engine import Engine
+    from ..engine.group_engine import GroupEngine
+    from ..engine.rank_layout import RankLayout
 
 
-def build_app(args: argparse.Namespace):
-    """The configured app (raises ConfigError for anything invalid); the CLI runs it."""
-    from .app import OmniConsoleApp, theme_or_error
+def build_app(args: argparse.Namespace, step: Callable[[str], None] = lambda text: None):
+    """The configured app (raises ConfigError for anything invalid); the CLI runs it. `step` is told what
+    loads next (the start-up frame shows it)."""
+    from ..offload.telemetry import validate_hz
+    from .args import budget_from_args, layout_from_args, policy_from_args
 
-    theme_or_error(args.theme)
+    step("checking the flags")
     policy = policy_from_args(args)  # build-time policy checks: no disk access for a bad flag
     budget = budget_from_args(args)
     layout = layout_from_args(args)  # enough GPUs (or cores, on a CPU) for --gpus N, checked here
@@ -44,7 +48,18 @@ def build_app(args: argparse.Namespace):
         hz = validate_hz(args.telemetry_hz)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    from ..themes import THEMES  # Textual, not torch
+
+    if args.theme is not None and args.theme not in THEMES:
+        raise ConfigError(f"unknown theme {args.theme!r}; valid themes: {', '.join(sorted(THEMES))}")
+    step("importing torch")
+    import torch  # noqa: F401  (its own step: the longest one on a small machine)
+
+    step("reading the model (headers only)")
     engine = _engine_for(args, layout)
+    step("planning and building the console")
+    from .app import OmniConsoleApp
+
     try:
         plan = engine.make_plan(policy)  # post-discovery checks (DiT names, resident layers > blocks)
         if budget is not None:  # the planner's choice becomes the starting policy; nothing fits: exit 2
@@ -61,10 +76,16 @@ def build_app(args: argparse.Namespace):
 def _engine_for(args: argparse.Namespace, layout: RankLayout) -> Engine | GroupEngine:
     """One GPU: the in-process engine, loaded for live re-plan. Several: a rank group (its processes
     start when the operator loads)."""
+    from .args import resolve_model_path
+
     if not layout.distributed:
+        from ..engine.engine import Engine
+
         return Engine(resolve_model_path(args.model), variant=args.variant, live_replan=True)
     import torch
     from platformdirs import user_log_path
+
+    from ..engine.group_engine import GroupEngine
 
     kind = "cuda" if torch.cuda.is_available() else "cpu"
     return GroupEngine(resolve_model_path(args.model), layout, device_kind=kind, variant=args.variant,
@@ -115,7 +136,11 @@ def run_app(args: argparse.Namespace) -> NoReturn:
     the process ends with `exit_now` at once: finalizing the interpreter (torch, CUDA, thread states)
     took over a second and does nothing the operator needs.
     """
-    app = build_app(args)
+    try:
+        with startup_frame(str(args.model) if args.model is not None else "built-in demo model") as frame:
+            app = build_app(args, frame.step)  # the frame is on screen at once; Textual draws over it
+    except StartupSignal as stop:  # SIGTERM/SIGHUP before the app ran: the terminal is back, nothing to release
+        exit_now(stop.code)
     try:
         with quit_on_signals(app):
             result = app.run()

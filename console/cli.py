@@ -18,7 +18,6 @@ from ..engine.errors import OPERATOR_ERRORS, ConfigError
 from ..engine.plain_text import plain
 from ..offload.policy import LEAN_MODES
 from ..offload.telemetry_types import DEFAULT_HZ
-from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
 
 SUBCOMMANDS = ("console", "plan", "run", "demo-model")
 EXIT_USAGE = 2
@@ -233,6 +232,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ..engine.plan import make_plan
     from ..engine.request_forecast import forecast_for
     from ..engine.request_profile import RequestSize, device_name_for_plan
+    from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
 
     policy = policy_from_args(args)  # build-time checks first: no disk access for a bad flag
     budget = budget_from_args(args)

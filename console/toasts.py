@@ -3,6 +3,10 @@
 A notice repeated within REPEAT_S (seven presses of `-`) replaces its earlier toast instead of
 stacking another, and at most MAX_VISIBLE toasts are shown: the oldest go first, errors last.
 Every notice is still kept in the app's `notices` history; only the toasts are coalesced.
+
+On a terminal narrower than NARROW_WIDTH (80x24) a toast of 4+ lines in the lower right covered
+the plan's forecast and the live memory figures. There a toast is one line over the title bar
+(`toast_text`: long words lose their middle, never folded), and only one is shown at a time.
 Textual-free: it reads only the fields a toast has (message, title, raised_at, timeout, severity).
 """
 
@@ -11,8 +15,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol, TypeVar
 
+from .fit_text import one_line
+
 MAX_VISIBLE = 2
 REPEAT_S = 4.0
+NARROW_WIDTH = 120
+"""Below this many columns the screens are one column and a toast is one line over the title bar."""
+TOAST_CHROME = 6
+"""Columns a one-line toast spends on its edge, padding and the toast rack's scrollbar gutter."""
 
 
 class Toast(Protocol):
@@ -36,3 +46,13 @@ def toasts_replaced_by(new: Toast, shown: Iterable[T], *, max_visible: int = MAX
     others = sorted((t for t in live if t not in repeats), key=lambda t: (t.severity == "error", t.raised_at))
     overflow = others[:max(0, len(others) - (max_visible - 1))]
     return repeats + overflow
+
+
+def max_visible_for(width: int) -> int:
+    """Toasts shown at once on a terminal `width` columns wide."""
+    return 1 if width < NARROW_WIDTH else MAX_VISIBLE
+
+
+def toast_text(message: str, width: int) -> str:
+    """The toast's text: as given on a wide terminal, one line of the terminal's width on a narrow one."""
+    return message if width >= NARROW_WIDTH else one_line(message, max(width - TOAST_CHROME, 12))

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from .class_index_cache import remembered
 from .installed_source import SourceModule, class_statement, import_table, locate, package_root
 
 Kind = Literal["pipeline", "modular", "weights", "loadable", "other"]  # modular: a ModularPipeline (no from_pretrained
@@ -145,15 +146,29 @@ def _kind_of(library: str, module: SourceModule, cls: ast.ClassDef) -> Kind:
     return "other"
 
 
+def _ref_to_json(ref: ClassRef | None) -> dict | None:
+    return None if ref is None else {"module": ref.module, "kind": ref.kind, "is_class": ref.is_class}
+
+
+def _ref_from_json(library: str, name: str, value: dict | None) -> ClassRef | None:
+    return None if value is None else ClassRef(library, name, value["module"], value["kind"], value["is_class"])
+
+
 @functools.cache
 def find_class(library: str, name: str) -> ClassRef | None:
     """The class `library.name` as the installed package's tables define it; None when it is no class there.
 
     A `…Fast` name the package does not list resolves to the class without the suffix, as transformers'
-    own lazy module does (`T5TokenizerFast` is `T5Tokenizer` in transformers 5).
+    own lazy module does (`T5TokenizerFast` is `T5Tokenizer` in transformers 5). Answers are kept across
+    processes per installed package (`class_index_cache`).
     """
     if not name.isidentifier() or name.startswith("_"):
         return None
+    return _ref_from_json(library, name, remembered("find", library, name,
+                                                    lambda: _ref_to_json(_find_class(library, name))))
+
+
+def _find_class(library: str, name: str) -> ClassRef | None:
     dotted = _exporting_module(library, name)
     if dotted is None:
         return find_class(library, name[: -len("Fast")]) if name.endswith("Fast") else None
@@ -180,8 +195,15 @@ def find_pipeline_package_class(library: str, name: str) -> ClassRef | None:
 
     diffusers' own loader resolves such an entry with `getattr(diffusers.pipelines.<library>, name)`;
     a name re-exported from elsewhere (another package, another pipeline) is not accepted."""
+    if pipeline_package(library) is None or not name.isidentifier() or name.startswith("_"):
+        return None
+    return _ref_from_json(library, name, remembered("package_class", library, name,
+                                                    lambda: _ref_to_json(_find_package_class(library, name))))
+
+
+def _find_package_class(library: str, name: str) -> ClassRef | None:
     package = pipeline_package(library)
-    if package is None or not name.isidentifier() or name.startswith("_"):
+    if package is None:
         return None
     found = class_statement(package, name, 0)
     if found is None or not found[0].name.startswith(package.name + "."):
@@ -194,6 +216,10 @@ def exports(library: str, name: str) -> bool:
     """Whether the installed package exports `name` at top level (class or not; a `…Fast` alias counts)."""
     if not name.isidentifier() or name.startswith("_"):
         return False
+    return bool(remembered("exports", library, name, lambda: _exports(library, name)))
+
+
+def _exports(library: str, name: str) -> bool:
     if _exporting_module(library, name) is not None:
         return True
     return name.endswith("Fast") and _exporting_module(library, name[: -len("Fast")]) is not None

@@ -21,6 +21,7 @@ import ast
 import functools
 from dataclasses import dataclass, field
 
+from .class_index_cache import remembered
 from .installed_source import MAX_HOPS, SourceModule, class_statement, locate
 
 PACKAGE = "diffusers"
@@ -45,9 +46,21 @@ class InitLayout:
 
 @functools.lru_cache(maxsize=128)
 def init_layout(class_name: str) -> InitLayout | None:
-    """The layout of `diffusers.<class_name>.__init__`, or None when its source cannot be read."""
+    """The layout of `diffusers.<class_name>.__init__`, or None when its source cannot be read (kept across
+    processes per installed diffusers: `class_index_cache`)."""
     if not class_name.isidentifier() or class_name.startswith("_"):
         return None
+    value = remembered("layout", PACKAGE, class_name, lambda: _layout_to_json(_read_layout(class_name)))
+    return None if value is None else InitLayout(tuple(value["order"]),
+                                                 tuple(ListCount(attr, key) for attr, key in value["counts"]))
+
+
+def _layout_to_json(layout: InitLayout | None) -> dict | None:
+    return None if layout is None else {"order": list(layout.order),
+                                        "counts": [[c.attr, c.key] for c in layout.counts]}
+
+
+def _read_layout(class_name: str) -> InitLayout | None:
     package = locate(PACKAGE)
     found = _in_package(class_statement(package, class_name, 0)) if package else None
     if found is None:

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..offload.residency import PLACEMENTS, BlockResidency
 from ..offload.units import align_up
 from .step_forecast import ForwardTime, replay_forward
-from .stream_search import StreamTable
+
+if TYPE_CHECKING:  # numpy costs `plan` a third of a second; only a search needs it
+    from .stream_search import StreamTable
 
 RING_DEPTHS = (2, 3, 4, 6, 8, 12, 16, 24, 32)
 TIE = 0.005  # candidates within 0.5 % of the fastest count as equally fast
@@ -94,7 +97,10 @@ def choose_streaming(profile: DitProfile, bandwidth: float, fixed_bytes: int, bu
     Among the candidates that fit, the fastest step wins; among those within `TIE` of it, the smallest
     peak, then the first in `candidates` order. Searched in polynomial time (`stream_search`); pass
     the `table` of an earlier call with the same profile, bandwidth and placements to reuse it."""
-    table = table or StreamTable(profile, bandwidth, placements)
+    if table is None:
+        from .stream_search import StreamTable
+
+        table = StreamTable(profile, bandwidth, placements)
     above = fixed_bytes + max(profile.activation_bytes, phase_extra)  # peak = above + the candidate's room
     smallest = evaluate(profile, table.residency(table.least_room()), bandwidth, fixed_bytes, phase_extra)
     if budget is None:

@@ -19,7 +19,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, ScrollableContainer, Vertical, VerticalScroll
 from textual.reactive import var
 from textual.screen import Screen
-from textual.widgets import Footer, Header, ProgressBar, Static
+from textual.widgets import Footer, Header, ProgressBar
 
 from ...engine.events import ForecastCheck, RequestPhases, StepTiming
 from ...engine.plain_text import plain_lines
@@ -29,14 +29,15 @@ from ...offload.telemetry import TelemetrySnapshot
 from ..event_text import forecast_check_text
 from ..rank_stats import RankStats
 from ..widgets import AllocatorPanel, HostPanel, ResidencyPanel, StagingLog, StepTimings
+from ..widgets.fitted_text import FittedText
 from ..widgets.gpu_group_panel import GpuGroupPanel
 from ..widgets.key_numbers import KeyNumbers
 from ..widgets.plan_policy import PolicyPanel
 from ..widgets.request_phases import RequestPhasesLine
 from ..widgets.residency_panel import ResidencyRow
-from ..widgets.text_update import set_text
 
 CANCELLING = "cancelling… (stops at the end of this step)"
+LOG_PAUSED = "staging log paused (p resumes)"
 RANK_BINDING = Binding("r", "rank_filter", "rank", id="live.rank",
                        tooltip="staging events of every rank → rank 0 → rank 1 → … (multi-GPU group only)")
 """Bound on the screen of a multi-GPU group only (a single engine's footer and help stay as they were)."""
@@ -121,8 +122,8 @@ class LiveScreen(Screen[None]):
         self.gen_progress = ProgressBar(total=1, show_eta=False, id="gen-progress")
         self.gen_text = "no request yet — g opens the generate dialog"
         self.telemetry_ready = False
-        self.status_line = Static("", id="live-status", markup=False)
-        self.gen_label = Static(self.gen_text, id="gen-label", markup=False)
+        self.status_line = FittedText(id="live-status")
+        self.gen_label = FittedText(self.gen_text, id="gen-label")
         self.phases = RequestPhasesLine(id="request-phases")
         self.key_numbers = KeyNumbers(id="key-numbers")
         self.world = 1
@@ -191,13 +192,15 @@ class LiveScreen(Screen[None]):
 
     def _show_status(self) -> None:
         text = f"{CANCELLING} · {self.status_text}" if self.cancelling else self.status_text
-        set_text(self.status_line, plain_lines(text))  # may hold an error or a path from data
+        if self.staging.paused:  # said here too: at 80x24 the log itself is below the fold, and p showed nothing
+            text = f"{text} · {LOG_PAUSED}"
+        self.status_line.show(plain_lines(text))  # may hold an error or a path from data
 
     def set_generation(self, text: str, done: int | None = None, total: int | None = None) -> None:
         self.gen_text = text
         if total is not None:
             self.gen_progress.update(total=max(total, 1), progress=done or 0)
-        set_text(self.gen_label, plain_lines(text))  # wraps: a saved path is shown whole (controls escaped)
+        self.gen_label.show(plain_lines(text))  # wraps at spaces; a path too long for the line loses its middle
 
     def show_request_frames(self, frames: int | None) -> None:
         """A request starts: its frame count for a video pipeline (None hides the phase lines)."""
@@ -247,4 +250,5 @@ class LiveScreen(Screen[None]):
 
     def action_pause(self) -> None:
         paused = self.staging.toggle_pause()
-        self.notify("staging log paused (p resumes)" if paused else "staging log live")
+        self._show_status()
+        self.notify(LOG_PAUSED if paused else "staging log live")

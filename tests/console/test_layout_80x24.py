@@ -7,6 +7,7 @@ from app_helpers import load, screen_text, until
 from textual.geometry import Region
 from textual.widget import Widget
 from textual.widgets import Footer
+from textual.widgets._toast import Toast
 
 from omni_console.console.screens import LiveScreen, PlanScreen
 from omni_console.console.widgets.plan_blocks import LEGEND, BlockListPanel
@@ -171,15 +172,53 @@ async def test_text_beside_a_progress_bar_is_never_cut_short(app):
         assert saved in line and "100%" in line  # the whole path on one line, the bar after it
 
 
-async def test_a_saved_path_wraps_whole_at_80_columns(app):
+async def test_a_saved_path_is_never_folded_inside_a_word_at_80_columns(app):
+    """The request line wraps at spaces only: a path too long for the line loses its middle to `…`,
+    keeping its start and the file name whole (before, `…-2026010` / `1-120000.png` were two lines)."""
     saved = "request 7: 'a red cube' · saved /home/operator/renders/omni-console-out/request-0007-20260101-120000.png"
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         await load(pilot, app)
         app.live_screen.set_generation(saved, 3, 3)
         await pilot.pause()
-        shown = "".join(ln.strip() for ln in screen_text(app).splitlines()[1:8])  # under the Header
-        assert "request-0007-20260101-120000.png" in shown and "…" not in shown
+        label = app.live_screen.gen_label
+        rows = screen_text(app).splitlines()[label.region.y:label.region.bottom]
+        words = " ".join(row[label.region.x:label.region.right] for row in rows).split()
+        *before, path = words
+        assert before == saved.split()[:-1]  # every other word whole, in order
+        assert path.startswith("/home/operator/") and path.endswith("…/request-0007-20260101-120000.png"), words
+        assert label.full_text == saved
+
+
+async def test_notices_cover_neither_the_forecast_nor_the_key_numbers_at_80x24(app):
+    """At 80x24 a notice is one line over the title bar (one at a time), long words cut in the middle."""
+    notice = "saved /home/operator/renders/omni-console-out/request-0007-20260101-120000.png"
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await pilot.pause()
+        app.say("resident DiT layers (leading): 1 of 6", timeout=60)
+        app.say(notice, timeout=60)
+        await until(pilot, lambda: [t.region.height for t in app.screen.query(Toast)] == [1])
+        (toast,) = app.screen.query(Toast)
+        assert toast.region.y == 0
+        assert not toast.region.overlaps(app.screen.query_one(ForecastPanel).region)
+        line = screen_text(app).splitlines()[0]
+        assert "saved /home/operator/" in line and line.rstrip().endswith("…/request-0007-20260101-120000.png")
+        assert app.notices[-1] == (notice, "information")  # the history keeps the whole notice
+        await load(pilot, app)
+        app.say(notice, timeout=60)
+        await until(pilot, lambda: len(app.screen.query(Toast)) == 1 and app.screen.query_one(Toast).region.y == 0)
+        (toast,) = app.screen.query(Toast)
+        for covered in (app.live_screen.key_numbers, app.live_screen.gen_label, app.live_screen.allocator):
+            assert not toast.region.overlaps(covered.region), covered
+
+
+async def test_notices_stay_in_the_corner_on_a_wide_terminal(app):
+    async with app.run_test(size=(160, 48), notifications=True) as pilot:
+        await pilot.pause()
+        app.say("resident DiT layers (leading): 1 of 6", timeout=60)
+        app.say("mode=resident: no offload (baseline); m switches back", timeout=60)
+        await until(pilot, lambda: len(app.screen.query(Toast)) == 2)
+        assert all(t.region.y > 24 and t.region.x >= 80 for t in app.screen.query(Toast))
 
 
 def test_forecast_note_counts_the_streamers_slots(engine):
@@ -193,3 +232,22 @@ def test_forecast_note_counts_the_streamers_slots(engine):
 
     assert "resident + 1 slot × largest streamed block" in peak_note(5)  # 6 blocks, 5 resident
     assert "resident + 2 slots × largest streamed block" in peak_note(0)
+
+
+async def test_p_shows_at_once_at_80x24_though_the_log_is_below_the_fold(app):
+    """At 80x24 the staging log is under the memory panels: pausing it changed nothing on screen until the next
+    paced redraw (key->frame p95 479 ms on the H200). The status line at the top says it now."""
+    from omni_console.console.screens.live import LOG_PAUSED
+
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await load(pilot, app)
+        live = app.live_screen
+        assert live.staging.region.area == 0  # the log is not on screen (scrolled out of the single column)
+        assert LOG_PAUSED not in screen_text(app)
+        await pilot.press("p")
+        await pilot.pause()
+        assert live.staging.paused and LOG_PAUSED in "".join(screen_text(app).splitlines()[1:4])
+        await pilot.press("p")
+        await pilot.pause()
+        assert not live.staging.paused and LOG_PAUSED not in screen_text(app)

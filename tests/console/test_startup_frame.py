@@ -1,0 +1,126 @@
+"""The console's first frame: on a terminal at once (before torch and Textual), ticked as parts load, and
+the terminal always given back (an error or Ctrl+C before the app ran: main screen, cursor, echo)."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+
+import pytest
+
+from omni_console.console.startup_frame import ENTER, LEAVE, StartupFrame
+
+ALT_ON, ALT_OFF = b"\x1b[?1049h", b"\x1b[?1049l"
+
+
+def test_the_frame_names_the_model_and_ticks_each_step():
+    frame = StartupFrame("/models/flux\x1b]52;c;x\x07")  # not a terminal: nothing drawn, the text still kept
+    assert not frame.active
+    frame.step("checking the flags")
+    frame.step("importing torch")
+    rows = frame.lines(80, 24)
+    assert len(rows) == 24 and all(len(row) <= 80 for row in rows)
+    assert rows[0].startswith(" omni-console — /models/flux\\x1b]52;c;x\\x07")  # data escaped, never sent raw
+    assert rows[3].startswith("   ✓ checking the flags (") and rows[3].endswith(" s)")
+    assert rows[4] == "   … importing torch"
+    assert rows[-1].strip() == "ctrl+c quit"
+
+
+def test_nothing_is_written_when_stdout_is_not_a_terminal():
+    out = io.StringIO()
+    frame = StartupFrame("/m", out)
+    frame.open()
+    frame.step("importing torch")
+    frame.close()
+    assert out.getvalue() == ""
+
+
+def _controlling_terminal() -> None:
+    """In the child, after setsid: the pty is its terminal, so Ctrl+C there is SIGINT as in a shell."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+class Pty:
+    """The real CLI on a pseudo-terminal of 80x24."""
+
+    def __init__(self, *args: str) -> None:
+        self.master, self.slave = os.openpty()
+        fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "24"}
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen([sys.executable, "-m", "omni_console.console.cli", *args], stdin=self.slave,
+                                     stdout=self.slave, stderr=self.slave, env=env, start_new_session=True,
+                                     preexec_fn=_controlling_terminal)
+        self.out = bytearray()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            self.out.extend(data)
+
+    def wait_for(self, text: bytes, limit_s: float = 120) -> float:
+        deadline = time.monotonic() + limit_s
+        while text not in self.out:
+            assert self.proc.poll() is None or text in self.out, bytes(self.out)[-600:]
+            assert time.monotonic() < deadline, bytes(self.out)[-600:]
+            time.sleep(0.005)
+        return time.perf_counter() - self.started
+
+    def finish(self) -> tuple[int, bytes, bool]:
+        """(exit status, everything written, whether the terminal echoes typed keys again)."""
+        code = self.proc.wait(timeout=120)
+        echo = bool(termios.tcgetattr(self.slave)[3] & termios.ECHO)
+        os.close(self.slave)
+        self.reader.join(5)
+        os.close(self.master)
+        return code, bytes(self.out), echo
+
+
+def test_a_bad_flag_after_the_frame_gives_the_terminal_back_and_says_one_line():
+    term = Pty("--theme", "nope")
+    code, out, echo = term.finish()
+    assert code == 2 and echo
+    assert out.index(ENTER.encode()) < out.rindex(LEAVE.encode())  # the frame was shown, then left
+    after = out[out.rindex(LEAVE.encode()) + len(LEAVE):].decode()
+    assert [ln for ln in after.splitlines() if ln.strip()] == [
+        "omni-console: error: unknown theme 'nope'; valid themes: omni-dark, omni-high-contrast, omni-light"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_starting_gives_the_terminal_back(demo_model_dir):
+    term = Pty("--model", str(demo_model_dir))
+    term.wait_for(b"importing torch")
+    os.write(term.master, b"\x03")
+    code, out, echo = term.finish()
+    assert code == 130 and echo
+    assert out.rfind(ALT_OFF) > out.rfind(ALT_ON)
+    assert out[out.rfind(ALT_OFF):].decode().strip().endswith("omni-console: interrupted")
+
+
+@pytest.mark.slow
+def test_the_first_frame_comes_before_torch_and_the_app_draws_over_it(demo_model_dir):
+    term = Pty("--model", str(demo_model_dir))
+    first = term.wait_for(b"starting the console:")
+    before_app = bytes(term.out)
+    term.wait_for(b" load")  # the app's footer (`l load`): Textual has drawn the plan screen
+    os.write(term.master, b"q")
+    code, out, echo = term.finish()
+    assert code == 0 and echo
+    assert b"torch" in out and b"reading the model" in out
+    assert ALT_OFF not in before_app  # the frame and the app share one alternate screen: no flash of the shell
+    assert out.count(ALT_OFF) >= 1 and out.rfind(ALT_OFF) > out.rfind(ALT_ON)
+    print(f"first frame after {first:.2f} s")

@@ -1,0 +1,114 @@
+"""The class index kept across processes: a second `plan` reads no diffusers/transformers source, and a
+cache file that is not exactly what we write is ignored (the answer comes from the installed source)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from omni_console.engine import class_index, class_index_cache, init_layout, installed_source
+from omni_console.engine.errors import ModelDirError
+from omni_console.engine.trusted_classes import check_component, check_pipeline
+
+
+@pytest.fixture()
+def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty cache folder and a process that has read nothing yet (as a new `plan` starts)."""
+    monkeypatch.setenv("OMNI_CONSOLE_CACHE_DIR", str(tmp_path))
+    _new_process()
+    yield tmp_path
+    _new_process()
+
+
+def _new_process() -> None:
+    class_index_cache.forget_loaded()
+    for cached in (class_index.find_class, class_index.find_pipeline_package_class, init_layout.init_layout):
+        cached.cache_clear()
+
+
+def _no_source_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("read installed source although the answer was cached")
+
+    monkeypatch.setattr(class_index, "_exporting_module", refuse)
+    monkeypatch.setattr(class_index, "class_statement", refuse)
+    monkeypatch.setattr(init_layout, "class_statement", refuse)
+
+
+def _ask() -> tuple:
+    return (check_pipeline("FluxPipeline", "model_index.json"),
+            check_component("transformers", "T5TokenizerFast", "tokenizer_2"),
+            check_component("diffusers", "FluxTransformer2DModel", "transformer"),
+            class_index.exports("transformers", "EvilTokenizer"),
+            init_layout.init_layout("FluxTransformer2DModel"))
+
+
+def test_second_process_reads_no_source(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch):
+    first = _ask()
+    assert first[0].kind == "pipeline" and first[1].kind == "loadable" and first[2].kind == "weights"
+    assert first[3] is False and "transformer_blocks" in first[4].order
+    (index,) = (fresh_cache / "class_index").iterdir()
+    _new_process()
+    _no_source_reads(monkeypatch)
+    assert _ask() == first
+    assert index.stat().st_size < class_index_cache.MAX_INDEX_BYTES
+
+
+def test_a_refusal_is_still_a_refusal_from_the_cache(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch):
+    for _ in range(2):
+        with pytest.raises(ModelDirError, match="transformers has no class 'EvilTokenizer'"):
+            check_component("transformers", "EvilTokenizer", "tokenizer")
+        with pytest.raises(ModelDirError, match="is a pipeline; nested pipelines are refused"):
+            check_component("diffusers", "FluxPipeline", "nested")
+        _new_process()
+        _no_source_reads(monkeypatch)
+
+
+@pytest.mark.parametrize("entry", [
+    {"find|diffusers|FluxPipeline": {"module": "os.path", "kind": "weights", "is_class": True}},  # outside diffusers
+    {"find|diffusers|FluxPipeline": {"module": "diffusers.x", "kind": "code", "is_class": True}},  # unknown kind
+    {"find|diffusers|FluxPipeline": {"module": "diffusers.x", "kind": "weights", "is_class": 1}},
+    {"find|diffusers|FluxPipeline": {"module": "diffusers..x", "kind": "weights", "is_class": True}},
+    {"exports|transformers|EvilTokenizer": "yes"},
+    {"exports|evil|EvilTokenizer": True},
+    {"package_class|stable_diffusion|X": {"module": "diffusers.models.x", "kind": "weights", "is_class": True}},
+    {"layout|diffusers|FluxTransformer2DModel": {"order": ["a.b"], "counts": []}},
+    {"other|diffusers|FluxPipeline": None},
+])
+def test_a_forged_entry_discards_the_file(fresh_cache: Path, entry: dict):
+    """One entry that is not what we write (a module outside the package, a made-up kind, a non-bool) and
+    the whole file is ignored: FluxPipeline is read from diffusers' source again, a pipeline."""
+    path = class_index_cache.index_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"version": class_index_cache.INDEX_VERSION,
+                                "entries": {"exports|diffusers|FluxPipeline": True, **entry}}))
+    ref = check_pipeline("FluxPipeline", "model_index.json")
+    assert (ref.module, ref.kind) == ("diffusers.pipelines.flux.pipeline_flux", "pipeline")
+    assert class_index.exports("transformers", "EvilTokenizer") is False
+
+
+def test_a_symlink_or_fifo_is_never_read(fresh_cache: Path, tmp_path_factory: pytest.TempPathFactory):
+    path = class_index_cache.index_path()
+    path.parent.mkdir(parents=True)
+    forged = tmp_path_factory.mktemp("elsewhere") / "forged.json"
+    forged.write_text(json.dumps({"version": class_index_cache.INDEX_VERSION,
+                                  "entries": {"exports|transformers|EvilTokenizer": True}}))
+    path.symlink_to(forged)
+    assert class_index.exports("transformers", "EvilTokenizer") is False
+    path.unlink()
+    os.mkfifo(path)
+    class_index_cache.forget_loaded()
+    assert class_index.exports("transformers", "EvilTokenizer") is False  # the open does not block
+
+
+def test_another_installation_has_another_file(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch):
+    """A new diffusers (version or a reinstall's `__init__.py` time) never sees the old answers."""
+    before = class_index_cache.index_path()
+    key = class_index_cache._package_key("diffusers")
+    monkeypatch.setattr(class_index_cache, "_package_key",
+                        lambda lib: (*key[:3], key[3] + 1) if lib == "diffusers" else ("transformers",))
+    assert class_index_cache.index_path() != before
+    assert installed_source.package_root("diffusers") is not None
