@@ -41,6 +41,7 @@ from .order_watch import BlockOrderWatch, adopt_order, permute_profile
 from .placement import Placement, begin_placement, place_others, place_streamed
 from .plan import Plan, make_plan
 from .profiler import ProfileRecorder, forecast_check, request_size, save_quietly
+from .quant_layouts import check_fp8_device
 from .request_forecast import RequestForecast, forecast_for
 from .request_profile import RequestSize, device_name
 from .results import GenerateResult, LoadReport, run_peak
@@ -77,6 +78,8 @@ class Engine:
             from .errors import ConfigError
 
             raise ConfigError(f"device {self.device} requested but CUDA is not available")
+        if self.device.type == "cuda":  # a layout the GPU would run only with a kernel from the network
+            check_fp8_device(self.model.components, torch.cuda.get_device_capability(self.device))
         self.bus = bus or EventBus()
         self.pin = pin
         self.live_replan = live_replan  # keep pinned masters of everything a re-plan may move

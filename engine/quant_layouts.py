@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .errors import ModelDirError
+from .errors import ConfigError, ModelDirError
 
 SCALE_SUFFIXES = ("weight_scale", "weight_scale_inv", "weight_scale_2", "scale_weight", "input_scale")
 """Names of per-tensor / per-row / per-block scale tensors sitting beside a quantized `weight`."""
@@ -117,3 +117,24 @@ def check_quantization(folder: Path, library: str | None, config: dict[str, Any]
     if why is not None:
         raise ModelDirError(f"{folder}: {why}")
     return method
+
+
+FP8_KERNEL_CAPABILITY = (8, 9)
+"""From this CUDA compute capability on, transformers keeps fine-grained fp8 layers in fp8 (`FP8Linear`)."""
+
+
+def check_fp8_device(components: Iterable[Any], capability: tuple[int, int] | None) -> None:
+    """Refuse before load (one line) a fine-grained fp8 encoder on a GPU where transformers keeps it fp8:
+    its `FP8Linear` layers run a Triton kernel that transformers fetches from the Hugging Face Hub at the
+    first forward (`kernels-community/finegrained-fp8`, through the `kernels` package), and omni-console
+    never touches the network, so the request would fail after the whole load. On a CPU, or an older GPU,
+    transformers dequantizes at load and runs offline. `components`: `ComponentInfo`s."""
+    if capability is None or tuple(capability) < FP8_KERNEL_CAPABILITY:
+        return
+    for c in components:
+        if c.library == "transformers" and c.quant_method in TRANSFORMERS_FP8:
+            raise ConfigError(
+                f"{c.name}: transformers runs fine-grained fp8 layers on this GPU (compute capability "
+                f"{capability[0]}.{capability[1]}) with a kernel it downloads from the Hugging Face Hub, and "
+                "omni-console never touches the network: use --device cpu, or the encoder without its "
+                "quantization_config")

@@ -20,7 +20,9 @@ from test_hostile_dirs import assert_refused
 from omni_console.engine import quant_layouts
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
+from omni_console.engine.errors import ConfigError
 from omni_console.engine.plan import make_plan
+from omni_console.engine.quant_layouts import check_fp8_device
 from omni_console.offload.errors import PolicyError
 from omni_console.offload.policy import build_policy
 
@@ -149,27 +151,25 @@ def test_a_fine_grained_fp8_encoder_runs_as_the_plain_pipeline(demo_model_dir: P
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_a_fine_grained_fp8_encoder_stays_fp8_when_staged_on_cuda(demo_model_dir: Path, tmp_path: Path):
-    """On a GPU of compute capability 8.9+ transformers keeps the encoder's fp8 weights and scales
-    (`FP8Linear`): the staged master holds those bytes, and the image is plain diffusers' on that GPU."""
+def test_a_fine_grained_fp8_encoder_on_an_fp8_gpu_is_refused_before_load(demo_model_dir: Path, tmp_path: Path):
+    """On a GPU of compute capability 8.9+ transformers keeps the encoder's fp8 weights and runs them with a
+    kernel it fetches from the Hub at the first forward: offline that fails after the whole load, so it is
+    one line before load; an older GPU dequantizes at load, as on a CPU."""
     root = copy_with(demo_model_dir, tmp_path / "m", "text_encoder_2", per_tensor_inv,
                      {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": None})
-    req = request_for("flux")
-    pipe = diffusers.FluxPipeline.from_pretrained(root, local_files_only=True).to("cuda")
-    pipe.set_progress_bar_config(disable=True)
-    kept = {p.dtype for p in pipe.text_encoder_2.parameters()}
-    expected = np.asarray(pipe(**req.call_kwargs(pipe)).images[0])
-    del pipe
-    torch.cuda.empty_cache()
-    info = discover_model(root).component("text_encoder_2")
-    engine = Engine(root, device="cuda")
-    try:
-        for comps in ({}, {"text_encoder_2": False}):
-            engine.load(build_policy(comps, 1))
-            stager = engine.placement.stagers.get("text_encoder_2")
-            if stager is not None and torch.cuda.get_device_capability() >= (8, 9):
-                assert FP8 in kept and stager.staged_bytes <= info.nbytes  # fp8 bytes, not dequantized
-            assert np.array_equal(np.asarray(engine.generate(req).image), expected), comps
-            engine.unload()
-    finally:
-        engine.close()
+    if torch.cuda.get_device_capability() < (8, 9):
+        Engine(root, device="cuda").close()  # dequantized at load: nothing to refuse
+        return
+    with pytest.raises(ConfigError, match="text_encoder_2: transformers runs fine-grained fp8 layers on this GPU"):
+        Engine(root, device="cuda")
+
+
+def test_the_fp8_device_check_refuses_only_where_transformers_keeps_fp8(demo_model_dir: Path, tmp_path: Path):
+    root = copy_with(demo_model_dir, tmp_path / "m", "text_encoder_2", per_tensor_inv,
+                     {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": None})
+    components = discover_model(root).components
+    check_fp8_device(components, None)  # a CPU
+    check_fp8_device(components, (8, 6))  # an A100-class GPU: transformers dequantizes at load
+    with pytest.raises(ConfigError, match="never touches the network"):
+        check_fp8_device(components, (9, 0))
+    check_fp8_device(discover_model(demo_model_dir).components, (9, 0))  # plain weights: nothing to refuse
