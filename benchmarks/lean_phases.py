@@ -27,9 +27,7 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from video_e2e import log, write_checkpoint  # noqa: E402
+from .video_e2e import log, write_checkpoint
 
 
 def run_cli(model: Path, out_dir: Path, name: str, extra: list[str], args: argparse.Namespace) -> dict[str, Any]:
