@@ -48,7 +48,8 @@ def wan_app(wan_engine, tmp_path):
 
 async def open_dialog(pilot, app) -> GenerateDialog:
     await pilot.press("g")
-    await until(pilot, lambda: isinstance(app.screen, GenerateDialog))
+    # the screen is pushed before its fields are mounted: under load a query can come in between
+    await until(pilot, lambda: isinstance(app.screen, GenerateDialog) and bool(app.screen.query("#seed")))
     return app.screen
 
 
