@@ -117,7 +117,9 @@ async def test_five_frames_are_saved_as_an_mp4_next_to_earlier_files_and_the_liv
         await pilot.press("enter")
         await finish(pilot, wan_app.last_command["generate"], lambda: not wan_app.generating)
         result = wan_app.last_command["generate"].result()
-        await until(pilot, lambda: "5 frames · latent" in screen_text(wan_app))
+        # the latent line comes with the result, the phase times with the RequestPhases event after it
+        await until(pilot, lambda: "5 frames · latent" in screen_text(wan_app)
+                    and re.search(r"VAE decode [\d.]+ s", screen_text(wan_app)) is not None)
         text = screen_text(wan_app)
 
         assert result.is_video and len(result.frames) == 5
