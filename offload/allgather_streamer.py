@@ -7,9 +7,9 @@ placement and ring depth). What changes is where a slot's bytes come from:
 - filling a slot copies that shard host→device into one of two shard buffers (copy stream), then
   `all_gather_into_tensor` rebuilds the whole region in the slot (communication stream, waiting on
   the copy); the block's pre-hook waits on the gather. PCIe carries 1/N of the bytes per rank.
-- `in_place=True` instead copies the shard straight into its place in the slot and gathers in place
-  (NCCL then skips the rank's own part: no shard buffer, no device-to-device copy), at the price of a
-  copy that waits for compute to leave the slot. Off until two GPUs have measured it
+- `StreamOptions.gather_in_place` instead copies the shard straight into its place in the slot and
+  gathers in place (NCCL then skips the rank's own part: no shard buffer, no device-to-device copy), at
+  the price of a copy that waits for compute to leave the slot. Off until two GPUs have measured it
   (`benchmarks/allgather_stream.py` compares it with the shard-buffer count and the gathers' stream
   priority, side by side).
 
