@@ -218,3 +218,27 @@ def test_batch_bytes_sets_the_batches() -> None:
     assert [len(b) for b in arena_fill.batches(blocks, 1)] == [1, 1, 1, 1]
     assert [len(b) for b in arena_fill.batches(blocks, 6)] == [2, 2]
     assert [len(b) for b in arena_fill.batches(blocks, LoadOptions().batch_bytes)] == [4]
+
+
+def test_a_group_engine_hands_its_options_to_every_rank(demo_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from omni_console.engine import group_engine
+    from omni_console.engine.errors import ConfigError
+    from omni_console.engine.rank_layout import RankLayout
+    from omni_console.engine.rank_process import RankSpec
+
+    started: list[EngineOptions | None] = []
+
+    class NoRanks:  # the group's start, without processes
+        def __init__(self, *args: Any, options: EngineOptions | None = None, **kwargs: Any) -> None:
+            started.append(options)
+
+    monkeypatch.setattr(group_engine, "RankGroup", NoRanks)
+    options = EngineOptions(use_huge_pages=False, shard_buffers=3)
+    engine = group_engine.GroupEngine(demo_model_dir, RankLayout(2, True), device_kind="cpu", telemetry_hz=None,
+                                      options=options)
+    engine._start_group(None)
+    assert started == [options]
+    assert RankSpec(demo_model_dir, "cpu", True, options=options).options is options  # what crosses the spawn
+    with pytest.raises(ConfigError, match="one GPU"):
+        group_engine.GroupEngine(demo_model_dir, RankLayout(2, True), device_kind="cpu",
+                                 options=EngineOptions(live_replan=True))
