@@ -36,6 +36,7 @@ import torch.multiprocessing as mp
 
 from omni_console.engine.rank_group import free_port  # noqa: E402
 from omni_console.offload.allgather_streamer import AllGatherStreamer, gather_into  # noqa: E402
+from omni_console.offload.options import StreamOptions  # noqa: E402
 from omni_console.offload.pinned import HostArena, pinned_bytes_held  # noqa: E402
 from omni_console.offload.residency import BlockResidency  # noqa: E402
 from omni_console.offload.streamer import LayerwiseStreamer  # noqa: E402
@@ -43,16 +44,17 @@ from omni_console.offload.streamer import LayerwiseStreamer  # noqa: E402
 from . import harness
 from .dlo_stream import BLOCK_ATTRS, PRESETS, build_model, make_inputs
 
-VARIANTS: dict[str, dict[str, int]] = {
+# each: `StreamOptions` fields, and the ring's slots
+VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "prio": {"comm_priority": -1},
     "buffers3": {"shard_buffers": 3},
     "slots3": {"slots": 3},
     "prio_buffers3": {"comm_priority": -1, "shard_buffers": 3},
     "prio_buffers3_slots3": {"comm_priority": -1, "shard_buffers": 3, "slots": 3},
-    "inplace": {"in_place": 1},
-    "inplace_slots3": {"in_place": 1, "slots": 3},
-    "prio_inplace_slots3": {"comm_priority": -1, "in_place": 1, "slots": 3},
+    "inplace": {"gather_in_place": True},
+    "inplace_slots3": {"gather_in_place": True, "slots": 3},
+    "prio_inplace_slots3": {"comm_priority": -1, "gather_in_place": True, "slots": 3},
 }
 
 
@@ -269,7 +271,8 @@ def run_rank(rank: int, world: int, port: int, args: argparse.Namespace, results
             if name == "rank_local":
                 streamer: LayerwiseStreamer = LayerwiseStreamer(lists, "cuda", residency=residency)
             else:
-                streamer = AllGatherStreamer(lists, "cuda", residency=residency, group=None, **knobs)
+                streamer = AllGatherStreamer(lists, "cuda", residency=residency, group=None,
+                                             stream_options=StreamOptions(**knobs))
             streamer.attach()
             attach_s = time.perf_counter() - t0
             times, out = steps(model, inputs, args.iters)

@@ -42,6 +42,7 @@ from omni_console.console.app import OmniConsoleApp  # noqa: E402
 from omni_console.console.args import resolve_model_path  # noqa: E402
 from omni_console.console.headless import default_request  # noqa: E402
 from omni_console.engine.engine import Engine, GenerateResult  # noqa: E402
+from omni_console.engine.options import EngineOptions
 from omni_console.engine.runner import GenerateRequest  # noqa: E402
 from omni_console.offload.policy import OffloadPolicy, build_policy, parse_components_json  # noqa: E402
 
@@ -78,7 +79,8 @@ def make_request(engine: Engine, args: argparse.Namespace, steps: int) -> Genera
 
 
 def headless_baseline(model: Path, device: str, policy: OffloadPolicy, args: argparse.Namespace) -> dict[str, Any]:
-    engine = Engine(model, device=device, variant=args.variant, live_replan=args.replan is not None)
+    engine = Engine(model, device=device, variant=args.variant,
+                    options=EngineOptions(live_replan=args.replan is not None))
     try:
         engine.load(policy)
         request = make_request(engine, args, args.steps)
@@ -161,7 +163,8 @@ async def replans_under_keys(app: OmniConsoleApp, clock: FrameClock, engine: Eng
 
 
 async def run_app(model: Path, device: str, policy: OffloadPolicy, args: argparse.Namespace) -> dict[str, Any]:
-    engine = Engine(model, device=device, variant=args.variant, live_replan=args.replan is not None)
+    engine = Engine(model, device=device, variant=args.variant,
+                    options=EngineOptions(live_replan=args.replan is not None))
     app = OmniConsoleApp(engine, policy, telemetry_hz=args.hz, out_dir=Path(args.out_dir))
     out: dict[str, Any] = {}
     try:

@@ -28,17 +28,15 @@ import statistics
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from omni_console.engine import loader
 from omni_console.engine.engine import Engine
-from omni_console.engine.loader import SHARE_READERS
-from omni_console.offload import arena_fill, pinned
-from omni_console.offload.arena_fill import READ_AHEAD_BATCHES
+from omni_console.engine.options import EngineOptions
 from omni_console.offload.pinned import HUGE_PAGE, HostArena
 from omni_console.offload.policy import build_policy
 
@@ -52,13 +50,14 @@ READ_SCHEDULES: dict[str, tuple[int | None, bool]] = {
     "batch_by_batch": (0, False), "one_ahead": (1, False), "all_queued": (None, False),
     "one_pool_batch_by_batch": (0, True), "one_pool_one_ahead": (1, True), "one_pool_all_queued": (None, True)}
 
-# --variants: engine switches flipped for a load (module, attribute, value); "default" flips none
-VARIANTS: dict[str, list[tuple[Any, str, Any]]] = {
-    "default": [],
-    "dit_empties": [(loader, "DIT_IN_ARENA", False)],  # a DiT's weights in empty tensors of their own
+# --variants: `EngineOptions` fields set for a load; "default" sets none
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "dit_empties": {"dit_in_arena": False},  # a DiT's weights in empty tensors of their own
+    "small_pages": {"use_huge_pages": False},  # every arena on 4 KiB pages
     # an AllGather rank's load (sharded reads, batches page-locked shard by shard) in a group of one:
     # every byte is its shard, so it reads what one GPU reads, along the ranks' code path
-    "allgather_rank": [],
+    "allgather_rank": {},
 }
 
 
@@ -103,11 +102,7 @@ def floors(files: list[Path], threads: int, cold: bool, quick: bool = False) -> 
         del buf
     candidates = []
     for kind, huge in (("4k", False), ("huge", True)):
-        pinned.USE_HUGE_PAGES = huge
-        try:
-            candidates += page_kind_floors(files, total, threads, quick, out, kind)
-        finally:
-            pinned.USE_HUGE_PAGES = True
+        candidates += page_kind_floors(files, total, threads, quick, out, kind, huge)
     if cold:
         drop_page_cache()
         buf = np.empty(total, dtype=np.uint8)
@@ -119,9 +114,10 @@ def floors(files: list[Path], threads: int, cold: bool, quick: bool = False) -> 
 
 
 def page_kind_floors(files: list[Path], total: int, threads: int, quick: bool, out: dict[str, Any],
-                     kind: str) -> list[float]:
-    """The read, register and overlapped floors for one kind of page; returns the candidate floors."""
-    arena = HostArena(total, pin=False)
+                     kind: str, huge: bool) -> list[float]:
+    """The read, register and overlapped floors for one kind of page (`huge`: arenas advised to use huge
+    pages); returns the candidate floors."""
+    arena = HostArena(total, pin=False, huge_pages=huge)
     out[f"{kind}_read_{threads}_threads_s"] = read_into(files, arena.tensor.numpy(), threads)
     log(f"{kind}: read {total / 1e9:.1f} GB with {threads} threads into fresh memory: "
         f"{out[f'{kind}_read_{threads}_threads_s']:.2f} s (huge pages advised: {arena.huge_pages})")
@@ -132,7 +128,7 @@ def page_kind_floors(files: list[Path], total: int, threads: int, quick: bool, o
     arena.pin()
     out[f"{kind}_register_s"] = time.perf_counter() - t0
     arena.close()
-    arena = HostArena(total, pin=False)
+    arena = HostArena(total, pin=False, huge_pages=huge)
     read_into(files, arena.tensor.numpy(), threads)
     out[f"{kind}_register_4_threads_s"] = register_in_parallel(arena, 4)
     arena.close()
@@ -140,12 +136,12 @@ def page_kind_floors(files: list[Path], total: int, threads: int, quick: bool, o
     candidates = [read_s + out[f"{kind}_register_s"], read_s + out[f"{kind}_register_4_threads_s"]]
     if not quick:
         t0 = time.perf_counter()
-        arena = HostArena(total, pin=True)  # registering fresh memory faults in (zeroes) every page
+        arena = HostArena(total, pin=True, huge_pages=huge)  # registering fresh memory faults in (zeroes) every page
         out[f"{kind}_register_fresh_s"] = time.perf_counter() - t0
         out[f"{kind}_read_into_registered_s"] = read_into(files, arena.tensor.numpy(), threads)
         arena.close()
         candidates.append(out[f"{kind}_register_fresh_s"] + out[f"{kind}_read_into_registered_s"])
-    out[f"{kind}_overlapped_s"] = read_and_register_overlapped(files, total, threads)
+    out[f"{kind}_overlapped_s"] = read_and_register_overlapped(files, total, threads, huge)
     candidates.append(out[f"{kind}_overlapped_s"])
     log(f"{kind}: register filled memory {out[f'{kind}_register_s']:.2f} s (4 threads "
         f"{out[f'{kind}_register_4_threads_s']:.2f} s); register fresh then read "
@@ -165,11 +161,11 @@ def register_in_parallel(arena: HostArena, threads: int) -> float:
     return time.perf_counter() - t0
 
 
-def read_and_register_overlapped(files: list[Path], total: int, threads: int) -> float:
+def read_and_register_overlapped(files: list[Path], total: int, threads: int, huge: bool = True) -> float:
     """Read 2 GB batches on `threads` threads; each finished batch is registered on another thread."""
     from concurrent.futures import wait
 
-    arena = HostArena(total, pin=False)
+    arena = HostArena(total, pin=False, huge_pages=huge)
     view = arena.tensor.numpy()
     batch = 2 << 30
     t0 = time.perf_counter()
@@ -254,21 +250,15 @@ def timed_load(path: Path, device: str, live: bool, direct: bool = True, schedul
     before and after; `schedule`: one of READ_SCHEDULES instead of the engine's default; `variant`:
     one of VARIANTS; `sample_s`: where the loading thread was in its first seconds."""
     group = group_of_one() if variant == "allgather_rank" else None
-    engine = Engine(path, device=device, live_replan=live, direct_read=direct, group=group)
-    prepare_s = engine.prepare()  # the classes' imports: the console does this when the model is opened
+    options = EngineOptions(live_replan=live, direct_read=direct, **VARIANTS[variant])
     if schedule is not None:
-        arena_fill.READ_AHEAD_BATCHES, loader.SHARE_READERS = READ_SCHEDULES[schedule]
-    saved = [(module, name, getattr(module, name)) for module, name, _ in VARIANTS[variant]]
-    for module, name, value in VARIANTS[variant]:
-        setattr(module, name, value)
+        ahead, shared = READ_SCHEDULES[schedule]
+        options = replace(options, read_ahead_batches=ahead, share_readers=shared)
+    engine = Engine(path, device=device, group=group, options=options)
+    prepare_s = engine.prepare()  # the classes' imports: the console does this when the model is opened
     before = mapping_facts()
-    try:
-        with recording(sample_s) as timeline:
-            load = engine.load(build_policy({}, 0))
-    finally:
-        arena_fill.READ_AHEAD_BATCHES, loader.SHARE_READERS = READ_AHEAD_BATCHES, SHARE_READERS
-        for module, name, value in saved:
-            setattr(module, name, value)
+    with recording(sample_s) as timeline:
+        load = engine.load(build_policy({}, 0))
     return engine, {"seconds": load.seconds, "prepare_seconds": prepare_s,
                     "phases": load.phases, "pinned_bytes": load.pinned_bytes,
                     "components": load.components, "dit_read_seconds": load.dit_read_seconds,

@@ -80,8 +80,9 @@ def _engine_for(args: argparse.Namespace, layout: RankLayout) -> Engine | GroupE
 
     if not layout.distributed:
         from ..engine.engine import Engine
+        from ..engine.options import EngineOptions
 
-        return Engine(resolve_model_path(args.model), variant=args.variant, live_replan=True)
+        return Engine(resolve_model_path(args.model), variant=args.variant, options=EngineOptions(live_replan=True))
     import torch
     from platformdirs import user_log_path
 

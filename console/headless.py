@@ -26,6 +26,7 @@ from ..engine.device_choice import parse_device
 from ..engine.engine import Engine, default_device
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
 from ..engine.events import EngineStateChanged
+from ..engine.options import EngineOptions
 from ..engine.outputs import DEFAULT_FPS, check_output_place, write_notes, write_result
 from ..engine.plain_text import plain
 from ..engine.profiler import request_size
@@ -126,7 +127,7 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
         prefer_expandable_segments()  # before CUDA's allocator starts (run_memory)
     # with a budget, live re-plan: an out-of-memory step-down can then move resident blocks (oom_guard)
     engine = guard.run(lambda: Engine(model_path, device=flags.device, variant=args.variant,
-                                      live_replan=flags.budget is not None))
+                                      options=EngineOptions(live_replan=flags.budget is not None)))
     try:
         plan = engine.make_plan(flags.policy)  # policy against the model, before anything is allocated
         steps = schedule_steps(args.steps, flags.options.params)  # a sigmas/timesteps list sets the count

@@ -40,17 +40,19 @@ def supports_arena_load(info: ComponentInfo) -> str | None:
 
 
 def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, weights: DeferredWeights, pin: bool,
-                    registrar: Executor | None = None) -> tuple[Any, HostArena, Future[bool] | None]:
+                    registrar: Executor | None = None, huge_pages: bool = True
+                    ) -> tuple[Any, HostArena, Future[bool] | None]:
     """The component, built by transformers over a freshly read arena; `weights` (an empty reader,
     closed here) reads it. With `pin` the arena is page-locked here; with a `registrar`, there, as soon
     as its bytes are in (returned: the future of that), while transformers builds the model: building
     a large encoder takes about as long as page-locking it, and a page-locking started only after it
-    would hold up the registrations of the DiT blocks read meanwhile (the driver serialises them)."""
+    would hold up the registrations of the DiT blocks read meanwhile (the driver serialises them).
+    `huge_pages`: `LoadOptions.use_huge_pages`."""
     cls = component_class(info.library, info.class_name, str(info.folder))
     stored = component_locations(info)
     phases = [phase_of(found.offset, found.dtype.itemsize) if weights.keep_phase else None  # a CPU device
               for found in stored.values()]
-    arena, views = arena_views([(found.shape, found.dtype) for found in stored.values()], phases)
+    arena, views = arena_views([(found.shape, found.dtype) for found in stored.values()], phases, huge_pages)
     pinning: Future[bool] | None = None
     try:
         state = dict(zip(stored, views, strict=True))

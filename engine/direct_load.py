@@ -131,17 +131,17 @@ def build_deferred(info: ComponentInfo, dtype: torch.dtype | None, weights: Defe
     return model, why
 
 
-def build_deferred_in_arena(info: ComponentInfo, dtype: torch.dtype | None, weights: DeferredWeights
-                            ) -> tuple[torch.nn.Module | None, str, HostArena | None]:
+def build_deferred_in_arena(info: ComponentInfo, dtype: torch.dtype | None, weights: DeferredWeights,
+                            huge_pages: bool = True) -> tuple[torch.nn.Module | None, str, HostArena | None]:
     """As `build_deferred`, every weight a view into one host arena (returned, not page-locked): read
     in place, that arena is a staged encoder's or VAE's master as it is, so placement neither copies
     the component into a master of its own nor page-locks it at the end of the load (CUDA only: see
-    `engine.arena_load`)."""
-    return _build_deferred(info, dtype, weights, in_arena=True)
+    `engine.arena_load`). `huge_pages`: `LoadOptions.use_huge_pages`."""
+    return _build_deferred(info, dtype, weights, in_arena=True, huge_pages=huge_pages)
 
 
-def _build_deferred(info: ComponentInfo, dtype: torch.dtype | None, weights: DeferredWeights, in_arena: bool
-                    ) -> tuple[torch.nn.Module | None, str, HostArena | None]:
+def _build_deferred(info: ComponentInfo, dtype: torch.dtype | None, weights: DeferredWeights, in_arena: bool,
+                    huge_pages: bool = True) -> tuple[torch.nn.Module | None, str, HostArena | None]:
     cls, why = _direct_class(info)
     if cls is None:
         return None, why, None
@@ -159,7 +159,8 @@ def _build_deferred(info: ComponentInfo, dtype: torch.dtype | None, weights: Def
             return (None, f"{key!r:.80} is {list(found.shape)} in the checkpoint, {list(tensor.shape)} in the model",
                     None)
     keep_fp32 = list(getattr(cls, "_keep_in_fp32_modules", None) or [])
-    empties, arena = _empty_host_tensors(model, state, stored, dtype, keep_fp32, in_arena, weights.keep_phase)
+    empties, arena = _empty_host_tensors(model, state, stored, dtype, keep_fp32, in_arena, weights.keep_phase,
+                                         huge_pages)
     try:
         add_sources(weights, ((empty, stored[key]) for key, empty in empties.items()))
     except BaseException:
@@ -189,8 +190,8 @@ def _build_empty(cls: type, config: dict, unused: dict, dtype: torch.dtype | Non
 
 
 def _empty_host_tensors(model: torch.nn.Module, state: dict[str, torch.Tensor], stored: dict[str, StoredTensor],
-                        dtype: torch.dtype | None, keep_fp32: list[str], in_arena: bool, keep_phase: bool
-                        ) -> tuple[dict[str, torch.Tensor], HostArena | None]:
+                        dtype: torch.dtype | None, keep_fp32: list[str], in_arena: bool, keep_phase: bool,
+                        huge_pages: bool = True) -> tuple[dict[str, torch.Tensor], HostArena | None]:
     """Put an empty (allocated, unwritten) host tensor of the load dtype in place of every state-dict
     tensor, keeping tied ones tied; returns one key per distinct new tensor, and with `in_arena` the
     arena they all view (each tensor at an aligned offset, in state-dict order). With `keep_phase` (a
@@ -214,7 +215,7 @@ def _empty_host_tensors(model: torch.nn.Module, state: dict[str, torch.Tensor], 
     phases = [phase_of(stored[key].offset, want.itemsize) if keep_phase and want == stored[key].dtype else None
               for key, want, _ in wanted.values()]
     if in_arena:
-        arena, datas = arena_views(specs, phases)
+        arena, datas = arena_views(specs, phases, huge_pages)
     else:
         arena, datas = None, [torch.empty(shape, dtype=d) if phase is None else empty_at_phase(shape, d, phase)
                               for (shape, d), phase in zip(specs, phases, strict=True)]

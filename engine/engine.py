@@ -14,6 +14,7 @@ import itertools
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,6 @@ from ..offload.deferred_weights import DeferredWeights
 from ..offload.events import ErrorEvent, EventBus, LogEvent
 from ..offload.pinned import HostArena, register_seconds_total
 from ..offload.policy import OffloadPolicy
-from . import loader
 from .call_options import default_fps
 from .discovery import ModelInfo, discover_model
 from .events import (
@@ -37,6 +37,7 @@ from .events import (
 )
 from .loader import LoadCancelled, pipeline_class, start_loading
 from .oom_guard import guarded_request
+from .options import EngineOptions
 from .order_watch import BlockOrderWatch, adopt_order, permute_profile
 from .placement import Placement, begin_placement, place_others, place_streamed
 from .plan import Plan, make_plan
@@ -69,9 +70,11 @@ class Engine:
     """One model, one policy at a time, in this process."""
 
     def __init__(self, model_path: str | Path, *, device: str | torch.device | None = None,
-                 bus: EventBus | None = None, variant: str | None = None, pin: bool = True,
-                 live_replan: bool = False, direct_read: bool = True, read_threads: int | None = None,
-                 group: Any = None, aux_in_place: bool | None = None) -> None:
+                 bus: EventBus | None = None, variant: str | None = None, options: EngineOptions | None = None,
+                 group: Any = None) -> None:
+        """`options`: every load and stream switch (`engine.options.EngineOptions`; default: its defaults).
+        `group`: a torch.distributed group: streamed blocks sharded across it (AllGather)."""
+        options = options if options is not None else EngineOptions()
         self.model: ModelInfo = discover_model(model_path, variant)
         self.device = torch.device(device) if device is not None else default_device()
         if self.device.type == "cuda" and not torch.cuda.is_available():
@@ -81,15 +84,13 @@ class Engine:
         if self.device.type == "cuda":  # a layout the GPU would run only with a kernel from the network
             check_fp8_device(self.model.components, torch.cuda.get_device_capability(self.device))
         self.bus = bus or EventBus()
-        self.pin = pin
-        self.live_replan = live_replan  # keep pinned masters of everything a re-plan may move
-        self.direct_read = direct_read  # DiT weights read straight into place, in parallel (engine.direct_load)
-        self.read_threads = read_threads
         # encoders and VAEs read in parallel into arenas and built on a thread beside the DiTs' reads;
         # default on CUDA only: on a CPU the library's own loader keeps the addresses address_phase needs
-        self.aux_in_place = direct_read and (self.device.type == "cuda" if aux_in_place is None else aux_in_place)
+        aux = options.aux_in_place
+        self.options = replace(options, aux_in_place=options.direct_read and (
+            self.device.type == "cuda" if aux is None else aux))  # resolved for this device
         self.group = group  # a torch.distributed group: streamed blocks sharded across it (AllGather)
-        if group is not None and live_replan:
+        if group is not None and options.live_replan:
             from .errors import ConfigError
 
             raise ConfigError("live re-plan keeps whole masters; AllGather keeps shards: choose one")
@@ -115,6 +116,11 @@ class Engine:
     @property
     def device_name(self) -> str:
         return device_name(self.device)
+
+    @property
+    def live_replan(self) -> bool:
+        """Loads keep pinned masters of everything a re-plan may move (`EngineOptions.live_replan`)."""
+        return self.options.live_replan
 
     world = 1
     """GPUs (ranks) serving the model: one here; `engine.group_engine.GroupEngine` has N."""
@@ -161,13 +167,14 @@ class Engine:
             self._set_state(EngineState.LOADING, f"mode={policy.mode}")
             start = time.perf_counter()
             registered = register_seconds_total()
-            weights = (DeferredWeights(self.read_threads, share_readers=loader.SHARE_READERS,
+            options = self.options
+            weights = (DeferredWeights(options.read_threads, share_readers=options.share_readers,
                                        keep_phase=self.device.type == "cpu")
-                       if self.direct_read else None)
+                       if options.direct_read else None)
             arenas: dict[str, HostArena] = {}
             components: dict[str, float] = {}
             milestones: dict[str, float] = {}
-            aux_in_place = self.aux_in_place
+            aux_in_place = bool(options.aux_in_place)
             # No garbage collection while the components are built: a full collection walks every
             # object the libraries' imports made, and building a model makes the thousands of objects
             # that trigger them (a Flux-size DiT built right after the imports: 0.35 s with them,
@@ -188,13 +195,14 @@ class Engine:
                         self.model, progress=self._progress("host"), cancel=cancel, weights=weights,
                         log=lambda line: self.bus.publish(LogEvent(level="info", message=line)),
                         aux_in_place=aux_in_place, host_arenas=arenas, registrar=registrar, timings=components,
-                        others_on=others_on if aux_in_place else None)  # CPU: the library's own order (address_phase)
+                        others_on=others_on if aux_in_place else None,  # CPU: the library's own order (address_phase)
+                        dit_in_arena=options.dit_in_arena, huge_pages=options.use_huge_pages)
                     try:
                         mark("dits_built")
-                        self.placement = begin_placement(self.device, self.bus, live=self.live_replan)
+                        self.placement = begin_placement(self.device, self.bus, live=options.live_replan)
                         place_streamed(loading.dits, plan, self.placement, self.bus, progress=self._progress("place"),
-                                       cancel=cancel, pin=self.pin, weights=weights, group=self.group,
-                                       blocks_read=lambda: mark("dit_blocks_read"))
+                                       cancel=cancel, pin=options.pin, weights=weights, group=self.group,
+                                       blocks_read=lambda: mark("dit_blocks_read"), options=options)
                         mark("dits_placed")
                         self.pipe = loading.finish()
                         mark("pipeline_built")
@@ -205,7 +213,7 @@ class Engine:
                     milestones["others_built"] = loading.others_done_at - start
                 self._pin_execution_device()
                 place_others(self.pipe, plan, self.placement, self.bus, progress=self._progress("place"),
-                             cancel=cancel, pin=self.pin, weights=weights, host_arenas=arenas)
+                             cancel=cancel, pin=options.pin, weights=weights, host_arenas=arenas, options=options)
             except BaseException as exc:
                 for arena in arenas.values():
                     arena.close()

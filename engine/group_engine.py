@@ -28,8 +28,10 @@ from ..offload.policy import OffloadPolicy
 from .call_options import default_fps
 from .discovery import ModelInfo, discover_model
 from .engine import EngineState, EngineStateError, GenerateResult, LoadReport
+from .errors import ConfigError
 from .events import EngineStateChanged
 from .loader import LoadCancelled, first_line
+from .options import EngineOptions
 from .plan import Plan, make_plan
 from .rank_checks import check_experts, check_parallel
 from .rank_group import GroupCancelled, RankFailed, RankGroup
@@ -50,8 +52,12 @@ class GroupEngine:
 
     def __init__(self, model_path: str | Path, layout: RankLayout, *, device_kind: str, bus: EventBus | None = None,
                  variant: str | None = None, telemetry_hz: float | None = RANK_TELEMETRY_HZ,
-                 log_dir: Path | None = None) -> None:
-        """`log_dir`: where each rank writes its own output (a console owns the terminal); None: inherited."""
+                 log_dir: Path | None = None, options: EngineOptions | None = None) -> None:
+        """`log_dir`: where each rank writes its own output (a console owns the terminal); None: inherited.
+        `options`: every rank's engine options (no live re-plan: that needs one GPU)."""
+        if options is not None and options.live_replan:
+            raise ConfigError("live re-plan needs one GPU")
+        self.options = options
         self.model: ModelInfo = discover_model(model_path, variant)
         check_parallel(layout, self.model.pipeline_class)
         check_experts(layout, self.model)
@@ -186,7 +192,7 @@ class GroupEngine:
     # ---------------------------------------------------------------- internals
     def _start_group(self, cancel: threading.Event | None) -> RankGroup:
         return RankGroup(self.model.path, self.layout, self.device_kind, variant=self.variant, bus=self.bus,
-                         telemetry_hz=self.telemetry_hz, log_dir=self.log_dir, cancel=cancel)
+                         telemetry_hz=self.telemetry_hz, log_dir=self.log_dir, cancel=cancel, options=self.options)
 
     def _stop_group(self) -> None:
         group, self.group = self.group, None

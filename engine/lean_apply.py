@@ -17,6 +17,7 @@ import torch
 from ..offload.cache import AllocatorCache
 from ..offload.events import EventBus, LogEvent
 from ..offload.layer_stage import LayerStage
+from ..offload.options import DEFAULT_LOAD, LoadOptions
 from ..offload.stager import ModuleStager
 from .discovery import ComponentInfo
 from .encoder_layers import layer_modules
@@ -25,20 +26,24 @@ from .plan import Plan
 
 
 def make_stager(info: ComponentInfo, module: torch.nn.Module, plan: Plan, device: torch.device, bus: EventBus,
-                cache: AllocatorCache | None, pin: bool, staged: bool = True) -> ModuleStager | LayerStage:
+                cache: AllocatorCache | None, pin: bool, staged: bool = True,
+                load_options: LoadOptions = DEFAULT_LOAD) -> ModuleStager | LayerStage:
     """A component's stager: a `LayerStage` for a staged encoder the plan streams, else a `ModuleStager`
-    (`staged=False`: a resident one with a master for re-plans, never streamed)."""
+    (`staged=False`: a resident one with a master for re-plans, never streamed); `load_options`: how
+    their host masters are allocated."""
     if staged and plan.policy.lean_on("stream_encoders") and streamable(info) and info.layers is not None:
         layers = layer_modules(module, info.layers)
         if layers is not None:
-            stage = LayerStage(info.name, module, layers, device, bus=bus, cache=cache, pin=pin)
+            stage = LayerStage(info.name, module, layers, device, bus=bus, cache=cache, pin=pin,
+                               load_options=load_options)
             bus.publish(LogEvent(level="info", message=(
                 f"{info.name}: streamed layer by layer ({len(layers)} layers through 2 slots of "
                 f"{stage.ring.largest_block_bytes:,} bytes; {stage.stager.staged_bytes:,} bytes staged around them)")))
             return stage
         bus.publish(LogEvent(level="warning", message=(
             f"{info.name}: no layer list of {info.layers.count} layers found in the built module: staged whole")))
-    return ModuleStager(info.name, module, device, bus=bus, cache=cache, pin=pin)
+    return ModuleStager(info.name, module, device, bus=bus, cache=cache, pin=pin,
+                        huge_pages=load_options.use_huge_pages)
 
 
 def _switch(module: Any, on: bool, enable: str, disable: str) -> bool:

@@ -35,15 +35,6 @@ from .trusted_classes import accepts_trust_remote_code, component_class, holds_w
 from .trusted_classes import pipeline_class as _trusted_pipeline_class
 from .weights import ModelDirError, find_weights
 
-# The DiT's blocks and the other components read on one pool: 16 readers, not 16 per component, and
-# the encoders' reads queue between the DiT's batches, so they finish early instead of last (measured on
-# one H200: Flux-size warm loads at 1.02-1.06x the read floor, against 1.07-1.19x with 16 readers each)
-SHARE_READERS = True
-# A DiT's weights as views into one arena that is never written where its blocks are (they are read
-# into the streamer's arena): one mapping, where a thousand empty tensors made a thousand, each one
-# then unmapped while the blocks' reads fault pages in (CUDA loads only, like `aux_in_place`)
-DIT_IN_ARENA = True
-
 _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -155,7 +146,8 @@ def start_loading(model: ModelInfo, *, progress: Callable[[str, int, int], None]
                   cancel: threading.Event | None = None, weights: DeferredWeights | None = None,
                   log: Callable[[str], None] | None = None, aux_in_place: bool = False,
                   host_arenas: dict[str, HostArena] | None = None, registrar: Executor | None = None,
-                  timings: dict[str, float] | None = None, others_on: Executor | None = None) -> LoadingPipeline:
+                  timings: dict[str, float] | None = None, others_on: Executor | None = None,
+                  dit_in_arena: bool = True, huge_pages: bool = True) -> LoadingPipeline:
     """Build every component on the host (reporting bytes per component); returns once the DiTs are.
 
     With `weights`, each DiT that `engine.direct_load` can build exactly is built with its weights
@@ -170,13 +162,15 @@ def start_loading(model: ModelInfo, *, progress: Callable[[str, int, int], None]
     `finish`). The DiTs are built first and alone: their construction maps about a thousand
     tensors, and each mapping waits behind the page faults of reads running at the same time.
     Without it, everything is built here, in the model's order.
-    `timings` gets each component's build seconds."""
+    `dit_in_arena` (`EngineOptions.dit_in_arena`, with `aux_in_place`): a DiT's weights are views into
+    one arena rather than empty tensors of their own; `huge_pages`: the arenas may use huge pages
+    (`EngineOptions.use_huge_pages`). `timings` gets each component's build seconds."""
     cls = pipeline_class(model)
     quiet_libraries()
     stop = threading.Event()
     loading = LoadingPipeline(model, cls, {}, {}, stop, pipeline_init_values(model, cls))
     options = _BuildOptions(progress, cancel, stop, weights, log, aux_in_place, host_arenas, registrar, timings,
-                            loading.pinning)
+                            loading.pinning, dit_in_arena, huge_pages)
     if others_on is None:
         for info in model.components:
             loading.built[info.name] = _build(info, options)
@@ -212,6 +206,8 @@ class _BuildOptions:
     registrar: Executor | None
     timings: dict[str, float] | None
     pinning: list[Future]
+    dit_in_arena: bool = True
+    huge_pages: bool = True
 
 
 def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> Any:
@@ -228,11 +224,11 @@ def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> A
         # an encoder or VAE read beside the DiT's blocks: into an arena, its staged master as it is
         staged_from_arena = own_reader and info.role not in DENOISER_ROLES
         in_arena = (o.aux_in_place and o.host_arenas is not None and o.registrar is not None
-                    and (staged_from_arena or (info.role in DENOISER_ROLES and DIT_IN_ARENA)))
+                    and (staged_from_arena or (info.role in DENOISER_ROLES and o.dit_in_arena)))
         arena: HostArena | None = None
         try:
             if in_arena:
-                component, why, arena = build_deferred_in_arena(info, load_dtype(info), reader)
+                component, why, arena = build_deferred_in_arena(info, load_dtype(info), reader, o.huge_pages)
             else:
                 component, why = build_deferred(info, load_dtype(info), reader)
             if component is not None and own_reader:
@@ -251,7 +247,8 @@ def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> A
         # a DiT's arena object goes now; the views of its weights that are read there keep the memory
         if component is None and o.aux_in_place and o.host_arenas is not None and supports_arena_load(info) is None:
             component, arena, pinning = load_into_arena(info, load_dtype(info), o.weights.sibling(),
-                                                        pin=o.registrar is None, registrar=o.registrar)
+                                                        pin=o.registrar is None, registrar=o.registrar,
+                                                        huge_pages=o.huge_pages)
             o.host_arenas[info.name] = arena
             if pinning is not None:
                 o.pinning.append(pinning)

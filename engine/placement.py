@@ -41,10 +41,12 @@ from .errors import ConfigError
 from .expert_switch import ExpertSwitch
 from .lean_apply import apply_module_lean, make_stager
 from .loader import LoadCancelled
+from .options import EngineOptions
 from .plan import Plan
 from .roles import DENOISER_ROLES
 from .stream_dtype import STREAM_DTYPES, apply_storage_hooks, cast_for_storage, compute_dtype_of
 
+DEFAULT_OPTIONS = EngineOptions()
 STAGED_METHODS = {"vae": ("forward", "encode", "decode"), "encoder": ("forward",)}
 
 
@@ -123,7 +125,7 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
                    progress: Callable[[str, int, int], None] | None = None,
                    cancel: threading.Event | None = None, pin: bool = True,
                    weights: DeferredWeights | None = None, group: Any = None,
-                   blocks_read: Callable[[], None] | None = None) -> None:
+                   blocks_read: Callable[[], None] | None = None, options: EngineOptions = DEFAULT_OPTIONS) -> None:
     """Place the plan's streamed DiTs (by component name): their non-block modules on the device,
     their block lists into one `LayerwiseStreamer` ring. Needs only the DiTs, not the pipeline, so
     the other components may still be loading.
@@ -132,7 +134,8 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
     read straight into the arena, the rest into host tensors before it moves. `group` (a
     torch.distributed process group) shards the blocks across its ranks
     (`offload.allgather_streamer`). `blocks_read()` is called once, from a reader thread, when the last
-    block byte is in the arena (page-locking may still be finishing)."""
+    block byte is in the arena (page-locking may still be finishing). `options`: the streamer's arena
+    (`EngineOptions.load_options`) and an AllGather rank's gathers (`.stream_options`)."""
     device = placement.device
     if plan.experts and group is not None:
         raise ConfigError("two experts (transformer, transformer_2) are not streamed across several GPUs yet: "
@@ -176,10 +179,11 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
     if group is not None:
         from ..offload.allgather_streamer import AllGatherStreamer
 
-        streamer_cls, streamer_kwargs = AllGatherStreamer, {"group": group}
+        streamer_cls, streamer_kwargs = AllGatherStreamer, {"group": group, "stream_options": options.stream_options}
     placement.streamer = streamer_cls(block_lists, device, residency=plan.residency, bus=bus, pin=pin,
                                       progress=on_pack, keep_masters=keep_masters, weights=weights,
-                                      active=plan.active_blocks, compute_dtype=compute, **streamer_kwargs)
+                                      active=plan.active_blocks, compute_dtype=compute,
+                                      load_options=options.load_options, **streamer_kwargs)
     placement.streamer.attach()
     s = placement.streamer
     if plan.experts:
@@ -200,13 +204,14 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
 def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,
                  progress: Callable[[str, int, int], None] | None = None,
                  cancel: threading.Event | None = None, pin: bool = True,
-                 weights: DeferredWeights | None = None, host_arenas: dict[str, HostArena] | None = None) -> None:
+                 weights: DeferredWeights | None = None, host_arenas: dict[str, HostArena] | None = None,
+                 options: EngineOptions = DEFAULT_OPTIONS) -> None:
     """Place every component that is not streamed: staged (a stager with a pinned master) or resident.
 
     `host_arenas` holds the arenas transformers components were built over (`engine.arena_load`):
     a staged one keeps its arena as its master until release, a resident one frees it once moved.
     Encoders and VAEs stay rank-local under AllGather. Ends by checking that every tensor waiting in
-    `weights` was read."""
+    `weights` was read. `options.load_options`: the stagers' masters."""
     device, host_arenas = placement.device, host_arenas if host_arenas is not None else {}
     for comp in plan.components:
         _check_cancel(cancel)
@@ -230,7 +235,8 @@ def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,
             placement.resident.append(info.name)
             bus.publish(LogEvent(level="info", message=f"{info.name}: resident on {device} ({comp.why})"))
         elif comp.residency == "staged" or (comp.residency == "resident" and live_aux):
-            stager = make_stager(info, module, plan, device, bus, placement.cache, pin, comp.residency == "staged")
+            stager = make_stager(info, module, plan, device, bus, placement.cache, pin, comp.residency == "staged",
+                                 load_options=options.load_options)
             placement.stagers[info.name] = stager
             placement.undo.append(stage_around(stager, module, _methods_for(module, info.role)))
             placement.undo.append(report_execution_device(module, device))

@@ -25,7 +25,7 @@ Forecast (all figures from the safetensors headers):
   and are upcast per forward, as streamed ones are), plus one compute-dtype scratch for the block
   that runs; the non-block layers are upcast once, so they keep the checkpoint's bytes;
 - pinned host bytes with live re-plan (the console's load) are every block and encoder/VAE: see
-  `Engine(live_replan=True)`; this forecast is `run`'s.
+  `Engine(options=EngineOptions(live_replan=True))`; this forecast is `run`'s.
 
 Two experts (Wan 2.2 A14B, engine/experts.py): one runs per forward, so the policy's residency applies
 to each expert's own blocks and the device holds only the running one's share: device resident bytes

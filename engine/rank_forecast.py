@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..offload.sharding import SHARD_BUFFERS, Shard
+from ..offload.options import StreamOptions
+from ..offload.sharding import Shard
 from .plan import Plan
 from .rank_layout import RankLayout
 from .request_forecast import RequestForecast, Source, dit_profile, known_profile
@@ -130,8 +131,8 @@ def rank_forecast(plan: Plan, layout: RankLayout, request: RequestForecast | Non
         streamed_pinned = sum(shards)
         padding = n * streamed_pinned - sum(streamed)
         largest = Shard(f.largest_streamed_block_bytes, n, 0)
-        # two shard buffers, and each ring slot holds the gathered block with its padding
-        extra = SHARD_BUFFERS * largest.size if streamed else 0
+        # the default shard buffers (two), and each ring slot holds the gathered block with its padding
+        extra = StreamOptions.shard_buffers * largest.size if streamed else 0
         slot_padding = f.streaming_slots * (largest.gathered - largest.total)
         pcie, nvlink = streamed_pinned, (n - 1) * streamed_pinned
     else:

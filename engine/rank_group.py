@@ -29,6 +29,7 @@ from typing import Any
 
 from ..offload.events import Event, EventBus
 from ..offload.policy import OffloadPolicy
+from .options import EngineOptions
 from .rank_layout import RankLayout
 from .rank_process import RankSpec, rank_main
 from .runner import GenerateRequest
@@ -78,15 +79,17 @@ class RankGroup:
     def __init__(self, model_path: str | Path, layout: RankLayout, device_kind: str, *, variant: str | None = None,
                  bus: EventBus | None = None, start_timeout_s: float = 300.0,
                  on_event: Callable[[int, Event], None] | None = None, telemetry_hz: float | None = None,
-                 log_dir: Path | None = None, cancel: threading.Event | None = None) -> None:
-        """Starts the ranks and returns once every one is ready (its classes imported); `cancel` stops them."""
+                 log_dir: Path | None = None, cancel: threading.Event | None = None,
+                 options: EngineOptions | None = None) -> None:
+        """Starts the ranks and returns once every one is ready (its classes imported); `cancel` stops them.
+        `options`: every rank's `EngineOptions` (None: the defaults, the readers shared out between ranks)."""
         self.layout = layout
         self.bus = bus or EventBus()
         self.on_event = on_event
         ctx = mp.get_context("spawn")  # CUDA cannot be forked
         env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(layout.gpus)}
         spec = RankSpec(Path(model_path), device_kind, layout.allgather, variant, env, layout.parallel, telemetry_hz,
-                        log_dir)
+                        log_dir, options)
         self.closed = False
         with _real_stderr():  # the queues' semaphores start multiprocessing's resource tracker: a spawn too
             self._replies = ctx.Queue()

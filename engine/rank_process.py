@@ -17,9 +17,11 @@ import os
 import signal
 import threading
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from .options import EngineOptions
 
 FORWARD_EVERY_S = 0.05
 
@@ -36,6 +38,7 @@ class RankSpec:
     parallel: str = "dp"  # "cfg": the DiTs' guided calls are split over the two ranks (engine.cfg_parallel)
     telemetry_hz: float | None = None  # sample this rank's GPU (allocator, NVML, host) onto its events
     log_dir: Path | None = None  # the rank's stdout and stderr go to a file there (a console owns the terminal)
+    options: EngineOptions | None = None  # each rank's engine options (None: the defaults); unset read_threads: shared
 
 
 def rank_main(rank: int, spec: RankSpec, commands: Any, replies: Any) -> None:
@@ -93,8 +96,10 @@ def _serve(rank: int, spec: RankSpec, device: Any, commands: Any, replies: Any) 
     splits: list[Any] = []
     try:
         world = dist.get_world_size()
-        engine = Engine(spec.model_path, device=device, bus=bus, variant=spec.variant,
-                        read_threads=max(1, (os.cpu_count() or 1) // world),  # the ranks read at once: share cores
+        options = spec.options if spec.options is not None else EngineOptions()
+        if options.read_threads is None:  # the ranks read at once: share cores
+            options = replace(options, read_threads=max(1, (os.cpu_count() or 1) // world))
+        engine = Engine(spec.model_path, device=device, bus=bus, variant=spec.variant, options=options,
                         group=dist.group.WORLD if spec.allgather and world > 1 else None)
         engine.prepare()  # the model's classes imported while the group starts: a load only reads
         if spec.telemetry_hz:  # the allocator's numbers exist only in this process: sampled here, forwarded

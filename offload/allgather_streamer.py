@@ -7,9 +7,9 @@ placement and ring depth). What changes is where a slot's bytes come from:
 - filling a slot copies that shard host→device into one of two shard buffers (copy stream), then
   `all_gather_into_tensor` rebuilds the whole region in the slot (communication stream, waiting on
   the copy); the block's pre-hook waits on the gather. PCIe carries 1/N of the bytes per rank.
-- `in_place=True` instead copies the shard straight into its place in the slot and gathers in place
-  (NCCL then skips the rank's own part: no shard buffer, no device-to-device copy), at the price of a
-  copy that waits for compute to leave the slot. Off until two GPUs have measured it
+- `StreamOptions.gather_in_place` instead copies the shard straight into its place in the slot and
+  gathers in place (NCCL then skips the rank's own part: no shard buffer, no device-to-device copy), at
+  the price of a copy that waits for compute to leave the slot. Off until two GPUs have measured it
   (`benchmarks/allgather_stream.py` compares it with the shard-buffer count and the gathers' stream
   priority, side by side).
 
@@ -27,11 +27,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .arena_fill import REGISTER_THREADS, batches, byte_progress
+from .arena_fill import batches, byte_progress
 from .block_packing import Block, pack_block, plan_block, reject_shared_ranges
 from .devices import current_stream, new_stream, stream_context
+from .options import DEFAULT_STREAM, StreamOptions
 from .pinned import ALIGNMENT, PAGE, HostArena, align_up
-from .sharding import COMM_PRIORITY, GATHER_IN_PLACE, SHARD_BUFFERS, Shard
+from .sharding import Shard
 from .streamer import LayerwiseStreamer
 
 
@@ -44,14 +45,13 @@ def gather_into(out: torch.Tensor, shard: torch.Tensor, group: Any) -> None:
 class AllGatherStreamer(LayerwiseStreamer):
     """`LayerwiseStreamer` whose streamed blocks are sharded across the ranks of `group`."""
 
-    def __init__(self, *args: Any, group: Any = None, shard_buffers: int = SHARD_BUFFERS,
-                 comm_priority: int = COMM_PRIORITY, in_place: bool = GATHER_IN_PLACE, **kwargs: Any) -> None:
-        """`shard_buffers`: device buffers the shard copies cycle through (a copy waits for the gather
-        that last read its buffer). `comm_priority`: the gathers' stream priority (negative: ahead of
-        compute's kernels, so a gather is not queued behind a block's). `in_place`: copy the shard
-        into the slot and gather in place instead (no shard buffers)."""
-        if shard_buffers < 1:
-            raise ValueError(f"shard_buffers must be >= 1, got {shard_buffers}")
+    def __init__(self, *args: Any, group: Any = None, stream_options: StreamOptions = DEFAULT_STREAM,
+                 **kwargs: Any) -> None:
+        """`stream_options.shard_buffers`: device buffers the shard copies cycle through (a copy waits
+        for the gather that last read its buffer). `.comm_priority`: the gathers' stream priority
+        (negative: ahead of compute's kernels, so a gather is not queued behind a block's).
+        `.gather_in_place`: copy the shard into the slot and gather in place instead (no shard buffers)."""
+        shard_buffers = stream_options.shard_buffers
         if kwargs.get("keep_masters"):
             raise ValueError("AllGather streaming keeps only shards: it cannot keep whole masters for re-plans")
         super().__init__(*args, **kwargs)
@@ -61,8 +61,8 @@ class AllGatherStreamer(LayerwiseStreamer):
         self._shards: dict[str, tuple[Shard, int]] = {}  # block name -> (its shard, offset in the arena)
         self._shard_buffers: list[torch.Tensor] = []
         self._buffers = shard_buffers
-        self._comm_priority = comm_priority
-        self._in_place = in_place
+        self._comm_priority = stream_options.comm_priority
+        self._in_place = stream_options.gather_in_place
         self._buffer_free: list[Any] = [None] * shard_buffers  # the gather that last read each buffer
         self._next_buffer = 0
         self._comm_stream: Any = None
@@ -88,7 +88,7 @@ class AllGatherStreamer(LayerwiseStreamer):
             shard = Shard(b.region_nbytes, self.world, self.rank)
             self._shards[b.name] = (shard, cursor)
             cursor = align_up(cursor + shard.size, step)
-        self._arena = HostArena(cursor, pin=False)
+        self._arena = HostArena(cursor, pin=False, huge_pages=self._load_options.use_huge_pages)
         for b in packed:  # the last rank's padding is zeros, as vLLM-Omni pads (gaps between tensors are never read)
             shard, offset = self._shards[b.name]
             self._arena.tensor[offset + shard.stop - shard.start : offset + shard.size].zero_()
@@ -129,10 +129,11 @@ class AllGatherStreamer(LayerwiseStreamer):
         assert self._weights is not None
         landed = byte_progress(sum(b.tensor_bytes for b in packed), self._progress, scale=self.world)
         pending: list[Future[bool]] = []
-        with ThreadPoolExecutor(REGISTER_THREADS, thread_name_prefix="arena-register") as registrar:
+        options = self._load_options
+        with ThreadPoolExecutor(options.register_threads, thread_name_prefix="arena-register") as registrar:
             try:
                 with self._weights.reader_pool() as readers:
-                    for batch in batches(packed, lambda b: self._shards[b.name][0].size):
+                    for batch in batches(packed, options.batch_bytes, lambda b: self._shards[b.name][0].size):
                         jobs = [job for b in batch for job in reads[b.name]]
                         if jobs:
                             self._weights.submit_parts(jobs, readers, threading.Event(), landed).wait()

@@ -21,17 +21,14 @@ import torch
 
 from .block_packing import Block, deferred_pieces, pack_block, plan_block, reject_shared_ranges
 from .deferred_weights import DeferredWeights, PendingFill
+from .options import DEFAULT_LOAD, LoadOptions
 from .pinned import ALIGNMENT, PAGE, HostArena, align_up
 
-BATCH_BYTES = 2 << 30  # read this much, then hand it to the registering threads
-# Batches queued beyond the one being finished (None: all). One keeps every reader busy at a batch's
-# end (a cold disk feels an idle reader most) and leaves room in the queue for other components' reads.
-READ_AHEAD_BATCHES: int | None = 1
-REGISTER_THREADS = 4  # one registering thread falls behind 16 readers; four keep pace
 
-
-def lay_out(packed: list[Block], device: torch.device, *, pin: bool, weights: DeferredWeights | None) -> HostArena:
-    """Plan every block's region (`Block.region_offset`) and allocate the arena that holds them all."""
+def lay_out(packed: list[Block], device: torch.device, *, pin: bool, weights: DeferredWeights | None,
+            options: LoadOptions = DEFAULT_LOAD) -> HostArena:
+    """Plan every block's region (`Block.region_offset`) and allocate the arena that holds them all
+    (on huge pages unless `options.use_huge_pages` is off)."""
     claims: list[tuple[Any, int, int, str]] = []
     knows = weights.knows if weights is not None else None
     # CPU only: tensors read from their files keep the file's address phase (`offload.address_phase`)
@@ -47,15 +44,17 @@ def lay_out(packed: list[Block], device: torch.device, *, pin: bool, weights: De
     for b in packed:
         b.region_offset = cursor
         cursor = align_up(cursor + b.region_nbytes, step)
-    return HostArena(cursor, pin=False)  # pinned once filled: see HostArena.pin
+    return HostArena(cursor, pin=False, huge_pages=options.use_huge_pages)  # pinned once filled: see HostArena.pin
 
 
 def fill(packed: list[Block], arena: HostArena, device: torch.device, *, pin: bool,
-         weights: DeferredWeights | None, progress: Callable[[int, int], None] | None) -> None:
-    """Copy or read every block into its region and (with `pin`) page-lock the arena."""
+         weights: DeferredWeights | None, progress: Callable[[int, int], None] | None,
+         options: LoadOptions = DEFAULT_LOAD) -> None:
+    """Copy or read every block into its region and (with `pin`) page-lock the arena; reads are batched,
+    queued ahead and page-locked as `options` says."""
     if _deferred(packed):
         assert weights is not None
-        _read_in_batches(packed, arena, device, weights, pin, progress)
+        _read_in_batches(packed, arena, device, weights, pin, progress, options)
     else:
         _copy_in(packed, arena, device, progress)
         if pin:
@@ -78,16 +77,16 @@ def _copy_in(packed: list[Block], arena: HostArena, device: torch.device,
 
 
 def _read_in_batches(packed: list[Block], arena: HostArena, device: torch.device, weights: DeferredWeights,
-                     pin: bool, progress: Callable[[int, int], None] | None) -> None:
-    """Batches' reads are queued `READ_AHEAD_BATCHES` ahead on one reader pool (no reader idles at a
+                     pin: bool, progress: Callable[[int, int], None] | None, options: LoadOptions) -> None:
+    """Batches' reads are queued `options.read_ahead_batches` ahead on one reader pool (no reader idles at a
     batch's end, which a cold disk feels most); batches are finished in order, each registered as it
     completes."""
     landed = byte_progress(sum(b.tensor_bytes for b in packed), progress)
     stop = threading.Event()
     pending: list[Future[bool]] = []
-    runs = batches(packed)
-    ahead = len(runs) if READ_AHEAD_BATCHES is None else READ_AHEAD_BATCHES
-    with ThreadPoolExecutor(REGISTER_THREADS, thread_name_prefix="arena-register") as registrar:
+    runs = batches(packed, options.batch_bytes)
+    ahead = len(runs) if options.read_ahead_batches is None else options.read_ahead_batches
+    with ThreadPoolExecutor(options.register_threads, thread_name_prefix="arena-register") as registrar:
         try:
             queued: deque[tuple[list[Block], PendingFill]] = deque()
             with weights.reader_pool() as readers:
@@ -133,13 +132,14 @@ def byte_progress(total: int, progress: Callable[[int, int], None] | None, scale
     return landed
 
 
-def batches(packed: list[Block], nbytes: Callable[[Block], int] = lambda b: b.region_nbytes) -> list[list[Block]]:
-    """The blocks in runs of about `BATCH_BYTES` of what each one puts in its arena (`nbytes`: its
+def batches(packed: list[Block], batch_bytes: int,
+            nbytes: Callable[[Block], int] = lambda b: b.region_nbytes) -> list[list[Block]]:
+    """The blocks in runs of about `batch_bytes` of what each one puts in its arena (`nbytes`: its
     region; an AllGather rank's shard of it)."""
     out: list[list[Block]] = [[]]
     size = 0
     for b in packed:
-        if size >= BATCH_BYTES:
+        if size >= batch_bytes:
             out.append([])
             size = 0
         out[-1].append(b)

@@ -24,6 +24,7 @@ import torch
 
 from .cache import AllocatorCache
 from .events import EventBus
+from .options import DEFAULT_LOAD, LoadOptions
 from .residency import BlockResidency
 from .stager import ModuleStager
 from .streamer import LayerwiseStreamer
@@ -60,12 +61,14 @@ class LayerStage:
 
     def __init__(self, name: str, module: torch.nn.Module, layers: Sequence[torch.nn.Module],
                  device: torch.device | str, *, bus: EventBus | None = None, cache: AllocatorCache | None = None,
-                 pin: bool = True) -> None:
+                 pin: bool = True, load_options: LoadOptions = DEFAULT_LOAD) -> None:
         self.name = name
         self.num_layers = len(layers)
-        self.stager = ModuleStager(name, module, device, bus=bus, cache=cache, pin=pin, exclude=layers)
+        self.stager = ModuleStager(name, module, device, bus=bus, cache=cache, pin=pin, exclude=layers,
+                                    huge_pages=load_options.use_huge_pages)
         self.ring = StageRing([(f"{name}.layers", list(layers))], device,
-                              residency=BlockResidency.leading(len(layers), 0, SLOTS), bus=bus, pin=pin)
+                              residency=BlockResidency.leading(len(layers), 0, SLOTS), bus=bus, pin=pin,
+                              load_options=load_options)
         try:
             self.ring.attach()
         except BaseException:

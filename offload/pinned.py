@@ -34,7 +34,6 @@ from .units import ALIGNMENT, align_up  # noqa: F401  (re-exported: the packers 
 
 PAGE = 4096
 HUGE_PAGE = 2 << 20
-USE_HUGE_PAGES = True  # the load benchmark turns this off to measure what the huge pages buy
 SPARE = 1 << 30  # free memory left over before an arena is advised to use huge pages
 
 _held_lock = threading.Lock()
@@ -79,11 +78,12 @@ class HostArena:
     and slower) and `pin_failure_reason` says why, so an operator can see it.
     """
 
-    def __init__(self, nbytes: int, *, pin: bool) -> None:
+    def __init__(self, nbytes: int, *, pin: bool, huge_pages: bool = True) -> None:
+        """`huge_pages=False`: never advised to use huge pages (`offload.options.LoadOptions.use_huge_pages`)."""
         if nbytes < 0:
             raise ValueError(f"arena size must be >= 0, got {nbytes}")
         self._nbytes = int(nbytes)
-        buffer, self.huge_pages = _page_aligned_buffer(self._nbytes)
+        buffer, self.huge_pages = _page_aligned_buffer(self._nbytes, huge_pages)
         self._tensor: torch.Tensor | None = torch.from_numpy(buffer)
         self._registered: list[tuple[int, int]] = []  # (pointer, bytes) of each cudaHostRegister
         self._pin_failure_reason: str | None = None
@@ -205,11 +205,11 @@ def _free_bytes() -> int:
     return int(psutil.virtual_memory().free)
 
 
-def _page_aligned_buffer(nbytes: int) -> tuple[np.ndarray, bool]:
+def _page_aligned_buffer(nbytes: int, huge_pages: bool = True) -> tuple[np.ndarray, bool]:
     """`nbytes` of uninitialised host memory starting on a page (ranges then pin apart, and
     `is_pinned()` of a tensor over the arena sees the registered pointer), and whether it was advised
-    to use huge pages: a large one is its own anonymous mapping, aligned to a huge page."""
-    if USE_HUGE_PAGES and nbytes >= HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE") and _free_bytes() > nbytes + SPARE:
+    to use huge pages: a large one (with `huge_pages`) is its own anonymous mapping, aligned to a huge page."""
+    if huge_pages and nbytes >= HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE") and _free_bytes() > nbytes + SPARE:
         mapping = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         whole = np.frombuffer(mapping, dtype=np.uint8)  # keeps the mapping alive as long as any view
         start = -whole.ctypes.data % HUGE_PAGE
@@ -261,8 +261,8 @@ def is_dense(t: torch.Tensor) -> bool:
     return True
 
 
-def arena_views(specs: Sequence[tuple[Sequence[int], torch.dtype]], phases: Sequence[int | None] | None = None
-                ) -> tuple[HostArena, list[torch.Tensor]]:
+def arena_views(specs: Sequence[tuple[Sequence[int], torch.dtype]], phases: Sequence[int | None] | None = None,
+                huge_pages: bool = True) -> tuple[HostArena, list[torch.Tensor]]:
     """One unpinned arena holding a contiguous tensor of each (shape, dtype), back to back at aligned
     offsets in the given order, and those tensors (views of it): a component read into one place.
     A tensor given a phase starts at that offset modulo a page instead (CPU: `offload.address_phase`)."""
@@ -273,7 +273,7 @@ def arena_views(specs: Sequence[tuple[Sequence[int], torch.dtype]], phases: Sequ
             cursor += (phase - cursor) % PAGE  # the arena starts on a page
         offsets.append(cursor)
         cursor = align_up(cursor + math.prod(shape) * dtype.itemsize, ALIGNMENT)
-    arena = HostArena(cursor, pin=False)
+    arena = HostArena(cursor, pin=False, huge_pages=huge_pages)
     return arena, [typed_view(arena.tensor, offset, dtype, shape, contiguous_stride(shape))
                    for offset, (shape, dtype) in zip(offsets, specs, strict=True)]
 

@@ -15,9 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # torch-free at import: the planner (`plan`) does the arithmetic without torch
     import torch
 
-SHARD_BUFFERS = 2  # shard buffers an AllGather rank cycles through (one gathered while the next fills)
-GATHER_IN_PLACE = False  # True: each rank copies its shard into its place in the slot and gathers in place
-COMM_PRIORITY = 0  # the gathers' CUDA stream priority (0: as compute; -1: ahead of compute's kernels)
+# The shard-buffer count, in-place gathers and the gathers' stream priority: `offload.options.StreamOptions`.
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,6 +89,7 @@ class ModuleStager:
         pin: bool = True,
         copy_stream: Any = None,
         exclude: Sequence[torch.nn.Module] = (),
+        huge_pages: bool = True,
     ) -> None:
         self.name = name
         # submodules whose weights are not staged here (a streamed encoder's layers: offload/layer_stage.py)
@@ -104,6 +105,7 @@ class ModuleStager:
         """Device allocation per storage group; replaceable (tests inject out-of-memory here)."""
         self._device_storages: list[torch.Tensor] = []
         self._arena: HostArena | None = None
+        self._huge_pages = huge_pages  # the master's arena may use huge pages (LoadOptions.use_huge_pages)
         self.loaded = False
         self.held = False  # resident: loaded once and kept between stages (a live re-plan can release it)
         self._groups = self._snapshot(pin and self._cuda)
@@ -153,7 +155,8 @@ class ModuleStager:
         for k in to_copy:
             offsets[k] = cursor
             cursor = align_up(cursor + groups[k].nbytes, ALIGNMENT)
-        self._arena = HostArena(cursor, pin=False) if to_copy else None  # pinned once filled
+        # pinned once filled
+        self._arena = HostArena(cursor, pin=False, huge_pages=self._huge_pages) if to_copy else None
         for k, g in groups.items():
             g.phase = phase_of(sources[k].untyped_storage().data_ptr(), max(t.dtype.itemsize for t in g.targets))
             src = storage_bytes(sources[k])

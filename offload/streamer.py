@@ -56,6 +56,7 @@ from .devices import (
     unview_buffers,
 )
 from .events import EventBus, NullBus
+from .options import DEFAULT_LOAD, LoadOptions
 from .pinned import HostArena, typed_view
 from .residency import BlockResidency
 from .stream_stats import ReplanStats, StepStats
@@ -97,8 +98,10 @@ class LayerwiseStreamer(ByteRing):
         weights: DeferredWeights | None = None,
         compute_dtype: torch.dtype | None = None,
         active: Sequence[bool] | None = None,
+        load_options: LoadOptions = DEFAULT_LOAD,
     ) -> None:
         self.device = as_device(device)
+        self._load_options = load_options  # how the arena is laid out, read and page-locked (arena_fill)
         # float8 tensors (fp8 storage) are converted to `compute_dtype` on the device (offload/upcast.py)
         self.compute_dtype = compute_dtype
         self._upcast = BlockUpcast(compute_dtype, self.device) if compute_dtype is not None else None
@@ -334,9 +337,10 @@ class LayerwiseStreamer(ByteRing):
         self._build_ring()
 
     def _pack(self, packed: list[Block]) -> None:
-        self._arena = arena_fill.lay_out(packed, self.device, pin=self._pin, weights=self._weights)
+        options = self._load_options
+        self._arena = arena_fill.lay_out(packed, self.device, pin=self._pin, weights=self._weights, options=options)
         arena_fill.fill(packed, self._arena, self.device, pin=self._pin, weights=self._weights,
-                        progress=self._progress)
+                        progress=self._progress, options=options)
 
     def _build_ring(self) -> None:
         """Hooks on the streamed blocks, then their slots, filled (see `_fill_ring`)."""

@@ -7,11 +7,12 @@ from app_helpers import load, make_app, until
 
 from omni_console.engine.engine import Engine
 from omni_console.engine.events import Replanned
+from omni_console.engine.options import EngineOptions
 
 
 @pytest.fixture
 def live_engine(demo_model_dir):
-    engine = Engine(demo_model_dir, device="cpu", live_replan=True)
+    engine = Engine(demo_model_dir, device="cpu", options=EngineOptions(live_replan=True))
     yield engine
     engine.close()
 

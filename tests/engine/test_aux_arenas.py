@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine, EngineState
 from omni_console.engine.loader import load_component, load_dtype
+from omni_console.engine.options import EngineOptions
 from omni_console.engine.weights import ModelDirError
 from omni_console.offload.deferred_weights import DeferredWeights
 from omni_console.offload.policy import build_policy
@@ -138,8 +139,8 @@ def test_half_t5_keeps_transformers_dtype_rules(wan_model_dir: Path, tmp_path: P
 def test_encoders_built_beside_the_dit_reads_equal_the_ordered_load(demo_model_dir: Path) -> None:
     """The CUDA load order (encoders and VAE built on a worker while the blocks are read) gives the
     same modules, dtypes and bytes as building everything in order, and says when each part ended."""
-    ordered = Engine(demo_model_dir, device="cpu", aux_in_place=False)
-    overlapped = Engine(demo_model_dir, device="cpu", aux_in_place=True)
+    ordered = Engine(demo_model_dir, device="cpu", options=EngineOptions(aux_in_place=False))
+    overlapped = Engine(demo_model_dir, device="cpu", options=EngineOptions(aux_in_place=True))
     bus_lines = overlapped.bus.subscribe()
     ordered.load(build_policy(mode="dlo"))
     report = overlapped.load(build_policy(mode="dlo"))
@@ -197,7 +198,7 @@ def test_a_component_failing_while_read_into_arenas_fails_the_load_and_releases(
     """An encoder failing beside the DiT's reads, or the DiT failing with the encoders read into arenas."""
     root = tmp_path / "demo"
     shutil.copytree(demo_model_dir, root)
-    engine = Engine(root, device="cpu", aux_in_place=True)
+    engine = Engine(root, device="cpu", options=EngineOptions(aux_in_place=True))
     file = cut_short(root, component)
     with pytest.raises(ModelDirError, match=f"{file.name}{says}"):
         engine.load(build_policy(mode="dlo"))

@@ -18,6 +18,7 @@ from omni_console.engine.direct_load import build_deferred, read_locations
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine, EngineState
 from omni_console.engine.loader import load_component, load_dtype
+from omni_console.engine.options import EngineOptions
 from omni_console.engine.weights import ModelDirError
 from omni_console.offload.deferred_weights import DeferredWeights
 from omni_console.offload.events import EventBus, LogEvent
@@ -171,22 +172,20 @@ def test_any_header_bytes_give_locations_or_one_error(tmp_path_factory: pytest.T
     (True, 1, False, False, None, False), (True, 1, True, False, 0, False), (True, 1, False, False, 1, False),
     (False, 2 << 30, False, False, None, False), (True, 2 << 30, True, True, None, False),
     (True, 1, False, True, 0, True), (True, 1, True, True, None, True)])
-def test_outputs_match_plain_diffusers_however_the_blocks_were_read(demo_model_dir: Path, monkeypatch, direct_read,
+def test_outputs_match_plain_diffusers_however_the_blocks_were_read(demo_model_dir: Path, direct_read,
                                                                     batch_bytes, live, aux, read_ahead,
                                                                     shared) -> None:
     import diffusers
     import numpy as np
     from test_engine import oracle_image, request_for
 
-    from omni_console.engine import loader
-    from omni_console.offload import arena_fill
-
-    monkeypatch.setattr(arena_fill, "BATCH_BYTES", batch_bytes)  # 1: every block is a batch of its own
-    monkeypatch.setattr(arena_fill, "READ_AHEAD_BATCHES", read_ahead)
-    monkeypatch.setattr(loader, "SHARE_READERS", shared)  # the DiT and the encoders on one reader pool
     req = request_for("flux")
     expected = oracle_image(demo_model_dir, diffusers.FluxPipeline, req)
-    engine = Engine(demo_model_dir, device="cpu", direct_read=direct_read, live_replan=live, aux_in_place=aux)
+    options = EngineOptions(direct_read=direct_read, live_replan=live, aux_in_place=aux,
+                            batch_bytes=batch_bytes,  # 1: every block is a batch of its own
+                            read_ahead_batches=read_ahead,
+                            share_readers=shared)  # the DiT and the encoders on one reader pool
+    engine = Engine(demo_model_dir, device="cpu", options=options)
     engine.load(build_policy({"text_encoder": False}, 1))
     assert np.array_equal(np.asarray(engine.generate(req).image), expected)
     if live:

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from omni_console.engine.engine import Engine
+from omni_console.engine.options import EngineOptions
 from omni_console.engine.runner import GenerateRequest
 from omni_console.offload.address_phase import PAGE
 from omni_console.offload.policy import build_policy
@@ -100,7 +101,8 @@ def plain_small_wan(small_wan_dir: Path) -> tuple[np.ndarray, dict[str, int]]:
 def test_small_wan_matches_plain_diffusers_bit_for_bit(small_wan_dir: Path, plain_small_wan, live, policy) -> None:
     expected, expected_phases = plain_small_wan
     assert len(expected_phases) > 30 and len(set(expected_phases.values())) > 5  # the file's phases vary
-    engine = Engine(small_wan_dir, device="cpu", live_replan=live)  # live: resident blocks in buffers of their own
+    # live: resident blocks in buffers of their own
+    engine = Engine(small_wan_dir, device="cpu", options=EngineOptions(live_replan=live))
     engine.load(policy)
     phases, handles = _record_phases(engine.pipe.transformer)
     result = engine.generate(REQUEST)

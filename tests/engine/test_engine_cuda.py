@@ -16,6 +16,7 @@ import torch
 from tiny_families import FAMILY_GENERATION
 
 from omni_console.engine.engine import Engine
+from omni_console.engine.options import EngineOptions
 from omni_console.engine.runner import GenerateRequest
 from omni_console.offload.events import StagingEvent
 from omni_console.offload.pinned import pinned_bytes_held
@@ -93,7 +94,7 @@ def test_every_weight_is_read_in_place_and_pinned_exactly_once(demo_model_dir: P
 
     gc.collect()
     held_before = pinned_bytes_held()
-    engine = Engine(demo_model_dir, device="cuda", live_replan=True)
+    engine = Engine(demo_model_dir, device="cuda", options=EngineOptions(live_replan=True))
     events = engine.bus.subscribe()
     engine.load(build_policy({"text_encoder": True, "text_encoder_2": True, "vae": True}, 1))
     lines = [e.message for e in events.drain() if isinstance(e, LogEvent)]

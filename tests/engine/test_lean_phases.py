@@ -247,9 +247,10 @@ def test_after_an_oom_the_next_leaner_phase(wan_plan):
 @pytest.mark.slow
 def test_a_live_replan_switches_tiling_and_refuses_to_switch_encoder_streaming(deep_wan: Path, wan_loadable):
     from omni_console.engine.engine import Engine
+    from omni_console.engine.options import EngineOptions
     from omni_console.offload.errors import PolicyError
 
-    engine = Engine(deep_wan, device="cpu", live_replan=True)
+    engine = Engine(deep_wan, device="cpu", options=EngineOptions(live_replan=True))
     try:
         engine.load(build_policy({}, 0))
         assert not engine.pipe.vae.use_tiling

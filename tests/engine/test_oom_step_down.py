@@ -14,6 +14,7 @@ import torch
 from omni_console.engine.engine import Engine, EngineState
 from omni_console.engine.events import OomStepDown, Replanned
 from omni_console.engine.oom_guard import device_weights, lower_policy
+from omni_console.engine.options import EngineOptions
 from omni_console.engine.runner import GenerateRequest, cancel_points
 from omni_console.offload.pinned import pinned_bytes_held
 from omni_console.offload.policy import build_policy
@@ -81,7 +82,7 @@ def inside(engine: Engine, phase: str) -> torch.nn.Module:
 @pytest.mark.parametrize(("phase", "at"), [("text_encoding", 1), ("denoise", 2), ("vae_decode", 1)])
 def test_an_oom_in_each_phase_steps_down_retries_once_and_matches_an_unfaulted_run(
         demo_model_dir: Path, phase: str, at: int, device: str):
-    engine = Engine(demo_model_dir, device=device, live_replan=True)
+    engine = Engine(demo_model_dir, device=device, options=EngineOptions(live_replan=True))
     engine.load(POLICY)
     if device == "cuda":
         engine.generate(REQUEST)  # the scheduler keeps its tensors on the device between requests
@@ -107,7 +108,7 @@ def test_an_oom_in_each_phase_steps_down_retries_once_and_matches_an_unfaulted_r
 
 
 def test_a_second_oom_in_the_phase_ends_the_request_with_one_line_and_memory_released(demo_model_dir: Path):
-    engine = Engine(demo_model_dir, device="cpu", live_replan=True)
+    engine = Engine(demo_model_dir, device="cpu", options=EngineOptions(live_replan=True))
     engine.load(POLICY)
     before = level()
     fault = OomAt(engine.pipe.transformer.single_transformer_blocks[1], 1, times=2)
@@ -159,7 +160,7 @@ def test_a_decode_oom_also_asks_the_lean_phases_hook_for_a_leaner_decode(demo_mo
         return "VAE decode sliced (test double: nothing changed)"
 
     monkeypatch.setattr(oom_guard, "LEAN_DECODE", lean_decode)
-    engine = Engine(demo_model_dir, device="cpu", live_replan=True)
+    engine = Engine(demo_model_dir, device="cpu", options=EngineOptions(live_replan=True))
     engine.load(POLICY)
     fault = OomAt(inside(engine, "vae_decode"), 1)
     result = engine.generate(REQUEST)

@@ -11,6 +11,7 @@ from tiny_families import FAMILY_GENERATION
 
 from omni_console.engine.engine import Engine, EngineStateError
 from omni_console.engine.events import Replanned
+from omni_console.engine.options import EngineOptions
 from omni_console.engine.runner import GenerateRequest
 from omni_console.offload.errors import PolicyError
 from omni_console.offload.events import EventBus
@@ -44,7 +45,7 @@ SEQUENCE = [
 def test_any_sequence_of_replans_stays_bit_identical_and_moves_only_what_changes(demo_model_dir, plain_output):
     bus = EventBus()
     sub = bus.subscribe()
-    engine = Engine(demo_model_dir, device="cpu", bus=bus, live_replan=True)
+    engine = Engine(demo_model_dir, device="cpu", bus=bus, options=EngineOptions(live_replan=True))
     try:
         engine.load(SEQUENCE[0])
         assert np.array_equal(np.asarray(engine.generate(_request()).image), plain_output)
@@ -80,7 +81,7 @@ def test_replan_needs_a_live_load_the_same_mode_and_a_ready_engine(demo_model_di
             engine.replan(build_policy({}, 1))
     finally:
         engine.close()
-    live = Engine(demo_model_dir, device="cpu", live_replan=True)
+    live = Engine(demo_model_dir, device="cpu", options=EngineOptions(live_replan=True))
     try:
         live.load(build_policy({}, 0))
         with pytest.raises(PolicyError, match="new load"):
@@ -94,7 +95,7 @@ def test_replan_needs_a_live_load_the_same_mode_and_a_ready_engine(demo_model_di
 
 def test_a_live_load_keeps_what_the_forecast_says_whatever_the_policy(demo_model_dir):
     for policy in (build_policy({}, 0), build_policy({"default": False}, 6)):
-        engine = Engine(demo_model_dir, device="cpu", live_replan=True)
+        engine = Engine(demo_model_dir, device="cpu", options=EngineOptions(live_replan=True))
         try:
             engine.load(policy)
             placement = engine.placement

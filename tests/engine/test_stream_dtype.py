@@ -13,6 +13,7 @@ from test_engine import request_for
 
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
+from omni_console.engine.options import EngineOptions
 from omni_console.engine.plan import make_plan
 from omni_console.engine.stream_dtype import apply_storage_hooks, storage_leaves
 from omni_console.offload.address_phase import PAGE
@@ -48,7 +49,7 @@ def test_every_policy_matches_diffusers_layerwise_casting(demo_model_dir: Path):
     assert not np.array_equal(expected, plain_image(demo_model_dir, req))  # fp8 storage does change the image
     n = discover_model(demo_model_dir).num_dit_blocks
     for live in (False, True):
-        engine = Engine(demo_model_dir, device="cpu", live_replan=live)
+        engine = Engine(demo_model_dir, device="cpu", options=EngineOptions(live_replan=live))
         for comps, layers, placement in (({}, 0, "leading"), ({"default": False}, 1, "leading"),
                                          ({}, 2, "spread"), ({}, n, "leading")):
             engine.load(build_policy(comps, layers, "dlo", placement, stream_dtype="float8_e4m3fn"))
@@ -63,7 +64,7 @@ def test_every_policy_matches_diffusers_layerwise_casting(demo_model_dir: Path):
 def test_live_replan_keeps_fp8_and_refuses_a_dtype_change(demo_model_dir: Path):
     req = request_for("flux")
     expected = reference_image(demo_model_dir, req)
-    engine = Engine(demo_model_dir, device="cpu", live_replan=True)
+    engine = Engine(demo_model_dir, device="cpu", options=EngineOptions(live_replan=True))
     policy = build_policy({}, 0, stream_dtype="float8_e4m3fn")
     engine.load(policy)
     engine.replan(policy.with_resident_layers(3))

@@ -12,6 +12,7 @@ import torch
 from tiny_families import FAMILY_GENERATION
 
 from omni_console.engine.engine import Engine
+from omni_console.engine.options import EngineOptions
 from omni_console.engine.runner import GenerateRequest
 from omni_console.offload.policy import build_policy
 
@@ -38,7 +39,7 @@ def test_fp8_storage_matches_layerwise_casting_on_cuda(demo_model_dir: Path):
     torch.cuda.empty_cache()
     pinned: dict[str | None, int] = {}
     for live in (False, True):
-        engine = Engine(demo_model_dir, device="cuda", live_replan=live)
+        engine = Engine(demo_model_dir, device="cuda", options=EngineOptions(live_replan=live))
         for layers, slots, placement in ((0, 2, "leading"), (2, 3, "spread"), (0, 6, "leading")):
             for dtype in (None, "float8_e4m3fn"):
                 report = engine.load(build_policy({}, layers, "dlo", placement, slots, stream_dtype=dtype))

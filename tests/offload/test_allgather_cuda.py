@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from offload_toy_models import ToyModel  # noqa: E402
 
 from omni_console.offload.allgather_streamer import AllGatherStreamer  # noqa: E402
+from omni_console.offload.options import StreamOptions  # noqa: E402
 from omni_console.offload.residency import BlockResidency  # noqa: E402
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
@@ -50,8 +51,8 @@ def test_gathered_blocks_compute_exactly_as_resident_ones(nccl_group, buffers, p
     model.embed.to(DEV)
     model.out.to(DEV)
     streamer = AllGatherStreamer(model.block_lists(), DEV, residency=BlockResidency.leading(N, 0, slots),
-                                 group=nccl_group, shard_buffers=buffers, comm_priority=priority,
-                                 in_place=in_place)
+                                 group=nccl_group, stream_options=StreamOptions(
+                                     shard_buffers=buffers, comm_priority=priority, gather_in_place=in_place))
     streamer.attach()
     try:
         with torch.no_grad():
@@ -66,4 +67,5 @@ def test_gathered_blocks_compute_exactly_as_resident_ones(nccl_group, buffers, p
 
 def test_no_shard_buffers_is_refused():
     with pytest.raises(ValueError, match="shard_buffers"):
-        AllGatherStreamer(ToyModel(2, 8).block_lists(), "cpu", resident_layers=0, group=None, shard_buffers=0)
+        AllGatherStreamer(ToyModel(2, 8).block_lists(), "cpu", resident_layers=0, group=None,
+                          stream_options=StreamOptions(shard_buffers=0))

@@ -16,8 +16,9 @@ import torch.distributed as dist
 from omni_console.engine.direct_load import build_deferred
 from omni_console.engine.discovery import discover_model
 from omni_console.engine.loader import load_component, load_dtype
-from omni_console.offload import allgather_streamer, arena_fill, pinned
+from omni_console.offload import allgather_streamer, pinned
 from omni_console.offload.deferred_weights import DeferredWeights
+from omni_console.offload.options import LoadOptions
 from omni_console.offload.pinned import PAGE
 
 
@@ -65,9 +66,9 @@ def test_shards_are_page_locked_batch_by_batch_each_its_own_range(demo_model_dir
     monkeypatch.setattr(pinned.HostArena, "_register", register)
     monkeypatch.setattr(torch.cuda, "cudart", lambda: Cudart)
     monkeypatch.setattr(DeferredWeights, "submit_parts", noted_submit)
-    monkeypatch.setattr(arena_fill, "BATCH_BYTES", 1)  # a batch per block: several batches
     lists = [(a, list(getattr(dit, a))) for a in ("transformer_blocks", "single_transformer_blocks")]
-    streamer = allgather_streamer.AllGatherStreamer(lists, "cpu", group=None, weights=weights, resident_layers=0)
+    streamer = allgather_streamer.AllGatherStreamer(lists, "cpu", group=None, weights=weights, resident_layers=0,
+                                                    load_options=LoadOptions(batch_bytes=1))  # a batch per block
     streamer._pin = True  # as on CUDA
     streamer.attach()
     try:
