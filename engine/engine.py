@@ -201,7 +201,7 @@ class Engine:
                         mark("dits_built")
                         self.placement = begin_placement(self.device, self.bus, live=options.live_replan)
                         place_streamed(loading.dits, plan, self.placement, self.bus, progress=self._progress("place"),
-                                       cancel=cancel, pin=options.pin, weights=weights, group=self.group,
+                                       cancel=cancel, weights=weights, group=self.group,
                                        blocks_read=lambda: mark("dit_blocks_read"), options=options)
                         mark("dits_placed")
                         self.pipe = loading.finish()
@@ -213,7 +213,7 @@ class Engine:
                     milestones["others_built"] = loading.others_done_at - start
                 self._pin_execution_device()
                 place_others(self.pipe, plan, self.placement, self.bus, progress=self._progress("place"),
-                             cancel=cancel, pin=options.pin, weights=weights, host_arenas=arenas, options=options)
+                             cancel=cancel, weights=weights, host_arenas=arenas, options=options)
             except BaseException as exc:
                 for arena in arenas.values():
                     arena.close()

@@ -123,7 +123,7 @@ def _check_cancel(cancel: threading.Event | None) -> None:
 
 def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: EventBus, *,
                    progress: Callable[[str, int, int], None] | None = None,
-                   cancel: threading.Event | None = None, pin: bool = True,
+                   cancel: threading.Event | None = None,
                    weights: DeferredWeights | None = None, group: Any = None,
                    blocks_read: Callable[[], None] | None = None, options: EngineOptions = DEFAULT_OPTIONS) -> None:
     """Place the plan's streamed DiTs (by component name): their non-block modules on the device,
@@ -180,7 +180,7 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
         from ..offload.allgather_streamer import AllGatherStreamer
 
         streamer_cls, streamer_kwargs = AllGatherStreamer, {"group": group, "stream_options": options.stream_options}
-    placement.streamer = streamer_cls(block_lists, device, residency=plan.residency, bus=bus, pin=pin,
+    placement.streamer = streamer_cls(block_lists, device, residency=plan.residency, bus=bus, pin=options.pin,
                                       progress=on_pack, keep_masters=keep_masters, weights=weights,
                                       active=plan.active_blocks, compute_dtype=compute,
                                       load_options=options.load_options, **streamer_kwargs)
@@ -203,7 +203,7 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
 
 def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,
                  progress: Callable[[str, int, int], None] | None = None,
-                 cancel: threading.Event | None = None, pin: bool = True,
+                 cancel: threading.Event | None = None,
                  weights: DeferredWeights | None = None, host_arenas: dict[str, HostArena] | None = None,
                  options: EngineOptions = DEFAULT_OPTIONS) -> None:
     """Place every component that is not streamed: staged (a stager with a pinned master) or resident.
@@ -235,8 +235,8 @@ def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,
             placement.resident.append(info.name)
             bus.publish(LogEvent(level="info", message=f"{info.name}: resident on {device} ({comp.why})"))
         elif comp.residency == "staged" or (comp.residency == "resident" and live_aux):
-            stager = make_stager(info, module, plan, device, bus, placement.cache, pin, comp.residency == "staged",
-                                 load_options=options.load_options)
+            stager = make_stager(info, module, plan, device, bus, placement.cache, options.pin,
+                                 comp.residency == "staged", load_options=options.load_options)
             placement.stagers[info.name] = stager
             placement.undo.append(stage_around(stager, module, _methods_for(module, info.role)))
             placement.undo.append(report_execution_device(module, device))
