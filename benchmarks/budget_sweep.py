@@ -119,8 +119,9 @@ def blocks_of(model: torch.nn.Module, kind: str) -> list[tuple[str, list[torch.n
     return [(a, list(getattr(model, a))) for a in BLOCK_ATTRS[kind]]
 
 
-def time_forwards(model: torch.nn.Module, inputs: dict[str, Any], device: torch.device, iters: int,
-                  warmup: int = 2) -> tuple[float, torch.Tensor]:
+def timed_forwards(model: torch.nn.Module, inputs: dict[str, Any], device: torch.device, iters: int,
+                   warmup: int = 2) -> tuple[float, list[float], torch.Tensor]:
+    """(median seconds, every forward's seconds, the last output) of `iters` synchronized forwards."""
     with torch.no_grad():
         for _ in range(warmup):
             out = model(**inputs)[0]
@@ -131,7 +132,13 @@ def time_forwards(model: torch.nn.Module, inputs: dict[str, Any], device: torch.
             out = model(**inputs)[0]
             sync(device)
             times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
+    return statistics.median(times), times, out
+
+
+def time_forwards(model: torch.nn.Module, inputs: dict[str, Any], device: torch.device, iters: int,
+                  warmup: int = 2) -> tuple[float, torch.Tensor]:
+    step, _, out = timed_forwards(model, inputs, device, iters, warmup)
+    return step, out
 
 
 def peak_reset(device: torch.device) -> None:

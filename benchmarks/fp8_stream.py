@@ -27,7 +27,6 @@ against the resident fp8 (layerwise-casting) step. Usage:
 from __future__ import annotations
 
 import gc
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -43,7 +42,7 @@ from omni_console.offload.upcast import module_upcast
 
 from . import harness
 from .budget_sweep import BLOCK_ATTRS as KIND_ATTRS
-from .budget_sweep import MODELS
+from .budget_sweep import MODELS, timed_forwards
 from .budget_sweep import build as build_spec
 from .budget_sweep import inputs_for as spec_inputs
 from .dlo_stream import PRESETS, log, measure_bandwidth
@@ -67,23 +66,6 @@ def build(spec: dict[str, Any], device: torch.device) -> torch.nn.Module:
     return build_spec(spec, device)
 
 
-def inputs_for(spec: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    return spec_inputs(spec, device)
-
-
-def timed(model: torch.nn.Module, inputs: dict[str, Any], iters: int, device: torch.device,
-          warmup: int = 2) -> tuple[float, list[float], torch.Tensor]:
-    with torch.no_grad():
-        for _ in range(warmup):
-            out = model(**inputs)[0]
-        sync(device)
-        times = []
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            out = model(**inputs)[0]
-            sync(device)
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times), times, out
 
 
 def free(device: torch.device) -> None:
@@ -97,7 +79,7 @@ def resident(spec: dict[str, Any], inputs: dict[str, Any], iters: int, device: t
     model = build(spec, device)
     if prepare is not None:
         prepare(model)
-    step, times, out = timed(model, inputs, iters, device)
+    step, times, out = timed_forwards(model, inputs, device, iters)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     del model
     free(device)
@@ -135,7 +117,7 @@ def streamed(spec: dict[str, Any], inputs: dict[str, Any], iters: int, device: t
     attach_s = time.perf_counter() - t0
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    step, times, out = timed(model, inputs, iters, device)
+    step, times, out = timed_forwards(model, inputs, device, iters)
     stats = streamer.take_step_stats(wait=True)
     profiled = None
     if events is not None and device.type == "cuda":
@@ -143,7 +125,7 @@ def streamed(spec: dict[str, Any], inputs: dict[str, Any], iters: int, device: t
         subscription = bus.subscribe(maxlen=100_000)
         events.recording = True
         forwards = 3
-        _, _, _ = timed(model, inputs, forwards, device, warmup=0)
+        timed_forwards(model, inputs, device, forwards, warmup=0)
         events.recording = False
         pstats = streamer.take_step_stats(wait=True)
         copies = copy_times(bus, subscription)
@@ -193,7 +175,7 @@ def main() -> None:
                               "torch": torch.__version__, "diffusers": diffusers.__version__, "preset": args.preset,
                               "res": spec.get("res"), "iters": args.iters, "runs": sorted(runs),
                               "date": time.strftime("%Y-%m-%d")}
-    inputs = inputs_for(spec, device)
+    inputs = spec_inputs(spec, device)
     if device.type == "cuda":
         report["bandwidth_gbps"] = measure_bandwidth()
         bw = report["bandwidth_gbps"]["pinned_arena"] * 1e9
