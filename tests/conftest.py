@@ -99,3 +99,19 @@ def wan_loadable(monkeypatch: pytest.MonkeyPatch) -> None:
         from diffusers import WanTransformer3DModel
 
         monkeypatch.setattr(WanTransformer3DModel, "_keep_in_fp32_modules", None)
+
+
+@pytest.fixture(scope="session")
+def loading_family_dir(tmp_path_factory: pytest.TempPathFactory):
+    """family -> its tiny model directory (tests/tiny_families_loading.py), each built once per session."""
+    from tiny_families_loading import build_tiny_loading_family
+
+    root = tmp_path_factory.mktemp("loading-families")
+    built: dict[str, Path] = {}
+
+    def get(family: str) -> Path:
+        if family not in built:
+            built[family] = build_tiny_loading_family(family, root / family)
+        return built[family]
+
+    return get

@@ -342,3 +342,16 @@ def build_tiny_loading_family(family: str, path: Path, seed: int = 0) -> Path:
         save_pipeline(make(seed), tmp, class_names=layout)
 
     return atomic_build(Path(path), build, {"family": family, "seed": seed})
+
+
+def stand_in_for_ftfy(monkeypatch, *modules: str) -> None:
+    """Wan-family pipelines clean prompts with `ftfy`; without it installed plain diffusers and the engine
+    fail alike. Its `fix_text` leaves an ASCII prompt as it is, so a stand-in in `modules` is faithful."""
+    import importlib
+    import importlib.util
+    from types import SimpleNamespace
+
+    if importlib.util.find_spec("ftfy") is None:
+        for name in modules:
+            module = importlib.import_module(name)
+            monkeypatch.setattr(module, "ftfy", SimpleNamespace(fix_text=lambda text: text), raising=False)

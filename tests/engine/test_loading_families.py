@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from tiny_families_loading import LOADING_GENERATION, build_tiny_loading_family
+from tiny_families_loading import LOADING_GENERATION, stand_in_for_ftfy
 
 from omni_console.engine.engine import Engine
 from omni_console.engine.experts import blocks_per_forward
@@ -29,32 +29,9 @@ FAST = ("wan22_a14b", "wan22_ti2v", "wan22_ti2v_i2v", "sd15", "sd15_no_checker",
 SLOW = ("wan21_i2v", "hunyuan_video", "chroma", "sana", "qwen_image")
 
 
-@pytest.fixture(scope="session")
-def loading_family_dir(tmp_path_factory: pytest.TempPathFactory):
-    """family -> its tiny model directory, each built once per session."""
-    root = tmp_path_factory.mktemp("loading-families")
-    built: dict[str, Path] = {}
-
-    def get(family: str) -> Path:
-        if family not in built:
-            built[family] = build_tiny_loading_family(family, root / family)
-        return built[family]
-
-    return get
-
-
 @pytest.fixture(autouse=True)
 def wan_i2v_without_ftfy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """WanImageToVideoPipeline cleans prompts with `ftfy` unconditionally; without it installed both the
-    oracle and the engine fail alike. Its fix_text leaves an ASCII prompt as it is, so a stand-in is faithful."""
-    import importlib.util
-
-    if importlib.util.find_spec("ftfy") is None:
-        from types import SimpleNamespace
-
-        from diffusers.pipelines.wan import pipeline_wan_i2v
-
-        monkeypatch.setattr(pipeline_wan_i2v, "ftfy", SimpleNamespace(fix_text=lambda text: text), raising=False)
+    stand_in_for_ftfy(monkeypatch, "diffusers.pipelines.wan.pipeline_wan_i2v")
 
 
 @pytest.fixture(scope="module")

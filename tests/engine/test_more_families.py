@@ -11,13 +11,12 @@ streamer follows once the first forward has shown it.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from tiny_families_loading import stand_in_for_ftfy
 from tiny_families_more import LATTE_FRAMES, MORE_GENERATION, build_tiny_more_family
 
 from omni_console.engine.call_options import check_call
@@ -51,12 +50,8 @@ def more_dir(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(autouse=True)
 def without_ftfy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """SkyReels-V2 and Wan VACE clean prompts with `ftfy` (plain diffusers fails alike without it); its
-    fix_text leaves an ASCII prompt as it is, so a stand-in is faithful."""
-    if importlib.util.find_spec("ftfy") is None:
-        for name in FTFY_MODULES:
-            module = importlib.import_module(name)
-            monkeypatch.setattr(module, "ftfy", SimpleNamespace(fix_text=lambda text: text), raising=False)
+    """SkyReels-V2 and Wan VACE clean prompts with `ftfy` (plain diffusers fails alike without it)."""
+    stand_in_for_ftfy(monkeypatch, *FTFY_MODULES)
 
 
 def family_request(family: str) -> GenerateRequest:

@@ -9,15 +9,11 @@ is read from the engine's own rules.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
 from PIL import Image
-from tiny_families_loading import LOADING_GENERATION, build_tiny_loading_family
+from tiny_families_loading import LOADING_GENERATION, stand_in_for_ftfy
 
 from omni_console.engine.call_options import check_call, frames_rule
 from omni_console.engine.discovery import discover_model
@@ -36,26 +32,9 @@ CASES: dict[str, tuple[tuple[int, ...], tuple[tuple[int, int], ...]]] = {
 IMAGE_FAMILIES = ("wan22_ti2v_i2v", "wan21_i2v")
 
 
-@pytest.fixture(scope="module")
-def family_dir(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("video-rules")
-    built: dict[str, Path] = {}
-
-    def get(family: str) -> Path:
-        if family not in built:
-            built[family] = build_tiny_loading_family(family, root / family)
-        return built[family]
-
-    return get
-
-
 @pytest.fixture(autouse=True)
 def wan_i2v_without_ftfy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """WanImageToVideoPipeline cleans prompts with `ftfy`; its fix_text leaves an ASCII prompt as it is."""
-    if importlib.util.find_spec("ftfy") is None:
-        from diffusers.pipelines.wan import pipeline_wan_i2v
-
-        monkeypatch.setattr(pipeline_wan_i2v, "ftfy", SimpleNamespace(fix_text=lambda text: text), raising=False)
+    stand_in_for_ftfy(monkeypatch, "diffusers.pipelines.wan.pipeline_wan_i2v")
 
 
 def verdict(model, family: str, **fields) -> str | None:
@@ -85,8 +64,8 @@ def rendered(pipe, family: str, **overrides) -> tuple[int, ...] | None:
     return tuple(np.asarray(out.frames[0]).shape[:3])
 
 
-def test_mochi_and_hunyuan_video_frame_rules_are_stated(family_dir):
-    mochi, hunyuan = discover_model(family_dir("mochi")), discover_model(family_dir("hunyuan_video"))
+def test_mochi_and_hunyuan_video_frame_rules_are_stated(loading_family_dir):
+    mochi, hunyuan = discover_model(loading_family_dir("mochi")), discover_model(loading_family_dir("hunyuan_video"))
     assert frames_rule(mochi).step == 6 and frames_rule(hunyuan).step == 4
     assert verdict(mochi, "mochi", frames=8) == ("frames 8: MochiPipeline renders 6k+1 frames (its temporal factor "
                                                  "is 6); e.g. 7 or 13")
@@ -97,10 +76,10 @@ def test_mochi_and_hunyuan_video_frame_rules_are_stated(family_dir):
 
 @pytest.mark.slow  # one plain pipeline call per frame count and size
 @pytest.mark.parametrize("family", list(CASES))
-def test_accepted_exactly_where_diffusers_renders_as_asked(family, family_dir, wan_loadable):
+def test_accepted_exactly_where_diffusers_renders_as_asked(family, loading_family_dir, wan_loadable):
     from diffusers import DiffusionPipeline
 
-    path = family_dir(family)
+    path = loading_family_dir(family)
     model = discover_model(path)
     pipe = DiffusionPipeline.from_pretrained(path, local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
