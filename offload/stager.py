@@ -11,6 +11,7 @@ device and on the host.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import time
@@ -51,11 +52,11 @@ class _Target:
 
 @dataclass(slots=True)
 class _Group:
-    """Tensors sharing one physical storage, and the host master holding that storage's bytes."""
+    """Tensors using one byte span of a physical storage, and the host master holding those bytes."""
 
     nbytes: int
     targets: list[_Target]
-    master: torch.Tensor | None = None  # uint8, whole storage
+    master: torch.Tensor | None = None  # uint8, the span's bytes
     pinned: bool = False
     phase: int = 0  # the source storage's address modulo a page (see address_phase)
     in_place: bool = False  # the master is the source's own pinned storage (not a copy in our arena)
@@ -69,6 +70,31 @@ def _view_of(storage_u8: torch.Tensor, t: _Target) -> torch.Tensor:
         raise ValueError(f"storage base {base} is not aligned to {t.dtype}")
     out = torch.empty(0, dtype=t.dtype, device=storage_u8.device)
     return out.set_(storage_u8.untyped_storage(), base // itemsize + t.storage_offset, t.shape, t.stride)
+
+
+SPAN_ALIGN = 64  # a span starts and ends on this many bytes (every dtype's views stay aligned)
+SPAN_GAP = 4 << 20  # unused bytes between two used ranges of one storage that still share one master
+
+
+def byte_range(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes of its storage that `t` reads: [first, last + 1)."""
+    size = t.dtype.itemsize
+    start = t.storage_offset() * size
+    if t.numel() == 0:
+        return start, start
+    return start, start + (1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True))) * size
+
+
+def used_spans(ranges: list[tuple[int, int]], nbytes: int) -> list[tuple[int, int]]:
+    """The used ranges of a storage of `nbytes`, aligned and merged where they overlap or nearly touch."""
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(ranges):
+        a, b = a - a % SPAN_ALIGN, min(align_up(b, SPAN_ALIGN), nbytes)
+        if merged and a <= merged[-1][1] + SPAN_GAP:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
 
 
 def default_allocate(nbytes: int, device: torch.device) -> torch.Tensor:
@@ -131,10 +157,13 @@ class ModuleStager:
     # ------------------------------------------------------------------ snapshot
 
     def _snapshot(self, pin: bool) -> list[_Group]:
-        """Group tensors by storage and move each storage's bytes into one host master."""
+        """Group tensors by the byte span of a storage they use and move each span into one host master.
+
+        A span, not the whole storage: a component read into one host arena (engine/arena_load.py) has a
+        single storage under every weight, and a streamed encoder's stager (offload/layer_stage.py)
+        stages only the weights outside its layers, a small part of it."""
         unview_buffers(self.module)  # a view buffer's base would keep the original storage alive
-        groups: dict[Any, _Group] = {}
-        sources: dict[Any, torch.Tensor] = {}
+        by_storage: dict[Any, list[torch.Tensor]] = {}
         seen: set[int] = set()
         for t in [*self.module.parameters(), *self.module.buffers()]:
             if id(t) in seen or id(t) in self._excluded:
@@ -142,40 +171,49 @@ class ModuleStager:
             seen.add(id(t))
             if t.is_meta:
                 raise ValueError(f"{self.name}: cannot stage a meta tensor (weights not loaded)")
-            key = storage_key(t)
-            if key not in groups:
-                groups[key] = _Group(nbytes=t.untyped_storage().nbytes(), targets=[])
-                sources[key] = t
-            target = _Target(t, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
-            groups[key].targets.append(target)
-        # Storages already on the host and pinned are used in place; the rest go to one arena.
-        to_copy = [k for k, t in sources.items() if not (t.device.type == "cpu" and pin and t.is_pinned())]
-        offsets: dict[Any, int] = {}
+            by_storage.setdefault(storage_key(t), []).append(t)
+        groups: list[_Group] = []
+        sources: list[torch.Tensor] = []  # each group's bytes on the host (a uint8 view of its span)
+        for tensors in by_storage.values():
+            whole = storage_bytes(tensors[0])
+            spans = used_spans([byte_range(t) for t in tensors], whole.numel())
+            members: list[list[torch.Tensor]] = [[] for _ in spans]
+            starts = [a for a, _ in spans]
+            for t in tensors:  # the span its first byte lies in (spans are sorted and disjoint)
+                members[bisect.bisect_right(starts, byte_range(t)[0]) - 1].append(t)
+            for (start, end), inside in zip(spans, members, strict=True):
+                targets = [_Target(t, t.storage_offset() - start // t.dtype.itemsize, tuple(t.shape),
+                                   tuple(t.stride()), t.dtype) for t in inside]
+                src = whole[start:end]
+                phase = phase_of(whole.data_ptr() + start, max(t.dtype.itemsize for t in inside))
+                groups.append(_Group(nbytes=end - start, targets=targets, phase=phase))
+                sources.append(src)
+        # Spans already on the host and pinned are used in place; the rest go to one arena.
+        in_place = [t.device.type == "cpu" and pin and t.is_pinned() for t in sources]
+        offsets: dict[int, int] = {}
         cursor = 0
-        for k in to_copy:
-            offsets[k] = cursor
-            cursor = align_up(cursor + groups[k].nbytes, ALIGNMENT)
+        for i, g in enumerate(groups):
+            if not in_place[i]:
+                offsets[i] = cursor
+                cursor = align_up(cursor + g.nbytes, ALIGNMENT)
         # pinned once filled
-        self._arena = HostArena(cursor, pin=False, huge_pages=self._huge_pages) if to_copy else None
-        for k, g in groups.items():
-            g.phase = phase_of(sources[k].untyped_storage().data_ptr(), max(t.dtype.itemsize for t in g.targets))
-            src = storage_bytes(sources[k])
-            if k in offsets:
+        self._arena = HostArena(cursor, pin=False, huge_pages=self._huge_pages) if offsets else None
+        for i, g in enumerate(groups):
+            if i in offsets:
                 assert self._arena is not None
-                g.master = self._arena.tensor[offsets[k] : offsets[k] + g.nbytes]
-                g.master.copy_(src)
+                g.master = self._arena.tensor[offsets[i] : offsets[i] + g.nbytes]
+                g.master.copy_(sources[i])
             else:
-                g.master = src.detach()
+                g.master = sources[i].detach()
                 g.pinned = g.in_place = True
         if self._arena is not None:
             if pin:
                 self._arena.pin()
-            for k in offsets:
-                groups[k].pinned = self._arena.pinned
-        out = list(groups.values())
-        for g in out:
+            for i in offsets:
+                groups[i].pinned = self._arena.pinned
+        for g in groups:
             self._point_to_master(g)
-        return out
+        return groups
 
     # ------------------------------------------------------------------ load / offload
 
