@@ -86,7 +86,8 @@ def bound_allocator(device: torch.device, cap_bytes: int | None) -> float | None
     too, so the cap is in bytes whatever else runs there)."""
     if device.type != "cuda":
         return None
-    _, total = torch.cuda.mem_get_info(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()  # torch wants an index
+    _, total = torch.cuda.mem_get_info(index)
     fraction = 1.0 if cap_bytes is None else min(max(cap_bytes / total, 0.0), 1.0)
-    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
     return fraction
