@@ -171,7 +171,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
     progress.start()
     sampler.start()
     memory = RunMemory.start(engine.device, engine.device_name, flags.budget, flags.overhead)
-    stage = "load"
+    stage, failure = "load", None
     try:
         load = guard.run(engine.load, flags.policy, guard.cancel)
         stage = "generation"
@@ -181,13 +181,15 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         raise
     except Exception as exc:  # a load or run failure (a ModelDirError too: loading had begun): one line, exit 1
         what = str(exc) if isinstance(exc, OPERATOR_ERRORS) else f"{type(exc).__name__}: {exc}"
-        _fail(err, f"{stage} failed: {_one_line(what)}")
-        return EXIT_FAILED
+        failure = f"{stage} failed: {_one_line(what)}"
     finally:
         measured = memory.finish()
         sampler.close()
         progress.stop.set()
-        progress.join()
+        progress.join()  # its last lines come before the failure's, which must be the last one
+    if failure is not None:
+        _fail(err, failure)
+        return EXIT_FAILED
     engine.close()  # the frames are in host memory: release the device before writing and reporting
     guard.check()
     frames = list(result.frames) or ([result.image] if result.image is not None else [])
