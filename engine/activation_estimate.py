@@ -79,11 +79,15 @@ class PhaseEstimate:
     notes: list[str] = field(default_factory=list)
 
 
+ITEM_BYTES = dict(DTYPES.values())  # torch's dtype names (what discovery records) -> bytes per element
+
+
 def elt_bytes(component: ComponentInfo | None) -> int:
-    """Bytes per activation element: 4 for a float32 component, else 2 (fp8 storage computes in bf16)."""
+    """Bytes per activation element: 4 for a float32 component, else 2 (fp8 storage computes in bf16).
+    A component's dtypes are torch's names ("float32"), as discovery reads them from the headers."""
     if component is None or not component.dtypes:
         return 2
-    return 4 if DTYPES.get(component.dtypes[0], ("", 2))[1] >= 4 else 2
+    return 4 if ITEM_BYTES.get(component.dtypes[0], 2) >= 4 else 2
 
 
 def _patch(config: dict[str, Any]) -> tuple[int, int, int]:

@@ -45,11 +45,11 @@ def init_defaults(cls: type, **overrides: Any) -> dict[str, Any]:
 
 
 def component(root: Path, name: str, role: str, cls: str, config: dict[str, Any], nbytes: int,
-              dtype: str = "BF16", lists: tuple[BlockList, ...] = ()) -> ComponentInfo:
+              dtype: str = "bfloat16", lists: tuple[BlockList, ...] = ()) -> ComponentInfo:
     folder = root / name
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(config))
-    per = 4 if dtype == "F32" else 2
+    per = 4 if dtype == "float32" else 2  # torch's names, as discovery records them
     return ComponentInfo(name=name, role=role, library="diffusers", class_name=cls, folder=folder,  # type: ignore[arg-type]
                          files=(folder / "model.safetensors",), dtype_bytes={dtype: nbytes}, num_params=nbytes // per,
                          nbytes=nbytes, block_lists=lists)
@@ -103,7 +103,7 @@ def wan(tmp_path_factory: pytest.TempPathFactory) -> ModelInfo:
                       feed_forward_proj="gated-gelu", is_encoder_decoder=False, use_cache=False).to_dict()
     comps = (component(root, "transformer", "dit", "WanTransformer3DModel", cfg, sweep["weights_bytes"], lists=lists),
              component(root, "text_encoder", "encoder", "UMT5EncoderModel", umt5, 13_462_118_400),
-             component(root, "vae", "vae", "AutoencoderKLWan", init_defaults(AutoencoderKLWan), 507_570_124, "F32"))
+             component(root, "vae", "vae", "AutoencoderKLWan", init_defaults(AutoencoderKLWan), 507_570_124, "float32"))
     return ModelInfo(path=root, pipeline_class="WanPipeline", components=comps)
 
 
