@@ -52,6 +52,9 @@ class DecodeMeter:
     def _enter(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
         sync(self.device)
         if self.device.type == "cuda":
+            # what the denoise cached (block sizes the decode cannot reuse) goes back first, so the process's
+            # device memory in the decode is what the decode needs (measured: 14.3 GB reserved for 11.9 GB)
+            torch.cuda.empty_cache()
             before = torch.cuda.max_memory_allocated(self.device)
             self.peak_before_decode = max(self.peak_before_decode or 0, before)
             torch.cuda.reset_peak_memory_stats(self.device)
