@@ -119,10 +119,20 @@ def cli(args: argparse.Namespace, command: str, budget: str | None, cache: Path,
     if sampler is not None:
         result.update(sampler.stop())
     if proc.returncode != 0:
-        result["error"] = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+        lines = [line for line in stderr.strip().splitlines() if "kept in float32" not in line]
+        errors = [line for line in lines if line.startswith("omni-console:")]  # the one failure line
+        result["error"] = (errors or lines or [""])[-1]
+        result["stderr_tail"] = lines[-25:]
         return result
     result["doc"] = json.loads(stdout)
     return result
+
+
+def recorded_profiles(cache: Path) -> list[dict[str, Any]]:
+    """Each phase's measured bytes above the weights, as the run's profile recorded them (none after a step-down)."""
+    keys = ("size", "text_extra_bytes", "denoise_extra_bytes", "decode_extra_bytes", "forwards_per_step")
+    return [{k: doc.get(k) for k in keys} for doc in
+            (json.loads(p.read_text()) for p in sorted((cache / "profiles").glob("*.json")))]
 
 
 def summarize_plan(doc: dict[str, Any]) -> dict[str, Any]:
@@ -147,7 +157,9 @@ def summarize_run(result: dict[str, Any]) -> dict[str, Any]:
             "allocated_peak": doc["peak_allocated_bytes"], "reserved_peak": doc["telemetry"].get("torch_reserved_peak"),
             "allocator_cap": doc.get("allocator_cap_bytes"), "context_bytes": doc.get("context_bytes"),
             "steps_s": steps, "steady_step_s": statistics.median(steps[1:]) if len(steps) > 1 else steps[0],
-            "phases": doc["phases"], "oom_step_downs": doc.get("oom_step_downs", []),
+            "phases": doc["phases"], "vae_decode_peak_bytes": doc.get("vae_decode_peak_bytes"),
+            "telemetry_peaks": {k: v for k, v in doc["telemetry"].items() if k != "final"},
+            "oom_step_downs": doc.get("oom_step_downs", []),
             "forecast_check": doc.get("forecast_check")}
 
 
@@ -172,10 +184,12 @@ def one_card(args: argparse.Namespace, card: float, root: Path) -> dict[str, Any
             run = cli(args, "run", budget, cache, [], args.gpu)
             if run["returncode"] != 0:
                 record["run_error"] = run.get("error")
+                record["stderr_tail"] = run.get("stderr_tail")
                 record["run_nvml"] = {k: run.get(k) for k in ("nvml_process_peak", "nvml_device_delta_peak")}
                 log(f"{card:g} GB: run failed: {run.get('error')}")
             else:
                 record["run"] = summarize_run(run)
+                record["profiles"] = recorded_profiles(cache)
                 log(f"{card:g} GB round {round_ + 1}: measured {_gb(record['run']['measured_process_peak'])}, "
                     f"step {record['run']['steady_step_s']:.3f} s, step-downs {len(record['run']['oom_step_downs'])}")
             entry["rounds"].append(record)
@@ -238,6 +252,7 @@ def main() -> None:
             (root / "resident").mkdir()
             ref = cli(args, "run", None, root / "resident", ["--mode", "resident"], args.gpu)
             report["resident"] = summarize_run(ref) if ref["returncode"] == 0 else {"error": ref.get("error")}
+            report["resident_profiles"] = recorded_profiles(root / "resident")
             log(f"resident: {report['resident']}")
         for card in args.cards:
             report["cards"].append(one_card(args, card, root))
