@@ -63,6 +63,7 @@ def test_a_second_oom_is_one_line_exit_1_and_nothing_written(demo_model_dir: Pat
     assert main(["run", "--model", str(demo_model_dir), "--output", str(out), *FLAGS]) == 1
     captured = capsys.readouterr()
     [line] = [x for x in captured.err.splitlines() if x.startswith("omni-console:")]  # the rest is progress
+    assert captured.err.splitlines()[-1] == line  # the failure is what an operator reads last, after the progress
     assert captured.out == "" and "Traceback" not in captured.err
     assert line.startswith("omni-console: generation failed: OutOfMemoryError: out of device memory again in "
                            "denoise (transformer) after stepping down")
