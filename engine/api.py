@@ -27,17 +27,8 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
         parse_components_json,
     )
     from ..offload.process_memory import ProcessPeakMeter, bound_allocator, context_bytes
-    from ..offload.telemetry import (
-        DEFAULT_HZ,
-        HostMemory,
-        NvmlMemory,
-        Source,
-        TelemetrySampler,
-        TelemetrySnapshot,
-        TorchMemory,
-        default_sources,
-        validate_hz,
-    )
+    from ..offload.telemetry import TelemetrySampler, default_sources, validate_hz
+    from ..offload.telemetry_types import DEFAULT_HZ, HostMemory, NvmlMemory, Source, TelemetrySnapshot, TorchMemory
     from .atomic_write import publish_new, remove_pending, scratch_folder
     from .auto_budget import auto_budget
     from .bus_error import install_bus_error_line
@@ -138,16 +129,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "build_policy",
         "parse_components_json",
     ),
-    "..offload.telemetry": (
-        "DEFAULT_HZ",
-        "HostMemory",
-        "NvmlMemory",
-        "Source",
-        "TelemetrySampler",
-        "TelemetrySnapshot",
-        "TorchMemory",
-        "default_sources",
-        "validate_hz",
+    "..offload.telemetry": ("TelemetrySampler", "default_sources", "validate_hz"),
+    "..offload.telemetry_types": (
+        "DEFAULT_HZ", "HostMemory", "NvmlMemory", "Source", "TelemetrySnapshot", "TorchMemory",
     ),
     "..offload.nvml_source": ("NvmlSource", "nvml_target_for"),
     "..offload.process_memory": ("ProcessPeakMeter", "bound_allocator", "context_bytes"),
@@ -163,9 +147,8 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __package__), name)
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
+    # looked up each time, never cached here: a name patched in its own module is the one served
+    return getattr(importlib.import_module(module, __package__), name)
 
 
 def __dir__() -> list[str]:
