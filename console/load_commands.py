@@ -12,8 +12,8 @@ from concurrent.futures import Future
 from functools import partial
 from typing import TYPE_CHECKING
 
-from ..engine.loader import LoadCancelled
-from ..offload.errors import PolicyError
+from ..engine.api import LoadCancelled
+from ..engine.errors import PolicyError
 from ..offload.units import format_bytes, format_seconds
 from .command_done import CommandDone
 from .residency import residency_rows

@@ -21,11 +21,8 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, Header, ProgressBar
 
-from ...engine.events import ForecastCheck, RequestPhases, StepTiming
-from ...engine.plain_text import plain_lines
-from ...engine.plan import Plan
-from ...offload.events import Event
-from ...offload.telemetry import TelemetrySnapshot
+from ...engine.api import Plan, TelemetrySnapshot, plain_lines
+from ...engine.events import Event, ForecastCheck, RequestPhases, StepTiming
 from ..event_text import forecast_check_text
 from ..rank_stats import RankStats
 from ..widgets import AllocatorPanel, HostPanel, ResidencyPanel, StagingLog, StepTimings
