@@ -24,13 +24,14 @@ from rich.text import Text
 
 from ..engine.api import (
     DEFAULT_FPS,
-    Engine,
+    EngineHandle,
     EngineOptions,
     OffloadPolicy,
     TelemetrySampler,
     check_output_place,
     default_device,
     default_sources,
+    open_engine,
     parse_device,
     plain,
     plan_for,
@@ -134,8 +135,8 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
     if flags.budget is not None and (flags.device or default_device()).type == "cuda":
         prefer_expandable_segments()  # before CUDA's allocator starts (run_memory)
     # with a budget, live re-plan: an out-of-memory step-down can then move resident blocks (oom_guard)
-    engine = guard.run(lambda: Engine(model_path, device=flags.device, variant=args.variant,
-                                      options=EngineOptions(live_replan=flags.budget is not None)))
+    engine = guard.run(lambda: open_engine(model_path, device=flags.device, variant=args.variant,
+                                           options=EngineOptions(live_replan=flags.budget is not None)))
     try:
         plan = engine.make_plan(flags.policy)  # policy against the model, before anything is allocated
         steps = schedule_steps(args.steps, flags.options.params)  # a sigmas/timesteps list sets the count
@@ -168,7 +169,7 @@ def _lean_lines(forecast: Any, say: bool) -> list[str]:
     return lines
 
 
-def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Engine, plan: Any,
+def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: EngineHandle, plan: Any,
                           run: CheckedRun, guard: InterruptGuard) -> int:
     err = Console(stderr=True)
     progress = _Progress(engine.bus.subscribe(), err, muted=lambda: guard.interrupted, lock=guard.output_lock)
