@@ -80,3 +80,17 @@ def test_the_console_imports_below_it_only_through_the_front_door_type_checking_
                     seen.append(module)
                     assert module in allowed, f"{path.name}:{node.lineno} imports {module}"
     assert {"engine.api", "engine.events"} <= set(seen)
+
+
+def test_plan_for_is_plan_then_budget_then_forecast_then_ranks(demo_model_dir: Path) -> None:
+    from omni_console.engine.auto_plan import auto_plan_for
+    from omni_console.engine.rank_forecast import rank_forecast_for
+    from omni_console.engine.request_forecast import forecast_for
+
+    model = api.discover_model(demo_model_dir)
+    size, layout, budget = api.RequestSize(height=64, width=64), RankLayout(2, True), model.nbytes * 2
+    done = api.plan_for(model, api.build_policy(), budget, size, "cpu", layout)
+    auto = auto_plan_for(api.make_plan(model, api.build_policy()), budget, size, "cpu")
+    assert done.plan == auto.plan and done.reasons == auto.reasons and done.overhead == auto.overhead
+    assert done.forecast == forecast_for(auto.plan, size, "cpu")
+    assert done.ranks == rank_forecast_for(auto.plan, layout, done.forecast, size, "cpu")
