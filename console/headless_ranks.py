@@ -26,12 +26,12 @@ from rich.table import Table
 from rich.text import Text
 
 from ..engine.api import (
-    Engine,
     RankFailed,
     RankGroup,
     RankLayout,
     check_experts,
     default_device,
+    open_engine,
     plain,
     plan_for,
     write_result,
@@ -89,7 +89,7 @@ def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayou
     if flags.budget is not None:
         raise ConfigError("--vram-budget with --gpus: plan one rank's budget with `plan --gpus`, then pass its policy")
     model_path = resolve_model_path(args.model)
-    probe = Engine(model_path, device="cpu", variant=args.variant)  # discovery only: nothing loads here
+    probe = open_engine(model_path, device="cpu", variant=args.variant)  # discovery only: nothing loads here
     plan_for(probe, flags.policy, layout=layout, forecast=False)  # the policy, then the layout, checked
     check_experts(layout, probe.model)
     request = default_request(probe, prompt=args.prompt, steps=args.steps, height=args.height, width=args.width,
