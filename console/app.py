@@ -39,16 +39,23 @@ from textual.notifications import Notify
 from textual.screen import Screen
 from textual.timer import Timer
 
-from ..engine.engine import Engine
+from ..engine.api import (
+    DEFAULT_HZ,
+    EngineHandle,
+    EngineWorker,
+    GenerateRequest,
+    OffloadPolicy,
+    Plan,
+    RequestSize,
+    Source,
+    TelemetrySampler,
+    TelemetrySnapshot,
+    default_sources,
+    plain,
+    plain_lines,
+    vllm_serve_command,
+)
 from ..engine.errors import ConfigError
-from ..engine.export import vllm_serve_command
-from ..engine.plain_text import plain, plain_lines
-from ..engine.plan import Plan
-from ..engine.request_profile import RequestSize
-from ..engine.runner import GenerateRequest
-from ..engine.worker import EngineWorker
-from ..offload.policy import OffloadPolicy
-from ..offload.telemetry import DEFAULT_HZ, Source, TelemetrySampler, TelemetrySnapshot, default_sources
 from ..offload.units import format_seconds
 from ..themes import CSS_PATH, DEFAULT_THEME, THEMES, register_themes
 from .bandwidth import measure_h2d_bandwidth
@@ -114,7 +121,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
 
     def __init__(
         self,
-        engine: Engine,
+        engine: EngineHandle,
         policy: OffloadPolicy,
         *,
         sampler: TelemetrySampler | None = None,
@@ -377,7 +384,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(help_sections(self.BINDINGS, self.COMMAND_PALETTE_BINDING,
-                                                      self.get_key_display, getattr(self.engine, "world", 1))))
+                                                      self.get_key_display, self.engine.world)))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """Textual's commands without its "Keys" panel: "Help" (?) lists every key, one place for it."""

@@ -27,15 +27,13 @@ from ..engine.errors import ConfigError
 from .startup_frame import StartupSignal, startup_frame
 
 if TYPE_CHECKING:  # torch: imported while the start-up frame is shown, not before it
-    from ..engine.engine import Engine
-    from ..engine.group_engine import GroupEngine
-    from ..engine.rank_layout import RankLayout
+    from ..engine.api import EngineHandle, RankLayout
 
 
 def build_app(args: argparse.Namespace, step: Callable[[str], None] = lambda text: None):
     """The configured app (raises ConfigError for anything invalid); the CLI runs it. `step` is told what
     loads next (the start-up frame shows it)."""
-    from ..offload.telemetry import validate_hz
+    from ..engine.api import validate_hz
     from .args import budget_from_args, layout_from_args, policy_from_args
 
     step("checking the flags")
@@ -58,38 +56,33 @@ def build_app(args: argparse.Namespace, step: Callable[[str], None] = lambda tex
     step("reading the model (headers only)")
     engine = _engine_for(args, layout)
     step("planning and building the console")
+    from ..engine.api import RequestSize, plan_for
     from .app import OmniConsoleApp
 
     try:
-        plan = engine.make_plan(policy)  # post-discovery checks (DiT names, resident layers > blocks)
-        if budget is not None:  # the planner's choice becomes the starting policy; nothing fits: exit 2
-            from ..engine.auto_plan import auto_plan_for
-            from ..engine.request_profile import RequestSize
-
-            policy = auto_plan_for(plan, budget, RequestSize(), engine.device_name).plan.policy
+        # post-discovery checks (DiT names, resident layers > blocks); with a budget the planner's choice
+        # (for the pipeline's default request) becomes the starting policy; nothing fits: exit 2
+        planned = plan_for(engine, policy, budget, RequestSize(), forecast=False)
+        if budget is not None:
+            policy = planned.plan.policy
         return OmniConsoleApp(engine, policy, theme=args.theme, telemetry_hz=hz)
     except BaseException:
         engine.close()
         raise
 
 
-def _engine_for(args: argparse.Namespace, layout: RankLayout) -> Engine | GroupEngine:
+def _engine_for(args: argparse.Namespace, layout: RankLayout) -> EngineHandle:
     """One GPU: the in-process engine, loaded for live re-plan. Several: a rank group (its processes
     start when the operator loads)."""
+    from ..engine.api import EngineOptions, open_engine
     from .args import resolve_model_path
 
     if not layout.distributed:
-        from ..engine.engine import Engine
-        from ..engine.options import EngineOptions
-
-        return Engine(resolve_model_path(args.model), variant=args.variant, options=EngineOptions(live_replan=True))
-    import torch
+        return open_engine(resolve_model_path(args.model), variant=args.variant,
+                           options=EngineOptions(live_replan=True))
     from platformdirs import user_log_path
 
-    from ..engine.group_engine import GroupEngine
-
-    kind = "cuda" if torch.cuda.is_available() else "cpu"
-    return GroupEngine(resolve_model_path(args.model), layout, device_kind=kind, variant=args.variant,
+    return open_engine(resolve_model_path(args.model), layout=layout, variant=args.variant,
                        log_dir=user_log_path("omni-console"))  # the app owns the terminal: not the ranks' output
 
 
@@ -121,7 +114,7 @@ def quit_on_signals(app) -> Iterator[None]:
 def exit_now(code: int) -> NoReturn:
     """End the process without waiting for the engine thread (see the module docstring); an image
     or video still being written on that thread leaves no temporary file (`remove_pending`)."""
-    from ..engine.atomic_write import remove_pending
+    from ..engine.api import remove_pending
 
     remove_pending()
     for stream in (sys.stdout, sys.stderr):

@@ -9,15 +9,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..engine.rank_layout import RankLayout, rank_layout
-from ..offload.policy import LEAN_FIELDS, OffloadPolicy, build_policy, parse_components_json
+from ..engine.api import LEAN_FIELDS, OffloadPolicy, RankLayout, build_policy, parse_components_json, rank_layout
 
 
 def resolve_model_path(model: Path | None) -> Path:
     """`--model`, else the embedded demo model (built into the cache on first use)."""
     if model is not None:
         return model
-    from ..engine.demo_model import ensure_demo_model  # builds a model: only when no --model is given
+    from ..engine.api import ensure_demo_model  # builds a model: only when no --model is given
 
     return ensure_demo_model()
 
@@ -45,7 +44,7 @@ def parse_budget(text: str, device: str | None, flag: str = "--vram-budget") -> 
     """A size (`size_arg.parse_size`), or `auto`: what `device` has free now less a margin
     (`engine.auto_budget`, its note the plan's first line); `auto` on a CPU is one line, exit 2."""
     if text.strip().lower() == "auto":
-        from ..engine.auto_budget import auto_budget
+        from ..engine.api import auto_budget
 
         return auto_budget(device, f"{flag} auto")
     from .size_arg import parse_size
@@ -56,7 +55,7 @@ def parse_budget(text: str, device: str | None, flag: str = "--vram-budget") -> 
 def layout_from_args(args: argparse.Namespace) -> RankLayout:
     """`--gpus`, `--dlo-use-allgather` / `--dlo-no-use-allgather` and `--parallel`, checked against the flags
     and the devices `--device` (or its default) has, before anything loads (ConfigError, one line)."""
-    from ..engine.rank_checks import check_rank_devices
+    from ..engine.api import check_rank_devices
 
     layout = rank_layout(getattr(args, "gpus", None), getattr(args, "dlo_use_allgather", None),
                          getattr(args, "parallel", None))

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from ..offload.events import StagingEvent
+from ..engine.events import StagingEvent
 
 MEASURE_BYTES = 256 * 1024 * 1024
 REPEATS = 4

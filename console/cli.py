@@ -14,10 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from ..engine.api import DEFAULT_HZ, LEAN_MODES, plain
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
-from ..engine.plain_text import plain
-from ..offload.policy import LEAN_MODES
-from ..offload.telemetry_types import DEFAULT_HZ
 
 SUBCOMMANDS = ("console", "plan", "run", "demo-model")
 EXIT_USAGE = 2
@@ -227,11 +225,7 @@ def _check_plan_flags(args: argparse.Namespace) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from ..engine.discovery import discover_model
-    from ..engine.export import plan_to_dict
-    from ..engine.plan import make_plan
-    from ..engine.request_forecast import forecast_for
-    from ..engine.request_profile import RequestSize, device_name_for_plan
+    from ..engine.api import RequestSize, device_name_for_plan, discover_model, plan_for, plan_to_dict
     from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
 
     policy = policy_from_args(args)  # build-time checks first: no disk access for a bad flag
@@ -245,24 +239,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from .run_request import check_plan_size  # the pipeline's call signature: imports torch and diffusers
 
         check_plan_size(model, args.height, args.width, args.frames)  # as `run` would refuse it
-    plan = make_plan(model, policy)
-    if layout.distributed:
-        from ..engine.rank_checks import check_parallel
-
-        check_parallel(layout, plan.model.pipeline_class)
     device = device_name_for_plan(args.device)
-    reasons: list[str] = []
-    if budget is not None:
-        from ..engine.auto_plan import auto_plan_for
-
-        auto = auto_plan_for(plan, budget, size, device)
-        plan, reasons = auto.plan, auto.reasons
-    forecast = forecast_for(plan, size, device)
-    ranks = None
-    if layout.distributed:
-        from ..engine.rank_forecast import rank_forecast_for
-
-        ranks = rank_forecast_for(plan, layout, forecast, size, device)
+    planned = plan_for(model, policy, budget, size, device, layout)  # the layout checked, then the budget
+    plan, forecast, reasons, ranks = planned.plan, planned.forecast, planned.reasons, planned.ranks
     if args.json:
         print(json.dumps(plan_to_dict(plan, forecast, device, budget, reasons, ranks), indent=2))
     else:
@@ -273,8 +252,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_demo_model(args: argparse.Namespace) -> int:
-    from ..engine.demo_model import build_demo_model
-    from ..engine.request_checks import SEED_MAX
+    from ..engine.api import SEED_MAX, build_demo_model
 
     if not 0 <= args.seed <= SEED_MAX:
         raise ConfigError(f"--seed {str(args.seed)[:40]}: must be between 0 and 2**64-1 ({SEED_MAX})")
@@ -305,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .interrupts import EXIT_INTERRUPTED, INTERRUPTED_LINE, Interrupted
 
     if argv is None and _normalise_argv(sys.argv[1:])[0] != "console":  # the command line, not the app
-        from ..engine.bus_error import install_bus_error_line
+        from ..engine.api import install_bus_error_line
 
         install_bus_error_line()
     for stream in (sys.stdout, sys.stderr):  # PYTHONIOENCODING=ascii: "→" and names print escaped, never raise

@@ -27,20 +27,26 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..engine.api import TelemetrySnapshot
 from ..engine.events import (
+    CacheDecision,
     EngineStateChanged,
+    ErrorEvent,
+    Event,
     ExpertSwitched,
     ForecastCheck,
     LoadProgress,
+    LogEvent,
+    OomRetry,
     OomStepDown,
     Replanned,
     RequestFinished,
     RequestPhases,
     RequestStarted,
+    StagingEvent,
     StepTiming,
+    TelemetryEvent,
 )
-from ..offload.events import CacheDecision, ErrorEvent, Event, LogEvent, OomRetry, StagingEvent, TelemetryEvent
-from ..offload.telemetry import TelemetrySnapshot
 from ..offload.units import format_seconds
 from .bandwidth import ObservedBandwidth
 from .event_text import loading_line

@@ -9,19 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..engine.api import plain
 from ..engine.events import (
     BlockOrderCorrected,
+    CacheDecision,
     EngineStateChanged,
+    ErrorEvent,
+    Event,
     ExpertSwitched,
     ForecastCheck,
     LoadProgress,
+    LogEvent,
+    OomRetry,
     OomStepDown,
     Replanned,
     RequestPhases,
+    StagingEvent,
     StepTiming,
 )
-from ..engine.plain_text import plain
-from ..offload.events import CacheDecision, ErrorEvent, Event, LogEvent, OomRetry, StagingEvent
 from ..offload.units import format_bytes, format_seconds
 from .theme_colors import resolve_default
 

@@ -17,10 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..engine.call_options import accepted_options, call_signature, check_call, option_parameter
-from ..engine.discovery import ModelInfo
-from ..engine.request_checks import check_request
-from ..engine.runner import GenerateRequest
+from ..engine.api import (
+    GenerateRequest,
+    ModelInfo,
+    accepted_options,
+    call_signature,
+    check_call,
+    check_request,
+    option_parameter,
+)
 
 MakeRequest = Callable[..., GenerateRequest]
 """`default_request`-like: keyword prompt, steps, height, width, seed, guidance → a full request."""

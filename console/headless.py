@@ -22,18 +22,27 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..engine.device_choice import parse_device
-from ..engine.engine import Engine, default_device
+from ..engine.api import (
+    DEFAULT_FPS,
+    EngineHandle,
+    EngineOptions,
+    OffloadPolicy,
+    TelemetrySampler,
+    check_output_place,
+    default_device,
+    default_sources,
+    open_engine,
+    parse_device,
+    plain,
+    plan_for,
+    request_size,
+    schedule_steps,
+    validate_hz,
+    write_notes,
+    write_result,
+)
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
-from ..engine.events import EngineStateChanged
-from ..engine.options import EngineOptions
-from ..engine.outputs import DEFAULT_FPS, check_output_place, write_notes, write_result
-from ..engine.plain_text import plain
-from ..engine.profiler import request_size
-from ..engine.request_limits import schedule_steps
-from ..offload.events import ErrorEvent, Subscription
-from ..offload.policy import OffloadPolicy
-from ..offload.telemetry import TelemetrySampler, default_sources, validate_hz
+from ..engine.events import EngineStateChanged, ErrorEvent, Subscription
 from ..offload.units import format_bytes, format_rate, format_seconds
 from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
 from .event_text import PHASE_LABELS, progress_line
@@ -126,8 +135,8 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
     if flags.budget is not None and (flags.device or default_device()).type == "cuda":
         prefer_expandable_segments()  # before CUDA's allocator starts (run_memory)
     # with a budget, live re-plan: an out-of-memory step-down can then move resident blocks (oom_guard)
-    engine = guard.run(lambda: Engine(model_path, device=flags.device, variant=args.variant,
-                                      options=EngineOptions(live_replan=flags.budget is not None)))
+    engine = guard.run(lambda: open_engine(model_path, device=flags.device, variant=args.variant,
+                                           options=EngineOptions(live_replan=flags.budget is not None)))
     try:
         plan = engine.make_plan(flags.policy)  # policy against the model, before anything is allocated
         steps = schedule_steps(args.steps, flags.options.params)  # a sigmas/timesteps list sets the count
@@ -136,34 +145,31 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
                                   negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,
                                   image=args.image, params=flags.options.params)
         run = checked_request(engine.model, request, flags.options, args.output, overwrite=args.overwrite)
-        if flags.budget is not None:  # before load: nothing fits is one line and exit 2
-            from ..engine.auto_plan import auto_plan_for
-
-            auto = auto_plan_for(plan, flags.budget, request_size(run.request), engine.device_name)
-            plan = auto.plan
-            flags = replace(flags, policy=plan.policy, overhead=auto.overhead)
-            flags.reasons.extend(auto.reasons)
-            for line in auto.reasons:  # stderr, like all progress: stdout holds only the report
+        # with a budget, before load: nothing fits is one line and exit 2
+        planned = plan_for(engine, plan, flags.budget, request_size(run.request))
+        plan = planned.plan
+        if planned.auto is not None:
+            flags = replace(flags, policy=plan.policy, overhead=planned.auto.overhead)
+            flags.reasons.extend(planned.reasons)
+            for line in planned.reasons:  # stderr, like all progress: stdout holds only the report
                 Console(stderr=True).print(plain(f"--vram-budget: {line}"), markup=False, highlight=False)
-        flags.lean.extend(_lean_lines(plan, request_size(run.request), engine.device_name, flags.budget is None))
+        flags.lean.extend(_lean_lines(planned.forecast, flags.budget is None))
         guard.check()
         return _load_generate_report(args, flags, engine, plan, run, guard)
     finally:
         engine.close()
 
 
-def _lean_lines(plan: Any, size: Any, device: str, say: bool) -> list[str]:
-    """The lean phases the plan applies, each with its cost; printed (stderr) unless the budget's
-    reasons already said them."""
-    from ..engine.request_forecast import forecast_for
-
-    lines = [c.line for c in forecast_for(plan, size, device).lean]
+def _lean_lines(forecast: Any, say: bool) -> list[str]:
+    """The lean phases the plan applies (its forecast's), each with its cost; printed (stderr) unless
+    the budget's reasons already said them."""
+    lines = [c.line for c in forecast.lean]
     for line in lines if say else ():
         Console(stderr=True).print(plain(f"lean phase: {line}"), markup=False, highlight=False)
     return lines
 
 
-def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Engine, plan: Any,
+def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: EngineHandle, plan: Any,
                           run: CheckedRun, guard: InterruptGuard) -> int:
     err = Console(stderr=True)
     progress = _Progress(engine.bus.subscribe(), err, muted=lambda: guard.interrupted, lock=guard.output_lock)

@@ -25,14 +25,19 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..engine.engine import Engine, default_device
+from ..engine.api import (
+    RankFailed,
+    RankGroup,
+    RankLayout,
+    check_experts,
+    default_device,
+    open_engine,
+    plain,
+    plan_for,
+    write_result,
+)
 from ..engine.errors import ConfigError
-from ..engine.outputs import write_result
-from ..engine.plain_text import plain
-from ..engine.rank_checks import check_experts, check_parallel
-from ..engine.rank_group import RankFailed, RankGroup
-from ..engine.rank_layout import RankLayout
-from ..offload.events import Event
+from ..engine.events import Event
 from ..offload.units import format_bytes, format_seconds
 from .args import resolve_model_path
 from .event_text import progress_line
@@ -84,9 +89,8 @@ def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayou
     if flags.budget is not None:
         raise ConfigError("--vram-budget with --gpus: plan one rank's budget with `plan --gpus`, then pass its policy")
     model_path = resolve_model_path(args.model)
-    probe = Engine(model_path, device="cpu", variant=args.variant)  # discovery only: nothing loads here
-    probe.make_plan(flags.policy)
-    check_parallel(layout, probe.model.pipeline_class)
+    probe = open_engine(model_path, device="cpu", variant=args.variant)  # discovery only: nothing loads here
+    plan_for(probe, flags.policy, layout=layout, forecast=False)  # the policy, then the layout, checked
     check_experts(layout, probe.model)
     request = default_request(probe, prompt=args.prompt, steps=args.steps, height=args.height, width=args.width,
                               seed=args.seed, guidance=args.guidance, frames=args.frames,

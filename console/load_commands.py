@@ -12,8 +12,8 @@ from concurrent.futures import Future
 from functools import partial
 from typing import TYPE_CHECKING
 
-from ..engine.loader import LoadCancelled
-from ..offload.errors import PolicyError
+from ..engine.api import LoadCancelled
+from ..engine.errors import PolicyError
 from ..offload.units import format_bytes, format_seconds
 from .command_done import CommandDone
 from .residency import residency_rows
@@ -43,7 +43,7 @@ class LoadCommands:
         # fresh panels per load; it collects events until shown
         self.live_screen = LiveScreen(on_cpu=not self.device_info.is_cuda, history=self.router.telemetry_history,
                                       residency=partial(residency_rows, self.engine),
-                                      live_policy=self.engine.live_replan)
+                                      live_policy=self.engine.live_replan, world=self.engine.world)
         self.live_screen.show_plan(plan)
         self.router.start_load(self.live_screen)
         self.plan_screen.load_started()

@@ -21,8 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..engine.atomic_write import publish_new, scratch_folder
-from ..engine.outputs import check_output, write_result
+from ..engine.api import check_output, publish_new, scratch_folder, write_result
 
 MAX_SUFFIX = 1000
 """Collisions tried within one second before giving up (a real directory never gets near)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..engine.request_forecast import RequestForecast
+from ..engine.api import RequestForecast, plan_for
 from ..offload.units import format_bytes
 from .command_done import CommandDone
 from .plan_context import LinkInfo, header_text, link_info
@@ -45,16 +45,14 @@ class PlanCommands:
         if self.phase not in ("plan", "live"):
             self.say("the policy is read-only while the model is loading or unloading", "warning")
             return
-        device = getattr(self.engine, "device", None)
-        self.push_screen(BudgetDialog(device=str(device) if device is not None else None), self._plan_for_budget)
+        self.push_screen(BudgetDialog(device=str(self.engine.device)), self._plan_for_budget)
 
     def _plan_for_budget(self: OmniConsoleApp, budget: int | None) -> None:
         if budget is None:
             return
-        from ..engine.auto_plan import auto_plan_for
-
         plan, size, bandwidth = self.plan, self.request_size, self.bandwidth
-        future = self.worker.call(lambda engine: auto_plan_for(plan, budget, size, engine.device_name, bandwidth))
+        future = self.worker.call(lambda engine: plan_for(engine, plan, budget, size, bandwidth=bandwidth,
+                                                          forecast=False))
         self.say(f"planning for {format_bytes(budget)}…", timeout=2)
         future.add_done_callback(lambda f: self._post_from_worker(CommandDone("budget", f)))
 
@@ -63,9 +61,9 @@ class PlanCommands:
         if exc is not None:
             self.say(str(exc), "error")
             return
-        auto = message.future.result()
-        if self.action_edit("policy", auto.plan.policy):
-            self.say("\n".join([f"VRAM budget {format_bytes(auto.budget)}:", *auto.reasons]), timeout=12)
+        planned = message.future.result()
+        if self.action_edit("policy", planned.plan.policy):
+            self.say("\n".join([f"VRAM budget {format_bytes(planned.auto.budget)}:", *planned.reasons]), timeout=12)
 
     def _live_edit(self: OmniConsoleApp, what: str, value: object) -> bool:
         if what == "mode":

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..engine.discovery import ModelInfo
-from ..offload.telemetry import TelemetrySnapshot
+from ..engine.api import ModelInfo, TelemetrySnapshot
 from ..offload.units import format_bytes
 from .device_info import DeviceInfo
 

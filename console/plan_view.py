@@ -27,13 +27,19 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..engine.export import vllm_flags, vllm_gaps, vllm_python_call, vllm_serve_command
-from ..engine.fp8_names import storage_note
-from ..engine.plain_text import plain
-from ..engine.plan import ComponentPlan, Plan
-from ..engine.rank_forecast import RankForecast
-from ..engine.rank_layout import RankLayout
-from ..engine.request_forecast import RequestForecast
+from ..engine.api import (
+    ComponentPlan,
+    Plan,
+    RankForecast,
+    RankLayout,
+    RequestForecast,
+    plain,
+    storage_note,
+    vllm_flags,
+    vllm_gaps,
+    vllm_python_call,
+    vllm_serve_command,
+)
 from ..offload.units import format_bytes, format_rate
 from .table_fit import fit_widths
 from .theme_colors import default_variables, resolve

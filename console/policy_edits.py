@@ -9,11 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..engine.discovery import ModelInfo
-from ..engine.experts import blocks_per_forward
-from ..engine.plan import Plan
-from ..offload.errors import PolicyError
-from ..offload.policy import DEFAULT_KEY, OffloadPolicy, build_policy
+from ..engine.api import DEFAULT_KEY, ModelInfo, OffloadPolicy, Plan, blocks_per_forward, build_policy
+from ..engine.errors import PolicyError
 
 DIT_REFUSAL = "{name} is a DiT: DLO always owns DiT offload (use +/- for resident layers)"
 UNET_REFUSAL = "{name} is a UNet: DLO streams its blocks as it does a DiT's (use +/- for resident blocks)"

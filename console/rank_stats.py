@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..engine.api import TelemetrySnapshot
 from ..engine.events import StepTiming
-from ..offload.telemetry import TelemetrySnapshot
 
 
 @dataclass

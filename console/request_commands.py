@@ -12,10 +12,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..engine.engine import EngineState
-from ..engine.profiler import request_size
-from ..engine.runner import GenerateRequest, RequestCancelled, total_steps_of
-from ..offload.events import LogEvent
+from ..engine.api import EngineState, GenerateRequest, RequestCancelled, request_size, total_steps_of
+from ..engine.events import LogEvent
 from . import request_outcome
 from .command_done import CommandDone
 from .generate_form import RequestForm, expected_frames

@@ -6,20 +6,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..engine.engine import Engine
-from ..engine.request_forecast import RequestForecast
-from ..engine.runner import GenerateRequest
+from ..engine.api import EngineHandle, GenerateRequest, RequestForecast
 from ..offload.units import format_seconds
 
 
-def default_request(engine: Engine, *, prompt: str, steps: int | None = None, height: int | None = None,
+def default_request(engine: EngineHandle, *, prompt: str, steps: int | None = None, height: int | None = None,
                     width: int | None = None, seed: int = 0, guidance: float | None = None,
                     frames: int | None = None, negative_prompt: str | None = None,
                     max_sequence_length: int | None = None, image: Path | None = None,
                     params: dict[str, Any] | None = None) -> GenerateRequest:
     """A request; for the demo model, unset fields take the demo's working defaults (64 px, 2 steps).
     Fields left None are not sent: the pipeline's own default applies."""
-    from ..engine.demo_model import DEMO_GENERATION, is_demo_model
+    from ..engine.api import DEMO_GENERATION, is_demo_model
 
     extra: dict[str, Any] = {}
     if is_demo_model(engine.model.path):
@@ -41,10 +39,9 @@ CPU_FRAMES = 9
 pipeline's own defaults (LTX: 704x512, 161 frames, 50 steps) take hours; the operator can raise them."""
 
 
-def small_request(engine: Engine, prompt: str) -> GenerateRequest:
+def small_request(engine: EngineHandle, prompt: str) -> GenerateRequest:
     """The dialog's first request on a CPU: the pipeline's defaults, capped to a small size."""
-    from ..engine.call_options import frames_rule
-    from ..engine.runner import total_steps_of
+    from ..engine.api import frames_rule, total_steps_of
 
     request = default_request(engine, prompt=prompt)
     pipe = engine.pipe
@@ -60,7 +57,7 @@ def small_request(engine: Engine, prompt: str) -> GenerateRequest:
                    width=min(width, CPU_SIDE) if width else CPU_SIDE, frames=frames)
 
 
-def _pipeline_default(engine: Engine, name: str) -> int | None:
+def _pipeline_default(engine: EngineHandle, name: str) -> int | None:
     """The pipeline's own default size, from its config (`default_sample_size` × the VAE's scale) when it
     has one; None when the pipeline decides at call time."""
     pipe = engine.pipe

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..engine.engine import GenerateResult
-from ..offload.events import ErrorEvent, Event, LogEvent
+from ..engine.api import GenerateResult
+from ..engine.events import ErrorEvent, Event, LogEvent
 from ..offload.units import format_seconds
 
 Severity = Literal["information", "warning", "error"]

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from ..engine.documents import Document, PolicyDoc
+from ..engine.api import Document, PolicyDoc
 
 RUN_REPORT_SCHEMA = "omni-console.run-report/1"
 

@@ -16,14 +16,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..engine.call_options import call_signature, check_call, check_shape, option_parameter
-from ..engine.discovery import ModelInfo
+from ..engine.api import (
+    GenerateRequest,
+    ModelInfo,
+    OutputTarget,
+    call_signature,
+    check_call,
+    check_limits,
+    check_output,
+    check_request,
+    check_shape,
+    option_parameter,
+    pipeline_class,
+    pipeline_init_values,
+)
 from ..engine.errors import ConfigError
-from ..engine.loader import pipeline_class, pipeline_init_values
-from ..engine.outputs import OutputTarget, check_output
-from ..engine.request_checks import check_request
-from ..engine.request_limits import check_limits
-from ..engine.runner import GenerateRequest
 
 REQUEST_FLAGS = {"steps": "--steps", "height": "--height", "width": "--width", "seed": "--seed",
                  "guidance": "--guidance"}
@@ -41,7 +48,7 @@ class OptionFlags:
 
 def parse_params(texts: Sequence[str]) -> dict[str, Any]:
     """`--param KEY=VALUE` flags → {key: typed value}; a key given twice is refused (which one would win?)."""
-    from ..engine.call_options import parse_param
+    from ..engine.api import parse_param
 
     params: dict[str, Any] = {}
     for text in texts:

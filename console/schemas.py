@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from ..engine.documents import PlanDocument
+from ..engine.api import PlanDocument
 from .run_report import RunReport
 
 SCHEMAS: dict[str, type[BaseModel]] = {

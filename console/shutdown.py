@@ -13,8 +13,7 @@ import gc
 from concurrent.futures import Future
 from typing import Any
 
-from ..engine.worker import EngineWorker
-from ..offload.telemetry import TelemetrySampler
+from ..engine.api import EngineWorker, TelemetrySampler
 
 SAMPLER_STOP_S = 0.3
 

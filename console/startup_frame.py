@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from typing import TextIO
 
-from ..engine.plain_text import plain
+from ..engine.api import plain
 
 ENTER = "\x1b[?1049h\x1b[?25l\x1b[H\x1b[2J"  # alternate screen, cursor hidden, cleared
 LEAVE = "\x1b[?25h\x1b[?1049l"  # cursor shown, main screen back

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..offload.telemetry import HostMemory, NvmlMemory, TelemetrySnapshot, TorchMemory
+from ..engine.api import HostMemory, NvmlMemory, TelemetrySnapshot, TorchMemory
 from ..offload.units import NA, format_bytes, format_rate
 
 UNITS_NOTE = "GB = 10^9 bytes"

@@ -15,26 +15,25 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..offload.deferred_weights import DeferredWeights
-from ..offload.events import ErrorEvent, EventBus, LogEvent
+from ..offload.events import EventBus, LogEvent
 from ..offload.pinned import HostArena, register_seconds_total
 from ..offload.policy import OffloadPolicy
 from .call_options import default_fps
 from .discovery import ModelInfo, discover_model
 from .events import (
-    EngineStateChanged,
     LoadProgress,
     Replanned,
     RequestFinished,
     RequestPhases,
     RequestStarted,
 )
+from .lifecycle import EngineState, EngineStateError, Lifecycle
 from .loader import LoadCancelled, pipeline_class, start_loading
 from .oom_guard import guarded_request
 from .options import EngineOptions
@@ -48,26 +47,15 @@ from .request_profile import RequestSize, device_name
 from .results import GenerateResult, LoadReport, run_peak
 from .runner import GenerateRequest, run_pipeline
 
-
-class EngineState(StrEnum):
-    DISCOVERED = "discovered"
-    LOADING = "loading"
-    READY = "ready"
-    RUNNING = "running"
-    FAILED = "failed"
-    UNLOADED = "unloaded"
-
-
-class EngineStateError(RuntimeError):
-    """A command that the engine's current state does not allow (e.g. generate before load)."""
+__all__ = ["Engine", "EngineState", "EngineStateError", "GenerateResult", "LoadReport", "default_device"]
 
 
 def default_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
-class Engine:
-    """One model, one policy at a time, in this process."""
+class Engine(Lifecycle):
+    """One model, one policy at a time, in this process (an `api.EngineHandle`)."""
 
     def __init__(self, model_path: str | Path, *, device: str | torch.device | None = None,
                  bus: EventBus | None = None, variant: str | None = None, options: EngineOptions | None = None,
@@ -104,11 +92,6 @@ class Engine:
         self._request_ids = itertools.count(1)
         self._lock = threading.RLock()
 
-    # ---------------------------------------------------------------- state
-    def _set_state(self, new: EngineState, reason: str = "") -> None:
-        old, self.state = self.state, new
-        self.bus.publish(EngineStateChanged(old=old.value, new=new.value, reason=reason))
-
     def make_plan(self, policy: OffloadPolicy) -> Plan:
         """Validate a policy against this model (PolicyError) and forecast it; allocates nothing."""
         return make_plan(self.model, policy)
@@ -122,8 +105,10 @@ class Engine:
         """Loads keep pinned masters of everything a re-plan may move (`EngineOptions.live_replan`)."""
         return self.options.live_replan
 
-    world = 1
-    """GPUs (ranks) serving the model: one here; `engine.group_engine.GroupEngine` has N."""
+    @property
+    def world(self) -> int:
+        """GPUs (ranks) serving the model: one here; `engine.group_engine.GroupEngine` has N."""
+        return 1
 
     def forecast(self, size: RequestSize, plan: Plan | None = None, probe_bandwidth: float | None = None
                  ) -> RequestForecast | None:
@@ -159,8 +144,7 @@ class Engine:
 
     def load(self, policy: OffloadPolicy, cancel: threading.Event | None = None) -> LoadReport:
         with self._lock:
-            if self.state in (EngineState.LOADING, EngineState.READY, EngineState.RUNNING):
-                raise EngineStateError(f"cannot load while {self.state.value}; unload first")
+            self._check_loadable()
             plan = self.make_plan(policy)  # invalid policy: clear error before anything is allocated
             self.plan = plan
             self.failure = None
@@ -219,9 +203,7 @@ class Engine:
                     arena.close()
                 self._release()
                 reason = "load cancelled" if isinstance(exc, LoadCancelled) else f"{type(exc).__name__}: {exc}"
-                self.failure = reason
-                self.bus.publish(ErrorEvent(where="load", message=reason))
-                self._set_state(EngineState.FAILED, reason)
+                self._fail("load", reason)
                 raise
             finally:
                 if weights is not None:
@@ -284,8 +266,7 @@ class Engine:
 
     def unload(self) -> None:
         with self._lock:
-            if self.state == EngineState.RUNNING:
-                raise EngineStateError("cannot unload while a request is running")
+            self._check_unloadable()
             self._release()
             self._set_state(EngineState.UNLOADED)
 
@@ -305,8 +286,7 @@ class Engine:
     # ---------------------------------------------------------------- generate
     def generate(self, request: GenerateRequest, cancel: threading.Event | None = None) -> GenerateResult:
         with self._lock:
-            if self.state != EngineState.READY:
-                raise EngineStateError(f"cannot generate while {self.state.value}; load first")
+            self._check_ready()
             request_id = next(self._request_ids)
             self._set_state(EngineState.RUNNING, f"request {request_id}")
             self.bus.publish(RequestStarted(request_id=request_id, prompt=request.prompt, steps=request.steps or 0,
@@ -390,6 +370,6 @@ class Engine:
     def close(self) -> None:
         """Release everything (the console calls this on quit)."""
         with self._lock:
-            if self.state not in (EngineState.DISCOVERED, EngineState.UNLOADED, EngineState.FAILED):
+            if self.holds_anything:
                 self._release()
                 self._set_state(EngineState.UNLOADED, "closed")

@@ -1,16 +1,36 @@
 """The engine's and a request's events: its state, load progress, steps, re-plans, expert switches and
 forecast checks. They travel on the offload layer's `EventBus` beside its own (staging, cache,
-telemetry, log and error events), which defines the `Event` base.
+telemetry, log and error events), which defines the `Event` base; those are re-exported here, so the
+console takes every event from this module.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..offload.events import Event
+from ..offload.events import (  # the offload layer's own events, re-exported: the console imports events from here
+    CacheDecision,
+    ErrorEvent,
+    Event,
+    EventBus,
+    LogEvent,
+    OomRetry,
+    StagingEvent,
+    Subscription,
+    TelemetryEvent,
+)
 
 __all__ = [
     "BlockOrderCorrected",
+    "CacheDecision",
+    "ErrorEvent",
+    "Event",
+    "EventBus",
+    "LogEvent",
+    "OomRetry",
+    "StagingEvent",
+    "Subscription",
+    "TelemetryEvent",
     "EngineStateChanged",
     "ExpertSwitched",
     "ForecastCheck",

@@ -23,13 +23,13 @@ from typing import Any
 
 import torch
 
-from ..offload.events import ErrorEvent, EventBus, LogEvent
+from ..offload.events import EventBus, LogEvent
 from ..offload.policy import OffloadPolicy
 from .call_options import default_fps
 from .discovery import ModelInfo, discover_model
-from .engine import EngineState, EngineStateError, GenerateResult, LoadReport
+from .engine import GenerateResult, LoadReport
 from .errors import ConfigError
-from .events import EngineStateChanged
+from .lifecycle import EngineState, EngineStateError, Lifecycle
 from .loader import LoadCancelled, first_line
 from .options import EngineOptions
 from .plan import Plan, make_plan
@@ -43,12 +43,8 @@ from .runner import GenerateRequest
 RANK_TELEMETRY_HZ = 5.0  # each rank's samples cross a process queue: half the console's own default rate
 
 
-class GroupEngine:
-    """A model served by `layout.gpus` rank processes; the subset of `Engine` the console uses."""
-
-    live_replan = False
-    placement = None
-    pipe = None
+class GroupEngine(Lifecycle):
+    """A model served by `layout.gpus` rank processes; an `api.EngineHandle` like `Engine`."""
 
     def __init__(self, model_path: str | Path, layout: RankLayout, *, device_kind: str, bus: EventBus | None = None,
                  variant: str | None = None, telemetry_hz: float | None = RANK_TELEMETRY_HZ,
@@ -81,6 +77,21 @@ class GroupEngine:
     @property
     def device_name(self) -> str:
         return f"{self.world}× {device_name(self.device)}"
+
+    @property
+    def live_replan(self) -> bool:
+        """Never: AllGather ranks hold only their shards, so a policy change is a new load."""
+        return False
+
+    @property
+    def placement(self) -> None:
+        """None: each rank places the model in its own process; nothing is placed in this one."""
+        return None
+
+    @property
+    def pipe(self) -> None:
+        """None: the pipelines live in the rank processes."""
+        return None
 
     @property
     def fps(self) -> float | None:
@@ -122,8 +133,7 @@ class GroupEngine:
     # ---------------------------------------------------------------- load / unload
     def load(self, policy: OffloadPolicy, cancel: threading.Event | None = None) -> LoadReport:
         with self._lock:
-            if self.state in (EngineState.LOADING, EngineState.READY, EngineState.RUNNING):
-                raise EngineStateError(f"cannot load while {self.state.value}; unload first")
+            self._check_loadable()
             plan = self.make_plan(policy)
             self.plan, self.failure = plan, None
             self._set_state(EngineState.LOADING, f"{self.world} ranks · {self.layout.describe()}")
@@ -158,8 +168,7 @@ class GroupEngine:
 
     def unload(self) -> None:
         with self._lock:
-            if self.state == EngineState.RUNNING:
-                raise EngineStateError("cannot unload while a request is running")
+            self._check_unloadable()
             self._stop_group()
             self._set_state(EngineState.UNLOADED)
 
@@ -167,13 +176,14 @@ class GroupEngine:
         with self._lock:
             stopped = self.group is not None
             self._stop_group()
-            if stopped or self.state not in (EngineState.DISCOVERED, EngineState.UNLOADED, EngineState.FAILED):
+            if stopped or self.holds_anything:
                 self._set_state(EngineState.UNLOADED, "closed")
 
     # ---------------------------------------------------------------- generate
     def generate(self, request: GenerateRequest, cancel: threading.Event | None = None) -> GenerateResult:
         with self._lock:
-            if self.state != EngineState.READY or self.group is None:
+            self._check_ready()
+            if self.group is None:  # a ready group always has its ranks; said as the state guard would
                 raise EngineStateError(f"cannot generate while {self.state.value}; load first")
             requests = [request] * self.world if self.layout.parallel == "cfg" else self.group.seeds(request)
             self._set_state(EngineState.RUNNING, f"{self.world} ranks")
@@ -198,13 +208,3 @@ class GroupEngine:
         group, self.group = self.group, None
         if group is not None:
             group.close()
-
-    def _fail(self, where: str, reason: str) -> None:
-        self.failure = reason
-        self.bus.publish(ErrorEvent(where=where, message=reason))
-        self._set_state(EngineState.FAILED, reason)
-
-    def _set_state(self, new: EngineState, reason: str = "") -> None:
-        old, self.state = self.state, new
-        self.bus.publish(EngineStateChanged(old=old.value, new=new.value, reason=reason))
-

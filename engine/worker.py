@@ -22,7 +22,8 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from ..offload.policy import OffloadPolicy
-from .engine import Engine, GenerateResult, LoadReport
+from .handle import EngineHandle
+from .results import GenerateResult, LoadReport
 from .runner import GenerateRequest
 
 T = TypeVar("T")
@@ -30,7 +31,7 @@ _Command = tuple[Future, Callable[[threading.Event], Any]]
 
 
 class EngineWorker:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EngineHandle) -> None:
         self.engine = engine
         self._queue: queue.SimpleQueue[_Command | None] = queue.SimpleQueue()
         self._cancel = threading.Event()
@@ -92,7 +93,7 @@ class EngineWorker:
         """`engine.prepare`, cancellable like a load (a rank group's start stops on quit)."""
         return self._submit(lambda cancel: self.engine.prepare(cancel))
 
-    def call(self, fn: Callable[[Engine], Any]) -> Future[Any]:
+    def call(self, fn: Callable[[EngineHandle], Any]) -> Future[Any]:
         return self._submit(lambda _cancel: fn(self.engine))
 
     def cancel(self) -> None:

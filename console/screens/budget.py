@@ -13,8 +13,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
+from ...engine.api import plain
 from ...engine.errors import ConfigError
-from ...engine.plain_text import plain
 from ..args import parse_budget
 
 

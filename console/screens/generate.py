@@ -17,9 +17,8 @@ from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from ...engine.api import GenerateRequest, plain_lines
 from ...engine.errors import ConfigError
-from ...engine.plain_text import plain_lines
-from ...engine.runner import GenerateRequest
 from ..generate_form import RequestForm, parse_size
 
 __all__ = ["GenerateDialog", "parse_size"]

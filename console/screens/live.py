@@ -21,11 +21,8 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, Header, ProgressBar
 
-from ...engine.events import ForecastCheck, RequestPhases, StepTiming
-from ...engine.plain_text import plain_lines
-from ...engine.plan import Plan
-from ...offload.events import Event
-from ...offload.telemetry import TelemetrySnapshot
+from ...engine.api import Plan, TelemetrySnapshot, plain_lines
+from ...engine.events import Event, ForecastCheck, RequestPhases, StepTiming
 from ..event_text import forecast_check_text
 from ..rank_stats import RankStats
 from ..widgets import AllocatorPanel, HostPanel, ResidencyPanel, StagingLog, StepTimings
@@ -104,10 +101,10 @@ class LiveScreen(Screen[None]):
 
     def __init__(self, *, on_cpu: bool = False, history: Iterable[TelemetrySnapshot] = (),
                  residency: Callable[[], Iterable[ResidencyRow | tuple] | None] = lambda: None,
-                 live_policy: bool = False) -> None:
+                 live_policy: bool = False, world: int = 1) -> None:
         """`on_cpu`: transfers are host copies (said so, with no GB/s). `history`: the telemetry samples
         so far (replayed into the sparklines when shown, so they span the load). `residency`: reads the
-        residency rows now (None keeps the last ones)."""
+        residency rows now (None keeps the last ones). `world`: the engine's GPUs (ranks)."""
         super().__init__()
         self.history = history
         self.on_cpu = on_cpu
@@ -126,11 +123,10 @@ class LiveScreen(Screen[None]):
         self.gen_label = FittedText(self.gen_text, id="gen-label")
         self.phases = RequestPhasesLine(id="request-phases")
         self.key_numbers = KeyNumbers(id="key-numbers")
-        self.world = 1
+        self.world = max(world, 1)
         self.gpu_group = GpuGroupPanel(id="gpu-group")
 
     def compose(self) -> ComposeResult:
-        self.world = max(int(getattr(getattr(self.app, "engine", None), "world", 1)), 1)
         if self.world > 1:
             self.gpu_group.set_world(self.world)
             # an instance binding: the class's BINDINGS (the footer and help of every screen) stay as they were

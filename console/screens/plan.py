@@ -16,10 +16,8 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Log, Static
 
+from ...engine.api import Plan, RequestForecast, plain_lines
 from ...engine.events import LoadProgress
-from ...engine.plain_text import plain_lines
-from ...engine.plan import Plan
-from ...engine.request_forecast import RequestForecast
 from ..plan_context import LinkInfo
 from ..widgets.load_progress import LoadProgressPanel
 from ..widgets.plan_blocks import BlockListPanel

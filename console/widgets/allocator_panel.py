@@ -19,7 +19,7 @@ from omni_console.console.telemetry_text import (
     nvml_readings,
     torch_readings,
 )
-from omni_console.offload.telemetry import NvmlMemory, TelemetrySnapshot, TorchMemory
+from omni_console.engine.api import NvmlMemory, TelemetrySnapshot, TorchMemory
 
 from .metric_row import HISTORY_SAMPLES, MetricRow
 from .text_update import set_text

@@ -11,7 +11,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from omni_console.console.telemetry_text import LABELS, UNITS_NOTE, format_unavailable, host_readings
-from omni_console.offload.telemetry import TelemetrySnapshot
+from omni_console.engine.api import TelemetrySnapshot
 from omni_console.offload.units import format_bytes
 
 from .metric_row import HISTORY_SAMPLES, MetricRow

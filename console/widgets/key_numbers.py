@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
+from ...engine.api import TelemetrySnapshot
 from ...engine.events import StepTiming
-from ...offload.telemetry import TelemetrySnapshot
 from ...offload.units import format_bytes, format_seconds
 from .text_update import set_text
 

@@ -7,8 +7,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, ProgressBar
 
+from ...engine.api import plain
 from ...engine.events import LoadProgress
-from ...engine.plain_text import plain
 from ...offload.units import format_bytes
 
 

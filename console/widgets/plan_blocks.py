@@ -11,8 +11,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from ...engine.plain_text import plain
-from ...engine.plan import Plan
+from ...engine.api import Plan, plain
 from ..plan_view import blocks_sheet
 from ..table_fit import fit_widths
 

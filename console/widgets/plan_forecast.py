@@ -10,10 +10,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from ...engine.fp8_names import storage_note
-from ...engine.plain_text import plain
-from ...engine.plan import Plan
-from ...engine.request_forecast import RequestForecast
+from ...engine.api import Plan, RequestForecast, plain, storage_note
 from ...offload.units import format_bytes, format_rate, format_seconds
 from ..plan_context import LinkInfo
 from ..theme_colors import follow_theme, resolve, widget_variables

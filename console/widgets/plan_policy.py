@@ -10,10 +10,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from ...engine.export import vllm_flags, vllm_serve_command
-from ...engine.plain_text import plain
-from ...engine.plan import Plan
-from ...offload.policy import LEAN_FIELDS
+from ...engine.api import LEAN_FIELDS, Plan, plain, vllm_flags, vllm_serve_command
 
 
 class PolicyPanel(Static, can_focus=True):

@@ -11,8 +11,7 @@ from collections.abc import Mapping
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ...engine.plain_text import plain
-from ...engine.plan import ComponentPlan, Plan
+from ...engine.api import ComponentPlan, Plan, plain
 from ...offload.units import format_bytes
 from ..plan_view import RESIDENCY_LABEL, RESIDENCY_STYLE, blocks_cell
 from ..theme_colors import follow_theme, resolve, widget_variables

@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Static
 
 from omni_console.offload.units import format_bytes
 
-from ...engine.plain_text import plain
+from ...engine.api import plain
 from ..theme_colors import follow_theme, resolve, widget_variables
 from .text_update import set_text
 

@@ -26,7 +26,7 @@ from textual.message import Message
 from textual.widgets import Log
 
 from omni_console.console.event_text import format_event
-from omni_console.offload.events import Event
+from omni_console.engine.events import Event
 
 from .filter_bar import FilterBar
 

@@ -1,0 +1,172 @@
+"""The engine's front door: everything the console uses of the engine (and, through it, of the
+offload layer) is named here, and the console imports nothing else below it but `engine.events`,
+`engine.errors` and `offload.units` (an import-linter contract in pyproject.toml holds it).
+
+`EngineHandle` is what the console drives, `Engine` (one GPU, in process) or `GroupEngine` (a rank
+group); `open_engine` makes either; `plan_for` is the one plan → budget → forecast sequence.
+
+Names load lazily (PEP 562): `plan` and the console's first frame must not import torch, and most
+of what is named here does. `from omni_console.engine.api import X` imports only X's module.
+"""
+
+# ruff: noqa: F401  (the TYPE_CHECKING imports below are the names this module exports, for type checkers)
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engine/test_api.py holds them equal)
+    from ..offload.nvml_source import NvmlSource, nvml_target_for
+    from ..offload.policy import (
+        DEFAULT_KEY,
+        LEAN_FIELDS,
+        LEAN_MODES,
+        OffloadPolicy,
+        build_policy,
+        parse_components_json,
+    )
+    from ..offload.process_memory import ProcessPeakMeter, bound_allocator, context_bytes
+    from ..offload.telemetry import TelemetrySampler, default_sources, validate_hz
+    from ..offload.telemetry_types import DEFAULT_HZ, HostMemory, NvmlMemory, Source, TelemetrySnapshot, TorchMemory
+    from .atomic_write import publish_new, remove_pending, scratch_folder
+    from .auto_budget import auto_budget
+    from .bus_error import install_bus_error_line
+    from .call_options import (
+        accepted_options,
+        call_signature,
+        check_call,
+        check_shape,
+        frames_rule,
+        option_parameter,
+        parse_param,
+    )
+    from .demo_model import DEMO_GENERATION, build_demo_model, ensure_demo_model, is_demo_model
+    from .device_choice import parse_device
+    from .device_footprint import DeviceOverhead, device_overhead, record_context
+    from .discovery import ModelInfo, discover_model
+    from .documents import Document, PlanDocument, PolicyDoc
+    from .engine import Engine, default_device
+    from .experts import blocks_per_forward
+    from .export import plan_to_dict, vllm_flags, vllm_gaps, vllm_python_call, vllm_serve_command
+    from .fp8_names import storage_note
+    from .group_engine import GroupEngine
+    from .handle import EngineHandle
+    from .lifecycle import EngineState, EngineStateError
+    from .loader import LoadCancelled, pipeline_class, pipeline_init_values
+    from .options import EngineOptions
+    from .outputs import DEFAULT_FPS, OutputTarget, check_output, check_output_place, write_notes, write_result
+    from .plain_text import plain, plain_lines
+    from .plan import ComponentPlan, Plan, make_plan
+    from .planning import PlanResult, plan_for
+    from .profiler import request_size
+    from .rank_checks import check_experts, check_parallel, check_rank_devices
+    from .rank_forecast import RankForecast
+    from .rank_group import RankFailed, RankGroup
+    from .rank_layout import RankLayout, rank_layout
+    from .request_checks import SEED_MAX, check_request
+    from .request_forecast import RequestForecast
+    from .request_limits import check_limits, schedule_steps
+    from .request_profile import RequestSize, device_name_for_plan
+    from .results import GenerateResult, LoadReport
+    from .runner import GenerateRequest, RequestCancelled, total_steps_of
+    from .worker import EngineWorker
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    # the engine, its handle, options and states
+    ".engine": ("Engine", "default_device"),
+    ".group_engine": ("GroupEngine",),
+    ".handle": ("EngineHandle",),
+    ".lifecycle": ("EngineState", "EngineStateError"),
+    ".options": ("EngineOptions",),
+    ".results": ("GenerateResult", "LoadReport"),
+    ".worker": ("EngineWorker",),
+    ".loader": ("LoadCancelled", "pipeline_class", "pipeline_init_values"),
+    # the model directory
+    ".discovery": ("ModelInfo", "discover_model"),
+    ".demo_model": ("DEMO_GENERATION", "build_demo_model", "ensure_demo_model", "is_demo_model"),
+    # planning and forecasting
+    ".planning": ("PlanResult", "plan_for"),
+    ".plan": ("ComponentPlan", "Plan", "make_plan"),
+    ".request_forecast": ("RequestForecast",),
+    ".request_profile": ("RequestSize", "device_name_for_plan"),
+    ".profiler": ("request_size",),
+    ".experts": ("blocks_per_forward",),
+    ".fp8_names": ("storage_note",),
+    ".auto_budget": ("auto_budget",),
+    ".device_footprint": ("DeviceOverhead", "device_overhead", "record_context"),
+    ".export": ("plan_to_dict", "vllm_flags", "vllm_gaps", "vllm_python_call", "vllm_serve_command"),
+    ".documents": ("Document", "PlanDocument", "PolicyDoc"),
+    # ranks
+    ".rank_layout": ("RankLayout", "rank_layout"),
+    ".rank_checks": ("check_experts", "check_parallel", "check_rank_devices"),
+    ".rank_forecast": ("RankForecast",),
+    ".rank_group": ("RankFailed", "RankGroup"),
+    # requests and their outputs
+    ".runner": ("GenerateRequest", "RequestCancelled", "total_steps_of"),
+    ".call_options": (
+        "accepted_options",
+        "call_signature",
+        "check_call",
+        "check_shape",
+        "frames_rule",
+        "option_parameter",
+        "parse_param",
+    ),
+    ".request_checks": ("SEED_MAX", "check_request"),
+    ".request_limits": ("check_limits", "schedule_steps"),
+    ".device_choice": ("parse_device",),
+    ".outputs": ("DEFAULT_FPS", "OutputTarget", "check_output", "check_output_place", "write_notes", "write_result"),
+    ".atomic_write": ("publish_new", "remove_pending", "scratch_folder"),
+    ".bus_error": ("install_bus_error_line",),
+    ".plain_text": ("plain", "plain_lines"),
+    # the offload layer's policy and telemetry
+    "..offload.policy": (
+        "DEFAULT_KEY",
+        "LEAN_FIELDS",
+        "LEAN_MODES",
+        "OffloadPolicy",
+        "build_policy",
+        "parse_components_json",
+    ),
+    "..offload.telemetry": ("TelemetrySampler", "default_sources", "validate_hz"),
+    "..offload.telemetry_types": (
+        "DEFAULT_HZ", "HostMemory", "NvmlMemory", "Source", "TelemetrySnapshot", "TorchMemory",
+    ),
+    "..offload.nvml_source": ("NvmlSource", "nvml_target_for"),
+    "..offload.process_memory": ("ProcessPeakMeter", "bound_allocator", "context_bytes"),
+}
+"""Each exported name's module (relative to `omni_console.engine`)."""
+
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted([*_WHERE, "open_engine"])
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # looked up each time, never cached here: a name patched in its own module is the one served
+    return getattr(importlib.import_module(module, __package__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE})
+
+
+def open_engine(path: str | Path, device: Any = None, layout: RankLayout | None = None,
+                options: EngineOptions | None = None, **kwargs: Any) -> EngineHandle:
+    """The engine for the model at `path`: in this process on `device` (default: CUDA when there is
+    one), or, with a distributed `layout`, a `GroupEngine` over `layout.gpus` rank processes on
+    `device`'s kind. Other keywords go to the engine (`bus`, `variant`; a group's `log_dir`, ...)."""
+    import torch
+
+    if layout is None or not layout.distributed:
+        from .engine import Engine
+
+        return Engine(path, device=device, options=options, **kwargs)
+    from .group_engine import GroupEngine
+
+    kind = torch.device(device).type if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
+    return GroupEngine(path, layout, device_kind=kind, options=options, **kwargs)

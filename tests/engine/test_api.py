@@ -1,0 +1,96 @@
+"""The engine's front door: every name `engine.api` exports resolves (and is the one its type-checking
+imports name), importing it and planning through it load no torch, and both engines are `EngineHandle`s."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from omni_console.engine import api
+from omni_console.engine.api import Engine, EngineHandle, GroupEngine, RankLayout, open_engine
+
+
+def test_every_exported_name_resolves_and_the_type_checking_imports_name_the_same() -> None:
+    tree = ast.parse(Path(api.__file__).read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    typed = {(f"{'.' * i.level}{i.module}", a.name) for i in block.body if isinstance(i, ast.ImportFrom)
+             for a in i.names}
+    exported = {(module, name) for module, names in api._EXPORTS.items() for name in names}
+    assert typed == exported
+    for name in api.__all__:
+        assert getattr(api, name) is not None, name
+
+
+def test_importing_the_api_and_planning_through_it_load_no_torch(demo_model_dir: Path) -> None:
+    code = ("import sys; from omni_console.engine.api import discover_model, plan_for, build_policy, plain; "
+            f"r = plan_for(discover_model({str(demo_model_dir)!r}), build_policy(), None, device='cpu'); "
+            "assert r.forecast is not None and r.reasons == [] and r.ranks is None; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+
+
+def test_both_engines_are_engine_handles(demo_model_dir: Path) -> None:
+    one = open_engine(demo_model_dir, device="cpu")
+    group = open_engine(demo_model_dir, device="cpu", layout=RankLayout(2, True))
+    try:
+        assert isinstance(one, Engine) and isinstance(group, GroupEngine)
+        for engine, world in ((one, 1), (group, 2)):
+            assert isinstance(engine, EngineHandle)
+            assert engine.world == world and engine.pipe is None and engine.placement is None
+        assert one.live_replan is False and group.live_replan is False
+    finally:
+        one.close()
+        group.close()
+
+
+def test_plan_for_an_engine_plans_with_its_model_and_device(demo_model_dir: Path) -> None:
+    engine = open_engine(demo_model_dir, device="cpu")
+    try:
+        policy = api.build_policy()
+        done = api.plan_for(engine, policy, forecast=False)
+        assert done.plan == engine.make_plan(policy) and done.forecast is None and done.overhead is None
+        again = api.plan_for(engine, done.plan)  # a plan made already is taken as it is
+        assert again.plan is done.plan and again.forecast is not None
+    finally:
+        engine.close()
+
+
+def test_plan_for_a_model_needs_a_device_name(demo_model_dir: Path) -> None:
+    with pytest.raises(TypeError, match="device"):
+        api.plan_for(api.discover_model(demo_model_dir), api.build_policy())
+
+
+def test_the_console_imports_below_it_only_through_the_front_door_type_checking_imports_too() -> None:
+    """The import-linter contract skips `if TYPE_CHECKING:` imports (they make no cycle); this reads them all."""
+    allowed = {"engine.api", "engine.events", "engine.errors", "offload.units"}
+    console = Path(api.__file__).parents[1] / "console"
+    seen = []
+    for path in sorted(console.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                module = node.module.removeprefix("omni_console.") if not node.level else node.module
+                if module.split(".")[0] in ("engine", "offload") and (node.level or node.module.startswith("omni_")):
+                    seen.append(module)
+                    assert module in allowed, f"{path.name}:{node.lineno} imports {module}"
+    assert {"engine.api", "engine.events"} <= set(seen)
+
+
+def test_plan_for_is_plan_then_budget_then_forecast_then_ranks(demo_model_dir: Path) -> None:
+    from omni_console.engine.auto_plan import auto_plan_for
+    from omni_console.engine.rank_forecast import rank_forecast_for
+    from omni_console.engine.request_forecast import forecast_for
+
+    model = api.discover_model(demo_model_dir)
+    size, layout, budget = api.RequestSize(height=64, width=64), RankLayout(2, True), model.nbytes * 2
+    done = api.plan_for(model, api.build_policy(), budget, size, "cpu", layout)
+    auto = auto_plan_for(api.make_plan(model, api.build_policy()), budget, size, "cpu")
+    assert done.plan == auto.plan and done.reasons == auto.reasons and done.overhead == auto.overhead
+    assert done.forecast == forecast_for(auto.plan, size, "cpu")
+    assert done.ranks == rank_forecast_for(auto.plan, layout, done.forecast, size, "cpu")
