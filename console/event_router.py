@@ -43,6 +43,7 @@ from ..engine.events import (
     RequestFinished,
     RequestPhases,
     RequestStarted,
+    ResidencySnapshot,
     StagingEvent,
     StepTiming,
     TelemetryEvent,
@@ -76,7 +77,7 @@ class LiveView(Protocol):
     def show_phases(self, event: RequestPhases) -> None: ...
 
     def show_check(self, event: ForecastCheck) -> None: ...
-    def refresh_residency(self) -> None: ...
+    def show_residency(self, rows: tuple[tuple[str, str, int], ...]) -> None: ...
     def show_ranks(self, ranks: Mapping[int, RankStats]) -> None: ...
 
 
@@ -112,7 +113,7 @@ class EventRouter:
         """Per rank of a multi-GPU group (empty for a single engine): newest sample, steps of its request."""
         self.live: LiveView | None = None
         self._t0: float | None = None
-        self._heavy_at = [0.0, 0.0, 0.0, 0.0]  # log, memory, steps, ranks: when each was last redrawn
+        self._heavy_at = [0.0] * 5  # log, memory, steps, ranks, residency: when each was last redrawn
         self._ranks_changed = False
         self._light_at = 0.0
         self._progress: StepTiming | None = None
@@ -120,6 +121,9 @@ class EventRouter:
         self._snapshots: list[TelemetrySnapshot] = []
         self._steps: list[StepTiming] = []
         self._log: list[Event] = []
+        self.residency: tuple[tuple[str, str, int], ...] | None = None
+        """The engine's latest residency rows (its ResidencySnapshot); None until one arrives after a load."""
+        self._residency_pending = False
 
     # ---- the live screen's life ------------------------------------------------------------
 
@@ -129,6 +133,7 @@ class EventRouter:
         self.live = live
         self._t0 = None
         self.ranks = {}  # a group's ranks start with its load: the last load's numbers are stale
+        self.residency = None
 
     def detach(self) -> None:
         """The live screen is gone (load failed, unloaded): nothing queued for it is kept."""
@@ -136,6 +141,7 @@ class EventRouter:
         self._progress = self._generation = None
         self._snapshots, self._steps, self._log = [], [], []
         self._ranks_changed = False
+        self._residency_pending = False
 
     # ---- events ------------------------------------------------------------------------------
 
@@ -193,6 +199,11 @@ class EventRouter:
             line = loading_line(event, self._t0, on_cpu=self.on_cpu)
             if line is not None:
                 routed.load_lines.append(line if rank is None else f"r{rank} {line}")
+        if isinstance(event, ResidencySnapshot):
+            if rank is None:  # this process's engine (a group's ranks keep theirs: no rows, as before)
+                self.residency = event.rows
+                self._residency_pending = live is not None
+            return
         if isinstance(event, LOG_EVENTS):
             if isinstance(event, StagingEvent) and not self.on_cpu:
                 self.observed.observe(event)
@@ -225,7 +236,7 @@ class EventRouter:
     # ---- redraws -------------------------------------------------------------------------------
 
     def has_pending(self) -> bool:
-        return bool(self._log or self._steps or self._snapshots or self._ranks_changed
+        return bool(self._log or self._steps or self._snapshots or self._ranks_changed or self._residency_pending
                     or self._progress is not None or self._generation is not None)
 
     def flush(self, *, busy: bool, force: bool = False) -> None:
@@ -259,7 +270,7 @@ class EventRouter:
         """
         now = self.clock()
         interval = HEAVY_UI_BUSY_S if busy else HEAVY_UI_S
-        groups = (self._flush_log, self._flush_memory, self._flush_steps, self._flush_ranks)
+        groups = (self._flush_log, self._flush_memory, self._flush_steps, self._flush_ranks, self._flush_residency)
         for index in sorted(range(len(groups)), key=lambda i: self._heavy_at[i]):  # most overdue first
             if not force and now - self._heavy_at[index] < interval:
                 continue
@@ -267,16 +278,13 @@ class EventRouter:
                 self._heavy_at[index] = now
                 return
             self._heavy_at[index] = now
-        if force:
-            live.refresh_residency()
 
     def _flush_log(self, live: LiveView) -> bool:
-        """The staging log; residency follows it (weights move only with a staging event)."""
+        """The staging log (the residency rows the same moves changed follow as their own group)."""
         if not self._log:
             return False
         events, self._log = self._log, []
         live.add_log(events)
-        live.refresh_residency()
         return True
 
     def _flush_memory(self, live: LiveView) -> bool:
@@ -291,6 +299,14 @@ class EventRouter:
             return False
         steps, self._steps = self._steps, []
         live.add_steps(steps)
+        return True
+
+    def _flush_residency(self, live: LiveView) -> bool:
+        """The residency panel: the engine's latest snapshot's rows (the engine publishes only changes)."""
+        if not self._residency_pending or self.residency is None:
+            return False
+        self._residency_pending = False
+        live.show_residency(self.residency)
         return True
 
     def _flush_ranks(self, live: LiveView) -> bool:

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import gc
 from concurrent.futures import Future
-from functools import partial
 from typing import TYPE_CHECKING
 
 from ..engine.api import LoadCancelled
 from ..engine.errors import PolicyError
 from ..offload.units import format_bytes, format_seconds
 from .command_done import CommandDone
-from .residency import residency_rows
 from .screens import LiveScreen
 
 if TYPE_CHECKING:
@@ -42,7 +40,6 @@ class LoadCommands:
         self.load_seconds = None
         # fresh panels per load; it collects events until shown
         self.live_screen = LiveScreen(on_cpu=not self.device_info.is_cuda, history=self.router.telemetry_history,
-                                      residency=partial(residency_rows, self.engine),
                                       live_policy=self.engine.live_replan, world=self.engine.world)
         self.live_screen.show_plan(plan)
         self.router.start_load(self.live_screen)
@@ -76,7 +73,6 @@ class LoadCommands:
             assert live is not None
             self._live_status()
             self.push_screen(live)
-            live.refresh_residency()
             pinned = f" · pinned host {format_bytes(report.pinned_bytes)}" if report.pinned_bytes else ""
             split = ", ".join(f"{k} {format_seconds(v)}" for k, v in report.phases.items() if v >= 0.0005)
             split = f" ({split})" if split else ""

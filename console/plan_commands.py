@@ -93,7 +93,6 @@ class PlanCommands:
             self.refresh_plan_views()
         if self.live_screen is not None and plan is not None:
             self.live_screen.show_plan(self.engine.plan)
-            self.live_screen.refresh_residency()
             self._live_status()  # the header's "resident layers N": the policy the engine now runs
 
     def on_plan_screen_edit_selected(self: OmniConsoleApp, message: PlanScreen.EditSelected) -> None:

@@ -44,6 +44,7 @@ from .profiler import ProfileRecorder, forecast_check, request_size, save_quietl
 from .quant_layouts import check_fp8_device
 from .request_forecast import RequestForecast, forecast_for
 from .request_profile import RequestSize, device_name
+from .residency_snapshot import ResidencyWatch
 from .results import GenerateResult, LoadReport, run_peak
 from .runner import GenerateRequest, run_pipeline
 
@@ -88,6 +89,7 @@ class Engine(Lifecycle):
         self.plan: Plan | None = None
         self.pipe: Any = None
         self.placement: Placement | None = None
+        self._residency = ResidencyWatch(self)  # ResidencySnapshot events: the panel's rows
         self._order_watch: BlockOrderWatch | None = None
         self._request_ids = itertools.count(1)
         self._lock = threading.RLock()
@@ -211,6 +213,7 @@ class Engine(Lifecycle):
                 if collecting:
                     gc.enable()
             self._watch_block_order()
+            self._residency.attach()
             self._set_state(EngineState.READY)
             streamer = self.placement.streamer
             seconds = time.perf_counter() - start
@@ -250,6 +253,7 @@ class Engine(Lifecycle):
             event = apply_replan(self.placement, self.plan, plan, self.device)
             self.plan = plan
             self.bus.publish(event)
+            self._residency.attach()  # the re-planned rows (and the stagers it may have replaced)
             return event
 
     def _progress(self, phase: str):
@@ -274,6 +278,7 @@ class Engine(Lifecycle):
         if self._order_watch is not None:
             self._order_watch.close()
             self._order_watch = None
+        self._residency.detach()
         if self.placement is not None:
             self.placement.release()
             self.placement = None

@@ -38,6 +38,7 @@ __all__ = [
     "OomStepDown",
     "Replanned",
     "RequestFinished",
+    "ResidencySnapshot",
     "RequestPhases",
     "RequestStarted",
     "StepTiming",
@@ -137,6 +138,16 @@ class Replanned(Event):
     freed_bytes: int
     ring_bytes: int
     seconds: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResidencySnapshot(Event):
+    """Where each loaded component's weights are now, read by the engine on its own thread (the UI
+    never touches engine objects): `rows` of (name, state, bytes), state one of resident, device,
+    host, idle_expert; published when they change (load, staging, re-plan, expert switch, a DiT's
+    forward) and empty on unload."""
+
+    rows: tuple[tuple[str, str, int], ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,7 +12,7 @@ arrive while the model is still loading (before this screen is shown) are kept, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -100,16 +100,14 @@ class LiveScreen(Screen[None]):
     """esc on a running request: said in the status line until the request ends."""
 
     def __init__(self, *, on_cpu: bool = False, history: Iterable[TelemetrySnapshot] = (),
-                 residency: Callable[[], Iterable[ResidencyRow | tuple] | None] = lambda: None,
                  live_policy: bool = False, world: int = 1) -> None:
         """`on_cpu`: transfers are host copies (said so, with no GB/s). `history`: the telemetry samples
-        so far (replayed into the sparklines when shown, so they span the load). `residency`: reads the
-        residency rows now (None keeps the last ones). `world`: the engine's GPUs (ranks)."""
+        so far (replayed into the sparklines when shown, so they span the load). `world`: the engine's GPUs
+        (ranks). The residency rows arrive as the engine's ResidencySnapshot events (`show_residency`)."""
         super().__init__()
         self.history = history
         self.on_cpu = on_cpu
         self.live_policy = live_policy  # the engine was loaded with live re-plan: the policy keys apply
-        self.residency_source = residency
         self.allocator = AllocatorPanel(id="allocator")
         self.host = HostPanel(id="host")
         self.residency = ResidencyPanel(id="residency")
@@ -229,11 +227,9 @@ class LiveScreen(Screen[None]):
         """A multi-GPU group's ranks: each one's newest sample and steps (one line per rank)."""
         self.gpu_group.show_ranks(ranks)
 
-    def refresh_residency(self) -> None:
-        """Residency rows from the placement now; None (released under us) keeps the last rows."""
-        rows = self.residency_source()
-        if rows is not None:
-            self.residency.update_rows(rows)
+    def show_residency(self, rows: Iterable[ResidencyRow | tuple]) -> None:
+        """The engine's latest residency rows (read on its thread; the UI never touches engine objects)."""
+        self.residency.update_rows(rows)
 
     # ---- keys ------------------------------------------------------------------------------
 

@@ -16,7 +16,6 @@ from app_helpers import load, make_app, screen_text, until
 from tiny_families_experts import build_tiny_wan22_a14b
 
 from omni_console.console.cli import main
-from omni_console.console.residency import residency_rows
 from omni_console.engine.engine import Engine
 from omni_console.offload.policy import build_policy
 
@@ -47,7 +46,9 @@ async def test_the_idle_experts_blocks_show_as_idle_with_the_running_expert_name
             await until(pilot, lambda: "idle expert" in screen_text(app))  # the state column's words
 
             engine.placement.experts.switch_to(1, "boundary")  # what the boundary step does inside a request
-            swapped = {name: state for name, state, _ in residency_rows(engine)}
+            idle = "transformer blocks (3; transformer_2 running)"  # the engine's snapshot reaches the panel
+            await until(pilot, lambda: any(r.name == idle for r in live.residency.rows))
+            swapped = {r.name: r.state for r in live.residency.rows}
             assert swapped["transformer blocks (3; transformer_2 running)"] == "idle_expert"
             assert swapped["transformer_2.blocks.0"] == "resident"
             assert not any(name.startswith("transformer.blocks.") for name in swapped)

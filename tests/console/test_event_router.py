@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from omni_console.console.event_router import HEAVY_UI_BUSY_S, HEAVY_UI_S, LIGHT_UI_S, EventRouter
-from omni_console.engine.events import EngineStateChanged, LoadProgress, RequestFinished, RequestStarted, StepTiming
+from omni_console.engine.events import (
+    EngineStateChanged,
+    LoadProgress,
+    RequestFinished,
+    RequestStarted,
+    ResidencySnapshot,
+    StepTiming,
+)
 from omni_console.offload.events import StagingEvent, TelemetryEvent
 from omni_console.offload.telemetry import TelemetrySnapshot
 
@@ -30,7 +37,7 @@ class RecordingView:
     def show_step_progress(self, step): self.calls.append(("progress", step))
     def set_generation(self, text, done=None, total=None): self.calls.append(("generation", text))
     def show_phases(self, event): self.calls.append(("phases", event))
-    def refresh_residency(self): self.calls.append(("residency", None))
+    def show_residency(self, rows): self.calls.append(("residency", rows))
 
     def kinds(self) -> list[str]:
         return [kind for kind, _ in self.calls if kind != "dropped"]
@@ -54,6 +61,7 @@ def make(on_cpu: bool = False, ready: bool = True) -> tuple[EventRouter, Recordi
 
 def test_forced_flush_draws_every_queued_event_once_and_residency_after_the_log():
     router, view, _ = make()
+    router.route([ResidencySnapshot(rows=(("vae", "device", 64 * 2**20),))], loading=False)  # the engine's rows
     events = [staging(1.0), staging(2.0, "text_encoder"), step(1), step(2)]
     routed = router.route(events, loading=False, dropped=3)
     assert routed.count == 4 and view.kinds() == []  # nothing drawn before a flush
