@@ -23,6 +23,7 @@ from pathlib import Path
 from safetensors import SafetensorError, safe_open
 
 from .errors import ModelDirError
+from .plain_text import plain
 from .safe_paths import check_relative_file, kind_of, open_regular, require_regular
 
 __all__ = ["DTYPES", "PICKLE_SUFFIXES", "ModelDirError", "TensorInfo", "WeightSet", "find_weights", "load_json",
@@ -101,7 +102,8 @@ def _check_tensor_count(where: Path, count: int) -> None:
 
 
 def _short(exc: Exception) -> str:
-    return str(exc).replace("Error while deserializing header: ", "").strip()
+    """The reader's message on one line: it may quote a tensor name from the file (controls escaped)."""
+    return plain(str(exc).replace("Error while deserializing header: ", "").strip())
 
 
 def load_json(path: Path) -> dict:

@@ -10,7 +10,7 @@ import struct
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from omni_console.engine.weights import (
@@ -110,6 +110,8 @@ def test_header_reader_on_random_bytes(content: bytes):
 
 @SETTINGS
 @given(safetensors_files())
+@example(b'=\x00\x00\x00\x00\x00\x00\x00{"\\n": {"dtype": "F64", "shape": [], "data_offsets": [1, 0]}}')  # the
+# reader's own error quotes a tensor name with a newline in it: still one line
 def test_header_reader_on_random_headers(content: bytes):
     _read_header_outcome(content)
 
