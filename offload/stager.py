@@ -174,22 +174,23 @@ class ModuleStager:
             by_storage.setdefault(storage_key(t), []).append(t)
         groups: list[_Group] = []
         sources: list[torch.Tensor] = []  # each group's bytes on the host (a uint8 view of its span)
+        in_place: list[bool] = []  # spans already on the host and pinned are used in place; the rest go to one arena
         for tensors in by_storage.values():
             whole = storage_bytes(tensors[0])
-            spans = used_spans([byte_range(t) for t in tensors], whole.numel())
+            pinned_source = whole.device.type == "cpu" and pin and whole.is_pinned()
+            ranges = [byte_range(t) for t in tensors]
+            spans = used_spans(ranges, whole.numel())
             members: list[list[torch.Tensor]] = [[] for _ in spans]
             starts = [a for a, _ in spans]
-            for t in tensors:  # the span its first byte lies in (spans are sorted and disjoint)
-                members[bisect.bisect_right(starts, byte_range(t)[0]) - 1].append(t)
+            for t, (first, _) in zip(tensors, ranges, strict=True):  # the span its first byte lies in
+                members[bisect.bisect_right(starts, first) - 1].append(t)
             for (start, end), inside in zip(spans, members, strict=True):
                 targets = [_Target(t, t.storage_offset() - start // t.dtype.itemsize, tuple(t.shape),
                                    tuple(t.stride()), t.dtype) for t in inside]
-                src = whole[start:end]
                 phase = phase_of(whole.data_ptr() + start, max(t.dtype.itemsize for t in inside))
                 groups.append(_Group(nbytes=end - start, targets=targets, phase=phase))
-                sources.append(src)
-        # Spans already on the host and pinned are used in place; the rest go to one arena.
-        in_place = [t.device.type == "cpu" and pin and t.is_pinned() for t in sources]
+                sources.append(whole[start:end])
+                in_place.append(pinned_source)
         offsets: dict[int, int] = {}
         cursor = 0
         for i, g in enumerate(groups):
