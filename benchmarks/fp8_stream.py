@@ -162,6 +162,8 @@ def main() -> None:
     parser.add_argument("--res", type=int, default=None, help="Flux presets: the square size (default: the preset's)")
     parser.add_argument("--runs", nargs="*", choices=RUNS, default=list(RUNS))
     parser.add_argument("--profile", action="store_true", help="per-block CUDA events for each DLO run")
+    parser.add_argument("--slots", type=int, nargs="+", default=[2],
+                        help="ring depths of the fp8 DLO runs, each measured (default: 2)")
     args = parser.parse_args()
     device = torch.device(args.device)
     spec = dict(SPECS[args.preset])
@@ -221,10 +223,13 @@ def main() -> None:
             + _profile_line(bf16))
 
     report["dlo_fp8"] = []
-    for modulation, ref, wanted in ((False, ref8, "dlo_fp8"), (True, ref_mod, "dlo_fp8_mod")):
+    for modulation, ref, wanted, slots in ((m, r8, w, k) for m, r8, w in ((False, ref8, "dlo_fp8"),
+                                                                       (True, ref_mod, "dlo_fp8_mod"))
+                                            for k in args.slots):
         if wanted not in runs:
             continue
-        r, out = streamed(spec, inputs, args.iters, device, storage=FP8, modulation=modulation, profile=args.profile)
+        r, out = streamed(spec, inputs, args.iters, device, storage=FP8, modulation=modulation, slots=slots,
+                          profile=args.profile)
         r["identical_to_resident_cast_same_way"] = ref is not None and bool(torch.equal(out, ref))
         if ref16 is not None:
             r["max_abs_diff_vs_bf16"] = float((out.float() - ref16.float()).abs().max())
@@ -243,7 +248,8 @@ def main() -> None:
         extra = "".join(f", {label} {r[key]:.3f}x" for key, label in (
             ("step_over_resident_fp8", "resident fp8"), ("step_over_bf16_dlo", "bf16 DLO"),
             ("pinned_over_bf16", "pinned vs bf16")) if key in r)
-        log(f"DLO fp8{' + modulation' if modulation else ''}: {r['step_s']:.4f} s, floor {r['floor_s']:.4f}, "
+        log(f"DLO fp8{' + modulation' if modulation else ''} (k={r['slots']}): {r['step_s']:.4f} s, "
+            f"floor {r['floor_s']:.4f}, "
             f"ratio {r['ratio_to_floor'] or 0:.3f}{extra}, identical {r['identical_to_resident_cast_same_way']}"
             + _profile_line(r))
     harness.write(report, args)

@@ -13,7 +13,9 @@ under a ballast (`ballast.py`) that leaves exactly that much of the GPU free:
      step-downs;
   3. with `--repeat`, plan and run again in the same cache (after one request of this size).
 Prints the table (card, policy, lean phases, predicted vs measured peak and step, ratios) and
-writes JSON. `--resident-reference` runs `--mode resident` once without a ballast for the resident
+writes JSON. `--alternatives 4 8` also runs the planner's policy with 4 and 8 more resident blocks under
+the same card (no budget) for the best measured configuration that fits. `--resident-reference` runs
+`--mode resident` once without a ballast for the resident
 step time the targets compare with.
 
     python3 -m benchmarks.real_cards --kind wan --dir /tmp/wan-size --cards 8 12 16 24 --guidance 5 \\
@@ -193,7 +195,61 @@ def one_card(args: argparse.Namespace, card: float, root: Path) -> dict[str, Any
                 log(f"{card:g} GB round {round_ + 1}: measured {_gb(record['run']['measured_process_peak'])}, "
                     f"step {record['run']['steady_step_s']:.3f} s, step-downs {len(record['run']['oom_step_downs'])}")
             entry["rounds"].append(record)
+            if round_ == 0 and args.alternatives and "plan" in record:
+                entry["alternatives"] = alternatives(args, card, cache.parent / f"alt-{card:g}", plan["doc"], record)
     return entry
+
+
+def policy_flags(policy: dict[str, Any], resident: int) -> list[str]:
+    """The plan's policy as explicit flags, with `resident` blocks (no budget: the policy as given)."""
+    flags = ["--dlo-offload-components", json.dumps(policy["dlo_offload_components"]),
+             "--resident-layers", str(resident), "--placement", policy["placement"],
+             "--prefetch-slots", str(policy["prefetch_slots"])]
+    for name in ("stream_encoders", "vae_tiling", "vae_slicing", "ff_chunking"):
+        flags += [f"--{name.replace('_', '-')}", "off" if policy[name] == "auto" else policy[name]]
+    return flags
+
+
+def fits(run: dict[str, Any], card: float) -> bool:
+    """Ran to the end, inside the card (NVML per process), with no OOM step-down."""
+    return (bool(run) and not run.get("oom_step_downs")
+            and (run.get("measured_process_peak") or float("inf")) <= card * GB)
+
+
+def alternatives(args: argparse.Namespace, card: float, cache: Path, plan_doc: dict[str, Any],
+                 record: dict[str, Any]) -> dict[str, Any]:
+    """The planner's policy with more or fewer resident blocks, run under the same card without a budget:
+    the best measured configuration that fits the card, and the planner's step against it."""
+    policy, blocks = plan_doc["policy"], plan_doc["forecast"]["num_resident_blocks"] + \
+        plan_doc["forecast"]["num_streamed_blocks"]
+    chosen = int(policy["resident_layers"] or 0)
+    tried: list[dict[str, Any]] = []
+    cache.mkdir(parents=True, exist_ok=True)  # its own: the profiles of these runs must not feed --repeat
+    for delta in args.alternatives:
+        resident = min(blocks, max(0, chosen + delta))
+        if resident == chosen or any(t["resident"] == resident for t in tried):
+            continue
+        run = cli(args, "run", None, cache, policy_flags(policy, resident), args.gpu)
+        row: dict[str, Any] = {"resident": resident}
+        if run["returncode"] != 0:
+            row["error"] = run.get("error")
+        else:
+            row.update(summarize_run(run))
+        row["fits"] = "error" not in row and fits(row, card)
+        tried.append(row)
+        log(f"{card:g} GB alternative {resident} resident: "
+            + (f"failed: {row['error']}" if "error" in row else
+               f"{_gb(row['measured_process_peak'])}, step {row['steady_step_s']:.3f} s, fits {row['fits']}"))
+    planner = record.get("run") or {}
+    fitting = [t["steady_step_s"] for t in tried if t["fits"]]
+    if planner and fits(planner, card):
+        fitting.append(planner["steady_step_s"])
+    best = min(fitting, default=None)
+    out = {"chosen_resident": chosen, "tried": tried, "best_fitting_step_s": best,
+           "planner_over_best": planner["steady_step_s"] / best if planner and best else None}
+    log(f"{card:g} GB: planner {planner.get('steady_step_s')} s vs best fitting {best} s: "
+        f"{out['planner_over_best']}")
+    return out
 
 
 def _gb(n: float | None) -> str:
@@ -238,6 +294,9 @@ def main() -> None:
     parser.add_argument("--auto", action="store_true", help="--vram-budget auto instead of the card's size")
     parser.add_argument("--repeat", action="store_true", help="plan and run again after the first request")
     parser.add_argument("--resident-reference", action="store_true", help="one --mode resident run, no ballast")
+    parser.add_argument("--alternatives", type=int, nargs="*", default=[],
+                        help="also run the planner's policy with this many more (or fewer, negative) resident "
+                             "blocks under the same card, no budget: the best measured configuration that fits")
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--guidance", type=float, default=None)
     parser.add_argument("--gpu", type=int, default=0)
@@ -258,6 +317,11 @@ def main() -> None:
             report["cards"].append(one_card(args, card, root))
             Path(args.out).write_text(json.dumps(report, indent=2))  # partial results survive a later failure
     text = table(report)
+    for entry in report["cards"]:
+        alt = entry.get("alternatives")
+        if alt:
+            text += (f"\n{entry['card_gb']:g} GB: planner {alt['chosen_resident']} resident; best fitting step "
+                     f"{alt['best_fitting_step_s']}; planner / best {alt['planner_over_best']}")
     report["table"] = text
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(text, flush=True)
