@@ -152,7 +152,9 @@ def summarize_plan(doc: dict[str, Any]) -> dict[str, Any]:
 def summarize_run(result: dict[str, Any]) -> dict[str, Any]:
     doc = result["doc"]
     steps = [s["wall_s"] for s in doc["steps"]]
-    measured = result.get("nvml_process_peak") or doc.get("process_peak_bytes") or result.get("nvml_device_delta_peak")
+    # the run's own figure is at least the context + its allocated peak (samples can miss a short peak)
+    seen = [v for v in (result.get("nvml_process_peak"), doc.get("process_peak_bytes")) if v]
+    measured = max(seen) if seen else result.get("nvml_device_delta_peak")
     return {"measured_process_peak": measured, "run_process_peak": doc.get("process_peak_bytes"),
             "nvml_process_peak": result.get("nvml_process_peak"),
             "nvml_device_delta_peak": result.get("nvml_device_delta_peak"),
@@ -219,7 +221,8 @@ def fits(run: dict[str, Any], card: float) -> bool:
 def alternatives(args: argparse.Namespace, card: float, cache: Path, plan_doc: dict[str, Any],
                  record: dict[str, Any]) -> dict[str, Any]:
     """The planner's policy with more or fewer resident blocks, run under the same card without a budget:
-    the best measured configuration that fits the card, and the planner's step against it."""
+    the best measured configuration that fits the card, and the planner's step against it (a delta of 0:
+    the planner's own policy without the budget, which shows what the budget's own settings cost)."""
     policy, blocks = plan_doc["policy"], plan_doc["forecast"]["num_resident_blocks"] + \
         plan_doc["forecast"]["num_streamed_blocks"]
     chosen = int(policy["resident_layers"] or 0)
@@ -227,7 +230,7 @@ def alternatives(args: argparse.Namespace, card: float, cache: Path, plan_doc: d
     cache.mkdir(parents=True, exist_ok=True)  # its own: the profiles of these runs must not feed --repeat
     for delta in args.alternatives:
         resident = min(blocks, max(0, chosen + delta))
-        if resident == chosen or any(t["resident"] == resident for t in tried):
+        if (resident == chosen and delta != 0) or any(t["resident"] == resident for t in tried):
             continue
         run = cli(args, "run", None, cache, policy_flags(policy, resident), args.gpu)
         row: dict[str, Any] = {"resident": resident}

@@ -177,7 +177,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
     progress.start()
     sampler.start()
     memory = RunMemory.start(engine.device, engine.device_name, flags.budget, flags.overhead)
-    stage, failure = "load", None
+    stage, failure, result = "load", None, None
     try:
         load = guard.run(engine.load, flags.policy, guard.cancel)
         stage = "generation"
@@ -189,12 +189,12 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         what = str(exc) if isinstance(exc, OPERATOR_ERRORS) else f"{type(exc).__name__}: {exc}"
         failure = f"{stage} failed: {_one_line(what)}"
     finally:
-        measured = memory.finish()
+        measured = memory.finish(getattr(result, "peak_allocated_bytes", None))
         sampler.close()
         progress.stop.set()
         progress.join()  # its last lines come before the failure's, which must be the last one
-    if failure is not None:
-        _fail(err, failure)
+    if failure is not None or result is None:
+        _fail(err, failure or "generation failed: no result")
         return EXIT_FAILED
     engine.close()  # the frames are in host memory: release the device before writing and reporting
     guard.check()

@@ -67,12 +67,17 @@ class RunMemory:
         memory.meter = ProcessPeakMeter(memory.source).start()
         return memory
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self, allocated_peak: int | None = None) -> dict[str, Any]:
         """The report's fields; the context measured now is cached for the next plan on this device.
-        Call `predicted` afterwards for the forecast's process figure."""
+        Call `predicted` afterwards for the forecast's process figure.
+
+        NVML is sampled every 50 ms, and under a tight allocator cap torch returns cache at once, so a
+        sample can miss a short peak. NVML's figure is the context + torch's reserved bytes, and reserved
+        is never below allocated, so the peak is at least the context + the request's allocated peak
+        (`allocated_peak`, exact): the larger of the two is reported, the sampled one beside it."""
         if self.meter is None or self.source is None:
-            return {"process_peak_bytes": None, "process_peak_note": "no device memory to measure (cpu)",
-                    "allocator_cap_bytes": None}
+            return {"process_peak_bytes": None, "process_peak_sampled_bytes": None,
+                    "process_peak_note": "no device memory to measure (cpu)", "allocator_cap_bytes": None}
         peak = self.meter.stop()
         context = context_bytes(self.device, self.source)
         if self.allocator_cap is not None:
@@ -81,7 +86,12 @@ class RunMemory:
             with contextlib.suppress(OSError):  # an unwritable cache costs the next plan its measured figure
                 record_context(self.device_name, context)
         self.source.close()
-        return {"process_peak_bytes": peak.peak_bytes, "process_peak_note": peak.reason,
+        sampled, note = peak.peak_bytes, peak.reason
+        floor = None if context is None or allocated_peak is None or sampled is None else context + allocated_peak
+        if floor is not None and floor > sampled:
+            note = "at least the CUDA context + torch's allocated peak (the 50 ms NVML samples missed a shorter peak)"
+        return {"process_peak_bytes": max(sampled, floor) if floor is not None else sampled,
+                "process_peak_sampled_bytes": sampled, "process_peak_note": note,
                 "allocator_cap_bytes": self.allocator_cap, "context_bytes": context}
 
     def predicted(self, check: Any, measured: int | None) -> dict[str, Any]:

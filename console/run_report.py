@@ -132,8 +132,11 @@ class RunReport(Document):
     events_dropped: int = Field(ge=0, description="events the report missed (totals are then partial)")
     telemetry: TelemetryPeaks
     process_peak_bytes: int | None = Field(None, description="device memory of the process at its peak, as NVML "
-                                           "counts it per process (sampled from load to the request's end); "
-                                           "null: not measurable (the note says why)")
+                                           "counts it per process: the larger of its samples from load to the "
+                                           "request's end and the CUDA context + torch's allocated peak (a floor "
+                                           "the 50 ms samples can miss); null: not measurable (the note says why)")
+    process_peak_sampled_bytes: int | None = Field(None, description="the largest of NVML's per-process samples "
+                                                   "(every 50 ms)")
     process_peak_note: str | None = None
     allocator_cap_bytes: int | None = Field(None, description="--vram-budget: the caching allocator's cap "
                                             "(budget minus the CUDA context)")

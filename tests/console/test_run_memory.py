@@ -56,3 +56,32 @@ def test_a_step_down_is_one_log_line_and_one_progress_line():
     assert line.startswith("out of device memory in VAE decode (vae): cache released, stepped down")
     assert "\n" not in line and "\n" not in log and "\x1b" not in log
     assert "(CUDA out of memory. Tried to allocate 2.00 GiB" in log  # the error's first line, escaped
+
+
+class _Meter:
+    def __init__(self, peak: int | None) -> None:
+        self.peak = peak
+
+    def stop(self):
+        from omni_console.offload.process_memory import ProcessPeak
+
+        return ProcessPeak(self.peak, 3)
+
+
+class _Source:
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("allocated", "expected", "missed"), [(int(9.5 * GB), int(10.5 * GB), True),
+                                                                (8 * GB, 10 * GB, False)])
+def test_the_process_peak_is_at_least_the_context_plus_the_allocated_peak_when_samples_missed_it(
+        monkeypatch: pytest.MonkeyPatch, allocated: int, expected: int, missed: bool):
+    from omni_console.console import run_memory
+
+    monkeypatch.setattr(run_memory, "context_bytes", lambda device, source: GB)
+    monkeypatch.setattr(run_memory, "record_context", lambda device, context: None)
+    memory = RunMemory(torch.device("cuda"), "GPU", meter=_Meter(10 * GB), source=_Source())  # type: ignore[arg-type]
+    doc = memory.finish(allocated)
+    assert doc["process_peak_bytes"] == expected and doc["process_peak_sampled_bytes"] == 10 * GB
+    assert ("missed a shorter peak" in (doc["process_peak_note"] or "")) is missed

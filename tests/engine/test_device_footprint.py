@@ -41,7 +41,7 @@ def test_cpu_has_no_overhead_and_a_gpu_without_a_measurement_says_default(cache:
     assert device_overhead("cpu").process_bytes(5 * GB) == 5 * GB
     o = device_overhead("NVIDIA H200")
     assert o.context_source == "default" and o.context_bytes == fp.DEFAULT_CONTEXT_BYTES
-    assert "default" in o.describe() and "1.5 GB" in o.describe()
+    assert "default" in o.describe() and "1.0 GB" in o.describe()
     # H200 measurement in the docstring: 24.03 GB reserved, 25.43 GB per process: the default covers it
     assert o.process_bytes(int(24.009 * GB)) >= int(25.43 * GB)
 
