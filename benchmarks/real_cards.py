@@ -238,6 +238,7 @@ def alternatives(args: argparse.Namespace, card: float, cache: Path, plan_doc: d
             row["error"] = run.get("error")
         else:
             row.update(summarize_run(run))
+            row["profiles"] = recorded_profiles(cache)  # this run's (same size: each run rewrites it)
         row["fits"] = "error" not in row and fits(row, card)
         tried.append(row)
         log(f"{card:g} GB alternative {resident} resident: "
