@@ -119,17 +119,19 @@ def _load_generate_report(args: argparse.Namespace, guard: InterruptGuard, layou
     progress.start()
     failure = None
     try:
-        guard.check()
-        load = guard.run(engine.load, flags.policy, guard.cancel)
-        result = guard.run(engine.generate, runs[0].request, guard.cancel)
-    except RankFailed as exc:
-        failure = plain(exc)
+        try:
+            guard.check()
+            load = guard.run(engine.load, flags.policy, guard.cancel)
+            result = guard.run(engine.generate, runs[0].request, guard.cancel)
+        except RankFailed as exc:  # the group is stopped already: every rank's memory gone with its process
+            failure = plain(exc)
+        else:
+            engine.close()  # the frames are in host memory: the ranks release theirs (and say so) before the writes
     finally:
         progress.finish()  # every rank's lines come before the failure's, which must be the last one
     if failure is not None:
         err.print(f"omni-console: {failure}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_FAILED
-    engine.close()  # the frames are in host memory: every rank's memory is released before writing
     loads, results = load.ranks, result.ranks
     rows = []
     for rank, (run, rank_load, rank_result) in enumerate(zip(runs, loads, results, strict=True)):
