@@ -5,7 +5,8 @@ cfg`, two ranks): the request's conditional and unconditional DiT calls run at o
 (`engine.cfg_parallel`), one image.
 
 The same order as a single-GPU run: every flag and the request are checked against the model before
-any rank starts; then the rank group (`engine.rank_group`) loads on every rank and runs. Data-parallel
+any rank starts; then the console's own handle for a rank group (`open_engine(…, layout=…)`, a
+`GroupEngine`) loads on every rank and runs, and its per-rank reports become the rows. Data-parallel
 images are written next to `--output` with their seed in the name (`out.png` → `out-seed0.png`,
 `out-seed1.png`), CFG's one image at `--output`, never over a file unless `--overwrite`. A rank that
 fails or dies stops the group: one line, exit 1, every rank's memory gone with its process.
