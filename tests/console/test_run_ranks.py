@@ -115,3 +115,24 @@ def test_ctrl_c_during_the_request_stops_every_rank_with_one_line(demo_model_dir
     assert "[rank 0] state ready → running request 1" in err  # interrupted during the request
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("omni-rank")]
     assert not list(tmp_path.iterdir())
+
+
+def test_a_rank_that_dies_is_the_last_line_and_exit_1(demo_model_dir: Path, tmp_path: Path, capsys,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing
+
+    from omni_console.engine.group_engine import GroupEngine
+
+    real_generate = GroupEngine.generate
+
+    def generate(self: GroupEngine, *args, **kwargs):
+        self.group._procs[1].kill()  # rank 1 dies as the request starts
+        return real_generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(GroupEngine, "generate", generate)
+    code, out, err = _run(capsys, "--model", str(demo_model_dir), "--gpus", "2", "--output", str(tmp_path / "o.png"))
+    lines = err.splitlines()
+    assert (code, out) == (1, "") and lines[-1].startswith("omni-console: rank 1 exited")
+    assert [line for line in lines if line.startswith("omni-console:")] == lines[-1:] and "Traceback" not in err
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("omni-rank")]
+    assert not list(tmp_path.iterdir())
