@@ -134,9 +134,9 @@ def _load_generate_report(args: argparse.Namespace, guard: InterruptGuard, layou
         err.print(f"omni-console: {failure}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_FAILED
     loads, results = load.ranks, result.ranks
-    rows = []
-    for rank, (run, rank_load, rank_result) in enumerate(zip(runs, loads, results, strict=True)):
-        rows.append(_rank_row(rank, run, rank_load, rank_result, layout, flags))
+    images = (result, *result.rank_results)  # the distinct images, by rank: each seed's (dp), CFG's one
+    rows = [_rank_row(rank, run, loads[rank], results[rank], images[rank] if rank < len(images) else None, flags)
+            for rank, run in enumerate(runs)]
     report = RanksReport(model=model, device=engine.device.type, gpus=layout.gpus, allgather=layout.allgather,
                          parallel=layout.parallel, layout=layout.describe(), streamed_bytes=loads[0].streamed_bytes,
                          wall_seconds=max(r.seconds for r in results), ranks=rows)
@@ -147,14 +147,15 @@ def _load_generate_report(args: argparse.Namespace, guard: InterruptGuard, layou
     return 0
 
 
-def _rank_row(rank: int, run: CheckedRun, load: LoadReport, result: GenerateResult, layout: RankLayout,
+def _rank_row(rank: int, run: CheckedRun, load: LoadReport, result: GenerateResult, image: GenerateResult | None,
               flags: Any) -> RankRun:
-    """One rank's figures, its image written (data-parallel: each rank's seed; CFG: rank 0's, the one image)."""
-    frames = list(result.frames) or ([result.image] if result.image is not None else [])
-    video = run.video or result.is_video
-    fps = (flags.options.fps if flags.options.fps is not None else result.fps) if video else None
-    writes = frames and (layout.parallel == "dp" or rank == 0)
-    files = write_result(frames, run.output, fps=fps) if writes else []
+    """One rank's figures, and its image written where it has one of its own (`image`; CFG: rank 0 only)."""
+    files: list[Path] = []
+    if image is not None:
+        frames = list(image.frames) or ([image.image] if image.image is not None else [])
+        video = run.video or image.is_video
+        fps = (flags.options.fps if flags.options.fps is not None else image.fps) if video else None
+        files = write_result(frames, run.output, fps=fps) if frames else []
     steps = result.steps
     return RankRun(rank=rank, seed=run.request.seed, load_seconds=load.seconds, load_phases=dict(load.phases),
                    load_components=dict(load.components), load_milestones=dict(load.milestones),
