@@ -158,7 +158,8 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
     finally:
         measured = memory.finish()
         sampler.close()
-        progress.finish()  # its last lines come before the failure's, which must be the last one
+        progress.stop.set()
+        progress.join()  # its last lines come before the failure's, which must be the last one
     if failure is not None:
         _fail(err, failure)
         return EXIT_FAILED
