@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -42,54 +40,23 @@ from ..engine.api import (
     write_result,
 )
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
-from ..engine.events import EngineStateChanged, ErrorEvent, Subscription
 from ..offload.units import format_bytes, format_rate, format_seconds
 from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
-from .event_text import PHASE_LABELS, progress_line
+from .event_text import PHASE_LABELS
 from .event_text import one_line as _one_line
 from .interrupts import Interrupted, InterruptGuard
 from .request_defaults import default_request
 from .run_memory import RunMemory, prefer_expandable_segments, step_down_docs
+from .run_progress import RunProgress
 from .run_report import RunReport
 from .run_request import REQUEST_FLAGS, CheckedRun, OptionFlags, checked_request, parse_option_flags
-from .run_totals import RunTotals, summarize, telemetry_peaks
+from .run_totals import summarize, telemetry_peaks
 from .telemetry_text import describe_snapshot
 
 __all__ = ["run_headless", "default_request", "summarize", "telemetry_peaks", "check_run_flags", "RunFlags",
            "REQUEST_FLAGS"]
 
 EXIT_FAILED = 1
-
-
-class _Progress(threading.Thread):
-    """Prints state changes and step timings to stderr while the engine works (with --json too: the
-    document goes to stdout alone), and folds every event into bounded running totals for the report."""
-
-    def __init__(self, sub: Subscription, console: Console, muted: Callable[[], bool] = lambda: False,
-                 lock: threading.Lock | None = None) -> None:
-        super().__init__(daemon=True, name="omni-progress")
-        self.sub, self.console, self.muted = sub, console, muted
-        self.lock = lock or threading.Lock()  # shared with the interrupt line, which must come last
-        self.stop = threading.Event()
-        self.totals = RunTotals()
-
-    def run(self) -> None:
-        while not self.stop.wait(0.1):
-            self._flush()
-        self._flush()
-
-    def _flush(self) -> None:
-        for event in self.sub.drain():
-            self.totals.add(event)
-            if isinstance(event, ErrorEvent) or (isinstance(event, EngineStateChanged) and event.new == "failed"):
-                continue  # a failure ends the run with its own one line (`_fail`), never with several
-            line = progress_line(event)
-            if line is None:
-                continue
-            with self.lock:
-                if self.muted():  # after Ctrl+C the one "interrupted" line says it all
-                    continue
-                self.console.print(_one_line(line[0]), style=line[1], markup=False, highlight=False, soft_wrap=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +139,7 @@ def _lean_lines(forecast: Any, say: bool) -> list[str]:
 def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: EngineHandle, plan: Any,
                           run: CheckedRun, guard: InterruptGuard) -> int:
     err = Console(stderr=True)
-    progress = _Progress(engine.bus.subscribe(), err, muted=lambda: guard.interrupted, lock=guard.output_lock)
+    progress = RunProgress(engine.bus.subscribe(), err, muted=lambda: guard.interrupted, lock=guard.output_lock)
     sampler = TelemetrySampler(*default_sources(engine.device), bus=engine.bus, hz=flags.telemetry_hz)
     progress.start()
     sampler.start()

@@ -5,7 +5,8 @@ cfg`, two ranks): the request's conditional and unconditional DiT calls run at o
 (`engine.cfg_parallel`), one image.
 
 The same order as a single-GPU run: every flag and the request are checked against the model before
-any rank starts; then the rank group (`engine.rank_group`) loads on every rank and runs. Data-parallel
+any rank starts; then the console's own handle for a rank group (`open_engine(…, layout=…)`, a
+`GroupEngine`) loads on every rank and runs, and its per-rank reports become the rows. Data-parallel
 images are written next to `--output` with their seed in the name (`out.png` → `out-seed0.png`,
 `out-seed1.png`), CFG's one image at `--output`, never over a file unless `--overwrite`. A rank that
 fails or dies stops the group: one line, exit 1, every rank's memory gone with its process.
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +26,11 @@ from rich.table import Table
 from rich.text import Text
 
 from ..engine.api import (
+    EngineHandle,
+    GenerateResult,
+    LoadReport,
     RankFailed,
-    RankGroup,
     RankLayout,
-    check_experts,
     default_device,
     open_engine,
     plain,
@@ -37,13 +38,12 @@ from ..engine.api import (
     write_result,
 )
 from ..engine.errors import ConfigError
-from ..engine.events import Event
 from ..offload.units import format_bytes, format_seconds
 from .args import resolve_model_path
-from .event_text import progress_line
 from .interrupts import InterruptGuard
 from .request_defaults import default_request
-from .run_request import checked_request
+from .run_progress import RunProgress, rank_line
+from .run_request import CheckedRun, checked_request
 
 EXIT_FAILED = 1
 
@@ -89,65 +89,81 @@ def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayou
     if flags.budget is not None:
         raise ConfigError("--vram-budget with --gpus: plan one rank's budget with `plan --gpus`, then pass its policy")
     model_path = resolve_model_path(args.model)
-    probe = open_engine(model_path, device="cpu", variant=args.variant)  # discovery only: nothing loads here
-    plan_for(probe, flags.policy, layout=layout, forecast=False)  # the policy, then the layout, checked
-    check_experts(layout, probe.model)
-    request = default_request(probe, prompt=args.prompt, steps=args.steps, height=args.height, width=args.width,
-                              seed=args.seed, guidance=args.guidance, frames=args.frames,
-                              negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,
-                              image=args.image, params=flags.options.params)
-    if layout.parallel == "cfg":  # one request, both ranks: the image once, at --output
-        runs = [checked_request(probe.model, request, flags.options, args.output, overwrite=args.overwrite)] * 2
-    else:
-        runs = [checked_request(probe.model, r, flags.options, seeded_path(args.output, r.seed),
-                                overwrite=args.overwrite)
-                for r in (replace(request, seed=request.seed + k) for k in range(layout.gpus))]
-    err = Console(stderr=True)
-
-    def show(rank: int, event: Event) -> None:
-        line = progress_line(event)  # stderr, with --json too
-        if line is None:
-            return
-        with guard.output_lock:  # the interrupt line, once printed, stays the last
-            if not guard.interrupted:
-                err.print(f"[rank {rank}] {line[0]}", style=line[1], markup=False, highlight=False, soft_wrap=True)
-
     guard.check()
-    group = guard.run(lambda: RankGroup(model_path, layout, device.type, variant=args.variant, on_event=show))
+    # the console's handle: discovery and the layout's checks here, no rank started yet (they start at the load)
+    engine = guard.run(lambda: open_engine(model_path, device=device, layout=layout, variant=args.variant,
+                                           telemetry_hz=None))
     try:
-        loads = guard.run(group.load, flags.policy)
-        results = guard.run(group.generate, [r.request for r in runs])
-    except RankFailed as exc:
-        err.print(f"omni-console: {plain(exc)}", markup=False, highlight=False, soft_wrap=True)
-        return EXIT_FAILED
+        plan_for(engine, flags.policy, layout=layout, forecast=False)  # the policy against the model
+        request = default_request(engine, prompt=args.prompt, steps=args.steps, height=args.height,
+                                  width=args.width, seed=args.seed, guidance=args.guidance, frames=args.frames,
+                                  negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,
+                                  image=args.image, params=flags.options.params)
+        if layout.parallel == "cfg":  # one request, both ranks: the image once, at --output
+            runs = [checked_request(engine.model, request, flags.options, args.output,
+                                    overwrite=args.overwrite)] * layout.gpus
+        else:
+            runs = [checked_request(engine.model, r, flags.options, seeded_path(args.output, r.seed),
+                                    overwrite=args.overwrite)
+                    for r in layout.rank_requests(request)]
+        return _load_generate_report(args, guard, layout, flags, engine, runs, str(model_path))
     finally:
-        group.close()
-    wall = max(r.seconds for r in results)
-    rows = []
-    for rank, (run, load, result) in enumerate(zip(runs, loads, results, strict=True)):
-        frames = list(result.frames) or ([result.image] if result.image is not None else [])
-        video = run.video or result.is_video
-        fps = (flags.options.fps if flags.options.fps is not None else result.fps) if video else None
-        writes = frames and (layout.parallel == "dp" or rank == 0)  # CFG: both ranks hold the same image
-        files = write_result(frames, run.output, fps=fps) if writes else []
-        steps = result.steps
-        rows.append(RankRun(rank=rank, seed=run.request.seed, load_seconds=load.seconds,
-                            load_phases=dict(load.phases), load_components=dict(load.components),
-                            load_milestones=dict(load.milestones), dit_read_seconds=load.dit_read_seconds,
-                            pinned_bytes=load.pinned_bytes,
-                            block_host_bytes=load.block_host_bytes, request_seconds=result.seconds,
-                            step_s_median=statistics.median(s.wall_s for s in steps) if steps else None,
-                            stall_s_total=sum(s.stall_s for s in steps),
-                            h2d_bytes_total=sum(s.h2d_bytes for s in steps),
-                            files=[str(f) for f in files]))
-    report = RanksReport(model=str(model_path), device=device.type, gpus=layout.gpus, allgather=layout.allgather,
+        engine.close()
+
+
+def _load_generate_report(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayout, flags: Any,
+                          engine: EngineHandle, runs: list[CheckedRun], model: str) -> int:
+    """Load on every rank, run the request (each rank its own, `RankLayout.rank_requests`), write, report."""
+    err = Console(stderr=True)
+    progress = RunProgress(engine.bus.subscribe(), err, muted=lambda: guard.interrupted, lock=guard.output_lock,
+                           line_for=rank_line)
+    progress.start()
+    failure = None
+    try:
+        try:
+            guard.check()
+            load = guard.run(engine.load, flags.policy, guard.cancel)
+            result = guard.run(engine.generate, runs[0].request, guard.cancel)
+        except RankFailed as exc:  # the group is stopped already: every rank's memory gone with its process
+            failure = plain(exc)
+        else:
+            engine.close()  # the frames are in host memory: the ranks release theirs (and say so) before the writes
+    finally:
+        progress.finish()  # every rank's lines come before the failure's, which must be the last one
+    if failure is not None:
+        err.print(f"omni-console: {failure}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_FAILED
+    loads, results = load.ranks, result.ranks
+    images = (result, *result.rank_results)  # the distinct images, by rank: each seed's (dp), CFG's one
+    rows = [_rank_row(rank, run, loads[rank], results[rank], images[rank] if rank < len(images) else None, flags)
+            for rank, run in enumerate(runs)]
+    report = RanksReport(model=model, device=engine.device.type, gpus=layout.gpus, allgather=layout.allgather,
                          parallel=layout.parallel, layout=layout.describe(), streamed_bytes=loads[0].streamed_bytes,
-                         wall_seconds=wall, ranks=rows)
+                         wall_seconds=max(r.seconds for r in results), ranks=rows)
     if args.json:
         print(json.dumps(report.model_dump(), indent=2))
     else:
         _print(report, Console())
     return 0
+
+
+def _rank_row(rank: int, run: CheckedRun, load: LoadReport, result: GenerateResult, image: GenerateResult | None,
+              flags: Any) -> RankRun:
+    """One rank's figures, and its image written where it has one of its own (`image`; CFG: rank 0 only)."""
+    files: list[Path] = []
+    if image is not None:
+        frames = list(image.frames) or ([image.image] if image.image is not None else [])
+        video = run.video or image.is_video
+        fps = (flags.options.fps if flags.options.fps is not None else image.fps) if video else None
+        files = write_result(frames, run.output, fps=fps) if frames else []
+    steps = result.steps
+    return RankRun(rank=rank, seed=run.request.seed, load_seconds=load.seconds, load_phases=dict(load.phases),
+                   load_components=dict(load.components), load_milestones=dict(load.milestones),
+                   dit_read_seconds=load.dit_read_seconds, pinned_bytes=load.pinned_bytes,
+                   block_host_bytes=load.block_host_bytes, request_seconds=result.seconds,
+                   step_s_median=statistics.median(s.wall_s for s in steps) if steps else None,
+                   stall_s_total=sum(s.stall_s for s in steps), h2d_bytes_total=sum(s.h2d_bytes for s in steps),
+                   files=[str(f) for f in files])
 
 
 def _print(r: RanksReport, console: Console) -> None:

@@ -60,9 +60,9 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from .plan import ComponentPlan, Plan, make_plan
     from .planning import PlanResult, plan_for
     from .profiler import request_size
-    from .rank_checks import check_experts, check_parallel, check_rank_devices
+    from .rank_checks import check_rank_devices
     from .rank_forecast import RankForecast
-    from .rank_group import RankFailed, RankGroup
+    from .rank_group import RankFailed
     from .rank_layout import RankLayout, rank_layout
     from .request_checks import SEED_MAX, check_request
     from .request_forecast import RequestForecast
@@ -99,9 +99,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".documents": ("Document", "PlanDocument", "PolicyDoc"),
     # ranks
     ".rank_layout": ("RankLayout", "rank_layout"),
-    ".rank_checks": ("check_experts", "check_parallel", "check_rank_devices"),
+    ".rank_checks": ("check_rank_devices",),
     ".rank_forecast": ("RankForecast",),
-    ".rank_group": ("RankFailed", "RankGroup"),
+    ".rank_group": ("RankFailed",),
     # requests and their outputs
     ".runner": ("GenerateRequest", "RequestCancelled", "total_steps_of"),
     ".call_options": (

@@ -8,8 +8,10 @@ GPU and forwards its events tagged with its rank; they arrive on this engine's b
 
 A request runs on every rank at once: data-parallel ranks take the seeds `seed … seed+N−1` (the
 result is rank 0's, with the others' in `GenerateResult.rank_results`), CFG-parallel ranks one
-request. Cancelling stops the whole group — the ranks gather blocks in lockstep, so one rank cannot
-stop at a step while another waits for it — and the model must be loaded again. Live re-plan is not
+request (`RankLayout.rank_requests`). Every rank's own load report and result also come back whole
+(`LoadReport.ranks`, `GenerateResult.ranks`): `run --gpus` reports them rank by rank. Cancelling
+stops the whole group — the ranks gather blocks in lockstep, so one rank cannot stop at a step while
+another waits for it — and the model must be loaded again. Live re-plan is not
 offered: AllGather ranks hold only their shards.
 """
 
@@ -164,7 +166,7 @@ class GroupEngine(Lifecycle):
             if started_s is not None:  # the ranks' own milestones count from their load, after the start
                 milestones = {"ranks_started": started_s, **{k: v + started_s for k, v in milestones.items()}}
             return replace(first, seconds=seconds, pinned_bytes=sum(r.pinned_bytes for r in reports),
-                           milestones=milestones)
+                           milestones=milestones, ranks=tuple(reports))
 
     def unload(self) -> None:
         with self._lock:
@@ -185,7 +187,7 @@ class GroupEngine(Lifecycle):
             self._check_ready()
             if self.group is None:  # a ready group always has its ranks; said as the state guard would
                 raise EngineStateError(f"cannot generate while {self.state.value}; load first")
-            requests = [request] * self.world if self.layout.parallel == "cfg" else self.group.seeds(request)
+            requests = self.layout.rank_requests(request)
             self._set_state(EngineState.RUNNING, f"{self.world} ranks")
             try:
                 results = self.group.generate(requests, cancel=cancel)
@@ -197,7 +199,7 @@ class GroupEngine(Lifecycle):
                 raise RankFailed(reason) from None
             self._set_state(EngineState.READY)
             others = tuple(results[1:]) if self.layout.parallel == "dp" else ()
-            return replace(results[0], rank_results=others)
+            return replace(results[0], rank_results=others, ranks=tuple(results))
 
     # ---------------------------------------------------------------- internals
     def _start_group(self, cancel: threading.Event | None) -> RankGroup:

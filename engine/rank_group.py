@@ -140,10 +140,6 @@ class RankGroup:
             q.put(("unload", None))
         self._collect("unload", timeout_s)
 
-    def seeds(self, request: GenerateRequest) -> list[GenerateRequest]:
-        """The request once per rank, seeds `seed`, `seed + 1`, ... (N images of one prompt at once)."""
-        return [replace(request, seed=request.seed + r) for r in range(self.world)]
-
     def close(self) -> None:
         """Ask every rank to release and exit; stop the ones that do not. Idempotent."""
         if self.closed:

@@ -9,10 +9,13 @@ the conditional and unconditional branches of one guided request on two ranks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .runner import GenerateRequest
 
 Parallel = Literal["dp", "cfg"]
 MAX_GPUS = 64
@@ -32,6 +35,14 @@ class RankLayout:
     def sharded(self) -> bool:
         """Blocks are sharded across the ranks (AllGather with more than one rank)."""
         return self.allgather and self.gpus > 1
+
+    def rank_requests(self, request: GenerateRequest) -> list[GenerateRequest]:
+        """What each rank runs, by rank: data-parallel, `request` with the seeds `seed … seed+N−1` (N images
+        of one prompt at once); CFG-parallel, `request` itself on both ranks (one image). The one home of
+        this rule: `GroupEngine` runs these and `run --gpus` names each rank's output by them."""
+        if self.parallel == "cfg":
+            return [request] * self.gpus
+        return [replace(request, seed=request.seed + r) for r in range(self.gpus)]
 
     def describe(self) -> str:
         """One line for the plan: what each rank holds and what the ranks run at once."""

@@ -46,6 +46,7 @@ def rank_main(rank: int, spec: RankSpec, commands: Any, replies: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the whole process group: the leader decides
     if spec.log_dir is not None:
         _output_to_file(spec.log_dir, rank)
+    _thread_lock_for_progress_bars()
     os.environ.update(spec.env)
     os.environ["RANK"] = str(rank)
     os.environ.setdefault("LOCAL_RANK", str(rank))
@@ -68,6 +69,17 @@ def rank_main(rank: int, spec: RankSpec, commands: Any, replies: Any) -> None:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _thread_lock_for_progress_bars() -> None:
+    """diffusers' progress bars (tqdm) would take a multiprocessing lock: a named semaphore that a rank
+    stopped by the leader (a cancel, a peer's failure) never unlinks, so the leader's resource tracker
+    warns at exit, after the one line. A rank's bars are its own: a thread lock does."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # no progress bars to lock
+        return
+    tqdm.set_lock(threading.RLock())
 
 
 def _output_to_file(log_dir: Path, rank: int) -> None:

@@ -20,6 +20,7 @@ class LoadReport:
     components: dict[str, float] = field(default_factory=dict)  # seconds building each component
     dit_read_seconds: float = 0.0  # parallel reads straight into place (the block arena and what materialized)
     milestones: dict[str, float] = field(default_factory=dict)  # seconds from the start: dits_built, dits_placed, ...
+    ranks: tuple[LoadReport, ...] = ()  # a rank group's load: each rank's own report, by rank (`run --gpus` rows)
     """Where the load's time went. `read`: seconds from the start until every byte was read (the
     components built, the blocks in their arena); `arrange`: the rest (device copies, stagers,
     hooks, the last registrations); `register`: seconds spent in `cudaHostRegister`, summed over
@@ -41,6 +42,7 @@ class GenerateResult:
     vae_decode_peak_bytes: int | None = None  # device allocator peak during VAE decode (CUDA), else None
     check: ForecastCheck | None = None  # the forecast made before the request vs what it measured
     rank_results: tuple[GenerateResult, ...] = ()  # data-parallel ranks 1…N−1 (engine.group_engine), by seed
+    ranks: tuple[GenerateResult, ...] = ()  # a rank group's request: each rank's own result, by rank (CFG too)
     cancelled: bool = False  # cancel was asked before the pipeline returned (even during the VAE decode): not a result
     oom_step_downs: tuple[OomStepDown, ...] = ()  # phases that ran out of memory, stepped down and retried
 

@@ -72,3 +72,67 @@ def test_cfg_parallel_run_writes_the_one_gpu_image(demo_model_dir: Path, tmp_pat
     assert code == 0 and json.loads(out)["parallel"] == "cfg"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.png", "one.png"]
     assert np.array_equal(np.asarray(Image.open(tmp_path / "cfg.png")), np.asarray(Image.open(tmp_path / "one.png")))
+
+
+def test_ctrl_c_during_the_request_stops_every_rank_with_one_line(demo_model_dir: Path, tmp_path: Path, capsys,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cancel reaches the ranks (they stop at once, not after their 2000 steps): the one line, 130."""
+    import multiprocessing
+    import os
+    import signal
+    import threading
+    import time
+
+    from omni_console.engine.group_engine import GroupEngine
+
+    real_generate = GroupEngine.generate
+    generating = threading.Event()
+
+    def generate(self: GroupEngine, *args, **kwargs):
+        generating.set()
+        return real_generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(GroupEngine, "generate", generate)
+    sent: list[float] = []
+
+    def deliver() -> None:
+        assert generating.wait(300), "the request never started"
+        time.sleep(1.0)  # the ranks are running the request
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, lambda *_: None)  # a stray late signal must not stop pytest
+    try:
+        sender = threading.Thread(target=deliver)
+        sender.start()
+        code, out, err = _run(capsys, "--model", str(demo_model_dir), "--gpus", "2", "--steps", "2000",
+                              "--output", str(tmp_path / "o.png"))
+        sender.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert (code, out) == (130, "") and time.monotonic() - sent[0] < 30
+    assert err.endswith("omni-console: interrupted\n") and err.count("interrupted") == 1 and "Traceback" not in err
+    assert "[rank 0] state ready → running request 1" in err  # interrupted during the request
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("omni-rank")]
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_rank_that_dies_is_the_last_line_and_exit_1(demo_model_dir: Path, tmp_path: Path, capsys,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing
+
+    from omni_console.engine.group_engine import GroupEngine
+
+    real_generate = GroupEngine.generate
+
+    def generate(self: GroupEngine, *args, **kwargs):
+        self.group._procs[1].kill()  # rank 1 dies as the request starts
+        return real_generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(GroupEngine, "generate", generate)
+    code, out, err = _run(capsys, "--model", str(demo_model_dir), "--gpus", "2", "--output", str(tmp_path / "o.png"))
+    lines = err.splitlines()
+    assert (code, out) == (1, "") and lines[-1].startswith("omni-console: rank 1 exited")
+    assert [line for line in lines if line.startswith("omni-console:")] == lines[-1:] and "Traceback" not in err
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("omni-rank")]
+    assert not list(tmp_path.iterdir())

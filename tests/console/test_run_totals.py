@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from omni_console.console.event_text import progress_line
-from omni_console.console.headless import _Progress
+from omni_console.console.run_progress import RunProgress
 from omni_console.console.run_totals import KEEP_CACHE_DECISIONS, KEEP_LOG_LINES, RunTotals
 from omni_console.console.theme_colors import resolve_default
 from omni_console.offload.events import (
@@ -51,7 +51,7 @@ def _events(seed: int = 0) -> list:
 def test_progress_memory_is_bounded_and_totals_exact():
     events = _events()
     bus = EventBus()
-    progress = _Progress(bus.subscribe(), Console(file=io.StringIO()), muted=lambda: True)
+    progress = RunProgress(bus.subscribe(), Console(file=io.StringIO()), muted=lambda: True)
     progress.start()
     for event in events:
         bus.publish(event)

@@ -52,6 +52,12 @@ def test_two_ranks_serve_the_model_like_one_engine(demo_model_dir: Path) -> None
     result = engine.generate(request_for("flux", 7))
     assert np.array_equal(np.asarray(result.image), expected[0])
     assert len(result.rank_results) == 1 and np.array_equal(np.asarray(result.rank_results[0].image), expected[1])
+    # and every rank's own figures, by rank (what `run --gpus` reports rank by rank)
+    assert [np.asarray(r.image).tolist() for r in result.ranks] == [e.tolist() for e in expected]
+    assert result.ranks[0].seconds == result.seconds and all(len(r.steps) == len(result.steps) for r in result.ranks)
+    assert len(report.ranks) == 2 and report.pinned_bytes == sum(r.pinned_bytes for r in report.ranks)
+    assert all(0 < r.block_host_bytes < r.streamed_bytes for r in report.ranks)
+    assert all(r.seconds < report.seconds and "ranks_started" not in r.milestones for r in report.ranks)
     seen = events.drain()  # a command's events are on the bus when it returns
     for kind in (StagingEvent, StepTiming):
         assert {e.rank for e in seen if isinstance(e, kind)} >= {0, 1}, kind.__name__

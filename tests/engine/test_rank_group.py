@@ -50,7 +50,7 @@ def test_data_parallel_ranks_match_the_single_engine(demo_model_dir: Path, singl
                     assert streamed / 2 <= report.block_host_bytes <= streamed / 2 + 2 * 256 * 16
                 else:
                     assert report.block_host_bytes >= streamed
-            results = group.generate(group.seeds(request_for("flux", 7)))
+            results = group.generate(group.layout.rank_requests(request_for("flux", 7)))
             for seed, result in zip((7, 8), results, strict=True):
                 assert np.array_equal(np.asarray(result.image), single_images[(str(comps), layers, seed)]), seed
             group.unload()
