@@ -143,3 +143,35 @@ def test_the_session_imports_neither_textual_nor_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+UI_MODULES = ("app.py", "session.py", "host.py", "load_commands.py", "plan_commands.py", "request_commands.py",
+              "request_defaults.py", "commands.py", "screens", "widgets")
+
+
+def engine_reads(path) -> list[str]:
+    """`x.engine.plan`-like reads of the engine's live objects (plan, pipe, placement, state, failure), and
+    `engine.pipe` / `engine.plan` / `engine.placement` on a name, in one module."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Attribute):
+            continue
+        owner = node.value
+        if (isinstance(owner, ast.Attribute) and owner.attr == "engine"
+                and node.attr in ("plan", "pipe", "placement", "state", "failure")):
+            found.append(f"{path.name}:{node.lineno} .engine.{node.attr}")
+        elif isinstance(owner, ast.Name) and owner.id == "engine" and node.attr in ("plan", "pipe", "placement"):
+            found.append(f"{path.name}:{node.lineno} engine.{node.attr}")
+    return found
+
+
+def test_the_apps_modules_read_the_engines_plan_pipe_and_state_only_from_events():
+    from omni_console.console import session as session_module
+
+    root = Path(session_module.__file__).parent
+    files = [p for name in UI_MODULES for p in ((root / name).rglob("*.py") if (root / name).is_dir()
+                                                 else [root / name])]
+    assert len(files) > 10
+    assert [read for path in files for read in engine_reads(path)] == []
