@@ -85,8 +85,9 @@ COPY_NOTICE = ("sent to the terminal's clipboard (OSC 52: the terminal may or ma
 
 
 def _from_session(name: str) -> Any:
-    """A read-only attribute of the app that is its session's."""
-    return property(lambda self: getattr(self.session, name), doc=f"`ConsoleSession.{name}`")
+    """An attribute of the app that is its session's (read and set through to it)."""
+    return property(lambda self: getattr(self.session, name), lambda self, value: setattr(self.session, name, value),
+                    doc=f"`ConsoleSession.{name}`")
 
 
 def theme_or_error(name: str | None) -> str:
@@ -177,7 +178,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         self._ui_loop: asyncio.AbstractEventLoop | None = None
         self._quit_pending = False
 
-    # the session's state, read on the app by tests, benchmarks and the palette (read-only here)
+    # the session's state, as the app's: tests and benchmarks read (and a snapshot test clears) them here
     policy = _from_session("policy")
     plan = _from_session("plan")
     phase = _from_session("phase")
