@@ -6,7 +6,9 @@ hands the events to its `EventRouter` (no Textual there), which keeps the state 
 and decides which redraws are due; no sample or staging event is coalesced away (drops are
 counted and shown). Commands go down as worker futures whose completion comes back as a
 `CommandDone` message. Screens own their widgets; the app calls screen methods and sets their
-reactive attributes, and screen keys reach the app as `app.`-namespaced actions or messages.
+reactive attributes, and screen keys reach the app as `app.`-namespaced actions or messages. The
+state (phase, command in flight, request running, policy, the engine's plan and state as its events
+said them) is the `ConsoleSession`'s (session.py, no Textual); the app and its command groups are glue.
 
 A full gen-2 garbage collection over a loaded pipeline plus the UI takes 0.1–0.3 s and holds the
 GIL, stalling the engine mid-step; after a load the app therefore `gc.freeze()`s what exists (the
