@@ -153,7 +153,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         editor = PolicyEditor(engine.model, engine.make_plan, policy)  # PolicyError before anything runs
         super().__init__()
         self.engine = engine  # handed to worker commands; the UI thread reads only the values below and events
-        self.model, self.engine_device, self.world = engine.model, str(engine.device), engine.world
+        self.model, self.engine_device = engine.model, str(engine.device)
         self.session = ConsoleSession(editor, live_replan=engine.live_replan, engine_state=engine.state.value,
                                       prompt=prompt, bandwidth=bandwidth)
         self.worker = worker or EngineWorker(engine)
@@ -189,6 +189,11 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
     last_output = _from_session("last_output")
     last_error = _from_session("last_error")
     load_seconds = _from_session("load_seconds")
+
+    @property
+    def world(self) -> int:
+        """GPUs (ranks) serving the model: a constant of the engine handle (read when a load builds its panels)."""
+        return self.engine.world
 
     @property
     def snapshot(self) -> TelemetrySnapshot | None:

@@ -34,8 +34,10 @@ class ConsoleHost(Protocol):
     """The model directory's components as discovered when the console opened (a value, not the engine's)."""
     engine_device: str
     """The engine's device as it was given (`cuda`, `cuda:1`, `cpu`)."""
-    world: int
-    """GPUs (ranks) serving the model (fixed for the engine's life)."""
+    @property
+    def world(self) -> int:
+        """GPUs (ranks) serving the model (a constant of the engine handle)."""
+        ...
     worker: EngineWorker
     router: EventRouter
     device_info: DeviceInfo
