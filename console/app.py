@@ -6,7 +6,9 @@ hands the events to its `EventRouter` (no Textual there), which keeps the state 
 and decides which redraws are due; no sample or staging event is coalesced away (drops are
 counted and shown). Commands go down as worker futures whose completion comes back as a
 `CommandDone` message. Screens own their widgets; the app calls screen methods and sets their
-reactive attributes, and screen keys reach the app as `app.`-namespaced actions or messages.
+reactive attributes, and screen keys reach the app as `app.`-namespaced actions or messages. The
+state (phase, command in flight, request running, policy, the engine's plan and state as its events
+said them) is the `ConsoleSession`'s (session.py, no Textual); the app and its command groups are glue.
 
 A full gen-2 garbage collection over a loaded pipeline plus the UI takes 0.1–0.3 s and holds the
 GIL, stalling the engine mid-step; after a load the app therefore `gc.freeze()`s what exists (the
@@ -30,7 +32,7 @@ import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -43,10 +45,7 @@ from ..engine.api import (
     DEFAULT_HZ,
     EngineHandle,
     EngineWorker,
-    GenerateRequest,
     OffloadPolicy,
-    Plan,
-    RequestSize,
     Source,
     TelemetrySampler,
     TelemetrySnapshot,
@@ -69,6 +68,7 @@ from .plan_commands import PlanCommands
 from .policy_edits import PolicyEditor
 from .request_commands import RequestCommands
 from .screens import CopyCommandScreen, HelpScreen, LiveScreen, PlanScreen
+from .session import ConsoleSession
 from .shutdown import EngineRelease, stop_key_reader
 from .toasts import NARROW_WIDTH, max_visible_for, toast_text, toasts_replaced_by
 from .widgets import HISTORY_SAMPLES
@@ -85,7 +85,11 @@ engine thread; a process that exits first leaves the memory to the OS)."""
 COPY_NOTICE = ("sent to the terminal's clipboard (OSC 52: the terminal may or may not accept it; "
                "tmux and ssh often drop it) — to select by hand:")
 
-Phase = Literal["plan", "loading", "live", "unloading", "quitting"]
+
+def _from_session(name: str) -> Any:
+    """An attribute of the app that is its session's (read and set through to it)."""
+    return property(lambda self: getattr(self.session, name), lambda self, value: setattr(self.session, name, value),
+                    doc=f"`ConsoleSession.{name}`")
 
 
 def theme_or_error(name: str | None) -> str:
@@ -146,9 +150,12 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         request between two blocks and keeps nothing.
         """
         self.initial_theme = theme_or_error(theme)
-        self.editor = PolicyEditor(engine.model, engine.make_plan, policy)  # PolicyError before anything runs
+        editor = PolicyEditor(engine.model, engine.make_plan, policy)  # PolicyError before anything runs
         super().__init__()
-        self.engine = engine
+        self.engine = engine  # handed to worker commands; the UI thread reads only the values below and events
+        self.model, self.engine_device = engine.model, str(engine.device)
+        self.session = ConsoleSession(editor, live_replan=engine.live_replan, engine_state=engine.state.value,
+                                      prompt=prompt, bandwidth=bandwidth)
         self.worker = worker or EngineWorker(engine)
         self.sub = engine.bus.subscribe()
         if sampler is None:
@@ -162,37 +169,31 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         self.release = EngineRelease(self.worker, sampler, self.sub)
         self.device_info = read_device_info(engine.device)
         self.router = EventRouter(on_cpu=not self.device_info.is_cuda, history=HISTORY_SAMPLES)
-        self.bandwidth = bandwidth
-        self.bandwidth_source = "given" if bandwidth else ""
         self.out_dir = Path(out_dir) if out_dir is not None else DEFAULT_OUT_DIR
-        self.prompt = prompt
-        self.request_size = RequestSize()  # the size the plan screen's forecast is for: the last request's
         self.save_partial = save_partial
-        self.last_requests: dict[str, GenerateRequest] = {}  # per model path: the generate dialog's values
-        self.exit_code = 0
-        self.phase: Phase = "plan"
-        self.generating = False
-        self.busy: Future | None = None
-        self.last_command: dict[str, Future] = {}
         self.plan_screen = PlanScreen()
         self.live_screen: LiveScreen | None = None
         self.notices: list[tuple[str, str]] = []
-        self.last_output: Path | None = None
-        self.last_error: str | None = None
-        self.load_seconds: float | None = None
         self._drain_timer: Timer | None = None
         self._link_shown: object = None
         self._closed = False
         self._ui_loop: asyncio.AbstractEventLoop | None = None
         self._quit_pending = False
 
-    @property
-    def policy(self) -> OffloadPolicy:
-        return self.editor.policy
+    # the session's state, as the app's: tests and benchmarks read (and a snapshot test clears) them here
+    policy = _from_session("policy")
+    plan = _from_session("plan")
+    phase = _from_session("phase")
+    generating = _from_session("generating")
+    last_command = _from_session("last_command")
+    last_output = _from_session("last_output")
+    last_error = _from_session("last_error")
+    load_seconds = _from_session("load_seconds")
 
     @property
-    def plan(self) -> Plan:
-        return self.editor.plan
+    def world(self) -> int:
+        """GPUs (ranks) serving the model: a constant of the engine handle (read when a load builds its panels)."""
+        return self.engine.world
 
     @property
     def snapshot(self) -> TelemetrySnapshot | None:
@@ -206,7 +207,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         if self._quit_pending:  # a signal arrived before the event loop ran
             self.call_later(self.action_quit)
         register_themes(self, activate=self.initial_theme)
-        self.sub_title = plain(self.engine.model.path)
+        self.sub_title = plain(self.model.path)
         self.push_screen(self.plan_screen)
         self._drain_timer = self.set_interval(DRAIN_INTERVAL_S, self._tick, name="drain-events")
         if self.start_telemetry:
@@ -215,7 +216,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         # the model's classes imported while the operator reads the plan: a load starts reading at once
         # (a class that cannot be imported fails that load, with its one line)
         self.worker.prepare()  # one GPU: imports; several: the rank processes start (and import)
-        if self.bandwidth is None and self.device_info.is_cuda:
+        if self.session.bandwidth is None and self.device_info.is_cuda:
             future = self.worker.call(lambda engine: measure_h2d_bandwidth(engine.device))
             future.add_done_callback(lambda f: self._post_from_worker(CommandDone("bandwidth", f)))
 
@@ -240,9 +241,8 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         The release is queued on the engine thread; the UI polls it (never blocks on it) and exits
         when it is done or the wait is over. A step stuck in a kernel is not waited for.
         """
-        if self.phase == "quitting":
+        if not self.session.quit():
             return
-        self.phase = "quitting"
         if self._drain_timer is not None:
             self._drain_timer.stop()
         self.say("shutting down: cancelling, releasing memory…")
@@ -251,7 +251,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         while not released.done() and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         stop_key_reader(self._driver, self.is_headless)
-        self.exit(self.exit_code)
+        self.exit(self.session.exit_code)
 
     def quit_on_signal(self, signum: int) -> None:
         """From a signal handler (SIGTERM, SIGHUP): quit like q, exit status 128 + signum.
@@ -259,7 +259,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         Safe in a handler: it only hands a callback to the event loop (`call_soon_threadsafe`);
         the quit itself runs on the UI thread.
         """
-        self.exit_code = 128 + int(signum)
+        self.session.exit_code = 128 + int(signum)
         loop = self._ui_loop
         if loop is None:
             self._quit_pending = True  # on_mount quits
@@ -291,20 +291,8 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
             self._unnotify(stale, refresh=False)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Which of the app's actions the screens' keys may run now (None: shown greyed)."""
-        if action == "load":
-            return True if self.phase == "plan" else None
-        if action in ("edit", "budget"):  # live too, when the model was loaded for live re-plans
-            live = self.phase == "live" and self.engine.live_replan
-            return True if self.phase == "plan" or live else None
-        if action == "cancel" and self.screen is self.plan_screen:
-            return self.phase != "plan"  # esc is offered on the plan screen only while a load runs
-        # g and u keep one state for the whole life of the live screen: flipping them when a request
-        # starts or ends made Textual rebuild the footer right then (~0.1 s of UI thread), delaying the
-        # first key an operator presses. Their actions refuse politely instead.
-        if action in ("generate", "unload"):
-            return True if self.phase == "live" else None
-        return True
+        """Which of the app's actions the screens' keys may run now (None: shown greyed; the session decides)."""
+        return self.session.allows(action, on_plan_screen=self.screen is self.plan_screen)
 
     # ------------------------------------------------------------------ events
 
@@ -325,15 +313,16 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
             if self.live_screen is not None:
                 self.live_screen.show_dropped(self.sub.dropped)
             return 0  # the common idle tick: touch no other widget
-        loading = self.phase == "loading"
+        loading = self.session.phase == "loading"
         with self.batch_update():
             routed = router.route(events, loading=loading, dropped=self.sub.dropped)
+            self.session.follow(routed.engine)  # the engine's plan and state, before anything shows them
             if loading and (routed.load_lines or routed.load_progress):
                 self.plan_screen.load_events(list(routed.load_progress.values()), routed.load_lines)
             if routed.state_changed:
                 self._live_status()
-            router.flush(busy=self.generating, force=flush)
-        if routed.telemetry and self.phase in ("plan", "loading") and self.screen is self.plan_screen:
+            router.flush(busy=self.session.generating, force=flush)
+        if routed.telemetry and self.session.phase in ("plan", "loading") and self.screen is self.plan_screen:
             self._refresh_link()
         return routed.count
 
@@ -341,26 +330,29 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         live = self.live_screen
         if live is None:
             return
-        policy = self.engine.plan.policy if self.engine.plan else self.policy
-        loaded = f" · loaded in {format_seconds(self.load_seconds)}" if self.load_seconds is not None else ""
-        live.status_text = (f"{self.device_info.describe()} · engine {self.engine.state.value} · mode={policy.mode} · "
+        session = self.session
+        policy = session.running_policy  # the engine's, from its PlanReady
+        seconds = session.load_seconds
+        loaded = f" · loaded in {format_seconds(seconds)}" if seconds is not None else ""
+        live.status_text = (f"{self.device_info.describe()} · engine {session.engine_state} · mode={policy.mode} · "
                             f"resident layers {policy.resident_layers}{loaded}")
 
     # ------------------------------------------------------------------ commands
 
     def _track(self, kind: str, future: Future) -> Future:
-        self.busy = self.last_command[kind] = future
+        self.session.track(kind, future)
         future.add_done_callback(lambda f: self._post_from_worker(CommandDone(kind, f)))
         return future
 
     def action_cancel(self) -> None:
         """esc: stop the load (between components/blocks) or the request (at the next step end)."""
-        if self.phase == "loading" or self.generating:
+        session = self.session
+        if session.may_cancel():
             self.worker.cancel()
             self.say("cancelling…", "warning")
-            if self.generating and self.live_screen is not None:
+            if session.generating and self.live_screen is not None:
                 self.live_screen.cancelling = True  # lasts until the request ends
-        elif self.phase == "live":
+        elif session.phase == "live":
             self.say("no request is running", timeout=2)
 
     def action_copy_command(self) -> None:
@@ -384,7 +376,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(help_sections(self.BINDINGS, self.COMMAND_PALETTE_BINDING,
-                                                      self.get_key_display, self.engine.world)))
+                                                      self.get_key_display, self.world)))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """Textual's commands without its "Keys" panel: "Help" (?) lists every key, one place for it."""
@@ -396,14 +388,14 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
     # ------------------------------------------------------------------ command results
 
     def on_command_done(self, message: CommandDone) -> None:
-        self.drain_events()  # everything the command published, before its outcome
+        while self.drain_events() >= DRAIN_MAX_EVENTS:  # everything the command published, before its outcome
+            pass
         handler = {"load": self._load_done, "unload": self._unload_done, "generate": self._generate_done,
                    "bandwidth": self._bandwidth_done, "budget": self._budget_done,
                    "replan": self._replan_done}[message.kind]
         try:
             handler(message)
         finally:
-            if message.future is self.busy:
-                self.busy = None
+            self.session.command_done(message.future)
             if message.kind != "generate":  # live-screen bindings do not depend on a request running
                 self.screen.refresh_bindings()

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 from textual.app import SystemCommand
 
 if TYPE_CHECKING:
-    from .app import OmniConsoleApp
+    from .host import ConsoleHost
 
 
-def console_commands(app: OmniConsoleApp) -> Iterator[SystemCommand]:
+def console_commands(app: ConsoleHost) -> Iterator[SystemCommand]:
     """Load / unload / generate / cancel / copy / theme / help, each naming its key."""
     entries: list[tuple[str, str, Callable[[], object]]] = [
         ("Load model", "load with the current policy (l on the plan screen)", app.action_load),

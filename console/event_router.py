@@ -2,7 +2,8 @@
 
 No Textual here: the app drains its bus subscription on a timer and hands the events to
 `EventRouter.route`; the router keeps what outlives a screen (latest telemetry sample and its
-history, the request's number, the observed bandwidth) and queues what the live screen shows.
+history, the request's number, the observed bandwidth), queues what the live screen shows, and returns
+the engine's plan and state (`PlanReady`, `EngineStateChanged`) for the app's `ConsoleSession`.
 `flush` then decides which redraws are due: the request's line and progress bar at most every
 LIGHT_UI_S, the heavy groups (staging log, memory panels, step table) at most every HEAVY_UI_S
 (HEAVY_UI_BUSY_S while a request runs) and one group per tick. Every event is applied — histories
@@ -39,6 +40,7 @@ from ..engine.events import (
     LogEvent,
     OomRetry,
     OomStepDown,
+    PlanReady,
     Replanned,
     RequestFinished,
     RequestPhases,
@@ -90,6 +92,8 @@ class Routed:
     """A new telemetry sample arrived (the plan screen's header and forecast may change)."""
     state_changed: bool = False
     """The engine changed state (the live screen's status line names it)."""
+    engine: list[Event] = field(default_factory=list)
+    """This process's engine's own news for the session, in order: its `PlanReady` and `EngineStateChanged`."""
     load_progress: dict[str, LoadProgress] = field(default_factory=dict)
     """The newest progress per component, while loading."""
     load_lines: list[str] = field(default_factory=list)
@@ -199,6 +203,10 @@ class EventRouter:
             line = loading_line(event, self._t0, on_cpu=self.on_cpu)
             if line is not None:
                 routed.load_lines.append(line if rank is None else f"r{rank} {line}")
+        if isinstance(event, PlanReady):
+            if rank is None:  # a group's ranks each run the plan the group announced
+                routed.engine.append(event)
+            return
         if isinstance(event, ResidencySnapshot):
             if rank is None:  # this process's engine (a group's ranks keep theirs: no rows, as before)
                 self.residency = event.rows
@@ -228,6 +236,8 @@ class EventRouter:
             self._set_generation(f"request {event.request_id} failed: {event.error}")
         elif isinstance(event, EngineStateChanged):
             routed.state_changed = True
+            if rank is None:
+                routed.engine.append(event)
 
     def _set_generation(self, text: str) -> None:
         if self.live is not None:

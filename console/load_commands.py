@@ -1,8 +1,9 @@
 """Load and unload: the plan screen's `l` and the live screen's `u`, and what their results change.
 
-Part of `OmniConsoleApp` (a mixin: it shares the app's phase, screens and worker). A load builds a
-fresh live screen that collects the load's events (through the event router) before it is shown;
-a failed or cancelled load, like an unload, drops it and returns to the plan screen.
+Part of `OmniConsoleApp` (a mixin over the `ConsoleHost` protocol: the session's phase, the screens,
+the worker). A load builds a fresh live screen that collects the load's events (through the event
+router) before it is shown; a failed or cancelled load, like an unload, drops it and returns to the
+plan screen.
 """
 
 from __future__ import annotations
@@ -18,55 +19,51 @@ from .command_done import CommandDone
 from .screens import LiveScreen
 
 if TYPE_CHECKING:
-    from .app import OmniConsoleApp
+    from .host import ConsoleHost
 
 
 class LoadCommands:
     """l and u for the app, and their outcomes."""
 
-    def action_load(self: OmniConsoleApp) -> Future | None:
+    def action_load(self: ConsoleHost) -> Future | None:
         """l: load with the current policy on the worker thread; progress arrives as events."""
-        if self.phase != "plan":
-            self.say("already loaded or busy; u unloads first" if self.phase == "live" else f"busy ({self.phase})",
-                     "warning")
+        session = self.session
+        refusal = session.refuse_load()
+        if refusal is not None:
+            self.say(*refusal)
             return None
         try:
-            plan = self.editor.replan()
+            plan = session.editor.replan()
         except PolicyError as exc:
             self.say(str(exc), "error")
             return None
-        self.phase = "loading"
-        self.last_error = None
-        self.load_seconds = None
+        session.load_started()
         # fresh panels per load; it collects events until shown
         self.live_screen = LiveScreen(on_cpu=not self.device_info.is_cuda, history=self.router.telemetry_history,
-                                      live_policy=self.engine.live_replan, world=self.engine.world)
+                                      live_policy=session.live_replan, world=self.world)
         self.live_screen.show_plan(plan)
         self.router.start_load(self.live_screen)
         self.plan_screen.load_started()
-        return self._track("load", self.worker.load(self.policy))
+        return self._track("load", self.worker.load(session.policy))
 
-    def action_unload(self: OmniConsoleApp) -> Future | None:
+    def action_unload(self: ConsoleHost) -> Future | None:
         """u: unload (memory released) and return to the plan screen."""
-        if self.phase != "live":
-            self.say("nothing loaded", "warning")
+        refusal = self.session.refuse_unload()
+        if refusal is not None:
+            self.say(*refusal)
             return None
-        if self.generating:
-            self.say("a request is running; esc cancels it first", "warning")
-            return None
-        self.phase = "unloading"
+        self.session.unload_started()
         gc.unfreeze()  # the model's objects must be collectable again when the engine releases them
         self.screen.refresh_bindings()
         return self._track("unload", self.worker.unload())
 
-    def _load_done(self: OmniConsoleApp, message: CommandDone) -> None:
-        if self.phase != "loading":
+    def _load_done(self: ConsoleHost, message: CommandDone) -> None:
+        if self.session.phase != "loading":
             return  # quitting
         exc = message.future.exception()
         if exc is None:
             report = message.future.result()
-            self.phase = "live"
-            self.load_seconds = report.seconds
+            self.session.load_succeeded(report.seconds)
             gc.freeze()  # the loaded model and the UI: never rescanned by the collector (module docstring)
             self.plan_screen.load_ended(None)
             live = self.live_screen
@@ -79,32 +76,30 @@ class LoadCommands:
             self.say(f"loaded in {format_seconds(report.seconds)}{split}{pinned} · g generates, u unloads")
             return
         cancelled = isinstance(exc, LoadCancelled)
-        reason = self.engine.failure or f"{type(exc).__name__}: {exc}"
-        self.phase = "plan"
+        reason = self.session.load_failed(exc)
         self._drop_live_screen()
-        self.last_error = reason
         self.plan_screen.load_ended(reason, cancelled=cancelled)
         self.refresh_plan_views()
         self.say("load cancelled; memory released" if cancelled else f"load failed: {reason}",
                  "warning" if cancelled else "error", timeout=10)
 
-    def _drop_live_screen(self: OmniConsoleApp) -> None:
+    def _drop_live_screen(self: ConsoleHost) -> None:
         self.live_screen = None
         self.router.detach()
 
-    def _unload_done(self: OmniConsoleApp, message: CommandDone) -> None:
-        if self.phase != "unloading":
+    def _unload_done(self: ConsoleHost, message: CommandDone) -> None:
+        if self.session.phase != "unloading":
             return
         exc = message.future.exception()
         if exc is not None:
-            self.phase = "live"
+            self.session.unload_failed()
             self.say(f"unload failed: {type(exc).__name__}: {exc}", "error")
             return
         self.back_to_plan("unloaded; memory released — edit the policy and press l to load again")
 
-    def back_to_plan(self: OmniConsoleApp, notice: str, severity: str = "information") -> None:
+    def back_to_plan(self: ConsoleHost, notice: str, severity: str = "information") -> None:
         """Nothing is loaded any more (an unload, or a rank group that stopped): the plan screen again."""
-        self.phase = "plan"
+        self.session.unloaded()
         gc.unfreeze()  # the released model's objects must be collectable
         while self.screen is not self.plan_screen and len(self.screen_stack) > 1:
             self.pop_screen()

@@ -1,6 +1,7 @@
 """Requests: the live screen's `g`, the generate dialog's request on the worker, and its outcome.
 
-Part of `OmniConsoleApp` (a mixin: it shares the app's phase, live screen and worker). The image or
+Part of `OmniConsoleApp` (a mixin over the `ConsoleHost` protocol: the session's phase, the live
+screen, the worker). The image or
 video is saved on the engine thread as soon as the request returns; the outcome (toast, request
 line, event-log line) is worded by `request_outcome`.
 """
@@ -12,7 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..engine.api import EngineState, GenerateRequest, RequestCancelled, request_size, total_steps_of
+from ..engine.api import EngineState, GenerateRequest, RequestCancelled, request_size
 from ..engine.events import LogEvent
 from . import request_outcome
 from .command_done import CommandDone
@@ -22,56 +23,53 @@ from .request_defaults import default_request, forecast_line, small_request
 from .screens import GenerateDialog
 
 if TYPE_CHECKING:
-    from .app import OmniConsoleApp
+    from .host import ConsoleHost
 
 
 class RequestCommands:
     """g for the app, the request it runs, and its outcome."""
 
-    def action_generate(self: OmniConsoleApp) -> None:
+    def action_generate(self: ConsoleHost) -> None:
         """g: the generate dialog, prefilled with the model's working defaults."""
-        if self.phase != "live":
-            self.say("load the model first (l)", "warning")
+        session = self.session
+        refusal = session.refuse_generate()
+        if refusal is not None:
+            self.say(*refusal)
             return
-        if self.generating:
-            self.say("a request is running; esc cancels it", "warning")
-            return
-        make_request = partial(default_request, self.engine)
-        remembered = self.last_requests.get(str(self.engine.model.path))
+        make_request = partial(default_request, self)
+        remembered = session.last_requests.get(str(self.model.path))
         if remembered is not None:  # the last request's values for this model, as the operator left them
             defaults = remembered
-        elif self.engine.device.type == "cpu":
-            defaults = small_request(self.engine, self.prompt)
+        elif self.engine_device.split(":")[0] == "cpu":
+            defaults = small_request(self, session.prompt, session.planned)
         else:
-            defaults = make_request(prompt=self.prompt)
-        form = RequestForm.for_model(self.engine.model, defaults, make_request)
+            defaults = make_request(prompt=session.prompt)
+        form = RequestForm.for_model(self.model, defaults, make_request)
         self.push_screen(GenerateDialog(form, self.request_forecast_line), self.start_generate)
 
-    def request_forecast_line(self: OmniConsoleApp, request: GenerateRequest) -> str:
+    def request_forecast_line(self: ConsoleHost, request: GenerateRequest) -> str:
         """The generate dialog's forecast of `request` (cached or scaled profile), before Enter."""
         steps = request.steps
-        if steps is None and self.engine.pipe is not None:
-            steps = total_steps_of(self.engine.pipe, request) or None
+        planned = self.session.planned  # the loaded pipeline's default step count, from the engine's PlanReady
+        if steps is None and planned is not None:
+            steps = planned.steps or None
         return forecast_line(self.engine.forecast(request_size(request)), steps)
 
-    def start_generate(self: OmniConsoleApp, request: GenerateRequest | None) -> Future | None:
+    def start_generate(self: ConsoleHost, request: GenerateRequest | None) -> Future | None:
         """Run one request on the worker; the image is saved on the worker thread when it is done."""
-        if request is None or self.phase != "live" or self.generating:
+        session = self.session
+        if request is None or session.phase != "live" or session.generating:
             return None
-        self.prompt = request.prompt
-        self.last_requests[str(self.engine.model.path)] = request  # the dialog opens with these next time
-        self.request_size = request_size(request)
-        self.generating = True
+        session.request_started(request, str(self.model.path), request_size(request))
         self.router.request_id = None
         if self.live_screen is not None:
             self.live_screen.set_generation(f"request: {request.prompt!r} · queued", 0, request.steps or 1)
-            self.live_screen.show_request_frames(expected_frames(self.engine.model, request))
-        future = self.worker.generate(request)
-        self.busy = self.last_command["generate"] = future
+            self.live_screen.show_request_frames(expected_frames(self.model, request))
+        future = session.track("generate", self.worker.generate(request))
         future.add_done_callback(self._save_then_report)
         return future
 
-    def _save_then_report(self: OmniConsoleApp, future: Future) -> None:
+    def _save_then_report(self: ConsoleHost, future: Future) -> None:
         """Runs on the engine thread (or here if already done): save the image, then report.
 
         Every image or video goes to a new file (`outputs.save_result`: timestamped, created exclusively);
@@ -91,31 +89,31 @@ class RequestCommands:
                     output, save_error = output, f"{type(exc).__name__}: {exc}"
         self._post_from_worker(CommandDone("generate", future, output, save_error))
 
-    def _generate_done(self: OmniConsoleApp, message: CommandDone) -> None:
-        self.generating = False
+    def _generate_done(self: ConsoleHost, message: CommandDone) -> None:
+        session = self.session
         if self.live_screen is not None:
             self.live_screen.cancelling = False
         future = message.future
         exc = None if future.cancelled() else future.exception()
         if future.cancelled() or exc is not None:
-            self.last_error = "cancelled before it started" if exc is None else f"{type(exc).__name__}: {exc}"
+            error = "cancelled before it started" if exc is None else f"{type(exc).__name__}: {exc}"
+            session.request_ended(error)
             if self.live_screen is not None:
                 self.live_screen.show_request_frames(None)  # no phases follow a failed request
             if isinstance(exc, RequestCancelled):
                 self._show_outcome(request_outcome.cancelled(self.router.request_id, exc.steps_done, exc.total_steps))
             else:
-                self._show_outcome(request_outcome.failed(self.router.request_id, self.last_error))
-            if self.engine.state == EngineState.FAILED:  # a rank group stopped: nothing is loaded any more
-                self.back_to_plan(f"{self.engine.failure}; every rank's memory released — press l to load again",
+                self._show_outcome(request_outcome.failed(self.router.request_id, error))
+            if session.engine_state == EngineState.FAILED:  # a rank group stopped: nothing is loaded any more
+                self.back_to_plan(f"{session.failure}; every rank's memory released — press l to load again",
                                   "error")
             return
         result = future.result()
-        if message.output is not None:
-            self.last_output = message.output
+        session.request_ended(output=message.output)
         done, total = request_outcome.steps_done(result)
         self._show_outcome(request_outcome.finished(result, message.output, message.save_error), done, total)
 
-    def _show_outcome(self: OmniConsoleApp, outcome: request_outcome.Outcome, done: int | None = None,
+    def _show_outcome(self: ConsoleHost, outcome: request_outcome.Outcome, done: int | None = None,
                       total: int | None = None) -> None:
         """Toast, request line and (for failures, cancellations, save errors) a line in the event log."""
         live = self.live_screen

@@ -4,13 +4,24 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..engine.api import EngineHandle, GenerateRequest, RequestForecast
+from ..engine.api import GenerateRequest, RequestForecast
 from ..offload.units import format_seconds
 
+if TYPE_CHECKING:
+    from ..engine.api import ModelInfo
+    from ..engine.events import PlanReady
 
-def default_request(engine: EngineHandle, *, prompt: str, steps: int | None = None, height: int | None = None,
+
+class HasModel(Protocol):
+    """An engine handle, or the console (which keeps the model it opened): all a default request needs."""
+
+    @property
+    def model(self) -> ModelInfo: ...
+
+
+def default_request(engine: HasModel, *, prompt: str, steps: int | None = None, height: int | None = None,
                     width: int | None = None, seed: int = 0, guidance: float | None = None,
                     frames: int | None = None, negative_prompt: str | None = None,
                     max_sequence_length: int | None = None, image: Path | None = None,
@@ -39,15 +50,15 @@ CPU_FRAMES = 9
 pipeline's own defaults (LTX: 704x512, 161 frames, 50 steps) take hours; the operator can raise them."""
 
 
-def small_request(engine: EngineHandle, prompt: str) -> GenerateRequest:
-    """The dialog's first request on a CPU: the pipeline's defaults, capped to a small size."""
-    from ..engine.api import frames_rule, total_steps_of
+def small_request(engine: HasModel, prompt: str, planned: PlanReady | None = None) -> GenerateRequest:
+    """The dialog's first request on a CPU: the pipeline's defaults (from the engine's `PlanReady`, when a
+    pipeline is loaded), capped to a small size."""
+    from ..engine.api import frames_rule
 
     request = default_request(engine, prompt=prompt)
-    pipe = engine.pipe
-    steps = request.steps if request.steps is not None else (total_steps_of(pipe, request) if pipe else 0) or None
-    height = request.height or _pipeline_default(engine, "height")
-    width = request.width or _pipeline_default(engine, "width")
+    steps = request.steps if request.steps is not None else (planned.steps if planned else None) or None
+    height = request.height or (planned.height if planned else None)
+    width = request.width or (planned.width if planned else None)
     rule = frames_rule(engine.model)
     frames = request.frames
     if rule is not None and frames is None:
@@ -55,17 +66,6 @@ def small_request(engine: EngineHandle, prompt: str) -> GenerateRequest:
     return replace(request, steps=min(steps, CPU_STEPS) if steps else CPU_STEPS,
                    height=min(height, CPU_SIDE) if height else CPU_SIDE,
                    width=min(width, CPU_SIDE) if width else CPU_SIDE, frames=frames)
-
-
-def _pipeline_default(engine: EngineHandle, name: str) -> int | None:
-    """The pipeline's own default size, from its config (`default_sample_size` × the VAE's scale) when it
-    has one; None when the pipeline decides at call time."""
-    pipe = engine.pipe
-    sample = getattr(pipe, "default_sample_size", None)
-    scale = getattr(pipe, "vae_scale_factor", None) or getattr(pipe, "vae_spatial_compression_ratio", None)
-    if isinstance(sample, int) and isinstance(scale, int):
-        return sample * scale
-    return None
 
 
 def forecast_line(forecast: RequestForecast | None, steps: int | None) -> str:

@@ -26,13 +26,7 @@ from ..offload.pinned import HostArena, register_seconds_total
 from ..offload.policy import OffloadPolicy
 from .call_options import default_fps
 from .discovery import ModelInfo, discover_model
-from .events import (
-    LoadProgress,
-    Replanned,
-    RequestFinished,
-    RequestPhases,
-    RequestStarted,
-)
+from .events import LoadProgress, Replanned, RequestFinished, RequestPhases, RequestStarted
 from .lifecycle import EngineState, EngineStateError, Lifecycle
 from .loader import LoadCancelled, pipeline_class, start_loading
 from .oom_guard import guarded_request
@@ -252,6 +246,7 @@ class Engine(Lifecycle):
             plan = self.make_plan(policy)
             event = apply_replan(self.placement, self.plan, plan, self.device)
             self.plan = plan
+            self._announce_plan()  # PlanReady: the console's live screen and editor follow the engine's plan
             self.bus.publish(event)
             self._residency.attach()  # the re-planned rows (and the stagers it may have replaced)
             return event

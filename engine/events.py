@@ -7,6 +7,7 @@ console takes every event from this module.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..offload.events import (  # the offload layer's own events, re-exported: the console imports events from here
     CacheDecision,
@@ -19,6 +20,9 @@ from ..offload.events import (  # the offload layer's own events, re-exported: t
     Subscription,
     TelemetryEvent,
 )
+
+if TYPE_CHECKING:
+    from .plan import Plan
 
 __all__ = [
     "BlockOrderCorrected",
@@ -36,6 +40,7 @@ __all__ = [
     "ForecastCheck",
     "LoadProgress",
     "OomStepDown",
+    "PlanReady",
     "Replanned",
     "RequestFinished",
     "ResidencySnapshot",
@@ -148,6 +153,23 @@ class ResidencySnapshot(Event):
     forward) and empty on unload."""
 
     rows: tuple[tuple[str, str, int], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanReady(Event):
+    """The plan the engine now carries out, and what a request dialog needs of the loaded pipeline, so
+    the UI never reads the engine's `plan` or `pipe`: published before the engine turns ready with a
+    plan it has not announced (after a load; after a request whose first forward corrected the block
+    order) and after each live re-plan. `plan` holds the policy and its forecast (`Plan.forecast`).
+
+    `steps`: the pipeline's default `num_inference_steps` (None where its call has none);
+    `height`/`width`: its default size from its config (`default_sample_size` × the VAE's scale), None
+    where the pipeline decides at call time or lives in other processes (a rank group)."""
+
+    plan: Plan
+    steps: int | None = None
+    height: int | None = None
+    width: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

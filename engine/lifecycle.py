@@ -8,9 +8,14 @@ an event on the engine's bus, so the console follows them without touching the e
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
 from ..offload.events import ErrorEvent, EventBus
-from .events import EngineStateChanged
+from .events import EngineStateChanged, PlanReady
+from .pipeline_defaults import default_side, default_steps
+
+if TYPE_CHECKING:
+    from .plan import Plan
 
 
 class EngineState(StrEnum):
@@ -31,15 +36,31 @@ IDLE_STATES = (EngineState.DISCOVERED, EngineState.UNLOADED, EngineState.FAILED)
 
 
 class Lifecycle:
-    """State, failure and the guards around them; the engine sets `bus`, `state` and `failure`."""
+    """State, failure and the guards around them; the engine sets `bus`, `state`, `failure`, `plan` and
+    `pipe`. Becoming ready with a plan not yet announced publishes it first (`PlanReady`)."""
 
     bus: EventBus
     state: EngineState
     failure: str | None
+    plan: Plan | None
+    pipe: Any  # the loaded pipeline in this process (None for a rank group's)
+    _announced: Plan | None = None
 
     def _set_state(self, new: EngineState, reason: str = "") -> None:
+        if new == EngineState.READY and self.plan is not None and self.plan is not self._announced:
+            self._announce_plan()
         old, self.state = self.state, new
         self.bus.publish(EngineStateChanged(old=old.value, new=new.value, reason=reason))
+
+    def _announce_plan(self) -> None:
+        """Publish the plan carried out now and the loaded pipeline's request defaults (read here, on the
+        engine's thread; none for a pipeline in other processes)."""
+        plan, pipe = self.plan, self.pipe
+        assert plan is not None
+        self._announced = plan
+        side = default_side(pipe) if pipe is not None else None
+        self.bus.publish(PlanReady(plan=plan, steps=default_steps(pipe) if pipe is not None else None,
+                                   height=side, width=side))
 
     def _fail(self, where: str, reason: str) -> None:
         """The command `where` failed: the reason is kept, said as an error event, and the state is failed."""

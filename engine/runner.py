@@ -27,6 +27,7 @@ from ..offload.events import EventBus
 from ..offload.streamer import LayerwiseStreamer
 from .errors import ConfigError
 from .events import StepTiming
+from .pipeline_defaults import default_steps
 from .request_phases import DecodeMeter, phase_seconds, sync, sync_compute
 
 # Request fields the engine maps onto a pipeline's own parameter names, in the order tried.
@@ -180,8 +181,7 @@ class StepClock:
 def total_steps_of(pipe: Any, request: GenerateRequest) -> int:
     if request.steps is not None:
         return request.steps
-    default = inspect.signature(pipe.__call__).parameters.get("num_inference_steps")
-    return int(default.default) if default is not None and isinstance(default.default, int) else 0
+    return default_steps(pipe) or 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTRACTS = ("layers", "no-textual-below-console", "console-acyclic")
+CONTRACTS = ("layers", "no-textual-below-console", "console-state-without-textual", "console-acyclic")
 PARTS = ("console", "engine", "offload", "themes")
 
 LINT = (
@@ -59,6 +59,8 @@ def planted_copy(tmp_path: Path, modules: dict[str, str]) -> Path:
     ({"engine/_planted.py": "from ..themes import THEMES\n"}, "no-textual-below-console"),
     ({"engine/_planted.py": "from ..console import cli\n"}, "layers"),
     ({"offload/_planted.py": "from ..engine import plan\n"}, "layers"),
+    ({"console/session.py": "from . import _planted\n", "console/_planted.py": "def later():\n    import textual\n"},
+     "console-state-without-textual"),
     ({"console/_planted.py": "from . import _planted_too\n",
       "console/_planted_too.py": "def later():\n    from . import _planted\n"}, "console-acyclic"),
 ])

@@ -6,6 +6,7 @@ from omni_console.console.event_router import HEAVY_UI_BUSY_S, HEAVY_UI_S, LIGHT
 from omni_console.engine.events import (
     EngineStateChanged,
     LoadProgress,
+    PlanReady,
     RequestFinished,
     RequestStarted,
     ResidencySnapshot,
@@ -161,3 +162,16 @@ def test_a_detached_screen_gets_nothing_and_a_new_load_starts_clean():
     router.flush(busy=False, force=True)
     assert [k for k in fresh.kinds() if k in ("log", "steps")] == []  # the old screen's queue was dropped
     assert ("generation", "request 3 failed: boom") in fresh.calls
+
+
+def test_the_engines_plan_and_state_are_handed_over_in_order_and_a_ranks_are_not():
+    router, view, _ = make()
+    mine = PlanReady(plan="the plan", steps=28)
+    events = [EngineStateChanged(old="discovered", new="loading"), PlanReady(plan="rank 1's", rank=1), mine,
+              EngineStateChanged(old="loading", new="ready", rank=0), EngineStateChanged(old="loading", new="ready")]
+    routed = router.route(events, loading=True)
+    assert routed.engine == [events[0], mine, events[4]]  # for the session: this process's engine only
+    assert routed.state_changed  # the live status line is redrawn for a rank's change too, as before
+    assert [line.split()[-1] for line in routed.load_lines] == ["loading", "ready", "ready"]  # no line of its own
+    router.flush(busy=False, force=True)
+    assert view.kinds() == []  # nothing for the live screen

@@ -1,0 +1,177 @@
+"""ConsoleSession without Textual: the console's phases, what each key may do in each, and the engine's
+plan and state as its events say them (issue 24). The app only relays these to the screen, so the
+words below are the ones an operator reads in a toast."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from concurrent.futures import Future
+from pathlib import Path
+from types import SimpleNamespace
+
+from omni_console.console.session import READ_ONLY, ConsoleSession
+from omni_console.engine.events import EngineStateChanged, PlanReady
+from omni_console.engine.runner import GenerateRequest
+from omni_console.offload.policy import build_policy
+
+
+def plan_of(policy):
+    return SimpleNamespace(policy=policy)
+
+
+def make(live_replan: bool = False) -> ConsoleSession:
+    policy = build_policy({}, 2)
+    editor = SimpleNamespace(policy=policy, plan=plan_of(policy))
+    return ConsoleSession(editor, live_replan=live_replan, engine_state="discovered", prompt="a cat")
+
+
+def state(old: str, new: str, reason: str = "", rank: int | None = None) -> EngineStateChanged:
+    return EngineStateChanged(old=old, new=new, reason=reason, rank=rank)
+
+
+def loaded(session: ConsoleSession, policy=None) -> PlanReady:
+    """Drive a load to the live phase the way the app does: start, the engine's events, the outcome."""
+    session.load_started()
+    ready = PlanReady(plan=plan_of(policy or session.policy), steps=28, height=1024, width=1024)
+    session.follow([state("discovered", "loading"), ready, state("loading", "ready")])
+    session.load_succeeded(1.5)
+    return ready
+
+
+def test_a_load_moves_plan_loading_live_and_each_phase_allows_its_keys():
+    session = make()
+    assert session.allows("load", on_plan_screen=True) is True and session.refuse_load() is None
+    assert session.allows("generate", on_plan_screen=True) is None  # greyed, not hidden
+    assert session.allows("cancel", on_plan_screen=True) is False and not session.may_cancel()
+    session.load_started()
+    assert session.phase == "loading" and session.may_cancel()
+    assert session.allows("cancel", on_plan_screen=True) is True and session.allows("edit", on_plan_screen=True) is None
+    assert session.refuse_load() == ("busy (loading)", "warning")
+    assert session.refuse_budget() == (READ_ONLY, "warning")
+    ready = PlanReady(plan=plan_of(session.policy), steps=28, height=1024, width=1024)
+    session.follow([state("discovered", "loading"), ready, state("loading", "ready")])
+    assert session.planned is ready and session.engine_state == "ready"
+    session.load_succeeded(1.5)
+    assert (session.phase, session.load_seconds) == ("live", 1.5)
+    assert session.allows("generate", on_plan_screen=False) is True and session.allows("unload", on_plan_screen=False)
+    assert session.refuse_load() == ("already loaded or busy; u unloads first", "warning")
+    assert session.allows("edit", on_plan_screen=False) is None  # loaded without live re-plan: read-only
+    session.unload_started()
+    assert session.refuse_unload() == ("nothing loaded", "warning")
+    session.unload_failed()
+    assert session.phase == "live"
+    session.unload_started()
+    session.follow([state("ready", "unloaded")])
+    session.unloaded()
+    assert session.phase == "plan" and session.planned is None and session.engine_state == "unloaded"
+
+
+def test_a_request_blocks_g_and_u_until_its_outcome_and_is_remembered_per_model():
+    session = make()
+    assert session.refuse_generate() == ("load the model first (l)", "warning")
+    loaded(session)
+    request = GenerateRequest(prompt="a red fox", steps=3, height=64, width=64, seed=7)
+    session.request_started(request, "/models/demo", "the size")
+    assert session.generating and session.may_cancel()
+    assert session.refuse_generate() == ("a request is running; esc cancels it", "warning")
+    assert session.refuse_unload() == ("a request is running; esc cancels it first", "warning")
+    assert session.last_requests == {"/models/demo": request} and session.prompt == "a red fox"
+    assert session.request_size == "the size"
+    session.request_ended("RuntimeError: boom")
+    assert not session.generating and session.last_error == "RuntimeError: boom" and session.last_output is None
+    session.request_started(request, "/models/demo", "the size")
+    session.request_ended(output=Path("out/1.png"))
+    assert session.last_output == Path("out/1.png") and session.last_error == "RuntimeError: boom"
+    assert session.refuse_generate() is None and session.refuse_unload() is None
+
+
+def test_a_failed_load_reports_the_engines_reason_and_a_new_load_forgets_it():
+    session = make()
+    session.load_started()
+    session.follow([state("discovered", "loading"), state("loading", "failed", "OSError: disk full")])
+    assert session.load_failed(RuntimeError("wrapped")) == "OSError: disk full"
+    assert session.phase == "plan" and session.last_error == "OSError: disk full"
+    session.load_started()
+    session.follow([state("failed", "loading")])
+    assert session.last_error is None and session.failure is None
+    assert session.load_failed(RuntimeError("no engine event")) == "RuntimeError: no engine event"
+
+
+def test_only_this_processs_engine_speaks_for_the_plan_and_state():
+    session = make()
+    loaded(session)
+    mine = session.planned
+    other = PlanReady(plan=plan_of(build_policy({}, 5)), rank=1)
+    session.follow([other, state("ready", "running", rank=0), state("running", "failed", "rank 1 died", rank=1)])
+    assert session.planned is mine and session.engine_state == "ready" and session.failure is None
+
+
+def test_live_edits_follow_the_engines_plan_and_a_refused_replan_returns_to_it():
+    session = make(live_replan=True)
+    ready = loaded(session)
+    assert session.allows("edit", on_plan_screen=False) is True and session.refuse_budget() is None
+    edited = build_policy({}, 4)
+    session.editor.policy, session.editor.plan = edited, plan_of(edited)
+    assert session.running_policy == ready.plan.policy != edited  # the status line names what runs
+    session.replan_refused()
+    assert session.policy == ready.plan.policy and session.plan is ready.plan
+    replanned = PlanReady(plan=plan_of(edited))
+    session.follow([replanned])
+    assert session.running_policy == edited
+
+
+def test_commands_in_flight_and_quit():
+    session = make()
+    first, second = Future(), Future()
+    assert session.track("load", first) is first and session.busy is first
+    session.track("bandwidth", second)
+    session.command_done(first)  # not the latest: the latest stays in flight
+    assert session.busy is second and session.last_command == {"load": first, "bandwidth": second}
+    session.command_done(second)
+    assert session.busy is None
+    session.bandwidth_measured(5e10)
+    assert session.bandwidth == 5e10 and session.bandwidth_source.startswith("measured")
+    assert session.quit() and session.phase == "quitting"
+    assert not session.quit()  # a second q does nothing more
+    assert session.allows("load", on_plan_screen=True) is None
+
+
+def test_the_session_imports_neither_textual_nor_torch():
+    code = ("import sys, omni_console.console.session\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'textual', 'torch'}))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+UI_MODULES = ("app.py", "session.py", "host.py", "load_commands.py", "plan_commands.py", "request_commands.py",
+              "request_defaults.py", "commands.py", "screens", "widgets")
+
+
+def engine_reads(path) -> list[str]:
+    """`x.engine.plan`-like reads of the engine's live objects (plan, pipe, placement, state, failure), and
+    `engine.pipe` / `engine.plan` / `engine.placement` on a name, in one module."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Attribute):
+            continue
+        owner = node.value
+        if (isinstance(owner, ast.Attribute) and owner.attr == "engine"
+                and node.attr in ("plan", "pipe", "placement", "state", "failure")):
+            found.append(f"{path.name}:{node.lineno} .engine.{node.attr}")
+        elif isinstance(owner, ast.Name) and owner.id == "engine" and node.attr in ("plan", "pipe", "placement"):
+            found.append(f"{path.name}:{node.lineno} engine.{node.attr}")
+    return found
+
+
+def test_the_apps_modules_read_the_engines_plan_pipe_and_state_only_from_events():
+    from omni_console.console import session as session_module
+
+    root = Path(session_module.__file__).parent
+    files = [p for name in UI_MODULES for p in ((root / name).rglob("*.py") if (root / name).is_dir()
+                                                 else [root / name])]
+    assert len(files) > 10
+    assert [read for path in files for read in engine_reads(path)] == []
