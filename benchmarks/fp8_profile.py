@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from omni_console.offload.events import EventBus, StagingEvent
+from omni_console.offload.module_hooks import Hooks
 from omni_console.offload.upcast import is_float8
 
 
@@ -33,7 +34,7 @@ class BlockEvents:
     def __init__(self, blocks: list[tuple[str, torch.nn.Module]]) -> None:
         self.blocks = blocks
         self.events: dict[str, list[dict[str, torch.cuda.Event]]] = defaultdict(list)
-        self._handles: list[Any] = []
+        self._hooks = Hooks()
         self.recording = False
 
     def _mark(self, name: str, key: str) -> None:
@@ -48,17 +49,15 @@ class BlockEvents:
 
     def install_outer(self) -> None:
         for name, m in self.blocks:
-            self._handles.append(m.register_forward_pre_hook(lambda *_a, n=name: self._mark(n, "enter")))
-            self._handles.append(m.register_forward_hook(lambda *_a, n=name: self._mark(n, "leave")))
+            self._hooks.before(m, lambda *_a, n=name: self._mark(n, "enter"))
+            self._hooks.after(m, lambda *_a, n=name: self._mark(n, "leave"))
 
     def install_inner(self) -> None:
         for name, m in self.blocks:
-            self._handles.append(m.register_forward_pre_hook(lambda *_a, n=name: self._mark(n, "ready")))
+            self._hooks.before(m, lambda *_a, n=name: self._mark(n, "ready"))
 
     def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
+        self._hooks.remove()
 
     def per_block(self) -> list[dict[str, float]]:
         """Median over the recorded forwards: wait_upcast_ms (enter→ready) and compute_ms (ready→leave)."""

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from ..offload.allgather_streamer import gather_into
+from ..offload.module_hooks import Hooks
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -61,10 +62,11 @@ class CfgSplit:
         self._stash: tuple[dict[str, Any], Any] | None = None  # (predicted second-call kwargs, its output)
         self.split_steps = 0
         self.mispredicted = 0
-        module.forward = self._call  # type: ignore[method-assign]
+        self._hooks = Hooks()  # the whole forward is replaced: a hook cannot skip or swap the call
+        self._hooks.wrap(module, "forward", lambda _forward: self._call)
 
     def remove(self) -> None:
-        self.module.forward = self._forward  # type: ignore[method-assign]
+        self._hooks.remove()
 
     def _call(self, *args: Any, **kwargs: Any) -> Any:
         if args:  # positional calls cannot be matched argument by argument: run unsplit

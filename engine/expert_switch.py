@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from ..offload.events import EventBus
+from ..offload.module_hooks import Hooks, Listeners
 from ..offload.streamer import LayerwiseStreamer
 from .events import ExpertSwitched
 from .experts import Expert, streamer_residency
@@ -34,8 +35,10 @@ class ExpertSwitch:
         self.active = 0  # the load places the first expert
         self.request_id: int | None = None
         self.switches = 0
-        self._handles = [m.register_forward_pre_hook(self._hook(i), with_kwargs=True)
-                         for i, m in enumerate(modules)]
+        self.changed = Listeners()  # called after each switch (the residency watch publishes)
+        self._hooks = Hooks()
+        for i, m in enumerate(modules):
+            self._hooks.before(m, self._hook(i), with_kwargs=True)
 
     def set_experts(self, experts: tuple[Expert, ...]) -> None:
         """A live re-plan's new residencies (the streamer already carries the first expert's)."""
@@ -51,6 +54,12 @@ class ExpertSwitch:
 
     def switch_to(self, index: int, reason: str, timestep: float | None = None) -> ExpertSwitched:
         """Release the running expert's resident blocks, place expert `index`'s; publish and return the event."""
+        try:
+            return self._switch(index, reason, timestep)
+        finally:
+            self.changed()
+
+    def _switch(self, index: int, reason: str, timestep: float | None) -> ExpertSwitched:
         residency, active = streamer_residency(self.experts, index, self.streamer.residency.num_blocks)
         stats = self.streamer.replan(residency, active=active)
         event = ExpertSwitched(request_id=self.request_id, from_expert=self.experts[self.active].name,
@@ -69,9 +78,7 @@ class ExpertSwitch:
         return self.switch_to(0, "request end")
 
     def close(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
+        self._hooks.remove()
 
 
 def _first_value(timestep: Any) -> float | None:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..offload.module_hooks import Hooks
 from .events import OomStepDown
 
 if TYPE_CHECKING:
@@ -206,21 +207,10 @@ class OomGuard:
 
     def install(self) -> Callable[[], None]:
         """Wrap every target's method (outside any stager's own wrapper); returns the undo."""
-        installed: list[tuple[Any, str, bool, Any]] = []
+        hooks = Hooks()
         for target in self.targets:
-            had_own = target.method in vars(target.owner)
-            installed.append((target.owner, target.method, had_own, vars(target.owner).get(target.method)))
-            setattr(target.owner, target.method, self._wrap(target, getattr(target.owner, target.method)))
-
-        def undo() -> None:
-            for owner, name, had_own, previous in reversed(installed):
-                if had_own:
-                    setattr(owner, name, previous)
-                else:
-                    vars(owner).pop(name, None)
-            installed.clear()
-
-        return undo
+            hooks.wrap(target.owner, target.method, lambda fn, target=target: self._wrap(target, fn))
+        return hooks.remove
 
 
 @contextlib.contextmanager

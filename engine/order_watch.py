@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from ..offload.events import Event, LogEvent
+from ..offload.module_hooks import Hooks
 from ..offload.streamer import LayerwiseStreamer
 from .blocks import BlockList
 from .discovery import ModelInfo
@@ -58,7 +59,7 @@ class BlockOrderWatch:
     def __init__(self, dits: dict[str, torch.nn.Module], lists: dict[str, Sequence[BlockList]],
                  on_observed: Observed) -> None:
         self._on_observed = on_observed
-        self._handles: dict[str, list[Any]] = {}
+        self._hooks: dict[str, Hooks] = {}
         for name, module in dits.items():
             if name in lists and lists[name]:
                 self._watch(name, module, lists[name])
@@ -66,7 +67,7 @@ class BlockOrderWatch:
     @property
     def watching(self) -> list[str]:
         """DiTs whose first forward has not completed yet."""
-        return list(self._handles)
+        return list(self._hooks)
 
     def _watch(self, name: str, module: torch.nn.Module, lists: Sequence[BlockList]) -> None:
         calls: list[tuple[str, int]] = []
@@ -81,22 +82,24 @@ class BlockOrderWatch:
             self._unwatch(name)
             self._on_observed(name, list(calls))
 
-        handles = [module.register_forward_pre_hook(start, with_kwargs=True),
-                   module.register_forward_hook(finish, with_kwargs=True)]
+        hooks = Hooks()
+        hooks.before(module, start, with_kwargs=True)
+        hooks.after(module, finish, with_kwargs=True)
         for block_list in lists:
             for index, block in enumerate(getattr(module, block_list.attr)):
                 def record(*_: Any, attr: str = block_list.attr, index: int = index, **__: Any) -> None:
                     if active[0]:
                         calls.append((attr, index))
-                handles.append(block.register_forward_pre_hook(record, with_kwargs=True))
-        self._handles[name] = handles
+                hooks.before(block, record, with_kwargs=True)
+        self._hooks[name] = hooks
 
     def _unwatch(self, name: str) -> None:
-        for handle in self._handles.pop(name, []):
-            handle.remove()
+        hooks = self._hooks.pop(name, None)
+        if hooks is not None:
+            hooks.remove()
 
     def close(self) -> None:
-        for name in list(self._handles):
+        for name in list(self._hooks):
             self._unwatch(name)
 
 

@@ -34,7 +34,8 @@ from ..offload.devices import synchronize
 from ..offload.events import EventBus, LogEvent
 from ..offload.layer_stage import LayerStage
 from ..offload.pinned import HostArena
-from ..offload.stager import ModuleStager, stage_around
+from ..offload.staged_calls import stage_around
+from ..offload.stager import ModuleStager
 from ..offload.streamer import LayerwiseStreamer
 from ..offload.upcast import module_upcast, upcast_in_place
 from .errors import ConfigError

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-_MISSING = object()
+from ..offload.module_hooks import Hooks
 
 
 def sync(device: torch.device) -> None:
@@ -88,20 +88,13 @@ class DecodeMeter:
 
         return measured
 
-    def install(self, vae: Any) -> Callable[[], None]:
-        """Put the measuring wrapper on `vae.decode` (an instance attribute); returns its undo."""
-        if vae is None or not callable(getattr(vae, "decode", None)):
-            return lambda: None
-        own = vars(vae).get("decode", _MISSING)
-        vae.decode = self.wrap(vae.decode)
-
-        def undo() -> None:
-            if own is _MISSING:
-                vars(vae).pop("decode", None)
-            else:
-                vae.decode = own
-
-        return undo
+    def install(self, vae: Any, hooks: Hooks | None = None) -> Callable[[], None]:
+        """Put the measuring wrapper on `vae.decode` (an instance attribute, in `hooks` if given);
+        returns its undo."""
+        hooks = hooks if hooks is not None else Hooks()
+        if vae is not None and callable(getattr(vae, "decode", None)):
+            hooks.wrap(vae, "decode", self.wrap)
+        return hooks.remove
 
 
 def phase_seconds(call_start: float, first_forward: float | None, last_step_end: float | None,

@@ -14,10 +14,10 @@ show as one `idle_expert` row per idle expert that names the running one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
+from ..offload.module_hooks import Hooks
 from .events import ResidencySnapshot
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ class ResidencyWatch:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._last: tuple[Row, ...] = ()  # nothing loaded yet: nothing to say on a failed load's release
-        self._undo: list[Callable[[], None]] = []
+        self._hooks = Hooks()
 
     def publish(self) -> None:
         """A snapshot of the rows now, unless they are the ones last published."""
@@ -103,40 +103,26 @@ class ResidencyWatch:
             self.engine.bus.publish(ResidencySnapshot(rows=snapshot))
 
     def attach(self) -> None:
-        """After a load: follow the stagers, the expert switch and the DiTs' forwards; publish the first rows."""
+        """After a load: follow the stagers and the expert switch (as their listener) and the DiTs' forwards
+        (a post-hook); publish the first rows."""
         self.detach(publish=False)
         placement, engine = self.engine.placement, self.engine
         if placement is None:
             return
+        hooks = self._hooks
         for stager in placement.stagers.values():
-            for method in ("load", "offload"):
-                self._wrap(stager, method)
+            hooks.add(stager.changed.add(self.publish))
         if getattr(placement, "experts", None) is not None:
-            self._wrap(placement.experts, "switch_to")
+            hooks.add(placement.experts.changed.add(self.publish))
         for d in engine.model.denoisers:
             module = getattr(engine.pipe, d.name, None)
             if module is not None and hasattr(module, "register_forward_hook"):
-                self._undo.append(module.register_forward_hook(lambda *_: self.publish()).remove)
+                hooks.after(module, lambda *_: self.publish())
         self.publish()
 
     def detach(self, *, publish: bool = True) -> None:
         """Before a release: stop following it; `publish`: say nothing is loaded (an empty snapshot)."""
-        undo, self._undo = self._undo, []
-        for step in reversed(undo):
-            step()
+        self._hooks.remove()
         if publish and self._last != ():
             self._last = ()
             self.engine.bus.publish(ResidencySnapshot(rows=()))
-
-    def _wrap(self, obj: Any, method: str) -> None:
-        """Publish after each call of `obj.method` (an instance attribute, removed again by `detach`)."""
-        original = getattr(obj, method)
-
-        def published(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self.publish()
-
-        setattr(obj, method, published)
-        self._undo.append(lambda: vars(obj).pop(method, None))

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from ..offload.events import EventBus
+from ..offload.module_hooks import Hooks
 from ..offload.streamer import LayerwiseStreamer
 from .errors import ConfigError
 from .events import StepTiming
@@ -119,18 +120,19 @@ def cancel_points(modules: list[torch.nn.Module]) -> list[torch.nn.Module]:
     return points
 
 
-def watch_cancel(modules: list[torch.nn.Module], cancel: threading.Event | None) -> list[Any]:
+def watch_cancel(hooks: Hooks, modules: list[torch.nn.Module], cancel: threading.Event | None) -> None:
     """Forward pre-hooks raising `RequestCancelled` once `cancel` is set. Each runs before any other hook
     of its block (the streamer's too), so the request stops between blocks, where a failure is recovered
-    from cleanly (tests/engine/test_faults.py); returns the handles to remove."""
+    from cleanly (tests/engine/test_faults.py); added to `hooks`."""
     if cancel is None:
-        return []
+        return
 
     def check(*_: Any) -> None:
         if cancel.is_set():
             raise RequestCancelled
 
-    return [point.register_forward_pre_hook(check, prepend=True) for point in cancel_points(modules)]
+    for point in cancel_points(modules):
+        hooks.before(point, check, prepend=True)
 
 
 class StepClock:
@@ -223,12 +225,14 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
     if "callback_on_step_end" in inspect.signature(pipe.__call__).parameters:
         kwargs["callback_on_step_end"] = clock.on_step_end
     decode = DecodeMeter(device)
-    undo_decode = decode.install(getattr(pipe, "vae", None))
+    hooks = Hooks()
+    decode.install(getattr(pipe, "vae", None), hooks)
     # first among the DiT's pre-hooks: an expert switch (engine/expert_switch.py) counts in its step
-    handles = [dit.register_forward_pre_hook(clock.on_dit_forward, prepend=True) for dit in dits]
+    for dit in dits:
+        hooks.before(dit, clock.on_dit_forward, prepend=True)
     components = getattr(pipe, "components", None) or {}
     others = [m for m in components.values() if isinstance(m, torch.nn.Module) and all(m is not d for d in dits)]
-    handles += watch_cancel([*dits, *others], cancel)
+    watch_cancel(hooks, [*dits, *others], cancel)
     try:
         sync(device)
         call_start = time.perf_counter()
@@ -237,9 +241,7 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
     except RequestCancelled:
         raise RequestCancelled(len(clock.steps), clock.total_steps) from None
     finally:
-        for handle in handles:
-            handle.remove()
-        undo_decode()
+        hooks.remove()
     frames, is_video = first_item_frames(output)
     return RunOutput(frames=frames, is_video=is_video, steps=clock.steps,
                      latent_shape=decode.latent_shape or clock.latent_shape,

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from .devices import as_device, current_stream, is_cuda
+from .module_hooks import Hooks
 
 
 class BlockTimer:
@@ -27,10 +28,10 @@ class BlockTimer:
         self._cuda = is_cuda(self.device)
         self._marks: list[list[tuple[Any, Any]]] = [[] for _ in blocks]
         self._open: list[Any] = [None] * len(blocks)
-        self._handles: list[Any] = []
+        self._hooks = Hooks()
         for i, block in enumerate(blocks):
-            self._handles.append(block.register_forward_pre_hook(self._pre(i)))
-            self._handles.append(block.register_forward_hook(self._post(i)))
+            self._hooks.before(block, self._pre(i))
+            self._hooks.after(block, self._post(i))
 
     def _stamp(self) -> Any:
         if not self._cuda:
@@ -72,6 +73,4 @@ class BlockTimer:
         return means, forwards
 
     def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
+        self._hooks.remove()

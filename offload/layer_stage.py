@@ -66,6 +66,7 @@ class LayerStage:
         self.num_layers = len(layers)
         self.stager = ModuleStager(name, module, device, bus=bus, cache=cache, pin=pin, exclude=layers,
                                     huge_pages=load_options.use_huge_pages)
+        self.changed = self.stager.changed  # the stage is loaded exactly when its stager is
         self.ring = StageRing([(f"{name}.layers", list(layers))], device,
                               residency=BlockResidency.leading(len(layers), 0, SLOTS), bus=bus, pin=pin,
                               load_options=load_options)

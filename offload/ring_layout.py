@@ -1,6 +1,6 @@
 """Where streamed units go in a byte-budgeted ring: one buffer, each unit at a fixed offset.
 
-A ring of k equal slots (offload/block_ring.py) prefetches k-1 units ahead whatever their sizes. A
+A ring of k equal slots (offload/slot_ring.py) prefetches k-1 units ahead whatever their sizes. A
 UNet's units range from 2 MB to 0.7 GB (SDXL: the weight sits in six low-resolution transformer units
 that compute little, the compute in small high-resolution ones), so k slots of the largest unit hold
 only a few small units ahead while those compute, and the link idles exactly when it could fetch the

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from .devices import (
     unview_buffers,
 )
 from .events import EventBus, NullBus, OomRetry, StagingEvent
+from .module_hooks import Listeners
 from .pinned import ALIGNMENT, HostArena, align_up
 from .transfer_timing import TransferClock
 
@@ -134,6 +134,7 @@ class ModuleStager:
         self._huge_pages = huge_pages  # the master's arena may use huge pages (LoadOptions.use_huge_pages)
         self.loaded = False
         self.held = False  # resident: loaded once and kept between stages (a live re-plan can release it)
+        self.changed = Listeners()  # called after each load and offload, ok or not (the residency watch)
         self._groups = self._snapshot(pin and self._cuda)
 
     # ------------------------------------------------------------------ properties
@@ -220,6 +221,12 @@ class ModuleStager:
 
     def load(self) -> None:
         """Put the weights on the device (idempotent); one retry after out-of-memory."""
+        try:
+            self._load()
+        finally:
+            self.changed()
+
+    def _load(self) -> None:
         if self.loaded:
             return
         if self.closed:
@@ -290,6 +297,12 @@ class ModuleStager:
         No bytes are copied back (weights are immutable); the published d2h StagingEvent carries
         nbytes=0 and the time the boundary took (one synchronize plus re-pointing).
         """
+        try:
+            self._offload()
+        finally:
+            self.changed()
+
+    def _offload(self) -> None:
         if not self.loaded:
             return
         mark = self._clock.start(current_stream(self.device))
@@ -362,58 +375,3 @@ class ModuleStager:
     def _point_to_master(self, g: _Group) -> None:
         assert g.master is not None
         self._point_to(g, g.master)
-
-
-def stage_around(
-    stager: ModuleStager, module: torch.nn.Module, method_names: Sequence[str] = ("forward",)
-) -> Callable[[], None]:
-    """Wrap `module`'s methods so each outermost call loads before and offloads after.
-
-    Nested calls (forward calling decode) share one depth counter: one load, one offload. The
-    offload also runs when the call raises; a failing offload then does not hide the original
-    error. Returns a callable that removes the wrappers.
-    """
-    depth = 0
-    installed: list[tuple[str, bool, Any]] = []
-
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def staged(*args: Any, **kwargs: Any) -> Any:
-            nonlocal depth
-            if stager.held:  # resident for now (a live re-plan): already on the device
-                return fn(*args, **kwargs)
-            if depth == 0:
-                stager.load()
-            depth += 1
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as exc:
-                depth -= 1
-                if depth == 0:
-                    try:
-                        stager.offload()
-                    except Exception as cleanup:
-                        exc.add_note(f"offloading {stager.name} afterwards also failed: {cleanup!r}")
-                raise
-            depth -= 1
-            if depth == 0:
-                stager.offload()
-            return result
-
-        return staged
-
-    for name in method_names:
-        had_own = name in vars(module)
-        original = getattr(module, name)
-        installed.append((name, had_own, vars(module).get(name)))
-        setattr(module, name, wrap(original))
-
-    def undo() -> None:
-        for name, had_own, previous in reversed(installed):
-            if had_own:
-                setattr(module, name, previous)
-            else:
-                vars(module).pop(name, None)
-        installed.clear()
-
-    return undo

@@ -14,10 +14,11 @@ and any resident blocks that run before them.
 Swapping never replaces modules or Parameters: each tensor's storage is re-pointed
 (`param.data = view into a slot`) and, after the block ran, to a zero-element placeholder.
 
-The ring's forward protocol (the hooks, slots, copies and their accounting) is `BlockRing`
-(offload/block_ring.py), or `ByteRing` (offload/byte_ring.py: the slots' bytes as one buffer, for
-units of very different sizes) where the residency says `byte_ring`; this module owns the blocks,
-the arena, attach/detach and re-plan.
+Composed of: a ring that runs during a forward (`SlotRing`, offload/slot_ring.py; or `ByteRing`,
+offload/byte_ring.py, one buffer for units of very different sizes, where the residency says
+`byte_ring`), a slot filler that owns the host arena and moves a block's bytes into a slot
+(`HostCopyFiller`, offload/slot_filler.py; `AllGatherFiller` on an AllGather rank), and a copy
+ledger (offload/copy_ledger.py). This module owns the blocks, attach/detach, re-plan and reorder.
 
 On CPU there is no asynchrony: copies are plain synchronous copies, so all copy time is exposed
 stall (a CPU cannot overlap them with compute); the protocol and the bit-exact results are the same.
@@ -29,42 +30,26 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 import torch
 
-from . import arena_fill
-from .address_phase import device_bytes, place_like
-from .block_packing import (
-    Block,
-    bind_region,
-    distinct_bytes,
-    unbind_region,
-    unique_tensors,
-)
-from .byte_ring import ByteRing
+from .block_packing import Block, distinct_bytes, unique_tensors
+from .byte_ring import ByteRing, ring_capacity
+from .copy_ledger import CopyLedger
 from .deferred_weights import DeferredWeights
-from .devices import (
-    as_device,
-    current_stream,
-    is_cuda,
-    move_preserving_aliases,
-    new_stream,
-    placeholder,
-    rebind,
-    synchronize,
-    unview_buffers,
-)
+from .devices import as_device, is_cuda, move_preserving_aliases, placeholder, rebind, synchronize, unview_buffers
 from .events import EventBus, NullBus
+from .module_hooks import Hooks
 from .options import DEFAULT_LOAD, LoadOptions
-from .pinned import HostArena, typed_view
 from .residency import BlockResidency
+from .resident_blocks import copy_resident, drop_resident, restore_to_arena
+from .slot_filler import HostCopyFiller, SlotFiller
+from .slot_ring import Ring, SlotRing, ring_hooks
 from .stream_stats import ReplanStats, StepStats
-from .transfer_timing import TransferClock
 from .upcast import BlockUpcast
 
 
-class LayerwiseStreamer(ByteRing):
+class LayerwiseStreamer:
     """Streams the blocks of one or more block lists (execution order) through its device slots.
 
     `residency` (one flag per block, in execution order, and the slot count) is the plan's
@@ -126,21 +111,11 @@ class LayerwiseStreamer(ByteRing):
         self._progress = progress
         self._attached = False
         self._released = False
-        self._arena: HostArena | None = None
-        self._slots: list[torch.Tensor] = []
-        self._slot_owner: list[int | None] = []
-        self._slot_ready: list[Any] = []
-        self._last_slot: int | None = None
-        self._handles: list[Any] = []
-        self._copy_stream: Any = None
-        self._clock = TransferClock(self._cuda)
-        self._stall_s = 0.0
-        self._h2d_bytes = 0
-        self._transfers = 0
-        self._sync_fetches = 0
+        self._ledger = CopyLedger(self._cuda, self._bus)  # copies since attach, published as staging events
+        self.filler: SlotFiller = HostCopyFiller(self.device, self._ledger, load_options)
+        self.ring: Ring | None = None  # built over the streamed blocks (`_build_ring`)
+        self._hooks = Hooks()
         self._resident_bytes = 0
-        self._async_bytes = 0  # resolved asynchronous copies since attach: the link's rate as streamed
-        self._async_seconds = 0.0
 
     # ------------------------------------------------------------------ public API
 
@@ -166,17 +141,49 @@ class LayerwiseStreamer(ByteRing):
         return sum(b.tensor_bytes for b in self._streamed)
 
     @property
+    def largest_block_bytes(self) -> int:
+        return max((b.region_nbytes for b in self._streamed), default=0)
+
+    @property
+    def slot_bytes(self) -> int:
+        """Device bytes held by the slots (`residency.slots` of them while attached)."""
+        return sum(s.numel() for s in self.ring.slots) if self.ring is not None else 0
+
+    @property
+    def num_slots(self) -> int:
+        """Device slots allocated now (`residency.slots` while attached, 0 otherwise); a byte ring counts
+        the slots its bytes stand for."""
+        return self.ring.num_slots if self.ring is not None else 0
+
+    def ring_capacity(self, slots: int) -> int:
+        """Bytes of a byte ring standing for `slots` slots (see offload/byte_ring.py)."""
+        return ring_capacity(slots, self.filler.slot_nbytes(self._streamed), self._cuda)
+
+    @property
+    def observed_bandwidth(self) -> float | None:
+        """Bytes per second of the block copies resolved so far (None before any), see `CopyLedger`."""
+        return self._ledger.observed_bandwidth
+
+    def block_states(self) -> list[tuple[str, str, int]]:
+        """(name, state, bytes) per block; state is resident / device / in_flight / host."""
+        if self.ring is not None:
+            return self.ring.block_states(self._blocks)
+        return [(b.name, "resident" if b.resident else "host", b.tensor_bytes) for b in self._blocks]
+
+    @property
     def host_bytes(self) -> int:
-        return self._arena.nbytes if self._arena is not None and not self._arena.closed else 0
+        arena = self.filler.arena
+        return arena.nbytes if arena is not None and not arena.closed else 0
 
     @property
     def pinned_bytes(self) -> int:
-        arena = self._arena
+        arena = self.filler.arena
         return arena.pinned_bytes if arena is not None and arena.pinned else 0
 
     @property
     def pin_failure_reason(self) -> str | None:
-        return self._arena.pin_failure_reason if self._arena is not None else None
+        arena = self.filler.arena
+        return arena.pin_failure_reason if arena is not None else None
 
     @property
     def resident_bytes(self) -> int:
@@ -201,7 +208,7 @@ class LayerwiseStreamer(ByteRing):
             return
         self._remove_hooks()
         synchronize(self.device)
-        self._absorb(self._clock.drain() if self._cuda else self._clock.poll())
+        self._ledger.settle()
         for b in self._blocks:
             moved = b.resident and not b.packed  # resident without a master: moved as modules
             for t in unique_tensors(b.module) if moved else [x.target for x in b.bindings]:
@@ -221,6 +228,16 @@ class LayerwiseStreamer(ByteRing):
         self._clear_ring()
         self.residency = replace(self.residency, slots=min(slots, len(self._streamed)))
         self._fill_ring()
+
+    def _fill_ring(self) -> None:
+        """Allocate the ring's slots (`residency.slots`) and warm its window; hooks stay."""
+        assert self.ring is not None
+        self.ring.open(self.residency.slots)
+
+    def _clear_ring(self) -> None:
+        """Wait for every copy, account it, unbind the streamed blocks and free the slots (hooks stay)."""
+        if self.ring is not None:
+            self.ring.close()
 
     def replan(self, residency: BlockResidency, active: Sequence[bool] | None = None) -> ReplanStats:
         """Carry out another residency between requests, from the arena's masters (no disk, no repacking).
@@ -254,10 +271,10 @@ class LayerwiseStreamer(ByteRing):
         self._streamed = self._ring_blocks()
         self.residency = residency
         self._resident_bytes = sum(b.tensor_bytes for b in self._blocks if b.resident)
-        ring_before = self._h2d_bytes
+        ring_before = self._ledger.h2d_bytes
         self._build_ring()
         synchronize(self.device)
-        return ReplanStats(copied_bytes=copied, freed_bytes=freed, ring_bytes=self._h2d_bytes - ring_before,
+        return ReplanStats(copied_bytes=copied, freed_bytes=freed, ring_bytes=self._ledger.h2d_bytes - ring_before,
                            seconds=time.perf_counter() - start)
 
     @property
@@ -297,10 +314,7 @@ class LayerwiseStreamer(ByteRing):
         copy stream, and waiting for them here would stop the next step's compute from overlapping
         them. `wait=True` resolves everything (teardown, tests).
         """
-        self._absorb(self._clock.drain() if self._cuda and wait else self._clock.poll())
-        stats = StepStats(self._stall_s, self._h2d_bytes, self._transfers, self._sync_fetches)
-        self._stall_s, self._h2d_bytes, self._transfers, self._sync_fetches = 0.0, 0, 0, 0
-        return stats
+        return self._ledger.take(wait)
 
     # ------------------------------------------------------------------ attach / detach
 
@@ -329,89 +343,57 @@ class LayerwiseStreamer(ByteRing):
                 if self._upcast is not None:
                     self._upcast.hold(b.name, b.module)  # resident fp8: upcast before each forward
         if packed:
-            self._pack(packed)
+            self.filler.pack(packed, pin=self._pin, weights=self._weights, progress=self._progress)
         for b in self._blocks:
             if b.resident and self.keep_masters:
                 self._make_resident(b)
         self._resident_bytes = sum(b.tensor_bytes for b in self._blocks if b.resident)
         self._build_ring()
 
-    def _pack(self, packed: list[Block]) -> None:
-        options = self._load_options
-        self._arena = arena_fill.lay_out(packed, self.device, pin=self._pin, weights=self._weights, options=options)
-        arena_fill.fill(packed, self._arena, self.device, pin=self._pin, weights=self._weights,
-                        progress=self._progress, options=options)
-
     def _build_ring(self) -> None:
-        """Hooks on the streamed blocks, then their slots, filled (see `_fill_ring`)."""
+        """A ring over the streamed blocks (bytes or k slots, as the residency says), its hooks on them,
+        its slots filled (see `_fill_ring`)."""
         if not self._streamed:
+            self.ring = None
             return
-        if self._copy_stream is None:
-            self._copy_stream = new_stream(self.device)
+        self.filler.open()
+        kind = ByteRing if self.residency.byte_ring else SlotRing
+        self.ring = kind(self._streamed, self.device, self.filler, self._ledger, self._upcast)
         for k, b in enumerate(self._streamed):
-            pre = b.module.register_forward_pre_hook(self._make_pre_hook(k), with_kwargs=True)
-            self._handles.append(pre)
-            post = b.module.register_forward_hook(self._make_post_hook(k))
-            self._handles.append(post)
+            ring_hooks(self._hooks, b.module, self.ring, k)
         self._fill_ring()
 
     def _make_resident(self, b: Block) -> int:
         """Give a packed block its own device copy of its region and bind it there; returns bytes copied."""
-        assert self._arena is not None
-        n, off = b.region_nbytes, b.region_offset
-        buffer = place_like(device_bytes, n, self.device, 0)  # CPU: on a page, as its region (`plan_block`)
-        mark = self._clock.start(current_stream(self.device) if self._cuda else None)
-        buffer.copy_(self._arena.tensor[off : off + n], non_blocking=self._arena.pinned)
-        self._clock.finish(mark, "copy", b.name, n, sync=True,
-                           stream=current_stream(self.device) if self._cuda else None)
-        b.device_buffer = buffer
-        bind_region(b, buffer)
+        assert self.filler.arena is not None
+        n = copy_resident(b, self.filler.arena, self.device, self._ledger.clock)
         if self._upcast is not None:
             self._upcast.hold(b.name, b.module)  # resident fp8: upcast before each forward
         return n
 
     def _drop_resident(self, b: Block) -> int:
         """Free a resident block's device copy (its master stays in the arena); returns bytes freed."""
-        n = b.device_buffer.numel() if b.device_buffer is not None else 0
         if self._upcast is not None:
             self._upcast.drop(b.name)
-        unbind_region(b, self.device)
-        b.device_buffer = None
-        return n
+        return drop_resident(b, self.device)
 
     def _abort_attach(self) -> None:
         """Undo a failed attach: hooks off, slots freed, arena unregistered; weights kept on host."""
         self._remove_hooks()
         with contextlib.suppress(Exception):
             synchronize(self.device)
-        arena = self._arena
-        for b in self._blocks:
-            if not b.packed and not b.bindings:
-                continue
-            b.device_buffer = None
-            if b.packed and arena is not None and not arena.closed:
-                base = b.region_offset
-                for x in b.bindings:
-                    rebind(
-                        x.target,
-                        lambda x=x, base=base: typed_view(arena.tensor, base + x.offset, x.dtype, x.shape, x.stride),
-                    )
-            b.pieces, b.bindings, b.packed, b.slot = [], [], False, None
-            b.tensor_bytes = b.region_nbytes = 0
-        self._clock.discard()
+        restore_to_arena(self._blocks, self.filler.arena)
+        self._ledger.clock.discard()
         self._release_buffers()
 
     def _release_buffers(self) -> None:
         if self._upcast is not None:
             self._upcast.release()
-        self._slots, self._slot_owner, self._slot_ready = [], [], []
-        self._last_slot = None
-        self._copy_stream = None
-        if self._arena is not None:
-            self._arena.close()
+        if self.ring is not None:
+            self.ring.slots = []
+        self.ring = None
+        self.filler.release()
 
     def _remove_hooks(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles = []
+        self._hooks.remove()
 

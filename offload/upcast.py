@@ -24,6 +24,7 @@ import torch
 
 from .block_packing import Binding, Block
 from .devices import rebind
+from .module_hooks import Hooks
 from .pinned import ALIGNMENT, align_up, contiguous_stride, typed_view
 
 FLOAT8 = frozenset({torch.float8_e4m3fn, torch.float8_e5m2})
@@ -57,7 +58,7 @@ class BlockUpcast:
         self.compute_dtype = compute_dtype
         self.device = device
         self._scratch: torch.Tensor | None = None
-        self._held: dict[str, list[Any]] = {}  # resident block → its hook handles
+        self._held: dict[str, Hooks] = {}  # resident block → its hooks
 
     @property
     def scratch_bytes(self) -> int:
@@ -74,9 +75,8 @@ class BlockUpcast:
         return self._scratch
 
     def release(self) -> None:
-        for handles in self._held.values():
-            for h in handles:
-                h.remove()
+        for hooks in self._held.values():
+            hooks.remove()
         self._held.clear()
         self._scratch = None
 
@@ -123,12 +123,15 @@ class BlockUpcast:
                 rebind(t, lambda fp8=fp8: fp8)
             saved.clear()
 
-        self._held[name] = [module.register_forward_pre_hook(before), module.register_forward_hook(after)]
+        hooks = self._held[name] = Hooks()
+        hooks.before(module, before)
+        hooks.after(module, after)
 
     def drop(self, name: str) -> None:
         """A block no longer resident: its hooks go (its tensors are the streamer's again)."""
-        for h in self._held.pop(name, []):
-            h.remove()
+        hooks = self._held.pop(name, None)
+        if hooks is not None:
+            hooks.remove()
 
 
 def upcast_in_place(tensors: Iterable[torch.Tensor], compute_dtype: torch.dtype) -> int:

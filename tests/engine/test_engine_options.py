@@ -206,7 +206,7 @@ def test_an_allgather_streamer_keeps_its_stream_options(monkeypatch: pytest.Monk
     monkeypatch.setattr(dist, "get_rank", lambda group=None: 0)
     s = AllGatherStreamer(ToyModel(2, 8).block_lists(), "cpu", resident_layers=0, group=None,
                           stream_options=StreamOptions(shard_buffers=3, gather_in_place=True, comm_priority=-1))
-    assert (s._buffers, s._in_place, s._comm_priority) == (3, True, -1)
+    assert (s.filler._buffers, s.filler._in_place, s.filler._comm_priority) == (3, True, -1)
 
 
 def test_batch_bytes_sets_the_batches() -> None:

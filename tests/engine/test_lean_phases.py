@@ -21,7 +21,7 @@ from omni_console.engine.plan import make_plan
 from omni_console.engine.request_profile import RequestProfile, RequestSize
 from omni_console.offload.layer_stage import LayerStage
 from omni_console.offload.policy import build_policy
-from omni_console.offload.stager import stage_around
+from omni_console.offload.staged_calls import stage_around
 
 LAYERS = 5
 WAN_LAYERS = 24  # the tiny Wan's UMT5 made deeper than its VAE is large, so that its text phase can bind

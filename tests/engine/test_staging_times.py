@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from omni_console.offload.block_ring import BlockRing
+from omni_console.offload.copy_ledger import CopyLedger
 from omni_console.offload.events import EventBus, StagingEvent
 from omni_console.offload.transfer_timing import Measured, TransferClock
 
@@ -11,10 +11,8 @@ def test_copies_resolved_together_are_published_with_each_copys_time():
     """On CUDA the copies of a step are resolved together (query/drain); each event keeps its copy's time."""
     bus = EventBus()
     sub = bus.subscribe()
-    ring = BlockRing.__new__(BlockRing)  # only the accounting and publishing of resolved copies
-    ring._cuda, ring._bus = True, bus
-    ring._stall_s = ring._async_bytes = ring._async_seconds = 0
-    ring._absorb([Measured("copy", "transformer.0", 10, 0.01, False, 100.0),
+    ledger = CopyLedger(cuda=True, bus=bus)  # the streamer's accounting and publishing of resolved copies
+    ledger.absorb([Measured("copy", "transformer.0", 10, 0.01, False, 100.0),
                   Measured("copy", "transformer.1", 10, 0.01, False, 100.5)])
     assert [e.t for e in sub.drain() if isinstance(e, StagingEvent)] == [100.0, 100.5]
 

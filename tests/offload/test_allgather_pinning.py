@@ -72,9 +72,9 @@ def test_shards_are_page_locked_batch_by_batch_each_its_own_range(demo_model_dir
     streamer._pin = True  # as on CUDA
     streamer.attach()
     try:
-        arena = streamer._arena
+        arena = streamer.filler.arena
         assert arena is not None and arena.pinned
-        shards = sorted((offset, shard.size) for shard, offset in streamer._shards.values())
+        shards = sorted((offset, shard.size) for shard, offset in streamer.filler.shards.values())
         registered = sorted((lo, n) for kind, lo, n in events if kind == "register")
         assert registered == shards  # each shard its own range, nothing else
         assert all(lo % PAGE == 0 for lo, _ in registered)  # page-aligned: no two ranges share a page

@@ -212,7 +212,7 @@ def test_each_unit_computes_at_one_address_and_nothing_is_re_pointed_per_step(mo
         monkeypatch.setattr(block_packing, "rebind", real)
         for h in hooks:
             h.remove()
-        slots = streamer._slots  # the byte ring's one buffer, or the k slots
+        slots = streamer.ring.slots  # the byte ring's one buffer, or the k slots
         assert all(any(s.data_ptr() <= p < s.data_ptr() + s.numel() for s in slots) for ps in seen.values() for p in ps)
         streamer.detach()
         return seen, len(calls)

@@ -15,7 +15,8 @@ from offload_toy_models import ToyModel, block_tensor_bytes
 from omni_console.offload.cache import AllocatorCache
 from omni_console.offload.events import CacheDecision, EventBus, OomRetry, StagingEvent
 from omni_console.offload.pinned import HostArena, pinned_bytes_held
-from omni_console.offload.stager import ModuleStager, default_allocate, stage_around
+from omni_console.offload.staged_calls import stage_around
+from omni_console.offload.stager import ModuleStager, default_allocate
 from omni_console.offload.streamer import LayerwiseStreamer
 
 pytestmark = [

@@ -11,7 +11,8 @@ from torch import nn
 
 from omni_console.offload.cache import AllocatorCache, MemoryReading
 from omni_console.offload.events import CacheDecision, EventBus, OomRetry, StagingEvent
-from omni_console.offload.stager import ModuleStager, default_allocate, stage_around
+from omni_console.offload.staged_calls import stage_around
+from omni_console.offload.stager import ModuleStager, default_allocate
 
 
 class Aux(nn.Module):

@@ -1,0 +1,55 @@
+"""A streamer's block moves outside the ring: resident device copies from the arena, and putting the
+blocks back on their arena regions after a failed attach (offload/streamer.py calls these)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from .address_phase import device_bytes, place_like
+from .block_packing import Block, bind_region, unbind_region
+from .devices import current_stream, is_cuda, rebind
+from .pinned import HostArena, typed_view
+from .transfer_timing import TransferClock
+
+
+def copy_resident(b: Block, arena: HostArena, device: torch.device, clock: TransferClock) -> int:
+    """Give a packed block its own device copy of its arena region and bind it there; returns bytes copied.
+
+    The copy is timed (a staging event) but is no ring transfer: it counts in no step's bytes."""
+    n, off = b.region_nbytes, b.region_offset
+    buffer = place_like(device_bytes, n, device, 0)  # CPU: on a page, as its region (`plan_block`)
+    cuda = is_cuda(device)
+    mark = clock.start(current_stream(device) if cuda else None)
+    buffer.copy_(arena.tensor[off : off + n], non_blocking=arena.pinned)
+    clock.finish(mark, "copy", b.name, n, sync=True, stream=current_stream(device) if cuda else None)
+    b.device_buffer = buffer
+    bind_region(b, buffer)
+    return n
+
+
+def drop_resident(b: Block, device: torch.device) -> int:
+    """Free a resident block's device copy (its master stays in the arena); returns bytes freed."""
+    n = b.device_buffer.numel() if b.device_buffer is not None else 0
+    unbind_region(b, device)
+    b.device_buffer = None
+    return n
+
+
+def restore_to_arena(blocks: Iterable[Block], arena: HostArena | None) -> None:
+    """After a failed attach: each packed block's tensors back on its arena region (host weights kept
+    while the arena is open), every block's packing forgotten."""
+    for b in blocks:
+        if not b.packed and not b.bindings:
+            continue
+        b.device_buffer = None
+        if b.packed and arena is not None and not arena.closed:
+            base = b.region_offset
+            for x in b.bindings:
+                rebind(
+                    x.target,
+                    lambda x=x, base=base: typed_view(arena.tensor, base + x.offset, x.dtype, x.shape, x.stride),
+                )
+        b.pieces, b.bindings, b.packed, b.slot = [], [], False, None
+        b.tensor_bytes = b.region_nbytes = 0

@@ -1,0 +1,205 @@
+"""The prefetch ring: k device slots that hold the block that runs and the next k-1 streamed blocks.
+
+`LayerwiseStreamer` (offload/streamer.py) owns the blocks and their lifecycle and composes a ring
+with a slot filler (offload/slot_filler.py: where a slot's bytes come from) and a copy ledger
+(offload/copy_ledger.py: the accounting). The ring is what runs during a forward: each streamed
+block's pre-hook calls `before(k)`, which makes sure its bytes are in a slot (waiting on the slot's
+copy event, or copying synchronously when the ring missed it), and its post-hook `after(k)` frees the
+slot and refills it at once with the block k slots ahead, on the copy stream, so copies run ahead
+of compute, cyclically across steps.
+
+`ByteRing` (offload/byte_ring.py) is the same protocol over one byte buffer, for units of very
+different sizes; the streamer builds one or the other as the residency says.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+from .address_phase import device_bytes, place_like
+from .block_packing import Block, bind_region, unbind_region
+from .copy_ledger import CopyLedger
+from .devices import current_stream, is_cuda, synchronize
+from .module_hooks import Hooks
+from .slot_filler import SlotFiller
+from .upcast import BlockUpcast
+
+
+class SlotRing:
+    """k equal slots, which streamed block each holds, and the window of blocks they should hold."""
+
+    def __init__(self, streamed: list[Block], device: torch.device, filler: SlotFiller, ledger: CopyLedger,
+                 upcast: BlockUpcast | None) -> None:
+        self.streamed = streamed
+        self.device = device
+        self.cuda = is_cuda(device)
+        self.slots: list[torch.Tensor] = []
+        self._owner: list[int | None] = []
+        self._ready: list[Any] = []
+        self._filler = filler
+        self._fill = filler.fill
+        self._ledger = ledger
+        self._clock = ledger.clock
+        self._absorb = ledger.absorb
+        self._upcast = upcast
+
+    @property
+    def num_slots(self) -> int:
+        """Device slots allocated now (`residency.slots` while open, 0 otherwise)."""
+        return len(self.slots)
+
+    def block_states(self, blocks: list[Block]) -> list[tuple[str, str, int]]:
+        """(name, state, bytes) per block; state is resident / device / in_flight / host."""
+        out: list[tuple[str, str, int]] = []
+        ready = list(self._ready)
+        for b in blocks:
+            if b.resident:
+                out.append((b.name, "resident", b.tensor_bytes))
+                continue
+            slot = b.slot
+            if slot is None:
+                state = "host"
+            elif self.cuda and slot < len(ready) and ready[slot] is not None and not ready[slot].query():
+                state = "in_flight"
+            else:
+                state = "device"
+            out.append((b.name, state, b.tensor_bytes))
+        return out
+
+    def open(self, nslots: int) -> None:
+        """Allocate `nslots` slots (never more than the streamed blocks) and warm the window."""
+        largest = self._filler.slot_nbytes(self.streamed)
+        # on a CPU each slot starts on a page: a block bound there keeps its tensors' phase (`plan_block`)
+        self.slots = [place_like(device_bytes, largest, self.device, 0) for _ in range(nslots)]
+        self._owner = [None] * nslots
+        self._ready = [None] * nslots
+        if self._upcast is not None:
+            self._upcast.size_for(self.streamed)
+        self._load(0, 0, sync=True)
+        self._fill_window(0)
+
+    def close(self) -> None:
+        """Wait for every copy, account it, unbind the streamed blocks and free the slots (hooks stay)."""
+        synchronize(self.device)
+        self._ledger.settle()
+        for k in range(len(self.streamed)):
+            self._unbind(k)
+        self.slots, self._owner, self._ready = [], [], []
+
+    def before(self, k: int) -> None:
+        """Block k is about to run: its bytes are in a slot and the compute stream waits for their copy."""
+        if self.cuda:
+            self._absorb(self._clock.poll())
+        b = self.streamed[k]
+        synced = False
+        if b.slot is None or self._owner[b.slot] != k:
+            held = self._slot_of(k)
+            if held is not None:
+                self._bind(k, held)  # its bytes are still in a slot: no copy needed
+            else:
+                self._load(k, self._free_slot(k), sync=True)
+                synced = True
+                self._ledger.sync_fetches += 1  # the ring missed: compute waits for the whole copy
+        slot = b.slot
+        assert slot is not None
+        ready = self._ready[slot]
+        if self.cuda and not synced and ready is not None:
+            compute = current_stream(self.device)
+            mark = self._clock.start(compute)
+            compute.wait_event(ready)
+            self._clock.finish(mark, "stall", b.name, 0, stream=compute)
+        if self._upcast is not None:  # fp8 storage: convert on the compute stream, after the copy's wait
+            self._upcast.run(b, self.slots[slot])
+        self._fill_window(k)  # normally a no-op: the post-hooks keep the window full
+
+    def after(self, k: int) -> None:
+        """Free block k's slot and refill it at once with the block k slots ahead.
+
+        Issuing that copy here rather than at a later pre-hook changes nothing inside a forward,
+        but at the end of one it starts the next step's first copies while the tail modules, the
+        scheduler step, the next forward's embeddings and any resident prefix run — the link would
+        otherwise idle there once per step.
+        """
+        if len(self.streamed) > len(self.slots):
+            self._unbind(k)
+            self._fill_window((k + 1) % len(self.streamed))
+
+    def _window(self, base: int) -> list[int]:
+        """The streamed blocks the ring should hold from `base` on: base and the next k-1 (cyclic)."""
+        n = len(self.streamed)
+        return [(base + d) % n for d in range(min(len(self.slots), n))]
+
+    def _slot_of(self, k: int) -> int | None:
+        return next((s for s, owner in enumerate(self._owner) if owner == k), None)
+
+    def _free_slot(self, base: int) -> int:
+        """A slot whose block the window from `base` does not need: an empty one first, else the one
+        whose block ran longest ago."""
+        window = self._window(base)
+        n = len(self.streamed)
+        candidates = [s for s, owner in enumerate(self._owner) if owner not in window]
+        return max(candidates, key=lambda s: n if self._owner[s] is None else (base - self._owner[s]) % n)
+
+    def _fill_window(self, base: int) -> None:
+        """Issue async copies, in execution order, for the window's blocks that no slot holds yet."""
+        if len(self.slots) < 2:
+            return
+        for j in self._window(base):
+            if self._slot_of(j) is None:
+                self._load(j, self._free_slot(base), sync=False)
+
+    def _load(self, k: int, slot: int, *, sync: bool) -> None:
+        """Fill `slot` with block k's region and point its tensors there."""
+        b = self.streamed[k]
+        prev = self._owner[slot]
+        if prev is not None and prev != k and self.streamed[prev].slot == slot:
+            self._unbind(prev)
+        self._owner[slot] = None
+        n, self._ready[slot] = self._fill(b, self.slots[slot], sync=sync, previous=self._ready[slot])
+        self._owner[slot] = k
+        ledger = self._ledger
+        ledger.h2d_bytes += n
+        ledger.transfers += 1
+        self._bind(k, slot)
+
+    def _bind(self, k: int, slot: int) -> None:
+        b = self.streamed[k]
+        bind_region(b, self.slots[slot])
+        b.slot = slot
+
+    def _unbind(self, k: int) -> None:
+        b = self.streamed[k]
+        unbind_region(b, self.device)
+        b.slot = None
+
+
+class Ring(Protocol):
+    """What the streamer drives: `SlotRing`, or `ByteRing` (offload/byte_ring.py)."""
+
+    slots: list[torch.Tensor]
+
+    @property
+    def num_slots(self) -> int: ...
+    def open(self, nslots: int) -> None: ...
+    def close(self) -> None: ...
+    def before(self, k: int) -> None: ...
+    def after(self, k: int) -> None: ...
+    def block_states(self, blocks: list[Block]) -> list[tuple[str, str, int]]: ...
+
+
+def ring_hooks(hooks: Hooks, module: torch.nn.Module, ring: Ring, k: int) -> None:
+    """Block k's pre-hook (`ring.before(k)`) and post-hook (`ring.after(k)`): one call each, no more."""
+    before, after = ring.before, ring.after
+
+    @torch.compiler.disable
+    def pre_hook(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+        before(k)
+
+    @torch.compiler.disable
+    def post_hook(module: torch.nn.Module, args: Any, output: Any) -> None:
+        after(k)
+
+    hooks.before(module, pre_hook, with_kwargs=True)
+    hooks.after(module, post_hook)
