@@ -70,7 +70,7 @@ from .policy_edits import PolicyEditor
 from .request_commands import RequestCommands
 from .screens import CopyCommandScreen, HelpScreen, LiveScreen, PlanScreen
 from .shutdown import EngineRelease, stop_key_reader
-from .toasts import NARROW_WIDTH, max_visible_for, toast_text, toasts_replaced_by
+from .toasts import NARROW_WIDTH, drop_toast, max_visible_for, toast_text, toasts_replaced_by
 from .widgets import HISTORY_SAMPLES
 
 DEFAULT_PROMPT = "a lighthouse on a cliff at dusk"
@@ -289,6 +289,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         for stale in toasts_replaced_by(event.notification, list(self._notifications),
                                         max_visible=max_visible_for(self.size.width)):
             self._unnotify(stale, refresh=False)
+            drop_toast(self.screen, stale)  # its empty holder would push the next toast down a line
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Which of the app's actions the screens' keys may run now (None: shown greyed)."""
