@@ -8,7 +8,7 @@ written to /dev/null, at the live screen's normal redraw rate, at each terminal 
 1. headless `Engine` baseline (the same request, same process), before and after the app runs;
 2. per size: the watched app loads the model, runs --repeats requests of --steps steps (step 1 of
    each excluded), then presses `p` (pause/resume the log) --presses times during a long request:
-   key → state and key → next frame written, p50/p95/max;
+   key → state and key → the first frame written that shows the change (the status line), p50/p95/max;
 3. prints, per size, the watched/headless ratio of the median step (target ≤ 1.01) and the key→frame
    p95 (target < 100 ms), and writes JSON to --out.
 
@@ -72,7 +72,7 @@ async def watched(model: Path, device: str, policy: OffloadPolicy, args: argpars
     app = OmniConsoleApp(engine, policy, telemetry_hz=args.hz, out_dir=Path(args.out_dir))
     out: dict[str, Any] = {"size": f"{size[0]}x{size[1]}"}
     try:
-        async with app.run_test(size=size) as pilot:
+        async with app.run_test(size=size, notifications=True) as pilot:
             clock = TerminalClock(app)
             await pilot.pause()
             future = app.action_load()
