@@ -157,7 +157,7 @@ class LiveScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.residency.border_title = RESIDENCY_TITLE_CPU if self.on_cpu else RESIDENCY_TITLE
-        self.staging.query_one("Log").focus()
+        self.staging.focus_log()
         self.call_after_refresh(self._replay_telemetry)
 
 
