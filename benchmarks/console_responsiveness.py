@@ -139,6 +139,14 @@ async def wait_for(condition, timeout: float = TIMEOUT_S) -> bool:
     return True
 
 
+async def quit_app(pilot: Any, app: OmniConsoleApp) -> None:
+    """q, and wait for the app's exit: q exits at once, so the pilot's own wait after the key (for
+    widgets that are gone by then) runs as a task and is dropped."""
+    press = asyncio.create_task(pilot.press("q"))
+    await wait_for(lambda: app.return_value is not None, 60)
+    press.cancel()
+
+
 async def press_and_time(app: OmniConsoleApp, clock: FrameClock, key: str) -> tuple[float, float] | None:
     """Send one key like a terminal would; (ms until the binding ran, ms until a frame shows its change).
 
@@ -252,8 +260,7 @@ async def run_app(model: Path, device: str, policy: OffloadPolicy, args: argpars
             out["events_dropped"] = app.sub.dropped
             out["telemetry_samples"] = app.sampler.samples
             out["telemetry_overruns"] = app.sampler.overruns
-            await pilot.press("q")
-            await wait_for(lambda: app.return_value is not None, 60)
+            await quit_app(pilot, app)
     finally:
         app.shutdown()
     return out
