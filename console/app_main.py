@@ -136,6 +136,7 @@ def run_app(args: argparse.Namespace) -> NoReturn:
     except StartupSignal as stop:  # SIGTERM/SIGHUP before the app ran: the terminal is back, nothing to release
         exit_now(stop.code)
     from .app import QUIT_RELEASE_WAIT_S
+    from .shutdown import release_wait_s
 
     app.release.collect = False  # the process ends after the app: no full collection over the model first
     try:
@@ -149,5 +150,5 @@ def run_app(args: argparse.Namespace) -> NoReturn:
     code = int(result) if result is not None else (app.return_code or 0)
     # idempotent: q already began it. The terminal is back; the release gets a bounded wait (a stuck step is
     # not waited for past it)
-    app.shutdown(timeout=QUIT_RELEASE_WAIT_S)
+    app.shutdown(timeout=release_wait_s(app.engine, QUIT_RELEASE_WAIT_S))
     exit_now(code)  # released (or stuck): the interpreter's teardown of torch would only add a second

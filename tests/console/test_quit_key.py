@@ -29,3 +29,18 @@ async def test_q_quits_from_the_focused_staging_log_at_once(app):
         await press_quit(pilot, app)
         assert app.return_value == 0
         assert app.worker._closed  # the release is queued; the process waits for it after the terminal is back
+
+
+def test_the_process_waits_for_the_release_only_when_there_is_something_to_release():
+    from types import SimpleNamespace
+
+    from omni_console.console.shutdown import release_wait_s
+    from omni_console.engine.api import EngineState
+
+    def wait(state: EngineState, world: int = 1) -> float:
+        return release_wait_s(SimpleNamespace(state=state, world=world), 0.8)
+
+    assert wait(EngineState.DISCOVERED) == 0.0  # the plan screen: its release would queue behind prepare's import
+    assert wait(EngineState.UNLOADED) == 0.0
+    assert wait(EngineState.LOADING) == wait(EngineState.READY) == wait(EngineState.RUNNING) == 0.8
+    assert wait(EngineState.DISCOVERED, world=2) == 0.8  # a rank group's release stops its processes
