@@ -354,7 +354,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         return future
 
     def action_cancel(self) -> None:
-        """esc: stop the load (between components/blocks) or the request (at the next step end)."""
+        """esc: stop the load (between components/blocks) or the request (at its next block)."""
         if self.phase == "loading" or self.generating:
             self.worker.cancel()
             self.say("cancelling…", "warning")
