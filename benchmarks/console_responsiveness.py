@@ -5,8 +5,9 @@
 2. App, idle operator: the console app (headless Textual, real telemetry sources at --hz) loads the
    model and runs the same request; step wall times → overhead ratio app / headless (target ≤ 1.01).
 3. App, busy operator: while requests with many steps run, press a key (`p`, pause/resume the staging
-   log) --presses times and measure key → state changed (the binding ran) and key → next frame
-   composed after the change (what the terminal would show), p50/p95/max in ms.
+   log) --presses times and measure key → state changed (the binding ran) and key → the first frame
+   that shows the change (the status line says paused, or no longer; checked on the composed screen
+   as each frame goes out), p50/p95/max in ms. Notifications are on, as on a terminal.
 4. --replan N: live re-plans 0 → N → 0 → N → 0 resident layers (the engine is loaded for live re-plan),
    with the same key presses while each re-plan runs on the engine thread; each re-plan's seconds and
    bytes (its `Replanned` event) and the key latencies during re-plans.
@@ -28,6 +29,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ from textual import events  # noqa: E402
 from omni_console.console.app import OmniConsoleApp  # noqa: E402
 from omni_console.console.args import resolve_model_path  # noqa: E402
 from omni_console.console.headless import default_request  # noqa: E402
+from omni_console.console.screens.live import LOG_PAUSED  # noqa: E402
 from omni_console.engine.engine import Engine, GenerateResult  # noqa: E402
 from omni_console.engine.options import EngineOptions
 from omni_console.engine.runner import GenerateRequest  # noqa: E402
@@ -92,20 +95,39 @@ def headless_baseline(model: Path, device: str, policy: OffloadPolicy, args: arg
 
 
 class FrameClock:
-    """Counts composed frames by wrapping App._display (called for every screen update)."""
+    """Counts composed frames by wrapping App._display (called for every screen update).
+
+    `watch`, when set, is checked right after each frame is handed to the driver (the compositor then
+    holds what the terminal shows); the first frame for which it holds is timed in `seen` and disarms it.
+    """
 
     def __init__(self, app: OmniConsoleApp) -> None:
         self.frames = 0
         self.last = 0.0
+        self.watch: Callable[[], bool] | None = None
+        self.seen: float | None = None
         original = app._display
 
         def display(screen, renderable) -> None:
+            original(screen, renderable)
             if renderable is not None:
                 self.frames += 1
                 self.last = time.perf_counter()
-            original(screen, renderable)
+                if self.watch is not None and self.watch():
+                    self.seen, self.watch = self.last, None
 
         app._display = display  # type: ignore[method-assign]
+
+
+def screen_lines(app: OmniConsoleApp) -> list[str]:
+    """What the terminal shows, line by line (the compositor's current frame)."""
+    return [strip.text for strip in app.screen._compositor.render_strips()]
+
+
+def status_says_paused(app: OmniConsoleApp) -> bool:
+    """The live screen's status line (on screen at every size) says the staging log is paused."""
+    region = app.live_screen.status_line.region  # type: ignore[union-attr]
+    return LOG_PAUSED in "".join(screen_lines(app)[region.y:region.bottom])
 
 
 async def wait_for(condition, timeout: float = TIMEOUT_S) -> bool:
@@ -117,22 +139,40 @@ async def wait_for(condition, timeout: float = TIMEOUT_S) -> bool:
     return True
 
 
+async def quit_app(pilot: Any, app: OmniConsoleApp) -> None:
+    """q, and wait for the app's exit: q exits at once, so the pilot's own wait after the key (for
+    widgets that are gone by then) runs as a task and is dropped."""
+    press = asyncio.create_task(pilot.press("q"))
+    await wait_for(lambda: app.return_value is not None, 60)
+    press.cancel()
+
+
 async def press_and_time(app: OmniConsoleApp, clock: FrameClock, key: str) -> tuple[float, float] | None:
-    """Send one key like a terminal would; (ms until the binding ran, ms until the next frame after it)."""
+    """Send one key like a terminal would; (ms until the binding ran, ms until a frame shows its change).
+
+    The change is what an operator reads: the status line saying the log is paused (or no longer). Any
+    frame would not do: at 80x24 the log is below the fold, and the next frame after the key was often a
+    periodic redraw that did not carry it. Apps run with notifications on, as on a terminal (Textual's
+    `run_test` turns them off by default).
+    """
     live = app.live_screen
     assert live is not None
     before = live.staging.paused
     event = events.Key(key, key)
     event.set_sender(app)
+    clock.seen = None
+    clock.watch = lambda: live.staging.paused != before and status_says_paused(app) != before
     t0 = time.perf_counter()
     app._driver.send_message(event)  # type: ignore[union-attr]
     if not await wait_for(lambda: live.staging.paused != before):
+        clock.watch = None
         return None
     t_state = time.perf_counter()
-    frames = clock.frames
-    if not await wait_for(lambda: clock.frames > frames):
+    if not await wait_for(lambda: clock.seen is not None):
+        clock.watch = None
         return None
-    return (t_state - t0) * 1e3, (clock.last - t0) * 1e3
+    assert clock.seen is not None
+    return (t_state - t0) * 1e3, (clock.seen - t0) * 1e3
 
 
 async def replans_under_keys(app: OmniConsoleApp, clock: FrameClock, engine: Engine,
@@ -168,7 +208,7 @@ async def run_app(model: Path, device: str, policy: OffloadPolicy, args: argpars
     app = OmniConsoleApp(engine, policy, telemetry_hz=args.hz, out_dir=Path(args.out_dir))
     out: dict[str, Any] = {}
     try:
-        async with app.run_test(size=(args.cols, args.rows)) as pilot:
+        async with app.run_test(size=(args.cols, args.rows), notifications=True) as pilot:
             clock = FrameClock(app)
             await pilot.pause()
             future = app.action_load()
@@ -220,8 +260,7 @@ async def run_app(model: Path, device: str, policy: OffloadPolicy, args: argpars
             out["events_dropped"] = app.sub.dropped
             out["telemetry_samples"] = app.sampler.samples
             out["telemetry_overruns"] = app.sampler.overruns
-            await pilot.press("q")
-            await wait_for(lambda: app.return_value is not None, 60)
+            await quit_app(pilot, app)
     finally:
         app.shutdown()
     return out

@@ -8,12 +8,15 @@ written to /dev/null, at the live screen's normal redraw rate, at each terminal 
 1. headless `Engine` baseline (the same request, same process), before and after the app runs;
 2. per size: the watched app loads the model, runs --repeats requests of --steps steps (step 1 of
    each excluded), then presses `p` (pause/resume the log) --presses times during a long request:
-   key → state and key → next frame written, p50/p95/max;
-3. prints, per size, the watched/headless ratio of the median step (target ≤ 1.01) and the key→frame
+   key → state and key → the first frame written that shows the change (the status line), p50/p95/max;
+3. with --esc N, per size: esc pressed N times during a long request, key → back to idle (the request
+   cancelled, the engine ready; target 2 s) and key → the frame that no longer says "cancelling"
+   (`console_cancel.py`);
+4. prints, per size, the watched/headless ratio of the median step (target ≤ 1.01) and the key→frame
    p95 (target < 100 ms), and writes JSON to --out.
 
 Usage: python -m benchmarks.console_watched [--model PATH] [--device cuda|cpu] [--steps N]
-       [--sizes 160x48,80x24] [--presses N] [--out watched.json]
+       [--sizes 160x48,80x24] [--presses N] [--esc N] [--esc-delay-s S] [--out watched.json]
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ from omni_console.console.args import resolve_model_path  # noqa: E402
 from omni_console.engine.engine import Engine, GenerateResult  # noqa: E402
 from omni_console.offload.policy import OffloadPolicy, build_policy, parse_components_json  # noqa: E402
 
+from . import console_cancel, harness
 from . import console_responsiveness as base
-from . import harness
 
 
 class TerminalClock(base.FrameClock):
@@ -72,7 +75,7 @@ async def watched(model: Path, device: str, policy: OffloadPolicy, args: argpars
     app = OmniConsoleApp(engine, policy, telemetry_hz=args.hz, out_dir=Path(args.out_dir))
     out: dict[str, Any] = {"size": f"{size[0]}x{size[1]}"}
     try:
-        async with app.run_test(size=size) as pilot:
+        async with app.run_test(size=size, notifications=True) as pilot:
             clock = TerminalClock(app)
             await pilot.pause()
             future = app.action_load()
@@ -118,8 +121,9 @@ async def watched(model: Path, device: str, policy: OffloadPolicy, args: argpars
             out["key_to_state_ms"] = base.percentiles(state_ms)
             out["key_to_frame_ms"] = base.percentiles(frame_ms)
             out["key_timeouts"] = failures
-            await pilot.press("q")
-            await base.wait_for(lambda: app.return_value is not None, 60)
+            if args.esc:
+                out["esc"] = await console_cancel.esc_to_idle(app, clock, args)
+            await base.quit_app(pilot, app)
         clock.close()
     finally:
         app.shutdown()
@@ -142,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hz", type=float, default=10.0)
     parser.add_argument("--sizes", default="160x48,80x24")
     parser.add_argument("--out-dir", default="omni-console-out")
+    console_cancel.add_arguments(parser)
     args = parser.parse_args(argv)
     args.replan = None
     sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
@@ -164,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{'n/a' if p95 is None else f'{p95:.1f} ms'} (target < 100) · {run['frames_per_s']:.1f} frames/s, "
               f"{run['terminal_bytes_per_s'] / 1e3:.1f} kB/s to the terminal, "
               f"render {run['render_share_of_wall'] * 100:.1f} % of wall")
+        if "esc" in run:
+            print(console_cancel.summary(run["size"], run["esc"]))
     harness.write({"schema": "omni-console.bench.watched/1", "device": args.device, "model": str(model),
                    "headless_median_s": headless, "headless": {"before": before, "after": after}, "watched": runs},
                   args)

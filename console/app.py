@@ -15,10 +15,10 @@ GIL, stalling the engine mid-step; after a load the app therefore `gc.freeze()`s
 model, the UI) and `gc.unfreeze()`s before unload so the released model can be collected.
 
 Quit never waits for the engine: a step of a big video model can run for minutes inside one
-kernel. `q` cancels, queues the release behind the command in flight (`EngineWorker.request_shutdown`),
-gives it QUIT_RELEASE_WAIT_S to finish and exits; the engine thread is a daemon that is never
-joined, and `app_main.run_app` ends the process at once (after the terminal is restored) when it
-is still busy. SIGTERM and SIGHUP take the same path (`quit_on_signal`).
+kernel. `q` cancels, queues the release behind the command in flight (`EngineWorker.request_shutdown`)
+and exits at once, so the terminal is back at once; `app_main.run_app` then gives the release up to
+QUIT_RELEASE_WAIT_S and ends the process (the engine thread is a daemon that is never joined).
+SIGTERM and SIGHUP take the same path (`quit_on_signal`).
 
 Everything the app depends on can be injected (engine, worker, telemetry sources or sampler,
 bandwidth, output directory) so pilot tests run deterministically on CPU without sleeps.
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -70,7 +69,7 @@ from .request_commands import RequestCommands
 from .screens import CopyCommandScreen, HelpScreen, LiveScreen, PlanScreen
 from .session import ConsoleSession
 from .shutdown import EngineRelease, stop_key_reader
-from .toasts import NARROW_WIDTH, max_visible_for, toast_text, toasts_replaced_by
+from .toasts import NARROW_WIDTH, drop_toast, max_visible_for, toast_text, toasts_replaced_by
 from .widgets import HISTORY_SAMPLES
 
 DEFAULT_PROMPT = "a lighthouse on a cliff at dusk"
@@ -79,8 +78,8 @@ DRAIN_INTERVAL_S = 0.1
 DRAIN_MAX_EVENTS = 5000
 DEFAULT_OUT_DIR = Path("omni-console-out")
 QUIT_RELEASE_WAIT_S = 0.8
-"""q waits at most this long for the engine's release before the app exits (it continues on the
-engine thread; a process that exits first leaves the memory to the OS)."""
+"""After q has given the terminal back, the process waits at most this long for the engine's release
+(it continues on the engine thread; a process that exits first leaves the memory to the OS)."""
 
 COPY_NOTICE = ("sent to the terminal's clipboard (OSC 52: the terminal may or may not accept it; "
                "tmux and ssh often drop it) — to select by hand:")
@@ -116,7 +115,11 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
                            text-wrap: nowrap; text-overflow: ellipsis; }
     """
     BINDINGS = [
-        Binding("q", "quit", "quit", id="app.quit", tooltip="quit: cancel, release memory, stop threads"),
+        # priority: checked when the key arrives, not after it has bubbled up from the focused panel one
+        # event-loop turn per widget (seconds while a CPU request starves the UI); a focused text field still
+        # gets the letter (Textual skips priority bindings for keys an Input consumes)
+        Binding("q", "quit", "quit", id="app.quit", priority=True,
+                tooltip="quit: cancel, release memory, stop threads"),
         Binding("ctrl+q", "quit", "quit", show=False, priority=True, id="app.quit_ctrl",
                 tooltip="quit (also from text fields)"),
         Binding("t", "cycle_theme", "theme", id="app.theme", show=False, tooltip="next theme"),
@@ -236,20 +239,16 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         return self.release.wait(timeout)
 
     async def action_quit(self) -> None:
-        """q / ctrl+q: cancel, release, exit — within QUIT_RELEASE_WAIT_S whatever the engine is doing.
+        """q / ctrl+q: cancel, queue the release, exit — the terminal is given back at once.
 
-        The release is queued on the engine thread; the UI polls it (never blocks on it) and exits
-        when it is done or the wait is over. A step stuck in a kernel is not waited for.
+        Waiting here for the release (the step in flight, then `engine.close()`) kept the screen up
+        1–2 s under load; the process's owner waits for it after the terminal is restored instead.
         """
         if not self.session.quit():
             return
         if self._drain_timer is not None:
             self._drain_timer.stop()
-        self.say("shutting down: cancelling, releasing memory…")
-        released = self.begin_shutdown()
-        deadline = time.monotonic() + QUIT_RELEASE_WAIT_S
-        while not released.done() and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        self.begin_shutdown()
         stop_key_reader(self._driver, self.is_headless)
         self.exit(self.session.exit_code)
 
@@ -289,6 +288,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         for stale in toasts_replaced_by(event.notification, list(self._notifications),
                                         max_visible=max_visible_for(self.size.width)):
             self._unnotify(stale, refresh=False)
+            drop_toast(self.screen, stale)  # its empty holder would push the next toast down a line
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Which of the app's actions the screens' keys may run now (None: shown greyed; the session decides)."""
@@ -345,7 +345,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         return future
 
     def action_cancel(self) -> None:
-        """esc: stop the load (between components/blocks) or the request (at the next step end)."""
+        """esc: stop the load (between components/blocks) or the request (at its next block)."""
         session = self.session
         if session.may_cancel():
             self.worker.cancel()

@@ -135,6 +135,10 @@ def run_app(args: argparse.Namespace) -> NoReturn:
             app = build_app(args, frame.step)  # the frame is on screen at once; Textual draws over it
     except StartupSignal as stop:  # SIGTERM/SIGHUP before the app ran: the terminal is back, nothing to release
         exit_now(stop.code)
+    from .app import QUIT_RELEASE_WAIT_S
+    from .shutdown import release_wait_s
+
+    app.release.collect = False  # the process ends after the app: no full collection over the model first
     try:
         with quit_on_signals(app):
             result = app.run()
@@ -144,6 +148,7 @@ def run_app(args: argparse.Namespace) -> NoReturn:
             exit_now(1)
         raise
     code = int(result) if result is not None else (app.return_code or 0)
-    # idempotent: q already began it. The terminal is restored by now; do not wait for a stuck step.
-    app.shutdown(timeout=EXIT_RELEASE_WAIT_S)
+    # idempotent: q already began it. The terminal is back; the release gets a bounded wait (a stuck step is
+    # not waited for past it)
+    app.shutdown(timeout=release_wait_s(app.engine, QUIT_RELEASE_WAIT_S))
     exit_now(code)  # released (or stuck): the interpreter's teardown of torch would only add a second

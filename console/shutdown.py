@@ -2,7 +2,13 @@
 
 A step of a big video model can run for minutes inside one kernel, so quitting never joins the
 engine thread: telemetry stops, the worker is cancelled and its release (`engine.close()`) is queued
-behind whatever runs (`EngineWorker.request_shutdown`); the app waits a bounded time for it and exits.
+behind whatever runs (`EngineWorker.request_shutdown`); the app gives the terminal back at once, and
+whoever ends the process waits a bounded time for the release (`app_main.run_app`).
+
+When the process ends right after (`collect = False`, set by `run_app`), the loaded model stays
+frozen for the collector: `engine.close()` still frees its arenas and device memory explicitly, but
+its `gc.collect()` no longer walks the whole model and UI. That pass holds the GIL (0.8 s measured
+on the 2-core machine under load), so neither the UI nor the process's exit could run meanwhile.
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ class EngineRelease:
         self.sampler = sampler
         self.subscription = subscription
         self.released: Future[None] | None = None
+        self.collect = True
+        """Unfreeze the collector first, so the released model's cycles are collected (a process that
+        goes on); False when the process ends next and the OS takes the memory back."""
 
     @property
     def started(self) -> bool:
@@ -34,7 +43,8 @@ class EngineRelease:
     def begin(self) -> Future[None]:
         """Never waits: the future completes on the engine thread once `engine.close()` has run."""
         if self.released is None:
-            gc.unfreeze()  # the model's objects must be collectable when the engine drops them
+            if self.collect:
+                gc.unfreeze()  # the model's objects must be collectable when the engine drops them
             self.sampler.stop(timeout=SAMPLER_STOP_S)
             self.sampler.close()
             self.released = self.worker.request_shutdown()
@@ -63,3 +73,17 @@ def stop_key_reader(driver: Any, headless: bool) -> None:
         driver._disable_mouse_support()
         driver.flush()
     exit_event.set()
+
+
+def release_wait_s(engine: Any, wait_s: float) -> float:
+    """How long the process waits for the engine's release once the terminal is back.
+
+    Nothing, when one in-process engine holds nothing (the plan screen): there is nothing to free, and
+    the release would sit behind the model classes' import (`prepare`), which nothing interrupts: that
+    was 0.8 s of a 1 s quit on an idle console. A rank group always gets the wait (its release stops
+    the rank processes), as does an engine that is loading or loaded.
+    """
+    from ..engine.api import EngineState
+
+    holds_nothing = engine.state in (EngineState.DISCOVERED, EngineState.UNLOADED, EngineState.FAILED)
+    return 0.0 if holds_nothing and engine.world <= 1 else wait_s

@@ -7,13 +7,14 @@ Every notice is still kept in the app's `notices` history; only the toasts are c
 On a terminal narrower than NARROW_WIDTH (80x24) a toast of 4+ lines in the lower right covered
 the plan's forecast and the live memory figures. There a toast is one line over the title bar
 (`toast_text`: long words lose their middle, never folded), and only one is shown at a time.
-Textual-free: it reads only the fields a toast has (message, title, raised_at, timeout, severity).
+Textual-free at import: it reads only the fields a toast has (message, title, raised_at, timeout,
+severity); `drop_toast` alone touches the screen.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .fit_text import one_line
 
@@ -56,3 +57,21 @@ def max_visible_for(width: int) -> int:
 def toast_text(message: str, width: int) -> str:
     """The toast's text: as given on a wide terminal, one line of the terminal's width on a narrow one."""
     return message if width >= NARROW_WIDTH else one_line(message, max(width - TOAST_CHROME, 12))
+
+
+def drop_toast(screen: Any, notification: Any) -> None:
+    """Remove a replaced toast's holder from `screen` now.
+
+    Textual's toast rack removes a forgotten notification's toast but not the holder it sits in; the
+    empty holder keeps its row, so on a narrow terminal each replaced notice pushed the next one a
+    line further down, over the status line (where `p` says the log is paused) and then the panels.
+    """
+    from textual.css.query import NoMatches
+    from textual.widgets._toast import ToastRack
+
+    try:
+        rack = screen.get_child_by_type(ToastRack)
+        holder = rack.get_child_by_id(ToastRack._toast_id(notification))
+    except NoMatches:
+        return
+    holder.remove()

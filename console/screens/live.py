@@ -33,7 +33,8 @@ from ..widgets.plan_policy import PolicyPanel
 from ..widgets.request_phases import RequestPhasesLine
 from ..widgets.residency_panel import ResidencyRow
 
-CANCELLING = "cancelling… (stops at the end of this step)"
+CANCELLING = "cancelling… (stops at the next block)"
+"""The engine checks the cancel before every block of the DiT, encoders and VAE (`runner.watch_cancel`)."""
 LOG_PAUSED = "staging log paused (p resumes)"
 RANK_BINDING = Binding("r", "rank_filter", "rank", id="live.rank",
                        tooltip="staging events of every rank → rank 0 → rank 1 → … (multi-GPU group only)")
@@ -53,7 +54,7 @@ class LiveScreen(Screen[None]):
     BINDINGS = [
         Binding("g", "app.generate", "generate", id="live.generate", tooltip="open the generate dialog"),
         Binding("escape", "app.cancel", "cancel", id="live.cancel",
-                tooltip="cancel the running request at the next step end"),
+                tooltip="cancel the running request (it stops at the next block)"),
         Binding("u", "app.unload", "unload", id="live.unload", tooltip="unload and return to the plan screen"),
         Binding("slash", "filter", "filter", id="live.filter", tooltip="filter the staging events (substring)"),
         Binding("p", "pause", "pause log", id="live.pause", tooltip="pause / resume the staging events log"),
@@ -157,7 +158,7 @@ class LiveScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.residency.border_title = RESIDENCY_TITLE_CPU if self.on_cpu else RESIDENCY_TITLE
-        self.staging.query_one("Log").focus()
+        self.staging.focus_log()
         self.call_after_refresh(self._replay_telemetry)
 
 

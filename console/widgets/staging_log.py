@@ -156,6 +156,7 @@ class StagingLog(Vertical):
         self._paused = False
         self._bus_dropped = 0
         self._buffer_dropped = 0
+        self._focus_when_composed = False
         self._update_title()
 
     # ---- composition -----------------------------------------------------------------------
@@ -166,8 +167,19 @@ class StagingLog(Vertical):
 
     def on_mount(self) -> None:
         self.call_after_refresh(self._rewrite)  # lines added before mount (is_mounted is False in on_mount)
+        if self._focus_when_composed:
+            self.query_one(FollowLog).focus()
         if self._ranked:
             self.query_one(FilterBar).show_rank(self._rank)
+
+    def focus_log(self) -> None:
+        """Focus the lines: now, or once composed (the screen's on_mount can run before this widget's
+        compose under load, and querying the log there crashed the app)."""
+        logs = self.query(FollowLog)
+        if logs:
+            logs.first().focus()
+        else:
+            self._focus_when_composed = True
 
     # ---- state the app reads ---------------------------------------------------------------
 

@@ -79,3 +79,17 @@ async def load(pilot: Pilot, app: OmniConsoleApp) -> None:
     await pilot.press("l")
     await until(pilot, lambda: app.last_command.get("load") is not before)
     await finish(pilot, app.last_command["load"], lambda: app.phase == "live" and app.screen is app.live_screen)
+
+
+async def press_quit(pilot: Pilot, app: App, key: str = "q", limit_s: float = 30.0) -> None:
+    """Press `key` (q, ctrl+q) and wait until the app has exited.
+
+    q exits at once (the release is waited for by the process afterwards), so the pilot's own wait after
+    a key can be left waiting on widgets that are gone (`WaitForScreenTimeout`): the press runs as a task.
+    """
+    press = asyncio.create_task(pilot.press(key))
+    deadline = asyncio.get_running_loop().time() + limit_s
+    while app.return_value is None and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+    press.cancel()
+    assert app.return_value is not None, f"{key} did not end the app within {limit_s} s"

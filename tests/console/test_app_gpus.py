@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from app_helpers import finish, load, screen_text, until
+from app_helpers import finish, load, press_quit, screen_text, until
 from textual.widgets import Input
 
 from omni_console.console.app_main import build_app
@@ -65,7 +65,7 @@ async def test_two_ranks_load_generate_and_quit_leave_nothing_behind(demo_model_
         saved = sorted((tmp_path / "out").iterdir())
         assert len(saved) == 2, saved  # seed and seed + 1, one per rank
         assert any("rank 1: saved" in line for line in app.live_screen.staging.lines)
-        await pilot.press("q")
+        await press_quit(pilot, app)
     app.shutdown()
     assert gone(procs) and engine.group is None
     logs = sorted(p.name for p in (tmp_path / "state" / "omni-console" / "log").iterdir())
@@ -85,7 +85,7 @@ async def test_quitting_while_the_ranks_start_stops_them(demo_model_dir, tmp_pat
             await pilot.pause(0.05)
         ranks = [p for p in multiprocessing.active_children() if p.name.startswith("omni-rank")]
         assert len(ranks) == 2 and app.engine.group is None  # spawned, not yet ready
-        await pilot.press("q")
+        await press_quit(pilot, app)
     app.shutdown()
     assert gone(ranks) and app.engine.group is None
     lines = [e.message for e in events.drain() if isinstance(e, LogEvent)]

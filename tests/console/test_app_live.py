@@ -6,7 +6,7 @@ import re
 import threading
 
 import pytest
-from app_helpers import finish, load, make_app, screen_text, until
+from app_helpers import finish, load, make_app, press_quit, screen_text, until
 from textual.widgets import Input
 
 from omni_console.console import app as app_module
@@ -237,8 +237,9 @@ async def test_quit_shuts_the_worker_down_and_releases_memory(app, engine):
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         await load(pilot, app)
-        await pilot.press("q")
-        await until(pilot, lambda: app.return_value == 0)
+        await press_quit(pilot, app)
+        assert app.return_value == 0
+    assert app.shutdown(timeout=30)  # q exits at once; the process then waits for the release (app_main.run_app)
     assert engine.state == EngineState.UNLOADED and engine.placement is None
     assert app.worker._closed and not app.sampler.running
     with pytest.raises(RuntimeError, match="shut down"):

@@ -252,3 +252,24 @@ async def test_p_shows_at_once_at_80x24_though_the_log_is_below_the_fold(app):
         await pilot.press("p")
         await pilot.pause()
         assert not live.staging.paused and LOG_PAUSED not in screen_text(app)
+
+
+async def test_p_pressed_again_and_again_at_80x24_keeps_its_notice_on_the_top_line(app):
+    """With notices on, as on a real terminal: each p replaces the last notice. Textual left the replaced
+    toast's empty holder behind, so each new notice sat one line lower (over the status line that says the
+    log is paused, then over the panels). Each press shows its notice on the top line and its state below."""
+    from omni_console.console.screens.live import LOG_PAUSED
+
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await pilot.pause()
+        await load(pilot, app)
+        live = app.live_screen
+        for press in range(4):
+            await pilot.press("p")
+            notice = LOG_PAUSED if live.staging.paused else "staging log live"
+            await until(pilot, lambda n=notice: n in screen_text(app).splitlines()[0], limit=2000)
+            (toast,) = app.screen.query(Toast)
+            assert toast.region.y == 0, press
+            status = "".join(screen_text(app).splitlines()[1:4])
+            assert (LOG_PAUSED in status) == live.staging.paused, (press, status)
+            assert not toast.region.overlaps(live.status_line.region)
