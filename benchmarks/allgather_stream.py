@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from omni_console.engine.rank_group import free_port  # noqa: E402
+from omni_console.engine.ranks.rank_group import free_port  # noqa: E402
 from omni_console.offload.allgather_streamer import AllGatherStreamer, gather_into  # noqa: E402
 from omni_console.offload.options import StreamOptions  # noqa: E402
 from omni_console.offload.pinned import HostArena, pinned_bytes_held  # noqa: E402

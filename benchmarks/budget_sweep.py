@@ -18,7 +18,7 @@ Every streamed run's output is compared with the resident output (bit-identical 
 A "step" here is one DiT forward (one denoise step without classifier-free guidance).
 
 `--stream-dtype float8_e4m3fn`: the blocks are stored in fp8 by diffusers' layerwise-casting rule
-(engine/stream_dtype.py) and upcast on the device before each block runs; the resident reference is
+(engine/loading/stream_dtype.py) and upcast on the device before each block runs; the resident reference is
 diffusers' own `enable_layerwise_casting` hooks on the same layers (its per-block compute includes the
 upcast, as the streamer's does), and the predicted peak counts the upcast scratch.
 Usage: python -m benchmarks.budget_sweep --model flux|wan|flux-small|wan-small --out sweep.json
@@ -35,8 +35,8 @@ from typing import Any
 import torch
 
 from omni_console.console.bandwidth import measure_h2d_bandwidth
-from omni_console.engine.stream_choice import choose_streaming, evaluate, profile_from_timings
-from omni_console.engine.stream_dtype import STREAM_DTYPES, apply_storage_hooks, cast_for_storage
+from omni_console.engine.loading.stream_dtype import STREAM_DTYPES, apply_storage_hooks, cast_for_storage
+from omni_console.engine.planning.stream_choice import choose_streaming, evaluate, profile_from_timings
 from omni_console.offload.block_timing import BlockTimer
 from omni_console.offload.residency import BlockResidency
 from omni_console.offload.streamer import LayerwiseStreamer

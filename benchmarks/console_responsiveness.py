@@ -46,7 +46,7 @@ from omni_console.console.headless import default_request  # noqa: E402
 from omni_console.console.screens.live import LOG_PAUSED  # noqa: E402
 from omni_console.engine.engine import Engine, GenerateResult  # noqa: E402
 from omni_console.engine.options import EngineOptions
-from omni_console.engine.runner import GenerateRequest  # noqa: E402
+from omni_console.engine.running.runner import GenerateRequest  # noqa: E402
 from omni_console.offload.policy import OffloadPolicy, build_policy, parse_components_json  # noqa: E402
 
 from . import harness

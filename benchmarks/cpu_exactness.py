@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from omni_console.engine.engine import Engine  # noqa: E402
-from omni_console.engine.runner import GenerateRequest  # noqa: E402
+from omni_console.engine.running.runner import GenerateRequest  # noqa: E402
 from omni_console.offload import stager  # noqa: E402
 from omni_console.offload.policy import build_policy  # noqa: E402
 
@@ -35,7 +35,7 @@ def families(tiny_dir: Path | None) -> dict[str, tuple[Path, str, dict]]:
     """family -> (model directory, pipeline class name, call kwargs): those `tests/write_tiny_families.py`
     wrote to `tiny_dir`, or the engine's demo model alone."""
     if tiny_dir is None:
-        from omni_console.engine.demo_model import DEMO_GENERATION, ensure_demo_model
+        from omni_console.engine.demo.demo_model import DEMO_GENERATION, ensure_demo_model
 
         call = {k: v for k, v in DEMO_GENERATION.items() if k != "guidance_scale"}
         return {"flux": (ensure_demo_model(), "FluxPipeline", call)}
@@ -67,7 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     import diffusers
 
-    from omni_console.engine.loader import quiet_libraries
+    from omni_console.engine.loading.loader import quiet_libraries
 
     quiet_libraries()
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""

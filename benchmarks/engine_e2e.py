@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from omni_console.engine.engine import Engine
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.events import StagingEvent
 from omni_console.offload.pinned import pinned_bytes_held
 from omni_console.offload.policy import build_policy
@@ -51,8 +51,8 @@ def write_checkpoint(root: Path) -> None:
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
-    from omni_console.engine.pipeline_save import save_pipeline
-    from omni_console.engine.tokenizers_offline import build_clip_tokenizer, build_t5_tokenizer
+    from omni_console.engine.demo.pipeline_save import save_pipeline
+    from omni_console.engine.demo.tokenizers_offline import build_clip_tokenizer, build_t5_tokenizer
 
     transformer = _random_(_on_cuda(lambda: FluxTransformer2DModel(guidance_embeds=True)), 1)
     t5 = _random_(_on_cuda(lambda: T5EncoderModel(T5Config(

@@ -10,7 +10,7 @@ high-noise expert while t >= 875, the low-noise one after; guidance 1 (one forwa
                figure at the same budget), every step on it
   two experts  both experts' blocks in one streamer (pinned host holds both), N resident blocks of the
                running expert, `ExpertSwitch` handing the budget over at the boundary step and back
-               after the request (engine/expert_switch.py, what `Engine` installs)
+               after the request (engine/loading/expert_switch.py, what `Engine` installs)
 
 Each streamed run serves `--requests` requests (the first warms up); figures are the last request's.
 Reported: steady step time per expert vs the one-expert figure (target: within 2 %), the switch's time
@@ -32,8 +32,8 @@ from typing import Any
 import torch
 
 from omni_console.engine.events import ExpertSwitched
-from omni_console.engine.expert_switch import ExpertSwitch
-from omni_console.engine.experts import Expert, streamer_residency
+from omni_console.engine.loading.expert_switch import ExpertSwitch
+from omni_console.engine.planning.experts import Expert, streamer_residency
 from omni_console.offload.events import EventBus
 from omni_console.offload.residency import BlockResidency
 from omni_console.offload.streamer import LayerwiseStreamer

@@ -11,7 +11,7 @@ compute + upcast run (compute-bound), and how much of each block's copy hides be
 block's compute + upcast (with 2 slots a large block copied behind a small block is exposed).
 
 `upcast_rate(blocks, compute_dtype)` times the conversion alone (every fp8 tensor of every block into
-one compute-dtype buffer, as `offload/upcast.py` does): the rate `engine/upcast_cost.py` models.
+one compute-dtype buffer, as `offload/upcast.py` does): the rate `engine/planning/upcast_cost.py` models.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ For each fp8 DLO run: floor = max(compute with upcast, streamed bytes / measured
 step / floor, pinned host bytes against bf16's, and bit-identity with the resident model cast the
 same way (diffusers' hooks on the same selection). The opt-in's step is also given against the bf16
 DLO step of the same run. On CUDA the upcast alone is timed too (`upcast`: fp8 elements per second and
-seconds per GB of fp8 weights, the rate engine/upcast_cost.py models).
+seconds per GB of fp8 weights, the rate engine/planning/upcast_cost.py models).
 
 `--profile` adds, for each DLO run, a pass with CUDA events per block (benchmarks/fp8_profile.py): per
 block its copy, its exposed wait + upcast and its compute, and per step the copy, compute, upcast and
@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from omni_console.engine.stream_dtype import apply_storage_hooks, cast_for_storage
+from omni_console.engine.loading.stream_dtype import apply_storage_hooks, cast_for_storage
 from omni_console.offload.events import EventBus
 from omni_console.offload.pinned import pinned_bytes_held
 from omni_console.offload.residency import BlockResidency

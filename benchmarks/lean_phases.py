@@ -8,7 +8,7 @@ VAE in float32) to --dir once, then runs the real CLI (`run --json`, every DiT b
 3. each `--vram-budget` in --budgets (the planner reads the profile of run 1).
 For each: text-encoding / denoise / VAE-decode seconds, the VAE decode peak, the request's peak
 allocated bytes, the step times, the lean lines and the policy. The figures calibrate the cost
-model in engine/lean.py (tiled decode peak and time, the streamed encoder's stage).
+model in engine/planning/lean.py (tiled decode peak and time, the streamed encoder's stage).
 
     python3 -m benchmarks.lean_phases --dir /tmp/wan-size --out lean_phases.json [--steps 3] \
         [--budgets 8GB 12GB 16GB]

@@ -43,7 +43,7 @@ def steady(steps: list[dict[str, Any]]) -> float | None:
 def warm_requests(engine: Any, requests: int, res: int, steps: int, **request: Any) -> dict[str, Any]:
     """Load once under the default policy, then `requests` requests one after another: seconds, phases
     and median step of each."""
-    from omni_console.engine.runner import GenerateRequest
+    from omni_console.engine.running.runner import GenerateRequest
     from omni_console.offload.policy import OffloadPolicy
 
     try:
@@ -63,8 +63,8 @@ def warm_requests(engine: Any, requests: int, res: int, steps: int, **request: A
 def warm_section(args: argparse.Namespace) -> dict[str, Any]:
     """One GPU, then two AllGather ranks data-parallel, then a guided request both ways, each warm."""
     from omni_console.engine.engine import Engine
-    from omni_console.engine.group_engine import GroupEngine
-    from omni_console.engine.rank_layout import RankLayout
+    from omni_console.engine.ranks.group_engine import GroupEngine
+    from omni_console.engine.ranks.rank_layout import RankLayout
 
     guided = {"negative_prompt": "blurry", "params": {"true_cfg_scale": 2.0}}
     runs: dict[str, Any] = {}

@@ -65,7 +65,7 @@ def group_of_one() -> Any:
     """A torch.distributed group of this process alone (NCCL on a GPU), made once."""
     import torch.distributed as dist
 
-    from omni_console.engine.rank_group import free_port
+    from omni_console.engine.ranks.rank_group import free_port
 
     if not dist.is_initialized():
         port = free_port()
@@ -273,8 +273,8 @@ def peers(path: Path) -> dict[str, Any]:
 
     from diffusers.hooks import apply_group_offloading
 
-    from omni_console.engine.discovery import discover_model
-    from omni_console.engine.loader import pipeline_class, quiet_libraries
+    from omni_console.engine.loading.loader import pipeline_class, quiet_libraries
+    from omni_console.engine.model_dir.discovery import discover_model
 
     quiet_libraries()
     cls = pipeline_class(discover_model(path))

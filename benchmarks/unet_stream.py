@@ -4,7 +4,7 @@ An SDXL-base-size `UNet2DConditionModel` (2.57B parameters, bf16, random weights
 1024x1024 (a 128x128 latent; batch 2: one guided denoise step) in these ways:
   resident          all weights on the device (the compute floor)
   DLO, k slots      our LayerwiseStreamer over the UNet's units in execution order, as the engine plans
-                    them (engine/blocks.py `unet_block_lists`): grain `units` streams each down/mid/up
+                    them (engine/model_dir/blocks.py `unet_block_lists`): grain `units` streams each down/mid/up
                     block's children in call order (SDXL: ~32 units, the largest ~0.7 GB); grain `blocks`
                     the 7 whole blocks (0.01 to 2.4 GB) as before. Every unit is streamed unless
                     --resident-layers says otherwise. Ring `slots`: k slots each the size of the
@@ -13,11 +13,11 @@ An SDXL-base-size `UNet2DConditionModel` (2.57B parameters, bf16, random weights
                     while they fit (offload/byte_ring.py), so many small units and the next big ones
                     are in flight at once
 Per-unit compute (resident, CUDA events) is reported too: with the unit sizes it is what the step
-forecast replays (engine/step_forecast.py).
+forecast replays (engine/planning/step_forecast.py).
 Floor for a streamed step = max(resident step, streamed bytes / measured pinned H2D bandwidth). A step
 is timed three ways: each forward with the device synchronized after it (`step_s`: the next step's
 copies, issued at this one's end, are waited for too, with nothing to overlap), with the compute stream
-synchronized (`engine_step_s`, as engine/runner.py times a denoise step), and forwards back to back
+synchronized (`engine_step_s`, as engine/running/runner.py times a denoise step), and forwards back to back
 (`loop_step_s`, a denoise loop without the engine's per-step timing; its floor uses the resident
 model's back-to-back step).
 Also checked: each DLO output == the resident output (bit-identical), peak allocated and the ring's
@@ -37,10 +37,10 @@ from typing import Any
 
 import torch
 
-from omni_console.engine.blocks import unet_block_lists
-from omni_console.engine.placement import block_modules
-from omni_console.engine.step_forecast import replay_forward
-from omni_console.engine.weights import TensorInfo
+from omni_console.engine.loading.placement import block_modules
+from omni_console.engine.model_dir.blocks import unet_block_lists
+from omni_console.engine.model_dir.weights import TensorInfo
+from omni_console.engine.planning.step_forecast import replay_forward
 from omni_console.offload.block_timing import BlockTimer
 from omni_console.offload.pinned import pinned_bytes_held
 from omni_console.offload.residency import BlockResidency
@@ -125,7 +125,7 @@ def loop_step(model: torch.nn.Module, inputs: dict[str, Any], iters: int) -> flo
 
 
 def engine_step(model: torch.nn.Module, inputs: dict[str, Any], iters: int) -> float:
-    """Median seconds per forward timed as engine/runner.py times a denoise step: the compute stream
+    """Median seconds per forward timed as engine/running/runner.py times a denoise step: the compute stream
     synchronized at both ends, the copy stream left running (the next step's first units on their way)."""
     times = []
     with torch.no_grad():

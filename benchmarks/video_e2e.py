@@ -51,8 +51,8 @@ def write_checkpoint(root: Path) -> None:
     from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline, WanTransformer3DModel
     from transformers import UMT5Config, UMT5EncoderModel
 
-    from omni_console.engine.pipeline_save import save_pipeline
-    from omni_console.engine.tokenizers_offline import build_t5_tokenizer
+    from omni_console.engine.demo.pipeline_save import save_pipeline
+    from omni_console.engine.demo.tokenizers_offline import build_t5_tokenizer
 
     transformer = _random_on_cuda(lambda: WanTransformer3DModel(
         patch_size=(1, 2, 2), num_attention_heads=40, attention_head_dim=128, in_channels=16, out_channels=16,

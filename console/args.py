@@ -42,7 +42,7 @@ def budget_from_args(args: argparse.Namespace) -> int | None:
 
 def parse_budget(text: str, device: str | None, flag: str = "--vram-budget") -> int:
     """A size (`size_arg.parse_size`), or `auto`: what `device` has free now less a margin
-    (`engine.auto_budget`, its note the plan's first line); `auto` on a CPU is one line, exit 2."""
+    (`engine.planning.auto_budget`, its note the plan's first line); `auto` on a CPU is one line, exit 2."""
     if text.strip().lower() == "auto":
         from ..engine.api import auto_budget
 

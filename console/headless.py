@@ -69,8 +69,8 @@ class RunFlags:
     device: torch.device | None
     options: OptionFlags  # --param values and --fps
     reasons: list[str] = field(default_factory=list)  # --vram-budget's decisions, one line each
-    overhead: Any = None  # --vram-budget: the device's footprint outside torch (engine.device_footprint)
-    lean: list[str] = field(default_factory=list)  # lean phases in effect, each with its cost (engine/lean.py)
+    overhead: Any = None  # --vram-budget: the device's footprint outside torch (engine.planning.device_footprint)
+    lean: list[str] = field(default_factory=list)  # lean phases in effect, each with its cost (engine/planning/lean.py)
 
 
 def check_run_flags(args: argparse.Namespace) -> RunFlags:

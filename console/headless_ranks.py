@@ -2,7 +2,7 @@
 
 Data-parallel (`--parallel dp`): seeds `seed … seed+N−1`, one per rank. CFG-parallel (`--parallel
 cfg`, two ranks): the request's conditional and unconditional DiT calls run at once on the two ranks
-(`engine.cfg_parallel`), one image.
+(`engine.ranks.cfg_parallel`), one image.
 
 The same order as a single-GPU run: every flag and the request are checked against the model before
 any rank starts; then the console's own handle for a rank group (`open_engine(…, layout=…)`, a

@@ -4,12 +4,12 @@ Names carry the local time and the request number, `20250301-142501-request-3.pn
 image in the same second with the same number (two consoles in one directory) gets `-2`, `-3`, …
 Request numbers restart at 1 in every process, so a name from the number alone would replace an
 earlier run's image. Each file is written whole into a temporary file in the folder first and then
-hard-linked to its name, which fails if the name exists (`engine.atomic_write`): even two processes
+hard-linked to its name, which fails if the name exists (`engine.running.atomic_write`): even two processes
 racing for one name never replace each other's file (the loser takes the next suffix), and `q` or
 SIGTERM while a large image is written never leaves a truncated file under a final name (the app
 removes the temporary file before it exits).
 
-A video result is saved the way `run --output NAME.mp4` writes one (`engine.outputs.write_result`,
+A video result is saved the way `run --output NAME.mp4` writes one (`engine.running.outputs.write_result`,
 every frame, the pipeline's frame rate) into a scratch folder beside, then put under the same kind
 of name with `.mp4` the same way.
 """

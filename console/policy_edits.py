@@ -81,7 +81,7 @@ def change_resident_layers(model: ModelInfo, policy: OffloadPolicy, delta: int) 
     """Move resident leading DiT (or UNet) layers by `delta`, clamped to 0..number of their blocks."""
     if policy.mode == "resident":
         return Edit(None, RESIDENT_MODE_REFUSAL)
-    limit = blocks_per_forward(model)  # with two experts: per expert (engine/experts.py)
+    limit = blocks_per_forward(model)  # with two experts: per expert (engine/planning/experts.py)
     n = min(max(policy.resident_layers + delta, 0), limit)
     if n == policy.resident_layers:
         bound = "0" if delta < 0 else f"{limit} (every {model.block_kind} block)"

@@ -1,6 +1,6 @@
 """`run`'s device memory as the card sees it: the budget's allocator cap, NVML's per-process peak, OOM step-downs.
 
-With `--vram-budget` the process's device memory is the budget (engine/device_footprint.py): the
+With `--vram-budget` the process's device memory is the budget (engine/planning/device_footprint.py): the
 caching allocator is capped at budget minus the CUDA context before anything loads (expandable
 segments asked for first, unless the operator set `PYTORCH_CUDA_ALLOC_CONF`, so fragmentation stays
 inside the cap), and the engine loads with live re-plan so an out-of-memory step-down can move

@@ -2,7 +2,7 @@
 
 Its face is `engine.api` (the console imports only that, `events` and `errors`); the same names are
 reachable here, loaded on first use so that importing the package stays cheap (no torch) — except a
-name that is also one of the package's modules (`auto_budget`, `rank_layout`): here that is the module.
+name that is also one of the package's modules or subpackages: here that is the module.
 """
 
 import importlib
@@ -15,8 +15,10 @@ enforce_offline()
 
 
 def __getattr__(name: str) -> Any:
-    """An `api` name, imported on first use; never a submodule's name (the import system imports it)."""
-    if name.startswith("_") or (Path(__file__).parent / f"{name}.py").exists():
+    """An `api` name, imported on first use; never a submodule's or subpackage's name (the
+    import system imports those)."""
+    here = Path(__file__).parent
+    if name.startswith("_") or (here / f"{name}.py").exists() or (here / name / "__init__.py").exists():
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     api = importlib.import_module(f"{__name__}.api")
     if name not in api.__all__:

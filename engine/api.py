@@ -29,10 +29,34 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from ..offload.process_memory import ProcessPeakMeter, bound_allocator, context_bytes
     from ..offload.telemetry import TelemetrySampler, default_sources, validate_hz
     from ..offload.telemetry_types import DEFAULT_HZ, HostMemory, NvmlMemory, Source, TelemetrySnapshot, TorchMemory
-    from .atomic_write import publish_new, remove_pending, scratch_folder
-    from .auto_budget import auto_budget
-    from .bus_error import install_bus_error_line
-    from .call_options import (
+    from .demo.demo_model import DEMO_GENERATION, build_demo_model, ensure_demo_model, is_demo_model
+    from .engine import Engine, default_device
+    from .handle import EngineHandle
+    from .lifecycle import EngineState, EngineStateError
+    from .loading.bus_error import install_bus_error_line
+    from .loading.device_choice import parse_device
+    from .loading.loader import LoadCancelled, pipeline_class, pipeline_init_values
+    from .model_dir.discovery import ModelInfo, discover_model
+    from .model_dir.fp8_names import storage_note
+    from .options import EngineOptions
+    from .plain_text import plain, plain_lines
+    from .plan_flow import PlanResult, plan_for
+    from .planning.auto_budget import auto_budget
+    from .planning.device_footprint import DeviceOverhead, device_overhead, record_context
+    from .planning.documents import Document, PlanDocument, PolicyDoc
+    from .planning.experts import blocks_per_forward
+    from .planning.export import plan_to_dict, vllm_flags, vllm_gaps, vllm_python_call, vllm_serve_command
+    from .planning.plan import ComponentPlan, Plan, make_plan
+    from .planning.request_forecast import RequestForecast
+    from .planning.request_profile import RequestSize, device_name_for_plan
+    from .ranks.group_engine import GroupEngine
+    from .ranks.rank_checks import check_rank_devices
+    from .ranks.rank_forecast import RankForecast
+    from .ranks.rank_group import RankFailed
+    from .ranks.rank_layout import RankLayout, rank_layout
+    from .results import GenerateResult, LoadReport
+    from .running.atomic_write import publish_new, remove_pending, scratch_folder
+    from .running.call_options import (
         accepted_options,
         call_signature,
         check_call,
@@ -41,70 +65,46 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
         option_parameter,
         parse_param,
     )
-    from .demo_model import DEMO_GENERATION, build_demo_model, ensure_demo_model, is_demo_model
-    from .device_choice import parse_device
-    from .device_footprint import DeviceOverhead, device_overhead, record_context
-    from .discovery import ModelInfo, discover_model
-    from .documents import Document, PlanDocument, PolicyDoc
-    from .engine import Engine, default_device
-    from .experts import blocks_per_forward
-    from .export import plan_to_dict, vllm_flags, vllm_gaps, vllm_python_call, vllm_serve_command
-    from .fp8_names import storage_note
-    from .group_engine import GroupEngine
-    from .handle import EngineHandle
-    from .lifecycle import EngineState, EngineStateError
-    from .loader import LoadCancelled, pipeline_class, pipeline_init_values
-    from .options import EngineOptions
-    from .outputs import DEFAULT_FPS, OutputTarget, check_output, check_output_place, write_notes, write_result
-    from .plain_text import plain, plain_lines
-    from .plan import ComponentPlan, Plan, make_plan
-    from .planning import PlanResult, plan_for
-    from .profiler import request_size
-    from .rank_checks import check_rank_devices
-    from .rank_forecast import RankForecast
-    from .rank_group import RankFailed
-    from .rank_layout import RankLayout, rank_layout
-    from .request_checks import SEED_MAX, check_request
-    from .request_forecast import RequestForecast
-    from .request_limits import check_limits, schedule_steps
-    from .request_profile import RequestSize, device_name_for_plan
-    from .results import GenerateResult, LoadReport
-    from .runner import GenerateRequest, RequestCancelled, total_steps_of
+    from .running.outputs import DEFAULT_FPS, OutputTarget, check_output, check_output_place, write_notes, write_result
+    from .running.profiler import request_size
+    from .running.request_checks import SEED_MAX, check_request
+    from .running.request_limits import check_limits, schedule_steps
+    from .running.runner import GenerateRequest, RequestCancelled, total_steps_of
     from .worker import EngineWorker
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
     # the engine, its handle, options and states
     ".engine": ("Engine", "default_device"),
-    ".group_engine": ("GroupEngine",),
+    ".ranks.group_engine": ("GroupEngine",),
     ".handle": ("EngineHandle",),
     ".lifecycle": ("EngineState", "EngineStateError"),
     ".options": ("EngineOptions",),
     ".results": ("GenerateResult", "LoadReport"),
     ".worker": ("EngineWorker",),
-    ".loader": ("LoadCancelled", "pipeline_class", "pipeline_init_values"),
+    ".loading.loader": ("LoadCancelled", "pipeline_class", "pipeline_init_values"),
     # the model directory
-    ".discovery": ("ModelInfo", "discover_model"),
-    ".demo_model": ("DEMO_GENERATION", "build_demo_model", "ensure_demo_model", "is_demo_model"),
+    ".model_dir.discovery": ("ModelInfo", "discover_model"),
+    ".demo.demo_model": ("DEMO_GENERATION", "build_demo_model", "ensure_demo_model", "is_demo_model"),
     # planning and forecasting
-    ".planning": ("PlanResult", "plan_for"),
-    ".plan": ("ComponentPlan", "Plan", "make_plan"),
-    ".request_forecast": ("RequestForecast",),
-    ".request_profile": ("RequestSize", "device_name_for_plan"),
-    ".profiler": ("request_size",),
-    ".experts": ("blocks_per_forward",),
-    ".fp8_names": ("storage_note",),
-    ".auto_budget": ("auto_budget",),
-    ".device_footprint": ("DeviceOverhead", "device_overhead", "record_context"),
-    ".export": ("plan_to_dict", "vllm_flags", "vllm_gaps", "vllm_python_call", "vllm_serve_command"),
-    ".documents": ("Document", "PlanDocument", "PolicyDoc"),
+    ".plan_flow": ("PlanResult", "plan_for"),
+    ".planning.plan": ("ComponentPlan", "Plan", "make_plan"),
+    ".planning.request_forecast": ("RequestForecast",),
+    ".planning.request_profile": ("RequestSize", "device_name_for_plan"),
+    ".running.profiler": ("request_size",),
+    ".planning.experts": ("blocks_per_forward",),
+    ".model_dir.fp8_names": ("storage_note",),
+    ".planning.auto_budget": ("auto_budget",),
+    ".planning.device_footprint": ("DeviceOverhead", "device_overhead", "record_context"),
+    ".planning.export": ("plan_to_dict", "vllm_flags", "vllm_gaps", "vllm_python_call", "vllm_serve_command"),
+    ".planning.documents": ("Document", "PlanDocument", "PolicyDoc"),
     # ranks
-    ".rank_layout": ("RankLayout", "rank_layout"),
-    ".rank_checks": ("check_rank_devices",),
-    ".rank_forecast": ("RankForecast",),
-    ".rank_group": ("RankFailed",),
+    ".ranks.rank_layout": ("RankLayout", "rank_layout"),
+    ".ranks.rank_checks": ("check_rank_devices",),
+    ".ranks.rank_forecast": ("RankForecast",),
+    ".ranks.rank_group": ("RankFailed",),
     # requests and their outputs
-    ".runner": ("GenerateRequest", "RequestCancelled", "total_steps_of"),
-    ".call_options": (
+    ".running.runner": ("GenerateRequest", "RequestCancelled", "total_steps_of"),
+    ".running.call_options": (
         "accepted_options",
         "call_signature",
         "check_call",
@@ -113,12 +113,19 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "option_parameter",
         "parse_param",
     ),
-    ".request_checks": ("SEED_MAX", "check_request"),
-    ".request_limits": ("check_limits", "schedule_steps"),
-    ".device_choice": ("parse_device",),
-    ".outputs": ("DEFAULT_FPS", "OutputTarget", "check_output", "check_output_place", "write_notes", "write_result"),
-    ".atomic_write": ("publish_new", "remove_pending", "scratch_folder"),
-    ".bus_error": ("install_bus_error_line",),
+    ".running.request_checks": ("SEED_MAX", "check_request"),
+    ".running.request_limits": ("check_limits", "schedule_steps"),
+    ".loading.device_choice": ("parse_device",),
+    ".running.outputs": (
+        "DEFAULT_FPS",
+        "OutputTarget",
+        "check_output",
+        "check_output_place",
+        "write_notes",
+        "write_result",
+    ),
+    ".running.atomic_write": ("publish_new", "remove_pending", "scratch_folder"),
+    ".loading.bus_error": ("install_bus_error_line",),
     ".plain_text": ("plain", "plain_lines"),
     # the offload layer's policy and telemetry
     "..offload.policy": (
@@ -166,7 +173,7 @@ def open_engine(path: str | Path, device: Any = None, layout: RankLayout | None 
         from .engine import Engine
 
         return Engine(path, device=device, options=options, **kwargs)
-    from .group_engine import GroupEngine
+    from .ranks.group_engine import GroupEngine
 
     kind = torch.device(device).type if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
     return GroupEngine(path, layout, device_kind=kind, options=options, **kwargs)

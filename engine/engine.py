@@ -24,23 +24,23 @@ from ..offload.deferred_weights import DeferredWeights
 from ..offload.events import EventBus, LogEvent
 from ..offload.pinned import HostArena, register_seconds_total
 from ..offload.policy import OffloadPolicy
-from .call_options import default_fps
-from .discovery import ModelInfo, discover_model
 from .events import LoadProgress, Replanned, RequestFinished, RequestPhases, RequestStarted
 from .lifecycle import EngineState, EngineStateError, Lifecycle
-from .loader import LoadCancelled, pipeline_class, start_loading
-from .oom_guard import guarded_request
+from .loading.loader import LoadCancelled, pipeline_class, start_loading
+from .loading.placement import Placement, begin_placement, place_others, place_streamed
+from .model_dir.discovery import ModelInfo, discover_model
+from .model_dir.quant_layouts import check_fp8_device
 from .options import EngineOptions
-from .order_watch import BlockOrderWatch, adopt_order, permute_profile
-from .placement import Placement, begin_placement, place_others, place_streamed
-from .plan import Plan, make_plan
-from .profiler import ProfileRecorder, forecast_check, request_size, save_quietly
-from .quant_layouts import check_fp8_device
-from .request_forecast import RequestForecast, forecast_for
-from .request_profile import RequestSize, device_name
-from .residency_snapshot import ResidencyWatch
+from .planning.plan import Plan, make_plan
+from .planning.request_forecast import RequestForecast, forecast_for
+from .planning.request_profile import RequestSize, device_name
 from .results import GenerateResult, LoadReport, run_peak
-from .runner import GenerateRequest, run_pipeline
+from .running.call_options import default_fps
+from .running.oom_guard import guarded_request
+from .running.order_watch import BlockOrderWatch, adopt_order, permute_profile
+from .running.profiler import ProfileRecorder, forecast_check, request_size, save_quietly
+from .running.residency_snapshot import ResidencyWatch
+from .running.runner import GenerateRequest, run_pipeline
 
 __all__ = ["Engine", "EngineState", "EngineStateError", "GenerateResult", "LoadReport", "default_device"]
 
@@ -103,7 +103,7 @@ class Engine(Lifecycle):
 
     @property
     def world(self) -> int:
-        """GPUs (ranks) serving the model: one here; `engine.group_engine.GroupEngine` has N."""
+        """GPUs (ranks) serving the model: one here; `engine.ranks.group_engine.GroupEngine` has N."""
         return 1
 
     def forecast(self, size: RequestSize, plan: Plan | None = None, probe_bandwidth: float | None = None
@@ -127,8 +127,8 @@ class Engine(Lifecycle):
         it too (and reports it as the `classes_imported` milestone) when nobody did."""
         if self._prepared:
             return 0.0
-        from .loader import quiet_libraries
-        from .trusted_classes import component_class
+        from .loading.loader import quiet_libraries
+        from .model_dir.trusted_classes import component_class
 
         start = time.perf_counter()
         pipeline_class(self.model)
@@ -231,7 +231,7 @@ class Engine(Lifecycle):
         finishes first (the worker runs commands in order; here the engine must be ready). Switching
         dlo ⇄ resident is a different kind of load and is refused."""
         from ..offload.errors import PolicyError
-        from .replan import apply_replan
+        from .loading.replan import apply_replan
 
         with self._lock:
             if self.state != EngineState.READY or self.placement is None or self.plan is None:

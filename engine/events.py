@@ -22,7 +22,7 @@ from ..offload.events import (  # the offload layer's own events, re-exported: t
 )
 
 if TYPE_CHECKING:
-    from .plan import Plan
+    from .planning.plan import Plan
 
 __all__ = [
     "BlockOrderCorrected",

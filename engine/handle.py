@@ -13,13 +13,13 @@ if TYPE_CHECKING:
 
     from ..offload.events import EventBus
     from ..offload.policy import OffloadPolicy
-    from .discovery import ModelInfo
     from .lifecycle import EngineState
-    from .plan import Plan
-    from .request_forecast import RequestForecast
-    from .request_profile import RequestSize
+    from .model_dir.discovery import ModelInfo
+    from .planning.plan import Plan
+    from .planning.request_forecast import RequestForecast
+    from .planning.request_profile import RequestSize
     from .results import GenerateResult, LoadReport
-    from .runner import GenerateRequest
+    from .running.runner import GenerateRequest
 
 
 @runtime_checkable

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..offload.events import ErrorEvent, EventBus
 from .events import EngineStateChanged, PlanReady
-from .pipeline_defaults import default_side, default_steps
+from .running.pipeline_defaults import default_side, default_steps
 
 if TYPE_CHECKING:
-    from .plan import Plan
+    from .planning.plan import Plan
 
 
 class EngineState(StrEnum):

@@ -25,7 +25,7 @@ class EngineOptions:
     """Keep pinned masters of everything a re-plan may move (host memory = the whole model), so that
     `Engine.replan` can change the policy between requests."""
     direct_read: bool = True
-    """DiT weights read straight into place, in parallel (`engine.direct_load`)."""
+    """DiT weights read straight into place, in parallel (`engine.loading.direct_load`)."""
     read_threads: int | None = None
     """Readers of the one reader pool (None: `offload.deferred_weights`' default)."""
     aux_in_place: bool | None = None

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .events import ForecastCheck, OomStepDown, StepTiming
-from .runner import RunOutput
+from .running.runner import RunOutput
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +41,7 @@ class GenerateResult:
     phases: dict[str, float] = field(default_factory=dict)  # seconds: text_encoding, denoise, vae_decode
     vae_decode_peak_bytes: int | None = None  # device allocator peak during VAE decode (CUDA), else None
     check: ForecastCheck | None = None  # the forecast made before the request vs what it measured
-    rank_results: tuple[GenerateResult, ...] = ()  # data-parallel ranks 1…N−1 (engine.group_engine), by seed
+    rank_results: tuple[GenerateResult, ...] = ()  # data-parallel ranks 1…N−1 (engine.ranks.group_engine), by seed
     ranks: tuple[GenerateResult, ...] = ()  # a rank group's request: each rank's own result, by rank (CFG too)
     cancelled: bool = False  # cancel was asked before the pipeline returned (even during the VAE decode): not a result
     oom_step_downs: tuple[OomStepDown, ...] = ()  # phases that ran out of memory, stepped down and retried

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from ..offload.policy import OffloadPolicy
 from .handle import EngineHandle
 from .results import GenerateResult, LoadReport
-from .runner import GenerateRequest
+from .running.runner import GenerateRequest
 
 T = TypeVar("T")
 _Command = tuple[Future, Callable[[threading.Event], Any]]

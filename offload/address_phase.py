@@ -12,7 +12,7 @@ The plain pipeline's weights are mapped from their file: address = a page-aligne
 tensor's offset in the file. So on a CPU device (`DeferredWeights.keep_phase`):
 - staged encoders and VAEs keep their source's phase (`place_like`, `phase_of`: `offload.stager`);
 - a DiT's or UNet's weights read straight from their files are built as empty host tensors at the
-  file offset's phase (`empty_at_phase`: `engine.direct_load`, and `arena_views` for one arena),
+  file offset's phase (`empty_at_phase`: `engine.loading.direct_load`, and `arena_views` for one arena),
   which a non-block tensor or an unpacked resident block computes on as it is;
 - in the block arena each such tensor starts at that phase (`at_phase`: `block_packing.plan_block`)
   inside a region that starts on a page (`arena_fill.lay_out`), and the ring's slots and resident

@@ -136,7 +136,7 @@ def plan_block(b: Block, claims: list[tuple[Any, int, int, str]], device: torch.
     `deferred` is true is still in its file and gets a region of its own (`deferred_pieces`).
 
     With `keep_phase` on a CPU device a deferred tensor starts at its empty host tensor's address modulo a page (its
-    file's phase: `engine.direct_load`) instead of the next 256-byte boundary, in a region laid out
+    file's phase: `engine.loading.direct_load`) instead of the next 256-byte boundary, in a region laid out
     from a page boundary (`arena_fill.lay_out`), so CPU kernels run on the plain pipeline's alignment
     (`offload.address_phase`). On CUDA the layout stays compact.
     """

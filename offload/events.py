@@ -27,7 +27,7 @@ def now() -> float:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Event:
     """Base of every event; `t` is `time.monotonic()` at creation (in the process that made it).
-    `rank`: which rank of a multi-GPU group published it (`engine.rank_group` sets it as it
+    `rank`: which rank of a multi-GPU group published it (`engine.ranks.rank_group` sets it as it
     forwards the event to the leader); None for an engine in this process."""
 
     t: float = field(default_factory=now)

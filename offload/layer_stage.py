@@ -9,7 +9,7 @@ of the encoder. The same weights run through the same kernels: outputs are bit-i
 staged (and the plain) encoder.
 
 Host memory: the layers are copied once into the ring's arena (page-locked on CUDA). Where the encoder
-was built over a host arena of its own (engine/arena_load.py), that arena stays for the non-layer
+was built over a host arena of its own (engine/loading/arena_load.py), that arena stays for the non-layer
 weights, so the layers' bytes are held twice while loaded (the plan's pinned figure counts them).
 
 `LayerStage` has the stager's interface (`load`, `offload`, `hold`, `close`, `held`, byte counts), so

@@ -24,7 +24,7 @@ Mode = Literal["dlo", "resident"]
 StreamDtype = Literal["float8_e4m3fn", "float8_e5m2"]
 STREAM_DTYPE_NAMES = ("float8_e4m3fn", "float8_e5m2")
 Source = Literal["explicit", "default", "implicit"]
-# a lean phase (engine/lean.py): "on" always, "off" never, "auto" only where a --vram-budget needs it
+# a lean phase (engine/planning/lean.py): "on" always, "off" never, "auto" only where a --vram-budget needs it
 LeanMode = Literal["auto", "on", "off"]
 LEAN_MODES = ("auto", "on", "off")
 LEAN_FIELDS = ("stream_encoders", "vae_tiling", "vae_slicing", "ff_chunking")
@@ -60,9 +60,9 @@ class OffloadPolicy(BaseModel):
 
     `stream_dtype` stores the DiT's weights in fp8 by diffusers' layerwise-casting rule (None: as the
     checkpoint stores them); `fp8_modulation` also stores the AdaLN modulation linears in fp8 (not
-    diffusers' rule). See engine/stream_dtype.py.
+    diffusers' rule). See engine/loading/stream_dtype.py.
 
-    The lean phases (`stream_encoders`, `vae_tiling`, `vae_slicing`, `ff_chunking`; engine/lean.py) are
+    The lean phases (`stream_encoders`, `vae_tiling`, `vae_slicing`, `ff_chunking`; engine/planning/lean.py) are
     applied when "on"; "auto" lets `--vram-budget` turn them on where the budget needs them."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

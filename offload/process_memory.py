@@ -1,7 +1,7 @@
 """The process's device memory as NVML counts it: its peak during a request, its part outside torch, the cap.
 
 A budget is the card's memory: the CUDA context, the caching allocator's reserved bytes and all
-the rest (engine/device_footprint.py). Three pieces here:
+the rest (engine/planning/device_footprint.py). Three pieces here:
 - `ProcessPeakMeter`: a thread sampling NVML's per-process figure (nvmlDeviceGetComputeRunningProcesses)
   during a request, keeping the largest; what `run` reports as the measured device memory of the process.
 - `context_bytes`: NVML's per-process figure minus torch's reserved bytes, i.e. what lies outside the

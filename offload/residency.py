@@ -1,6 +1,6 @@
 """Which DiT blocks stay on the device, and how many device slots the streamed ones cycle through.
 
-This is the one place residency of DiT blocks is decided. The plan (engine/plan.py) resolves a
+This is the one place residency of DiT blocks is decided. The plan (engine/planning/plan.py) resolves a
 policy into a `BlockResidency`, forecasts memory and time from it, and placement hands that same
 object to `LayerwiseStreamer`, which streams exactly the blocks marked streamed through exactly
 `slots` slots.

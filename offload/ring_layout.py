@@ -16,7 +16,7 @@ live unit (admitted, not yet computed) holds any of its bytes; units are freed i
 With equal units and a capacity of k units this is the k-slot ring.
 
 Pure bookkeeping, no torch: the streamer (offload/byte_ring.py) and the step forecast's replay
-(engine/step_forecast.py) use the same rule, so the forecast replays what the streamer does.
+(engine/planning/step_forecast.py) use the same rule, so the forecast replays what the streamer does.
 """
 
 from __future__ import annotations

@@ -160,7 +160,7 @@ class ModuleStager:
     def _snapshot(self, pin: bool) -> list[_Group]:
         """Group tensors by the byte span of a storage they use and move each span into one host master.
 
-        A span, not the whole storage: a component read into one host arena (engine/arena_load.py) has a
+        A span, not the whole storage: a component read into one host arena (engine/loading/arena_load.py) has a
         single storage under every weight, and a streamed encoder's stager (offload/layer_stage.py)
         stages only the weights outside its layers, a small part of it."""
         unview_buffers(self.module)  # a view buffer's base would keep the original storage alive

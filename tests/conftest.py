@@ -29,7 +29,7 @@ def _isolated_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pa
 @pytest.fixture(scope="session")
 def demo_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny Flux demo pipeline (seed 0), built once per session."""
-    from omni_console.engine.demo_model import build_demo_model
+    from omni_console.engine.demo.demo_model import build_demo_model
 
     return build_demo_model(tmp_path_factory.mktemp("models") / "demo-flux", seed=0)
 

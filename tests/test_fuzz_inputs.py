@@ -135,8 +135,8 @@ def profile_edits(draw) -> Mutation:
     raw = draw(st.binary(max_size=64))
 
     def apply(root: Path) -> None:
-        from omni_console.engine.discovery import discover_model
-        from omni_console.engine.request_profile import RequestProfile, RequestSize, profile_path
+        from omni_console.engine.model_dir.discovery import discover_model
+        from omni_console.engine.planning.request_profile import RequestProfile, RequestSize, profile_path
 
         size = RequestSize(height=64, width=64)
         model = discover_model(root)

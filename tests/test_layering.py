@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTRACTS = ("layers", "no-textual-below-console", "console-state-without-textual", "console-acyclic")
+CONTRACTS = ("layers", "no-textual-below-console", "console-state-without-textual", "console-acyclic", "engine-flow")
 PARTS = ("console", "engine", "offload", "themes")
 
 LINT = (
@@ -58,6 +58,7 @@ def planted_copy(tmp_path: Path, modules: dict[str, str]) -> Path:
     ({"offload/_planted.py": "from textual.widget import Widget\n"}, "no-textual-below-console"),
     ({"engine/_planted.py": "from ..themes import THEMES\n"}, "no-textual-below-console"),
     ({"engine/_planted.py": "from ..console import cli\n"}, "layers"),
+    ({"engine/model_dir/_planted.py": "from ..running import runner\n"}, "engine-flow"),
     ({"offload/_planted.py": "from ..engine import plan\n"}, "layers"),
     ({"console/session.py": "from . import _planted\n", "console/_planted.py": "def later():\n    import textual\n"},
      "console-state-without-textual"),

@@ -15,8 +15,8 @@ from typing import Any
 
 from tiny_video_families import make_cogvideox_pipeline, make_ltx_i2v_pipeline, make_ltx_pipeline
 
-from omni_console.engine.build_dir import atomic_build
-from omni_console.engine.demo_model import (
+from omni_console.engine.demo.build_dir import atomic_build
+from omni_console.engine.demo.demo_model import (
     FLUX_LAYOUT,
     make_flux_pipeline,
     seeded,
@@ -24,7 +24,7 @@ from omni_console.engine.demo_model import (
     tiny_t5_config,
     tiny_vae,
 )
-from omni_console.engine.pipeline_save import save_pipeline
+from omni_console.engine.demo.pipeline_save import save_pipeline
 
 __all__ = [
     "FAMILY_GENERATION",
@@ -124,7 +124,7 @@ def make_sd3_pipeline(seed: int):
     from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
     from transformers import CLIPTextModelWithProjection, T5EncoderModel
 
-    from omni_console.engine.tokenizers_offline import build_clip_tokenizer, build_t5_tokenizer
+    from omni_console.engine.demo.tokenizers_offline import build_clip_tokenizer, build_t5_tokenizer
 
     clip_tok, clip_tok_2, t5_tok = build_clip_tokenizer(), build_clip_tokenizer(), build_t5_tokenizer()
     clip_hidden, clip_proj = 32, 32
@@ -178,7 +178,7 @@ def make_pixart_sigma_pipeline(seed: int):
     from diffusers import DPMSolverMultistepScheduler, PixArtSigmaPipeline, PixArtTransformer2DModel
     from transformers import T5EncoderModel
 
-    from omni_console.engine.tokenizers_offline import build_t5_tokenizer
+    from omni_console.engine.demo.tokenizers_offline import build_t5_tokenizer
 
     t5_tok = build_t5_tokenizer(model_max_length=300)
     t5_dim = 32
@@ -230,7 +230,7 @@ def make_wan_pipeline(seed: int):
     from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
     from transformers import UMT5EncoderModel
 
-    from omni_console.engine.tokenizers_offline import build_t5_tokenizer
+    from omni_console.engine.demo.tokenizers_offline import build_t5_tokenizer
 
     t5_tok = build_t5_tokenizer()
     t5_dim = 32

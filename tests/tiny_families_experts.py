@@ -12,7 +12,7 @@ from typing import Any
 
 from tiny_families import WAN_LAYOUT, _write
 
-from omni_console.engine.demo_model import seeded
+from omni_console.engine.demo.demo_model import seeded
 
 BOUNDARY_RATIO = 0.875  # Wan2.2-T2V-A14B's model_index.json
 EXPERTS_GENERATION: dict[str, Any] = {"height": 32, "width": 32, "num_frames": 5, "num_inference_steps": 4,

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omni_console.engine.build_dir import atomic_build
-from omni_console.engine.demo_model import seeded, tiny_clip_text_config, tiny_t5_config, tiny_vae
-from omni_console.engine.pipeline_save import save_pipeline
+from omni_console.engine.demo.build_dir import atomic_build
+from omni_console.engine.demo.demo_model import seeded, tiny_clip_text_config, tiny_t5_config, tiny_vae
+from omni_console.engine.demo.pipeline_save import save_pipeline
 
 T5_LAYOUT = {"tokenizer": "T5TokenizerFast"}
 
@@ -46,7 +46,7 @@ LOADING_GENERATION: dict[str, dict[str, Any]] = {
 def _t5(seed: int, index: int, *, umt5: bool = False, d_model: int = 32) -> tuple[Any, Any]:
     from transformers import T5EncoderModel, UMT5EncoderModel
 
-    from omni_console.engine.tokenizers_offline import build_t5_tokenizer
+    from omni_console.engine.demo.tokenizers_offline import build_t5_tokenizer
 
     tok = build_t5_tokenizer()
     with seeded(seed, index):
@@ -143,7 +143,7 @@ def _sd15_pipeline(seed: int, with_checker: bool):
     from diffusers.pipelines.stable_diffusion.safety_checker import StableDiffusionSafetyChecker
     from transformers import CLIPConfig, CLIPImageProcessor, CLIPTextModel
 
-    from omni_console.engine.tokenizers_offline import build_clip_tokenizer
+    from omni_console.engine.demo.tokenizers_offline import build_clip_tokenizer
 
     tok = build_clip_tokenizer()
     with seeded(seed, 1):
@@ -209,7 +209,7 @@ def make_hunyuan_video_pipeline(seed: int):
     )
     from transformers import CLIPTextModel, LlamaConfig, LlamaModel
 
-    from omni_console.engine.tokenizers_offline import build_clip_tokenizer, build_t5_tokenizer
+    from omni_console.engine.demo.tokenizers_offline import build_clip_tokenizer, build_t5_tokenizer
 
     tok, clip_tok = build_t5_tokenizer(), build_clip_tokenizer()
     with seeded(seed, 1):
@@ -255,7 +255,7 @@ def make_sana_pipeline(seed: int):
     from diffusers import AutoencoderDC, FlowMatchEulerDiscreteScheduler, SanaPipeline, SanaTransformer2DModel
     from transformers import Gemma2Config, Gemma2Model
 
-    from omni_console.engine.tokenizers_offline import build_t5_tokenizer
+    from omni_console.engine.demo.tokenizers_offline import build_t5_tokenizer
 
     tok = build_t5_tokenizer()
     with seeded(seed, 1):

@@ -17,7 +17,7 @@ from tiny_families import make_pixart_sigma_pipeline, make_sd3_pipeline
 from tiny_families_loading import T5_LAYOUT, _t5, _unipc, _wan_vae
 from tiny_video_families import _ltx_components
 
-from omni_console.engine.demo_model import atomic_build, save_pipeline, seeded, tiny_vae
+from omni_console.engine.demo.demo_model import atomic_build, save_pipeline, seeded, tiny_vae
 
 MORE_GENERATION: dict[str, dict[str, Any]] = {
     "sd35": {"height": 64, "width": 64, "num_inference_steps": 2, "max_sequence_length": 32},
@@ -140,7 +140,7 @@ def make_cogview4_pipeline(seed: int):
     from diffusers import CogView4Pipeline, CogView4Transformer2DModel, FlowMatchEulerDiscreteScheduler
     from transformers import GlmConfig, GlmModel
 
-    from omni_console.engine.tokenizers_offline import build_t5_tokenizer
+    from omni_console.engine.demo.tokenizers_offline import build_t5_tokenizer
 
     tok = build_t5_tokenizer()
     with seeded(seed, 1):
@@ -164,7 +164,7 @@ def make_lumina_pipeline(seed: int):
     from diffusers import FlowMatchEulerDiscreteScheduler, LuminaNextDiT2DModel, LuminaPipeline
     from transformers import GemmaConfig, GemmaModel
 
-    from omni_console.engine.tokenizers_offline import build_t5_tokenizer
+    from omni_console.engine.demo.tokenizers_offline import build_t5_tokenizer
 
     tok = build_t5_tokenizer()
     with seeded(seed, 1):
@@ -205,7 +205,7 @@ def make_amused_pipeline(seed: int):
     from diffusers import AmusedPipeline, AmusedScheduler, UVit2DModel, VQModel
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection
 
-    from omni_console.engine.tokenizers_offline import build_clip_tokenizer
+    from omni_console.engine.demo.tokenizers_offline import build_clip_tokenizer
 
     tok = build_clip_tokenizer()
     with seeded(seed, 1):
@@ -290,7 +290,7 @@ def make_sana_video_pipeline(seed: int):
     from diffusers import FlowMatchEulerDiscreteScheduler, SanaVideoPipeline, SanaVideoTransformer3DModel
     from transformers import Gemma2Config, Gemma2Model
 
-    from omni_console.engine.tokenizers_offline import build_t5_tokenizer
+    from omni_console.engine.demo.tokenizers_offline import build_t5_tokenizer
 
     tok = build_t5_tokenizer()
     with seeded(seed, 1):

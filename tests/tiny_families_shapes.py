@@ -14,7 +14,7 @@ from typing import Any
 
 from tiny_families import _builder
 
-from omni_console.engine.demo_model import make_flux_pipeline, seeded, tiny_t5_config, tiny_vae
+from omni_console.engine.demo.demo_model import make_flux_pipeline, seeded, tiny_t5_config, tiny_vae
 
 __all__ = ["SHAPE_GENERATION", "build_tiny_auraflow", "build_tiny_flux_kontext", "build_tiny_lumina2"]
 
@@ -39,7 +39,7 @@ def make_lumina2_pipeline(seed: int):
     from diffusers import FlowMatchEulerDiscreteScheduler, Lumina2Pipeline, Lumina2Transformer2DModel
     from transformers import Gemma2Config, Gemma2Model
 
-    from omni_console.engine.tokenizers_offline import build_t5_tokenizer
+    from omni_console.engine.demo.tokenizers_offline import build_t5_tokenizer
 
     tokenizer = build_t5_tokenizer()
     with seeded(seed, 1):
@@ -73,7 +73,7 @@ def make_auraflow_pipeline(seed: int):
     from diffusers import AuraFlowPipeline, AuraFlowTransformer2DModel, FlowMatchEulerDiscreteScheduler
     from transformers import UMT5EncoderModel
 
-    from omni_console.engine.tokenizers_offline import build_t5_tokenizer
+    from omni_console.engine.demo.tokenizers_offline import build_t5_tokenizer
 
     tokenizer = build_t5_tokenizer()
     with seeded(seed, 1):

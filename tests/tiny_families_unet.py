@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from omni_console.engine.build_dir import atomic_build
-from omni_console.engine.demo_model import seeded, tiny_clip_text_config, tiny_vae
+from omni_console.engine.demo.build_dir import atomic_build
+from omni_console.engine.demo.demo_model import seeded, tiny_clip_text_config, tiny_vae
 
 __all__ = ["UNET_GENERATION", "build_tiny_sd15", "build_tiny_sdxl", "make_sd15_pipeline", "make_sdxl_pipeline"]
 
@@ -34,7 +34,7 @@ def make_sd15_pipeline(seed: int):
     from diffusers import PNDMScheduler, StableDiffusionPipeline, UNet2DConditionModel
     from transformers import CLIPTextModel
 
-    from omni_console.engine.tokenizers_offline import build_clip_tokenizer
+    from omni_console.engine.demo.tokenizers_offline import build_clip_tokenizer
 
     tokenizer = build_clip_tokenizer()
     with seeded(seed, 1):
@@ -67,7 +67,7 @@ def make_sdxl_pipeline(seed: int):
     from diffusers import EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
     from transformers import CLIPTextModel, CLIPTextModelWithProjection
 
-    from omni_console.engine.tokenizers_offline import build_clip_tokenizer
+    from omni_console.engine.demo.tokenizers_offline import build_clip_tokenizer
 
     tokenizer, tokenizer_2 = build_clip_tokenizer(), build_clip_tokenizer()
     with seeded(seed, 1):

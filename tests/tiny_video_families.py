@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omni_console.engine.demo_model import seeded, tiny_t5_config
+from omni_console.engine.demo.demo_model import seeded, tiny_t5_config
 
 
 def _ltx_components(seed: int) -> dict[str, Any]:
@@ -18,7 +18,7 @@ def _ltx_components(seed: int) -> dict[str, Any]:
     from diffusers import AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXVideoTransformer3DModel
     from transformers import T5EncoderModel
 
-    from omni_console.engine.tokenizers_offline import build_t5_tokenizer
+    from omni_console.engine.demo.tokenizers_offline import build_t5_tokenizer
 
     t5_tok = build_t5_tokenizer()
     t5_dim = 32
@@ -89,7 +89,7 @@ def make_cogvideox_pipeline(seed: int):
     )
     from transformers import T5EncoderModel
 
-    from omni_console.engine.tokenizers_offline import build_t5_tokenizer
+    from omni_console.engine.demo.tokenizers_offline import build_t5_tokenizer
 
     t5_tok = build_t5_tokenizer()
     t5_dim = 32

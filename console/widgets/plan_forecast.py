@@ -59,7 +59,7 @@ def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = 
          f"{f.num_streamed_blocks} DiT blocks cross the link once per DiT forward "
          f"({f.num_resident_blocks} resident{'; ' + placed if placed else ''})"),
     ]
-    for lean in request.lean if request is not None else ():  # lean phases in effect (engine/lean.py)
+    for lean in request.lean if request is not None else ():  # lean phases in effect (engine/planning/lean.py)
         rows.append((lean.label, lean.peak_text.removeprefix("peak "), lean.note))
     if plan.stream_dtype is not None:  # fp8 storage: the byte figures above are at it
         kind = plan.model.block_kind

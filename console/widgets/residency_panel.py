@@ -20,7 +20,7 @@ STATES = ("resident", "device", "host", "in_flight", "idle_expert")
 """resident: kept on the device by policy; device: a staged/streamed part currently loaded;
 host: offloaded to pinned host memory; in_flight: copy in progress (the streamer's `block_states`);
 idle_expert: the blocks of the expert that is not running (two experts, Wan 2.2 A14B), parked in
-pinned host memory until the pipeline switches to it (engine/residency_snapshot.py)."""
+pinned host memory until the pipeline switches to it (engine/running/residency_snapshot.py)."""
 
 STATE_STYLE = {
     "resident": "bold $success",

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 import omni_console.engine.engine as engine_module
-import omni_console.engine.loader as loader_module
-import omni_console.engine.runner as runner_module
+import omni_console.engine.loading.loader as loader_module
+import omni_console.engine.running.runner as runner_module
 
 DISCOVERY_S = 0.3
 COMPONENT_S = 0.15

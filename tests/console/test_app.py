@@ -16,8 +16,8 @@ from omni_console.console.policy_edits import toggle_component
 from omni_console.console.screens import HelpScreen, LiveScreen, PlanScreen
 from omni_console.engine.engine import Engine
 from omni_console.engine.errors import ConfigError
-from omni_console.engine.export import vllm_serve_command
-from omni_console.engine.request_profile import RequestSize
+from omni_console.engine.planning.export import vllm_serve_command
+from omni_console.engine.planning.request_profile import RequestSize
 from omni_console.offload.policy import build_policy
 from omni_console.offload.units import format_bytes, format_seconds
 from omni_console.themes import THEMES

@@ -14,7 +14,7 @@ from omni_console.console.app_main import build_app
 from omni_console.console.cli import build_parser
 from omni_console.console.screens import GenerateDialog, PlanScreen
 from omni_console.engine.engine import EngineState
-from omni_console.engine.group_engine import GroupEngine
+from omni_console.engine.ranks.group_engine import GroupEngine
 from omni_console.offload.events import LogEvent
 
 pytestmark = pytest.mark.slow  # end to end (spawns rank processes): .ci/run runs it, `pytest -q` skips it

@@ -12,7 +12,7 @@ from textual.widgets import Input
 from omni_console.console import app as app_module
 from omni_console.console.screens import GenerateDialog, LiveScreen, PlanScreen
 from omni_console.engine.engine import EngineState
-from omni_console.engine.loader import LoadCancelled
+from omni_console.engine.loading.loader import LoadCancelled
 from omni_console.offload.events import StagingEvent, TelemetryEvent
 from omni_console.offload.policy import build_policy
 from omni_console.offload.streamer import LayerwiseStreamer

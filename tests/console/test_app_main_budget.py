@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from omni_console.engine.auto_plan import auto_plan_for
-from omni_console.engine.discovery import discover_model
-from omni_console.engine.plan import make_plan
-from omni_console.engine.request_profile import RequestSize
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.planning.auto_plan import auto_plan_for
+from omni_console.engine.planning.plan import make_plan
+from omni_console.engine.planning.request_profile import RequestSize
 from omni_console.offload.policy import build_policy
 
 

@@ -18,7 +18,7 @@ from omni_console.console.headless import default_request
 from omni_console.console.widgets import format_event
 from omni_console.engine.engine import EngineState, GenerateResult
 from omni_console.engine.events import StepTiming
-from omni_console.engine.runner import StepClock
+from omni_console.engine.running.runner import StepClock
 
 PINNED_TIME = 1_700_000_000.0  # every name this test's run makes carries this second
 

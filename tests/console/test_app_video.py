@@ -19,11 +19,11 @@ from omni_console.console.generate_form import RequestForm
 from omni_console.console.request_defaults import CPU_FRAMES
 from omni_console.console.screens import GenerateDialog
 from omni_console.console.widgets.request_phases import describe_phases, format_latent
-from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
 from omni_console.engine.errors import ConfigError
 from omni_console.engine.events import RequestPhases
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.running.runner import GenerateRequest
 
 pytestmark = pytest.mark.slow  # end to end (generates videos in the app): .ci/run runs it, `pytest -q` skips it
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from omni_console.console.args import parse_budget
 from omni_console.console.cli import main
 from omni_console.console.size_arg import parse_size
-from omni_console.engine import auto_budget as ab
 from omni_console.engine.errors import ConfigError
+from omni_console.engine.planning import auto_budget as ab
 
 GB = 10**9
 

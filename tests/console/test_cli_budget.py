@@ -9,8 +9,8 @@ import pytest
 from cli_helpers import one_error_line
 
 from omni_console.console.cli import main
-from omni_console.engine.discovery import discover_model
-from omni_console.engine.request_profile import profile_dir
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.planning.request_profile import profile_dir
 
 
 def _plan(capsys, model: Path, *flags: str) -> dict:

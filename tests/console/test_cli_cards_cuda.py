@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from omni_console.console.cli import main
-from omni_console.engine import device_footprint as fp
+from omni_console.engine.planning import device_footprint as fp
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 GB = 10**9

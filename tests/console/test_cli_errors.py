@@ -13,10 +13,10 @@ from cli_helpers import one_error_line
 from PIL import Image
 
 from omni_console.console.cli import main
-from omni_console.engine import outputs
-from omni_console.engine.discovery import discover_model
-from omni_console.engine.request_checks import SEED_MAX, check_request, size_rule
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.running import outputs
+from omni_console.engine.running.request_checks import SEED_MAX, check_request, size_rule
+from omni_console.engine.running.runner import GenerateRequest
 
 
 def run_refused(capsys, loads: list[str], model: Path, out: Path, *flags: str) -> str:

@@ -19,7 +19,7 @@ from no_pickle_guard import no_unpickling  # noqa: F401  (fixture)
 from omni_console.console import headless
 from omni_console.console.cli import main
 from omni_console.engine.engine import Engine
-from omni_console.engine.runner import GenerateRequest, RequestCancelled
+from omni_console.engine.running.runner import GenerateRequest, RequestCancelled
 from omni_console.offload.policy import build_policy
 
 pytestmark = pytest.mark.usefixtures("no_unpickling")
@@ -149,8 +149,8 @@ def test_a_load_failure_is_exit_1_and_one_line(demo_model_dir, tmp_path, capsys)
 
 def test_a_model_file_refused_during_the_load_is_exit_1(demo_model_dir, tmp_path, capsys, monkeypatch):
     """A ModelDirError raised once loading began (a file changed after discovery) is a failed load, not bad input."""
-    from omni_console.engine import loader
-    from omni_console.engine.weights import ModelDirError
+    from omni_console.engine.loading import loader
+    from omni_console.engine.model_dir.weights import ModelDirError
 
     def changed(info):
         raise ModelDirError(f"{info.folder}: changed since discovery")

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from omni_console.console.cli import main
-from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
+from omni_console.engine.model_dir.discovery import discover_model
 
 FLAGS = ["--steps", "2", "--height", "64", "--width", "64", "--device", "cpu", "--json"]
 

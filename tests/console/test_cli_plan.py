@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from omni_console.console.cli import main
-from omni_console.engine.discovery import discover_model
+from omni_console.engine.model_dir.discovery import discover_model
 
 
 def plan_json(capsys, model: Path, *extra: str) -> dict:

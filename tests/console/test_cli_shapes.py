@@ -18,11 +18,11 @@ from tiny_families import FAMILY_GENERATION
 from tiny_families_shapes import AURAFLOW_POS_EMBED, build_tiny_auraflow, build_tiny_flux_kontext
 
 from omni_console.console.cli import main
-from omni_console.engine.call_options import check_call, frames_rule
-from omni_console.engine.discovery import discover_model
 from omni_console.engine.errors import ConfigError
-from omni_console.engine.request_checks import size_rule
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.running.call_options import check_call, frames_rule
+from omni_console.engine.running.request_checks import size_rule
+from omni_console.engine.running.runner import GenerateRequest
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from app_helpers import screen_text, until
 
 from omni_console.console.screens import CopyCommandScreen, PlanScreen
 from omni_console.console.screens.copy_command import shell_lines
-from omni_console.engine.export import vllm_serve_command
+from omni_console.engine.planning.export import vllm_serve_command
 
 
 def as_shell_words(lines: list[str]) -> list[str]:

@@ -13,10 +13,10 @@ from rich.console import Console
 
 from omni_console.console.plan_view import PINNED_ON_CPU, render_plan
 from omni_console.console.screens.live import RESIDENCY_TITLE_CPU
-from omni_console.engine.discovery import discover_model
-from omni_console.engine.plan import make_plan
-from omni_console.engine.request_forecast import forecast_for
-from omni_console.engine.request_profile import RequestSize
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.planning.plan import make_plan
+from omni_console.engine.planning.request_forecast import forecast_for
+from omni_console.engine.planning.request_profile import RequestSize
 from omni_console.offload.policy import build_policy
 
 

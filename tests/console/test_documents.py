@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from omni_console.console.cli import main
 from omni_console.console.run_report import RunReport
 from omni_console.console.schemas import SCHEMAS, schema_text
-from omni_console.engine.documents import PlanDocument
+from omni_console.engine.planning.documents import PlanDocument
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "docs" / "schemas"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from omni_console.console.cli import main
 from omni_console.console.plan_context import LinkInfo
 from omni_console.console.widgets.plan_forecast import forecast_rows
-from omni_console.engine.discovery import discover_model
-from omni_console.engine.plan import make_plan
-from omni_console.engine.stream_dtype import DEMO_DIFFERENCE
+from omni_console.engine.loading.stream_dtype import DEMO_DIFFERENCE
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.planning.plan import make_plan
 from omni_console.offload.policy import build_policy
 
 
@@ -69,6 +69,6 @@ def test_the_forecasts_skip_patterns_are_diffusers_own():
     """`plan` forecasts fp8 bytes without importing diffusers: its copy of the skip patterns must agree."""
     from diffusers.hooks.layerwise_casting import DEFAULT_SKIP_MODULES_PATTERN
 
-    from omni_console.engine.fp8_names import SKIP_PATTERNS
+    from omni_console.engine.model_dir.fp8_names import SKIP_PATTERNS
 
     assert tuple(DEFAULT_SKIP_MODULES_PATTERN) == SKIP_PATTERNS

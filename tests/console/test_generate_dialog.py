@@ -11,8 +11,8 @@ from textual.widgets import Input, Static
 from omni_console.console.request_defaults import CPU_SIDE, CPU_STEPS, forecast_line, small_request
 from omni_console.console.screens import GenerateDialog, LiveScreen
 from omni_console.engine.engine import Engine
-from omni_console.engine.request_forecast import forecast_for
-from omni_console.engine.request_profile import RequestSize
+from omni_console.engine.planning.request_forecast import forecast_for
+from omni_console.engine.planning.request_profile import RequestSize
 
 
 def forecast_text(dialog: GenerateDialog) -> str:

@@ -16,10 +16,10 @@ from test_lean_phases import _wan_with_deep_encoder  # noqa: E402
 from omni_console.console.cli import main  # noqa: E402
 from omni_console.console.plan_context import LinkInfo  # noqa: E402
 from omni_console.console.widgets.plan_forecast import forecast_rows  # noqa: E402
-from omni_console.engine.discovery import discover_model  # noqa: E402
-from omni_console.engine.plan import make_plan  # noqa: E402
-from omni_console.engine.request_forecast import forecast_request  # noqa: E402
-from omni_console.engine.request_profile import RequestSize  # noqa: E402
+from omni_console.engine.model_dir.discovery import discover_model  # noqa: E402
+from omni_console.engine.planning.plan import make_plan  # noqa: E402
+from omni_console.engine.planning.request_forecast import forecast_request  # noqa: E402
+from omni_console.engine.planning.request_profile import RequestSize  # noqa: E402
 from omni_console.offload.policy import build_policy  # noqa: E402
 
 SIZE_FLAGS = ["--device", "cpu", "--height", "480", "--width", "832", "--frames", "9"]

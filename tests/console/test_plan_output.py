@@ -11,9 +11,9 @@ from rich.console import Console
 
 from omni_console.console.cli import main
 from omni_console.console.plan_view import render_plan
-from omni_console.engine.discovery import discover_model
-from omni_console.engine.export import vllm_python_call, vllm_serve_command
-from omni_console.engine.plan import make_plan
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.planning.export import vllm_python_call, vllm_serve_command
+from omni_console.engine.planning.plan import make_plan
 from omni_console.offload.policy import build_policy
 
 COMPONENT_HEADER = ["component", "role", "class", "dtype", "size", "blocks", "residency", "why"]

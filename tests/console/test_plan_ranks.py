@@ -15,13 +15,13 @@ from rich.console import Console
 
 from omni_console.console.cli import main
 from omni_console.console.plan_view import render_plan
-from omni_console.engine import request_profile
-from omni_console.engine.discovery import discover_model
-from omni_console.engine.documents import PlanDocument
-from omni_console.engine.plan import make_plan
-from omni_console.engine.rank_forecast import NVLINK_BYTES_PER_S, rank_forecast
-from omni_console.engine.rank_layout import RankLayout
-from omni_console.engine.request_profile import RequestProfile, RequestSize, save_profile
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.planning import request_profile
+from omni_console.engine.planning.documents import PlanDocument
+from omni_console.engine.planning.plan import make_plan
+from omni_console.engine.planning.request_profile import RequestProfile, RequestSize, save_profile
+from omni_console.engine.ranks.rank_forecast import NVLINK_BYTES_PER_S, rank_forecast
+from omni_console.engine.ranks.rank_layout import RankLayout
 from omni_console.offload.policy import build_policy
 from omni_console.offload.units import format_bytes
 

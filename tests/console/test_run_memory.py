@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from omni_console.console.run_memory import ALLOC_CONF, RunMemory, prefer_expandable_segments
-from omni_console.engine.device_footprint import DeviceOverhead, margin_for
+from omni_console.engine.planning.device_footprint import DeviceOverhead, margin_for
 
 GB = 10**9
 

@@ -83,7 +83,7 @@ def test_ctrl_c_during_the_request_stops_every_rank_with_one_line(demo_model_dir
     import threading
     import time
 
-    from omni_console.engine.group_engine import GroupEngine
+    from omni_console.engine.ranks.group_engine import GroupEngine
 
     real_generate = GroupEngine.generate
     generating = threading.Event()
@@ -121,7 +121,7 @@ def test_a_rank_that_dies_is_the_last_line_and_exit_1(demo_model_dir: Path, tmp_
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     import multiprocessing
 
-    from omni_console.engine.group_engine import GroupEngine
+    from omni_console.engine.ranks.group_engine import GroupEngine
 
     real_generate = GroupEngine.generate
 

@@ -19,7 +19,7 @@ from omni_console.console.toasts import toasts_replaced_by
 from omni_console.console.widgets import StagingLog, StepTimings, format_event
 from omni_console.console.widgets.zero_sparkline import BARS, ZeroSparkline, zero_based_bars
 from omni_console.engine.events import StepTiming
-from omni_console.engine.runner import StepClock
+from omni_console.engine.running.runner import StepClock
 from omni_console.offload.events import StagingEvent
 from omni_console.themes import CSS_PATH, DEFAULT_THEME, register_themes
 

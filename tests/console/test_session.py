@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 from omni_console.console.session import READ_ONLY, ConsoleSession
 from omni_console.engine.events import EngineStateChanged, PlanReady
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.policy import build_policy
 
 

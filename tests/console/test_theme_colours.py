@@ -29,8 +29,8 @@ from omni_console.console.theme_colors import default_variables, resolve, theme_
 from omni_console.console.widgets import ResidencyPanel
 from omni_console.console.widgets.plan_forecast import ForecastPanel
 from omni_console.console.widgets.plan_table import ComponentTable
-from omni_console.engine.discovery import discover_model
-from omni_console.engine.plan import make_plan
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.planning.plan import make_plan
 from omni_console.offload.events import ErrorEvent
 from omni_console.offload.policy import build_policy
 from omni_console.themes import CSS_PATH, DEFAULT_THEME, THEMES, register_themes

@@ -14,8 +14,8 @@ from tiny_families_unet import build_tiny_sdxl
 from omni_console.console.cli import main
 from omni_console.console.widgets.plan_blocks import BlockListPanel
 from omni_console.console.widgets.plan_table import ComponentTable
-from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
+from omni_console.engine.model_dir.discovery import discover_model
 from omni_console.offload.policy import build_policy
 
 BLOCKS_HEADER = ["UNet", "block list", "count", "bytes/block", "largest", "total", "resident", "streamed"]

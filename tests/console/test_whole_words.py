@@ -12,8 +12,8 @@ from rich.console import Console
 from omni_console.console.plan_view import blocks_sheet, component_sheet, forecast_sheet, render_plan
 from omni_console.console.table_fit import fit_widths
 from omni_console.console.widgets.plan_blocks import BlockListPanel
-from omni_console.engine.discovery import discover_model
-from omni_console.engine.plan import make_plan
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.planning.plan import make_plan
 from omni_console.offload.policy import build_policy
 
 WORD = re.compile(r"[^\s│┃┏┓┗┛┡┩┣┫━─┌┐└┘├┤┬┴┼╇╈╋┳┻╭╮╰╯]+")

@@ -13,11 +13,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from omni_console.engine.auto_plan import _zero_compute
-from omni_console.engine.plan import Plan, make_plan
-from omni_console.engine.request_forecast import dit_profile, phase_bytes
-from omni_console.engine.request_profile import RequestProfile
-from omni_console.engine.stream_choice import TIE, DitProfile, StreamChoice, candidates, evaluate
+from omni_console.engine.planning.auto_plan import _zero_compute
+from omni_console.engine.planning.plan import Plan, make_plan
+from omni_console.engine.planning.request_forecast import dit_profile, phase_bytes
+from omni_console.engine.planning.request_profile import RequestProfile
+from omni_console.engine.planning.stream_choice import TIE, DitProfile, StreamChoice, candidates, evaluate
 from omni_console.offload.policy import build_policy
 from omni_console.offload.residency import PLACEMENTS
 

@@ -83,9 +83,9 @@ def test_the_console_imports_below_it_only_through_the_front_door_type_checking_
 
 
 def test_plan_for_is_plan_then_budget_then_forecast_then_ranks(demo_model_dir: Path) -> None:
-    from omni_console.engine.auto_plan import auto_plan_for
-    from omni_console.engine.rank_forecast import rank_forecast_for
-    from omni_console.engine.request_forecast import forecast_for
+    from omni_console.engine.planning.auto_plan import auto_plan_for
+    from omni_console.engine.planning.request_forecast import forecast_for
+    from omni_console.engine.ranks.rank_forecast import rank_forecast_for
 
     model = api.discover_model(demo_model_dir)
     size, layout, budget = api.RequestSize(height=64, width=64), RankLayout(2, True), model.nbytes * 2

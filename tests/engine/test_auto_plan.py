@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from omni_console.engine.auto_plan import NothingFits, auto_plan
-from omni_console.engine.discovery import discover_model
-from omni_console.engine.plan import make_plan
-from omni_console.engine.request_profile import RequestProfile, RequestSize
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.planning.auto_plan import NothingFits, auto_plan
+from omni_console.engine.planning.plan import make_plan
+from omni_console.engine.planning.request_profile import RequestProfile, RequestSize
 from omni_console.offload.policy import build_policy
 
 SIZE = RequestSize(height=64, width=64)

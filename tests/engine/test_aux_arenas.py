@@ -12,11 +12,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine, EngineState
-from omni_console.engine.loader import load_component, load_dtype
+from omni_console.engine.loading.loader import load_component, load_dtype
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.model_dir.weights import ModelDirError
 from omni_console.engine.options import EngineOptions
-from omni_console.engine.weights import ModelDirError
 from omni_console.offload.deferred_weights import DeferredWeights
 from omni_console.offload.policy import build_policy
 
@@ -31,7 +31,7 @@ def _encoders(root: Path):
 @pytest.mark.parametrize("fixture", ["demo_model_dir", "sd3_model_dir", "wan_model_dir"])
 def test_transformers_encoders_built_over_an_arena_equal_from_pretrained(fixture: str,
                                                                          request: pytest.FixtureRequest) -> None:
-    from omni_console.engine.arena_load import load_into_arena
+    from omni_console.engine.loading.arena_load import load_into_arena
 
     encoders = _encoders(request.getfixturevalue(fixture))
     assert encoders
@@ -67,7 +67,7 @@ def test_an_encoder_arena_is_page_locked_on_the_registrar_before_its_model_is_bu
     registrar once the bytes are in, not after the build (which held up the DiT's registrations)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from omni_console.engine import arena_load
+    from omni_console.engine.loading import arena_load
     from omni_console.offload.pinned import HostArena
 
     order: list[str] = []
@@ -96,7 +96,7 @@ def test_a_failed_encoder_build_closes_its_arena_only_after_the_page_locking_end
         wan_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from omni_console.engine import arena_load
+    from omni_console.engine.loading import arena_load
     from omni_console.offload.pinned import HostArena
 
     order: list[str] = []
@@ -120,7 +120,7 @@ def test_a_failed_encoder_build_closes_its_arena_only_after_the_page_locking_end
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_t5_keeps_transformers_dtype_rules(wan_model_dir: Path, tmp_path: Path, dtype: torch.dtype) -> None:
-    from omni_console.engine.arena_load import load_into_arena
+    from omni_console.engine.loading.arena_load import load_into_arena
 
     root = tmp_path / "wan"
     shutil.copytree(wan_model_dir, root)
@@ -167,7 +167,7 @@ def test_a_vae_read_beside_the_dit_reads_is_read_into_an_arena_that_is_its_maste
     registrar: placement uses it as the staged master instead of copying every weight at the end."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from omni_console.engine.loader import start_loading
+    from omni_console.engine.loading.loader import start_loading
 
     model = discover_model(demo_model_dir)
     arenas: dict = {}

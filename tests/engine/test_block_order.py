@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
 from omni_console.console.cli import main
-from omni_console.engine.blocks import check_config_block_counts, registration_order
-from omni_console.engine.discovery import discover_model
-from omni_console.engine.init_layout import init_layout
-from omni_console.engine.weights import ModelDirError, TensorInfo
+from omni_console.engine.model_dir.blocks import check_config_block_counts, registration_order
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.model_dir.init_layout import init_layout
+from omni_console.engine.model_dir.weights import ModelDirError, TensorInfo
 
 FAMILIES = ["demo_model_dir", "sd3_model_dir", "pixart_model_dir", "wan_model_dir"]
 MB = 1024 * 1024
@@ -120,8 +120,8 @@ def test_discovery_builds_no_module(demo_model_dir: Path, monkeypatch: pytest.Mo
 
 BOUNDED_RUN = textwrap.dedent("""
     import json, resource, sys, time
-    from omni_console.engine.discovery import discover_model
-    from omni_console.engine.weights import ModelDirError
+    from omni_console.engine.model_dir.discovery import discover_model
+    from omni_console.engine.model_dir.weights import ModelDirError
 
     def peak_bytes():
         # VmHWM is this process's own peak: ru_maxrss on Linux keeps the forking parent's peak across exec
@@ -167,8 +167,8 @@ COLD_ORDER_AND_CHECK = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
     start = time.perf_counter()
-    from omni_console.engine.blocks import check_config_block_counts, registration_order
-    from omni_console.engine.weights import ModelDirError, TensorInfo
+    from omni_console.engine.model_dir.blocks import check_config_block_counts, registration_order
+    from omni_console.engine.model_dir.weights import ModelDirError, TensorInfo
     tensors = [TensorInfo(f"transformer_blocks.{i}.w", "float32", (2,), Path("w")) for i in range(2)]
     order = registration_order("diffusers", "FluxTransformer2DModel")
     try:

@@ -19,13 +19,13 @@ from tiny_families import FAMILY_GENERATION
 from tiny_families_shapes import SHAPE_GENERATION, build_tiny_lumina2
 
 from omni_console.console.cli import main
-from omni_console.engine.blocks import BlockList
-from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
 from omni_console.engine.events import BlockOrderCorrected, StepTiming
-from omni_console.engine.order_cache import order_path
-from omni_console.engine.order_watch import one_pass_order
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.model_dir.blocks import BlockList
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.model_dir.order_cache import order_path
+from omni_console.engine.running.order_watch import one_pass_order
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.events import LogEvent
 from omni_console.offload.policy import build_policy
 

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from omni_console.engine.step_forecast import replay_forward
-from omni_console.engine.stream_choice import TIE, DitProfile, candidates, choose_streaming, evaluate
-from omni_console.engine.stream_search import StreamTable
+from omni_console.engine.planning.step_forecast import replay_forward
+from omni_console.engine.planning.stream_choice import TIE, DitProfile, candidates, choose_streaming, evaluate
+from omni_console.engine.planning.stream_search import StreamTable
 from omni_console.offload.residency import BlockResidency
 
 GB = 10**9

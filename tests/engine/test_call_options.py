@@ -15,7 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from omni_console.engine.call_options import (
+from omni_console.engine.errors import ConfigError
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.running.call_options import (
     accepted_options,
     check_call,
     default_fps,
@@ -23,9 +25,7 @@ from omni_console.engine.call_options import (
     parse_param,
     value_fits,
 )
-from omni_console.engine.discovery import discover_model
-from omni_console.engine.errors import ConfigError
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.running.runner import GenerateRequest
 
 FLAGS = {"frames": "--frames", "negative_prompt": "--negative-prompt", "max_sequence_length": "--max-sequence-length",
          "image": "--image", "param": "--param", "steps": "--steps", "guidance": "--guidance"}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from omni_console.engine.errors import ModelDirError
-from omni_console.engine.trusted_classes import check_component, check_pipeline, holds_weights
+from omni_console.engine.model_dir.trusted_classes import check_component, check_pipeline, holds_weights
 
 HEAVY = ("torch", "diffusers", "transformers")
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from omni_console.engine import class_index, class_index_cache, init_layout, installed_source
 from omni_console.engine.errors import ModelDirError
-from omni_console.engine.trusted_classes import check_component, check_pipeline
+from omni_console.engine.model_dir import class_index, class_index_cache, init_layout, installed_source
+from omni_console.engine.model_dir.trusted_classes import check_component, check_pipeline
 
 
 @pytest.fixture()

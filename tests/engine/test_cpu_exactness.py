@@ -14,7 +14,7 @@ import diffusers
 import pytest
 
 from omni_console.engine.engine import Engine
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.policy import build_policy
 
 pytestmark = pytest.mark.slow  # end to end (runs SD3 twice, plain and staged): .ci/run runs it, `pytest -q` skips it

@@ -26,8 +26,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from omni_console.console.cli import main
-from omni_console.engine.build_dir import COMPLETE_MARKER, atomic_build, manifest_mismatch
-from omni_console.engine.demo_model import default_demo_model_path, ensure_demo_model
+from omni_console.engine.demo.build_dir import COMPLETE_MARKER, atomic_build, manifest_mismatch
+from omni_console.engine.demo.demo_model import default_demo_model_path, ensure_demo_model
 from omni_console.engine.errors import ConfigError
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -393,9 +393,9 @@ def test_a_folder_that_appears_during_the_build_is_not_replaced(tmp_path: Path) 
 CHILD = textwrap.dedent("""
     import os, signal, sys, time
     from pathlib import Path
-    import omni_console.engine.build_dir as build_dir
-    import omni_console.engine.demo_model as demo_model
-    import omni_console.engine.loader as loader
+    import omni_console.engine.demo.build_dir as build_dir
+    import omni_console.engine.demo.demo_model as demo_model
+    import omni_console.engine.loading.loader as loader
     from omni_console.console.cli import main
 
     where, target = sys.argv[1], sys.argv[2]
@@ -479,7 +479,7 @@ def test_finding_the_cached_demo_trusts_unchanged_files_without_hashing(demo_mod
                                                                          monkeypatch) -> None:
     """Every start finds the demo: an unchanged copy (sizes match, nothing modified after the manifest)
     is taken without re-reading its hashes; a same-size edit has a later mtime and is hashed."""
-    from omni_console.engine import build_dir
+    from omni_console.engine.demo import build_dir
 
     monkeypatch.setenv("OMNI_CONSOLE_CACHE_DIR", str(tmp_path / "cache"))
     cached = Path(shutil.copytree(demo_model_dir, default_demo_model_path(0)))  # copy2 keeps the mtimes

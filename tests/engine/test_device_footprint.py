@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from omni_console.engine import device_footprint as fp
-from omni_console.engine.auto_plan import NothingFits, auto_plan
-from omni_console.engine.device_footprint import DeviceOverhead, device_overhead, record_context
-from omni_console.engine.discovery import discover_model
-from omni_console.engine.plan import make_plan
-from omni_console.engine.request_profile import RequestSize
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.planning import device_footprint as fp
+from omni_console.engine.planning.auto_plan import NothingFits, auto_plan
+from omni_console.engine.planning.device_footprint import DeviceOverhead, device_overhead, record_context
+from omni_console.engine.planning.plan import make_plan
+from omni_console.engine.planning.request_profile import RequestSize
 from omni_console.offload.policy import build_policy
 
 GB = 10**9
@@ -95,8 +95,8 @@ def test_plan_shows_and_exports_the_process_figure_beside_torchs_allocated_peak(
     from dataclasses import replace
 
     from omni_console.console.plan_view import request_sheet
-    from omni_console.engine.export import request_forecast_doc
-    from omni_console.engine.request_forecast import forecast_request
+    from omni_console.engine.planning.export import request_forecast_doc
+    from omni_console.engine.planning.request_forecast import forecast_request
 
     plan = make_plan(discover_model(demo_model_dir), build_policy({}, 0))
     forecast = forecast_request(plan, RequestSize(), None, "unknown", None, "unknown")

@@ -14,12 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
-from omni_console.engine.direct_load import build_deferred, read_locations
-from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine, EngineState
-from omni_console.engine.loader import load_component, load_dtype
+from omni_console.engine.loading.direct_load import build_deferred, read_locations
+from omni_console.engine.loading.loader import load_component, load_dtype
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.model_dir.weights import ModelDirError
 from omni_console.engine.options import EngineOptions
-from omni_console.engine.weights import ModelDirError
 from omni_console.offload.deferred_weights import DeferredWeights
 from omni_console.offload.events import EventBus, LogEvent
 from omni_console.offload.policy import build_policy
@@ -88,7 +88,7 @@ def test_renamed_tensor_falls_back_and_says_which(demo_model_dir: Path, tmp_path
 
 
 def test_quantized_config_falls_back(demo_model_dir: Path, tmp_path: Path, monkeypatch) -> None:
-    from omni_console.engine import quant_layouts
+    from omni_console.engine.model_dir import quant_layouts
 
     monkeypatch.setattr(quant_layouts, "_installed", lambda module: True)  # discovery: as if bitsandbytes were
     root = tmp_path / "demo"

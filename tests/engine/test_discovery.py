@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from omni_console.engine.discovery import discover_model
-from omni_console.engine.weights import ModelDirError
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.model_dir.weights import ModelDirError
 
 BLOCK = re.compile(r"^([A-Za-z_]+)\.(\d+)\.")
 

@@ -17,7 +17,7 @@ import torch
 
 from omni_console.engine.engine import Engine
 from omni_console.engine.options import EngineOptions
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.address_phase import PAGE
 from omni_console.offload.policy import build_policy
 
@@ -31,7 +31,7 @@ def make_small_wan_pipeline(seed: int):
     from diffusers import WanPipeline, WanTransformer3DModel
     from tiny_families import make_wan_pipeline
 
-    from omni_console.engine.demo_model import seeded
+    from omni_console.engine.demo.demo_model import seeded
 
     base = make_wan_pipeline(seed)
     with seeded(seed, 2):

@@ -15,8 +15,8 @@ from tiny_families import FAMILY_GENERATION
 
 from omni_console.engine.engine import Engine, EngineState, EngineStateError
 from omni_console.engine.events import LoadProgress, StepTiming
-from omni_console.engine.loader import LoadCancelled
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.loading.loader import LoadCancelled
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.errors import PolicyError
 from omni_console.offload.events import CacheDecision, StagingEvent
 from omni_console.offload.pinned import pinned_bytes_held
@@ -168,7 +168,7 @@ def test_staged_components_report_the_execution_device():
     be the execution device even while its weights rest on the host."""
     from diffusers.utils.torch_utils import get_module_execution_device
 
-    from omni_console.engine import placement as placement_mod
+    from omni_console.engine.loading import placement as placement_mod
 
     fake = torch.device("meta")  # any device other than the weights' shows the override
     module = torch.nn.Linear(2, 2)

@@ -17,7 +17,7 @@ from tiny_families import FAMILY_GENERATION
 
 from omni_console.engine.engine import Engine
 from omni_console.engine.options import EngineOptions
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.events import StagingEvent
 from omni_console.offload.pinned import pinned_bytes_held
 from omni_console.offload.policy import build_policy

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from omni_console.engine import engine as engine_module
-from omni_console.engine import loader
 from omni_console.engine.engine import Engine
+from omni_console.engine.loading import loader
 from omni_console.engine.options import EngineOptions
 from omni_console.offload import arena_fill, pinned
 from omni_console.offload.deferred_weights import DeferredWeights
@@ -221,10 +221,10 @@ def test_batch_bytes_sets_the_batches() -> None:
 
 
 def test_a_group_engine_hands_its_options_to_every_rank(demo_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from omni_console.engine import group_engine
     from omni_console.engine.errors import ConfigError
-    from omni_console.engine.rank_layout import RankLayout
-    from omni_console.engine.rank_process import RankSpec
+    from omni_console.engine.ranks import group_engine
+    from omni_console.engine.ranks.rank_layout import RankLayout
+    from omni_console.engine.ranks.rank_process import RankSpec
 
     started: list[EngineOptions | None] = []
 

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from omni_console.engine.activation_estimate import estimate_phases
-from omni_console.engine.blocks import BlockList
-from omni_console.engine.compute_estimate import BLOCK_OVERHEAD_S, device_rates, forward_flops
-from omni_console.engine.discovery import ComponentInfo, ModelInfo
-from omni_console.engine.plan import StreamedBlock
-from omni_console.engine.request_profile import RequestSize
-from omni_console.engine.step_forecast import replay_forward
+from omni_console.engine.model_dir.blocks import BlockList
+from omni_console.engine.model_dir.discovery import ComponentInfo, ModelInfo
+from omni_console.engine.planning.activation_estimate import estimate_phases
+from omni_console.engine.planning.compute_estimate import BLOCK_OVERHEAD_S, device_rates, forward_flops
+from omni_console.engine.planning.plan import StreamedBlock
+from omni_console.engine.planning.request_profile import RequestSize
+from omni_console.engine.planning.step_forecast import replay_forward
 from omni_console.offload.residency import BlockResidency
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,14 +22,14 @@ import pytest
 import torch
 from tiny_families_experts import BOUNDARY_RATIO, EXPERTS_GENERATION, build_tiny_wan22_a14b
 
-from omni_console.engine.auto_plan import auto_plan
-from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
 from omni_console.engine.events import ExpertSwitched, StepTiming
-from omni_console.engine.export import plan_to_dict
-from omni_console.engine.plan import make_plan
-from omni_console.engine.request_profile import RequestSize
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.planning.auto_plan import auto_plan
+from omni_console.engine.planning.export import plan_to_dict
+from omni_console.engine.planning.plan import make_plan
+from omni_console.engine.planning.request_profile import RequestSize
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.errors import PolicyError
 from omni_console.offload.policy import build_policy
 
@@ -219,8 +219,8 @@ def test_on_cuda_the_switch_keeps_frames_identical_to_plain_diffusers(wan22_dir:
 
 def test_sharding_two_experts_across_gpus_is_refused_before_load(wan22_dir: Path):
     from omni_console.engine.errors import ConfigError
-    from omni_console.engine.rank_checks import check_experts
-    from omni_console.engine.rank_layout import RankLayout
+    from omni_console.engine.ranks.rank_checks import check_experts
+    from omni_console.engine.ranks.rank_layout import RankLayout
 
     model = discover_model(wan22_dir)
     with pytest.raises(ConfigError, match="--dlo-no-use-allgather"):

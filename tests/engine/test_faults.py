@@ -21,7 +21,7 @@ import torch
 from omni_console.console.telemetry_text import format_unavailable
 from omni_console.engine.engine import Engine, EngineState
 from omni_console.engine.events import OomStepDown
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.events import OomRetry, TelemetryEvent
 from omni_console.offload.pinned import pinned_bytes_held
 from omni_console.offload.policy import build_policy
@@ -75,7 +75,7 @@ def test_oom_while_staging_is_retried_once_then_fails_with_memory_released(demo_
     events = sub.drain()
     retries = [e for e in events if isinstance(e, OomRetry)]
     assert [r.attempt for r in retries] == [1, 1] and retries[0].component == "text_encoder_2"
-    # the stager's own retry, then the request's phase retried once (engine/oom_guard.py), again with one
+    # the stager's own retry, then the request's phase retried once (engine/running/oom_guard.py), again with one
     assert len(calls) == 4
     assert [e.phase for e in events if isinstance(e, OomStepDown)] == ["text_encoding"]
     assert engine.state == EngineState.READY and not stager.loaded

@@ -15,13 +15,13 @@ from omni_console.console.cli import main
 from omni_console.console.plan_context import LinkInfo
 from omni_console.console.request_defaults import forecast_line
 from omni_console.console.widgets.plan_forecast import forecast_rows
-from omni_console.engine.activation_estimate import BASIS, estimate_phases
-from omni_console.engine.discovery import discover_model
-from omni_console.engine.model_configs import call_defaults, default_size, fill_size
-from omni_console.engine.plan import make_plan
-from omni_console.engine.profile_basis import profile_for
-from omni_console.engine.request_forecast import forecast_for
-from omni_console.engine.request_profile import RequestSize, profile_dir, save_profile
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.planning.activation_estimate import BASIS, estimate_phases
+from omni_console.engine.planning.model_configs import call_defaults, default_size, fill_size
+from omni_console.engine.planning.plan import make_plan
+from omni_console.engine.planning.profile_basis import profile_for
+from omni_console.engine.planning.request_forecast import forecast_for
+from omni_console.engine.planning.request_profile import RequestSize, profile_dir, save_profile
 from omni_console.offload.policy import build_policy
 
 GPU = "NVIDIA H200"  # a device the throughput table names: its step time is estimated

@@ -14,10 +14,10 @@ from test_engine import request_for
 
 from omni_console.engine.engine import Engine, EngineState
 from omni_console.engine.events import StepTiming
-from omni_console.engine.group_engine import GroupEngine
-from omni_console.engine.loader import LoadCancelled
-from omni_console.engine.rank_group import RankFailed
-from omni_console.engine.rank_layout import RankLayout
+from omni_console.engine.loading.loader import LoadCancelled
+from omni_console.engine.ranks.group_engine import GroupEngine
+from omni_console.engine.ranks.rank_group import RankFailed
+from omni_console.engine.ranks.rank_layout import RankLayout
 from omni_console.offload.events import EventBus, LogEvent, StagingEvent, TelemetryEvent
 from omni_console.offload.policy import build_policy
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from omni_console.console.cli import main
-from omni_console.engine.discovery import discover_model
-from omni_console.engine.request_profile import (
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.planning.request_profile import (
     MAX_PROFILE_BYTES,
     RequestProfile,
     RequestSize,
@@ -109,7 +109,7 @@ def test_a_fifo_as_profile_does_not_hang_plan(demo_model_dir: Path, cache: Path)
 def test_a_fifo_as_the_demo_cache_marker_is_refused_without_waiting(tmp_path: Path):
     import threading
 
-    from omni_console.engine.build_dir import COMPLETE_MARKER, manifest_mismatch
+    from omni_console.engine.demo.build_dir import COMPLETE_MARKER, manifest_mismatch
 
     folder = tmp_path / "demo"
     folder.mkdir()
@@ -125,8 +125,8 @@ def test_a_fifo_among_other_sizes_profiles_does_not_block_the_forecast(demo_mode
     """The console's forecast (any size) scans the whole profile folder: a FIFO there is skipped, not opened."""
     import threading
 
-    from omni_console.engine.plan import make_plan
-    from omni_console.engine.request_forecast import forecast_for
+    from omni_console.engine.planning.plan import make_plan
+    from omni_console.engine.planning.request_forecast import forecast_for
     from omni_console.offload.policy import build_policy
 
     (cache / "profiles").mkdir(parents=True)

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from omni_console.console.cli import main
-from omni_console.engine.discovery import ComponentInfo, discover_model
-from omni_console.engine.weights import ModelDirError
+from omni_console.engine.model_dir.discovery import ComponentInfo, discover_model
+from omni_console.engine.model_dir.weights import ModelDirError
 
 MARKER = "REMOTE_CODE_RAN"
 
@@ -180,7 +180,7 @@ def _remote_code_component(root: Path, name: str, kind: str) -> ComponentInfo:
 
 @pytest.mark.parametrize("name,kind", [("tokenizer", "AutoTokenizer"), ("text_encoder", "AutoModel")])
 def test_remote_code_never_runs_nor_prompts(name, kind, demo_model_dir, tmp_path, capsys, stdin_says_yes):
-    from omni_console.engine.loader import load_component
+    from omni_console.engine.loading.loader import load_component
 
     root = copy_model(demo_model_dir, tmp_path)
     info = _remote_code_component(root, name, kind)
@@ -198,7 +198,7 @@ def test_loader_passes_trust_remote_code_false(demo_model_dir: Path, monkeypatch
     import diffusers
     import transformers
 
-    from omni_console.engine.loader import load_component
+    from omni_console.engine.loading.loader import load_component
 
     model = discover_model(demo_model_dir)
     seen: dict[str, object] = {}

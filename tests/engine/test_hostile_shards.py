@@ -168,7 +168,7 @@ def test_a_mapped_file_cut_short_during_the_load_is_one_line_not_sigbus(demo_mod
 
 
 def test_an_encoder_truncated_as_it_loads_is_one_line_and_exit_1(demo_model_dir, tmp_path, capsys, monkeypatch):
-    from omni_console.engine import loader
+    from omni_console.engine.loading import loader
 
     root = copy_model(demo_model_dir, tmp_path)
     original = loader.load_component

@@ -12,13 +12,13 @@ import pytest
 import torch
 from tiny_families import WAN_LAYOUT, make_wan_pipeline
 
-from omni_console.engine.auto_plan import NothingFits, auto_plan
-from omni_console.engine.demo_model import save_pipeline, tiny_clip_text_config, tiny_t5_config, tiny_vae
-from omni_console.engine.discovery import discover_model
-from omni_console.engine.encoder_layers import layer_modules
-from omni_console.engine.lean import Tiles, leaner_after_oom, tiled_decode
-from omni_console.engine.plan import make_plan
-from omni_console.engine.request_profile import RequestProfile, RequestSize
+from omni_console.engine.demo.demo_model import save_pipeline, tiny_clip_text_config, tiny_t5_config, tiny_vae
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.model_dir.encoder_layers import layer_modules
+from omni_console.engine.planning.auto_plan import NothingFits, auto_plan
+from omni_console.engine.planning.lean import Tiles, leaner_after_oom, tiled_decode
+from omni_console.engine.planning.plan import make_plan
+from omni_console.engine.planning.request_profile import RequestProfile, RequestSize
 from omni_console.offload.layer_stage import LayerStage
 from omni_console.offload.policy import build_policy
 from omni_console.offload.staged_calls import stage_around
@@ -100,7 +100,7 @@ def test_the_engine_streams_the_encoder_and_tiles_the_vae_as_the_policy_says(dee
     import diffusers
 
     from omni_console.engine.engine import Engine
-    from omni_console.engine.runner import GenerateRequest
+    from omni_console.engine.running.runner import GenerateRequest
     from omni_console.offload.events import LogEvent
 
     req = GenerateRequest(prompt="a red fox in snow", steps=2, height=32, width=32, seed=7,
@@ -184,8 +184,8 @@ def test_a_large_decode_is_tiled_and_said_to_change_pixels(wan_plan):
 
 
 def test_a_tight_text_phase_streams_the_encoder_and_nothing_else(wan_plan):
-    from omni_console.engine.lean import encoder_stage_bytes
-    from omni_console.engine.request_forecast import forecast_request
+    from omni_console.engine.planning.lean import encoder_stage_bytes
+    from omni_console.engine.planning.request_forecast import forecast_request
 
     encoder = wan_plan.model.component("text_encoder")
     profile = _profile(len(wan_plan.blocks), 1000, 1000, 1000)
@@ -237,7 +237,7 @@ def test_after_an_oom_the_next_leaner_phase(wan_plan):
     assert leaner_after_oom(wan_plan, "text_encoding") == "stream_encoders"
     tiled = make_plan(wan_plan.model, build_policy({}, 0, vae_tiling="on", vae_slicing="off"))
     assert leaner_after_oom(tiled, "vae_decode") is None
-    from omni_console.engine.lean import leaner_policy
+    from omni_console.engine.planning.lean import leaner_policy
 
     stepped = leaner_policy(wan_plan, "vae_decode")
     assert stepped is not None and stepped.vae_tiling == "on" and stepped.stream_encoders == "auto"
@@ -273,7 +273,7 @@ def test_a_live_replan_switches_tiling_and_refuses_to_switch_encoder_streaming(d
 
 
 def test_a_tiled_decode_is_profiled_as_untiled_and_forecast_back_exactly(wan_plan):
-    from omni_console.engine.lean import decode_extra, untiled_decode_extra
+    from omni_console.engine.planning.lean import decode_extra, untiled_decode_extra
 
     tiled_plan = make_plan(wan_plan.model, build_policy({}, 0, vae_tiling="on"))
     measured = 900_000_000
@@ -289,7 +289,7 @@ def test_feed_forward_chunking_on_sd3_matches_plain_diffusers(sd3_model_dir: Pat
     import diffusers
 
     from omni_console.engine.engine import Engine
-    from omni_console.engine.runner import GenerateRequest
+    from omni_console.engine.running.runner import GenerateRequest
 
     req = GenerateRequest(prompt="a red fox in snow", steps=2, height=64, width=64, seed=7, guidance=5.0,
                           extra={"max_sequence_length": 32})

@@ -17,8 +17,8 @@ from PIL import Image
 from tiny_families_loading import LOADING_GENERATION, stand_in_for_ftfy
 
 from omni_console.engine.engine import Engine
-from omni_console.engine.experts import blocks_per_forward
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.planning.experts import blocks_per_forward
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.policy import build_policy
 
 PROMPT = "a red fox running in the snow"

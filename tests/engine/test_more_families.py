@@ -19,13 +19,13 @@ import torch
 from tiny_families_loading import stand_in_for_ftfy
 from tiny_families_more import LATTE_FRAMES, MORE_GENERATION, build_tiny_more_family
 
-from omni_console.engine.call_options import check_call
-from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
 from omni_console.engine.errors import ConfigError
 from omni_console.engine.events import StepTiming
-from omni_console.engine.request_checks import check_request
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.running.call_options import check_call
+from omni_console.engine.running.request_checks import check_request
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.events import LogEvent
 from omni_console.offload.policy import build_policy
 
@@ -136,8 +136,8 @@ def test_latte_frame_counts_against_plain_diffusers(more_dir):
 def test_a_denoiser_that_is_not_streamed_says_so(more_dir):
     """Kandinsky 3's UNet is of a class no role rule streams: the plan says it stays whole on the device
     instead of showing it resident without a word; a DiT whose weights hold no block list says the same."""
-    from omni_console.engine.discovery import unstreamed_denoiser_notes
-    from omni_console.engine.plan import make_plan
+    from omni_console.engine.model_dir.discovery import unstreamed_denoiser_notes
+    from omni_console.engine.planning.plan import make_plan
 
     model = discover_model(more_dir("kandinsky3"))
     unet = model.component("unet")

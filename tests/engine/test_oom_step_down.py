@@ -13,9 +13,9 @@ import torch
 
 from omni_console.engine.engine import Engine, EngineState
 from omni_console.engine.events import OomStepDown, Replanned
-from omni_console.engine.oom_guard import device_weights, lower_policy
 from omni_console.engine.options import EngineOptions
-from omni_console.engine.runner import GenerateRequest, cancel_points
+from omni_console.engine.running.oom_guard import device_weights, lower_policy
+from omni_console.engine.running.runner import GenerateRequest, cancel_points
 from omni_console.offload.pinned import pinned_bytes_held
 from omni_console.offload.policy import build_policy
 
@@ -151,7 +151,7 @@ def test_lower_policy_steps_down_blocks_then_ring_then_resident_components(demo_
 
 def test_a_decode_oom_also_asks_the_lean_phases_hook_for_a_leaner_decode(demo_model_dir: Path,
                                                                          monkeypatch: pytest.MonkeyPatch):
-    from omni_console.engine import oom_guard
+    from omni_console.engine.running import oom_guard
 
     asked = []
 
@@ -176,8 +176,8 @@ def test_every_step_down_needs_no_more_device_memory_and_the_chain_ends(demo_mod
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from omni_console.engine.discovery import discover_model
-    from omni_console.engine.plan import make_plan
+    from omni_console.engine.model_dir.discovery import discover_model
+    from omni_console.engine.planning.plan import make_plan
 
     model = discover_model(demo_model_dir)
 

@@ -20,13 +20,13 @@ import pytest
 from PIL import Image
 
 from omni_console.console import outputs as console_outputs
-from omni_console.engine.atomic_write import remove_pending
-from omni_console.engine.outputs import check_output, write_result
+from omni_console.engine.running.atomic_write import remove_pending
+from omni_console.engine.running.outputs import check_output, write_result
 
 CHILD = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
-    from omni_console.engine.outputs import check_output, write_result
+    from omni_console.engine.running.outputs import check_output, write_result
 
     signum, out, overwrite = int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "1"
 

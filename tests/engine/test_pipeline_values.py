@@ -11,10 +11,10 @@ import pytest
 from test_hostile_dirs import assert_refused, copy_model, edit_json
 
 from omni_console.console.cli import main
-from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
 from omni_console.engine.errors import ModelDirError
 from omni_console.engine.events import LoadProgress
+from omni_console.engine.model_dir.discovery import discover_model
 from omni_console.offload.policy import build_policy
 
 HOSTILE = {

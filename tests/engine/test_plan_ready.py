@@ -16,7 +16,7 @@ from omni_console.engine.engine import Engine
 from omni_console.engine.events import EngineStateChanged, PlanReady
 from omni_console.engine.lifecycle import EngineState, Lifecycle
 from omni_console.engine.options import EngineOptions
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.events import EventBus
 from omni_console.offload.policy import build_policy
 

@@ -15,13 +15,13 @@ from no_pickle_guard import no_unpickling  # noqa: F401  (fixture)
 from planner_oracle import auto_plan_exhaustive, choose_exhaustive
 
 from omni_console.console.cli import main
-from omni_console.engine.auto_plan import NothingFits, auto_plan
-from omni_console.engine.blocks import BlockList
-from omni_console.engine.discovery import MAX_COMPONENTS, MAX_DIT_BLOCKS, ComponentInfo, ModelInfo
-from omni_console.engine.plan import make_plan
-from omni_console.engine.request_profile import RequestProfile, RequestSize
-from omni_console.engine.stream_choice import DitProfile, choose_streaming
-from omni_console.engine.weights import MAX_TENSORS
+from omni_console.engine.model_dir.blocks import BlockList
+from omni_console.engine.model_dir.discovery import MAX_COMPONENTS, MAX_DIT_BLOCKS, ComponentInfo, ModelInfo
+from omni_console.engine.model_dir.weights import MAX_TENSORS
+from omni_console.engine.planning.auto_plan import NothingFits, auto_plan
+from omni_console.engine.planning.plan import make_plan
+from omni_console.engine.planning.request_profile import RequestProfile, RequestSize
+from omni_console.engine.planning.stream_choice import DitProfile, choose_streaming
 from omni_console.offload.policy import build_policy
 
 pytestmark = pytest.mark.usefixtures("no_unpickling")

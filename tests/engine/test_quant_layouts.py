@@ -1,4 +1,4 @@
-"""fp8 checkpoints with scales (engine/quant_layouts.py): what the installed diffusers / transformers load
+"""fp8 checkpoints with scales (engine/model_dir/quant_layouts.py): what the installed diffusers / transformers load
 from a folder is loaded as they load it; what they cannot load, or would load wrongly, is refused
 before anything loads, in one line (`plan` exits 2)."""
 
@@ -17,12 +17,12 @@ from safetensors.torch import load_file, save_file
 from test_engine import request_for
 from test_hostile_dirs import assert_refused
 
-from omni_console.engine import quant_layouts
-from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
 from omni_console.engine.errors import ConfigError
-from omni_console.engine.plan import make_plan
-from omni_console.engine.quant_layouts import check_fp8_device
+from omni_console.engine.model_dir import quant_layouts
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.model_dir.quant_layouts import check_fp8_device
+from omni_console.engine.planning.plan import make_plan
 from omni_console.offload.errors import PolicyError
 from omni_console.offload.policy import build_policy
 

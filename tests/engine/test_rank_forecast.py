@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from omni_console.engine.blocks import BlockList
-from omni_console.engine.discovery import ComponentInfo, ModelInfo
-from omni_console.engine.plan import Plan, make_plan
-from omni_console.engine.rank_forecast import NVLINK_BYTES_PER_S, rank_forecast, shard_sizes
-from omni_console.engine.rank_layout import RankLayout
-from omni_console.engine.request_forecast import forecast_request
-from omni_console.engine.request_profile import RequestSize
-from omni_console.engine.stream_choice import DitProfile
+from omni_console.engine.model_dir.blocks import BlockList
+from omni_console.engine.model_dir.discovery import ComponentInfo, ModelInfo
+from omni_console.engine.planning.plan import Plan, make_plan
+from omni_console.engine.planning.request_forecast import forecast_request
+from omni_console.engine.planning.request_profile import RequestSize
+from omni_console.engine.planning.stream_choice import DitProfile
+from omni_console.engine.ranks.rank_forecast import NVLINK_BYTES_PER_S, rank_forecast, shard_sizes
+from omni_console.engine.ranks.rank_layout import RankLayout
 from omni_console.offload.policy import build_policy
 
 NON_BLOCK = 100

@@ -12,8 +12,8 @@ from test_engine import request_for
 
 from omni_console.engine.engine import Engine
 from omni_console.engine.events import LoadProgress
-from omni_console.engine.rank_group import RankFailed, RankGroup
-from omni_console.engine.rank_layout import RankLayout
+from omni_console.engine.ranks.rank_group import RankFailed, RankGroup
+from omni_console.engine.ranks.rank_layout import RankLayout
 from omni_console.offload.policy import build_policy
 
 pytestmark = pytest.mark.slow  # end to end (spawns rank processes): .ci/run runs it, `pytest -q` skips it

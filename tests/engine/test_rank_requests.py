@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from omni_console.engine.rank_layout import RankLayout
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.ranks.rank_layout import RankLayout
+from omni_console.engine.running.runner import GenerateRequest
 
 
 def test_data_parallel_ranks_take_consecutive_seeds_of_one_request() -> None:

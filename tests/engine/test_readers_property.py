@@ -13,7 +13,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from omni_console.engine.weights import (
+from omni_console.engine.model_dir.weights import (
     DTYPES,
     ModelDirError,
     TensorInfo,

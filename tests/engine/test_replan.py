@@ -12,7 +12,7 @@ from tiny_families import FAMILY_GENERATION
 from omni_console.engine.engine import Engine, EngineStateError
 from omni_console.engine.events import Replanned
 from omni_console.engine.options import EngineOptions
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.errors import PolicyError
 from omni_console.offload.events import EventBus
 from omni_console.offload.policy import build_policy

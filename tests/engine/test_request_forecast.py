@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from tiny_families import FAMILY_GENERATION
 
-from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
 from omni_console.engine.events import ForecastCheck
-from omni_console.engine.model_configs import fill_size
-from omni_console.engine.plan import make_plan
-from omni_console.engine.request_forecast import forecast_request, scaled_profile
-from omni_console.engine.request_profile import RequestProfile, RequestSize, load_profile, profile_dir
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.planning.model_configs import fill_size
+from omni_console.engine.planning.plan import make_plan
+from omni_console.engine.planning.request_forecast import forecast_request, scaled_profile
+from omni_console.engine.planning.request_profile import RequestProfile, RequestSize, load_profile, profile_dir
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.events import EventBus
 from omni_console.offload.policy import build_policy
 

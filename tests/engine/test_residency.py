@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from tiny_families import FAMILY_GENERATION
 
-from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
-from omni_console.engine.plan import make_plan
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.planning.plan import make_plan
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.errors import PolicyError
 from omni_console.offload.policy import build_policy
 from omni_console.offload.residency import BlockResidency, slots_for
@@ -120,7 +120,7 @@ def test_placement_refuses_loaded_blocks_that_are_not_the_plans(demo_model_dir: 
     """A block list that differs from the plan's would shift every residency flag: refuse it."""
     import torch
 
-    from omni_console.engine.placement import _check_block_order
+    from omni_console.engine.loading.placement import _check_block_order
 
     plan = make_plan(discover_model(demo_model_dir), build_policy({}, 1))
     by_list: dict[str, int] = {}

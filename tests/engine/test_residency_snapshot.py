@@ -15,8 +15,8 @@ from tiny_families import FAMILY_GENERATION
 
 from omni_console.engine.engine import Engine
 from omni_console.engine.events import ResidencySnapshot, StagingEvent
-from omni_console.engine.residency_snapshot import residency_rows
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.running.residency_snapshot import residency_rows
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.events import Subscription
 from omni_console.offload.policy import build_policy
 

@@ -16,11 +16,11 @@ import torch
 from tiny_families import FAMILY_GENERATION
 from tiny_families_shapes import SHAPE_GENERATION, build_tiny_auraflow, build_tiny_flux_kontext, build_tiny_lumina2
 
-from omni_console.engine.call_options import check_call
 from omni_console.engine.engine import Engine
 from omni_console.engine.events import BlockOrderCorrected, StepTiming
-from omni_console.engine.request_checks import check_request
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.running.call_options import check_call
+from omni_console.engine.running.request_checks import check_request
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.policy import build_policy
 
 PROMPT = "a lighthouse on a cliff at dusk"

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from omni_console.engine.engine import Engine
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.policy import build_policy
 
 pytestmark = pytest.mark.slow  # end to end (200 generations): .ci/run runs it, `pytest -q` skips it

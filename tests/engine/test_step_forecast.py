@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from omni_console.engine.step_forecast import replay_forward
+from omni_console.engine.planning.step_forecast import replay_forward
 from omni_console.offload.residency import BlockResidency
 
 GB = 1e9

@@ -11,11 +11,11 @@ import pytest
 import torch
 from test_engine import request_for
 
-from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
+from omni_console.engine.loading.stream_dtype import apply_storage_hooks, storage_leaves
+from omni_console.engine.model_dir.discovery import discover_model
 from omni_console.engine.options import EngineOptions
-from omni_console.engine.plan import make_plan
-from omni_console.engine.stream_dtype import apply_storage_hooks, storage_leaves
+from omni_console.engine.planning.plan import make_plan
 from omni_console.offload.address_phase import PAGE
 from omni_console.offload.errors import PolicyError
 from omni_console.offload.policy import build_policy
@@ -211,8 +211,8 @@ def test_tiny_families_match_diffusers_layerwise_casting(request, family, fixtur
 @pytest.mark.slow
 def test_the_plan_says_how_much_the_demo_changes(demo_model_dir: Path):
     """The figures `storage_note` quotes are what the demo model gives (re-measured here)."""
-    from omni_console.engine.demo_model import DEMO_GENERATION
-    from omni_console.engine.stream_dtype import DEMO_DIFFERENCE, DEMO_PROMPT, storage_note
+    from omni_console.engine.demo.demo_model import DEMO_GENERATION
+    from omni_console.engine.loading.stream_dtype import DEMO_DIFFERENCE, DEMO_PROMPT, storage_note
 
     def image(storage: torch.dtype | None) -> np.ndarray:
         pipe = diffusers.FluxPipeline.from_pretrained(demo_model_dir, local_files_only=True)

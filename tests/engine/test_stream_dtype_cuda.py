@@ -13,7 +13,7 @@ from tiny_families import FAMILY_GENERATION
 
 from omni_console.engine.engine import Engine
 from omni_console.engine.options import EngineOptions
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.policy import build_policy
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]

@@ -11,13 +11,13 @@ import pytest
 import torch
 from tiny_families_experts import BOUNDARY_RATIO, EXPERTS_GENERATION, build_tiny_wan22_a14b
 
-from omni_console.engine.auto_plan import NothingFits, auto_plan
-from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
 from omni_console.engine.events import ExpertSwitched
-from omni_console.engine.plan import make_plan
-from omni_console.engine.request_profile import RequestSize
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.planning.auto_plan import NothingFits, auto_plan
+from omni_console.engine.planning.plan import make_plan
+from omni_console.engine.planning.request_profile import RequestSize
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.policy import build_policy
 
 PROMPT = "a red fox running in the snow"

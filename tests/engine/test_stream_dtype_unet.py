@@ -11,10 +11,10 @@ import pytest
 import torch
 from tiny_families_unet import UNET_GENERATION, build_tiny_sd15, build_tiny_sdxl
 
-from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
-from omni_console.engine.plan import make_plan
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.planning.plan import make_plan
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.policy import build_policy
 
 FP8 = torch.float8_e4m3fn

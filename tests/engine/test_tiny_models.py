@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from omni_console.engine.build_dir import COMPLETE_MARKER
-from omni_console.engine.demo_model import (
+from omni_console.engine.demo.build_dir import COMPLETE_MARKER
+from omni_console.engine.demo.demo_model import (
     DEMO_GENERATION,
     build_demo_model,
     default_demo_model_path,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from omni_console.engine.blocks import unet_block_lists, unit_order
-from omni_console.engine.weights import TensorInfo
+from omni_console.engine.model_dir.blocks import unet_block_lists, unit_order
+from omni_console.engine.model_dir.weights import TensorInfo
 
 HERE = Path("unet")
 

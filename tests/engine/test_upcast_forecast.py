@@ -1,4 +1,4 @@
-"""fp8 storage in the forecasts (engine/upcast_cost.py): each block's upcast time (its fp8 elements, as the
+"""fp8 storage in the forecasts (engine/planning/upcast_cost.py): each block's upcast time (its fp8 elements, as the
 arena really holds them, over the device's conversion rate) is added to its compute, and the upcast
 scratch to every peak; the `--vram-budget` planner counts both."""
 
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from omni_console.engine.auto_plan import auto_plan
-from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
-from omni_console.engine.plan import make_plan
-from omni_console.engine.request_forecast import dit_profile, forecast_request
-from omni_console.engine.request_profile import RequestProfile, RequestSize
-from omni_console.engine.upcast_cost import upcast_rate
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.planning.auto_plan import auto_plan
+from omni_console.engine.planning.plan import make_plan
+from omni_console.engine.planning.request_forecast import dit_profile, forecast_request
+from omni_console.engine.planning.request_profile import RequestProfile, RequestSize
+from omni_console.engine.planning.upcast_cost import upcast_rate
 from omni_console.offload.policy import build_policy
 from omni_console.offload.upcast import is_float8
 
@@ -76,7 +76,7 @@ def test_each_blocks_compute_gains_its_upcast(demo_model_dir: Path, device: str)
 def test_the_budget_planner_counts_the_upcast_scratch(demo_model_dir: Path):
     """The smallest policy's forecast peak (every block streamed, 2 slots, all staged) fits; that
     peak less the scratch does not: the planner counts the scratch as the forecast does."""
-    from omni_console.engine.auto_plan import NothingFits
+    from omni_console.engine.planning.auto_plan import NothingFits
 
     model = discover_model(demo_model_dir)
     fp8 = make_plan(model, build_policy({}, 0, stream_dtype=FP8))

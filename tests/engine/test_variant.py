@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from omni_console.console.cli import main
-from omni_console.engine.discovery import discover_model
-from omni_console.engine.weights import ModelDirError, find_weights
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.model_dir.weights import ModelDirError, find_weights
 
 
 def _plan_error(capsys, model: Path, variant: str) -> str:

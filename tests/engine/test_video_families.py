@@ -18,13 +18,13 @@ import torch
 from PIL import Image
 from tiny_families import FAMILY_GENERATION
 
-from omni_console.engine.call_options import check_call
-from omni_console.engine.discovery import discover_model
 from omni_console.engine.engine import Engine
 from omni_console.engine.errors import ConfigError
 from omni_console.engine.events import RequestPhases
-from omni_console.engine.request_checks import check_request
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.running.call_options import check_call
+from omni_console.engine.running.request_checks import check_request
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.policy import build_policy
 
 pytestmark = pytest.mark.slow  # end to end (runs every tiny video pipeline): .ci/run runs it, `pytest -q` skips it
@@ -218,8 +218,8 @@ class FakeAllocator:
 def test_decode_peak_is_its_own_and_the_request_peak_is_kept(monkeypatch, decode_bytes, request_peak):
     """On CUDA the meter resets the peak counter for decode; the request's peak before it must survive."""
     from omni_console.engine.engine import run_peak
-    from omni_console.engine.request_phases import DecodeMeter
-    from omni_console.engine.runner import RunOutput
+    from omni_console.engine.running.request_phases import DecodeMeter
+    from omni_console.engine.running.runner import RunOutput
 
     allocator = FakeAllocator()
     allocator.install(monkeypatch)
@@ -250,7 +250,7 @@ def test_decode_peak_is_its_own_and_the_request_peak_is_kept(monkeypatch, decode
 
 
 def test_the_meter_sits_outside_a_staged_vae_and_is_removed_after_a_failure():
-    from omni_console.engine.request_phases import DecodeMeter
+    from omni_console.engine.running.request_phases import DecodeMeter
 
     calls: list[str] = []
 

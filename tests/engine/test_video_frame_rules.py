@@ -15,11 +15,11 @@ import torch
 from PIL import Image
 from tiny_families_loading import LOADING_GENERATION, stand_in_for_ftfy
 
-from omni_console.engine.call_options import check_call, frames_rule
-from omni_console.engine.discovery import discover_model
 from omni_console.engine.errors import ConfigError
-from omni_console.engine.request_checks import check_request
-from omni_console.engine.runner import GenerateRequest
+from omni_console.engine.model_dir.discovery import discover_model
+from omni_console.engine.running.call_options import check_call, frames_rule
+from omni_console.engine.running.request_checks import check_request
+from omni_console.engine.running.runner import GenerateRequest
 
 # family: (frame counts, (height, width) sizes) rendered with plain diffusers
 CASES: dict[str, tuple[tuple[int, ...], tuple[tuple[int, int], ...]]] = {

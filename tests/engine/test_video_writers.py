@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from omni_console.engine import outputs, video_encoders
 from omni_console.engine.errors import ConfigError
-from omni_console.engine.outputs import check_output, sequence_paths, write_notes, write_result
+from omni_console.engine.running import outputs, video_encoders
+from omni_console.engine.running.outputs import check_output, sequence_paths, write_notes, write_result
 
 WIDTH, HEIGHT = 64, 48
 

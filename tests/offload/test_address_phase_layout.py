@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from omni_console.engine.direct_load import read_locations
+from omni_console.engine.loading.direct_load import read_locations
 from omni_console.offload import arena_fill
 from omni_console.offload.address_phase import PAGE, empty_at_phase, phase_of
 from omni_console.offload.block_packing import Block, bind_region

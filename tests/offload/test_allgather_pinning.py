@@ -13,9 +13,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from omni_console.engine.direct_load import build_deferred
-from omni_console.engine.discovery import discover_model
-from omni_console.engine.loader import load_component, load_dtype
+from omni_console.engine.loading.direct_load import build_deferred
+from omni_console.engine.loading.loader import load_component, load_dtype
+from omni_console.engine.model_dir.discovery import discover_model
 from omni_console.offload import allgather_streamer, pinned
 from omni_console.offload.deferred_weights import DeferredWeights
 from omni_console.offload.options import LoadOptions

@@ -1,4 +1,4 @@
-"""A streamed encoder read into one host arena (as engine/arena_load.py reads every component): its
+"""A streamed encoder read into one host arena (as engine/loading/arena_load.py reads every component): its
 stager stages only the weights outside the layers, not the arena's whole storage, and the output is
 the staged-whole encoder's, bit for bit."""
 
@@ -8,7 +8,7 @@ import copy
 
 import torch
 
-from omni_console.engine.demo_model import tiny_t5_config
+from omni_console.engine.demo.demo_model import tiny_t5_config
 from omni_console.offload.layer_stage import LayerStage
 from omni_console.offload.staged_calls import stage_around
 from omni_console.offload.stager import ModuleStager

@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from omni_console.engine.demo_model import tiny_t5_config
+from omni_console.engine.demo.demo_model import tiny_t5_config
 from omni_console.offload.layer_stage import LayerStage
 from omni_console.offload.staged_calls import stage_around
 from omni_console.offload.stager import ModuleStager

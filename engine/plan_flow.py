@@ -1,0 +1,84 @@
+"""`plan_for`: the one home of plan → `--vram-budget` auto plan → forecast → per-rank figures.
+
+`plan`, `run` (one GPU and `--gpus`), the console's start and its budget dialog all plan through
+here, each for its own request size (the caller's: `plan`'s flags, `run`'s checked request, the
+console's current size or the pipeline's defaults), so the sequence cannot drift between them.
+Torch-free, like `plan`: nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .model_dir.discovery import ModelInfo
+from .planning.auto_plan import AutoPlan, auto_plan_for
+from .planning.plan import Plan, make_plan
+from .planning.request_forecast import RequestForecast, forecast_for
+from .planning.request_profile import RequestSize
+
+if TYPE_CHECKING:
+    from ..offload.policy import OffloadPolicy
+    from .handle import EngineHandle
+    from .planning.device_footprint import DeviceOverhead
+    from .ranks.rank_forecast import RankForecast
+    from .ranks.rank_layout import RankLayout
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """A plan and what was decided and forecast for it. `auto`: the budget's answer (None without one)."""
+
+    plan: Plan
+    forecast: RequestForecast | None
+    reasons: list[str] = field(default_factory=list)
+    ranks: RankForecast | None = None
+    auto: AutoPlan | None = None
+
+    @property
+    def overhead(self) -> DeviceOverhead | None:
+        """The process's device memory outside torch's allocated bytes, as the budget counted it."""
+        return self.auto.overhead if self.auto is not None else None
+
+
+def plan_for(model_or_engine: ModelInfo | EngineHandle, policy: OffloadPolicy | Plan, budget: int | None = None,
+             size: RequestSize | None = None, device: str | None = None, layout: RankLayout | None = None, *,
+             bandwidth: float | None = None, forecast: bool = True) -> PlanResult:
+    """Plan `policy` for the model (an engine plans with its own model and device name); a `Plan` made
+    already is taken as it is. With `budget`, the auto-planner's choice replaces it (`NothingFits`:
+    exit 2), `bandwidth` (bytes/s) the link rate it assumes, else the profile's. `forecast`: also
+    forecast the chosen plan at `size` on `device`, and with a distributed `layout` per rank.
+    A distributed `layout` is checked against the pipeline first (`check_parallel`)."""
+    engine = None if isinstance(model_or_engine, ModelInfo) else model_or_engine
+    if isinstance(policy, Plan):
+        plan = policy
+    elif engine is not None:
+        plan = engine.make_plan(policy)
+    else:
+        assert isinstance(model_or_engine, ModelInfo)
+        plan = make_plan(model_or_engine, policy)
+    distributed = layout is not None and layout.distributed
+    if distributed:
+        from .ranks.rank_checks import check_parallel
+
+        assert layout is not None
+        check_parallel(layout, plan.model.pipeline_class)
+    if device is None:
+        if engine is None:
+            raise TypeError("plan_for: a model needs the device's name (an engine knows its own)")
+        device = engine.device_name
+    size = size if size is not None else RequestSize()
+    auto = None
+    if budget is not None:
+        auto = auto_plan_for(plan, budget, size, device, bandwidth)
+        plan = auto.plan
+    if not forecast:
+        return PlanResult(plan, None, list(auto.reasons) if auto else [], None, auto)
+    request = forecast_for(plan, size, device)
+    ranks = None
+    if distributed:
+        from .ranks.rank_forecast import rank_forecast_for
+
+        assert layout is not None
+        ranks = rank_forecast_for(plan, layout, request, size, device)
+    return PlanResult(plan, request, list(auto.reasons) if auto else [], ranks, auto)

@@ -1,0 +1,232 @@
+"""The forecast of a whole request before load: device peak and step time, each with its source.
+
+Weights come from the safetensors headers (engine/planning/plan.py). What the headers cannot give — per-block
+compute, work outside the blocks, activations of each phase, the link's rate — comes from a
+`RequestProfile`:
+- `cached`: measured by an earlier request of this size on this device (the engine saves one after
+  every request);
+- `estimated`: scaled from a profile of another size, or estimated from the configs before any
+  profile exists (engine/planning/profile_basis.py; `peak_basis` / `step_basis` say which: "scaled from
+  1024x1024", "estimated from config"), or the link rate from the start-up probe or the device table;
+- `unknown`: nothing to go on (a step time on a CPU before a request has run); a peak without any
+  activations is the weights alone and says so.
+
+Peak = the largest phase: weights on the device (resident components, DiT non-block weights,
+resident blocks, the ring's k slots, with fp8 storage the upcast scratch) + for text encoding the
+largest staged encoder and its activations, for the denoise loop the DiT's activations, for decode
+the staged VAE and its activations. Step time = the streamer's copy schedule replayed over the
+profile (step_forecast), each block's compute with its fp8 upcast added (engine/planning/upcast_cost.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from .device_footprint import DeviceOverhead, device_overhead
+from .lean import LeanCost, decode_extra, lean_costs, text_stage_bytes
+from .plan import Plan
+from .profile_basis import profile_for
+from .request_profile import RequestProfile, RequestSize
+from .stream_choice import DitProfile, evaluate, profile_from_timings
+from .upcast_cost import upcast_seconds
+
+Source = Literal["measured", "cached", "estimated", "unknown"]
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseBytes:
+    """Bytes above the device weights in each phase, and which staged weights join them there."""
+
+    text_extra: int
+    denoise_extra: int
+    decode_extra: int
+
+
+@dataclass(frozen=True, slots=True)
+class RequestForecast:
+    size: RequestSize
+    peak_bytes: int
+    peak_phase: str
+    peak_source: Source
+    phase_peaks: dict[str, int]
+    step_s: float | None
+    floor_s: float | None
+    step_source: Source
+    bandwidth: float | None
+    bandwidth_source: Source
+    notes: list[str] = field(default_factory=list)
+    peak_basis: str = ""  # what the peak's activations rest on: "cached", "scaled from …", "estimated from config"
+    step_basis: str = ""
+    overhead: DeviceOverhead | None = None  # outside torch's allocations (device_footprint); None: not counted
+    assumed: tuple[str, ...] = ()  # size fields the request left out, taken from the pipeline's defaults
+    lean: list[LeanCost] = field(default_factory=list)  # lean phases in effect (engine/planning/lean.py)
+
+    @property
+    def peak_label(self) -> str:
+        """The peak's source as shown: its basis ("estimated from config", "scaled from 64x64") or source."""
+        return self.peak_basis if self.peak_source != "unknown" and self.peak_basis else self.peak_source
+
+    @property
+    def step_label(self) -> str:
+        return self.step_basis if self.step_source != "unknown" and self.step_basis else self.step_source
+
+    @property
+    def size_line(self) -> str | None:
+        """Which size was assumed, when the request left some of it to the pipeline (None: all given)."""
+        if not self.assumed:
+            return None
+        fields = ", ".join(f.replace("_", " ") for f in self.assumed)
+        return f"size {self.size.label()}: {fields} from the pipeline's defaults (no flag given)"
+
+    @property
+    def process_peak_bytes(self) -> int | None:
+        """The predicted device memory of the process (NVML's per-process figure) at the peak."""
+        return None if self.overhead is None else self.overhead.process_bytes(self.peak_bytes)
+
+
+def staged_bytes(plan: Plan, role: str) -> int:
+    """The largest staged component of a role (only one auxiliary stage is on the device at a time)."""
+    return max((c.info.nbytes for c in plan.components if c.residency == "staged" and c.info.role == role), default=0)
+
+
+def _pixels(size: RequestSize) -> float | None:
+    if not (size.height and size.width):
+        return None
+    return float(size.height * size.width * (size.frames or 1))
+
+
+def scaled_profile(profile: RequestProfile, size: RequestSize) -> RequestProfile | None:
+    """Another size's profile scaled to `size` (compute and activations in proportion to pixels x frames)."""
+    have, want = _pixels(profile.size), _pixels(size)
+    if not have or not want:
+        return None
+    r = want / have
+
+    def scale(x: int | None) -> int | None:
+        return None if x is None else int(x * r)
+
+    return profile.model_copy(update=dict(
+        size=size, block_compute_s=[c * r for c in profile.block_compute_s], other_s=profile.other_s * r,
+        text_extra_bytes=profile.text_extra_bytes, denoise_extra_bytes=scale(profile.denoise_extra_bytes),
+        decode_extra_bytes=scale(profile.decode_extra_bytes)))
+
+
+def dit_profile(plan: Plan, profile: RequestProfile | None) -> DitProfile | None:
+    """One forward's profile (with two experts: one expert's blocks, `Plan.forward`)."""
+    blocks = tuple(b.nbytes for b in plan.forward[0])
+    if profile is None or len(profile.block_compute_s) != len(blocks):
+        return None
+    # fp8 storage: each block's upcast runs before it on the compute stream, outside its timed compute
+    upcast = upcast_seconds([b.upcast_elems for b in plan.forward[0]], profile.device)
+    compute = [c + u for c, u in zip(profile.block_compute_s, upcast, strict=True)]
+    forward = sum(compute) + profile.other_s
+    return profile_from_timings(blocks, compute, forward, profile.forwards_per_step, profile.denoise_extra_bytes or 0)
+
+
+def phase_bytes(profile: RequestProfile | None) -> PhaseBytes:
+    if profile is None:
+        return PhaseBytes(0, 0, 0)
+    return PhaseBytes(profile.text_extra_bytes or 0, profile.denoise_extra_bytes or 0, profile.decode_extra_bytes or 0)
+
+
+def dit_fixed_bytes(plan: Plan) -> int:
+    """Device weights outside the DiT's blocks: resident components and DiT non-block weights."""
+    resident_blocks = sum(b.nbytes for b in plan.forward[0] if not b.streamed)
+    return plan.forecast.device_resident_bytes - resident_blocks
+
+
+def _source(basis: str, default: Source) -> Source:
+    if not basis:
+        return default
+    return "cached" if basis == "cached" else "estimated"
+
+
+def forecast_request(plan: Plan, size: RequestSize, profile: RequestProfile | None, profile_source: Source,
+                     bandwidth: float | None, bandwidth_source: Source, overlap: bool = True,
+                     peak_basis: str = "", step_basis: str = "") -> RequestForecast:
+    """Peak and step time of one request of `size` under `plan` (see the module docstring).
+
+    `overlap=False` (a CPU device) adds every copy to the compute: a CPU copies synchronously.
+    `peak_basis` / `step_basis` (profile_basis.KnownProfile) label each figure; without them both
+    carry `profile_source`."""
+    notes: list[str] = []
+    extras = phase_bytes(profile)
+    peaks = phase_peaks(plan, size, extras)
+    lean = lean_costs(plan, size, phase_peaks(plan, size, extras, lean=False), peaks, bandwidth)
+    phase = max(peaks, key=lambda k: peaks[k])
+    measured_peaks = profile is not None and any(
+        x is not None for x in (profile.text_extra_bytes, profile.denoise_extra_bytes, profile.decode_extra_bytes))
+    if not measured_peaks:  # no profile yet, or one from a device without an allocator (a CPU)
+        notes.append("activations not known at this size: the peak counts weights only")
+    dit = dit_profile(plan, profile)
+    step_s = floor_s = None
+    if dit is not None and (bandwidth or not plan.forecast.num_streamed_blocks):
+        choice = evaluate(dit, plan.forward[1], bandwidth or 1.0, dit_fixed_bytes(plan))
+        serial = choice.forward.compute_s + choice.forward.transfer_s
+        step_s = choice.step_s if overlap else serial * dit.forwards_per_step
+        floor_s = (choice.forward.floor_s if overlap else serial) * dit.forwards_per_step
+        if not (step_s > 0 and math.isfinite(step_s)):  # nothing to time (no block): no step time, never 0
+            step_s = floor_s = None
+    if step_s is None and dit is not None and not bandwidth:
+        notes.append("step time: the host→device link's rate is not known yet")
+    elif step_s is None:
+        notes.append("step time: no request of this model has run on this device yet"
+                     + ("" if overlap else " (a CPU's compute is not estimated)"))
+    peak_src = _source(peak_basis, profile_source) if measured_peaks else "unknown"
+    step_src = _source(step_basis, profile_source) if step_s is not None else "unknown"
+    return RequestForecast(size=size, peak_bytes=peaks[phase], peak_phase=phase, peak_source=peak_src,
+                           phase_peaks=peaks, step_s=step_s, floor_s=floor_s, step_source=step_src,
+                           bandwidth=bandwidth, bandwidth_source=bandwidth_source if bandwidth else "unknown",
+                           notes=notes, lean=lean, peak_basis=peak_basis if measured_peaks else "",
+                           step_basis=step_basis if step_s is not None else "")
+
+
+def phase_peaks(plan: Plan, size: RequestSize, extras: PhaseBytes, lean: bool = True) -> dict[str, int]:
+    """Each phase's device peak: the weights on the device, the phase's staged component (a streamed
+    encoder's stage is its non-layer weights and two layers) and its bytes above the weights (a tiled
+    decode's are one tile's share); `lean=False`: as without any lean phase."""
+    f = plan.forecast
+    base = f.device_resident_bytes + f.streaming_slots * f.largest_streamed_block_bytes + f.upcast_scratch_bytes
+    return {
+        "text_encoding": base + (text_stage_bytes(plan) if lean else staged_bytes(plan, "encoder")) + extras.text_extra,
+        "denoise": base + extras.denoise_extra,
+        "vae_decode": base + staged_bytes(plan, "vae") + (decode_extra(plan, size, extras.decode_extra) if lean
+                                                          else extras.decode_extra),
+    }
+
+
+def known_profile(plan: Plan, size: RequestSize, device: str,
+                  notes: list[str] | None = None) -> tuple[RequestProfile | None, Source]:
+    """This size's cached profile ("cached"), else another size's scaled to it, else one estimated from
+    the configs ("estimated"), else none (`profile_basis.profile_for`, which also says which).
+
+    A cached profile that cannot be used (not a regular file, too large, numbers out of range) is
+    ignored with one line in `notes`."""
+    known = profile_for(plan, size, device, notes)
+    return known.profile, known.source  # type: ignore[return-value]
+
+
+def forecast_for(plan: Plan, size: RequestSize, device: str, observed_bandwidth: float | None = None,
+                 probe_bandwidth: float | None = None) -> RequestForecast:
+    """The forecast from what is known (`known_profile`); the link rate as the streamer observed it,
+    else the cached one, else the probe's."""
+    cache_notes: list[str] = []
+    known = profile_for(plan, size, device, cache_notes)
+    profile = known.profile
+    bw_source: Source
+    if observed_bandwidth:
+        bandwidth, bw_source = observed_bandwidth, "measured"
+    elif probe_bandwidth and known.step_basis != "cached":  # measured here and now beats a table or a scale
+        bandwidth, bw_source = probe_bandwidth, "estimated"
+    elif profile is not None and profile.bandwidth_bytes_per_s:
+        bandwidth = profile.bandwidth_bytes_per_s
+        bw_source = "cached" if known.step_basis == "cached" else "estimated"
+    else:
+        bandwidth, bw_source = probe_bandwidth, "estimated"
+    forecast = forecast_request(plan, known.size, profile, known.source, bandwidth, bw_source,  # type: ignore[arg-type]
+                                overlap=device != "cpu", peak_basis=known.peak_basis, step_basis=known.step_basis)
+    forecast.notes[:0] = cache_notes
+    assumed = tuple(k for k, v in size.model_dump().items() if v is None and getattr(known.size, k) is not None)
+    return replace(forecast, assumed=assumed, overhead=device_overhead(device))

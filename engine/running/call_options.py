@@ -1,0 +1,398 @@
+"""Check a request's pipeline options against the pipeline's own call signature, before load.
+
+diffusers pipelines disagree on what they take: Flux has no number of frames, Wan no image, and a
+misspelt keyword is a `TypeError` only after every weight is loaded. Here the signature of the
+pipeline class's `__call__` (the class `model_index.json` names, already verified to be a diffusers
+pipeline by discovery) decides, before anything loads:
+
+- which dedicated options the pipeline takes (`accepted_options`);
+- whether each `--param KEY=VALUE` names a parameter (else a "did you mean" suggestion) and whether
+  its value fits the parameter's annotation (int, float, bool, str, None, lists and unions of those;
+  what cannot be checked that simply is accepted);
+- the number of frames each video family can render exactly (`frames_rule`): diffusers rounds a count
+  it cannot take (Wan) or renders another one without a word (LTX, CogVideoX, Mochi, HunyuanVideo),
+  so a count the pipeline would change is refused with the nearest ones it takes (the tests render
+  every count of a range with plain diffusers and compare);
+- a conditioning image: the pipeline has an image parameter, and the file opens as an image.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import difflib
+import inspect
+import json
+import math
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..model_dir.discovery import ModelInfo
+from ..model_dir.trusted_classes import pipeline_class
+from ..model_dir.weights import load_json
+from .render_size import check_decodable, check_render_size
+from .runner import FRAME_PARAMETERS, IMAGE_PARAMETERS, GenerateRequest, pipeline_parameter
+
+# Dedicated request fields -> the pipeline parameters they set (the first one the pipeline has).
+OPTION_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "steps": ("num_inference_steps",),
+    "height": ("height",),
+    "width": ("width",),
+    "guidance": ("guidance_scale",),
+    "frames": FRAME_PARAMETERS,
+    "negative_prompt": ("negative_prompt",),
+    "max_sequence_length": ("max_sequence_length",),
+    "image": IMAGE_PARAMETERS,
+}
+OPTION_LABELS = {"steps": "steps", "height": "height", "width": "width", "guidance": "guidance", "frames": "frames",
+                 "negative_prompt": "negative prompt", "max_sequence_length": "max sequence length",
+                 "image": "image", "param": "param"}
+# What each option is, for "PIPELINE takes no ..." lines.
+OPTION_NOUNS = {"steps": "number of steps", "height": "height", "width": "width", "guidance": "guidance scale",
+                "frames": "number of frames", "negative_prompt": "negative prompt",
+                "max_sequence_length": "max sequence length", "image": "conditioning image"}
+# Parameters the engine sets itself: a --param may not replace them.
+ENGINE_PARAMETERS = frozenset({"prompt", "generator", "output_type", "return_dict", "callback_on_step_end",
+                               "callback_on_step_end_tensor_inputs", "callback", "callback_steps"})
+# Frame rates of families whose pipeline call and docs name none (the model card's rate).
+FAMILY_FPS = (("Mochi", 30.0),)
+MOCHI_TEMPORAL = 6  # MochiPipeline.vae_temporal_scale_factor, set in its __init__, not read from a config
+_EXPORT_FPS = re.compile(r"export_to_video\([^)]*\bfps\s*=\s*(\d+(?:\.\d+)?)")
+
+
+# ------------------------------------------------------------------------------------------ signature
+@cache
+def _pipeline_type(name: str) -> type:
+    return pipeline_class(name, "model_index.json")
+
+
+@cache
+def call_signature(pipeline_class_name: str) -> dict[str, inspect.Parameter]:
+    """The keyword parameters of the diffusers pipeline's `__call__` (annotations resolved where possible)."""
+    call = _pipeline_type(pipeline_class_name).__call__
+    try:
+        signature = inspect.signature(call, eval_str=True)
+    except Exception:  # an annotation that does not evaluate: keep it as written (then it is not checked)
+        signature = inspect.signature(call)
+    return {name: p for name, p in signature.parameters.items()
+            if name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def option_parameter(signature: Mapping[str, Any], option: str) -> str | None:
+    """The pipeline parameter a dedicated option sets (None: the pipeline has none)."""
+    return pipeline_parameter(signature, OPTION_PARAMETERS[option])
+
+
+def accepted_options(pipeline_class_name: str) -> set[str]:
+    """The dedicated options (`frames`, `negative_prompt`, `max_sequence_length`, `image`, `guidance`,
+    `steps`, `height`, `width`) the pipeline takes."""
+    signature = call_signature(pipeline_class_name)
+    return {option for option in OPTION_PARAMETERS if option_parameter(signature, option) is not None}
+
+
+# ------------------------------------------------------------------------------------------ --param
+def parse_param(text: str) -> tuple[str, Any]:
+    """`KEY=VALUE` -> (key, value): the value as JSON when it parses (numbers, true/false, null, lists),
+    else the string itself."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"{text!r:.80}: expected KEY=VALUE")
+    if not key.isidentifier():
+        raise ConfigError(f"{key!r:.80}: a parameter name is a Python identifier (e.g. num_frames)")
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return key, raw
+    if isinstance(value, float) and not math.isfinite(value):
+        return key, raw
+    return key, value
+
+
+_UNCHECKED = None  # "cannot tell": accepted
+
+
+def value_fits(value: Any, annotation: Any) -> bool | None:
+    """True/False when the annotation is one of the simple kinds, None when it cannot be checked simply."""
+    if annotation is inspect.Parameter.empty or annotation is Any or isinstance(annotation, str):
+        return _UNCHECKED
+    if annotation is None or annotation is type(None):
+        return value is None
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or origin is types.UnionType:
+        verdicts = [value_fits(value, arm) for arm in typing.get_args(annotation)]
+        if any(v is True for v in verdicts):
+            return True
+        return _UNCHECKED if any(v is None for v in verdicts) else False
+    if origin in (list, tuple, collections.abc.Sequence):
+        if not isinstance(value, list):
+            return False
+        args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+        if len(args) != 1:
+            return _UNCHECKED if args else True
+        verdicts = [value_fits(item, args[0]) for item in value]
+        return False if any(v is False for v in verdicts) else (True if all(verdicts) else _UNCHECKED)
+    if origin is dict or annotation is dict:
+        return isinstance(value, dict)
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    if annotation in (list, tuple):
+        return isinstance(value, list)
+    return _UNCHECKED
+
+
+def _type_name(annotation: Any) -> str:
+    text = getattr(annotation, "__name__", None) if not typing.get_args(annotation) else None
+    return text or str(annotation).replace("typing.", "")
+
+
+def _check_params(model: ModelInfo, params: Mapping[str, Any], label: str,
+                  signature: Mapping[str, inspect.Parameter], flag_of: Mapping[str, str]) -> None:
+    dedicated = {parameter: option for option, parameters in OPTION_PARAMETERS.items() for parameter in parameters}
+    for key, value in params.items():
+        if key in ENGINE_PARAMETERS:
+            raise ConfigError(f"{label} {key}: set by the engine itself, not by a parameter")
+        if key not in signature:
+            close = difflib.get_close_matches(key, [k for k in signature if k not in ENGINE_PARAMETERS], n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"{label} {key}: {model.pipeline_class} has no parameter {key}{hint}")
+        if key in dedicated:
+            raise ConfigError(f"{label} {key}: use {flag_of[dedicated[key]]} for {OPTION_NOUNS[dedicated[key]]}")
+        if value_fits(value, signature[key].annotation) is False:
+            raise ConfigError(f"{label} {key}={json.dumps(value)[:60]}: {model.pipeline_class} takes "
+                              f"{_type_name(signature[key].annotation)} for {key}")
+
+
+# ------------------------------------------------------------------------------------------ frames
+@dataclass(frozen=True, slots=True)
+class FramesRule:
+    """Frame counts a video pipeline renders exactly: `1 + step * k` for k ≥ 0, and with `multiples`
+    also `step * k` for k ≥ 1."""
+
+    pipeline: str
+    step: int
+    why: str  # what the step comes from, for the refusal line
+    multiples: bool = False
+
+    @property
+    def pattern(self) -> str:
+        return f"{self.step}k or {self.step}k+1" if self.multiples else f"{self.step}k+1"
+
+    def accepts(self, frames: int) -> bool:
+        return frames >= 1 and ((frames - 1) % self.step == 0 or (self.multiples and frames % self.step == 0))
+
+    def nearest(self, frames: int) -> tuple[int, ...]:
+        """The counts it renders next to `frames`: the largest below (if any) and the smallest above."""
+        below = next((n for n in range(frames - 1, max(frames - self.step - 1, 0), -1) if self.accepts(n)), None)
+        above = next(n for n in range(frames + 1, frames + self.step + 2) if self.accepts(n))
+        return (below, above) if below is not None else (above,)
+
+
+def _vae_config(model: ModelInfo) -> dict[str, Any]:
+    vaes = [c for c in model.components if c.name == "vae"] or model.by_role("vae")
+    path = vaes[0].folder / "config.json" if vaes else None
+    return load_json(path) if path is not None and path.is_file() else {}
+
+
+def _int(value: object, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def frames_rule(model: ModelInfo) -> FramesRule | None:
+    """The frame counts the pipeline renders as asked, from its VAE config the way the pipeline reads it
+    (None: any count ≥ 1, or a family whose rule is not known here)."""
+    name = model.pipeline_class
+    config = _vae_config(model)
+    if name.startswith("Wan"):  # rounds (num_frames - 1) to a multiple of scale_factor_temporal, with a warning
+        step = _int(config.get("scale_factor_temporal"), 4)
+        return FramesRule(name, step, f"its VAE's temporal factor is {step}")
+    if name.startswith("LTX") and not name.startswith("LTX2"):
+        # latent frames = (n - 1) // ratio + 1, decoded back to (latent - 1) * ratio + 1
+        scaling = config.get("spatio_temporal_scaling", (True, True, True, False))
+        computed = _int(config.get("patch_size_t"), 1) * 2 ** sum(bool(s) for s in scaling)
+        step = _int(config.get("temporal_compression_ratio"), computed)
+        return FramesRule(name, step, f"its VAE's temporal compression is {step}")
+    if name.startswith("CogVideoX"):
+        # latent frames L = (n - 1) // ratio + 1; the VAE decodes them in pairs of latent frames, each pair
+        # to 2 * ratio frames, a pair with a third (the odd first one) to 2 * ratio + 1: an even L comes back
+        # as ratio * L frames, an odd L as ratio * (L - 1) + 1 (measured against diffusers 0.42 in the tests)
+        ratio = _int(config.get("temporal_compression_ratio"), 4)
+        return FramesRule(name, 2 * ratio, f"its VAE's temporal compression is {ratio}, decoded in pairs",
+                          multiples=True)
+    if name.startswith("SanaVideo"):  # latent frames (n - 1) // factor + 1, the factor from a Wan/DC-AE VAE's config
+        step = _int(config.get("scale_factor_temporal") or config.get("temporal_compression_ratio"), 4)
+        return FramesRule(name, step, f"its VAE's temporal factor is {step}")
+    if name.startswith("Mochi"):
+        # the pipeline's own fixed factor (`vae_temporal_scale_factor = 6`, whatever the VAE config says):
+        # latent frames (n - 1) // 6 + 1, decoded to 6 * (latent - 1) + 1 frames
+        return FramesRule(name, MOCHI_TEMPORAL, f"its temporal factor is {MOCHI_TEMPORAL}")
+    if name.startswith("HunyuanVideo") and "Framepack" not in name:  # Framepack renders in sections: no rule
+        step = _int(config.get("temporal_compression_ratio"), 4)
+        return FramesRule(name, step, f"its VAE's temporal compression is {step}")
+    return None
+
+
+def fixed_frame_counts(model: ModelInfo) -> tuple[int, ...] | None:
+    """The only frame counts a pipeline renders at all, where they are so few (None: see `frames_rule`).
+
+    Latte adds its transformer's temporal position table (`video_length` rows, 16 in the released model)
+    to every multi-frame latent: any other count than 1 or `video_length` fails in the first DiT forward."""
+    if not model.pipeline_class.startswith("Latte"):
+        return None
+    length = _int(_dit_config(model).get("video_length"), 16)
+    return (1, length) if length > 1 else (1,)
+
+
+def _check_frames(model: ModelInfo, frames: int, label: str) -> None:
+    if frames < 1:
+        raise ConfigError(f"{label} {frames}: must be at least 1")
+    counts = fixed_frame_counts(model)
+    if counts is not None:
+        if frames not in counts:
+            raise ConfigError(f"{label} {frames}: {model.pipeline_class} renders {' or '.join(map(str, counts))} "
+                              f"frames (its transformer's temporal position table holds video_length = "
+                              f"{counts[-1]} frames)")
+        return
+    rule = frames_rule(model)
+    if rule is not None and not rule.accepts(frames):
+        examples = " or ".join(map(str, rule.nearest(frames)))
+        raise ConfigError(f"{label} {frames}: {rule.pipeline} renders {rule.pattern} frames ({rule.why}); "
+                          f"e.g. {examples}")
+
+
+# ------------------------------------------------------------------------------------------ image
+def _check_image(path: Path, label: str) -> None:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        if not path.is_file():
+            raise ConfigError(f"{label} {path}: no such file" if not path.exists() else f"{label} {path}: not a file")
+        with Image.open(path) as image:
+            image.load()  # the whole file: a truncated one fails here, not after the model has loaded
+    except ConfigError:
+        raise
+    except (UnidentifiedImageError, Image.DecompressionBombError) as exc:
+        raise ConfigError(f"{label} {path}: not an image PIL can read ({type(exc).__name__})") from None
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise ConfigError(f"{label} {path}: cannot be read as an image ({str(exc).splitlines()[0][:80]})") from None
+
+
+# ------------------------------------------------------------------------------------------ text length
+def _dit_config(model: ModelInfo) -> dict[str, Any]:
+    dits = model.dits
+    path = dits[0].folder / "config.json" if dits else None
+    return load_json(path) if path is not None and path.is_file() else {}
+
+
+def fixed_text_length(model: ModelInfo) -> int | None:
+    """The text length a pipeline's DiT takes exactly, where it has one (None: any).
+
+    CogVideoX models with absolute position embeddings (sin-cos, or learned) add one embedding table over
+    text + video tokens, sized by the transformer's `max_text_seq_length`: a prompt encoded to any other
+    length fails in the first DiT forward ("The size of tensor a (274) must match the size of tensor b")."""
+    if not model.pipeline_class.startswith("CogVideoX"):
+        return None
+    config = _dit_config(model)
+    if config.get("use_rotary_positional_embeddings") and not config.get("use_learned_positional_embeddings"):
+        return None
+    return _int(config.get("max_text_seq_length"), 226)
+
+
+def _check_text_length(model: ModelInfo, request: GenerateRequest, label: str,
+                       signature: Mapping[str, inspect.Parameter]) -> None:
+    required = fixed_text_length(model)
+    parameter = signature.get("max_sequence_length")
+    if required is None or parameter is None:
+        return
+    asked = request.max_sequence_length
+    effective = asked if asked is not None else parameter.default
+    if effective != required:
+        given = f"{label} {asked}" if asked is not None else f"{label}: the pipeline's default {effective}"
+        raise ConfigError(f"{given} does not fit: {model.pipeline_class}'s transformer takes text of exactly "
+                          f"{required} tokens (max_text_seq_length); pass {label} {required}")
+
+
+# ------------------------------------------------------------------------------------------ check_call
+def _requested_options(request: GenerateRequest) -> dict[str, Any]:
+    return {option: value for option in OPTION_PARAMETERS if (value := getattr(request, option)) is not None}
+
+
+def check_call(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, str] | None = None) -> None:
+    """Refuse, with one line naming the option (`labels` maps field -> what the user typed, e.g. "--frames";
+    "param" or "params" for the `--param` values), what the pipeline's call would not take, before anything
+    loads: an option it has no parameter for, a bad frame count, an unreadable image, an unknown or ill-typed
+    parameter, a text length its transformer cannot take, a size it would render differently
+    (`render_size`)."""
+    names = {**OPTION_LABELS, **(labels or {})}
+    if labels and "param" not in labels and "params" in labels:  # the request's field is `params`
+        names["param"] = labels["params"]
+    signature = call_signature(model.pipeline_class)
+    for option, value in _requested_options(request).items():
+        if option_parameter(signature, option) is None:
+            raise ConfigError(f"{names[option]}: {model.pipeline_class} takes no {OPTION_NOUNS[option]}")
+        if option == "frames":
+            _check_frames(model, int(value), names["frames"])
+        elif option == "max_sequence_length" and value < 1:
+            raise ConfigError(f"{names[option]} {value}: must be at least 1")
+        elif option == "image":
+            _check_image(Path(value), names["image"])
+    _check_params(model, request.params, names["param"], signature, names)
+    _check_text_length(model, request, names["max_sequence_length"], signature)
+    check_render_size(model, request, names, signature)
+    check_decodable(model)
+
+
+def check_shape(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, str] | None = None) -> None:
+    """The request's frame count and rendered size only, as `check_call` checks them (what `plan
+    --height/--width/--frames` forecasts for; the sizes' multiples are `request_checks.check_request`'s)."""
+    names = {**OPTION_LABELS, **(labels or {})}
+    signature = call_signature(model.pipeline_class)
+    if request.frames is not None:
+        if option_parameter(signature, "frames") is None:
+            raise ConfigError(f"{names['frames']}: {model.pipeline_class} takes no {OPTION_NOUNS['frames']}")
+        _check_frames(model, request.frames, names["frames"])
+    check_render_size(model, request, names, signature)
+
+
+# ------------------------------------------------------------------------------------------ fps
+def _call_default_fps(signature: Mapping[str, inspect.Parameter]) -> float | None:
+    for key in ("frame_rate", "fps"):
+        parameter = signature.get(key)
+        if parameter is not None and isinstance(parameter.default, int | float) \
+                and not isinstance(parameter.default, bool) and parameter.default > 0:
+            return float(parameter.default)
+    return None
+
+
+@cache
+def _documented_fps(pipeline_class_name: str) -> float | None:
+    module = inspect.getmodule(_pipeline_type(pipeline_class_name))
+    example = getattr(module, "EXAMPLE_DOC_STRING", None)
+    match = _EXPORT_FPS.search(example) if isinstance(example, str) else None
+    return float(match.group(1)) if match else None
+
+
+def default_fps(model: ModelInfo) -> float | None:
+    """The frame rate a video is written at unless the operator says: the pipeline call's own `frame_rate`
+    or `fps` default, else the rate the pipeline's documented example exports at, else the family's."""
+    name = model.pipeline_class
+    try:
+        signature = call_signature(name)
+    except ConfigError:
+        return None
+    fps = _call_default_fps(signature) or _documented_fps(name)
+    if fps is None:
+        fps = next((rate for prefix, rate in FAMILY_FPS if name.startswith(prefix)), None)
+    return fps

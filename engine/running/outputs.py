@@ -1,0 +1,325 @@
+"""Check where a result will be written before anything loads, and write it without a race.
+
+A bad `--output` found after a long load and generation wastes the whole run, so everything that
+can be known up front is checked first: the path is not a directory, its nearest existing
+ancestor is a directory we can actually create files in (checked by creating and removing a
+temporary file there: `os.access` answers "yes" to root on a read-only mount or directory), a
+writer exists for the suffix (Pillow for images and animated GIF/WebP, PyAV for MP4), and no file
+the result would be written to exists unless the operator said so. Writing goes to a temporary file in the
+same directory, put in place only when complete: linked to a new name exclusively, or (with
+overwrite) moved over the old one with `os.replace` (`atomic_write`), so a half-written or empty
+file never stands at an output path, even after SIGTERM or SIGHUP, and a file that appears
+meanwhile is never clobbered unasked.
+
+What each suffix holds:
+- `.mp4`: every frame as one video (see `video_encoders`); for video pipelines only — a still image
+  as a one-frame video is refused before load, since it is almost surely the wrong model or suffix.
+- `.gif`, `.webp`: every frame as one animation looping forever (one frame: a still image).
+- any other Pillow suffix (`.png`, `.jpg`, …): one frame is that file; several frames are a numbered
+  sequence beside it, `NAME-0001.png`, `NAME-0002.png`, … (zero-padded to the frame count's width,
+  at least 4 digits). An existing file among any of those names is refused unless overwrite; when the
+  frame count is not known up front, any existing `NAME-<digits>.png` is refused likewise. With
+  overwrite, once every frame is written, the earlier run's frames of this name that this run did not
+  rewrite (`NAME-<4+ digits>.png`, regular files) are removed, so the folder holds one sequence, not a
+  mix of two; no other file is touched.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+import re
+import stat
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+from ..errors import ConfigError
+from .atomic_write import write_new, write_replacing
+from .signal_guard import SignalGuard
+
+SUGGESTED_SUFFIXES = (".png", ".jpg", ".webp", ".tiff", ".bmp")
+VIDEO_SUGGESTED_SUFFIXES = (".mp4", ".webp", ".gif", ".png")
+VIDEO_SUFFIXES = (".mp4",)
+ANIMATED_FORMATS = ("GIF", "WEBP")
+MP4_FORMAT = "MP4"
+PROBE_PREFIX = ".omni-console-probe-"
+SEQUENCE_MIN_DIGITS = 4
+DEFAULT_FPS = 16.0  # used when neither the caller nor the pipeline names a frame rate
+
+Kind = Literal["still", "animation", "video"]
+
+
+@dataclass(frozen=True, slots=True)
+class OutputTarget:
+    """A checked output path, the format its suffix selects and what kind of file that is."""
+
+    path: Path
+    image_format: str  # a Pillow format name, or "MP4"
+    overwrite: bool
+    kind: Kind = "still"
+    expected_frames: int | None = None  # known before load (None: not known)
+
+
+@functools.cache
+def _writer_for(suffix: str) -> str | None:
+    """Pillow's format for `suffix` if it has a save handler that writes RGB images."""
+    from PIL import Image
+
+    Image.init()
+    image_format = Image.registered_extensions().get(suffix)
+    if image_format is None or image_format not in Image.SAVE:
+        return None
+    try:  # some registered writers are stubs without a handler, or refuse RGB (XBM, MSP, Palm)
+        Image.new("RGB", (2, 2)).save(io.BytesIO(), format=image_format)
+    except Exception:  # noqa: BLE001 - any failure means: no usable writer
+        return None
+    return image_format
+
+
+@functools.cache
+def _animation_writer(image_format: str) -> bool:
+    """True if this Pillow build writes several frames of `image_format` into one file."""
+    from PIL import Image
+
+    frames = [Image.new("RGB", (2, 2), (i, 0, 0)) for i in (0, 255)]
+    try:
+        frames[0].save(io.BytesIO(), format=image_format, save_all=True, append_images=frames[1:], duration=100)
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+def _mp4_writer_problem() -> str | None:
+    """None if MP4 files can be written here, else why not."""
+    try:
+        from .video_encoders import mp4_codec
+
+        mp4_codec()
+    except ImportError:
+        return "writing .mp4 needs PyAV (pip install av)"
+    except RuntimeError as exc:
+        return str(exc)
+    return None
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not os.path.lexists(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _probe_writable(directory: Path) -> str | None:
+    """None if a file can be created in `directory`, else the reason (the OS's words)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=PROBE_PREFIX, dir=directory)
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def sequence_paths(path: Path, count: int) -> list[Path]:
+    """Where `count` frames of a still-image target go: the path itself for one frame, else
+    NAME-0001.SUF … (digits: the count's width, at least SEQUENCE_MIN_DIGITS)."""
+    if count <= 1:
+        return [path]
+    digits = max(SEQUENCE_MIN_DIGITS, len(str(count)))
+    return [path.with_name(f"{path.stem}-{i:0{digits}d}{path.suffix}") for i in range(1, count + 1)]
+
+
+def existing_sequence_files(path: Path) -> list[Path]:
+    """Files already named like a numbered sequence of `path` (NAME-<digits>.SUF), sorted."""
+    pattern = re.compile(re.escape(path.stem) + r"-\d+" + re.escape(path.suffix))
+    try:
+        entries = list(path.parent.iterdir())
+    except OSError:
+        return []
+    return sorted(p for p in entries if pattern.fullmatch(p.name))
+
+
+def _kind_of(shown: str, suffix: str, video: bool | None) -> tuple[str, Kind]:
+    if suffix in VIDEO_SUFFIXES:
+        if video is False:
+            raise ConfigError(f"{shown}: {suffix} is for videos and this model makes still images "
+                              f"(use {', '.join(SUGGESTED_SUFFIXES)}, …)")
+        if (problem := _mp4_writer_problem()) is not None:
+            raise ConfigError(f"{shown}: {problem}")
+        return MP4_FORMAT, "video"
+    image_format = _writer_for(suffix) if suffix else None
+    if image_format is None:
+        if video:
+            what = f"no video or image writer for {suffix!r}" if suffix else "no file suffix to choose a format"
+            raise ConfigError(f"{shown}: {what} (use {', '.join(VIDEO_SUGGESTED_SUFFIXES)}, …)")
+        what = f"no image writer for {suffix!r}" if suffix else "no file suffix to choose an image format"
+        videos = "" if video is False else f"; a video: {', '.join(VIDEO_SUGGESTED_SUFFIXES)}"
+        raise ConfigError(f"{shown}: {what} (use {', '.join(SUGGESTED_SUFFIXES)}, …{videos})")
+    if image_format in ANIMATED_FORMATS and _animation_writer(image_format):
+        return image_format, "animation"
+    return image_format, "still"
+
+
+def _check_not_replaced(shown: str, path: Path, kind: Kind, video: bool | None, frames: int | None,
+                        overwrite: bool) -> None:
+    """Refuse a result that would land on an existing file (any, without overwrite; a directory, always)."""
+    many = kind == "still" and video is not False and (frames is None or frames > 1)
+    if not many:
+        if os.path.lexists(path) and not overwrite:
+            raise ConfigError(f"{shown} exists; pass --overwrite to replace it")
+        return
+    if frames is not None:
+        names = sequence_paths(path, frames)
+        span = f"the {frames} frames go to {names[0].name} … {names[-1].name}"
+    else:  # one frame is `path`, several are NAME-<digits>.SUF: refuse both
+        names = [path, *existing_sequence_files(path)]
+        span = f"a video's frames go to {sequence_paths(path, 2)[0].name}, …"
+    for name in names:
+        if name.is_dir():
+            raise ConfigError(f"{shown}: {name} is a directory ({span})")
+        if os.path.lexists(name) and not overwrite:
+            where = "" if name == path else f": {name.name}"
+            raise ConfigError(f"{shown}{where} exists ({span}); pass --overwrite to replace it")
+
+
+def _check_place(shown: str, path: Path, video: bool | None) -> None:
+    if path.is_dir():
+        example = "out.mp4" if video else "out.png"
+        raise ConfigError(f"{shown} is a directory (name a file, e.g. {path / example})")
+    parent = path.parent
+    anchor = _nearest_existing(parent)
+    if not anchor.is_dir():
+        raise ConfigError(f"{shown}: {anchor} is not a directory")
+    reason = _probe_writable(anchor)
+    if reason is not None:
+        raise ConfigError(f"{shown}: cannot create files in {anchor} ({reason})")
+
+
+def check_output_place(path: Path, *, flag: str = "--output") -> None:
+    """The checks that need no model: not a directory, a folder we can write in, a writer for the suffix.
+    (What files exist matters only once it is known whether the model makes a video: `check_output`.)"""
+    shown = f"{flag} {str(path)!r}"
+    _check_place(shown, path, None)
+    _kind_of(shown, path.suffix.lower(), None)
+
+
+def check_output(path: Path, *, overwrite: bool = False, flag: str = "--output", video: bool | None = None,
+                 frames: int | None = None) -> OutputTarget:
+    """Refuse, with one line, an output the run could not write; reads the file system only.
+
+    `video`: whether the model makes videos (None: not known); `frames`: how many frames the result will
+    have, when known before load (None: not known; an unknown video count checks every sequence name).
+    """
+    shown = f"{flag} {str(path)!r}"
+    _check_place(shown, path, video)
+    image_format, kind = _kind_of(shown, path.suffix.lower(), video)
+    _check_not_replaced(shown, path, kind, video, frames, overwrite)
+    return OutputTarget(path, image_format, overwrite, kind, frames)
+
+
+# ---------------------------------------------------------------- writing
+
+def _write_file(path: Path, overwrite: bool, write: Callable[[BinaryIO], None]) -> bool:
+    """Write one file: new (exclusive), or replace only with overwrite. True if it created a new file.
+
+    Either way the bytes go to `.NAME.XXXX.tmp` beside it first and are put in place whole
+    (`atomic_write`); SIGTERM or SIGHUP meanwhile (`SignalGuard`, main thread) removes that temporary
+    file and exits 143 / 129, so neither a partial nor an empty file is ever left under the name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with SignalGuard():
+        if overwrite and os.path.lexists(path):
+            write_replacing(path, write)
+            return False
+        try:
+            write_new(path, write)
+        except FileExistsError:
+            if overwrite:
+                write_replacing(path, write)
+                return False
+            raise ConfigError(f"--output {str(path)!r} appeared while generating; not replaced "
+                              "(pass --overwrite to replace it)") from None
+    return True
+
+
+def _saver(image: Any, image_format: str) -> Callable[[BinaryIO], None]:
+    return lambda stream: image.save(stream, format=image_format)
+
+
+def write_result(frames: Sequence[Any], target: OutputTarget, *, fps: float | None) -> list[Path]:
+    """Write every frame to a checked target (see the module docstring); returns the files written.
+
+    `frames`: PIL images or HxWx3 arrays (uint8, or float in [0, 1]). `fps` None: DEFAULT_FPS.
+    """
+    from .video_encoders import encode_animation, encode_mp4, rgb_images
+
+    if not frames:
+        raise ValueError("no frames to write")
+    rate = DEFAULT_FPS if fps is None else fps
+    if target.kind == "video":
+        _write_file(target.path, target.overwrite, lambda stream: encode_mp4(frames, stream, rate))
+        return [target.path]
+    images = rgb_images(frames)
+    if target.kind == "animation":
+        _write_file(target.path, target.overwrite,
+                    lambda stream: encode_animation(images, stream, target.image_format, rate))
+        return [target.path]
+    written: list[Path] = []
+    created: list[Path] = []
+    try:
+        for image, path in zip(images, sequence_paths(target.path, len(images)), strict=True):
+            if _write_file(path, target.overwrite, _saver(image, target.image_format)):
+                created.append(path)
+            written.append(path)
+    except BaseException:
+        for path in created:  # a partial sequence of our own new files is removed; replaced ones stay new
+            path.unlink(missing_ok=True)
+        raise
+    if target.overwrite:
+        remove_stale_frames(target.path, written)
+    return written
+
+
+def remove_stale_frames(path: Path, written: Sequence[Path]) -> list[Path]:
+    """Remove the frames an earlier, longer run wrote for `path` that `written` did not replace.
+
+    Only names this module writes for `path` (NAME-<at least SEQUENCE_MIN_DIGITS digits>.SUF) that are
+    regular files; returns what was removed."""
+    keep = {p.name for p in written}
+    removed = []
+    for old in existing_sequence_files(path):
+        digits = old.name[len(path.stem) + 1:len(old.name) - len(path.suffix)]
+        if old.name in keep or len(digits) < SEQUENCE_MIN_DIGITS:
+            continue
+        try:
+            if not stat.S_ISREG(os.lstat(old).st_mode):
+                continue
+            old.unlink()
+        except FileNotFoundError:
+            continue
+        removed.append(old)
+    return removed
+
+
+def write_notes(frames: Sequence[Any], target: OutputTarget, *, fps: float | None) -> list[str]:
+    """What the operator should know about how `write_result` stores these frames (one line each)."""
+    from .video_encoders import gif_is_slow, mp4_size, rgb_array
+
+    if not frames:
+        return []
+    notes = []
+    rate = DEFAULT_FPS if fps is None else fps
+    if fps is None and (target.kind == "video" or (target.kind == "animation" and len(frames) > 1)):
+        notes.append(f"no frame rate given or known for this model: {rate:g} fps (set --fps)")
+    if target.kind == "video":
+        height, width = rgb_array(frames[0]).shape[:2]
+        stored = mp4_size(width, height)
+        if stored != (width, height):
+            notes.append(f"{target.path.name}: {width}x{height} padded to {stored[0]}x{stored[1]} "
+                         "(repeating the last column/row; H.264 in yuv420p needs even sizes)")
+    if target.kind == "animation" and target.image_format == "GIF" and len(frames) > 1 and gif_is_slow(rate):
+        notes.append(f"{target.path.name}: at {rate:g} fps GIF frames last under 20 ms, which most players "
+                     "show slower (use .mp4 or .webp)")
+    return notes

@@ -1,0 +1,250 @@
+"""Run one generation on a placed pipeline, timing every denoise step and the request's phases.
+
+A step is timed from the first DiT forward of that step (a forward pre-hook) to the pipeline's
+`callback_on_step_end`, with the compute stream synchronized at both ends so the wall time is the
+device's, not the host's enqueue time (the copy stream runs on: see `sync_compute`). The
+streamer's exposed stall and H2D bytes are taken at the same boundary. Cancellation sets the
+pipeline's interrupt flag at the next step end.
+
+The request maps onto the pipeline's own parameter names (`frames` -> `num_frames`, the image file
+-> a PIL image, ...); the result keeps every frame of the first batch item, and where the time went
+(`request_phases`: text encoding, denoise, VAE decode).
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...offload.events import EventBus
+from ...offload.module_hooks import Hooks
+from ...offload.streamer import LayerwiseStreamer
+from ..errors import ConfigError
+from ..events import StepTiming
+from .pipeline_defaults import default_steps
+from .request_phases import DecodeMeter, phase_seconds, sync, sync_compute
+
+# Request fields the engine maps onto a pipeline's own parameter names, in the order tried.
+FRAME_PARAMETERS = ("num_frames", "video_length", "frames")  # Latte: video_length; SanaVideo: frames
+IMAGE_PARAMETERS = ("image",)
+
+
+def pipeline_parameter(accepted: Mapping[str, Any], names: tuple[str, ...]) -> str | None:
+    """The first of `names` the pipeline's `__call__` takes (None: it takes none of them)."""
+    return next((name for name in names if name in accepted), None)
+
+
+def load_condition_image(path: Path) -> Any:
+    """The conditioning image as PIL RGB, fully read (the file is closed before the call)."""
+    from PIL import Image
+
+    with Image.open(path) as opened:
+        return opened.convert("RGB")
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateRequest:
+    """One generation. Fields left None are not sent: the pipeline's own default applies."""
+
+    prompt: str
+    steps: int | None = None
+    height: int | None = None
+    width: int | None = None
+    seed: int = 0
+    guidance: float | None = None
+    frames: int | None = None  # -> the pipeline's num_frames
+    negative_prompt: str | None = None
+    max_sequence_length: int | None = None
+    image: Path | None = None  # conditioning image file, opened with PIL at request time
+    params: dict[str, Any] = field(default_factory=dict)  # --param KEY=VALUE, already typed; merged last
+    output_type: str = "pil"  # "np" for exactness tests
+    extra: dict[str, Any] = field(default_factory=dict)  # built-in defaults (demo); params win
+
+    def explicit_kwargs(self, accepted: Mapping[str, Any]) -> dict[str, Any]:
+        """The pipeline keyword for each field the request sets (values as given; the image as its path).
+
+        A field the pipeline has no parameter for keeps a default name (`num_frames`, `image`), so the
+        caller finds it among the keys the pipeline does not take."""
+        frames_key = pipeline_parameter(accepted, FRAME_PARAMETERS) or "num_frames"
+        image_key = pipeline_parameter(accepted, IMAGE_PARAMETERS) or "image"
+        pairs = (("num_inference_steps", self.steps), ("height", self.height), ("width", self.width),
+                 ("guidance_scale", self.guidance), (frames_key, self.frames),
+                 ("negative_prompt", self.negative_prompt), ("max_sequence_length", self.max_sequence_length),
+                 (image_key, self.image))
+        return {key: value for key, value in pairs if value is not None}
+
+    def call_kwargs(self, pipe: Any) -> dict[str, Any]:
+        """Keyword arguments for the pipeline call.
+
+        `extra` (built-in defaults) is filtered to what the pipeline takes; every field the request sets and
+        every `params` key must be a parameter of the pipeline (`call_options.check_call` refuses the rest
+        before load; here it is a `ConfigError` rather than a silent drop)."""
+        accepted = inspect.signature(pipe.__call__).parameters
+        explicit = {**self.explicit_kwargs(accepted), **self.params}
+        unknown = sorted(key for key in explicit if key not in accepted)
+        if unknown:
+            raise ConfigError(f"{type(pipe).__name__} takes no {', '.join(unknown)}")
+        if self.image is not None and (image_key := pipeline_parameter(accepted, IMAGE_PARAMETERS)) is not None \
+                and image_key not in self.params:
+            explicit[image_key] = load_condition_image(Path(self.image))
+        kwargs: dict[str, Any] = {key: value for key, value in self.extra.items() if key in accepted}
+        kwargs.update(prompt=self.prompt, output_type=self.output_type,
+                      generator=torch.Generator("cpu").manual_seed(self.seed))
+        kwargs.update(explicit)
+        return kwargs
+
+
+class RequestCancelled(Exception):
+    """The operator cancelled the request; raised between two blocks, inside the step (nothing is kept)."""
+
+    def __init__(self, steps_done: int = 0, total_steps: int = 0) -> None:
+        super().__init__(f"cancelled after {steps_done}/{total_steps} steps")
+        self.steps_done, self.total_steps = steps_done, total_steps
+
+
+def cancel_points(modules: list[torch.nn.Module]) -> list[torch.nn.Module]:
+    """Where a cancel is checked: every element of every ModuleList under `modules` (the DiT's blocks, an
+    encoder's layers, a VAE's up/down blocks), so a cancel lands within one block's time, not a step's."""
+    points: list[torch.nn.Module] = []
+    for module in modules:
+        for child in module.modules():
+            if isinstance(child, torch.nn.ModuleList):
+                points.extend(child)
+    return points
+
+
+def watch_cancel(hooks: Hooks, modules: list[torch.nn.Module], cancel: threading.Event | None) -> None:
+    """Forward pre-hooks raising `RequestCancelled` once `cancel` is set. Each runs before any other hook
+    of its block (the streamer's too), so the request stops between blocks, where a failure is recovered
+    from cleanly (tests/engine/test_faults.py); added to `hooks`."""
+    if cancel is None:
+        return
+
+    def check(*_: Any) -> None:
+        if cancel.is_set():
+            raise RequestCancelled
+
+    for point in cancel_points(modules):
+        hooks.before(point, check, prepend=True)
+
+
+class StepClock:
+    """Times denoise steps between the first DiT forward and the step-end callback."""
+
+    def __init__(self, bus: EventBus, request_id: int, total_steps: int, device: torch.device,
+                 streamer: LayerwiseStreamer | None, cancel: threading.Event | None) -> None:
+        self.bus, self.request_id, self.total_steps = bus, request_id, total_steps
+        self.device, self.streamer, self.cancel = device, streamer, cancel
+        self.started: float | None = None
+        self.steps: list[StepTiming] = []
+        self.first_forward: float | None = None  # perf_counter at the request's first DiT forward
+        self.last_step_end: float | None = None
+        self.latent_shape: tuple[int, ...] | None = None
+        self.text_peak: int | None = None  # device allocator peak before the first DiT forward (CUDA)
+
+    def on_dit_forward(self, *_: Any, **__: Any) -> None:
+        if self.started is None:
+            sync_compute(self.device)
+            if self.first_forward is None and self.device.type == "cuda":
+                self.text_peak = torch.cuda.max_memory_allocated(self.device)  # text encoding ends here
+                torch.cuda.reset_peak_memory_stats(self.device)
+            if self.streamer is not None:
+                self.streamer.take_step_stats()  # transfers before the loop belong to no step
+            self.started = time.perf_counter()
+            if self.first_forward is None:
+                self.first_forward = self.started
+
+    def on_step_end(self, pipe: Any, step: int, _timestep: Any, callback_kwargs: dict[str, Any]) -> dict[str, Any]:
+        sync_compute(self.device)
+        self.last_step_end = time.perf_counter()
+        wall = self.last_step_end - (self.started or self.last_step_end)
+        latents = callback_kwargs.get("latents")
+        if isinstance(latents, torch.Tensor):
+            self.latent_shape = tuple(latents.shape)
+        stats = self.streamer.take_step_stats() if self.streamer is not None else None
+        timing = StepTiming(request_id=self.request_id, step=step + 1, total_steps=self.total_steps, wall_s=wall,
+                            stall_s=stats.stall_s if stats else 0.0, h2d_bytes=stats.h2d_bytes if stats else 0,
+                            sync_fetches=stats.sync_fetches if stats else 0)
+        self.steps.append(timing)
+        self.bus.publish(timing)
+        self.started = None
+        if self.cancel is not None and self.cancel.is_set():
+            pipe._interrupt = True
+        return callback_kwargs
+
+
+def total_steps_of(pipe: Any, request: GenerateRequest) -> int:
+    if request.steps is not None:
+        return request.steps
+    return default_steps(pipe) or 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutput:
+    """What one pipeline call produced and where its time went."""
+
+    frames: list[Any]  # every frame of the first batch item (PIL images, or arrays for output_type="np")
+    is_video: bool  # the pipeline returned `frames` (a video), not `images`
+    steps: list[StepTiming]
+    latent_shape: tuple[int, ...] | None
+    phases: dict[str, float]
+    vae_decode_peak_bytes: int | None
+    peak_before_decode: int | None  # device peak reached before the decode reset (CUDA), for the request peak
+    text_peak: int | None = None  # device peak of text encoding (until the first DiT forward; CUDA)
+
+    @property
+    def image(self) -> Any:
+        return self.frames[0] if self.frames else None
+
+
+def first_item_frames(output: Any) -> tuple[list[Any], bool]:
+    """(frames of the first batch item, is_video): video pipelines return `frames` [batch][frame],
+    image pipelines `images` [batch]."""
+    frames = getattr(output, "frames", None)
+    if frames is not None:
+        return (list(frames[0]) if len(frames) else []), True
+    images = getattr(output, "images", None)
+    if images is None and isinstance(output, tuple | list) and output:
+        images = output[0]
+    return ([images[0]] if images is not None and len(images) else []), False
+
+
+def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_id: int, device: torch.device,
+                 dits: list[torch.nn.Module], streamer: LayerwiseStreamer | None,
+                 cancel: threading.Event | None = None) -> RunOutput:
+    """Call the pipeline once; returns every frame of the first batch item, step timings and phases."""
+    clock = StepClock(bus, request_id, total_steps_of(pipe, request), device, streamer, cancel)
+    kwargs = request.call_kwargs(pipe)
+    if "callback_on_step_end" in inspect.signature(pipe.__call__).parameters:
+        kwargs["callback_on_step_end"] = clock.on_step_end
+    decode = DecodeMeter(device)
+    hooks = Hooks()
+    decode.install(getattr(pipe, "vae", None), hooks)
+    # first among the DiT's pre-hooks: an expert switch (engine/loading/expert_switch.py) counts in its step
+    for dit in dits:
+        hooks.before(dit, clock.on_dit_forward, prepend=True)
+    components = getattr(pipe, "components", None) or {}
+    others = [m for m in components.values() if isinstance(m, torch.nn.Module) and all(m is not d for d in dits)]
+    watch_cancel(hooks, [*dits, *others], cancel)
+    try:
+        sync(device)
+        call_start = time.perf_counter()
+        output = pipe(**kwargs)  # diffusers runs it under no_grad, exactly as the plain pipeline does
+        sync(device)
+    except RequestCancelled:
+        raise RequestCancelled(len(clock.steps), clock.total_steps) from None
+    finally:
+        hooks.remove()
+    frames, is_video = first_item_frames(output)
+    return RunOutput(frames=frames, is_video=is_video, steps=clock.steps,
+                     latent_shape=decode.latent_shape or clock.latent_shape,
+                     phases=phase_seconds(call_start, clock.first_forward, clock.last_step_end, decode),
+                     vae_decode_peak_bytes=decode.peak_bytes, peak_before_decode=decode.peak_before_decode,
+                     text_peak=clock.text_peak)
