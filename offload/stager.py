@@ -60,6 +60,7 @@ class _Group:
     pinned: bool = False
     phase: int = 0  # the source storage's address modulo a page (see address_phase)
     in_place: bool = False  # the master is the source's own pinned storage (not a copy in our arena)
+    source: tuple[int, int] = (0, 0)  # (the source storage's address, its bytes): a view keeps it all alive
 
 
 def _view_of(storage_u8: torch.Tensor, t: _Target) -> torch.Tensor:
@@ -147,9 +148,9 @@ class ModuleStager:
     @property
     def pinned_bytes(self) -> int:
         """Page-locked bytes of the masters: our arena as registered (alignment gaps included) and the
-        pinned storages used in place."""
+        pinned storages used in place, each whole and once (a span's view keeps its whole storage alive)."""
         arena = self._arena.pinned_bytes if self._arena is not None and self._arena.pinned else 0
-        return arena + sum(g.nbytes for g in self._groups if g.in_place)
+        return arena + sum(dict(g.source for g in self._groups if g.in_place).values())
 
     @property
     def closed(self) -> bool:
@@ -189,7 +190,8 @@ class ModuleStager:
                 targets = [_Target(t, t.storage_offset() - start // t.dtype.itemsize, tuple(t.shape),
                                    tuple(t.stride()), t.dtype) for t in inside]
                 phase = phase_of(whole.data_ptr() + start, max(t.dtype.itemsize for t in inside))
-                groups.append(_Group(nbytes=end - start, targets=targets, phase=phase))
+                groups.append(_Group(nbytes=end - start, targets=targets, phase=phase,
+                                     source=(whole.data_ptr(), whole.numel())))
                 sources.append(whole[start:end])
                 in_place.append(pinned_source)
         offsets: dict[int, int] = {}
