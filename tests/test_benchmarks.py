@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -17,6 +19,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_a_benchmark_runs_as_a_module_with_the_common_flags() -> None:
     done = _run("-m", "benchmarks.cpu_exactness", "--help")
     assert done.returncode == 0, done.stderr
@@ -24,6 +27,7 @@ def test_a_benchmark_runs_as_a_module_with_the_common_flags() -> None:
         assert flag in done.stdout
 
 
+@pytest.mark.slow
 def test_a_report_carries_its_machine_and_its_numbers_as_csv_rows(tmp_path: Path) -> None:
     out, rows = tmp_path / "r" / "report.json", tmp_path / "report.csv"
     code = textwrap.dedent(f"""

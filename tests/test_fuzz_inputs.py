@@ -223,6 +223,7 @@ def _run_in_process(argv: list[str]) -> tuple[object, str, str, float]:
     return code, out.getvalue(), err.getvalue(), time.monotonic() - start
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(edits=mutations, extra=flags, as_json=st.booleans())

@@ -34,6 +34,7 @@ def lint(contract: str, *, cwd: Path = ROOT, pythonpath: Path | None = None) -> 
                           capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("contract", CONTRACTS)
 def test_contract_is_kept(contract):
     result = lint(contract)
@@ -53,6 +54,7 @@ def planted_copy(tmp_path: Path, modules: dict[str, str]) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("modules", "contract"), [
     ({"engine/_planted.py": "import textual\n"}, "no-textual-below-console"),
     ({"offload/_planted.py": "from textual.widget import Widget\n"}, "no-textual-below-console"),

@@ -56,6 +56,7 @@ def assert_forecast_matches(app: OmniConsoleApp, engine: Engine) -> None:
         assert rows[label] == value, (label, rows[label], value)
 
 
+@pytest.mark.slow
 async def test_plan_screen_shows_model_components_policy_and_forecast(app, engine):
     async with app.run_test(size=(140, 50)) as pilot:
         await pilot.pause()
@@ -74,6 +75,7 @@ async def test_plan_screen_shows_model_components_policy_and_forecast(app, engin
         assert "no device link (CPU)" in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", AUX)
 async def test_toggling_each_auxiliary_component_by_key(app, engine, name):
     async with app.run_test(size=(140, 50)) as pilot:
@@ -94,6 +96,7 @@ async def test_toggling_each_auxiliary_component_by_key(app, engine, name):
         assert app.plan_screen.table.selected_name == name  # the cursor stayed on the row
 
 
+@pytest.mark.slow
 async def test_default_toggle_flips_components_without_their_own_entry(app, engine):
     async with app.run_test(size=(140, 50)) as pilot:
         await pilot.pause()
@@ -125,6 +128,7 @@ async def test_dit_toggle_is_refused_with_a_notification(app):
         assert "transformer" not in app.policy.dlo_offload_components
 
 
+@pytest.mark.slow
 async def test_resident_layers_stay_within_bounds_and_move_the_forecast(app, engine):
     async with app.run_test(size=(140, 50)) as pilot:
         await pilot.pause()
@@ -193,6 +197,7 @@ async def test_resident_mode_refuses_toggles_and_m_switches_modes(engine, tmp_pa
     app.shutdown()
 
 
+@pytest.mark.slow
 async def test_copy_command_puts_the_serve_line_on_the_clipboard(app, engine):
     async with app.run_test(size=(140, 50)) as pilot:
         await pilot.pause()

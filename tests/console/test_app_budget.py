@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from app_helpers import until
 
 from omni_console.console.screens.budget import BudgetDialog
 from omni_console.offload.units import format_bytes
 
 
+@pytest.mark.slow
 async def test_placement_and_ring_depth_keys_replan_and_show_in_the_forecast(app, engine):
     async with app.run_test(size=(140, 50)) as pilot:
         await pilot.pause()
@@ -27,6 +29,7 @@ async def test_placement_and_ring_depth_keys_replan_and_show_in_the_forecast(app
         assert app.policy.prefetch_slots == 2 and "already at 2" in app.notices[-1][0]
 
 
+@pytest.mark.slow
 async def test_budget_key_asks_for_a_size_and_takes_the_planners_policy(app, engine):
     async with app.run_test(size=(140, 50)) as pilot:
         await pilot.pause()
@@ -48,6 +51,7 @@ async def test_budget_key_asks_for_a_size_and_takes_the_planners_policy(app, eng
         assert app.notices[-1][0].startswith(f"VRAM budget {format_bytes(engine.model.nbytes * 2)}:")
 
 
+@pytest.mark.slow
 async def test_a_budget_nothing_fits_is_one_error_and_the_policy_stays(app, engine):
     async with app.run_test(size=(140, 50)) as pilot:
         await pilot.pause()

@@ -25,6 +25,7 @@ def wan22_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_wan22_a14b(tmp_path_factory.mktemp("models") / "wan22-a14b", seed=0)
 
 
+@pytest.mark.slow
 async def test_the_idle_experts_blocks_show_as_idle_with_the_running_expert_named(wan22_dir, tmp_path, wan_loadable):
     engine = Engine(wan22_dir, device="cpu")
     app = make_app(engine, tmp_path, build_policy({}, 1))

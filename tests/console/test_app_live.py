@@ -31,6 +31,7 @@ def line_with(text: str, label: str) -> str:
     return line
 
 
+@pytest.mark.slow
 async def test_load_generate_unload_end_to_end_on_cpu(app, engine, tmp_path):
     async with app.run_test(size=(200, 60)) as pilot:
         await pilot.pause()
@@ -91,6 +92,7 @@ async def select_vae_resident(pilot, app) -> None:
     assert app.policy.dlo_offload_components == {"vae": False}
 
 
+@pytest.mark.slow
 async def test_generate_dialog_rejects_bad_input_and_escape_cancels(app):
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
@@ -108,6 +110,7 @@ async def test_generate_dialog_rejects_bad_input_and_escape_cancels(app):
         assert "generate" not in app.last_command and not app.generating
 
 
+@pytest.mark.slow
 async def test_failing_load_shows_the_error_and_returns_to_the_plan_screen(app, engine, monkeypatch):
     def broken_attach(self):
         raise RuntimeError("slot allocation failed (injected)")
@@ -130,6 +133,7 @@ async def test_failing_load_shows_the_error_and_returns_to_the_plan_screen(app, 
         assert engine.state == EngineState.READY
 
 
+@pytest.mark.slow
 async def test_escape_cancels_a_load(app, engine, monkeypatch):
     entered = threading.Event()
 
@@ -153,6 +157,7 @@ async def test_escape_cancels_a_load(app, engine, monkeypatch):
         assert app.notices[-1] == ("load cancelled; memory released", "warning")
 
 
+@pytest.mark.slow
 async def test_allocator_and_nvml_panels_show_the_injected_telemetry(app):
     async with app.run_test(size=(200, 60)) as pilot:
         await pilot.pause()
@@ -187,6 +192,7 @@ async def test_allocator_and_nvml_panels_show_the_injected_telemetry(app):
         assert "unavailable: NVML init failed: NVML Shared Library Not Found" in text
 
 
+@pytest.mark.slow
 async def test_cpu_panels_say_unavailable_with_the_reason(engine, tmp_path):
     class NoNvml:
         def read(self):
@@ -207,6 +213,7 @@ async def test_cpu_panels_say_unavailable_with_the_reason(engine, tmp_path):
     app.shutdown()
 
 
+@pytest.mark.slow
 async def test_staging_log_pause_filter_and_dropped_events(app, engine):
     async with app.run_test(size=(200, 60)) as pilot:
         await pilot.pause()
@@ -233,6 +240,7 @@ async def test_staging_log_pause_filter_and_dropped_events(app, engine):
         assert "3 dropped" in screen_text(app)
 
 
+@pytest.mark.slow
 async def test_quit_shuts_the_worker_down_and_releases_memory(app, engine):
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
@@ -246,6 +254,7 @@ async def test_quit_shuts_the_worker_down_and_releases_memory(app, engine):
         app.worker.generate(None)
 
 
+@pytest.mark.slow
 async def test_live_screen_renders_at_small_and_large_sizes(app):
     async with app.run_test(size=(200, 60)) as pilot:
         await pilot.pause()

@@ -29,6 +29,7 @@ sys.exit(main(["--model", model, "--telemetry-hz", "10"]))
 MOUSE_ON, MOUSE_OFF = b"\x1b[?1000h", b"\x1b[?1000l"
 
 
+@pytest.mark.slow
 def test_q_on_an_idle_console_exits_0_and_restores_the_terminal(tmp_path, demo_model_dir, monkeypatch):
     monkeypatch.setattr(exit_process, "SCRIPT", IDLE_SCRIPT)
     term = exit_process.Terminal(tmp_path, demo_model_dir)

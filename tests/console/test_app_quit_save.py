@@ -35,6 +35,7 @@ async def generate(pilot, app, steps: int = 2):
     return future
 
 
+@pytest.mark.slow
 async def test_two_generations_keep_every_image_of_a_previous_run(app, tmp_path, monkeypatch):
     monkeypatch.setattr(outputs, "now", lambda: PINNED_TIME)
     out = tmp_path / "out"
@@ -76,6 +77,7 @@ def test_save_image_never_opens_an_existing_file_and_removes_only_its_own_half_w
     assert re.fullmatch(r"\d{8}-\d{6}-request-7", stem)
 
 
+@pytest.mark.slow
 async def test_q_during_a_stuck_step_exits_within_two_seconds_and_the_release_follows(app, engine, monkeypatch):
     entered, unstick = threading.Event(), threading.Event()
 
@@ -108,6 +110,7 @@ async def test_q_during_a_stuck_step_exits_within_two_seconds_and_the_release_fo
     assert engine.state == EngineState.UNLOADED and engine.placement is None  # released right after
 
 
+@pytest.mark.slow
 async def test_a_cancelled_request_saves_nothing_and_says_after_how_many_steps(app, tmp_path, monkeypatch):
     first_step = threading.Event()
     real_step_end = StepClock.on_step_end
@@ -136,6 +139,7 @@ async def test_a_cancelled_request_saves_nothing_and_says_after_how_many_steps(a
     assert app.last_output is None
 
 
+@pytest.mark.slow
 async def test_a_cancel_stops_inside_the_step_so_even_save_partial_keeps_nothing(engine, tmp_path, monkeypatch):
     monkeypatch.setattr(StepClock, "on_step_end", cancel_at_first_step(StepClock.on_step_end))
     app = make_app(engine, tmp_path, save_partial=True)
@@ -151,6 +155,7 @@ async def test_a_cancel_stops_inside_the_step_so_even_save_partial_keeps_nothing
         app.shutdown()
 
 
+@pytest.mark.slow
 async def test_escape_during_a_long_step_ends_the_request_within_2_s(app, tmp_path):
     """A step of six 1 s blocks (6 s): esc lands at the next block, not at the step's end (the engine is
     idle again within 2 s of the key, measured on its thread; the app's own drain adds its 0.1 s tick)."""
@@ -196,6 +201,7 @@ def cancel_at_first_step(real_step_end):
     return step_end
 
 
+@pytest.mark.slow
 async def test_a_failed_request_is_in_the_event_log_not_only_a_toast(app, tmp_path, monkeypatch):
     def failing_pipeline(*_args, **_kwargs):
         raise RuntimeError("CUDA error: an illegal memory access (injected)")

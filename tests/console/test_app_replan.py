@@ -17,6 +17,7 @@ def live_engine(demo_model_dir):
     engine.close()
 
 
+@pytest.mark.slow
 async def test_live_keys_replan_the_loaded_model_and_say_what_moved(live_engine, tmp_path):
     app = make_app(live_engine, tmp_path)
     try:
@@ -40,6 +41,7 @@ async def test_live_keys_replan_the_loaded_model_and_say_what_moved(live_engine,
         app.shutdown()
 
 
+@pytest.mark.slow
 async def test_without_a_live_load_the_edit_is_refused_and_undone(engine, tmp_path):
     app = make_app(engine, tmp_path)
     try:
@@ -63,6 +65,7 @@ def test_replanned_events_are_worded_for_the_log():
     assert progress_line(event)[0].startswith("re-plan:")
 
 
+@pytest.mark.slow
 async def test_the_console_forecasts_the_host_memory_a_live_load_keeps(live_engine, tmp_path):
     from omni_console.offload.units import format_bytes
 

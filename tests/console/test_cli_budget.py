@@ -55,6 +55,7 @@ def test_budget_keeps_everything_resident_when_it_fits_and_streams_when_it_does_
     assert tight["forecast"]["num_streamed_blocks"] > 0 or any(c["residency"] == "staged" for c in tight["components"])
 
 
+@pytest.mark.slow
 def test_run_reports_the_budget_choice_and_then_checks_its_forecast(demo_model_dir, tmp_path, capsys):
     for old in profile_dir().glob("*.json") if profile_dir().is_dir() else []:
         old.unlink()

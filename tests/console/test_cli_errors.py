@@ -124,6 +124,7 @@ def test_other_families_sizes_refused_before_load(fixture, flags, words, request
     assert words in run_refused(capsys, loads, model, tmp_path / "o.png", *flags)
 
 
+@pytest.mark.slow
 def test_a_size_the_rule_allows_is_rendered_exactly(demo_model_dir, tmp_path, capsys):
     out = tmp_path / "tall.png"
     assert main(["run", "--model", str(demo_model_dir), "--output", str(out), "--height", "80", "--width", "48",

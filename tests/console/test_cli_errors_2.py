@@ -173,6 +173,7 @@ def test_ctrl_c_while_the_output_is_written_exits_130(demo_model_dir, tmp_path, 
     assert capsys.readouterr().err.strip().endswith("omni-console: interrupted")
 
 
+@pytest.mark.slow
 def test_a_cancel_during_the_vae_decode_keeps_no_image(demo_model_dir):
     engine = Engine(demo_model_dir, device="cpu")
     try:

@@ -37,6 +37,7 @@ def run_args(model: Path, out: Path) -> list[str]:
     return ["run", "--model", str(model), "--output", str(out), "--json", "--steps", "4", "--telemetry-hz", "20"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("phase,delay", [pytest.param(p, d, marks=[pytest.mark.slow] if d else [])
                                          for p in PHASES for d in (0.0, 0.04, 0.1, 0.22)])
 def test_sigint_in_process_is_one_line_and_130(phase, delay, demo_model_dir, tmp_path, capsys, monkeypatch):
@@ -131,6 +132,7 @@ def test_second_sigint_exits_at_once(demo_model_dir, tmp_path):
     assert (proc.returncode, stdout, out.exists()) == (130, "", False) and interrupted_only(stderr)
 
 
+@pytest.mark.slow
 def test_sigint_with_progress_lines_ends_with_the_one_line(demo_model_dir, tmp_path, capsys, monkeypatch):
     reached = threading.Event()
     slow_engine.install(monkeypatch.setattr, lambda p: reached.set() if p == "generate" else None)

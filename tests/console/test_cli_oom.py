@@ -39,6 +39,7 @@ def oom_in_denoise(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return times
 
 
+@pytest.mark.slow
 def test_one_oom_is_stepped_down_retried_and_reported(demo_model_dir: Path, tmp_path: Path, capsys,
                                                       oom_in_denoise, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("OMNI_CONSOLE_CACHE_DIR", str(tmp_path / "cache"))  # no profile: the budget keeps all 6
@@ -56,6 +57,7 @@ def test_one_oom_is_stepped_down_retried_and_reported(demo_model_dir: Path, tmp_
     assert out.is_file() and report["process_peak_bytes"] is None and "cpu" in report["process_peak_note"]
 
 
+@pytest.mark.slow
 def test_a_second_oom_is_one_line_exit_1_and_nothing_written(demo_model_dir: Path, tmp_path: Path, capsys,
                                                              oom_in_denoise):
     oom_in_denoise[0] = 2

@@ -86,6 +86,7 @@ def test_auraflow_cap_is_the_position_tables_grid(auraflow_dir, sd3_model_dir):
     assert sd3.max_height == 16 * 2 * 8
 
 
+@pytest.mark.slow
 def test_auraflow_cap_is_where_diffusers_stops(auraflow_dir):
     cap = size_rule(discover_model(auraflow_dir)).max_height
     assert plain(auraflow_dir, height=cap, width=cap, max_sequence_length=16).images.shape[1:3] == (cap, cap)

@@ -45,6 +45,7 @@ def test_plan_on_a_gpu_keeps_pinned_and_the_link_in_its_unit(plan):
     assert "host→device link\t23.1 MB/s\tcached" in text  # not `0.0 GB/s`
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU's words")
 async def test_live_residency_panel_on_a_cpu_does_not_say_on_the_device(app):
     async with app.run_test(size=(160, 48)) as pilot:

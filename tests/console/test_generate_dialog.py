@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from app_helpers import finish, load, until
 from textual.widgets import Input, Static
 
@@ -19,6 +20,7 @@ def forecast_text(dialog: GenerateDialog) -> str:
     return str(dialog.query_one("#gen-forecast", Static).render())
 
 
+@pytest.mark.slow
 async def test_the_dialog_forecasts_before_enter_and_remembers_the_last_values(app, monkeypatch, tmp_path):
     # a cache of its own: a profile another test recorded for the demo would be scaled into an estimate
     monkeypatch.setenv("OMNI_CONSOLE_CACHE_DIR", str(tmp_path / "cache"))

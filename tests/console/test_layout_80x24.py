@@ -3,6 +3,7 @@ is whole and lists only keys that work, and every panel is reachable with tab an
 
 from __future__ import annotations
 
+import pytest
 from app_helpers import load, screen_text, until
 from textual.geometry import Region
 from textual.widget import Widget
@@ -68,6 +69,7 @@ async def test_plan_screen_shows_the_block_lists_and_what_6_2_plus_4_means(app):
         assert "single_transformer_blocks" in text
 
 
+@pytest.mark.slow
 async def test_live_screen_key_numbers_and_footer_fit_80x24(app, engine):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -99,6 +101,7 @@ async def test_live_screen_key_numbers_and_footer_fit_80x24(app, engine):
             assert dead not in last, last
 
 
+@pytest.mark.slow
 async def test_tab_reaches_every_live_panel_and_pgdn_scrolls_the_screen_80x24(app):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -130,6 +133,7 @@ async def test_tab_reaches_every_live_panel_and_pgdn_scrolls_the_screen_80x24(ap
         assert columns.scroll_y < before + 1 or columns.scroll_y == 0
 
 
+@pytest.mark.slow
 async def test_tab_reaches_every_plan_panel(app):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -149,6 +153,7 @@ async def test_tab_reaches_every_plan_panel(app):
         assert body.scroll_y > 0  # focusing the policy panel scrolled the body to it
 
 
+@pytest.mark.slow
 async def test_text_beside_a_progress_bar_is_never_cut_short(app):
     """The request line and the load rows take the width; the bar beside them is short, not the text."""
     saved = "request 7: 'a red cube' · saved /home/operator/renders/omni-console-out/request-0007-20260101-120000.png"
@@ -172,6 +177,7 @@ async def test_text_beside_a_progress_bar_is_never_cut_short(app):
         assert saved in line and "100%" in line  # the whole path on one line, the bar after it
 
 
+@pytest.mark.slow
 async def test_a_saved_path_is_never_folded_inside_a_word_at_80_columns(app):
     """The request line wraps at spaces only: a path too long for the line loses its middle to `…`,
     keeping its start and the file name whole (before, `…-2026010` / `1-120000.png` were two lines)."""
@@ -190,6 +196,7 @@ async def test_a_saved_path_is_never_folded_inside_a_word_at_80_columns(app):
         assert label.full_text == saved
 
 
+@pytest.mark.slow
 async def test_notices_cover_neither_the_forecast_nor_the_key_numbers_at_80x24(app):
     """At 80x24 a notice is one line over the title bar (one at a time), long words cut in the middle."""
     notice = "saved /home/operator/renders/omni-console-out/request-0007-20260101-120000.png"
@@ -234,6 +241,7 @@ def test_forecast_note_counts_the_streamers_slots(engine):
     assert "resident + 2 slots × largest streamed block" in peak_note(0)
 
 
+@pytest.mark.slow
 async def test_p_shows_at_once_at_80x24_though_the_log_is_below_the_fold(app):
     """At 80x24 the staging log is under the memory panels: pausing it changed nothing on screen until the next
     paced redraw (key->frame p95 479 ms on the H200). The status line at the top says it now."""
@@ -254,6 +262,7 @@ async def test_p_shows_at_once_at_80x24_though_the_log_is_below_the_fold(app):
         assert not live.staging.paused and LOG_PAUSED not in screen_text(app)
 
 
+@pytest.mark.slow
 async def test_p_pressed_again_and_again_at_80x24_keeps_its_notice_on_the_top_line(app):
     """With notices on, as on a real terminal: each p replaces the last notice. Textual left the replaced
     toast's empty holder behind, so each new notice sat one line lower (over the status line that says the

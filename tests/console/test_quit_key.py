@@ -4,10 +4,12 @@ gets the letter; ctrl+q quits from anywhere."""
 
 from __future__ import annotations
 
+import pytest
 from app_helpers import load, press_quit, until
 from textual.widgets import Input
 
 
+@pytest.mark.slow
 async def test_q_typed_into_the_filter_field_is_text_not_quit(app):
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
@@ -21,6 +23,7 @@ async def test_q_typed_into_the_filter_field_is_text_not_quit(app):
         assert app.return_value == 0
 
 
+@pytest.mark.slow
 async def test_q_quits_from_the_focused_staging_log_at_once(app):
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()

@@ -86,6 +86,7 @@ def publish_group_events(engine) -> None:
     bus.publish(LogEvent(level="info", message="leader says hello"))
 
 
+@pytest.mark.slow
 async def test_a_group_shows_a_line_per_gpu_and_r_narrows_the_staging_log(app, engine, monkeypatch):
     monkeypatch.setattr(type(engine), "world", 2)
     async with app.run_test(size=(80, 30)) as pilot:
@@ -128,6 +129,7 @@ async def test_a_group_shows_a_line_per_gpu_and_r_narrows_the_staging_log(app, e
         assert {line[:3] for line in log.visible_lines if line.startswith("r")} == {"r0 ", "r1 "}
 
 
+@pytest.mark.slow
 async def test_a_single_engine_has_no_group_panel_and_no_rank_key(app, engine):
     assert engine.world == 1
     async with app.run_test(size=(80, 30)) as pilot:

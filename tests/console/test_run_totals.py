@@ -48,6 +48,7 @@ def _events(seed: int = 0) -> list:
     return events
 
 
+@pytest.mark.slow
 def test_progress_memory_is_bounded_and_totals_exact():
     events = _events()
     bus = EventBus()

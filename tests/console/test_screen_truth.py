@@ -9,6 +9,7 @@ import re
 import threading
 from dataclasses import dataclass
 
+import pytest
 from app_helpers import finish, load, screen_text, until
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -60,6 +61,7 @@ def newest_shown(app: App, index: int) -> bool:
 # --------------------------------------------------------------------------- staging log follows
 
 
+@pytest.mark.slow
 async def test_staging_log_follows_the_newest_event_until_scrolled_up_then_end_follows_again():
     log = StagingLog()
     app = Host(log)
@@ -183,6 +185,7 @@ def test_a_repeated_notice_replaces_its_toast_and_at_most_two_show():
     assert replaced == [old, newer]  # the error stays: with the new one, two show
 
 
+@pytest.mark.slow
 async def test_seven_presses_of_minus_leave_at_most_two_toasts(app):
     async with app.run_test(size=(160, 48), notifications=True) as pilot:
         await pilot.pause()
@@ -200,6 +203,7 @@ async def test_seven_presses_of_minus_leave_at_most_two_toasts(app):
 # --------------------------------------------------------------------------- cancelling
 
 
+@pytest.mark.slow
 async def test_escape_on_a_slow_step_says_cancelling_until_the_request_ends(app, monkeypatch):
     in_first_step, finish_step = threading.Event(), threading.Event()
     real_step_end = StepClock.on_step_end
@@ -230,6 +234,7 @@ async def test_escape_on_a_slow_step_says_cancelling_until_the_request_ends(app,
         assert "cancelled after 1/4 steps" in app.live_screen.gen_text
 
 
+@pytest.mark.slow
 async def test_live_screen_toasts_stay_off_the_staging_log(app):
     async with app.run_test(size=(160, 48), notifications=True) as pilot:
         await pilot.pause()

@@ -77,6 +77,7 @@ async def settle_live(pilot) -> None:
     await pilot.pause()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("theme", THEME_NAMES)
 def test_plan_screen_snapshot(snap_compare, stable_engine, tmp_path, theme, size):
@@ -87,6 +88,7 @@ def test_plan_screen_snapshot(snap_compare, stable_engine, tmp_path, theme, size
         app.shutdown()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("theme", THEME_NAMES)
 def test_live_screen_snapshot(snap_compare, stable_engine, tmp_path, theme, size):
@@ -110,6 +112,7 @@ async def open_generate(pilot) -> None:
     await pilot.pause()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, run_before", [("help", open_help), ("generate", open_generate)])
 def test_dialog_snapshot_at_80x24(snap_compare, stable_engine, tmp_path, name, run_before):
     """The help screen (over the plan screen) and the generate dialog (over the live screen) at 80x24."""

@@ -206,6 +206,7 @@ async def test_forecast_short_verdict_is_the_themes_error_colour(demo_plan):
             assert opaque(theme, "error") in colours and colours <= palette(theme), theme
 
 
+@pytest.mark.slow
 async def test_pressing_t_recolours_the_plan_screens_residency_cells(engine, tmp_path):
     """The real console: each `t` press moves every residency cell to the next theme's colours."""
     app = make_app(engine, tmp_path, theme=DEFAULT_THEME)

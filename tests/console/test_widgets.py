@@ -150,6 +150,7 @@ async def test_allocator_panel_shows_unavailable_reasons_on_cpu():
         assert panel.row("free_for_us").reason.startswith("torch cached: no CUDA device")
 
 
+@pytest.mark.slow
 async def test_allocator_history_is_bounded_and_feeds_the_sparkline():
     assert HISTORY_SAMPLES >= 1200  # two minutes at 10 Hz
     panel = AllocatorPanel()
@@ -374,6 +375,7 @@ def all_widgets() -> list[Widget]:
     return [AllocatorPanel(), HostPanel(), ResidencyPanel(), StepTimings(), StagingLog()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [(80, 24), (200, 60)])
 @pytest.mark.parametrize("theme", sorted(THEMES))
 async def test_every_widget_renders_at_small_and_large_sizes_in_every_theme(size, theme):

@@ -136,6 +136,7 @@ def test_half_t5_keeps_transformers_dtype_rules(wan_model_dir: Path, tmp_path: P
     arena.close()
 
 
+@pytest.mark.slow
 def test_encoders_built_beside_the_dit_reads_equal_the_ordered_load(demo_model_dir: Path) -> None:
     """The CUDA load order (encoders and VAE built on a worker while the blocks are read) gives the
     same modules, dtypes and bytes as building everything in order, and says when each part ended."""
@@ -192,6 +193,7 @@ def test_a_vae_read_beside_the_dit_reads_is_read_into_an_arena_that_is_its_maste
         a.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("component", "says"), [("text_encoder", ""), ("transformer", ".*outside the file")])
 def test_a_component_failing_while_read_into_arenas_fails_the_load_and_releases(
         demo_model_dir: Path, tmp_path: Path, component: str, says: str) -> None:

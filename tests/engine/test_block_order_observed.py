@@ -68,6 +68,7 @@ FAMILIES = {"flux": "demo_model_dir", "sd3": "sd3_model_dir", "pixart_sigma": "p
             "cogvideox": "cogvideox_model_dir", "lumina2": "lumina2_dir"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_no_synchronous_fetch_after_the_first_step(request, family, fresh_cache, wan_loadable, tmp_path):
     path: Path = request.getfixturevalue(FAMILIES[family])
@@ -95,6 +96,7 @@ def test_no_synchronous_fetch_after_the_first_step(request, family, fresh_cache,
     engine.close()
 
 
+@pytest.mark.slow
 def test_lumina2_order_is_corrected_and_said(lumina2_dir, fresh_cache, capsys):
     model = discover_model(lumina2_dir)
     assert [b.attr for b in model.dits[0].block_lists] == LUMINA2_SOURCE  # what the source says

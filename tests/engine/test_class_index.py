@@ -31,6 +31,7 @@ def _fixture_classes(*roots: Path) -> set[tuple[str, str]]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fixture", ["demo_model_dir", "sd3_model_dir", "pixart_model_dir", "wan_model_dir"])
 def test_plan_imports_no_heavy_library(fixture: str, request: pytest.FixtureRequest):
     """The plan of every fixture model is printed without importing torch, diffusers or transformers."""

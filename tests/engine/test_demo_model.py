@@ -428,6 +428,7 @@ def _run_child(where: str, target: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("signum", "code", "earlier_build"), [
     (signal.SIGTERM, 143, False),
     (signal.SIGTERM, 143, True),
@@ -457,6 +458,7 @@ def test_signal_during_build_leaves_nothing_behind(signum: int, code: int, earli
     assert _leftovers(tmp_path) == [] and _snapshot(target) == before
 
 
+@pytest.mark.slow
 def test_sigterm_during_the_swap_finishes_it_first(demo_model_dir: Path, tmp_path: Path) -> None:
     target = tmp_path / "demo"
     shutil.copytree(demo_model_dir, target)
@@ -495,6 +497,7 @@ def test_finding_the_cached_demo_trusts_unchanged_files_without_hashing(demo_mod
     assert manifest_mismatch(cached, trust_unchanged=True) == "vae/config.json changed content" and hashed
 
 
+@pytest.mark.slow
 def test_plan_of_the_cached_demo_does_not_import_torch(demo_model_dir: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()

@@ -168,6 +168,7 @@ def test_any_header_bytes_give_locations_or_one_error(tmp_path_factory: pytest.T
         assert 8 + len(header) <= t.offset and t.offset + t.nbytes <= size
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("direct_read,batch_bytes,live,aux,read_ahead,shared", [
     (True, 1, False, False, None, False), (True, 1, True, False, 0, False), (True, 1, False, False, 1, False),
     (False, 2 << 30, False, False, None, False), (True, 2 << 30, True, True, None, False),
@@ -194,6 +195,7 @@ def test_outputs_match_plain_diffusers_however_the_blocks_were_read(demo_model_d
     engine.close()
 
 
+@pytest.mark.slow
 def test_classes_imported_before_the_load_are_not_imported_again(demo_model_dir: Path) -> None:
     cold = Engine(demo_model_dir, device="cpu")
     report = cold.load(build_policy(mode="dlo"))
@@ -206,6 +208,7 @@ def test_classes_imported_before_the_load_are_not_imported_again(demo_model_dir:
     prepared.close()
 
 
+@pytest.mark.slow
 def test_collection_is_paused_during_the_load_and_resumes_after(demo_model_dir: Path, monkeypatch) -> None:
     import gc
 

@@ -94,6 +94,7 @@ def plain_small_wan(small_wan_dir: Path) -> tuple[np.ndarray, dict[str, int]]:
         return _plain(small_wan_dir)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("live", "policy"), [
     (False, build_policy({}, 0)), (False, build_policy({}, 1)), (False, build_policy({}, 3)),
     (False, build_policy(mode="resident")), (True, build_policy({}, 1))],

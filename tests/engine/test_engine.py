@@ -44,6 +44,7 @@ def policies(aux: list[str], num_blocks: int):
             yield dict(zip(aux, flags, strict=True)), layers
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family,fixture,pipeline_name", [
     ("flux", "demo_model_dir", "FluxPipeline"),
     ("pixart_sigma", "pixart_model_dir", "PixArtSigmaPipeline"),
@@ -104,6 +105,7 @@ def test_invalid_policy_fails_before_anything_is_allocated(demo_model_dir: Path)
         engine.load(build_policy(None, 7))
 
 
+@pytest.mark.slow
 def test_failure_during_load_releases_and_can_load_again(demo_model_dir: Path, monkeypatch):
     from omni_console.offload import streamer
 
@@ -137,6 +139,7 @@ def test_cancelled_load_leaves_failed_with_reason(demo_model_dir: Path):
     assert engine.state == EngineState.FAILED and engine.failure == "load cancelled"
 
 
+@pytest.mark.slow
 def test_state_rules(demo_model_dir: Path):
     engine = Engine(demo_model_dir, device="cpu")
     with pytest.raises(EngineStateError, match="load first"):
@@ -179,6 +182,7 @@ def test_staged_components_report_the_execution_device():
     assert type(module) is torch.nn.Linear and get_module_execution_device(module).type == "cpu"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family,fixture,pipeline_name", [
     ("sd3", "sd3_model_dir", "StableDiffusion3Pipeline"),
     ("wan", "wan_model_dir", "WanPipeline"),

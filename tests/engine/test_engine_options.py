@@ -82,6 +82,7 @@ def _spy_readers(monkeypatch: pytest.MonkeyPatch) -> list[DeferredWeights]:
     return made
 
 
+@pytest.mark.slow
 def test_readers_and_placement_follow_the_options(demo_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     made = _spy_readers(monkeypatch)
     fills: list[LoadOptions] = []
@@ -127,6 +128,7 @@ def test_aux_in_place_is_resolved_for_the_device(demo_model_dir: Path) -> None:
     assert Engine(demo_model_dir, device="cpu", options=EngineOptions(aux_in_place=True)).options.aux_in_place
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dit_in_arena", [True, False])
 def test_dit_in_arena_decides_how_the_dit_is_built(demo_model_dir: Path, monkeypatch: pytest.MonkeyPatch,
                                                    dit_in_arena: bool) -> None:
@@ -152,6 +154,7 @@ def test_dit_in_arena_decides_how_the_dit_is_built(demo_model_dir: Path, monkeyp
         engine.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("aux", [True, False])
 @pytest.mark.parametrize("huge", [True, False])
 def test_use_huge_pages_reaches_every_arena_of_a_load(demo_model_dir: Path, monkeypatch: pytest.MonkeyPatch,

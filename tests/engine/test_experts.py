@@ -109,6 +109,7 @@ def test_the_vram_budget_planner_fits_one_expert_resident_where_both_would_not(w
         assert (own.num_resident + own.slots == per_expert) == whole_expert and chosen.forecast.peak_bytes <= room
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("guidance", [1.0, 3.0])
 def test_the_experts_change_hands_once_per_request_at_the_boundary_step(wan22_dir: Path, wan_loadable, guidance):
     engine = _loaded(wan22_dir, build_policy({}, 1, "dlo", "leading", 2))
@@ -177,6 +178,7 @@ def plain_frames(wan22_dir: Path) -> np.ndarray:
     return _plain(wan22_dir, "cpu")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("components", "layers", "placement", "slots"), POLICIES)
 def test_every_frame_is_bit_identical_to_plain_diffusers(wan22_dir: Path, wan_loadable, plain_frames,
                                                          components, layers, placement, slots):

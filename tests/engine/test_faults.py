@@ -54,6 +54,7 @@ def clean_image(demo_model_dir: Path, device: str) -> np.ndarray:
     return image
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 def test_oom_while_staging_is_retried_once_then_fails_with_memory_released(demo_model_dir: Path, device: str,
                                                                            clean_image: np.ndarray):
@@ -85,6 +86,7 @@ def test_oom_while_staging_is_retried_once_then_fails_with_memory_released(demo_
     engine.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 def test_exception_in_a_streamed_block_hook_leaves_engine_ready_and_next_request_exact(
         demo_model_dir: Path, device: str, clean_image: np.ndarray):
@@ -144,6 +146,7 @@ _FAKE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 def test_nvml_failing_mid_run_turns_its_group_unavailable_and_the_run_goes_on(
         demo_model_dir: Path, device: str, clean_image: np.ndarray):

@@ -94,6 +94,7 @@ def test_a_symlink_to_dev_zero_and_a_huge_file_are_not_read(demo_model_dir: Path
     assert any("larger than" in n for n in doc["request_forecast"]["notes"])
 
 
+@pytest.mark.slow
 def test_a_fifo_as_profile_does_not_hang_plan(demo_model_dir: Path, cache: Path):
     path = profile_path(demo_model_dir, discover_model(demo_model_dir).nbytes, "cpu", SIZE)
     path.parent.mkdir(parents=True)

@@ -112,12 +112,14 @@ def assert_bit_identical(path: Path, request: GenerateRequest, experts: tuple[st
     return plain_counts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", [*FAST, *(pytest.param(f, marks=pytest.mark.slow) for f in SLOW)])
 def test_family_is_bit_identical_to_from_pretrained(family: str, loading_family_dir, first_frame: Path):
     path = loading_family_dir(family)
     assert_bit_identical(path, family_request(family, first_frame))
 
 
+@pytest.mark.slow
 def test_wan22_a14b_runs_both_experts_as_diffusers_does(loading_family_dir):
     """boundary_ratio 0.875 over 4 steps: the high-noise expert for the first steps, the low-noise one after;
     with guidance each step calls its expert twice (conditional, unconditional)."""
@@ -128,6 +130,7 @@ def test_wan22_a14b_runs_both_experts_as_diffusers_does(loading_family_dir):
         "num_inference_steps"]
 
 
+@pytest.mark.slow
 def test_pipeline_values_reach_the_pipeline(loading_family_dir):
     """Saved pipeline-level values are the built pipeline's config, as from_pretrained leaves them."""
     for family, values in (("wan22_a14b", {"boundary_ratio": 0.875, "expand_timesteps": False}),
@@ -143,6 +146,7 @@ def test_pipeline_values_reach_the_pipeline(loading_family_dir):
             engine.close()
 
 
+@pytest.mark.slow
 def test_null_components_are_none_and_the_hub_safety_checker_loads(loading_family_dir):
     engine = Engine(loading_family_dir("sd15_no_checker"), device="cpu")
     engine.load(build_policy({}, 0))

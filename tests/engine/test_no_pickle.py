@@ -26,6 +26,7 @@ def test_the_patches_bite(no_unpickling, tmp_path: Path):
         pickle.Unpickler(None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fixture", ["demo_model_dir", "sd3_model_dir", "pixart_model_dir", "wan_model_dir"])
 def test_load_and_unload_never_unpickle(fixture, request, tmp_path: Path, no_unpickling):
     if fixture == "wan_model_dir":

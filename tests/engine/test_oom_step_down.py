@@ -78,6 +78,7 @@ def inside(engine: Engine, phase: str) -> torch.nn.Module:
     return cancel_points([pipe.vae.decoder])[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(("phase", "at"), [("text_encoding", 1), ("denoise", 2), ("vae_decode", 1)])
 def test_an_oom_in_each_phase_steps_down_retries_once_and_matches_an_unfaulted_run(
@@ -107,6 +108,7 @@ def test_an_oom_in_each_phase_steps_down_retries_once_and_matches_an_unfaulted_r
     engine.close()
 
 
+@pytest.mark.slow
 def test_a_second_oom_in_the_phase_ends_the_request_with_one_line_and_memory_released(demo_model_dir: Path):
     engine = Engine(demo_model_dir, device="cpu", options=EngineOptions(live_replan=True))
     engine.load(POLICY)
@@ -123,6 +125,7 @@ def test_a_second_oom_in_the_phase_ends_the_request_with_one_line_and_memory_rel
     engine.close()
 
 
+@pytest.mark.slow
 def test_without_live_replan_the_ring_shrinks_and_the_retry_still_matches(demo_model_dir: Path):
     policy = build_policy({}, 1, prefetch_slots=3)
     engine = Engine(demo_model_dir, device="cpu")
@@ -149,6 +152,7 @@ def test_lower_policy_steps_down_blocks_then_ring_then_resident_components(demo_
     assert lower_policy(engine.make_plan(build_policy({}, 0, "resident")), "denoise") is None
 
 
+@pytest.mark.slow
 def test_a_decode_oom_also_asks_the_lean_phases_hook_for_a_leaner_decode(demo_model_dir: Path,
                                                                          monkeypatch: pytest.MonkeyPatch):
     from omni_console.engine.running import oom_guard

@@ -43,6 +43,7 @@ def dit_profiles(draw) -> DitProfile:
     return DitProfile(tuple(sizes), compute, other, draw(st.sampled_from([1, 2])), draw(st.integers(0, 3_000_000)))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(dit_profiles(), st.sampled_from([1e8, 3e8, 1e9, 5.5e10]), st.integers(0, 2_000_000),
        st.integers(0, 40_000_000) | st.none(), st.sampled_from([("leading", "spread"), ("spread",), ("leading",)]),
@@ -66,6 +67,7 @@ def synthetic_model(blocks: list[int], aux: list[tuple[str, int]]) -> ModelInfo:
     return ModelInfo(root, "FluxPipeline", (dit, *others))
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.integers(1, 3_000_000), min_size=1, max_size=5),
        st.lists(st.tuples(st.sampled_from(["encoder", "vae"]), st.integers(1, 6_000_000)), max_size=5),

@@ -10,6 +10,7 @@ import struct
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
@@ -108,6 +109,7 @@ def test_header_reader_on_random_bytes(content: bytes):
     _read_header_outcome(content)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(safetensors_files())
 @example(b'=\x00\x00\x00\x00\x00\x00\x00{"\\n": {"dtype": "F64", "shape": [], "data_offsets": [1, 0]}}')  # the
@@ -169,6 +171,7 @@ def component_folders(draw) -> dict[str, bytes]:
     return files
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(component_folders(), st.sampled_from([None, "fp16", "bf16"]))
 def test_find_and_read_weights_on_random_folders(files: dict[str, bytes], variant: str | None):

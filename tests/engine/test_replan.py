@@ -42,6 +42,7 @@ SEQUENCE = [
 ]
 
 
+@pytest.mark.slow
 def test_any_sequence_of_replans_stays_bit_identical_and_moves_only_what_changes(demo_model_dir, plain_output):
     bus = EventBus()
     sub = bus.subscribe()
@@ -71,6 +72,7 @@ def test_any_sequence_of_replans_stays_bit_identical_and_moves_only_what_changes
         engine.close()
 
 
+@pytest.mark.slow
 def test_replan_needs_a_live_load_the_same_mode_and_a_ready_engine(demo_model_dir):
     engine = Engine(demo_model_dir, device="cpu")
     try:
@@ -93,6 +95,7 @@ def test_replan_needs_a_live_load_the_same_mode_and_a_ready_engine(demo_model_di
         live.close()
 
 
+@pytest.mark.slow
 def test_a_live_load_keeps_what_the_forecast_says_whatever_the_policy(demo_model_dir):
     for policy in (build_policy({}, 0), build_policy({"default": False}, 6)):
         engine = Engine(demo_model_dir, device="cpu", options=EngineOptions(live_replan=True))

@@ -39,6 +39,7 @@ def plain_output(demo_model_dir: Path) -> np.ndarray:
     return np.asarray(pipe(**_request().call_kwargs(pipe)).images[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("placement", "resident", "slots"), [("spread", 3, 2), ("spread", 2, 4), ("leading", 1, 5),
                                                               ("leading", 0, 3)])
 def test_every_placement_and_depth_matches_plain_diffusers(demo_model_dir, plain_output, placement, resident, slots):

@@ -30,6 +30,7 @@ def demo_engine(demo_model_dir: Path):
     engine.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("layers", "slots"), [(0, 2), (DEMO_BLOCKS - 1, 1), (DEMO_BLOCKS, 0)])
 def test_streamer_carries_out_the_plans_blocks_and_slots(demo_engine: Engine, layers: int, slots: int):
     assert demo_engine.model.num_dit_blocks == DEMO_BLOCKS
@@ -48,6 +49,7 @@ def test_streamer_carries_out_the_plans_blocks_and_slots(demo_engine: Engine, la
         demo_engine.unload()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layers", [0, DEMO_BLOCKS - 1, DEMO_BLOCKS])
 def test_forecast_peak_counts_the_streamers_slots(demo_engine: Engine, layers: int):
     demo_engine.load(build_policy({}, layers))

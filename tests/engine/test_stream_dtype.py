@@ -61,6 +61,7 @@ def test_every_policy_matches_diffusers_layerwise_casting(demo_model_dir: Path):
         engine.close()
 
 
+@pytest.mark.slow
 def test_live_replan_keeps_fp8_and_refuses_a_dtype_change(demo_model_dir: Path):
     req = request_for("flux")
     expected = reference_image(demo_model_dir, req)
@@ -76,6 +77,7 @@ def test_live_replan_keeps_fp8_and_refuses_a_dtype_change(demo_model_dir: Path):
     engine.close()
 
 
+@pytest.mark.slow
 def test_modulation_opt_in_matches_a_resident_model_cast_the_same_way(demo_model_dir: Path):
     req = request_for("flux")
     expected = reference_image(demo_model_dir, req, modulation=True)
@@ -88,6 +90,7 @@ def test_modulation_opt_in_matches_a_resident_model_cast_the_same_way(demo_model
     engine.close()
 
 
+@pytest.mark.slow
 def test_e5m2_matches_too(demo_model_dir: Path):
     req = request_for("flux")
     expected = reference_image(demo_model_dir, req, storage=torch.float8_e5m2)
@@ -111,6 +114,7 @@ def test_the_selection_is_diffusers_own(demo_model_dir: Path):
     assert not any("norm_q" in name or "norm_k" in name for name in extra)
 
 
+@pytest.mark.slow
 def test_arena_and_plan_hold_fp8_bytes(demo_model_dir: Path):
     model = discover_model(demo_model_dir)
     plain = make_plan(model, build_policy({}, 0))

@@ -161,6 +161,7 @@ def _unet_staging(events: list) -> tuple[list[list[StagingEvent]], list[StagingE
     return steps[1:-1], steps[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["sd15", "sdxl"])
 def test_units_stream_every_step_without_a_synchronous_fetch(request, family):
     engine = Engine(request.getfixturevalue(f"{family}_dir"), device="cpu")

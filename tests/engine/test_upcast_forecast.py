@@ -28,6 +28,7 @@ def _profile(blocks: int, device: str, compute: float = 1e-3) -> RequestProfile:
                           decode_extra_bytes=0, bandwidth_bytes_per_s=1e8, measured_at="2026-12-01T00:00:00")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("modulation", [False, True])
 def test_the_plans_upcast_elements_are_the_arenas(demo_model_dir: Path, modulation: bool):
     """The header forecast of each block's fp8 elements equals what the loaded streamer upcasts."""

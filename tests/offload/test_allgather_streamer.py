@@ -9,6 +9,7 @@ import socket
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -58,6 +59,7 @@ def _rank_main(rank: int, world: int, port: int, results: dict) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_stream_sharded_blocks_bit_identically():
     manager = mp.Manager()
     results = manager.dict()

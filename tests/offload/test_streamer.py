@@ -124,6 +124,7 @@ def test_resident_bytes_and_sizes():
     streamer.detach()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [1, 3, 5])
 def test_host_arena_is_tight_and_original_tensors_are_released(n):
     model = ToyModel(n, DIM)
