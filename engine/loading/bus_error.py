@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import time
 
 EXIT_FAILED = 1
 LINE = ("omni-console: error: a model file shrank while it was read (bus error: is something rewriting "
@@ -31,8 +32,16 @@ def install_bus_error_line(line: str = LINE) -> bool:
     except (OSError, AttributeError):
         return False
     data = (line + "\n").encode("utf-8", "backslashreplace")
+    fired: list[int] = []
 
     def on_bus_error(_signum: int) -> None:
+        # The load reads on several threads, so several can fault at once. The GIL is held from the check
+        # to the append, so one thread reports; the others wait for its exit (returning would repeat the
+        # faulting read, and exiting could cut its line short).
+        if fired:
+            while True:
+                time.sleep(1.0)
+        fired.append(1)
         os.write(2, data)
         os._exit(EXIT_FAILED)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import pickle
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -187,3 +189,23 @@ def test_an_encoder_truncated_as_it_loads_is_one_line_and_exit_1(demo_model_dir,
     failing = [line for line in err.splitlines() if "fail" in line or "rror" in line]
     assert len(failing) == 1 and failing[0].startswith("omni-console: load failed: "), err
     assert "text_encoder" in failing[0] and not out.exists()
+
+
+def test_bus_errors_on_several_threads_at_once_print_the_one_line_once():
+    """The load reads on several threads, so several can fault together: still one line, exit 1."""
+    code = (
+        "import signal, threading, time\n"
+        "from omni_console.engine.loading.bus_error import install_bus_error_line\n"
+        "assert install_bus_error_line()\n"
+        "go = threading.Barrier(4)\n"
+        "def fault():\n"
+        "    go.wait()\n"
+        "    signal.pthread_kill(threading.get_ident(), signal.SIGBUS)\n"
+        "    time.sleep(10)\n"
+        "threads = [threading.Thread(target=fault) for _ in range(4)]\n"
+        "[t.start() for t in threads]\n"
+        "[t.join() for t in threads]\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.count("a model file shrank while it was read") == 1, proc.stderr
