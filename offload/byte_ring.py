@@ -25,6 +25,7 @@ from .devices import current_stream, is_cuda, synchronize
 from .pinned import ALIGNMENT, align_up
 from .ring_layout import PAGE, RingLayout
 from .slot_filler import SlotFiller
+from .slot_ring import block_state
 from .upcast import BlockUpcast
 
 
@@ -69,19 +70,8 @@ class ByteRing:
     def block_states(self, blocks: list[Block]) -> list[tuple[str, str, int]]:
         """(name, state, bytes) per block; state is resident / device / in_flight / host."""
         index = {id(b): k for k, b in enumerate(self.streamed)}
-        out: list[tuple[str, str, int]] = []
-        for b in blocks:
-            ready = self._ready.get(index.get(id(b), -1))
-            if b.resident:
-                state = "resident"
-            elif b.slot is None:
-                state = "host"
-            elif self.cuda and ready is not None and not ready.query():
-                state = "in_flight"
-            else:
-                state = "device"
-            out.append((b.name, state, b.tensor_bytes))
-        return out
+        return [(b.name, block_state(b, self._ready.get(index.get(id(b), -1)), self.cuda), b.tensor_bytes)
+                for b in blocks]
 
     def open(self, nslots: int) -> None:
         """Allocate the buffer for `nslots` slots' bytes, bind every unit at its offset, warm the ring."""

@@ -27,6 +27,17 @@ from .slot_filler import SlotFiller
 from .upcast import BlockUpcast
 
 
+def block_state(b: Block, ready: Any, cuda: bool) -> str:
+    """resident / host / in_flight (its copy's event `ready` not reached yet) / device: one block's state."""
+    if b.resident:
+        return "resident"
+    if b.slot is None:
+        return "host"
+    if cuda and ready is not None and not ready.query():
+        return "in_flight"
+    return "device"
+
+
 class SlotRing:
     """k equal slots, which streamed block each holds, and the window of blocks they should hold."""
 
@@ -52,21 +63,9 @@ class SlotRing:
 
     def block_states(self, blocks: list[Block]) -> list[tuple[str, str, int]]:
         """(name, state, bytes) per block; state is resident / device / in_flight / host."""
-        out: list[tuple[str, str, int]] = []
-        ready = list(self._ready)
-        for b in blocks:
-            if b.resident:
-                out.append((b.name, "resident", b.tensor_bytes))
-                continue
-            slot = b.slot
-            if slot is None:
-                state = "host"
-            elif self.cuda and slot < len(ready) and ready[slot] is not None and not ready[slot].query():
-                state = "in_flight"
-            else:
-                state = "device"
-            out.append((b.name, state, b.tensor_bytes))
-        return out
+        ready = self._ready
+        return [(b.name, block_state(b, ready[b.slot] if b.slot is not None and b.slot < len(ready) else None,
+                                     self.cuda), b.tensor_bytes) for b in blocks]
 
     def open(self, nslots: int) -> None:
         """Allocate `nslots` slots (never more than the streamed blocks) and warm the window."""
