@@ -197,16 +197,19 @@ def one_card(args: argparse.Namespace, card: float, root: Path) -> dict[str, Any
                 log(f"{card:g} GB round {round_ + 1}: measured {_gb(record['run']['measured_process_peak'])}, "
                     f"step {record['run']['steady_step_s']:.3f} s, step-downs {len(record['run']['oom_step_downs'])}")
             entry["rounds"].append(record)
+            if round_ == 0 and args.configs and "plan" in record:
+                entry["configs"] = configs(args, card, cache.parent / f"cfg-{card:g}", plan["doc"])
             if round_ == 0 and args.alternatives and "plan" in record:
                 entry["alternatives"] = alternatives(args, card, cache.parent / f"alt-{card:g}", plan["doc"], record)
     return entry
 
 
-def policy_flags(policy: dict[str, Any], resident: int) -> list[str]:
-    """The plan's policy as explicit flags, with `resident` blocks (no budget: the policy as given)."""
+def policy_flags(policy: dict[str, Any], resident: int, slots: int | None = None) -> list[str]:
+    """The plan's policy as explicit flags, with `resident` blocks (and `slots`, default the plan's;
+    no budget: the policy as given)."""
     flags = ["--dlo-offload-components", json.dumps(policy["dlo_offload_components"]),
              "--resident-layers", str(resident), "--placement", policy["placement"],
-             "--prefetch-slots", str(policy["prefetch_slots"])]
+             "--prefetch-slots", str(slots or policy["prefetch_slots"])]
     for name in ("stream_encoders", "vae_tiling", "vae_slicing", "ff_chunking"):
         flags += [f"--{name.replace('_', '-')}", "off" if policy[name] == "auto" else policy[name]]
     return flags
@@ -256,6 +259,34 @@ def alternatives(args: argparse.Namespace, card: float, cache: Path, plan_doc: d
     return out
 
 
+def configs(args: argparse.Namespace, card: float, cache: Path, plan_doc: dict[str, Any]) -> dict[str, Any]:
+    """`--configs R:K ...`: the plan's policy with R resident blocks and K ring slots, each run `--rounds`
+    times in turn under the same card (no budget), so that two close configurations are told apart by
+    more than one run's noise: every run's steady steps, and each configuration's median over all."""
+    cache.mkdir(parents=True, exist_ok=True)
+    pairs = [tuple(int(x) for x in c.split(":")) for c in args.configs]
+    steps: dict[str, list[float]] = {f"{r}:{k}": [] for r, k in pairs}
+    runs: list[dict[str, Any]] = []
+    for round_ in range(args.rounds):
+        for resident, slots in pairs:
+            run = cli(args, "run", None, cache, policy_flags(plan_doc["policy"], resident, slots), args.gpu)
+            row: dict[str, Any] = {"config": f"{resident}:{slots}", "round": round_ + 1}
+            if run["returncode"] != 0:
+                row["error"] = run.get("error")
+            else:
+                row.update(summarize_run(run))
+                steps[row["config"]] += row["steps_s"][1:]
+            row["fits"] = "error" not in row and fits(row, card)
+            runs.append(row)
+            log(f"{card:g} GB config {row['config']} round {round_ + 1}: " + (
+                f"failed: {row['error']}" if "error" in row else
+                f"{_gb(row['measured_process_peak'])}, steps {[round(s, 4) for s in row['steps_s'][1:]]}"))
+    medians = {c: statistics.median(v) if v else None for c, v in steps.items()}
+    log(f"{card:g} GB configs, median steady step: {medians}")
+    return {"runs": runs, "median_step_s": medians,
+            "fits": {c: all(r["fits"] for r in runs if r["config"] == c) for c in steps}}
+
+
 def _gb(n: float | None) -> str:
     return "-" if n is None else f"{n / GB:.2f} GB"
 
@@ -301,6 +332,10 @@ def main() -> None:
     parser.add_argument("--alternatives", type=int, nargs="*", default=[],
                         help="also run the planner's policy with this many more (or fewer, negative) resident "
                              "blocks under the same card, no budget: the best measured configuration that fits")
+    parser.add_argument("--configs", nargs="*", default=[], metavar="R:K",
+                        help="also run the planner's policy with R resident blocks and K ring slots under the "
+                             "same card, no budget, --rounds times each in turn")
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--guidance", type=float, default=None)
     parser.add_argument("--gpu", type=int, default=0)

@@ -329,9 +329,9 @@ def main() -> None:
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "dir": str(args.dir), "host": host_facts()}
     if args.write and not (args.dir / "model_index.json").exists():
         if args.write == "wan":
-            from video_e2e import write_checkpoint
+            from benchmarks.video_e2e import write_checkpoint
         else:
-            from engine_e2e import write_checkpoint
+            from benchmarks.engine_e2e import write_checkpoint
         write_checkpoint(args.dir)
     settle_page_cache(files_of(args.dir), args.threads)
     report["floors"] = floors(files_of(args.dir), args.threads, args.cold, args.quick)
