@@ -34,6 +34,8 @@ def _random_on_cuda(factory, seed: int) -> torch.nn.Module:
     with torch.device("meta"):
         module = factory()
     module = module.to(dtype=torch.bfloat16).to_empty(device="cuda")
+    if hasattr(module, "tie_weights"):  # to_empty unties UMT5's embedding; the real UMT5-XXL stores it once
+        module.tie_weights()
     gen = torch.Generator("cuda").manual_seed(seed)
     with torch.no_grad():
         for p in module.parameters():
