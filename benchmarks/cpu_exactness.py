@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 from pathlib import Path
 
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
@@ -43,16 +42,6 @@ def families(tiny_dir: Path | None) -> dict[str, tuple[Path, str, dict]]:
     return {name: (tiny_dir / name, entry["pipeline"], dict(entry["call"])) for name, entry in index.items()}
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def first_image(output) -> np.ndarray:
     images = getattr(output, "images", None)
     if images is None:
@@ -71,7 +60,7 @@ def main() -> None:
 
     quiet_libraries()
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    report = {"cpu": cpu_model(), "avx512f": " avx512f" in flags, "torch": torch.__version__,
+    report = {"cpu": harness.cpu_model(), "avx512f": " avx512f" in flags, "torch": torch.__version__,
               "cpu_capability": torch.backends.cpu.get_cpu_capability(), "families": {}}
     print(f"CPU: {report['cpu']} (AVX-512: {report['avx512f']}, torch {report['torch']}, "
           f"kernels {report['cpu_capability']})")

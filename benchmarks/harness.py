@@ -61,7 +61,8 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo, else the platform's word for it)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -98,7 +99,7 @@ def environment(device: str | None = None) -> dict[str, Any]:
 
     env: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "host": platform.node(), "kernel": platform.release(), "cpu": _cpu_model(), "cpus": os.cpu_count(),
+        "host": platform.node(), "kernel": platform.release(), "cpu": cpu_model(), "cpus": os.cpu_count(),
         "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
         "diffusers": _version("diffusers"), "transformers": _version("transformers"),
         "textual": _version("textual"), "device": device,
