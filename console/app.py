@@ -153,7 +153,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         request between two blocks and keeps nothing.
         """
         self.initial_theme = theme_or_error(theme)
-        editor = PolicyEditor(engine.model, engine.make_plan, policy)  # PolicyError before anything runs
+        editor = PolicyEditor(engine.model, policy)  # PolicyError before anything runs
         super().__init__()
         self.engine = engine  # handed to worker commands; the UI thread reads only the values below and events
         self.model, self.engine_device = engine.model, str(engine.device)

@@ -16,8 +16,8 @@ from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.policy import build_policy
 
 
-def plan_of(policy):
-    return SimpleNamespace(policy=policy)
+def plan_of(policy, model="the model"):
+    return SimpleNamespace(policy=policy, model=model)
 
 
 def make(live_replan: bool = False) -> ConsoleSession:
@@ -119,6 +119,30 @@ def test_live_edits_follow_the_engines_plan_and_a_refused_replan_returns_to_it()
     replanned = PlanReady(plan=plan_of(edited))
     session.follow([replanned])
     assert session.running_policy == edited
+
+
+def test_the_editor_plans_on_the_engines_model_once_its_plan_ready_says_it(demo_model_dir):
+    """A first forward that ran the block lists in another order changes the engine's model; the editor
+    (planning on the UI thread, no engine object) follows it from the engine's PlanReady."""
+    from dataclasses import replace
+
+    from omni_console.console.policy_edits import PolicyEditor
+    from omni_console.engine.api import discover_model, make_plan
+
+    model = discover_model(demo_model_dir)
+    editor = PolicyEditor(model, build_policy({}, 0))
+    session = ConsoleSession(editor, live_replan=True, engine_state="discovered", prompt="a cat")
+    dit = model.dits[0]
+    assert len(dit.block_lists) == 2
+    observed = replace(dit, block_lists=tuple(reversed(dit.block_lists)), order_observed=True)
+    corrected = replace(model, components=tuple(observed if c.name == dit.name else c for c in model.components))
+    assert editor.edit("layers", 1).kept and session.plan.blocks[0].attr == dit.block_lists[0].attr
+    session.follow([PlanReady(plan=make_plan(corrected, session.policy), rank=1)])  # a rank's: not ours
+    assert editor.edit("layers", 1).kept and session.plan.blocks[0].attr == dit.block_lists[0].attr
+    session.follow([PlanReady(plan=make_plan(corrected, session.policy))])
+    assert editor.edit("layers", 1).kept
+    assert session.plan.blocks[0].attr == dit.block_lists[1].attr and not session.plan.blocks[0].streamed
+    assert session.plan == make_plan(corrected, build_policy({}, 3))
 
 
 def test_commands_in_flight_and_quit():
