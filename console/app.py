@@ -57,17 +57,16 @@ from ..engine.errors import ConfigError
 from ..offload.units import format_seconds
 from ..themes import CSS_PATH, DEFAULT_THEME, THEMES, register_themes
 from .bandwidth import measure_h2d_bandwidth
-from .command_done import CommandDone, EngineAnswered
+from .command_done import CommandDone
 from .commands import console_commands
 from .device_info import read_device_info
-from .engine_answers import EngineAnswers
 from .event_router import EventRouter
 from .key_help import help_sections
 from .load_commands import LoadCommands
 from .plan_commands import PlanCommands
 from .policy_edits import PolicyEditor
 from .request_commands import RequestCommands
-from .screens import CopyCommandScreen, GenerateDialog, HelpScreen, LiveScreen, PlanScreen
+from .screens import CopyCommandScreen, HelpScreen, LiveScreen, PlanScreen
 from .session import ConsoleSession
 from .shutdown import EngineRelease, stop_key_reader
 from .toasts import NARROW_WIDTH, drop_toast, max_visible_for, toast_text, toasts_replaced_by
@@ -226,25 +225,6 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         if self.session.bandwidth is None and self.device_info.is_cuda:
             future = self.worker.call(lambda engine: measure_h2d_bandwidth(engine.device))
             future.add_done_callback(lambda f: self._post_from_worker(CommandDone("bandwidth", f)))
-
-    def engine_answers(self, kind: str) -> EngineAnswers:
-        """Answers computed on the engine thread, each posted back here as `EngineAnswered(kind, ...)`."""
-        answers = EngineAnswers(self.worker.call,
-                                lambda key, f: self._post_from_worker(EngineAnswered(kind, answers, key, f)))
-        return answers
-
-    def on_engine_answered(self, message: EngineAnswered) -> None:
-        """A forecast from the engine thread: kept when it is still the one shown, and shown."""
-        answers = message.answers
-        if not isinstance(answers, EngineAnswers):
-            return
-        exc = answers.answered(message.key, message.future)
-        if exc is not None:
-            self.say(f"request forecast failed: {type(exc).__name__}: {exc}", "warning")
-        if message.kind == "plan" and answers is self.plan_forecasts:
-            self._plan_forecast_answered()
-        elif answers is self.dialog_forecasts and isinstance(self.screen, GenerateDialog):
-            self.screen.show_forecast()
 
     def _post_from_worker(self, message: Message) -> None:
         """post_message from the engine thread; a command that ends after the app has gone is dropped."""

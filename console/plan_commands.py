@@ -1,4 +1,5 @@
-"""The plan screen's side of the app: policy edits, the forecast's device link and the header.
+"""The plan screen's side of the app: policy edits, the forecasts (asked of the engine thread), the forecast's
+device link and the header.
 
 Part of `OmniConsoleApp` (a mixin over the `ConsoleHost` protocol: the session's phase and editor, the
 telemetry). Edits arrive as
@@ -12,10 +13,10 @@ from typing import TYPE_CHECKING
 
 from ..engine.api import RequestForecast, plan_for
 from ..offload.units import format_bytes
-from .command_done import CommandDone
-from .engine_answers import PENDING
+from .command_done import CommandDone, EngineAnswered
+from .engine_answers import PENDING, EngineAnswers
 from .plan_context import LinkInfo, header_text, link_info
-from .screens import PlanScreen
+from .screens import GenerateDialog, PlanScreen
 from .screens.budget import BudgetDialog
 from .session import READ_ONLY
 
@@ -111,6 +112,26 @@ class PlanCommands:
         session = self.session
         return link_info(self.device_info, self.snapshot, session.bandwidth, session.bandwidth_source,
                          self.router.observed.rate, session.live_replan)
+
+    def engine_answers(self: ConsoleHost, kind: str) -> EngineAnswers:
+        """Answers computed on the engine thread, each posted back here as `EngineAnswered(kind, ...)`."""
+        answers = EngineAnswers(self.worker.call,
+                                lambda key, f: self._post_from_worker(EngineAnswered(kind, answers, key, f)))
+        return answers
+
+    def on_engine_answered(self: ConsoleHost, message: EngineAnswered) -> None:
+        """A forecast from the engine thread (the plan screen's or the generate dialog's): kept when it is still
+        the one shown, and shown."""
+        answers = message.answers
+        if not isinstance(answers, EngineAnswers):
+            return
+        exc = answers.answered(message.key, message.future)
+        if exc is not None:
+            self.say(f"request forecast failed: {type(exc).__name__}: {exc}", "warning")
+        if message.kind == "plan" and answers is self.plan_forecasts:
+            self._plan_forecast_answered()
+        elif answers is self.dialog_forecasts and isinstance(self.screen, GenerateDialog):
+            self.screen.show_forecast()
 
     def request_forecast(self: ConsoleHost) -> RequestForecast | None:
         """The whole request's forecast for the plan on screen, at the last request's size; None while the
