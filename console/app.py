@@ -153,13 +153,15 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         request between two blocks and keeps nothing.
         """
         self.initial_theme = theme_or_error(theme)
-        editor = PolicyEditor(engine.model, engine.make_plan, policy)  # PolicyError before anything runs
+        editor = PolicyEditor(engine.model, policy)  # PolicyError before anything runs
         super().__init__()
         self.engine = engine  # handed to worker commands; the UI thread reads only the values below and events
         self.model, self.engine_device = engine.model, str(engine.device)
         self.session = ConsoleSession(editor, live_replan=engine.live_replan, engine_state=engine.state.value,
                                       prompt=prompt, bandwidth=bandwidth)
         self.worker = worker or EngineWorker(engine)
+        self.plan_forecasts = self.engine_answers("plan")  # the plan screen's request forecast
+        self.dialog_forecasts = self.engine_answers("dialog")  # the generate dialog's (a new one per dialog)
         self.sub = engine.bus.subscribe()
         if sampler is None:
             real = sources is None
@@ -212,6 +214,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         register_themes(self, activate=self.initial_theme)
         self.sub_title = plain(self.model.path)
         self.push_screen(self.plan_screen)
+        self.request_forecast()  # asked of the engine thread before the imports queue there
         self._drain_timer = self.set_interval(DRAIN_INTERVAL_S, self._tick, name="drain-events")
         if self.start_telemetry:
             self.sampler.sample_now(publish=True)  # the header's free memory before the first tick

@@ -19,3 +19,15 @@ class CommandDone(Message):
         self.save_error = save_error
 
 
+
+
+class EngineAnswered(Message):
+    """An `EngineAnswers` value came back from the engine thread (`kind`: "plan" for the plan screen's request
+    forecast, "dialog" for the generate dialog's); the UI thread keeps it and redraws what shows it."""
+
+    def __init__(self, kind: str, answers: object, key: object, future: Future) -> None:
+        super().__init__()
+        self.kind = kind
+        self.answers = answers
+        self.key = key
+        self.future = future

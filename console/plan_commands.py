@@ -1,4 +1,5 @@
-"""The plan screen's side of the app: policy edits, the forecast's device link and the header.
+"""The plan screen's side of the app: policy edits, the forecasts (asked of the engine thread), the forecast's
+device link and the header.
 
 Part of `OmniConsoleApp` (a mixin over the `ConsoleHost` protocol: the session's phase and editor, the
 telemetry). Edits arrive as
@@ -12,9 +13,10 @@ from typing import TYPE_CHECKING
 
 from ..engine.api import RequestForecast, plan_for
 from ..offload.units import format_bytes
-from .command_done import CommandDone
+from .command_done import CommandDone, EngineAnswered
+from .engine_answers import PENDING, EngineAnswers
 from .plan_context import LinkInfo, header_text, link_info
-from .screens import PlanScreen
+from .screens import GenerateDialog, PlanScreen
 from .screens.budget import BudgetDialog
 from .session import READ_ONLY
 
@@ -111,26 +113,52 @@ class PlanCommands:
         return link_info(self.device_info, self.snapshot, session.bandwidth, session.bandwidth_source,
                          self.router.observed.rate, session.live_replan)
 
-    def request_forecast(self: ConsoleHost) -> RequestForecast | None:
-        """The whole request's forecast for the plan on screen, at the last request's size.
+    def engine_answers(self: ConsoleHost, kind: str) -> EngineAnswers:
+        """Answers computed on the engine thread, each posted back here as `EngineAnswered(kind, ...)`."""
+        answers = EngineAnswers(self.worker.call,
+                                lambda key, f: self._post_from_worker(EngineAnswered(kind, answers, key, f)))
+        return answers
 
-        It reads the profile cache (small files, never the device); kept until the policy, the size,
-        the link rate or the number of requests run changes, since telemetry redraws ask for it often."""
+    def on_engine_answered(self: ConsoleHost, message: EngineAnswered) -> None:
+        """A forecast from the engine thread (the plan screen's or the generate dialog's): kept when it is still
+        the one shown, and shown."""
+        answers = message.answers
+        if not isinstance(answers, EngineAnswers):
+            return
+        exc = answers.answered(message.key, message.future)
+        if exc is not None:
+            self.say(f"request forecast failed: {type(exc).__name__}: {exc}", "warning")
+        if message.kind == "plan" and answers is self.plan_forecasts:
+            self._plan_forecast_answered()
+        elif answers is self.dialog_forecasts and isinstance(self.screen, GenerateDialog):
+            self.screen.show_forecast()
+
+    def request_forecast(self: ConsoleHost) -> RequestForecast | None:
+        """The whole request's forecast for the plan on screen, at the last request's size; None while the
+        engine thread computes it (`forecast_pending`).
+
+        It reads the streamer's observed bandwidth and the profile cache, so it is asked of the engine
+        thread and kept until the policy, the size, the link rate or the number of requests run changes
+        (telemetry redraws ask for it often); its answer redraws the forecast (`on_engine_answered`)."""
         session = self.session
-        key = (session.plan.policy, session.request_size, session.bandwidth, self.router.request_id)
-        cached = getattr(self, "_request_forecast", None)
-        if cached is None or cached[0] != key:
-            cached = (key, self.engine.forecast(session.request_size, plan=session.plan,
-                                                probe_bandwidth=session.bandwidth))
-            self._request_forecast = cached
-        return cached[1]
+        plan, size, bandwidth = session.plan, session.request_size, session.bandwidth
+        key = (plan.policy, size, bandwidth, self.router.request_id)
+        answer = self.plan_forecasts.get(key, lambda engine: engine.forecast(size, plan=plan,
+                                                                             probe_bandwidth=bandwidth))
+        return None if answer is PENDING else answer
+
+    @property
+    def forecast_pending(self: ConsoleHost) -> bool:
+        """The plan screen's request forecast is still on its way from the engine thread."""
+        return self.plan_forecasts.pending
 
     def refresh_plan_views(self: ConsoleHost) -> None:
         """Re-render the plan screen (table, policy JSON, forecast, header) for the current policy."""
         link, plan = self.link_info(), self.session.plan
         self._link_shown = (link, plan.policy, self.snapshot)
-        self.plan_screen.show_plan(plan, link, header_text(self.model, self.device_info, self.snapshot),
-                                   self.request_forecast())
+        forecast = self.request_forecast()
+        self.plan_screen.show_plan(plan, link, header_text(self.model, self.device_info, self.snapshot), forecast,
+                                   self.forecast_pending)
 
     def _refresh_link(self: ConsoleHost) -> None:
         """After a telemetry sample: re-render forecast and header only when what they show changed."""
@@ -139,7 +167,16 @@ class PlanCommands:
         shown = (link, plan.policy, header)
         if shown != self._link_shown:
             self._link_shown = shown
-            self.plan_screen.show_link(plan, link, header, self.request_forecast())
+            self._show_link(link, header)
+
+    def _show_link(self: ConsoleHost, link: LinkInfo, header: str) -> None:
+        forecast = self.request_forecast()
+        self.plan_screen.show_link(self.session.plan, link, header, forecast, self.forecast_pending)
+
+    def _plan_forecast_answered(self: ConsoleHost) -> None:
+        """The engine thread's request forecast is in: the plan screen's forecast shows it."""
+        if self.session.phase in ("plan", "loading") and self.plan_screen.is_mounted:
+            self._show_link(self.link_info(), header_text(self.model, self.device_info, self.snapshot))
 
     def _bandwidth_done(self: ConsoleHost, message: CommandDone) -> None:
         exc = message.future.exception()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..engine.api import DEFAULT_KEY, ModelInfo, OffloadPolicy, Plan, blocks_per_forward, build_policy
+from ..engine.api import DEFAULT_KEY, ModelInfo, OffloadPolicy, Plan, blocks_per_forward, build_policy, make_plan
 from ..engine.errors import PolicyError
 
 DIT_REFUSAL = "{name} is a DiT: DLO always owns DiT offload (use +/- for resident layers)"
@@ -140,18 +140,24 @@ class Applied:
 class PolicyEditor:
     """The plan screen's policy and its plan: an edit is kept only when the engine can plan it.
 
+    Planning is the engine's pure function of two values (`make_plan(model, policy)`: the discovered
+    model's headers, no disk, no live object), so an edit is answered on the UI thread at once; `model`
+    follows the engine's own (its `PlanReady`'s plan: after a first forward corrected the block order).
     The mode switch's stash lives here too, so m twice restores the dlo policy as it was.
     """
 
-    def __init__(self, model: ModelInfo, make_plan: Callable[[OffloadPolicy], Plan], policy: OffloadPolicy) -> None:
+    def __init__(self, model: ModelInfo, policy: OffloadPolicy) -> None:
         self.model = model
-        self.make_plan = make_plan
         self.policy = policy
-        self.plan = make_plan(policy)  # PolicyError (exit 2 on the command line) before anything runs
+        self.plan = self.make_plan(policy)  # PolicyError (exit 2 on the command line) before anything runs
         self._mode_stash: OffloadPolicy | None = None
 
+    def make_plan(self, policy: OffloadPolicy) -> Plan:
+        """`policy` planned for the model (PolicyError when it does not apply); allocates and reads nothing."""
+        return make_plan(self.model, policy)
+
     def replan(self) -> Plan:
-        """Plan the current policy again (the model directory may have changed since)."""
+        """Plan the current policy again (the engine's model may have changed since: a corrected block order)."""
         self.plan = self.make_plan(self.policy)
         return self.plan
 

@@ -17,9 +17,10 @@ from ..engine.api import EngineState, GenerateRequest, RequestCancelled, request
 from ..engine.events import LogEvent
 from . import request_outcome
 from .command_done import CommandDone
+from .engine_answers import PENDING
 from .generate_form import RequestForm, expected_frames
 from .outputs import save_result
-from .request_defaults import default_request, forecast_line, small_request
+from .request_defaults import FORECASTING_LINE, default_request, forecast_line, small_request
 from .screens import GenerateDialog
 
 if TYPE_CHECKING:
@@ -45,15 +46,20 @@ class RequestCommands:
         else:
             defaults = make_request(prompt=session.prompt)
         form = RequestForm.for_model(self.model, defaults, make_request)
+        self.dialog_forecasts = self.engine_answers("dialog")  # this dialog's: nothing runs while it is open
         self.push_screen(GenerateDialog(form, self.request_forecast_line), self.start_generate)
 
     def request_forecast_line(self: ConsoleHost, request: GenerateRequest) -> str:
-        """The generate dialog's forecast of `request` (cached or scaled profile), before Enter."""
+        """The generate dialog's forecast of `request` (cached or scaled profile), before Enter; computed on
+        the engine thread (it reads the streamer's observed bandwidth and the profile cache), so the line
+        says it is coming until the answer redraws the dialog (`on_engine_answered`)."""
         steps = request.steps
         planned = self.session.planned  # the loaded pipeline's default step count, from the engine's PlanReady
         if steps is None and planned is not None:
             steps = planned.steps or None
-        return forecast_line(self.engine.forecast(request_size(request)), steps)
+        size = request_size(request)
+        forecast = self.dialog_forecasts.get(size, lambda engine: engine.forecast(size))
+        return FORECASTING_LINE if forecast is PENDING else forecast_line(forecast, steps)
 
     def start_generate(self: ConsoleHost, request: GenerateRequest | None) -> Future | None:
         """Run one request on the worker; the image is saved on the worker thread when it is done."""

@@ -75,3 +75,7 @@ def forecast_line(forecast: RequestForecast | None, steps: int | None) -> str:
                 "(this one measures it)")
     return (f"forecast: {steps} steps × {format_seconds(forecast.step_s)} = {format_seconds(steps * forecast.step_s)}"
             f" denoising ({forecast.step_label})")
+
+
+FORECASTING_LINE = "forecast: forecasting… (the engine thread reads the profile)"
+"""The dialog's line until the engine thread's forecast of the request as filled in arrives."""

@@ -85,6 +85,7 @@ class ConsoleSession:
                 continue  # a rank's own engine: the group speaks for it
             if isinstance(event, PlanReady):
                 self.planned = event
+                self.editor.model = event.plan.model  # the engine's model: a corrected block order included
             elif isinstance(event, EngineStateChanged):
                 self.engine_state = event.new
                 if event.new == "failed":

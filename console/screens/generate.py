@@ -66,14 +66,15 @@ class GenerateDialog(ModalScreen[GenerateRequest | None]):
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
-        self._show_forecast()
+        self.show_forecast()
 
     @on(Input.Changed)
     def _changed(self) -> None:
-        self._show_forecast()
+        self.show_forecast()
 
-    def _show_forecast(self) -> None:
-        """The forecast of the request as it stands; a field that does not parse yet leaves it unknown."""
+    def show_forecast(self) -> None:
+        """The forecast of the request as it stands; a field that does not parse yet leaves it unknown. Also
+        called by the app when the engine thread's forecast arrives."""
         try:
             text = self.forecast(self.build())
         except NoMatches:  # an Input's first Changed can come before its siblings are mounted

@@ -123,16 +123,19 @@ class PlanScreen(Screen[None]):
 
     # ---- what the app calls ---------------------------------------------------------------
 
-    def show_plan(self, plan: Plan, link: LinkInfo, header: str, request: RequestForecast | None = None) -> None:
+    def show_plan(self, plan: Plan, link: LinkInfo, header: str, request: RequestForecast | None = None,
+                  forecasting: bool = False) -> None:
         self.table.show_plan(plan)
         self.policy_panel.show_plan(plan)
         self.blocks.show_plan(plan)
-        self.show_link(plan, link, header, request)
+        self.show_link(plan, link, header, request, forecasting)
         self.refresh_bindings()
 
-    def show_link(self, plan: Plan, link: LinkInfo, header: str, request: RequestForecast | None = None) -> None:
-        """The parts that follow the machine (free memory, bandwidth): forecast and header."""
-        self.forecast.show(plan, link, request)
+    def show_link(self, plan: Plan, link: LinkInfo, header: str, request: RequestForecast | None = None,
+                  forecasting: bool = False) -> None:
+        """The parts that follow the machine (free memory, bandwidth): forecast and header. `forecasting`: the
+        request forecast is still on its way from the engine thread."""
+        self.forecast.show(plan, link, request, forecasting)
         self.header.update(plain_lines(header))
 
     def set_status(self, text: str, severity: str = "") -> None:

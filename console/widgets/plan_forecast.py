@@ -21,13 +21,19 @@ HOST_MEMORY_ON_CPU = "host memory (not pinned: CPU)"
 SHORT_STYLE = "bold $error"
 """A "NO" verdict (the plan does not fit), in the active theme's error colour."""
 
-__all__ = ["ForecastPanel", "LinkInfo", "forecast_rows"]
+__all__ = ["FORECASTING", "ForecastPanel", "LinkInfo", "forecast_rows"]
 
 
-def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = None) -> list[tuple[str, str, str]]:
+FORECASTING = "forecasting…"
+"""The peak's value while the engine thread computes the request forecast (it reads the profile cache)."""
+
+
+def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = None,
+                  forecasting: bool = False) -> list[tuple[str, str, str]]:
     """(label, value, note) rows, in display order. With a request forecast whose figures were measured
     (cached, or estimated from another size), the peak counts activations and the step time replaces
-    the transfer time; otherwise both are the weights-only figures."""
+    the transfer time; otherwise both are the weights-only figures. `forecasting`: the request forecast
+    is on its way from the engine thread (the peak says so until it arrives)."""
     f = plan.forecast
     r = plan.forward[1]  # one forward's blocks: with two experts, the running one's
     each = " per expert, one expert on the device at a time" if plan.experts else ""
@@ -47,6 +53,9 @@ def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = 
         peak_row = ("device peak", format_bytes(request.peak_bytes),
                     f"{request.peak_phase.replace('_', ' ')} with activations at {request.size.label()} "
                     f"({request.peak_label}); weights alone {format_bytes(f.peak_device_weight_bytes)}")
+    elif forecasting:
+        peak_row = ("device peak", FORECASTING, f"with activations, from the engine thread; weights alone "
+                    f"{format_bytes(f.peak_device_weight_bytes)}")
     else:
         peak_row = ("device peak weights", format_bytes(f.peak_device_weight_bytes), weights_peak)
     rows = [
@@ -144,8 +153,9 @@ class ForecastPanel(Static, can_focus=True):
         width = self.size.width or (self.app.size.width if self.is_attached else 0)
         return 0 < width < self.COMPACT_BELOW
 
-    def show(self, plan: Plan, link: LinkInfo, request: RequestForecast | None = None) -> None:
-        rows = forecast_rows(plan, link, request)
+    def show(self, plan: Plan, link: LinkInfo, request: RequestForecast | None = None, forecasting: bool = False
+             ) -> None:
+        rows = forecast_rows(plan, link, request, forecasting)
         self.rows = {HOST_MEMORY_KEY if label == HOST_MEMORY_ON_CPU else label: value for label, value, _ in rows}
         self._shown = rows
         self._draw()

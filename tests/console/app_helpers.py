@@ -61,6 +61,17 @@ async def until(pilot: Pilot, condition: Callable[[], bool], limit: int = 200) -
     raise AssertionError("condition not reached")
 
 
+async def forecast_shown(pilot: Pilot, app: OmniConsoleApp, limit_s: float = 60.0) -> None:
+    """Wait until the plan screen shows the engine thread's request forecast for what it shows now (it is
+    computed there, behind whatever the worker runs first: the model's imports when the app opens)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    while app.forecast_pending:
+        assert loop.time() < deadline, "the engine thread's request forecast did not arrive"
+        await pilot.pause(0.01)
+    await pilot.pause()
+
+
 async def finish(pilot: Pilot, future: Future, condition: Callable[[], bool]) -> None:
     """Wait for a worker command's future (success or failure), then for the app to apply its outcome."""
     waited = asyncio.wrap_future(future)

@@ -6,9 +6,10 @@ The engine is the real one on the tiny demo Flux model (CPU); telemetry comes fr
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
-from app_helpers import make_app, screen_text, until
+from app_helpers import forecast_shown, make_app, screen_text, until
 from textual.binding import Binding
 
 from omni_console.console.app import OmniConsoleApp
@@ -50,7 +51,8 @@ def forecast_expected(engine: Engine, policy) -> dict[str, str]:
     }
 
 
-def assert_forecast_matches(app: OmniConsoleApp, engine: Engine) -> None:
+async def assert_forecast_matches(pilot, app: OmniConsoleApp, engine: Engine) -> None:
+    await forecast_shown(pilot, app)  # the request forecast comes from the engine thread
     rows = app.plan_screen.forecast.rows
     for label, value in forecast_expected(engine, app.policy).items():
         assert rows[label] == value, (label, rows[label], value)
@@ -70,7 +72,7 @@ async def test_plan_screen_shows_model_components_policy_and_forecast(app, engin
         assert residency_cell(app, "vae") == ("offloaded (staged)", "implicit")
         assert "--dlo-offload-components {}" in " ".join(text.split())
         assert app.plan_screen.policy_panel.command == vllm_serve_command(engine.make_plan(build_policy()))
-        assert_forecast_matches(app, engine)
+        await assert_forecast_matches(pilot, app, engine)
         assert app.plan_screen.forecast.rows["transfer time per step"] == "no device link (CPU)"
         assert "no device link (CPU)" in text
 
@@ -86,7 +88,7 @@ async def test_toggling_each_auxiliary_component_by_key(app, engine, name):
         assert app.plan_screen.policy_panel.components_json == json.dumps({name: False}, separators=(", ", ": "))
         assert residency_cell(app, name) == ("resident", "explicit")
         assert f'{{"{name}": false}}' in screen_text(app)
-        assert_forecast_matches(app, engine)
+        await assert_forecast_matches(pilot, app, engine)
         await pilot.press("enter")  # enter toggles too: back to offloaded, still explicit
         assert app.policy.dlo_offload_components == {name: True}
         assert residency_cell(app, name) == ("offloaded (staged)", "explicit")
@@ -110,7 +112,7 @@ async def test_default_toggle_flips_components_without_their_own_entry(app, engi
         assert app.policy.dlo_offload_components == {"vae": False, "default": True}
         assert residency_cell(app, "text_encoder_2") == ("offloaded (staged)", "default")
         assert app.plan_screen.policy_panel.components_json == '{"vae": false, "default": true}'
-        assert_forecast_matches(app, engine)
+        await assert_forecast_matches(pilot, app, engine)
 
 
 async def test_dit_toggle_is_refused_with_a_notification(app):
@@ -138,7 +140,7 @@ async def test_resident_layers_stay_within_bounds_and_move_the_forecast(app, eng
         for n in range(1, 7):
             await pilot.press("plus")
             assert app.policy.resident_layers == n
-            assert_forecast_matches(app, engine)
+            await assert_forecast_matches(pilot, app, engine)
         await pilot.press("plus")
         assert app.policy.resident_layers == 6  # the demo has 6 DiT blocks
         assert app.notices[-1][0] == "resident layers already at 6 (every DiT block)"
@@ -157,6 +159,7 @@ async def test_forecast_changes_as_predicted_by_the_plan(app, engine):
         await pilot.press("space")
         after = engine.make_plan(app.policy).forecast
         vae = engine.model.component("vae").nbytes
+        await forecast_shown(pilot, app)
         assert after.device_resident_bytes == before.device_resident_bytes + vae
         assert after.pinned_host_bytes == before.pinned_host_bytes - vae
         rows = app.plan_screen.forecast.rows
@@ -164,6 +167,27 @@ async def test_forecast_changes_as_predicted_by_the_plan(app, engine):
         assert rows["pinned host memory"] == format_bytes(after.pinned_host_bytes)
         assert rows["device peak"] == format_bytes(engine.forecast(RequestSize(), plan=engine.make_plan(app.policy))
                                                    .peak_bytes)
+
+
+async def test_the_request_forecast_comes_from_the_engine_thread_and_says_so_until_it_does(app, engine):
+    """The UI thread never computes it (it reads the streamer and the profile cache): while the engine thread
+    is busy the peak says "forecasting…", keys still act at once, and the answer shows the same figures."""
+    from omni_console.console.widgets.plan_forecast import FORECASTING
+
+    gate = threading.Event()
+    async with app.run_test(size=(140, 50)) as pilot:
+        await forecast_shown(pilot, app)
+        busy = app.worker.call(lambda _engine: gate.wait(30))  # the engine thread, busy for now
+        try:
+            await pilot.press("plus")
+            assert app.policy.resident_layers == 1  # the edit itself is planned at once, on the UI thread
+            assert app.plan_screen.forecast.rows["device resident weights"] == format_bytes(
+                engine.make_plan(app.policy).forecast.device_resident_bytes)
+            assert app.plan_screen.forecast.rows["device peak"] == FORECASTING and app.forecast_pending
+        finally:
+            gate.set()
+        assert busy.result(timeout=30)
+        await assert_forecast_matches(pilot, app, engine)
 
 
 def test_forecast_rows_on_a_gpu_link_say_transfer_time_and_fit(engine):

@@ -9,7 +9,13 @@ import pytest
 from app_helpers import finish, load, until
 from textual.widgets import Input, Static
 
-from omni_console.console.request_defaults import CPU_SIDE, CPU_STEPS, forecast_line, small_request
+from omni_console.console.request_defaults import (
+    CPU_SIDE,
+    CPU_STEPS,
+    FORECASTING_LINE,
+    forecast_line,
+    small_request,
+)
 from omni_console.console.screens import GenerateDialog, LiveScreen
 from omni_console.engine.engine import Engine
 from omni_console.engine.planning.request_forecast import forecast_for
@@ -30,9 +36,16 @@ async def test_the_dialog_forecasts_before_enter_and_remembers_the_last_values(a
         await pilot.press("g")
         await until(pilot, lambda: isinstance(app.screen, GenerateDialog))
         dialog = app.screen
-        assert forecast_text(dialog).startswith("forecast: unknown")  # nothing measured yet: not invented
+        # the line comes from the engine thread (it reads the profile cache): nothing measured yet, not invented
+        await until(pilot, lambda: forecast_text(dialog) != FORECASTING_LINE, limit=2000)
+        assert forecast_text(dialog).startswith("forecast: unknown")
         known = replace(forecast_for(app.engine.plan, RequestSize(), "cpu"), step_s=0.5, step_source="cached")
-        monkeypatch.setattr(app.engine, "forecast", lambda size, *a, **k: known)
+        monkeypatch.setattr(app.engine, "forecast", lambda size, *a, **k: known)  # as if a profile were cached now
+        await pilot.press("escape")  # nothing runs while a dialog is open: a new one asks the engine again
+        await until(pilot, lambda: isinstance(app.screen, LiveScreen))
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, GenerateDialog))
+        dialog = app.screen
         dialog.query_one("#steps", Input).value = "3"
         await until(pilot, lambda: forecast_text(dialog) == "forecast: 3 steps × 500.0 ms = 1.50 s denoising (cached)")
         dialog.query_one("#seed", Input).value = "7"

@@ -4,7 +4,7 @@ is whole and lists only keys that work, and every panel is reachable with tab an
 from __future__ import annotations
 
 import pytest
-from app_helpers import load, screen_text, until
+from app_helpers import forecast_shown, load, screen_text, until
 from textual.geometry import Region
 from textual.widget import Widget
 from textual.widgets import Footer
@@ -37,7 +37,7 @@ def footer_text(app) -> str:
 
 async def test_plan_screen_forecast_and_footer_fit_80x24(app):
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await forecast_shown(pilot, app)
         plan = app.screen
         assert isinstance(plan, PlanScreen)
         forecast = plan.query_one(ForecastPanel)

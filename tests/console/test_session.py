@@ -16,8 +16,8 @@ from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.policy import build_policy
 
 
-def plan_of(policy):
-    return SimpleNamespace(policy=policy)
+def plan_of(policy, model="the model"):
+    return SimpleNamespace(policy=policy, model=model)
 
 
 def make(live_replan: bool = False) -> ConsoleSession:
@@ -121,6 +121,30 @@ def test_live_edits_follow_the_engines_plan_and_a_refused_replan_returns_to_it()
     assert session.running_policy == edited
 
 
+def test_the_editor_plans_on_the_engines_model_once_its_plan_ready_says_it(demo_model_dir):
+    """A first forward that ran the block lists in another order changes the engine's model; the editor
+    (planning on the UI thread, no engine object) follows it from the engine's PlanReady."""
+    from dataclasses import replace
+
+    from omni_console.console.policy_edits import PolicyEditor
+    from omni_console.engine.api import discover_model, make_plan
+
+    model = discover_model(demo_model_dir)
+    editor = PolicyEditor(model, build_policy({}, 0))
+    session = ConsoleSession(editor, live_replan=True, engine_state="discovered", prompt="a cat")
+    dit = model.dits[0]
+    assert len(dit.block_lists) == 2
+    observed = replace(dit, block_lists=tuple(reversed(dit.block_lists)), order_observed=True)
+    corrected = replace(model, components=tuple(observed if c.name == dit.name else c for c in model.components))
+    assert editor.edit("layers", 1).kept and session.plan.blocks[0].attr == dit.block_lists[0].attr
+    session.follow([PlanReady(plan=make_plan(corrected, session.policy), rank=1)])  # a rank's: not ours
+    assert editor.edit("layers", 1).kept and session.plan.blocks[0].attr == dit.block_lists[0].attr
+    session.follow([PlanReady(plan=make_plan(corrected, session.policy))])
+    assert editor.edit("layers", 1).kept
+    assert session.plan.blocks[0].attr == dit.block_lists[1].attr and not session.plan.blocks[0].streamed
+    assert session.plan == make_plan(corrected, build_policy({}, 3))
+
+
 def test_commands_in_flight_and_quit():
     session = make()
     first, second = Future(), Future()
@@ -145,8 +169,16 @@ def test_the_session_imports_neither_textual_nor_torch():
     assert result.stdout.strip() == "[]"
 
 
-UI_MODULES = ("app.py", "session.py", "host.py", "load_commands.py", "plan_commands.py", "request_commands.py",
-              "request_defaults.py", "commands.py", "screens", "widgets")
+COMMAND_LINE_MODULES = ("cli.py", "headless.py", "headless_ranks.py", "app_main.py")
+"""The command line's modules: they drive the engine on the main thread before or instead of the app."""
+
+
+def ui_modules() -> list[Path]:
+    """Every console module the app's UI thread runs (all but the command line's)."""
+    from omni_console.console import session as session_module
+
+    root = Path(session_module.__file__).parent
+    return sorted(p for p in root.rglob("*.py") if p.name not in COMMAND_LINE_MODULES or p.parent != root)
 
 
 def engine_reads(path) -> list[str]:
@@ -168,10 +200,66 @@ def engine_reads(path) -> list[str]:
 
 
 def test_the_apps_modules_read_the_engines_plan_pipe_and_state_only_from_events():
-    from omni_console.console import session as session_module
-
-    root = Path(session_module.__file__).parent
-    files = [p for name in UI_MODULES for p in ((root / name).rglob("*.py") if (root / name).is_dir()
-                                                 else [root / name])]
+    files = ui_modules()
     assert len(files) > 10
     assert [read for path in files for read in engine_reads(path)] == []
+
+
+def engine_calls(source: str, name: str = "<source>") -> list[str]:
+    """Calls into the engine object outside a worker command (`worker.call(lambda engine: ...)`, run on the
+    engine thread): `engine.m(...)` / `x.engine.m(...)`, and any reference to one of `EngineHandle`'s methods
+    (`x.engine.make_plan` handed on is a call on the UI thread later). `x.engine.bus` is the event stream
+    (its own thread-safe object) and `x.engine.model` etc. are values: not calls into the engine."""
+    import ast
+    import inspect
+
+    from omni_console.engine.api import EngineHandle
+
+    methods = {n for n, v in vars(EngineHandle).items() if inspect.isfunction(v) and not n.startswith("_")}
+    assert {"make_plan", "forecast", "load", "generate", "replan"} <= methods
+
+    def is_engine(node: ast.expr) -> bool:
+        return ((isinstance(node, ast.Name) and node.id == "engine")
+                or (isinstance(node, ast.Attribute) and node.attr == "engine"
+                    and isinstance(node.value, ast.Name) and node.value.id in ("self", "app")))
+
+    found: list[str] = []
+
+    def visit(node: ast.AST, on_worker: bool) -> None:
+        if isinstance(node, ast.Lambda) and "engine" in [a.arg for a in node.args.args]:
+            on_worker = True  # the body runs on the engine thread, with the engine as its argument
+        children = list(ast.iter_child_nodes(node))
+        if not on_worker:
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and is_engine(node.func.value):
+                found.append(f"{name}:{node.lineno} engine.{node.func.attr}()")
+                children.remove(node.func)  # the method named once, as a call
+            elif isinstance(node, ast.Attribute) and node.attr in methods and is_engine(node.value):
+                found.append(f"{name}:{node.lineno} engine.{node.attr}")
+        for child in children:
+            visit(child, on_worker)
+
+    visit(ast.parse(source), False)
+    return sorted(set(found))
+
+
+def test_the_guard_tells_a_call_into_the_engine_from_a_worker_command():
+    source = """
+editor = PolicyEditor(engine.model, engine.make_plan, policy)
+line = forecast_line(self.engine.forecast(size), steps)
+self.engine.prepare()
+future = self.worker.call(lambda engine: engine.forecast(size, plan=plan))
+self.sub = engine.bus.subscribe()
+self.engine.bus.publish(event)
+rows = routed.engine.append(event)
+name = self.engine.model.component("vae").name
+"""
+    assert engine_calls(source) == ["<source>:2 engine.make_plan", "<source>:3 engine.forecast()",
+                                    "<source>:4 engine.prepare()"]
+
+
+def test_the_ui_thread_makes_no_call_into_the_engine():
+    """Only worker commands touch the engine object: the UI thread plans with the pure make_plan on the model
+    value and asks the engine thread for every forecast (issue 24)."""
+    files = ui_modules()
+    assert {"app.py", "plan_commands.py", "request_commands.py", "policy_edits.py"} <= {p.name for p in files}
+    assert [call for path in files for call in engine_calls(path.read_text(), path.name)] == []

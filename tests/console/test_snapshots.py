@@ -13,8 +13,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from app_helpers import make_app, until
+from app_helpers import forecast_shown, make_app, until
 
+from omni_console.console.request_defaults import FORECASTING_LINE
 from omni_console.engine.engine import Engine
 from omni_console.engine.events import StepTiming
 from omni_console.offload.events import StagingEvent
@@ -44,7 +45,7 @@ async def settle_plan(pilot) -> None:
     app.sampler.sample_now(publish=True)  # the fixed host memory, not this machine's, in the header
     app.drain_events()
     app.refresh_plan_views()
-    await pilot.pause()
+    await forecast_shown(pilot, app)  # the request forecast from the engine thread, never a "forecasting…" frame
 
 
 FIXED_EVENTS = [
@@ -109,6 +110,7 @@ async def open_generate(pilot) -> None:
     await settle_live(pilot)
     await pilot.press("g")
     await until(pilot, lambda: type(pilot.app.screen).__name__ == "GenerateDialog")
+    await until(pilot, lambda: pilot.app.screen.forecast_text != FORECASTING_LINE, limit=2000)  # the engine's answer
     await pilot.pause()
 
 
