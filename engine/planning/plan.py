@@ -50,7 +50,7 @@ from ..model_dir.roles import DENOISER_ROLES
 from .experts import Expert, blocks_per_forward, plan_experts, streamer_residency
 from .lean import encoder_stage_bytes, streamable
 
-COMPUTE_ITEMSIZE = 2  # bf16/fp16: the compute dtype fp8 blocks are upcast to (the scratch assumes it too)
+FLOAT_ITEMSIZE = {"float32": 4, "float64": 8}  # the compute dtype's bytes per element; else 2 (bf16/fp16)
 Residency = Literal["streamed", "staged", "resident", "none"]
 Why = Literal["explicit", "default", "implicit", "dlo", "mode", "no-weights", "not-auxiliary", "no-blocks"]
 
@@ -78,11 +78,17 @@ class StreamedBlock:
     streamed: bool
     upcast_elems: int = 0  # fp8 storage: elements upcast to the compute dtype each forward (offload/upcast.py)
     kept_upcast: bool = False  # resident, kept in the compute dtype: converted once at load, never per forward
+    compute_itemsize: int = 2  # fp8 storage: bytes per element of the compute dtype (`compute_itemsize`)
+
+    @property
+    def upcast_extra_bytes(self) -> int:
+        """Device bytes keeping it upcast adds to its fp8 bytes (bf16: one per fp8 element)."""
+        return self.upcast_elems * (self.compute_itemsize - 1)
 
     @property
     def device_bytes(self) -> int:
-        """Its bytes on the device when resident: as stored, or kept upcast (each fp8 element 2 bytes)."""
-        return self.nbytes + (self.upcast_elems * (COMPUTE_ITEMSIZE - 1) if self.kept_upcast else 0)
+        """Its bytes on the device when resident: as stored, or kept upcast."""
+        return self.nbytes + (self.upcast_extra_bytes if self.kept_upcast else 0)
 
     @property
     def forward_upcast_elems(self) -> int:
@@ -151,6 +157,13 @@ def storage_dtype(model: ModelInfo, policy: OffloadPolicy) -> str | None:
     return None
 
 
+def compute_itemsize(dtypes: list[str]) -> int:
+    """Bytes per element of the dtype fp8 weights are upcast to: the DiT's widest-held float dtype that is not
+    fp8 (a `--stream-dtype` cast keeps the checkpoint's as compute; an fp8 checkpoint's norms hold it)."""
+    other = [d for d in dtypes if d not in FP8_NAMES]
+    return FLOAT_ITEMSIZE.get(other[0], 2) if other else 2
+
+
 def execution_blocks(model: ModelInfo, residency: BlockResidency, experts: tuple[Expert, ...] = (),
                      fp8: bool = False, modulation: bool = False) -> list[StreamedBlock]:
     """Every denoiser block in execution order (across all DiTs / UNets), streamed as `residency` decided;
@@ -162,11 +175,13 @@ def execution_blocks(model: ModelInfo, residency: BlockResidency, experts: tuple
     kept = residency.upcast_flags if fp8 else (False,) * len(flags)
     blocks: list[StreamedBlock] = []
     for dit in model.denoisers:
+        width = compute_itemsize(dit.dtypes)
         for block_list in dit.block_lists:
             elems = block_list.upcast_elements(modulation) if fp8 else (0,) * block_list.count
             for i, nbytes in enumerate(block_list.stored_bytes(fp8, modulation)):
                 n = len(blocks)
-                blocks.append(StreamedBlock(dit.name, block_list.attr, i, nbytes, not flags[n], elems[i], kept[n]))
+                blocks.append(StreamedBlock(dit.name, block_list.attr, i, nbytes, not flags[n], elems[i], kept[n],
+                                            width))
     return blocks
 
 

@@ -77,8 +77,8 @@ def test_plan_counts_upcast_blocks_at_the_compute_dtype(demo_model_dir: Path):
     up = make_plan(model, build_policy({}, 3, stream_dtype=FP8, upcast_resident=2))
     kept = [b for b in up.blocks if b.kept_upcast]
     assert [b.index for b in kept] == [b.index for b in up.blocks if not b.streamed][:2]
-    extra = sum(b.upcast_elems for b in kept)  # one more byte per fp8 element (bf16/fp16 compute)
-    assert extra > 0
+    extra = sum(b.upcast_elems for b in kept) * 3  # the demo computes in float32: 3 more bytes per fp8 element
+    assert extra > 0 and all(b.upcast_extra_bytes == b.upcast_elems * 3 for b in kept)
     assert up.forecast.device_resident_bytes == fp8.forecast.device_resident_bytes + extra
     assert up.forecast.pinned_host_bytes == fp8.forecast.pinned_host_bytes  # the host keeps fp8
     assert up.forecast.streamed_bytes_per_forward == fp8.forecast.streamed_bytes_per_forward
