@@ -216,7 +216,7 @@ class OffloadPolicy(BaseModel):
 
 def check_upcast_resident(value: object) -> int | str:
     """"auto", "off" or a count >= 0 (a digit string too: the command line's); else a one-line error."""
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         value = int(value.strip())
     if isinstance(value, str) and value in UPCAST_WORDS:
         return value

@@ -191,13 +191,15 @@ def _policy(base: OffloadPolicy, components: dict[str, bool], lean: frozenset[st
 
 
 def _chooser(plan: Plan, table: StreamTable, profile: RequestProfile | None) -> Chooser:
-    """With fp8 storage, a measured profile and `upcast_resident` not "off" (one DiT, no experts): the search
-    over kept-upcast resident blocks too (engine/planning/upcast_choice.py); else the table's own choice."""
+    """With fp8 storage and a measured profile (one DiT, no experts): the search over kept-upcast resident
+    blocks too (engine/planning/upcast_choice.py; with `upcast_resident` "off" none is kept, the fewest-bytes
+    tie-break stays); else the table's own choice."""
     blocks = plan.forward[0]
-    if (plan.stream_dtype is None or plan.policy.upcast_resident == "off" or plan.experts or profile is None
-            or not profile.block_compute_s or not any(b.upcast_elems for b in blocks)):
+    if (plan.stream_dtype is None or plan.experts or profile is None or not profile.block_compute_s
+            or not any(b.upcast_elems for b in blocks)):
         return PlainChooser(table)
-    upcast = upcast_seconds([b.upcast_elems for b in blocks], profile.device)
+    off = plan.policy.upcast_resident == "off"
+    upcast = (0.0,) * len(blocks) if off else upcast_seconds([b.upcast_elems for b in blocks], profile.device)
     return UpcastChooser(table, upcast, [b.upcast_extra_bytes for b in blocks])
 
 
