@@ -42,3 +42,18 @@ def test_bad_values_exit_2_in_one_line(demo_model_dir: Path, capsys, flags, word
     assert main(["plan", "--model", str(demo_model_dir), *flags]) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1
+
+
+def test_the_consoles_forecast_rows_show_the_blocks_kept_upcast(demo_model_dir: Path):
+    from omni_console.console.plan_context import LinkInfo
+    from omni_console.console.widgets.plan_forecast import forecast_rows
+    from omni_console.engine.model_dir.discovery import discover_model
+    from omni_console.engine.planning.plan import make_plan
+    from omni_console.offload.policy import build_policy
+
+    model = discover_model(demo_model_dir)
+    link = LinkInfo(is_cuda=False)
+    fp8 = forecast_rows(make_plan(model, build_policy({}, 3, stream_dtype=FP8[1])), link)
+    up = forecast_rows(make_plan(model, build_policy({}, 3, stream_dtype=FP8[1], upcast_resident=2)), link)
+    assert not any(r[0] == "kept upcast" for r in fp8)
+    assert [r[1] for r in up if r[0] == "kept upcast"] == ["2 of 3"]
