@@ -101,3 +101,32 @@ def test_bad_values_are_refused_before_load(demo_model_dir: Path):
         build_policy(None, 0, "resident", stream_dtype=FP8, upcast_resident=1)
     # a count above the resident blocks keeps all of them upcast (the policy survives fewer resident layers)
     assert make_plan(model, build_policy({}, 1, stream_dtype=FP8, upcast_resident=5)).residency.num_upcast == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,fixture,pipeline_name", [
+    ("sd3", "sd3_model_dir", "StableDiffusion3Pipeline"),
+    ("wan", "wan_model_dir", "WanPipeline"),
+])
+def test_tiny_families_keep_upcast_blocks_bit_identical(request, family, fixture, pipeline_name, wan_loadable):
+    """Each family's own skip patterns and float32 modules (Wan's) stay as diffusers casts them."""
+    import diffusers
+
+    path: Path = request.getfixturevalue(fixture)
+    req = request_for(family)
+
+    def first_image(pipe) -> np.ndarray:
+        pipe.set_progress_bar_config(disable=True)
+        out = pipe(**req.call_kwargs(pipe))
+        return np.asarray(out.images[0] if hasattr(out, "images") else out.frames[0][0])
+
+    pipe = getattr(diffusers, pipeline_name).from_pretrained(path, local_files_only=True)
+    pipe.transformer.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=pipe.transformer.dtype)
+    expected = first_image(pipe)
+    engine = Engine(path, device="cpu")
+    for layers, upcast in ((2, 1), (1, 1)):  # some upcast, some resident fp8, some streamed; upcast + streamed
+        engine.load(build_policy({}, layers, stream_dtype=FP8, upcast_resident=upcast))
+        assert engine.plan is not None and engine.plan.residency.num_upcast == upcast
+        assert np.array_equal(np.asarray(engine.generate(req).image), expected), (family, layers, upcast)
+        engine.unload()
+    engine.close()
