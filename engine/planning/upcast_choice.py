@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
+import numpy as np
+
 from ...offload.residency import BlockResidency
 from .stream_choice import DitProfile, StreamChoice, evaluate
 from .stream_search import SAFETY, StreamTable
@@ -80,8 +82,11 @@ class UpcastChooser(PlainChooser):
     def __init__(self, table: StreamTable, upcast_s: Sequence[float], extra_bytes: Sequence[int]) -> None:
         super().__init__(table)
         self.upcast_s, self.extra = tuple(upcast_s), tuple(extra_bytes)
-        # the most any pair can save a step: every block's upcast (the bound's slack)
-        self._saving = sum(upcast_s) * table.profile.forwards_per_step
+        # the most a pair can save a step: every block's upcast, and no more than its spare room's worth at the
+        # best seconds-per-byte of any block (the slack below each candidate's bound)
+        fps = table.profile.forwards_per_step
+        self._saving = sum(upcast_s) * fps
+        self._per_byte = max((u / e for u, e in zip(upcast_s, extra_bytes, strict=True) if e), default=0.0) * fps
         self._steps: dict[Pick, float] = {}
         self._resident: dict[int, BlockResidency] = {}
 
@@ -151,11 +156,13 @@ class UpcastChooser(PlainChooser):
 
     def choose(self, room: int, tie: float, prefer: Prefer = "room") -> Pick | None:
         t = self.table
-        fits = t.by_bound[t.room[t.by_bound] <= room].tolist()  # by the bound of each candidate without upcast
+        fits = np.flatnonzero(t.room <= room)
+        lower = t.bound[fits] - np.minimum(self._saving, (room - t.room[fits]) * self._per_byte)
+        order = np.argsort(lower, kind="stable")
         best, seen = math.inf, []
-        for index in fits:
-            if t.bound[index] - self._saving >= best * (1 + tie) * (1 + SAFETY):
-                break  # nothing further can come within the tie, even with every block upcast
+        for index, bound in zip(fits[order].tolist(), lower[order].tolist(), strict=True):
+            if bound >= best * (1 + tie) * (1 + SAFETY):
+                break  # nothing further can come within the tie, even with its spare room all upcast
             pick = self.best_upcast(index, room, fewest=False)
             step = self.step(pick)
             best = min(best, step)
