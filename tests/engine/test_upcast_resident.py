@@ -130,3 +130,15 @@ def test_tiny_families_keep_upcast_blocks_bit_identical(request, family, fixture
         assert np.array_equal(np.asarray(engine.generate(req).image), expected), (family, layers, upcast)
         engine.unload()
     engine.close()
+
+
+def test_out_of_memory_first_puts_upcast_blocks_back_to_fp8(demo_model_dir: Path):
+    from omni_console.engine.running.oom_guard import device_weights, lower_policy
+
+    model = discover_model(demo_model_dir)
+    plan = make_plan(model, build_policy({}, 3, stream_dtype=FP8, upcast_resident=2))
+    lower = lower_policy(plan, "denoise")
+    assert lower is not None and "kept upcast 2→0" in lower[1]
+    new = make_plan(model, lower[0])
+    assert new.residency.num_upcast == 0 and new.residency.num_resident == 3
+    assert device_weights(new) < device_weights(plan)
