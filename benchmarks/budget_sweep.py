@@ -199,7 +199,7 @@ def measured_run(model, inputs, device, lists, masters, residency, depths, iters
             rows.append(dict(placement=r.placement, resident=r.num_resident, slots=r.slots, upcast=r.num_upcast,
                              resident_blocks=list(r.resident_indices), step_s=step,
                              predicted_step_s=predicted.step_s, forecast_error=predicted.step_s / step - 1,
-                             floor_s=max(sum(profile.compute_s) + profile.other_s, predicted.forward.transfer_s),
+                             floor_s=predicted.forward.floor_s,  # kept-upcast blocks: compute without their upcast
                              stall_s_per_forward=stats.stall_s / (iters + 2),
                              peak_allocated=peak(device), predicted_peak=predicted.peak_bytes,
                              peak_error=(predicted.peak_bytes / peak(device) - 1) if peak(device) else None,
@@ -327,7 +327,9 @@ def main() -> None:
             rows += measured_run(model, inputs, device, lists, masters, residency, [residency.slots], args.iters,
                                  ref, profile, bw, fixed, compute_dtype, predict_with(choosers["auto"]))
     report["sweep"] = rows
-    plans = []
+    plans: list[dict[str, Any]] = []
+    report["auto_plan"] = plans
+    harness.write(report, args)  # written again after every planned run: a time-boxed run keeps what it measured
     for budget_gb in args.budgets:
         budget = int(budget_gb * GB)
         for mode, chooser in (choosers or {None: None}).items():
@@ -353,7 +355,7 @@ def main() -> None:
                        within_budget=row["peak_allocated"] <= budget, best_measured_step_s=best_measured,
                        vs_best_measured=(row["step_s"] / best_measured) if best_measured else None)
             plans.append(row)
-    report["auto_plan"] = plans
+            harness.write(report, args)
     harness.write(report, args)
     log(f"wrote {args.out}")
 
