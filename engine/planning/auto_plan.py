@@ -22,6 +22,10 @@ the encoders (exact, nearly free) also when it leaves room for a faster step; an
 later ones make unnecessary is dropped again. Each in effect is a reason line with its phase's peak
 before and after, its cost and whether the output stays bit-identical.
 
+With fp8 storage the search is over pairs (streaming candidate, resident blocks kept upcast) and the
+final choice among equally fast ones streams the fewest bytes (engine/planning/upcast_choice.py);
+`upcast_resident` "off" keeps every resident block fp8.
+
 If nothing fits even with every lean option, `NothingFits` names the smallest possible peak and each
 phase's share of it.
 """
@@ -214,6 +218,9 @@ def _upcast_reason(plan: Plan, chooser: Chooser, pick: Pick, base: OffloadPolicy
     resident = plan.residency.num_resident
     if base.upcast_resident == "off":
         return f"fp8 resident blocks: all {resident} upcast per forward (--upcast-resident off)"
+    if not isinstance(chooser, UpcastChooser):  # nothing measured to weigh the upcast against
+        return (f"fp8 resident blocks: all {resident} stay fp8, upcast per forward (kept upcast is weighed once a "
+                "request has been profiled)")
     if n == 0:
         return (f"fp8 resident blocks: all {resident} stay fp8, upcast per forward (keeping them upcast would not "
                 "fit or not speed the step)")
