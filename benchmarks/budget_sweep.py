@@ -20,9 +20,14 @@ A "step" here is one DiT forward (one denoise step without classifier-free guida
 `--stream-dtype float8_e4m3fn`: the blocks are stored in fp8 by diffusers' layerwise-casting rule
 (engine/loading/stream_dtype.py) and upcast on the device before each block runs; the resident reference is
 diffusers' own `enable_layerwise_casting` hooks on the same layers (its per-block compute includes the
-upcast, as the streamer's does), and the predicted peak counts the upcast scratch.
+upcast, as the streamer's does), and the predicted peak counts the upcast scratch. With fp8 the
+per-budget planner is the auto-planner's own search over resident blocks kept upcast too
+(engine/planning/upcast_choice.py, `--upcast-resident auto`), run beside the same search with
+`--upcast-resident off` (every resident block upcast per forward); `--upcast` also measures each leading
+point again with every resident block kept upcast (converted once at attach), so the best fitting
+measured configuration includes them.
 Usage: python -m benchmarks.budget_sweep --model flux|wan|flux-small|wan-small --out sweep.json
-       [--stream-dtype float8_e4m3fn --budgets 8 12 16 24]
+       [--stream-dtype float8_e4m3fn --upcast --budgets 8 12 16 24]
 """
 
 from __future__ import annotations
@@ -36,7 +41,10 @@ import torch
 
 from omni_console.console.bandwidth import measure_h2d_bandwidth
 from omni_console.engine.loading.stream_dtype import STREAM_DTYPES, apply_storage_hooks, cast_for_storage
-from omni_console.engine.planning.stream_choice import choose_streaming, evaluate, profile_from_timings
+from omni_console.engine.planning.stream_choice import TIE, choose_streaming, evaluate, profile_from_timings
+from omni_console.engine.planning.stream_search import StreamTable
+from omni_console.engine.planning.upcast_choice import UpcastChooser
+from omni_console.engine.planning.upcast_cost import upcast_seconds
 from omni_console.offload.block_timing import BlockTimer
 from omni_console.offload.residency import BlockResidency
 from omni_console.offload.streamer import LayerwiseStreamer
@@ -165,8 +173,9 @@ class Masters:
 
 
 def measured_run(model, inputs, device, lists, masters, residency, depths, iters, ref, profile, bw, fixed,
-                 compute_dtype=None):
-    """Attach once, then time each ring depth in place; returns one row per depth."""
+                 compute_dtype=None, predict=None):
+    """Attach once, then time each ring depth in place; returns one row per depth. `predict(residency)`: the
+    planner's StreamChoice for it (default: `evaluate` over `profile`; a chooser's for upcast blocks)."""
     masters.bind()
     gc.collect()
     if device.type == "cuda":
@@ -186,17 +195,18 @@ def measured_run(model, inputs, device, lists, masters, residency, depths, iters
             peak_reset(device)
             step, out = time_forwards(model, inputs, device, iters)
             stats = streamer.take_step_stats(wait=True)
-            predicted = evaluate(profile, r, bw, fixed)
-            rows.append(dict(placement=r.placement, resident=r.num_resident, slots=r.slots,
+            predicted = predict(r) if predict is not None else evaluate(profile, r, bw, fixed)
+            rows.append(dict(placement=r.placement, resident=r.num_resident, slots=r.slots, upcast=r.num_upcast,
                              resident_blocks=list(r.resident_indices), step_s=step,
                              predicted_step_s=predicted.step_s, forecast_error=predicted.step_s / step - 1,
-                             floor_s=max(sum(profile.compute_s) + profile.other_s, predicted.forward.transfer_s),
+                             floor_s=predicted.forward.floor_s,  # kept-upcast blocks: compute without their upcast
                              stall_s_per_forward=stats.stall_s / (iters + 2),
                              peak_allocated=peak(device), predicted_peak=predicted.peak_bytes,
                              peak_error=(predicted.peak_bytes / peak(device) - 1) if peak(device) else None,
                              identical=bool(torch.equal(out, ref)), attach_s=attach_s))
             rows[-1]["ratio_to_floor"] = step / rows[-1]["floor_s"]
-            log(f"  {r.placement} resident={r.num_resident} k={r.slots}: {step:.4f} s (pred {predicted.step_s:.4f},"
+            log(f"  {r.placement} resident={r.num_resident} upcast={r.num_upcast} k={r.slots}: {step:.4f} s "
+                f"(pred {predicted.step_s:.4f},"
                 f" floor {rows[-1]['floor_s']:.4f}, x{rows[-1]['ratio_to_floor']:.3f}) peak "
                 f"{peak(device) / GB:.2f} GB (pred {predicted.peak_bytes / GB:.2f}) identical {rows[-1]['identical']}")
     finally:
@@ -211,6 +221,8 @@ def main() -> None:
     parser.add_argument("--depths", type=int, nargs="*", default=[2, 4, 8, 16])
     parser.add_argument("--budgets", type=float, nargs="*", default=[8, 12, 16, 24, 32, 48])
     parser.add_argument("--stream-dtype", choices=sorted(STREAM_DTYPES), default=None)
+    parser.add_argument("--upcast", action="store_true",
+                        help="fp8: measure each leading point again with every resident block kept upcast")
     args = parser.parse_args()
     spec = MODELS[args.model]
     device = torch.device(args.device)
@@ -223,12 +235,13 @@ def main() -> None:
     inputs = inputs_for(spec, device)
     lists = blocks_of(model, spec["kind"])
     blocks = [b for _, bl in lists for b in bl]
-    compute_dtype, scratch = None, 0
+    compute_dtype, scratch, elems = None, 0, [0] * len(blocks)
     if args.stream_dtype is not None:  # fp8 storage: the resident reference is diffusers' layerwise casting
         compute_dtype, storage = torch.bfloat16, STREAM_DTYPES[args.stream_dtype]
         cast_for_storage(model, storage)  # on the device: fast
         apply_storage_hooks(model, storage, compute_dtype)  # whole model: the rule sees qualified names
-        scratch = max(sum(t.numel() for t in b.parameters() if is_float8(t.dtype)) for b in blocks) * 2
+        elems = [sum(t.numel() for t in b.parameters() if is_float8(t.dtype)) for b in blocks]
+        scratch = max(elems) * 2
         report["stream_dtype"], report["upcast_scratch_bytes"] = args.stream_dtype, scratch
     block_bytes = tuple(sum(t.numel() * t.element_size() for t in [*b.parameters(), *b.buffers()]) for b in blocks)
     sync(device)
@@ -296,28 +309,67 @@ def main() -> None:
                 for r in spread:
                     r["equal_bytes_as_leading"] = point
                 rows += spread
+    table = StreamTable(profile, bw)
+    choosers = {}  # fp8: the auto-planner's search with upcast "auto" and "off" (engine/planning/upcast_choice.py)
+    if compute_dtype is not None:
+        up = upcast_seconds(elems, "cuda" if device.type == "cuda" else "cpu")
+        choosers = {"auto": UpcastChooser(table, up, elems), "off": UpcastChooser(table, [0.0] * n, elems)}
+
+    def predict_with(chooser):
+        return lambda r: chooser.evaluate(_pick_of(chooser, r), fixed)
+
+    if args.upcast and compute_dtype is not None:
+        for point in [p for p in (args.points or spec["points"]) if p]:
+            lead = [r for r in rows if r["placement"] == "leading" and r["resident"] == point]
+            k = min(lead, key=lambda r: r["step_s"])["slots"] if lead and point < n else 2
+            residency = BlockResidency.leading(n, point, k).with_upcast(point)
+            log(f"leading resident_layers={point}, every one kept upcast")
+            rows += measured_run(model, inputs, device, lists, masters, residency, [residency.slots], args.iters,
+                                 ref, profile, bw, fixed, compute_dtype, predict_with(choosers["auto"]))
     report["sweep"] = rows
-    plans = []
+    plans: list[dict[str, Any]] = []
+    report["auto_plan"] = plans
+    harness.write(report, args)  # written again after every planned run: a time-boxed run keeps what it measured
     for budget_gb in args.budgets:
         budget = int(budget_gb * GB)
-        choice, smallest = choose_streaming(profile, bw, fixed, budget)
-        if choice is None:
-            plans.append(dict(budget_gb=budget_gb, fits=False, smallest_peak=smallest.peak_bytes))
-            log(f"budget {budget_gb} GB: nothing fits (smallest peak {smallest.peak_bytes / GB:.2f} GB)")
-            continue
-        log(f"budget {budget_gb} GB: {choice.residency.placement} resident={choice.residency.num_resident} "
-            f"k={choice.residency.slots}")
-        row = measured_run(model, inputs, device, lists, masters, choice.residency, [choice.residency.slots],
-                           args.iters, ref, profile, bw, fixed, compute_dtype)[0]
-        fitting = [r for r in rows if (r["peak_allocated"] or r["predicted_peak"]) <= budget]
-        best_measured = min((r["step_s"] for r in fitting), default=None)
-        row.update(budget_gb=budget_gb, fits=True, within_budget=row["peak_allocated"] <= budget,
-                   best_measured_step_s=best_measured,
-                   vs_best_measured=(row["step_s"] / best_measured) if best_measured else None)
-        plans.append(row)
-    report["auto_plan"] = plans
+        for mode, chooser in (choosers or {None: None}).items():
+            choice, smallest = choose_streaming(profile, bw, fixed, budget, table=table)
+            predict = None
+            if chooser is not None and choice is not None:  # the planner's pick: candidate and upcast count
+                pick = chooser.choose(budget - fixed - activation, TIE, "streamed")
+                choice = None if pick is None else chooser.evaluate(pick, fixed)
+                predict = predict_with(chooser)
+            if choice is None:
+                plans.append(dict(budget_gb=budget_gb, upcast_resident=mode, fits=False,
+                                  smallest_peak=smallest.peak_bytes))
+                log(f"budget {budget_gb} GB: nothing fits (smallest peak {smallest.peak_bytes / GB:.2f} GB)")
+                continue
+            r = choice.residency
+            log(f"budget {budget_gb} GB{f' (upcast {mode})' if mode else ''}: {r.placement} resident={r.num_resident} "
+                f"upcast={r.num_upcast} k={r.slots}")
+            row = measured_run(model, inputs, device, lists, masters, r, [r.slots], args.iters, ref, profile, bw,
+                               fixed, compute_dtype, predict)[0]
+            fitting = [x for x in rows if (x["peak_allocated"] or x["predicted_peak"]) <= budget]
+            best_measured = min((x["step_s"] for x in fitting), default=None)
+            row.update(budget_gb=budget_gb, upcast_resident=mode, fits=True,
+                       within_budget=row["peak_allocated"] <= budget, best_measured_step_s=best_measured,
+                       vs_best_measured=(row["step_s"] / best_measured) if best_measured else None)
+            plans.append(row)
+            harness.write(report, args)
     harness.write(report, args)
     log(f"wrote {args.out}")
+
+
+def _pick_of(chooser: UpcastChooser, residency: BlockResidency):
+    """The chooser's pick for a residency measured here (its candidate in the table, its upcast count)."""
+    from omni_console.engine.planning.upcast_choice import Pick
+
+    t = chooser.table
+    for index in range(len(t.resident)):
+        r = t.residency(index)
+        if (r.resident, r.slots, r.placement) == (residency.resident, residency.slots, residency.placement):
+            return Pick(index, residency.num_upcast)
+    raise ValueError("a residency the planner's table does not hold")
 
 
 if __name__ == "__main__":

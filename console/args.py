@@ -23,12 +23,13 @@ def resolve_model_path(model: Path | None) -> Path:
 
 def policy_from_args(args: argparse.Namespace) -> OffloadPolicy:
     """The build-time-checked policy from `--dlo-offload-components`, `--resident-layers`, `--mode`,
-    `--placement`, `--prefetch-slots`, `--stream-dtype`, `--fp8-modulation` and the lean phases
+    `--placement`, `--prefetch-slots`, `--stream-dtype`, `--fp8-modulation`, `--upcast-resident` and the lean phases
     (`--stream-encoders`, `--vae-tiling`, `--vae-slicing`, `--ff-chunking`)."""
     return build_policy(parse_components_json(args.dlo_offload_components), args.resident_layers, args.mode,
                         getattr(args, "placement", "leading"), getattr(args, "prefetch_slots", 2),
                         stream_dtype=getattr(args, "stream_dtype", None),
                         fp8_modulation=getattr(args, "fp8_modulation", False),
+                        upcast_resident=getattr(args, "upcast_resident", "auto"),
                         **{name: getattr(args, name, "auto") or "auto" for name in LEAN_FIELDS})
 
 

@@ -90,11 +90,15 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fp8-modulation", action="store_true",
                         help="with fp8 storage, also store the AdaLN modulation linears in fp8 (as common fp8 "
                              "checkpoints do; not diffusers' rule)")
+    parser.add_argument("--upcast-resident", default="auto", metavar="auto|off|N",
+                        help="with fp8 storage: resident DiT blocks kept in the compute dtype (converted once at load, "
+                             "twice their fp8 device bytes, no upcast per forward); N: the first N resident blocks; "
+                             "auto (default): --vram-budget weighs it, none without a budget; off: never")
     parser.add_argument("--vram-budget", metavar="SIZE",
                         help="choose encoder/VAE residency, resident blocks, placement and K for the fastest "
                              "predicted step within SIZE (e.g. 24GB, 24GiB: the device memory of the process, CUDA "
-                             "context included), or auto: what the GPU has free now less a margin; overrides the "
-                             "three flags above")
+                             "context included), or auto: what the GPU has free now less a margin; overrides "
+                             "--resident-layers, --placement, --prefetch-slots and a number of --upcast-resident")
     lean = parser.add_argument_group("lean phases (auto: only where --vram-budget needs them; on: always; off: never)")
     lean.add_argument("--stream-encoders", choices=LEAN_MODES, default="auto",
                       help="stream staged text encoders layer by layer through 2 slots (exact)")
@@ -187,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
 # Flags whose value may start with "-" (argparse takes "-5GB" for an option and says "expected one argument")
 SIGNED_VALUE_FLAGS = frozenset({"--vram-budget", "--height", "--width", "--frames", "--max-sequence-length",
                                 "--steps", "--seed", "--guidance", "--fps", "--resident-layers", "--prefetch-slots",
+                                "--upcast-resident",
                                 "--gpus", "--telemetry-hz"})
 
 

@@ -172,6 +172,8 @@ def forecast_sheet(plan: Plan, on_cpu: bool = False) -> Sheet:
     if plan.stream_dtype is not None:
         rows.append((f"{plan.model.block_kind} weights stored in", plan.stream_dtype))
         caption += f" + upcast scratch ({format_bytes(f.upcast_scratch_bytes)})"
+        if r.num_resident and plan.policy.mode == "dlo":
+            rows.append(upcast_row(plan))
     if plan.experts:
         caption += (f"; two experts ({' → '.join(e.name for e in plan.experts)}), one on the device at a time: "
                     "the budget changes hands at the boundary step")
@@ -179,6 +181,14 @@ def forecast_sheet(plan: Plan, on_cpu: bool = False) -> Sheet:
         caption += ". " + (storage_note(plan.stream_dtype, plan.policy.fp8_modulation, plan.model.block_kind) or "")
     return Sheet("forecast (from safetensors headers)", ("forecast", "bytes"), rows, right=frozenset({"bytes"}),
                  show_header=False, caption=caption)
+
+
+def upcast_row(plan: Plan) -> tuple[str, str]:
+    """fp8 storage: how many resident blocks are kept in the compute dtype, and the device bytes that adds."""
+    r = plan.forward[1]
+    extra = sum(b.device_bytes - b.nbytes for b in plan.blocks if b.kept_upcast)
+    kept = f"{r.num_upcast} of {r.num_resident}" + (f" (+{format_bytes(extra)})" if extra else "")
+    return (f"resident {plan.model.block_kind} blocks kept upcast (no per-forward upcast)", kept)
 
 
 def request_sheet(forecast: RequestForecast, on_cpu: bool = False) -> Sheet:

@@ -46,7 +46,8 @@ class StageRing(LayerwiseStreamer):
     def open(self) -> None:
         """Allocate the slots and copy the first layers (the stage begins)."""
         if not self.is_open and self._streamed:
-            self._fill_ring()
+            assert self.ring is not None
+            self.ring.open(self.residency.slots)
         self.is_open = True
 
     def shut(self) -> None:

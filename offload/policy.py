@@ -28,6 +28,10 @@ Source = Literal["explicit", "default", "implicit"]
 LeanMode = Literal["auto", "on", "off"]
 LEAN_MODES = ("auto", "on", "off")
 LEAN_FIELDS = ("stream_encoders", "vae_tiling", "vae_slicing", "ff_chunking")
+# fp8 storage, resident blocks kept in the compute dtype: "auto" (a --vram-budget weighs it; none without one),
+# "off" (never: every resident block upcast per forward), or how many (BlockResidency.with_upcast)
+UpcastResident = Literal["auto", "off"] | int
+UPCAST_WORDS = ("auto", "off")
 DEFAULT_KEY = "default"
 OPTION = "dlo_offload_components"
 
@@ -60,7 +64,9 @@ class OffloadPolicy(BaseModel):
 
     `stream_dtype` stores the DiT's weights in fp8 by diffusers' layerwise-casting rule (None: as the
     checkpoint stores them); `fp8_modulation` also stores the AdaLN modulation linears in fp8 (not
-    diffusers' rule). See engine/loading/stream_dtype.py.
+    diffusers' rule). See engine/loading/stream_dtype.py. `upcast_resident`: with fp8 storage, how many
+    resident blocks are kept in the compute dtype (converted once at load, no per-forward upcast, twice
+    the device bytes); "auto" lets `--vram-budget` weigh it (none without a budget), "off" never.
 
     The lean phases (`stream_encoders`, `vae_tiling`, `vae_slicing`, `ff_chunking`; engine/planning/lean.py) are
     applied when "on"; "auto" lets `--vram-budget` turn them on where the budget needs them."""
@@ -74,6 +80,7 @@ class OffloadPolicy(BaseModel):
     prefetch_slots: int = DEFAULT_SLOTS
     stream_dtype: StreamDtype | None = None
     fp8_modulation: bool = False
+    upcast_resident: UpcastResident = "auto"
     stream_encoders: LeanMode = "auto"
     vae_tiling: LeanMode = "auto"
     vae_slicing: LeanMode = "auto"
@@ -108,12 +115,24 @@ class OffloadPolicy(BaseModel):
             raise PolicyError(f"prefetch slots must be >= 2 (the running block and one ahead), got {value}")
         return value
 
+    @field_validator("upcast_resident", mode="before")
+    @classmethod
+    def _check_upcast(cls, value: object) -> int | str:
+        return check_upcast_resident(value)
+
+    @property
+    def upcast_count(self) -> int:
+        """Resident blocks kept upcast as the policy says it (a number; "auto" and "off": none)."""
+        return self.upcast_resident if isinstance(self.upcast_resident, int) else 0
+
     @model_validator(mode="after")
     def _check_mode(self) -> OffloadPolicy:
         if self.mode == "resident" and self.dlo_offload_components:
             raise PolicyError(f"{OPTION} requires distributed layerwise offload (mode=dlo), got mode=resident")
         if self.mode == "resident" and self.resident_layers:
             raise PolicyError("resident_layers requires distributed layerwise offload (mode=dlo)")
+        if self.mode == "resident" and self.upcast_count:
+            raise PolicyError("upcast_resident requires distributed layerwise offload (mode=dlo)")
         return self
 
     # -- resolution --------------------------------------------------------------------------
@@ -133,7 +152,8 @@ class OffloadPolicy(BaseModel):
         """
         if self.mode == "resident":
             return BlockResidency.all_resident(num_blocks)
-        return BlockResidency.placed(self.placement, num_blocks, self.resident_layers, self.prefetch_slots)
+        placed = BlockResidency.placed(self.placement, num_blocks, self.resident_layers, self.prefetch_slots)
+        return placed.with_upcast(self.upcast_count) if self.upcast_count else placed
 
     def source_of(self, name: str) -> Source:
         """Why `offload_enabled(name)` says what it says."""
@@ -186,16 +206,30 @@ class OffloadPolicy(BaseModel):
 
     def _storage(self) -> dict[str, Any]:
         return {"stream_dtype": self.stream_dtype, "fp8_modulation": self.fp8_modulation,
-                **{name: getattr(self, name) for name in LEAN_FIELDS}, "lean_auto": self.lean_auto}
+                "upcast_resident": self.upcast_resident, **{name: getattr(self, name) for name in LEAN_FIELDS},
+                "lean_auto": self.lean_auto}
 
     def components_json(self) -> str:
         """The exact `--dlo-offload-components` value (compact JSON, keys in insertion order)."""
         return json.dumps(self.dlo_offload_components, separators=(", ", ": "))
 
 
+def check_upcast_resident(value: object) -> int | str:
+    """"auto", "off" or a count >= 0 (a digit string too: the command line's); else a one-line error."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value.strip())
+    if isinstance(value, str) and value in UPCAST_WORDS:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PolicyTypeError(f"upcast_resident must be auto, off or a number of resident blocks, got {value!r}")
+    if value < 0:
+        raise PolicyError(f"upcast_resident must be >= 0 resident blocks, got {value}")
+    return value
+
+
 def build_policy(components: Any = None, resident_layers: Any = 0, mode: Any = "dlo", placement: Any = "leading",
                  prefetch_slots: Any = DEFAULT_SLOTS, *, stream_dtype: Any = None,
-                 fp8_modulation: Any = False, **lean: Any) -> OffloadPolicy:
+                 fp8_modulation: Any = False, upcast_resident: Any = "auto", **lean: Any) -> OffloadPolicy:
     """Build a policy, turning pydantic's wrapped errors back into our one-line errors."""
     if mode not in ("dlo", "resident"):
         raise PolicyError(f"mode must be 'dlo' or 'resident', got {mode!r}")
@@ -205,6 +239,7 @@ def build_policy(components: Any = None, resident_layers: Any = 0, mode: Any = "
         raise PolicyError(f"stream dtype must be one of {', '.join(STREAM_DTYPE_NAMES)}, got {stream_dtype!r}")
     if not isinstance(fp8_modulation, bool):
         raise PolicyTypeError(f"fp8_modulation must be a boolean, got {_type_name(fp8_modulation)}")
+    upcast_resident = check_upcast_resident(upcast_resident)
     for name, value in lean.items():
         if name == "lean_auto" and isinstance(value, tuple) and set(value) <= set(LEAN_FIELDS):
             continue
@@ -215,7 +250,7 @@ def build_policy(components: Any = None, resident_layers: Any = 0, mode: Any = "
     try:
         return OffloadPolicy(mode=mode, dlo_offload_components=components, resident_layers=resident_layers,
                              placement=placement, prefetch_slots=prefetch_slots, stream_dtype=stream_dtype,
-                             fp8_modulation=fp8_modulation, **lean)
+                             fp8_modulation=fp8_modulation, upcast_resident=upcast_resident, **lean)
     except ValidationError as exc:
         for err in exc.errors():
             original = (err.get("ctx") or {}).get("error")

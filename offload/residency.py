@@ -17,6 +17,11 @@ A ring never needs more slots than there are streamed blocks (then nothing is ev
 slot is allowed (no prefetch: each block is copied when it is needed, the smallest peak).
 With `byte_ring` the k slots' bytes are one buffer instead, filled with as many of the next units as
 fit (offload/ring_layout.py): for blocks of very different sizes (a UNet's units).
+
+With fp8 storage, `upcast` marks resident blocks kept in the compute dtype: converted once at load
+(offload/upcast.py) instead of before every forward, for twice their fp8 device bytes. Which ones:
+`with_upcast(n)` takes the first n resident blocks in execution order (every fp8 block's upcast costs
+the same time per byte it would add, so which ones matters less than how many; the first run first).
 """
 
 from __future__ import annotations
@@ -53,8 +58,14 @@ class BlockResidency:
     slots: int
     placement: Placement = "leading"
     byte_ring: bool = False  # the slots' bytes as one buffer, units admitted while they fit (offload/byte_ring.py)
+    upcast: tuple[bool, ...] = ()  # fp8 storage: resident blocks kept in the compute dtype (() or one per block)
 
     def __post_init__(self) -> None:
+        if self.upcast and (len(self.upcast) != len(self.resident)
+                            or any(u and not r for u, r in zip(self.upcast, self.resident, strict=True))):
+            raise ValueError("upcast marks resident blocks only, one flag per block")
+        if self.upcast and not any(self.upcast):
+            object.__setattr__(self, "upcast", ())  # none kept upcast: one spelling, so equal residencies compare equal
         streamed = self.num_streamed
         if streamed == 0 and self.slots != 0:
             raise ValueError(f"no streamed blocks needs 0 slots, got {self.slots}")
@@ -89,6 +100,23 @@ class BlockResidency:
     def all_resident(cls, num_blocks: int) -> BlockResidency:
         """No streaming at all (the `resident` baseline mode)."""
         return cls((True,) * num_blocks, 0)
+
+    def with_upcast(self, count: int) -> BlockResidency:
+        """The first `count` resident blocks (execution order; all of them when fewer) kept upcast."""
+        flags, left = [], max(count, 0)
+        for r in self.resident:
+            flags.append(r and left > 0)
+            left -= r
+        return BlockResidency(self.resident, self.slots, self.placement, self.byte_ring, tuple(flags))
+
+    @property
+    def upcast_flags(self) -> tuple[bool, ...]:
+        """Per block: kept in the compute dtype (resident, converted once at load)."""
+        return self.upcast or (False,) * len(self.resident)
+
+    @property
+    def num_upcast(self) -> int:
+        return sum(self.upcast)
 
     @property
     def num_blocks(self) -> int:

@@ -11,8 +11,8 @@ stream, so copies run up to k-1 blocks ahead of compute. The order is cyclic: th
 step copy the first ones of the next, which therefore arrive during the step's tail, the scheduler
 and any resident blocks that run before them.
 
-Swapping never replaces modules or Parameters: each tensor's storage is re-pointed
-(`param.data = view into a slot`) and, after the block ran, to a zero-element placeholder.
+Swapping never replaces modules or Parameters: each tensor's storage is re-pointed (`param.data = view
+into a slot`) and, after the block ran, to a zero-element placeholder. fp8 blocks: offload/upcast.py.
 
 Composed of: a ring that runs during a forward (`SlotRing`, offload/slot_ring.py; or `ByteRing`,
 offload/byte_ring.py, one buffer for units of very different sizes, where the residency says
@@ -104,6 +104,8 @@ class LayerwiseStreamer:
             raise ValueError(f"residency covers {residency.num_blocks} blocks, the block lists hold {len(blocks)}")
         self.residency = residency
         self._blocks = [Block(name, m, resident=r) for (name, m), r in zip(blocks, residency.resident, strict=True)]
+        if self._upcast is not None:  # resident blocks kept upcast (converted once)
+            self._upcast.keep(self._blocks, residency.upcast_flags)
         self.active = self._check_active(active)
         self._streamed = self._ring_blocks()
         self._bus = bus or NullBus()
@@ -220,17 +222,11 @@ class LayerwiseStreamer:
         self._released = True
 
     def set_slots(self, slots: int) -> None:
-        """Change the ring's depth in place (no repacking): the slots are reallocated and refilled.
-
-        Used between requests, when only the prefetch depth changes; the residency keeps its blocks."""
+        """Change the ring's depth in place (no repacking; between requests): slots reallocated, refilled."""
         if not self._attached or not self._streamed:
             raise RuntimeError("set_slots needs an attached streamer with streamed blocks")
         self._clear_ring()
         self.residency = replace(self.residency, slots=min(slots, len(self._streamed)))
-        self._fill_ring()
-
-    def _fill_ring(self) -> None:
-        """Allocate the ring's slots (`residency.slots`) and warm its window; hooks stay."""
         assert self.ring is not None
         self.ring.open(self.residency.slots)
 
@@ -259,8 +255,9 @@ class LayerwiseStreamer:
         self._remove_hooks()
         copied = freed = 0
         pairs = list(zip(self._blocks, residency.resident, strict=True))
+        upcast = self._upcast.keep(self._blocks, residency.upcast_flags) if self._upcast else ()  # made again
         for b, resident in pairs:  # every release before any copy: the peak never holds both sets
-            if b.resident and not resident:
+            if b.resident and (not resident or b.name in upcast):
                 freed += self._drop_resident(b)
                 b.resident = False
         for b, resident in pairs:
@@ -300,7 +297,9 @@ class LayerwiseStreamer:
         self._blocks = [by_name[n] for n in names]
         self.active = tuple(active[n] for n in names)  # a parked block stays parked
         self._streamed = self._ring_blocks()
-        self.residency = replace(self.residency, resident=tuple(b.resident for b in self._blocks))
+        kept = self._upcast.kept if self._upcast else ()  # each block keeps its upcast too
+        self.residency = replace(self.residency, resident=tuple(b.resident for b in self._blocks),
+                                 upcast=tuple(b.name in kept for b in self._blocks))
         if attached:
             self._build_ring()
         return self.residency
@@ -341,7 +340,7 @@ class LayerwiseStreamer:
                 move_preserving_aliases(tensors, self.device)
                 b.tensor_bytes = distinct_bytes(tensors)
                 if self._upcast is not None:
-                    self._upcast.hold(b.name, b.module)  # resident fp8: upcast before each forward
+                    self._upcast.hold(b)  # resident fp8: upcast before each forward (or once, if kept upcast)
         if packed:
             self.filler.pack(packed, pin=self._pin, weights=self._weights, progress=self._progress)
         for b in self._blocks:
@@ -352,7 +351,7 @@ class LayerwiseStreamer:
 
     def _build_ring(self) -> None:
         """A ring over the streamed blocks (bytes or k slots, as the residency says), its hooks on them,
-        its slots filled (see `_fill_ring`)."""
+        its slots allocated and its window warmed."""
         if not self._streamed:
             self.ring = None
             return
@@ -361,21 +360,20 @@ class LayerwiseStreamer:
         self.ring = kind(self._streamed, self.device, self.filler, self._ledger, self._upcast)
         for k, b in enumerate(self._streamed):
             ring_hooks(self._hooks, b.module, self.ring, k)
-        self._fill_ring()
+        self.ring.open(self.residency.slots)
 
     def _make_resident(self, b: Block) -> int:
         """Give a packed block its own device copy of its region and bind it there; returns bytes copied."""
         assert self.filler.arena is not None
         n = copy_resident(b, self.filler.arena, self.device, self._ledger.clock)
         if self._upcast is not None:
-            self._upcast.hold(b.name, b.module)  # resident fp8: upcast before each forward
+            self._upcast.hold(b)  # resident fp8: upcast before each forward (or once, if kept upcast)
         return n
 
     def _drop_resident(self, b: Block) -> int:
         """Free a resident block's device copy (its master stays in the arena); returns bytes freed."""
-        if self._upcast is not None:
-            self._upcast.drop(b.name)
-        return drop_resident(b, self.device)
+        upcast = self._upcast.drop(b) if self._upcast is not None else 0  # a block kept upcast: its copies
+        return drop_resident(b, self.device) + upcast
 
     def _abort_attach(self) -> None:
         """Undo a failed attach: hooks off, slots freed, arena unregistered; weights kept on host."""

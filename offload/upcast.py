@@ -7,8 +7,10 @@ buffer shared by all streamed blocks (blocks run one after another on that strea
 enough; the slot's next copy waits for compute, so it never overwrites bytes still being converted)
 and re-pointed there. Resident blocks keep their fp8 bytes on the device as well and are converted
 the same way by hooks of their own, right before they run (as diffusers' layerwise casting does), so
-every block costs fp8 device bytes and one upcast per forward. The DiT's non-block layers (small) are
-converted once where they land.
+each costs fp8 device bytes and one upcast per forward, unless the plan keeps it upcast
+(`BlockResidency.upcast`): then its float8 tensors are converted once when it becomes resident, the
+same conversion, and its fp8 device copy is freed (twice the device bytes, no upcast per forward).
+The DiT's non-block layers (small) are converted once where they land.
 
 Why this is exact: every float8 value is representable in bfloat16, float16 and float32, so the
 conversion is lossless, and a block computes with the very weights diffusers' layerwise casting
@@ -51,7 +53,8 @@ class BlockUpcast:
 
     Streamed blocks are converted from their slot by the ring (`run`); resident blocks keep their fp8
     bytes on the device too and are converted by hooks of their own (`hold`), their fp8 tensors put
-    back after the forward: device bytes stay fp8 for every block, and each block pays the same upcast.
+    back after the forward: device bytes stay fp8, and each block pays the same upcast. A resident
+    block named in `kept` (the streamer sets it from its residency) is converted once instead.
     """
 
     def __init__(self, compute_dtype: torch.dtype, device: torch.device) -> None:
@@ -59,6 +62,8 @@ class BlockUpcast:
         self.device = device
         self._scratch: torch.Tensor | None = None
         self._held: dict[str, Hooks] = {}  # resident block → its hooks
+        self.kept: frozenset[str] = frozenset()  # resident blocks to keep upcast (converted once)
+        self._kept_bytes: dict[str, int] = {}  # a block kept upcast → its tensor bytes as stored (back at `drop`)
 
     @property
     def scratch_bytes(self) -> int:
@@ -78,6 +83,7 @@ class BlockUpcast:
         for hooks in self._held.values():
             hooks.remove()
         self._held.clear()
+        self._kept_bytes.clear()
         self._scratch = None
 
     def run(self, b: Block, region: torch.Tensor) -> None:
@@ -95,11 +101,26 @@ class BlockUpcast:
             rebind(x.target, lambda dst=dst: dst)
             at += _numel(x) * self.compute_dtype.itemsize
 
-    def hold(self, name: str, module: torch.nn.Module) -> None:
-        """A resident block: upcast its float8 tensors before each forward, put the fp8 ones back after."""
-        self.drop(name)
+    def keep(self, blocks: Iterable[Block], flags: Iterable[bool]) -> frozenset[str]:
+        """Set `kept` to the blocks `flags` marks (a residency's `upcast_flags`); returns the names whose state
+        changes (a resident one among them must be made resident again: `drop`, then `hold`)."""
+        kept = frozenset(b.name for b, u in zip(blocks, flags, strict=True) if u)
+        changed, self.kept = kept ^ self.kept, kept
+        return changed
+
+    def hold(self, b: Block) -> None:
+        """A resident block: upcast its float8 tensors before each forward, put the fp8 ones back after; or,
+        named in `kept`, converted once now (its fp8 device copy freed)."""
+        name, module = b.name, b.module
+        self.drop(b)
         stored = [t for t in dict.fromkeys([*module.parameters(), *module.buffers()]) if is_float8(t.dtype)]
         if not stored:
+            return
+        if name in self.kept:
+            self._kept_bytes[name] = b.tensor_bytes
+            fp8 = sum(t.nbytes for t in stored)
+            b.tensor_bytes += upcast_in_place(stored, self.compute_dtype) - fp8
+            b.device_buffer = None  # the tensors own their converted copies now
             return
         need = 0
         for t in stored:
@@ -127,11 +148,16 @@ class BlockUpcast:
         hooks.before(module, before)
         hooks.after(module, after)
 
-    def drop(self, name: str) -> None:
-        """A block no longer resident: its hooks go (its tensors are the streamer's again)."""
-        hooks = self._held.pop(name, None)
+    def drop(self, b: Block) -> int:
+        """A block no longer resident (or to be made resident again): its hooks go, its bytes as stored come
+        back (its tensors are the streamer's again); returns the bytes of its kept-upcast copies (0: none)."""
+        hooks = self._held.pop(b.name, None)
         if hooks is not None:
             hooks.remove()
+        if b.name not in self._kept_bytes:
+            return 0
+        upcast, b.tensor_bytes = b.tensor_bytes, self._kept_bytes.pop(b.name)
+        return upcast
 
 
 def upcast_in_place(tensors: Iterable[torch.Tensor], compute_dtype: torch.dtype) -> int:

@@ -74,6 +74,10 @@ def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = 
         kind = plan.model.block_kind
         rows.append((f"{kind} weights stored in", plan.stream_dtype,
                      storage_note(plan.stream_dtype, plan.policy.fp8_modulation, kind) or ""))
+        if plan.residency.num_upcast:  # resident blocks kept in the compute dtype (--upcast-resident)
+            extra = sum(b.device_bytes - b.nbytes for b in plan.blocks if b.kept_upcast)
+            rows.append(("kept upcast", f"{plan.residency.num_upcast} of {plan.residency.num_resident}",
+                         f"resident {kind} blocks in the compute dtype: +{format_bytes(extra)}, no upcast per forward"))
     if request is not None and request.step_s is not None:
         floor = f"; floor {format_seconds(request.floor_s)}" if request.floor_s is not None else ""
         rows.append(("step time", format_seconds(request.step_s),

@@ -26,7 +26,8 @@ def _describe(old: Plan, new: Plan) -> str:
     parts = []
     a, b = old.residency, new.residency
     if a != b:
-        parts.append(f"DiT {a.num_resident}→{b.num_resident} resident ({b.placement}), ring {a.slots}→{b.slots}")
+        parts.append(f"DiT {a.num_resident}→{b.num_resident} resident ({b.placement}), ring {a.slots}→{b.slots}"
+                     + (f", kept upcast {a.num_upcast}→{b.num_upcast}" if a.upcast != b.upcast else ""))
     before = {c.info.name: c.residency for c in old.components}
     for c in new.components:
         if before.get(c.info.name) != c.residency and c.info.role in ("encoder", "vae"):

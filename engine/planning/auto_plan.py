@@ -22,6 +22,10 @@ the encoders (exact, nearly free) also when it leaves room for a faster step; an
 later ones make unnecessary is dropped again. Each in effect is a reason line with its phase's peak
 before and after, its cost and whether the output stays bit-identical.
 
+With fp8 storage the search is over pairs (streaming candidate, resident blocks kept upcast) and the
+final choice among equally fast ones streams the fewest bytes (engine/planning/upcast_choice.py);
+`upcast_resident` "off" keeps every resident block fp8.
+
 If nothing fits even with every lean option, `NothingFits` names the smallest possible peak and each
 phase's share of it.
 """
@@ -41,8 +45,10 @@ from .plan import Plan, make_plan
 from .profile_basis import profile_for
 from .request_forecast import RequestForecast, dit_profile, forecast_request, phase_bytes
 from .request_profile import RequestProfile, RequestSize
-from .stream_choice import TIE, DitProfile, StreamChoice, evaluate
+from .stream_choice import TIE, DitProfile, StreamChoice
 from .stream_search import StreamTable
+from .upcast_choice import Chooser, Pick, PlainChooser, UpcastChooser
+from .upcast_cost import upcast_seconds
 
 GB = 1e9
 AUTO_LEAN = ("stream_encoders", "vae_tiling")  # what "auto" may choose, cheapest first (engine/planning/lean.py)
@@ -87,6 +93,7 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
     dit = dit_profile(staged_plan, profile) or _zero_compute(staged_plan, extras.denoise_extra)
     # the DiT's candidates do not depend on the encoders and VAEs; a UNet's ring is budgeted in bytes
     table = StreamTable(dit, bandwidth or 1.0, byte_ring=staged_plan.residency.byte_ring)
+    chooser = _chooser(staged_plan, table, profile)
     # every encoder/VAE staged, no resident block; with fp8 storage the running block's upcast scratch too
     fixed0 = staged_plan.forecast.device_resident_bytes + staged_plan.forecast.upcast_scratch_bytes
     geometry = decode_geometry(staged_plan, size)
@@ -113,21 +120,21 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
         fixed, phase_extra = above(resident, lean)
         return allocatable - fixed - max(dit.activation_bytes, phase_extra)
 
-    def fit(lean: frozenset[str]) -> tuple[int, frozenset[str]] | None:
+    def fit(lean: frozenset[str]) -> tuple[Pick, frozenset[str]] | None:
         """(the DiT's candidate, the resident encoders/VAEs) with `lean` phases, or None if nothing fits."""
-        fastest = table.choose(room(frozenset(), lean), TIE)  # keeping one more resident never leaves more room
+        fastest = chooser.choose(room(frozenset(), lean), TIE)  # keeping one more resident never leaves more room
         if fastest is None:
             return None
-        need = int(table.room[fastest])  # as fast (within TIE) as it gets while the DiT needs this much room
+        need = chooser.room_of(fastest)  # as fast (within TIE) as it gets while the DiT needs this much room
         resident: frozenset[str] = frozenset()
         for a in sorted(aux, key=lambda a: (-a.nbytes, a.name)):  # the largest first (greedy)
             if room(resident | {a.name}, lean) >= need:
                 resident = resident | {a.name}
-        index = table.choose(room(resident, lean), TIE)
+        index = chooser.choose(room(resident, lean), TIE, "streamed")
         assert index is not None  # room(resident) >= need
         return index, resident
 
-    lean, found = _choose_lean(base, staged_plan, fit, table)
+    lean, found = _choose_lean(base, staged_plan, fit, chooser)
     if found is None:
         least = int(table.room[table.least_room()])
         every = frozenset(n for n, m in lean_modes(base).items() if m != "off" and applicable(staged_plan, n))
@@ -144,15 +151,16 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
                           f"{'' if profile else '; activations not measured yet, so the real peak is higher'}"
                           f"{'' if overhead is NO_OVERHEAD else '; ' + overhead.describe()})")
     index, resident = found
-    choice = evaluate(dit, table.residency(index), table.bandwidth, *above(resident, lean))
+    choice = chooser.evaluate(index, *above(resident, lean))
     policy = _policy(base, {**default, **{a.name: a.name not in resident for a in aux}}, lean)
     chosen = policy.model_copy(update=dict(resident_layers=choice.residency.num_resident,
                                            placement=choice.residency.placement,
-                                           prefetch_slots=max(choice.residency.slots, 2)))
+                                           prefetch_slots=max(choice.residency.slots, 2),
+                                           upcast_resident=index.upcast or _no_upcast(base)))
     tried: dict[str, float | None] = {}  # each encoder/VAE's other state: its step time, None if nothing fits
     for a in aux:
-        alt = table.choose(room(resident ^ {a.name}, lean), TIE)
-        tried[a.name] = None if alt is None else table.step(alt)
+        alt = chooser.choose(room(resident ^ {a.name}, lean), TIE)
+        tried[a.name] = None if alt is None else chooser.step(alt)
     plan = make_plan(model, chosen)
     forecast = forecast_request(plan, size, profile, source, bandwidth, bandwidth_source,  # type: ignore[arg-type]
                                 peak_basis=peak_basis, step_basis=step_basis)
@@ -160,6 +168,8 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
     known = profile is not None and bool(profile.block_compute_s)
     reasons = _reasons(plan, choice, aux, tried, budget, profile if known else None, bandwidth, overhead,
                        step_basis if step_basis not in ("", "cached") else "")
+    if plan.stream_dtype is not None and choice.residency.num_resident:
+        reasons.insert(-1, _upcast_reason(plan, chooser, index, base))
     reasons[-1:-1] = [c.line for c in forecast.lean]
     spare = [LABELS[n] for n in AUTO_LEAN if lean_modes(base)[n] == "auto" and n not in lean and applicable(plan, n)]
     if spare:
@@ -180,12 +190,48 @@ def _policy(base: OffloadPolicy, components: dict[str, bool], lean: frozenset[st
     modes = lean_modes(base)
     chosen = tuple(n for n in LEAN_FIELDS if n in lean and modes[n] == "auto")
     return build_policy(components, 0, "dlo", "leading", 2, stream_dtype=base.stream_dtype,
-                        fp8_modulation=base.fp8_modulation,
+                        fp8_modulation=base.fp8_modulation, upcast_resident=base.upcast_resident,
                         **{n: "on" if n in lean else m for n, m in modes.items()}, lean_auto=chosen)
 
 
-def _choose_lean(base: OffloadPolicy, plan: Plan, fit: Callable[[frozenset[str]], tuple[int, frozenset[str]] | None],
-                 table: StreamTable) -> tuple[frozenset[str], tuple[int, frozenset[str]] | None]:
+def _chooser(plan: Plan, table: StreamTable, profile: RequestProfile | None) -> Chooser:
+    """With fp8 storage and a measured profile (one DiT, no experts): the search over kept-upcast resident
+    blocks too (engine/planning/upcast_choice.py; with `upcast_resident` "off" none is kept, the fewest-bytes
+    tie-break stays); else the table's own choice."""
+    blocks = plan.forward[0]
+    if (plan.stream_dtype is None or plan.experts or profile is None or not profile.block_compute_s
+            or not any(b.upcast_elems for b in blocks)):
+        return PlainChooser(table)
+    off = plan.policy.upcast_resident == "off"
+    upcast = (0.0,) * len(blocks) if off else upcast_seconds([b.upcast_elems for b in blocks], profile.device)
+    return UpcastChooser(table, upcast, [b.upcast_extra_bytes for b in blocks])
+
+
+def _no_upcast(base: OffloadPolicy) -> str | int:
+    """The policy's `upcast_resident` when the budget keeps no block upcast: "off" stays, else 0 (or "auto")."""
+    return base.upcast_resident if isinstance(base.upcast_resident, str) else 0
+
+
+def _upcast_reason(plan: Plan, chooser: Chooser, pick: Pick, base: OffloadPolicy) -> str:
+    """One line: how many resident fp8 blocks are kept upcast, what it costs and saves, or why none."""
+    n = pick.upcast
+    resident = plan.residency.num_resident
+    if base.upcast_resident == "off":
+        return f"fp8 resident blocks: all {resident} upcast per forward (--upcast-resident off)"
+    if not isinstance(chooser, UpcastChooser):  # nothing measured to weigh the upcast against
+        return (f"fp8 resident blocks: all {resident} stay fp8, upcast per forward (kept upcast is weighed once a "
+                "request has been profiled)")
+    if n == 0:
+        return (f"fp8 resident blocks: all {resident} stay fp8, upcast per forward (keeping them upcast would not "
+                "fit or not speed the step)")
+    extra = sum(b.device_bytes - b.nbytes for b in plan.blocks if b.kept_upcast)
+    saved = chooser.step(Pick(pick.index)) - chooser.step(pick)
+    return (f"fp8 resident blocks: {n} of {resident} kept upcast (the first ones; +{_gb(extra)}), "
+            f"{saved * 1e3:.1f} ms a step less upcast")
+
+
+def _choose_lean(base: OffloadPolicy, plan: Plan, fit: Callable[[frozenset[str]], tuple[Pick, frozenset[str]] | None],
+                 table: Chooser) -> tuple[frozenset[str], tuple[Pick, frozenset[str]] | None]:
     """The lean phases the budget needs: those set "on", plus each "auto" one (`AUTO_LEAN`, in order)
     while nothing fits, or (streaming encoders: exact and nearly free) while it makes the step faster;
     then every added one that the others make unnecessary is dropped again."""

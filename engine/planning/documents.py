@@ -43,6 +43,9 @@ class PolicyDoc(Document):
     stream_dtype: Literal["float8_e4m3fn", "float8_e5m2"] | None = Field(
         None, description="DiT weights stored in fp8 by diffusers' layerwise-casting rule (null: as the checkpoint)")
     fp8_modulation: bool = Field(False, description="AdaLN modulation linears in fp8 too (not diffusers' rule)")
+    upcast_resident: Literal["auto", "off"] | int = Field(
+        "auto", description="fp8 storage: resident blocks kept in the compute dtype (the first N resident ones); "
+                            "auto: a --vram-budget weighs it (none without one); off: every one upcast per forward")
     stream_encoders: Literal["auto", "on", "off"] = Field(
         "auto", description="staged text encoders streamed layer by layer (auto: only where a budget needs it)")
     vae_tiling: Literal["auto", "on", "off"] = Field("auto", description="tiled VAE decode (pixels differ)")
@@ -113,6 +116,9 @@ class ForecastDoc(Document):
     fp8_modulation: bool = Field(False, description="AdaLN modulation linears stored in fp8 too (not diffusers' rule)")
     upcast_scratch_bytes: int = Field(0, ge=0, description="fp8 storage: device scratch for the running block "
                                                            "upcast to the compute dtype (in the peak)")
+    upcast_block_indices: list[int] = Field(
+        default_factory=list, description="fp8 storage: resident blocks kept in the compute dtype, execution order "
+                                          "(0-based; converted once at load, counted at its bytes, no upcast time)")
     storage_note: str | None = Field(None, description="fp8 storage: how outputs differ from the full-precision "
                                                        "pipeline")
 

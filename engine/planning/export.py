@@ -65,6 +65,9 @@ def vllm_gaps(plan: Plan, layout: RankLayout | None = None) -> list[str]:
     if policy.stream_dtype is not None:
         gaps.append(f"--stream-dtype {policy.stream_dtype} has no vLLM-Omni spelling: its DLO streams the blocks "
                     f"in the checkpoint's dtype")
+    if residency.num_upcast:
+        gaps.append(f"{residency.num_upcast} resident blocks kept upcast (--upcast-resident) have no vLLM-Omni "
+                    "spelling")
     return gaps
 
 
@@ -160,7 +163,8 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
         policy=PolicyDoc(mode=plan.policy.mode, dlo_offload_components=dict(plan.policy.dlo_offload_components),
                          resident_layers=plan.policy.resident_layers, placement=plan.policy.placement,
                          prefetch_slots=plan.policy.prefetch_slots, stream_dtype=plan.policy.stream_dtype,
-                         fp8_modulation=plan.policy.fp8_modulation, stream_encoders=plan.policy.stream_encoders,
+                         fp8_modulation=plan.policy.fp8_modulation, upcast_resident=plan.policy.upcast_resident,
+                         stream_encoders=plan.policy.stream_encoders,
                          vae_tiling=plan.policy.vae_tiling, vae_slicing=plan.policy.vae_slicing,
                          ff_chunking=plan.policy.ff_chunking, lean_auto=list(plan.policy.lean_auto)),
         components=[
@@ -197,6 +201,7 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
             placement=plan.residency.placement,
             stream_dtype=plan.stream_dtype, fp8_modulation=plan.policy.fp8_modulation,
             upcast_scratch_bytes=forecast.upcast_scratch_bytes,
+            upcast_block_indices=[i for i, u in enumerate(plan.residency.upcast_flags) if u],
             storage_note=storage_note(plan.stream_dtype, plan.policy.fp8_modulation, plan.model.block_kind),
         ),
         vllm_omni=VllmOmniDoc(flags=vllm_flags(plan), serve=vllm_serve_command(plan, layout),

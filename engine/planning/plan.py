@@ -23,7 +23,9 @@ Forecast (all figures from the safetensors headers):
 - with fp8 storage (`Plan.stream_dtype`), a block's bytes are its fp8 bytes (engine/loading/stream_dtype.py):
   pinned, streamed, slot and resident-block bytes all shrink (resident blocks stay fp8 on the device
   and are upcast per forward, as streamed ones are), plus one compute-dtype scratch for the block
-  that runs; the non-block layers are upcast once, so they keep the checkpoint's bytes;
+  that runs; the non-block layers are upcast once, so they keep the checkpoint's bytes; resident
+  blocks kept upcast (`residency.upcast`, the policy's `upcast_resident`) count their compute-dtype
+  bytes on the device (`StreamedBlock.device_bytes`) and no per-forward upcast;
 - pinned host bytes with live re-plan (the console's load) are every block and encoder/VAE: see
   `Engine(options=EngineOptions(live_replan=True))`; this forecast is `run`'s.
 
@@ -48,6 +50,7 @@ from ..model_dir.roles import DENOISER_ROLES
 from .experts import Expert, blocks_per_forward, plan_experts, streamer_residency
 from .lean import encoder_stage_bytes, streamable
 
+FLOAT_ITEMSIZE = {"float32": 4, "float64": 8}  # the compute dtype's bytes per element; else 2 (bf16/fp16)
 Residency = Literal["streamed", "staged", "resident", "none"]
 Why = Literal["explicit", "default", "implicit", "dlo", "mode", "no-weights", "not-auxiliary", "no-blocks"]
 
@@ -74,6 +77,23 @@ class StreamedBlock:
     nbytes: int
     streamed: bool
     upcast_elems: int = 0  # fp8 storage: elements upcast to the compute dtype each forward (offload/upcast.py)
+    kept_upcast: bool = False  # resident, kept in the compute dtype: converted once at load, never per forward
+    compute_itemsize: int = 2  # fp8 storage: bytes per element of the compute dtype (`compute_itemsize`)
+
+    @property
+    def upcast_extra_bytes(self) -> int:
+        """Device bytes keeping it upcast adds to its fp8 bytes (bf16: one per fp8 element)."""
+        return self.upcast_elems * (self.compute_itemsize - 1)
+
+    @property
+    def device_bytes(self) -> int:
+        """Its bytes on the device when resident: as stored, or kept upcast."""
+        return self.nbytes + (self.upcast_extra_bytes if self.kept_upcast else 0)
+
+    @property
+    def forward_upcast_elems(self) -> int:
+        """Elements upcast before each forward (none for a block kept upcast)."""
+        return 0 if self.kept_upcast else self.upcast_elems
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +157,13 @@ def storage_dtype(model: ModelInfo, policy: OffloadPolicy) -> str | None:
     return None
 
 
+def compute_itemsize(dtypes: list[str]) -> int:
+    """Bytes per element of the dtype fp8 weights are upcast to: the DiT's widest-held float dtype that is not
+    fp8 (a `--stream-dtype` cast keeps the checkpoint's as compute; an fp8 checkpoint's norms hold it)."""
+    other = [d for d in dtypes if d not in FP8_NAMES]
+    return FLOAT_ITEMSIZE.get(other[0], 2) if other else 2
+
+
 def execution_blocks(model: ModelInfo, residency: BlockResidency, experts: tuple[Expert, ...] = (),
                      fp8: bool = False, modulation: bool = False) -> list[StreamedBlock]:
     """Every denoiser block in execution order (across all DiTs / UNets), streamed as `residency` decided;
@@ -145,13 +172,16 @@ def execution_blocks(model: ModelInfo, residency: BlockResidency, experts: tuple
     flags = list(residency.resident)
     for e in experts:
         flags[e.start:e.stop] = e.residency.resident
+    kept = residency.upcast_flags if fp8 else (False,) * len(flags)
     blocks: list[StreamedBlock] = []
     for dit in model.denoisers:
+        width = compute_itemsize(dit.dtypes)
         for block_list in dit.block_lists:
             elems = block_list.upcast_elements(modulation) if fp8 else (0,) * block_list.count
             for i, nbytes in enumerate(block_list.stored_bytes(fp8, modulation)):
-                streamed = not flags[len(blocks)]
-                blocks.append(StreamedBlock(dit.name, block_list.attr, i, nbytes, streamed, elems[i]))
+                n = len(blocks)
+                blocks.append(StreamedBlock(dit.name, block_list.attr, i, nbytes, not flags[n], elems[i], kept[n],
+                                            width))
     return blocks
 
 
@@ -167,8 +197,8 @@ def _component_plan(info: ComponentInfo, policy: OffloadPolicy, blocks: list[Str
         own = [b for b in blocks if b.dit == info.name]
         streamed = sum(b.nbytes for b in own if b.streamed)
         kept = sum(1 for b in own if not b.streamed)
-        # non-block modules as the files hold them (upcast once if fp8), resident blocks as stored
-        left = info.non_block_bytes + sum(b.nbytes for b in own if not b.streamed)
+        # non-block modules as the files hold them (upcast once if fp8), resident blocks as stored (or upcast)
+        left = info.non_block_bytes + sum(b.device_bytes for b in own if not b.streamed)
         if expert:  # device: while it runs; host: every block's master (the resident ones move at a switch)
             return ComponentPlan(info, "streamed", "dlo", left, sum(b.nbytes for b in own), kept)
         return ComponentPlan(info, "streamed", "dlo", left, streamed, kept)
@@ -192,13 +222,13 @@ def live_masters_bytes(plans: tuple[ComponentPlan, ...], blocks: list[StreamedBl
 
 
 def upcast_scratch(model: ModelInfo, blocks: list[StreamedBlock]) -> int:
-    """The upcast scratch (offload/upcast.py): the largest block in a 2-byte compute dtype, from the
-    headers (a 16-bit checkpoint's bytes as stored, an fp8 one's twice)."""
+    """The upcast scratch (offload/upcast.py): the largest block upcast per forward (not one kept upcast) in
+    a 2-byte compute dtype, from the headers (a 16-bit checkpoint's bytes as stored, an fp8 one's twice)."""
     header: list[int] = []
     for dit in model.denoisers:
         scale = 2 if any(d in FP8_NAMES for d in dit.dtypes) else 1
         header.extend(n * scale for block_list in dit.block_lists for n in block_list.block_bytes)
-    return max(header, default=0) if blocks else 0
+    return max((n for n, b in zip(header, blocks, strict=False) if not b.kept_upcast), default=0)
 
 
 def make_plan(model: ModelInfo, policy: OffloadPolicy, residency: BlockResidency | None = None) -> Plan:
@@ -216,7 +246,13 @@ def make_plan(model: ModelInfo, policy: OffloadPolicy, residency: BlockResidency
     stored = storage_dtype(model, policy)
     if policy.fp8_modulation and stored is None:
         raise PolicyError("fp8 modulation needs fp8 storage: add --stream-dtype float8_e4m3fn (or an fp8 checkpoint)")
+    if policy.upcast_count and stored is None:
+        raise PolicyError("upcast resident blocks needs fp8 storage: add --stream-dtype float8_e4m3fn (or an fp8 "
+                          "checkpoint), or leave --upcast-resident at auto")
     experts = plan_experts(model, policy)
+    if experts and policy.upcast_count:
+        raise PolicyError("upcast resident blocks is not supported with two experts yet: leave --upcast-resident "
+                          "at auto or off")
     if experts:
         residency = streamer_residency(experts, 0, model.num_dit_blocks)[0]
     elif residency is None or residency.num_blocks != model.num_dit_blocks:
@@ -234,7 +270,7 @@ def make_plan(model: ModelInfo, policy: OffloadPolicy, residency: BlockResidency
     # one forward's blocks (with experts: each expert's own, the device holding the larger share)
     forwards = [blocks[e.start:e.stop] for e in experts] or [blocks]
     streamed_each = [[b.nbytes for b in f if b.streamed] for f in forwards]
-    kept_each = [sum(b.nbytes for b in f if not b.streamed) for f in forwards]
+    kept_each = [sum(b.device_bytes for b in f if not b.streamed) for f in forwards]
     resident -= sum(kept_each) - max(kept_each)  # only one expert's resident blocks at a time
     largest_block = max((max(s, default=0) for s in streamed_each), default=0)
     largest_staged = max(staged_device, default=0)

@@ -15,7 +15,8 @@ Peak = the largest phase: weights on the device (resident components, DiT non-bl
 resident blocks, the ring's k slots, with fp8 storage the upcast scratch) + for text encoding the
 largest staged encoder and its activations, for the denoise loop the DiT's activations, for decode
 the staged VAE and its activations. Step time = the streamer's copy schedule replayed over the
-profile (step_forecast), each block's compute with its fp8 upcast added (engine/planning/upcast_cost.py).
+profile (step_forecast), each block's compute with its fp8 upcast added (engine/planning/upcast_cost.py), but
+for resident blocks kept upcast (their device bytes counted at the compute dtype instead).
 """
 
 from __future__ import annotations
@@ -118,8 +119,9 @@ def dit_profile(plan: Plan, profile: RequestProfile | None) -> DitProfile | None
     blocks = tuple(b.nbytes for b in plan.forward[0])
     if profile is None or len(profile.block_compute_s) != len(blocks):
         return None
-    # fp8 storage: each block's upcast runs before it on the compute stream, outside its timed compute
-    upcast = upcast_seconds([b.upcast_elems for b in plan.forward[0]], profile.device)
+    # fp8 storage: each block's upcast runs before it on the compute stream, outside its timed compute (none for
+    # a resident block kept upcast: converted once at load)
+    upcast = upcast_seconds([b.forward_upcast_elems for b in plan.forward[0]], profile.device)
     compute = [c + u for c, u in zip(profile.block_compute_s, upcast, strict=True)]
     forward = sum(compute) + profile.other_s
     return profile_from_timings(blocks, compute, forward, profile.forwards_per_step, profile.denoise_extra_bytes or 0)
@@ -133,7 +135,7 @@ def phase_bytes(profile: RequestProfile | None) -> PhaseBytes:
 
 def dit_fixed_bytes(plan: Plan) -> int:
     """Device weights outside the DiT's blocks: resident components and DiT non-block weights."""
-    resident_blocks = sum(b.nbytes for b in plan.forward[0] if not b.streamed)
+    resident_blocks = sum(b.device_bytes for b in plan.forward[0] if not b.streamed)
     return plan.forecast.device_resident_bytes - resident_blocks
 
 

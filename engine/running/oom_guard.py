@@ -51,14 +51,18 @@ def first_line(exc: BaseException) -> str:
 def lower_policy(plan: Plan, phase: str) -> tuple[OffloadPolicy, str] | None:
     """A policy that needs less device memory than `plan`'s, and what it changes; None: nothing left.
 
-    Fewer resident DiT blocks first (half of them; all of them when the decode ran out, the DiT
-    has finished by then; another count when that one would hold no fewer device bytes), then the
-    ring down to 2 slots, then every resident encoder and VAE staged."""
+    Resident blocks kept upcast back to fp8 first (fp8 storage), then fewer resident DiT blocks (half
+    of them; all of them when the decode ran out, the DiT has finished by then; another count when that
+    one would hold no fewer device bytes), then the ring down to 2 slots, then every resident encoder
+    and VAE staged."""
     from ..planning.plan import make_plan
 
     policy, r = plan.policy, plan.residency
     if policy.mode != "dlo":
         return None
+    if r.num_upcast:  # the cheapest bytes to give back: blocks kept upcast go back to fp8 (only a little slower)
+        return (policy.model_copy(update=dict(upcast_resident=0)),
+                f"{plan.model.block_kind} blocks kept upcast {r.num_upcast}→0 (fp8 again, upcast per forward)")
     n = r.num_resident
     # the most freeing first for the decode; else half, then fewer, then more (a big block turned
     # streamed can enlarge every slot, so a count is taken only if the device bytes really drop)
