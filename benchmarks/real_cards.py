@@ -184,7 +184,8 @@ def one_card(args: argparse.Namespace, card: float, root: Path) -> dict[str, Any
                 break
             record["plan"] = summarize_plan(plan["doc"])
             log(f"{card:g} GB round {round_ + 1}: plan {record['plan']['policy']}, predicted "
-                f"{_gb(record['plan']['predicted_process_peak'])} ({record['plan']['peak_source']})")
+                f"{_gb(record['plan']['predicted_process_peak'])} ({record['plan']['peak_source']}), step "
+                f"{record['plan']['predicted_step_s']} s")
             run = cli(args, "run", budget, cache, [], args.gpu)
             if run["returncode"] != 0:
                 record["run_error"] = run.get("error")
