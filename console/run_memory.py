@@ -50,11 +50,12 @@ class RunMemory:
     meter: ProcessPeakMeter | None = None
     source: NvmlSource | None = None
     overhead: DeviceOverhead | None = None  # what the forecast counted outside torch's allocations
+    budget: int | None = None  # the --vram-budget the allocator is capped inside
 
     @classmethod
     def start(cls, device: torch.device, device_name: str, budget: int | None,
               overhead: DeviceOverhead | None) -> RunMemory:
-        memory = cls(device, device_name)
+        memory = cls(device, device_name, budget=budget)
         if device.type != "cuda":
             return memory
         memory.overhead = overhead or device_overhead(device_name)
@@ -100,7 +101,7 @@ class RunMemory:
         allocated = getattr(check, "predicted_peak", None)
         if self.overhead is None or allocated is None:
             return {}
-        predicted = self.overhead.process_bytes(allocated)
+        predicted = self.overhead.process_bytes(allocated, getattr(check, "predicted_slack", None), self.budget)
         error = (predicted - measured) / measured if measured else None
         return {"predicted_process_peak_bytes": predicted, "process_peak_error": error,
                 "context_source": self.overhead.context_source}

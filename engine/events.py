@@ -223,6 +223,7 @@ class ForecastCheck(Event):
     step_source: str
     peak_basis: str = ""  # the prediction's basis: "cached", "scaled from 64x64", "estimated from config"
     step_basis: str = ""
+    predicted_slack: int | None = None  # the allocator's reserved-above-allocated the forecast counted (cached)
 
     @staticmethod
     def error(predicted: float | None, measured: float | None) -> float | None:

@@ -8,7 +8,7 @@ Torch-free, like `plan`: nothing here imports torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from .model_dir.discovery import ModelInfo
@@ -75,6 +75,8 @@ def plan_for(model_or_engine: ModelInfo | EngineHandle, policy: OffloadPolicy | 
     if not forecast:
         return PlanResult(plan, None, list(auto.reasons) if auto else [], None, auto)
     request = forecast_for(plan, size, device)
+    if budget is not None:  # the run caps the allocator inside the budget (console/run_memory.py)
+        request = replace(request, budget=budget)
     ranks = None
     if distributed:
         from .ranks.rank_forecast import rank_forecast_for

@@ -58,9 +58,14 @@ class DeviceOverhead:
     def margin(self, allocated: int) -> int:
         return 0 if self.context_source == "none" else margin_for(allocated)
 
-    def process_bytes(self, allocated_peak: int) -> int:
-        """The predicted device memory of the process for an allocated peak."""
-        return allocated_peak + self.context_bytes + self.margin(allocated_peak)
+    def process_bytes(self, allocated_peak: int, slack: int | None = None, budget: int | None = None) -> int:
+        """The predicted device memory of the process for an allocated peak. `slack`: the allocator's
+        reserved-above-allocated measured by a request of this size (it replaces the margin when larger);
+        `budget`: the allocator is capped at budget - context, so the process stays inside it."""
+        if self.context_source == "none":
+            return allocated_peak
+        process = allocated_peak + self.context_bytes + max(self.margin(allocated_peak), slack or 0)
+        return process if budget is None else min(process, max(budget, allocated_peak + self.context_bytes))
 
     def allocated_budget(self, budget: int) -> int:
         """The largest allocated peak whose process figure fits `budget` (negative: nothing fits)."""

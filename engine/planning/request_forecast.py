@@ -63,6 +63,9 @@ class RequestForecast:
     overhead: DeviceOverhead | None = None  # outside torch's allocations (device_footprint); None: not counted
     assumed: tuple[str, ...] = ()  # size fields the request left out, taken from the pipeline's defaults
     lean: list[LeanCost] = field(default_factory=list)  # lean phases in effect (engine/planning/lean.py)
+    # the allocator's reserved-above-allocated measured by a request of this very size (cached profile)
+    allocator_slack: int | None = None
+    budget: int | None = None  # the --vram-budget it runs under: the allocator is capped inside it
 
     @property
     def peak_label(self) -> str:
@@ -84,7 +87,9 @@ class RequestForecast:
     @property
     def process_peak_bytes(self) -> int | None:
         """The predicted device memory of the process (NVML's per-process figure) at the peak."""
-        return None if self.overhead is None else self.overhead.process_bytes(self.peak_bytes)
+        if self.overhead is None:
+            return None
+        return self.overhead.process_bytes(self.peak_bytes, self.allocator_slack, self.budget)
 
 
 def staged_bytes(plan: Plan, role: str) -> int:
@@ -231,4 +236,5 @@ def forecast_for(plan: Plan, size: RequestSize, device: str, observed_bandwidth:
                                 overlap=device != "cpu", peak_basis=known.peak_basis, step_basis=known.step_basis)
     forecast.notes[:0] = cache_notes
     assumed = tuple(k for k, v in size.model_dump().items() if v is None and getattr(known.size, k) is not None)
-    return replace(forecast, assumed=assumed, overhead=device_overhead(device))
+    slack = profile.allocator_slack_bytes if profile is not None and known.source == "cached" else None
+    return replace(forecast, assumed=assumed, overhead=device_overhead(device), allocator_slack=slack)

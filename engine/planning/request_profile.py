@@ -82,6 +82,9 @@ class RequestProfile(BaseModel):
     text_extra_bytes: Bytes | None = None
     denoise_extra_bytes: Bytes | None = None
     decode_extra_bytes: Bytes | None = None
+    allocator_slack_bytes: Bytes | None = Field(
+        None, description="the caching allocator's reserved peak above its allocated peak (cache and "
+                          "fragmentation; under a --vram-budget cap it fills what the cap leaves)")
     bandwidth_bytes_per_s: Annotated[float, Field(gt=1.0, le=1e15, allow_inf_nan=False)] | None = Field(
         None, description="the streamer's async copies, bytes / seconds")
     measured_at: str = Field(max_length=64)

@@ -89,6 +89,7 @@ class ProfileRecorder:
                 size=fill_size(model, request_size(request)), block_compute_s=[max(c, 0.0) for c in dit.compute_s],
                 other_s=max(dit.other_s, 0.0), forwards_per_step=per_step,
                 text_extra_bytes=text, denoise_extra_bytes=denoise, decode_extra_bytes=decode,
+                allocator_slack_bytes=run.allocator_slack,
                 bandwidth_bytes_per_s=bandwidth if bandwidth and 1.0 < bandwidth < 1e15 else None,
                 measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
         except ValidationError:  # e.g. a timing that overflowed: no profile rather than a bad one
@@ -115,4 +116,5 @@ def forecast_check(request_id: int, forecast: RequestForecast | None, run: RunOu
         measured_step_s=statistics.median(walls) if walls else None,
         step_source=forecast.step_source if forecast else "unknown",
         peak_basis=forecast.peak_basis if forecast and forecast.peak_source != "unknown" else "",
-        step_basis=forecast.step_basis if forecast and forecast.step_source != "unknown" else "")
+        step_basis=forecast.step_basis if forecast and forecast.step_source != "unknown" else "",
+        predicted_slack=forecast.allocator_slack if forecast is not None else None)

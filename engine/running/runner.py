@@ -148,12 +148,14 @@ class StepClock:
         self.last_step_end: float | None = None
         self.latent_shape: tuple[int, ...] | None = None
         self.text_peak: int | None = None  # device allocator peak before the first DiT forward (CUDA)
+        self.text_reserved: int | None = None  # the caching allocator's reserved peak then (CUDA)
 
     def on_dit_forward(self, *_: Any, **__: Any) -> None:
         if self.started is None:
             sync_compute(self.device)
             if self.first_forward is None and self.device.type == "cuda":
                 self.text_peak = torch.cuda.max_memory_allocated(self.device)  # text encoding ends here
+                self.text_reserved = torch.cuda.max_memory_reserved(self.device)
                 torch.cuda.reset_peak_memory_stats(self.device)
             if self.streamer is not None:
                 self.streamer.take_step_stats()  # transfers before the loop belong to no step
@@ -198,6 +200,16 @@ class RunOutput:
     vae_decode_peak_bytes: int | None
     peak_before_decode: int | None  # device peak reached before the decode reset (CUDA), for the request peak
     text_peak: int | None = None  # device peak of text encoding (until the first DiT forward; CUDA)
+    allocated_peak: int | None = None  # the request's allocated peak over every phase (CUDA)
+    reserved_peak: int | None = None  # the caching allocator's reserved peak over every phase (CUDA)
+
+    @property
+    def allocator_slack(self) -> int | None:
+        """Reserved above allocated at the peaks (cache and fragmentation): what the process held beyond
+        torch's allocations, context aside. None off CUDA."""
+        if self.reserved_peak is None or self.allocated_peak is None:
+            return None
+        return max(self.reserved_peak - self.allocated_peak, 0)
 
     @property
     def image(self) -> Any:
@@ -243,8 +255,14 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
     finally:
         hooks.remove()
     frames, is_video = first_item_frames(output)
+    allocated = reserved = None
+    if device.type == "cuda":  # the phases reset the peak counters: each phase's peaks, then what is left
+        allocated = max(v for v in (clock.text_peak, decode.peak_before_decode, decode.peak_bytes,
+                                    torch.cuda.max_memory_allocated(device)) if v is not None)
+        reserved = max(v for v in (clock.text_reserved, decode.reserved_peak,
+                                   torch.cuda.max_memory_reserved(device)) if v is not None)
     return RunOutput(frames=frames, is_video=is_video, steps=clock.steps,
                      latent_shape=decode.latent_shape or clock.latent_shape,
                      phases=phase_seconds(call_start, clock.first_forward, clock.last_step_end, decode),
                      vae_decode_peak_bytes=decode.peak_bytes, peak_before_decode=decode.peak_before_decode,
-                     text_peak=clock.text_peak)
+                     text_peak=clock.text_peak, allocated_peak=allocated, reserved_peak=reserved)
