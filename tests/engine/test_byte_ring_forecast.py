@@ -4,7 +4,7 @@ by hand, the k-slot ring where units are equal, and never faster than the floor.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from omni_console.engine.planning.step_forecast import replay_forward
@@ -64,6 +64,7 @@ def test_a_byte_ring_never_beats_the_floor(case):
 
 
 @settings(max_examples=200, deadline=None)
+@example(([0, 256, 256], [0.0, 0.0, 0.0], 1e8, None))  # a block of no bytes: two candidates equal in both
 @given(st.lists(st.integers(0, 4_000_000), min_size=0, max_size=7).flatmap(lambda sizes: st.tuples(
     st.just(sizes),
     st.lists(st.floats(0, 0.05), min_size=len(sizes), max_size=len(sizes)) | st.just([0.0] * len(sizes)),
@@ -81,5 +82,9 @@ def test_the_planner_search_over_byte_rings_gives_the_exhaustive_choice(case):
         assert fast is None
         return
     fastest = min(c.step_s for c in fits)
-    assert fast == min((c for c in fits if c.step_s <= fastest * (1 + TIE)), key=lambda c: c.peak_bytes)
+    ties = [c for c in fits if c.step_s <= fastest * (1 + TIE)]
+    # what replaying every candidate picks: within the tie of the fastest, the smallest peak (candidates
+    # equal in both, e.g. a block of no bytes resident or not, are the same choice to the operator)
+    assert fast.step_s <= fastest * (1 + TIE)
+    assert fast.peak_bytes == min(c.peak_bytes for c in ties)
     assert fast.residency.byte_ring or not fast.residency.num_streamed
