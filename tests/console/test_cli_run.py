@@ -26,7 +26,8 @@ def test_headless_run_writes_image_and_json_report(demo_model_dir: Path, tmp_pat
     assert report["policy"] == {"mode": "dlo", "dlo_offload_components": {"vae": False}, "resident_layers": 1,
                                 "placement": "leading", "prefetch_slots": 2, "stream_dtype": None,
                                 "fp8_modulation": False, "stream_encoders": "auto", "vae_tiling": "auto",
-                                "vae_slicing": "auto", "ff_chunking": "auto", "lean_auto": []}
+                                "vae_slicing": "auto", "ff_chunking": "auto", "lean_auto": [],
+                                "upcast_resident": "auto"}
     assert report["lean_phases"] == []  # no budget, no lean flag: every phase as plain diffusers runs it
     assert [s["step"] for s in report["steps"]] == [1, 2]
     phases = report["load_phases"]  # where the load's time went, adding up to the load time

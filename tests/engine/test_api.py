@@ -7,6 +7,7 @@ import ast
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -92,5 +93,5 @@ def test_plan_for_is_plan_then_budget_then_forecast_then_ranks(demo_model_dir: P
     done = api.plan_for(model, api.build_policy(), budget, size, "cpu", layout)
     auto = auto_plan_for(api.make_plan(model, api.build_policy()), budget, size, "cpu")
     assert done.plan == auto.plan and done.reasons == auto.reasons and done.overhead == auto.overhead
-    assert done.forecast == forecast_for(auto.plan, size, "cpu")
+    assert done.forecast == replace(forecast_for(auto.plan, size, "cpu"), budget=budget)  # the run's cap
     assert done.ranks == rank_forecast_for(auto.plan, layout, done.forecast, size, "cpu")
