@@ -38,6 +38,13 @@ def oracle_image(path: Path, pipeline_cls, request: GenerateRequest) -> np.ndarr
     return np.asarray(out.images[0])
 
 
+def pipeline_image(pipe, request: GenerateRequest) -> np.ndarray:
+    """A diffusers pipeline's first image (or a video's first frame) for `request`."""
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe(**request.call_kwargs(pipe))
+    return np.asarray(out.images[0] if hasattr(out, "images") else out.frames[0][0])
+
+
 def policies(aux: list[str], num_blocks: int):
     for flags in itertools.product([True, False], repeat=len(aux)):
         for layers in (0, 1, num_blocks):

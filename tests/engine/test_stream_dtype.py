@@ -9,7 +9,7 @@ import diffusers
 import numpy as np
 import pytest
 import torch
-from test_engine import request_for
+from test_engine import pipeline_image, request_for
 
 from omni_console.engine.engine import Engine
 from omni_console.engine.loading.stream_dtype import apply_storage_hooks, storage_leaves
@@ -194,15 +194,10 @@ def test_tiny_families_match_diffusers_layerwise_casting(request, family, fixtur
     path: Path = request.getfixturevalue(fixture)
     req = request_for(family)
 
-    def first_image(pipe) -> np.ndarray:
-        pipe.set_progress_bar_config(disable=True)
-        out = pipe(**req.call_kwargs(pipe))
-        return np.asarray(out.images[0] if hasattr(out, "images") else out.frames[0][0])
-
     pipe = getattr(diffusers, pipeline_name).from_pretrained(path, local_files_only=True)
-    plain = first_image(pipe)
+    plain = pipeline_image(pipe, req)
     pipe.transformer.enable_layerwise_casting(storage_dtype=FP8, compute_dtype=pipe.transformer.dtype)
-    expected = first_image(pipe)
+    expected = pipeline_image(pipe, req)
     assert not np.array_equal(plain, expected)
     engine = Engine(path, device="cpu")
     for comps, layers in (({}, 0), ({"default": False}, 1)):

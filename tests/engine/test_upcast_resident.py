@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_engine import request_for
+from test_engine import pipeline_image, request_for
 from test_stream_dtype import reference_image
 
 from omni_console.engine.engine import Engine
@@ -115,14 +115,9 @@ def test_tiny_families_keep_upcast_blocks_bit_identical(request, family, fixture
     path: Path = request.getfixturevalue(fixture)
     req = request_for(family)
 
-    def first_image(pipe) -> np.ndarray:
-        pipe.set_progress_bar_config(disable=True)
-        out = pipe(**req.call_kwargs(pipe))
-        return np.asarray(out.images[0] if hasattr(out, "images") else out.frames[0][0])
-
     pipe = getattr(diffusers, pipeline_name).from_pretrained(path, local_files_only=True)
     pipe.transformer.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=pipe.transformer.dtype)
-    expected = first_image(pipe)
+    expected = pipeline_image(pipe, req)
     engine = Engine(path, device="cpu")
     for layers, upcast in ((2, 1), (1, 1)):  # some upcast, some resident fp8, some streamed; upcast + streamed
         engine.load(build_policy({}, layers, stream_dtype=FP8, upcast_resident=upcast))
