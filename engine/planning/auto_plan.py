@@ -298,9 +298,11 @@ def _reasons(plan: Plan, choice: StreamChoice, aux: list[ComponentInfo],
     if overhead is NO_OVERHEAD:
         lines.append(f"{step}, peak {_gb(choice.peak_bytes)} of {_gb(budget)}; {basis}")
     else:
-        lines.append(f"{step}, device memory of the process {_gb(overhead.process_bytes(choice.peak_bytes))} "
+        slack = profile.allocator_slack_bytes if profile is not None else None  # a request of this size only
+        process = overhead.process_bytes(choice.peak_bytes, slack, budget)
+        lines.append(f"{step}, device memory of the process {_gb(process)} "
                      f"of {_gb(budget)} (allocated peak {_gb(choice.peak_bytes)}); {basis}")
-        lines.append(f"outside torch's allocations: {overhead.describe(choice.peak_bytes)}")
+        lines.append(f"outside torch's allocations: {overhead.describe(choice.peak_bytes, slack)}")
     note = getattr(budget, "note", "")
     if note:
         lines.insert(0, note)

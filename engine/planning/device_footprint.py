@@ -78,14 +78,18 @@ class DeviceOverhead:
         """What the caching allocator may reserve (allocated + cache + fragmentation) within `budget`."""
         return budget - self.context_bytes
 
-    def describe(self, allocated: int | None = None) -> str:
+    def describe(self, allocated: int | None = None, slack: int | None = None) -> str:
         if self.context_source == "none":
             return "no device context (cpu)"
         where = ("measured on this device" if self.context_source == "measured"
                  else "default: nothing measured yet on this device, driver and torch")
+        context = f"CUDA context {format_bytes(self.context_bytes)} ({where})"
+        if allocated is not None and slack is not None and slack > self.margin(allocated):
+            return (f"{context} + allocator cache {format_bytes(slack)} (reserved above allocated, measured by "
+                    f"a request of this size)")
         margin = (format_bytes(self.margin(allocated)) if allocated is not None
                   else f"{MARGIN_FRACTION * 100:g}% of the allocated peak, at least {format_bytes(MIN_MARGIN_BYTES)}")
-        return f"CUDA context {format_bytes(self.context_bytes)} ({where}) + allocator margin {margin}"
+        return f"{context} + allocator margin {margin}"
 
 
 NO_OVERHEAD = DeviceOverhead(0, "none")

@@ -78,7 +78,8 @@ def scale_profile(plan: Plan, profile: RequestProfile, size: RequestSize) -> Req
         size=size, block_compute_s=compute, other_s=other,
         text_extra_bytes=scale(profile.text_extra_bytes, _ratio(new.text_extra, old.text_extra), 1.0),
         denoise_extra_bytes=scale(profile.denoise_extra_bytes, _ratio(new.denoise_extra, old.denoise_extra), linear),
-        decode_extra_bytes=scale(profile.decode_extra_bytes, _ratio(new.decode_extra, old.decode_extra), linear)))
+        decode_extra_bytes=scale(profile.decode_extra_bytes, _ratio(new.decode_extra, old.decode_extra), linear),
+        allocator_slack_bytes=None))  # the allocator's cache is that size's own: not scaled
 
 
 def _with_estimated_peaks(profile: RequestProfile, phases: PhaseEstimate) -> RequestProfile:

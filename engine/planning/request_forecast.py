@@ -116,7 +116,7 @@ def scaled_profile(profile: RequestProfile, size: RequestSize) -> RequestProfile
     return profile.model_copy(update=dict(
         size=size, block_compute_s=[c * r for c in profile.block_compute_s], other_s=profile.other_s * r,
         text_extra_bytes=profile.text_extra_bytes, denoise_extra_bytes=scale(profile.denoise_extra_bytes),
-        decode_extra_bytes=scale(profile.decode_extra_bytes)))
+        decode_extra_bytes=scale(profile.decode_extra_bytes), allocator_slack_bytes=None))  # that size's alone
 
 
 def dit_profile(plan: Plan, profile: RequestProfile | None) -> DitProfile | None:

@@ -107,3 +107,17 @@ def test_the_recorded_wan_8gb_repeat_is_within_3_percent_with_the_first_requests
     after = overhead.process_bytes(allocated, slack, budget)
     assert abs(before - measured) / measured > 0.03  # what the run found
     assert abs(after - measured) / measured <= 0.03
+
+
+def test_the_plans_reason_line_and_its_forecast_give_the_same_process_figure(demo_model_dir: Path):
+    size = fill_size(discover_model(demo_model_dir), RequestSize(height=64, width=64))
+    plan = _measured(demo_model_dir, size, GB)
+    planned = plan_for(plan.model, plan.policy, 3 * GB, size, GPU)
+    shown = fp.format_bytes(planned.forecast.process_peak_bytes)
+    line = next(r for r in planned.reasons if "device memory of the process" in r)
+    assert f"device memory of the process {shown} of" in line
+    outside = next(r for r in planned.reasons if r.startswith("outside torch's allocations"))
+    assert "allocator cache 1.0 GB (reserved above allocated, measured by a request of this size)" in outside
+    other = plan_for(plan.model, plan.policy, 3 * GB, RequestSize(height=128, width=128), GPU)  # scaled: no cache
+    assert other.forecast.allocator_slack is None
+    assert not any("allocator cache" in r for r in other.reasons)
