@@ -97,28 +97,6 @@ def staged_bytes(plan: Plan, role: str) -> int:
     return max((c.info.nbytes for c in plan.components if c.residency == "staged" and c.info.role == role), default=0)
 
 
-def _pixels(size: RequestSize) -> float | None:
-    if not (size.height and size.width):
-        return None
-    return float(size.height * size.width * (size.frames or 1))
-
-
-def scaled_profile(profile: RequestProfile, size: RequestSize) -> RequestProfile | None:
-    """Another size's profile scaled to `size` (compute and activations in proportion to pixels x frames)."""
-    have, want = _pixels(profile.size), _pixels(size)
-    if not have or not want:
-        return None
-    r = want / have
-
-    def scale(x: int | None) -> int | None:
-        return None if x is None else int(x * r)
-
-    return profile.model_copy(update=dict(
-        size=size, block_compute_s=[c * r for c in profile.block_compute_s], other_s=profile.other_s * r,
-        text_extra_bytes=profile.text_extra_bytes, denoise_extra_bytes=scale(profile.denoise_extra_bytes),
-        decode_extra_bytes=scale(profile.decode_extra_bytes), allocator_slack_bytes=None))  # that size's alone
-
-
 def dit_profile(plan: Plan, profile: RequestProfile | None) -> DitProfile | None:
     """One forward's profile (with two experts: one expert's blocks, `Plan.forward`)."""
     blocks = tuple(b.nbytes for b in plan.forward[0])

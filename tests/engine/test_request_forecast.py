@@ -15,7 +15,7 @@ from omni_console.engine.events import ForecastCheck
 from omni_console.engine.model_dir.discovery import discover_model
 from omni_console.engine.planning.model_configs import fill_size
 from omni_console.engine.planning.plan import make_plan
-from omni_console.engine.planning.request_forecast import forecast_request, scaled_profile
+from omni_console.engine.planning.request_forecast import forecast_request
 from omni_console.engine.planning.request_profile import RequestProfile, RequestSize, load_profile, profile_dir
 from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.events import EventBus
@@ -114,9 +114,3 @@ def test_peak_is_the_largest_phase_with_the_staged_components_it_brings(demo_mod
         resident.forecast.largest_streamed_block_bytes + 9000  # a resident VAE is already in the weights
 
 
-def test_scaling_a_profile_follows_pixels_and_frames():
-    p = _profile()
-    q = scaled_profile(p, RequestSize(height=128, width=64))
-    assert q.block_compute_s == [pytest.approx(0.02)] * DEMO_BLOCKS and q.denoise_extra_bytes == 10000
-    assert q.text_extra_bytes == 1000  # the prompt does not grow with the image
-    assert scaled_profile(p, RequestSize()) is None  # the pipeline's default size: nothing to scale by
