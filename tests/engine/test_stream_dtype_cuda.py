@@ -26,17 +26,24 @@ def demo_request() -> GenerateRequest:
                            width=gen.pop("width"), seed=11, extra=gen)
 
 
-def test_fp8_storage_matches_layerwise_casting_on_cuda(demo_model_dir: Path):
+def layerwise_casting_image(model_dir: Path) -> np.ndarray:
+    """The demo through plain diffusers with fp8 layerwise casting on the GPU (the exactness reference);
+    the pipeline is released before the engine loads."""
     from diffusers import FluxPipeline
 
-    pipe = FluxPipeline.from_pretrained(demo_model_dir, local_files_only=True)
+    pipe = FluxPipeline.from_pretrained(model_dir, local_files_only=True)
     pipe.transformer.enable_layerwise_casting(storage_dtype=FP8, compute_dtype=torch.float32)
     pipe.to("cuda")
     pipe.set_progress_bar_config(disable=True)
-    expected = np.asarray(pipe(**demo_request().call_kwargs(pipe)).images[0])
+    image = np.asarray(pipe(**demo_request().call_kwargs(pipe)).images[0])
     del pipe
     gc.collect()
     torch.cuda.empty_cache()
+    return image
+
+
+def test_fp8_storage_matches_layerwise_casting_on_cuda(demo_model_dir: Path):
+    expected = layerwise_casting_image(demo_model_dir)
     pinned: dict[str | None, int] = {}
     for live in (False, True):
         engine = Engine(demo_model_dir, device="cuda", options=EngineOptions(live_replan=live))

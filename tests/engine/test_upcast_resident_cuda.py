@@ -4,13 +4,12 @@ device holding the compute dtype's bytes for those blocks (allocator figures, no
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from test_stream_dtype_cuda import demo_request
+from test_stream_dtype_cuda import demo_request, layerwise_casting_image
 
 from omni_console.engine.engine import Engine
 from omni_console.engine.options import EngineOptions
@@ -21,16 +20,7 @@ FP8 = torch.float8_e4m3fn
 
 
 def test_kept_upcast_blocks_match_layerwise_casting_and_hold_their_bytes(demo_model_dir: Path):
-    from diffusers import FluxPipeline
-
-    pipe = FluxPipeline.from_pretrained(demo_model_dir, local_files_only=True)
-    pipe.transformer.enable_layerwise_casting(storage_dtype=FP8, compute_dtype=torch.float32)
-    pipe.to("cuda")
-    pipe.set_progress_bar_config(disable=True)
-    expected = np.asarray(pipe(**demo_request().call_kwargs(pipe)).images[0])
-    del pipe
-    gc.collect()
-    torch.cuda.empty_cache()
+    expected = layerwise_casting_image(demo_model_dir)
     for live in (False, True):
         engine = Engine(demo_model_dir, device="cuda", options=EngineOptions(live_replan=live))
         held = {}
