@@ -120,7 +120,7 @@ class BlockUpcast:
             self._kept_bytes[name] = b.tensor_bytes
             fp8 = sum(t.nbytes for t in stored)
             b.tensor_bytes += upcast_in_place(stored, self.compute_dtype) - fp8
-            b.device_buffer = None  # the tensors own their converted copies now
+            _leave_device_copy(b)  # so that the copy, its fp8 bytes with it, is freed
             return
         need = 0
         for t in stored:
@@ -158,6 +158,29 @@ class BlockUpcast:
             return 0
         upcast, b.tensor_bytes = b.tensor_bytes, self._kept_bytes.pop(b.name)
         return upcast
+
+
+def _leave_device_copy(b: Block) -> None:
+    """Point a kept block's other tensors (those not stored in fp8) at copies of their own, then forget the
+    block's device copy: while one of them still views it, the whole copy stays allocated, fp8 bytes and
+    all (measured on CUDA: a kept block held its compute-dtype bytes plus its fp8 ones)."""
+    buffer, b.device_buffer = b.device_buffer, None
+    if buffer is None:
+        return
+    ptr = buffer.untyped_storage().data_ptr()
+    copies: dict[tuple[int, torch.dtype, tuple[int, ...], tuple[int, ...]], torch.Tensor] = {}
+    for x in b.bindings:
+        t = x.target
+        if t.untyped_storage().data_ptr() != ptr:
+            continue  # converted already, or never on the copy
+        key = (x.offset, x.dtype, x.shape, x.stride)  # aliases of one span share one copy
+
+        def own(t: torch.Tensor = t, key: tuple[Any, ...] = key) -> torch.Tensor:
+            if key not in copies:
+                copies[key] = t.detach().clone()
+            return copies[key]
+
+        rebind(t, own)
 
 
 def upcast_in_place(tensors: Iterable[torch.Tensor], compute_dtype: torch.dtype) -> int:

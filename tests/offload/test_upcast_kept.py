@@ -24,6 +24,12 @@ def test_the_first_resident_blocks_in_execution_order_are_kept_upcast() -> None:
         BlockResidency((True, False), 1, upcast=(False, True))
 
 
+def _held_bytes(module: torch.nn.Module) -> int:
+    """Bytes of the distinct storages under a module's tensors (a view of a larger copy holds all of it)."""
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in module.parameters()}
+    return sum(storages.values())
+
+
 def _linear_dtypes(model: torch.nn.Sequential) -> list[torch.dtype]:
     return [block[0].weight.dtype for block in model]
 
@@ -45,6 +51,8 @@ def test_kept_blocks_are_converted_once_and_compute_the_same(keep_masters: bool)
     assert _linear_dtypes(model)[:4] == [torch.float32, FP8, torch.float32, FP8]
     # each kept linear's weight and bias: 16 x 16 + 16 fp8 elements become float32 (3 more bytes each)
     assert streamer.resident_bytes - plain.resident_bytes == 2 * (16 * 16 + 16) * 3
+    # and that is what they hold: no tensor of a kept block still views its fp8 device copy
+    assert [_held_bytes(model[i]) for i in (0, 2)] == [(16 * 16 + 16) * 4 + 2 * 16 * 4] * 2
     with torch.no_grad():
         for _ in range(2):
             assert torch.equal(model(x), expected)
