@@ -152,13 +152,14 @@ def summarize_plan(doc: dict[str, Any]) -> dict[str, Any]:
 def summarize_run(result: dict[str, Any]) -> dict[str, Any]:
     doc = result["doc"]
     steps = [s["wall_s"] for s in doc["steps"]]
-    # the run's own figure is at least the context + its allocated peak (samples can miss a short peak)
+    # the run's own figure is at least the context + its reserved peak (samples can miss a short peak)
     seen = [v for v in (result.get("nvml_process_peak"), doc.get("process_peak_bytes")) if v]
     measured = max(seen) if seen else result.get("nvml_device_delta_peak")
     return {"measured_process_peak": measured, "run_process_peak": doc.get("process_peak_bytes"),
             "nvml_process_peak": result.get("nvml_process_peak"),
             "nvml_device_delta_peak": result.get("nvml_device_delta_peak"),
-            "allocated_peak": doc["peak_allocated_bytes"], "reserved_peak": doc["telemetry"].get("torch_reserved_peak"),
+            "allocated_peak": doc["peak_allocated_bytes"], "reserved_peak": doc.get("peak_reserved_bytes"),
+            "reserved_sampled_peak": doc["telemetry"].get("torch_reserved_peak"),
             "allocator_cap": doc.get("allocator_cap_bytes"), "context_bytes": doc.get("context_bytes"),
             "steps_s": steps, "steady_step_s": statistics.median(steps[1:]) if len(steps) > 1 else steps[0],
             "phases": doc["phases"], "vae_decode_peak_bytes": doc.get("vae_decode_peak_bytes"),

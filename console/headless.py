@@ -156,7 +156,8 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         what = str(exc) if isinstance(exc, OPERATOR_ERRORS) else f"{type(exc).__name__}: {exc}"
         failure = f"{stage} failed: {_one_line(what)}"
     finally:
-        measured = memory.finish(getattr(result, "peak_allocated_bytes", None))
+        measured = memory.finish(getattr(result, "peak_allocated_bytes", None),
+                                 getattr(result, "peak_reserved_bytes", None))
         sampler.close()
         progress.stop.set()
         progress.join()  # its last lines come before the failure's, which must be the last one
@@ -191,6 +192,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         "load_seconds": load.seconds, "load_phases": dict(load.phases),
         "load_milestones": dict(load.milestones), "pinned_bytes": load.pinned_bytes,
         "request_seconds": result.seconds, "peak_allocated_bytes": result.peak_allocated_bytes,
+        "peak_reserved_bytes": result.peak_reserved_bytes,
         "steps": [{"step": s.step, "wall_s": s.wall_s, "stall_s": s.stall_s, "h2d_bytes": s.h2d_bytes}
                   for s in result.steps],
         "output": str(run.output.path) if files else None,

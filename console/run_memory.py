@@ -68,14 +68,14 @@ class RunMemory:
         memory.meter = ProcessPeakMeter(memory.source).start()
         return memory
 
-    def finish(self, allocated_peak: int | None = None) -> dict[str, Any]:
+    def finish(self, allocated_peak: int | None = None, reserved_peak: int | None = None) -> dict[str, Any]:
         """The report's fields; the context measured now is cached for the next plan on this device.
         Call `predicted` afterwards for the forecast's process figure.
 
         NVML is sampled every 50 ms, and under a tight allocator cap torch returns cache at once, so a
-        sample can miss a short peak. NVML's figure is the context + torch's reserved bytes, and reserved
-        is never below allocated, so the peak is at least the context + the request's allocated peak
-        (`allocated_peak`, exact): the larger of the two is reported, the sampled one beside it."""
+        sample can miss a short peak. NVML's figure is the context + torch's reserved bytes, so the peak is
+        at least the context + the request's reserved peak (`reserved_peak`, exact; reserved is never below
+        `allocated_peak`, the floor where reserved is unknown): the larger is reported, the sampled one beside it."""
         if self.meter is None or self.source is None:
             return {"process_peak_bytes": None, "process_peak_sampled_bytes": None,
                     "process_peak_note": "no device memory to measure (cpu)", "allocator_cap_bytes": None}
@@ -88,9 +88,11 @@ class RunMemory:
                 record_context(self.device_name, context)
         self.source.close()
         sampled, note = peak.peak_bytes, peak.reason
-        floor = None if context is None or allocated_peak is None or sampled is None else context + allocated_peak
+        torch_peak = max((v for v in (allocated_peak, reserved_peak) if v is not None), default=None)
+        floor = None if context is None or torch_peak is None or sampled is None else context + torch_peak
         if floor is not None and floor > sampled:
-            note = "at least the CUDA context + torch's allocated peak (the 50 ms NVML samples missed a shorter peak)"
+            held = "reserved" if reserved_peak is not None and torch_peak == reserved_peak else "allocated"
+            note = f"at least the CUDA context + torch's {held} peak (the 50 ms NVML samples missed a shorter peak)"
         return {"process_peak_bytes": max(sampled, floor) if floor is not None else sampled,
                 "process_peak_sampled_bytes": sampled, "process_peak_note": note,
                 "allocator_cap_bytes": self.allocator_cap, "context_bytes": context}

@@ -107,6 +107,8 @@ class RunReport(Document):
     pinned_bytes: int = Field(ge=0, description="pinned host memory held after the load")
     request_seconds: float
     peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None = Field(None, description="torch's caching allocator: its reserved peak over "
+                                            "the request (allocated + cache + fragmentation; null off CUDA)")
     steps: list[StepReport]
     output: str | None = Field(description="--output when something was written, else null")
     files: list[str] = Field(description="every file written (several for frames written as images)")
@@ -133,7 +135,7 @@ class RunReport(Document):
     telemetry: TelemetryPeaks
     process_peak_bytes: int | None = Field(None, description="device memory of the process at its peak, as NVML "
                                            "counts it per process: the larger of its samples from load to the "
-                                           "request's end and the CUDA context + torch's allocated peak (a floor "
+                                           "request's end and the CUDA context + torch's reserved peak (a floor "
                                            "the 50 ms samples can miss); null: not measurable (the note says why)")
     process_peak_sampled_bytes: int | None = Field(None, description="the largest of NVML's per-process samples "
                                                    "(every 50 ms)")

@@ -342,7 +342,8 @@ class Engine(Lifecycle):
             return GenerateResult(request_id, run.image, seconds, run.steps, peak, frames=run.frames,
                                   is_video=run.is_video, fps=self.fps, latent_shape=run.latent_shape,
                                   phases=run.phases, vae_decode_peak_bytes=run.vae_decode_peak_bytes, check=check,
-                                  cancelled=cancel is not None and cancel.is_set(), oom_step_downs=stepped)
+                                  cancelled=cancel is not None and cancel.is_set(), oom_step_downs=stepped,
+                                  peak_reserved_bytes=run.reserved_peak)
 
     # ---------------------------------------------------------------- block order
     def _watch_block_order(self) -> None:

@@ -45,6 +45,8 @@ class GenerateResult:
     ranks: tuple[GenerateResult, ...] = ()  # a rank group's request: each rank's own result, by rank (CFG too)
     cancelled: bool = False  # cancel was asked before the pipeline returned (even during the VAE decode): not a result
     oom_step_downs: tuple[OomStepDown, ...] = ()  # phases that ran out of memory, stepped down and retried
+    peak_reserved_bytes: int | None = None  # the caching allocator's reserved peak over the request (CUDA): NVML's
+    # per-process figure is the CUDA context + this, so it bounds the process's peak from below exactly
 
 
 def run_peak(run: RunOutput, peak_since_last_reset: int | None) -> int | None:
