@@ -119,8 +119,12 @@ class BlockUpcast:
         if name in self.kept:
             self._kept_bytes[name] = b.tensor_bytes
             fp8 = sum(t.nbytes for t in stored)
+            shared = {t.untyped_storage().data_ptr() for t in stored}
+            rest = [t for t in dict.fromkeys([*module.parameters(), *module.buffers()])
+                    if not is_float8(t.dtype) and t.untyped_storage().data_ptr() in shared]
             b.tensor_bytes += upcast_in_place(stored, self.compute_dtype) - fp8
-            _leave_device_copy(b)  # so that the copy, its fp8 bytes with it, is freed
+            _own_copies(rest)  # off the storages the fp8 bytes were in, so that those are freed
+            b.device_buffer = None  # the tensors own their converted copies now
             return
         need = 0
         for t in stored:
@@ -160,20 +164,14 @@ class BlockUpcast:
         return upcast
 
 
-def _leave_device_copy(b: Block) -> None:
-    """Point a kept block's other tensors (those not stored in fp8) at copies of their own, then forget the
-    block's device copy: while one of them still views it, the whole copy stays allocated, fp8 bytes and
-    all (measured on CUDA: a kept block held its compute-dtype bytes plus its fp8 ones)."""
-    buffer, b.device_buffer = b.device_buffer, None
-    if buffer is None:
-        return
-    ptr = buffer.untyped_storage().data_ptr()
-    copies: dict[tuple[int, torch.dtype, tuple[int, ...], tuple[int, ...]], torch.Tensor] = {}
-    for x in b.bindings:
-        t = x.target
-        if t.untyped_storage().data_ptr() != ptr:
-            continue  # converted already, or never on the copy
-        key = (x.offset, x.dtype, x.shape, x.stride)  # aliases of one span share one copy
+def _own_copies(tensors: Iterable[torch.Tensor]) -> None:
+    """Point each tensor at a copy of its own (aliases of one span share one copy): a kept block's tensors
+    left in their dtype that shared a storage with its fp8 ones (the block's device copy, or a span moved
+    whole) would otherwise keep that storage, fp8 bytes and all, allocated (measured on CUDA: a kept
+    block held its compute-dtype bytes plus its fp8 ones)."""
+    copies: dict[tuple[Any, ...], torch.Tensor] = {}
+    for t in tensors:
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.dtype, tuple(t.shape), t.stride())
 
         def own(t: torch.Tensor = t, key: tuple[Any, ...] = key) -> torch.Tensor:
             if key not in copies:

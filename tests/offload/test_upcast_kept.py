@@ -79,3 +79,35 @@ def _stored() -> torch.nn.Sequential:
     model = _blocks()
     _store_linears_in_fp8(model)
     return model
+
+
+def _one_storage(module: torch.nn.Module) -> None:
+    """Put every parameter of `module` on one storage (as a span moved whole to the device leaves them)."""
+    params = list(module.parameters())
+    offsets, end = [], 0
+    for p in params:
+        offsets.append(end)
+        end += -(-p.nbytes // 64) * 64
+    flat = torch.empty(end, dtype=torch.uint8)
+    for p, at in zip(params, offsets, strict=True):
+        view = flat[at : at + p.nbytes].view(p.dtype).view(p.shape)
+        view.copy_(p.detach())
+        p.data = view
+
+
+def test_a_kept_block_moved_whole_holds_only_its_compute_dtype_bytes() -> None:
+    x = torch.randn(3, 16)
+    expected = _reference(x)
+    model = _stored()
+    for block in model:
+        _one_storage(block)
+    shared = model[0][1].weight.untyped_storage().nbytes()  # the LayerNorm's weight views the block's one storage
+    residency = BlockResidency((True, False, True, False, False), 2).with_upcast(1)  # block 0 kept, block 2 not
+    streamer = LayerwiseStreamer([("blocks", list(model))], "cpu", keep_masters=False, residency=residency,
+                                 compute_dtype=torch.float32)
+    streamer.attach()
+    assert _held_bytes(model[0]) == (16 * 16 + 16) * 4 + 2 * 16 * 4  # the one storage (fp8 bytes too) is freed
+    assert _held_bytes(model[2]) == shared  # not kept: its fp8 bytes stay where they are, converted at each forward
+    with torch.no_grad():
+        assert torch.equal(model(x), expected)
+    streamer.detach()
