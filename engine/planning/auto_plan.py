@@ -45,6 +45,7 @@ from .plan import Plan, make_plan
 from .profile_basis import profile_for
 from .request_forecast import RequestForecast, dit_profile, forecast_request, phase_bytes
 from .request_profile import RequestProfile, RequestSize
+from .slack_config import slack_for
 from .stream_choice import TIE, DitProfile, StreamChoice
 from .stream_search import StreamTable
 from .upcast_choice import Chooser, Pick, PlainChooser, UpcastChooser
@@ -298,7 +299,7 @@ def _reasons(plan: Plan, choice: StreamChoice, aux: list[ComponentInfo],
     if overhead is NO_OVERHEAD:
         lines.append(f"{step}, peak {_gb(choice.peak_bytes)} of {_gb(budget)}; {basis}")
     else:
-        slack = profile.allocator_slack_bytes if profile is not None else None  # a request of this size only
+        slack = slack_for(profile, plan)  # measured by a request of this size under this plan only
         process = overhead.process_bytes(choice.peak_bytes, slack, budget)
         lines.append(f"{step}, device memory of the process {_gb(process)} "
                      f"of {_gb(budget)} (allocated peak {_gb(choice.peak_bytes)}); {basis}")

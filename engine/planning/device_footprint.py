@@ -60,8 +60,8 @@ class DeviceOverhead:
 
     def process_bytes(self, allocated_peak: int, slack: int | None = None, budget: int | None = None) -> int:
         """The predicted device memory of the process for an allocated peak. `slack`: the allocator's
-        reserved-above-allocated measured by a request of this size (it replaces the margin when larger);
-        `budget`: the allocator is capped at budget - context, so the process stays inside it."""
+        reserved-above-allocated measured by a request of this size under this plan (it replaces the margin
+        when larger); `budget`: the allocator is capped at budget - context, so the process stays inside it."""
         if self.context_source == "none":
             return allocated_peak
         process = allocated_peak + self.context_bytes + max(self.margin(allocated_peak), slack or 0)
@@ -86,7 +86,7 @@ class DeviceOverhead:
         context = f"CUDA context {format_bytes(self.context_bytes)} ({where})"
         if allocated is not None and slack is not None and slack > self.margin(allocated):
             return (f"{context} + allocator cache {format_bytes(slack)} (reserved above allocated, measured by "
-                    f"a request of this size)")
+                    f"a request of this size under this plan)")
         margin = (format_bytes(self.margin(allocated)) if allocated is not None
                   else f"{MARGIN_FRACTION * 100:g}% of the allocated peak, at least {format_bytes(MIN_MARGIN_BYTES)}")
         return f"{context} + allocator margin {margin}"

@@ -30,6 +30,7 @@ from .lean import LeanCost, decode_extra, lean_costs, text_stage_bytes
 from .plan import Plan
 from .profile_basis import profile_for
 from .request_profile import RequestProfile, RequestSize
+from .slack_config import slack_for
 from .stream_choice import DitProfile, evaluate, profile_from_timings
 from .upcast_cost import upcast_seconds
 
@@ -214,5 +215,5 @@ def forecast_for(plan: Plan, size: RequestSize, device: str, observed_bandwidth:
                                 overlap=device != "cpu", peak_basis=known.peak_basis, step_basis=known.step_basis)
     forecast.notes[:0] = cache_notes
     assumed = tuple(k for k, v in size.model_dump().items() if v is None and getattr(known.size, k) is not None)
-    slack = profile.allocator_slack_bytes if profile is not None and known.source == "cached" else None
+    slack = slack_for(profile, plan) if known.source == "cached" else None  # this size, this plan
     return replace(forecast, assumed=assumed, overhead=device_overhead(device), allocator_slack=slack)

@@ -85,6 +85,9 @@ class RequestProfile(BaseModel):
     allocator_slack_bytes: Bytes | None = Field(
         None, description="the caching allocator's reserved peak above its allocated peak (cache and "
                           "fragmentation; under a --vram-budget cap it fills what the cap leaves)")
+    allocator_slack_plan: str | None = Field(
+        None, max_length=64, description="a key of the plan that slack was measured under "
+                                         "(engine/planning/slack_config.py): another plan's forecast uses the margin")
     bandwidth_bytes_per_s: Annotated[float, Field(gt=1.0, le=1e15, allow_inf_nan=False)] | None = Field(
         None, description="the streamer's async copies, bytes / seconds")
     measured_at: str = Field(max_length=64)

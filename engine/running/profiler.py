@@ -24,6 +24,7 @@ from ..planning.model_configs import fill_size
 from ..planning.plan import Plan
 from ..planning.request_forecast import RequestForecast, staged_bytes
 from ..planning.request_profile import RequestProfile, RequestSize, device_name, save_profile
+from ..planning.slack_config import plan_key
 from ..planning.stream_choice import profile_from_timings
 from .runner import GenerateRequest, RunOutput
 
@@ -90,6 +91,7 @@ class ProfileRecorder:
                 other_s=max(dit.other_s, 0.0), forwards_per_step=per_step,
                 text_extra_bytes=text, denoise_extra_bytes=denoise, decode_extra_bytes=decode,
                 allocator_slack_bytes=run.allocator_slack,
+                allocator_slack_plan=plan_key(self.plan) if run.allocator_slack is not None else None,
                 bandwidth_bytes_per_s=bandwidth if bandwidth and 1.0 < bandwidth < 1e15 else None,
                 measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
         except ValidationError:  # e.g. a timing that overflowed: no profile rather than a bad one
