@@ -172,14 +172,19 @@ def test_a_request_records_its_slack_with_its_plans_key(demo_model_dir: Path, mo
     steps, height, width = gen.pop("num_inference_steps"), gen.pop("height"), gen.pop("width")
     engine = Engine(demo_model_dir, device="cpu")
     try:
-        engine.load(build_policy({}, 1, "dlo", "spread", 2))
-        engine.generate(GenerateRequest(prompt="a fox", steps=steps, height=height, width=width, seed=3, extra=gen))
         size = fill_size(engine.model, RequestSize(height=height, width=width))
+        budget = engine.model.nbytes * 6 // 5  # half the blocks stream
+        planned = plan_for(engine.model, build_policy({}, 0), budget, size, "cpu").plan  # what `run` loads
+        assert 0 < planned.residency.num_resident < planned.residency.num_blocks
+        engine.load(planned.policy)
+        assert plan_key(engine.plan) == plan_key(planned)  # the loaded plan has the key `plan` gives it
+        engine.generate(GenerateRequest(prompt="a fox", steps=steps, height=height, width=width, seed=3, extra=gen))
         profile = profile_for(engine.plan, size, "cpu").profile
         assert profile is not None and profile.allocator_slack_bytes == 123_456_789
         assert profile.allocator_slack_plan == plan_key(engine.plan)
         assert forecast_for(engine.plan, size, "cpu").allocator_slack == 123_456_789
-        other = make_plan(engine.model, build_policy({}, 2, "dlo", "spread", 2))
+        other = make_plan(engine.model, planned.policy.model_copy(
+            update=dict(resident_layers=planned.residency.num_resident + 1)))
         assert forecast_for(other, size, "cpu").allocator_slack is None
     finally:
         engine.close()
