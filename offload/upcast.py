@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from .block_packing import Binding, Block
-from .devices import rebind
+from .block_packing import Binding, Block, unique_tensors
+from .devices import rebind, storage_key
 from .module_hooks import Hooks
 from .pinned import ALIGNMENT, align_up, contiguous_stride, typed_view
 
@@ -113,15 +113,15 @@ class BlockUpcast:
         named in `kept`, converted once now (its fp8 device copy freed)."""
         name, module = b.name, b.module
         self.drop(b)
-        stored = [t for t in dict.fromkeys([*module.parameters(), *module.buffers()]) if is_float8(t.dtype)]
+        tensors = unique_tensors(module)
+        stored = [t for t in tensors if is_float8(t.dtype)]
         if not stored:
             return
         if name in self.kept:
             self._kept_bytes[name] = b.tensor_bytes
             fp8 = sum(t.nbytes for t in stored)
-            shared = {t.untyped_storage().data_ptr() for t in stored}
-            rest = [t for t in dict.fromkeys([*module.parameters(), *module.buffers()])
-                    if not is_float8(t.dtype) and t.untyped_storage().data_ptr() in shared]
+            shared = {storage_key(t) for t in stored}
+            rest = [t for t in tensors if not is_float8(t.dtype) and storage_key(t) in shared]
             b.tensor_bytes += upcast_in_place(stored, self.compute_dtype) - fp8
             _own_copies(rest)  # off the storages the fp8 bytes were in, so that those are freed
             b.device_buffer = None  # the tensors own their converted copies now
@@ -171,7 +171,7 @@ def _own_copies(tensors: Iterable[torch.Tensor]) -> None:
     block held its compute-dtype bytes plus its fp8 ones)."""
     copies: dict[tuple[Any, ...], torch.Tensor] = {}
     for t in tensors:
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.dtype, tuple(t.shape), t.stride())
+        key = (storage_key(t), t.storage_offset(), t.dtype, tuple(t.shape), t.stride())
 
         def own(t: torch.Tensor = t, key: tuple[Any, ...] = key) -> torch.Tensor:
             if key not in copies:
