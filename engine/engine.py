@@ -35,6 +35,7 @@ from .planning.plan import Plan, make_plan
 from .planning.request_forecast import RequestForecast, forecast_for
 from .planning.request_profile import RequestSize, device_name
 from .results import GenerateResult, LoadReport, run_peak
+from .running.call_defaults import with_call_defaults
 from .running.call_options import default_fps
 from .running.oom_guard import guarded_request
 from .running.order_watch import BlockOrderWatch, adopt_order, permute_profile
@@ -287,6 +288,7 @@ class Engine(Lifecycle):
     def generate(self, request: GenerateRequest, cancel: threading.Event | None = None) -> GenerateResult:
         with self._lock:
             self._check_ready()
+            request = with_call_defaults(self.model, request)  # where the pipeline's own would fail
             request_id = next(self._request_ids)
             self._set_state(EngineState.RUNNING, f"request {request_id}")
             self.bus.publish(RequestStarted(request_id=request_id, prompt=request.prompt, steps=request.steps or 0,

@@ -12,6 +12,7 @@ derives it in its constructor and `check_inputs`:
 - times each DiT's spatial patch size (`patch_size`: an int, or a list whose last two items are
   the height and width patch);
 - Flux-style pipelines pack latents into 2x2 patches: ×2 (`vae_scale_factor * 2`);
+- PixArt's resolution binning where it has no table: engine/running/call_defaults.py turns it off;
 - pipelines with a fixed divisor in `check_inputs` (PixArt: 8, Wan: 16, LTX-Video: 32, CogVideoX: 8,
   HunyuanVideo: 16, Mochi: 8, Sana and SanaVideo: 32) need that too;
 - a DiT with learned position embeddings cropped to `pos_embed_max_size` caps the size: SD3 reads it as
@@ -31,6 +32,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..model_dir.discovery import ComponentInfo, ModelInfo
 from ..model_dir.weights import load_json, read_header
+from .call_defaults import check_binning
 from .runner import GenerateRequest
 
 SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes an unsigned 64-bit seed
@@ -41,9 +43,6 @@ PACKED_2X2_PREFIXES = ("Flux", "Chroma", "QwenImage")
 # Pipelines whose `check_inputs` divides by a fixed number, whatever the configs say.
 FIXED_DIVISORS = (("PixArt", 8), ("Wan", 16), ("LTX", 32), ("CogVideoX", 8), ("HunyuanVideo", 16), ("Mochi", 8),
                   ("Sana", 32))
-# PixArt's resolution binning (on by default) knows these transformer sample sizes only.
-PIXART_BINNED_SAMPLE_SIZES = (32, 64, 128, 256)
-
 POS_TABLE = "pos_embed.pos_embed"  # the learned position table of SD3 / AuraFlow-style DiTs
 
 PLAIN_LABELS = {"steps": "steps", "height": "height", "width": "width", "seed": "seed", "guidance": "guidance"}
@@ -148,17 +147,6 @@ def _check_size(label: str, value: int | None, multiple: int | None, cap: int | 
                           "(the transformer's position embeddings end there)")
 
 
-def _check_pixart_binning(model: ModelInfo, request: GenerateRequest) -> None:
-    if not model.pipeline_class.startswith("PixArt") or request.extra.get("use_resolution_binning") is False:
-        return
-    for dit in model.dits:
-        sample_size = _config(dit).get("sample_size")
-        if sample_size not in PIXART_BINNED_SAMPLE_SIZES:
-            raise ConfigError(f"{dit.folder / 'config.json'}: {model.pipeline_class}'s resolution binning needs a "
-                              f"transformer sample_size of {', '.join(map(str, PIXART_BINNED_SAMPLE_SIZES))}, "
-                              f"got {sample_size!r}")
-
-
 def check_request(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, str] | None = None) -> None:
     """Refuse, with one line naming the field (`labels` maps field → what the user typed), what the
     pipeline cannot run or would silently change; reads only small JSON configs."""
@@ -172,4 +160,4 @@ def check_request(model: ModelInfo, request: GenerateRequest, labels: Mapping[st
     rule = size_rule(model) if (request.height or 0) > 0 or (request.width or 0) > 0 else None
     _check_size(names["height"], request.height, rule and rule.height_multiple, rule and rule.max_height, rule)
     _check_size(names["width"], request.width, rule and rule.width_multiple, rule and rule.max_width, rule)
-    _check_pixart_binning(model, request)
+    check_binning(model, request, names)

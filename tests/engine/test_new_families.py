@@ -1,0 +1,116 @@
+"""Families plain diffusers runs that the engine refused (issue "Trust 3", A4), built as diffusers' own fast
+tests build them and compared with plain `DiffusionPipeline.from_pretrained(dir)` + `__call__`.
+
+Each runs bit-identical under the five policies the other family tests use (DLO with 0 resident blocks,
+DLO with one and the VAE unstaged, all blocks resident, spread placement, resident mode). The engine's
+request carries only what the CLI can pass; what plain diffusers' tests add by hand (PixArt's
+`use_resolution_binning=False`) the engine must choose itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tiny_families_new import NEW_GENERATION, PLAIN_EXTRA, build_tiny_new_family
+
+from omni_console.engine.engine import Engine
+from omni_console.engine.running.call_options import check_call
+from omni_console.engine.running.request_checks import check_request
+from omni_console.engine.running.runner import GenerateRequest
+from omni_console.offload.policy import build_policy
+
+PROMPT = "a red fox running in the snow"
+
+
+@pytest.fixture(scope="module")
+def new_dir(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("new-families")
+    built: dict[str, Path] = {}
+
+    def get(family: str) -> Path:
+        if family not in built:
+            built[family] = build_tiny_new_family(family, root / family)
+        return built[family]
+
+    return get
+
+
+def family_request(family: str) -> GenerateRequest:
+    gen = dict(NEW_GENERATION[family])
+    frames = gen.pop("num_frames", None)
+    return GenerateRequest(prompt=PROMPT, steps=gen.pop("num_inference_steps"), height=gen.pop("height"),
+                           width=gen.pop("width"), seed=7, guidance=3.0, frames=frames, negative_prompt="blurry",
+                           max_sequence_length=gen.pop("max_sequence_length", None), output_type="np", extra=gen)
+
+
+def plain_output(path: Path, family: str, request: GenerateRequest) -> np.ndarray:
+    from diffusers import DiffusionPipeline
+
+    pipe = DiffusionPipeline.from_pretrained(path, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe(**request.call_kwargs(pipe), **PLAIN_EXTRA.get(family, {}))
+    return np.asarray(out.frames[0] if hasattr(out, "frames") else out.images)
+
+
+def policies(engine: Engine) -> list:
+    (denoiser,) = engine.model.denoisers
+    vae = next(c.name for c in engine.model.components if c.role == "vae")
+    return [build_policy({}, 0), build_policy({"default": False}, 1), build_policy({vae: False}, denoiser.num_blocks),
+            build_policy({}, 1, placement="spread"), build_policy({}, 0, mode="resident")]
+
+
+def assert_bit_identical(path: Path, family: str) -> None:
+    request = family_request(family)
+    engine = Engine(path, device="cpu")
+    check_request(engine.model, request)
+    check_call(engine.model, request)
+    (denoiser,) = engine.model.denoisers
+    assert denoiser.num_blocks >= 2 and denoiser.block_lists  # found, so streamed
+    expected = plain_output(path, family, request)
+    assert float(expected.std()) > 0
+    try:
+        for policy in policies(engine):
+            engine.load(policy)
+            result = engine.generate(request)
+            engine.unload()
+            got = np.stack(result.frames) if result.is_video else np.asarray(result.image)[None]
+            assert got.size == expected.size and np.array_equal(got.reshape(expected.shape), expected), policy
+    finally:
+        engine.close()
+
+
+@pytest.mark.slow  # five loads and requests
+def test_pixart_sigma_without_a_binning_table_runs_as_diffusers_runs_it(new_dir):
+    """Transformer sample_size 8 (diffusers' fast test): no binning table, so binning is off, as there."""
+    assert_bit_identical(new_dir("pixart_sigma_8"), "pixart_sigma_8")
+
+
+def test_pixart_binning_forced_on_without_a_table_is_refused_before_load(new_dir, tmp_path, monkeypatch, capsys):
+    from omni_console.console.cli import main
+
+    path = new_dir("pixart_sigma_8")
+    capsys.readouterr()
+    loads: list[str] = []
+    monkeypatch.setattr(Engine, "load", lambda self, *a, **k: loads.append("load"))
+    out = tmp_path / "p.png"
+    code = main(["run", "--model", str(path), "--prompt", PROMPT, "--steps", "1", "--height", "8", "--width", "8",
+                 "--param", "use_resolution_binning=true", "--output", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and loads == [] and len(err) == 1 and not out.exists()
+    assert err[0].endswith("--param use_resolution_binning=True: PixArtSigmaPipeline's resolution binning has no "
+                           "table for a transformer sample_size of 8 (it has for 32, 64, 128, 256); leave it off to "
+                           "render the size asked for")
+
+
+def test_pixart_run_writes_the_size_asked_for(new_dir, tmp_path, capsys):
+    from PIL import Image
+
+    from omni_console.console.cli import main
+
+    out = tmp_path / "p.png"
+    code = main(["run", "--model", str(new_dir("pixart_sigma_8")), "--prompt", PROMPT, "--steps", "1",
+                 "--height", "16", "--width", "24", "--output", str(out)])
+    assert code == 0, capsys.readouterr().err
+    assert Image.open(out).size == (24, 16)
