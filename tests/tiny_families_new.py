@@ -20,6 +20,8 @@ from omni_console.engine.demo.demo_model import atomic_build, save_pipeline, see
 NEW_GENERATION: dict[str, dict[str, Any]] = {
     # diffusers' test passes use_resolution_binning=False; the engine must pick that itself (no table for 8)
     "pixart_sigma_8": {"height": 8, "width": 8, "num_inference_steps": 2, "max_sequence_length": 16},
+    # PRX bins to its default_sample_size (512 px) and resizes back unless told not to, as its test does
+    "prx": {"height": 32, "width": 32, "num_inference_steps": 2, "use_resolution_binning": False},
 }
 """Small call kwargs per family (what the CLI can pass: no hidden extras)."""
 PLAIN_EXTRA: dict[str, dict[str, Any]] = {"pixart_sigma_8": {"use_resolution_binning": False}}
@@ -44,8 +46,45 @@ def make_pixart_sigma_8_pipeline(seed: int):
                                scheduler=DDIMScheduler())
 
 
+PRX_ENCODER = {"hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+               "num_key_value_heads": 1, "head_dim": 4, "max_position_embeddings": 64,
+               "layer_types": ["full_attention", "full_attention"], "attention_bias": False, "attention_dropout": 0.0,
+               "dropout_rate": 0.0, "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-06,
+               "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "query_pre_attn_scalar": 4,
+               "rope_theta": 10000.0, "sliding_window": 4096}
+"""diffusers' PRX test's T5Gemma encoder, with two layers (so its layers are a block list to stage)."""
+
+
+def make_prx_pipeline(seed: int):
+    """PRX as diffusers' fast test builds it (a 2-block DiT here, so it streams): a `T5GemmaEncoder` text
+    encoder whose saved config is the composite `T5GemmaConfig` that diffusers' prx package unwraps on load
+    (as PRX checkpoints ship it), a one-block AutoencoderKL, flow-match Euler."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, PRXPipeline, PRXTransformer2DModel
+    from transformers.models.t5gemma.configuration_t5gemma import T5GemmaConfig
+    from transformers.models.t5gemma.modeling_t5gemma import T5GemmaEncoder
+
+    from omni_console.engine.demo.tokenizers_offline import build_t5_tokenizer
+
+    tok = build_t5_tokenizer(model_max_length=64)
+    with seeded(seed, 1):
+        module = {**PRX_ENCODER, "vocab_size": len(tok)}
+        config = T5GemmaConfig(encoder=module, decoder=module, is_encoder_decoder=False, vocab_size=len(tok))
+        encoder = T5GemmaEncoder(config.encoder).eval()
+        encoder.config = config  # saved as the composite config, as PRX checkpoints are
+    with seeded(seed, 2):
+        transformer = PRXTransformer2DModel(patch_size=1, in_channels=4, context_in_dim=8, hidden_size=8,
+                                            mlp_ratio=2.0, num_heads=2, depth=2, axes_dim=[2, 2]).eval()
+    with seeded(seed, 3):
+        vae = AutoencoderKL(sample_size=32, in_channels=3, out_channels=3, block_out_channels=(4,),
+                            layers_per_block=1, latent_channels=4, norm_num_groups=1, use_quant_conv=False,
+                            use_post_quant_conv=False, shift_factor=0.0, scaling_factor=1.0).eval()
+    return PRXPipeline(transformer=transformer, vae=vae, scheduler=FlowMatchEulerDiscreteScheduler(),
+                       text_encoder=encoder, tokenizer=tok)
+
+
 MAKERS: dict[str, tuple[Callable[[int], Any], dict[str, str]]] = {
     "pixart_sigma_8": (make_pixart_sigma_8_pipeline, {"tokenizer": "T5TokenizerFast"}),
+    "prx": (make_prx_pipeline, {"tokenizer": "T5TokenizerFast"}),
 }
 
 

@@ -36,6 +36,8 @@ def supports_arena_load(info: ComponentInfo) -> str | None:
     cls = component_class(info.library, info.class_name, str(info.folder))
     if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
         return f"{info.class_name} is not a transformers model class"
+    if "from_pretrained" in vars(cls):  # diffusers' prx T5GemmaEncoder builds from its config's `encoder` part
+        return f"{info.class_name} loads through its own from_pretrained"
     return None
 
 

@@ -206,7 +206,7 @@ def _find_package_class(library: str, name: str) -> ClassRef | None:
     if package is None:
         return None
     found = class_statement(package, name, 0)
-    if found is None or not found[0].name.startswith(package.name + "."):
+    if found is None or not (found[0].name == package.name or found[0].name.startswith(package.name + ".")):
         return None
     where, cls = found
     return ClassRef(library, name, where.name, _kind_of("pipelines", where, cls))

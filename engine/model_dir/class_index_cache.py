@@ -31,7 +31,7 @@ from typing import Any
 from ..cache_dir import CacheFileError, cache_root, read_cache_file
 from .installed_source import package_root
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: a pipeline package's class may be defined in its own __init__
 MAX_INDEX_BYTES = 2 * 1024 * 1024
 MAX_ENTRIES = 8192
 LIBRARIES = ("diffusers", "transformers")
@@ -98,8 +98,9 @@ def valid_entry(key: object, value: object) -> bool:
         return library in LIBRARIES and isinstance(value, bool)
     if kind == "find":
         return library in LIBRARIES and _valid_ref(value, f"{library}.")
-    if kind == "package_class":
-        return _valid_ref(value, f"diffusers.pipelines.{library}.")
+    if kind == "package_class":  # defined in the package's own __init__ (prx's T5GemmaEncoder) or below it
+        package = f"diffusers.pipelines.{library}"
+        return _valid_ref(value, package + ".") or (_valid_ref(value, package) and value["module"] == package)
     if kind == "layout":
         return library == "diffusers" and _valid_layout(value)
     return False

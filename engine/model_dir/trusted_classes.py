@@ -13,7 +13,11 @@ pipeline module, a library name that is really a `.py` file) must never run, so:
 - a "library" naming one of diffusers' own pipeline packages (the hub's SD1.5 saves its safety
   checker as `["stable_diffusion", "StableDiffusionSafetyChecker"]`, which diffusers loads from
   `diffusers.pipelines.stable_diffusion`) is accepted for a model class that package itself defines,
-  as `DiffusionPipeline.from_pretrained` resolves it; anything it re-exports from elsewhere is not.
+  as `DiffusionPipeline.from_pretrained` resolves it; anything it re-exports from elsewhere is not;
+- a few transformers names that transformers itself does not export are ones a diffusers pipeline
+  package defines and registers there (`REGISTERED_BY_PIPELINES`: diffusers' prx package sets
+  `transformers.T5GemmaEncoder` to its own wrapper, which PRX checkpoints name): they resolve to that
+  diffusers class, as diffusers' loader resolves them, never to anything the directory ships.
 
 Discovery (`check_component`, `check_pipeline`) decides from the installed packages' lazy-import
 tables and source (`class_index`), without importing either library; the loader
@@ -30,6 +34,8 @@ from ..errors import ModelDirError
 from .class_index import ClassRef, exports, find_class, find_pipeline_package_class, pipeline_package
 
 ALLOWED_LIBRARIES = ("diffusers", "transformers")
+REGISTERED_BY_PIPELINES = {("transformers", "T5GemmaEncoder"): "prx"}
+"""(library, name) -> the diffusers pipeline package that defines the class and registers it under that name."""
 _IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _NO_CODE = "custom code is never run"
 
@@ -55,7 +61,15 @@ def is_pipeline_package(library: object) -> bool:
     return isinstance(library, str) and library not in ALLOWED_LIBRARIES and pipeline_package(library) is not None
 
 
+def _registering_package(library: object, class_name: object) -> str | None:
+    """The diffusers pipeline package that provides `library.class_name`, where the library itself does not."""
+    package = REGISTERED_BY_PIPELINES.get((library, class_name)) if isinstance(class_name, str) else None
+    return package if package is not None and not library_defines(str(library), class_name) else None
+
+
 def _find(library: object, class_name: object, where: str) -> ClassRef:
+    if (package := _registering_package(library, class_name)) is not None:
+        library = package
     if is_pipeline_package(library):
         ref = find_pipeline_package_class(str(library), class_name) if isinstance(class_name, str) else None
         if ref is None:
@@ -103,12 +117,14 @@ def _import_pipeline_package_class(library: str, class_name: str, where: str) ->
     except Exception as exc:
         raise ModelDirError(f"{where}: {package}.{class_name} cannot be imported ({str(exc).splitlines()[0][:80]})") \
             from None
-    if not isinstance(cls, type) or not cls.__module__.startswith(package + "."):
+    if not isinstance(cls, type) or not (cls.__module__ == package or cls.__module__.startswith(package + ".")):
         raise ModelDirError(f"{where}: {package}.{class_name} is not a diffusers class ({_NO_CODE})")
     return cls
 
 
 def _import_class(library: object, class_name: object, where: str) -> type:
+    if (package := _registering_package(library, class_name)) is not None:
+        return _import_pipeline_package_class(package, str(class_name), where)
     if is_pipeline_package(library):
         return _import_pipeline_package_class(str(library), str(class_name), where)
     module = _library(library, where)

@@ -2,7 +2,8 @@
 tests build them and compared with plain `DiffusionPipeline.from_pretrained(dir)` + `__call__`.
 
 Each runs bit-identical under the five policies the other family tests use (DLO with 0 resident blocks,
-DLO with one and the VAE unstaged, all blocks resident, spread placement, resident mode). The engine's
+DLO with one and the VAE unstaged, all blocks resident, spread placement, resident mode), and with its text
+encoders streamed layer by layer. The engine's
 request carries only what the CLI can pass; what plain diffusers' tests add by hand (PixArt's
 `use_resolution_binning=False`) the engine must choose itself.
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_families_loading import stand_in_for_ftfy
 from tiny_families_new import NEW_GENERATION, PLAIN_EXTRA, build_tiny_new_family
 
 from omni_console.engine.engine import Engine
@@ -37,6 +39,12 @@ def new_dir(tmp_path_factory: pytest.TempPathFactory):
     return get
 
 
+@pytest.fixture(autouse=True)
+def without_ftfy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PRX cleans prompts with `ftfy` (plain diffusers fails alike without it)."""
+    stand_in_for_ftfy(monkeypatch, "diffusers.pipelines.prx.pipeline_prx")
+
+
 def family_request(family: str) -> GenerateRequest:
     gen = dict(NEW_GENERATION[family])
     frames = gen.pop("num_frames", None)
@@ -45,8 +53,23 @@ def family_request(family: str) -> GenerateRequest:
                            max_sequence_length=gen.pop("max_sequence_length", None), output_type="np", extra=gen)
 
 
+def registered_t5gemma() -> None:
+    """diffusers' prx package sets `transformers.T5GemmaEncoder` on the `transformers` module it imported;
+    transformers 5.25 may replace `sys.modules["transformers"]` while that package imports its modeling
+    code, so the name can be missing on the module plain diffusers' loader looks it up in. Set it there
+    as the package does (the same diffusers class)."""
+    import sys
+
+    from diffusers.pipelines import prx
+
+    if getattr(sys.modules["transformers"], "T5GemmaEncoder", None) is None:
+        sys.modules["transformers"].T5GemmaEncoder = prx.T5GemmaEncoder
+
+
 def plain_output(path: Path, family: str, request: GenerateRequest) -> np.ndarray:
     from diffusers import DiffusionPipeline
+
+    registered_t5gemma()
 
     pipe = DiffusionPipeline.from_pretrained(path, local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
@@ -58,7 +81,8 @@ def policies(engine: Engine) -> list:
     (denoiser,) = engine.model.denoisers
     vae = next(c.name for c in engine.model.components if c.role == "vae")
     return [build_policy({}, 0), build_policy({"default": False}, 1), build_policy({vae: False}, denoiser.num_blocks),
-            build_policy({}, 1, placement="spread"), build_policy({}, 0, mode="resident")]
+            build_policy({}, 1, placement="spread"), build_policy({}, 0, mode="resident"),
+            build_policy({}, 0, stream_encoders="on")]
 
 
 def assert_bit_identical(path: Path, family: str) -> None:
@@ -81,10 +105,22 @@ def assert_bit_identical(path: Path, family: str) -> None:
         engine.close()
 
 
-@pytest.mark.slow  # five loads and requests
+@pytest.mark.slow  # six loads and requests
 def test_pixart_sigma_without_a_binning_table_runs_as_diffusers_runs_it(new_dir):
     """Transformer sample_size 8 (diffusers' fast test): no binning table, so binning is off, as there."""
     assert_bit_identical(new_dir("pixart_sigma_8"), "pixart_sigma_8")
+
+
+@pytest.mark.slow  # six loads and requests
+def test_prx_with_its_t5gemma_encoder_runs_as_diffusers_runs_it(new_dir):
+    """PRX names `["transformers", "T5GemmaEncoder"]`, a class diffusers' prx package registers there."""
+    path = new_dir("prx")
+    model = Engine(path, device="cpu").model
+    encoder = model.component("text_encoder")
+    assert encoder.role == "encoder" and encoder.class_name == "T5GemmaEncoder"
+    layers = encoder.layers  # streamable layer by layer
+    assert layers is not None and layers.attr == "layers" and len(layers.block_bytes) == 2
+    assert_bit_identical(path, "prx")
 
 
 def test_pixart_binning_forced_on_without_a_table_is_refused_before_load(new_dir, tmp_path, monkeypatch, capsys):
@@ -114,3 +150,47 @@ def test_pixart_run_writes_the_size_asked_for(new_dir, tmp_path, capsys):
                  "--height", "16", "--width", "24", "--output", str(out)])
     assert code == 0, capsys.readouterr().err
     assert Image.open(out).size == (24, 16)
+
+
+def test_prx_encoder_is_diffusers_own_class_and_read_by_its_own_from_pretrained(new_dir):
+    """`["transformers", "T5GemmaEncoder"]` resolves to the class diffusers' prx package defines (it builds
+    from the composite config's `encoder` part), so it is never built over an arena from the raw config."""
+    from omni_console.engine.loading.arena_load import supports_arena_load
+    from omni_console.engine.model_dir.discovery import discover_model
+    from omni_console.engine.model_dir.trusted_classes import component_class
+
+    encoder = discover_model(new_dir("prx")).component("text_encoder")
+    cls = component_class("transformers", "T5GemmaEncoder", "here")
+    assert cls.__module__ == "diffusers.pipelines.prx"
+    assert supports_arena_load(encoder) == "T5GemmaEncoder loads through its own from_pretrained"
+
+
+@pytest.mark.parametrize(("library", "name", "accepted"), [
+    ("transformers", "T5GemmaEncoder", True),  # registered there by diffusers' prx package
+    ("prx", "T5GemmaEncoder", True),  # the same class, named by its package
+    ("transformers", "T5GemmaEncoderX", False),
+    ("transformers", "PRXPipeline", False),
+    ("prx", "T5GemmaConfig", False),  # prx imports it; defined elsewhere
+])
+def test_only_diffusers_own_registered_class_widens_transformers(library, name, accepted):
+    from omni_console.engine.errors import ModelDirError
+    from omni_console.engine.model_dir.trusted_classes import check_component
+
+    try:
+        ref = check_component(library, name, "model_index.json: 'text_encoder'")
+    except ModelDirError:
+        assert not accepted
+    else:
+        assert accepted and ref.kind == "weights" and ref.module == "diffusers.pipelines.prx"
+
+
+def test_a_class_in_a_pipeline_package_init_is_a_valid_cache_entry():
+    """The class-index cache keeps the prx answer (module `diffusers.pipelines.prx` itself) and still refuses
+    a module outside that package."""
+    from omni_console.engine.model_dir.class_index_cache import valid_entry
+
+    ref = {"module": "diffusers.pipelines.prx", "kind": "weights", "is_class": True}
+    assert valid_entry("package_class|prx|T5GemmaEncoder", ref)
+    assert valid_entry("package_class|prx|T5GemmaEncoder", {**ref, "module": "diffusers.pipelines.prx.pipeline_prx"})
+    for module in ("diffusers.pipelines.prxx", "diffusers.pipelines", "transformers.models.t5gemma"):
+        assert not valid_entry("package_class|prx|T5GemmaEncoder", {**ref, "module": module})
