@@ -22,6 +22,7 @@ NEW_GENERATION: dict[str, dict[str, Any]] = {
     "pixart_sigma_8": {"height": 8, "width": 8, "num_inference_steps": 2, "max_sequence_length": 16},
     # PRX bins to its default_sample_size (512 px) and resizes back unless told not to, as its test does
     "prx": {"height": 32, "width": 32, "num_inference_steps": 2, "use_resolution_binning": False},
+    "hunyuan_video15": {"height": 16, "width": 16, "num_frames": 9, "num_inference_steps": 2},
 }
 """Small call kwargs per family (what the CLI can pass: no hidden extras)."""
 PLAIN_EXTRA: dict[str, dict[str, Any]] = {"pixart_sigma_8": {"use_resolution_binning": False}}
@@ -82,9 +83,69 @@ def make_prx_pipeline(seed: int):
                        text_encoder=encoder, tokenizer=tok)
 
 
+QWEN_CHAT_TEMPLATE = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] "
+                      "+ '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+                      "{% endif %}")
+"""Qwen2's chat template (string contents), which HunyuanVideo 1.5 applies to its prompt."""
+
+
+def _byte_qwen_tokenizer():
+    """A byte-level Qwen2 tokenizer built offline (every byte its own token), as `tiny_families_loading`'s."""
+    from tokenizers.pre_tokenizers import ByteLevel
+    from transformers import Qwen2Tokenizer
+
+    vocab = {ch: i for i, ch in enumerate(sorted(ByteLevel.alphabet()))}
+    for special in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
+        vocab[special] = len(vocab)
+    tok = Qwen2Tokenizer(vocab=vocab, merges=[])
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tok.chat_template = QWEN_CHAT_TEMPLATE
+    return tok
+
+
+def make_hunyuan_video15_pipeline(seed: int):
+    """HunyuanVideo 1.5 as diffusers' fast test builds it (two DiT blocks here, so it streams): a Qwen2.5-VL
+    text model, a ByT5 encoder (a tiny T5), the 1.5 VAE, and a `ClassifierFreeGuidance` guider (config only)."""
+    from diffusers import (
+        AutoencoderKLHunyuanVideo15,
+        FlowMatchEulerDiscreteScheduler,
+        HunyuanVideo15Pipeline,
+        HunyuanVideo15Transformer3DModel,
+    )
+    from diffusers.guiders import ClassifierFreeGuidance
+    from transformers import ByT5Tokenizer, Qwen2_5_VLTextConfig, Qwen2_5_VLTextModel, T5Config, T5EncoderModel
+
+    with seeded(seed, 1):
+        transformer = HunyuanVideo15Transformer3DModel(
+            in_channels=9, out_channels=4, num_attention_heads=2, attention_head_dim=8, num_layers=2,
+            num_refiner_layers=1, mlp_ratio=2.0, patch_size=1, patch_size_t=1, text_embed_dim=16,
+            text_embed_2_dim=32, image_embed_dim=12, rope_axes_dim=(2, 2, 4), target_size=16, task_type="t2v").eval()
+    with seeded(seed, 2):
+        vae = AutoencoderKLHunyuanVideo15(
+            in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(16, 16), layers_per_block=1,
+            spatial_compression_ratio=4, temporal_compression_ratio=2, downsample_match_channel=False,
+            upsample_match_channel=False).eval()
+    tok = _byte_qwen_tokenizer()
+    with seeded(seed, 3):
+        text_encoder = Qwen2_5_VLTextModel(Qwen2_5_VLTextConfig(
+            hidden_size=16, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+            vocab_size=len(tok), rope_theta=1000000.0,
+            rope_scaling={"mrope_section": [1, 1, 2], "rope_type": "default", "type": "default"})).eval()
+    tok_2 = ByT5Tokenizer()
+    with seeded(seed, 4):  # hf-internal-testing/tiny-random-t5's shape, over ByT5's vocabulary
+        text_encoder_2 = T5EncoderModel(T5Config(
+            vocab_size=len(tok_2), d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
+            relative_attention_num_buckets=8, decoder_start_token_id=0)).eval()
+    return HunyuanVideo15Pipeline(
+        transformer=transformer, vae=vae, scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0),
+        text_encoder=text_encoder, text_encoder_2=text_encoder_2, tokenizer=tok, tokenizer_2=tok_2,
+        guider=ClassifierFreeGuidance(guidance_scale=1.0))
+
+
 MAKERS: dict[str, tuple[Callable[[int], Any], dict[str, str]]] = {
     "pixart_sigma_8": (make_pixart_sigma_8_pipeline, {"tokenizer": "T5TokenizerFast"}),
     "prx": (make_prx_pipeline, {"tokenizer": "T5TokenizerFast"}),
+    "hunyuan_video15": (make_hunyuan_video15_pipeline, {}),
 }
 
 

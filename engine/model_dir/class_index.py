@@ -33,7 +33,7 @@ WEIGHT_BASES = {"diffusers": frozenset({"ModelMixin", "AutoModel"}),
                 "transformers": frozenset({"PreTrainedModel", "_BaseAutoModelClass"})}
 # a class diffusers defines in one of its pipeline packages (SD's safety checker is a transformers model)
 WEIGHT_BASES["pipelines"] = WEIGHT_BASES["diffusers"] | {"PreTrainedModel"}
-LOADABLE_BASES = {"diffusers": frozenset({"SchedulerMixin"}),
+LOADABLE_BASES = {"diffusers": frozenset({"SchedulerMixin", "BaseGuidance"}),  # a guider: a config, no weights
                   # the documented bases, and the intermediate ones every tokenizer/processor derives from
                   "transformers": frozenset({"PreTrainedTokenizerBase", "ProcessorMixin", "ImageProcessingMixin",
                                              "FeatureExtractionMixin", "BaseVideoProcessor", "PreTrainedTokenizer",

@@ -5,7 +5,8 @@ what code runs when a model loads. Code shipped in the directory itself (`auto_m
 pipeline module, a library name that is really a `.py` file) must never run, so:
 
 - a component's library is `diffusers` or `transformers`, and its class is one that package
-  defines and can load from a folder: a diffusers model or scheduler (or `AutoModel`), a
+  defines and can load from a folder: a diffusers model, scheduler or guider (a config, no
+  weights: HunyuanVideo 1.5's `ClassifierFreeGuidance`), or `AutoModel`, a
   transformers model, tokenizer, processor, image processor or feature extractor (or an `Auto*`);
 - a component that is itself a pipeline (a nested pipeline) is refused: loading it would read a
   second `model_index.json` and build its own components outside this engine's checks;
@@ -93,10 +94,10 @@ def check_component(library: object, class_name: object, where: str) -> ClassRef
     ref = _find(library, class_name, where)
     if ref.kind in ("pipeline", "modular"):
         raise ModelDirError(f"{where}: {library}.{class_name} is a pipeline; nested pipelines are refused "
-                            "(a component must be a model, scheduler, tokenizer or processor)")
+                            "(a component must be a model, scheduler, guider, tokenizer or processor)")
     if ref.kind == "other":
-        raise ModelDirError(f"{where}: {library}.{class_name} is not a model, scheduler, tokenizer or processor class "
-                            "(only those are loaded from a component folder)")
+        raise ModelDirError(f"{where}: {library}.{class_name} is not a model, scheduler, guider, tokenizer or "
+                            "processor class (only those are loaded from a component folder)")
     return ref
 
 
@@ -153,7 +154,7 @@ def _loadable_bases(library: str) -> tuple[type, ...]:
     if library not in ALLOWED_LIBRARIES:  # a diffusers pipeline package: diffusers' or transformers' kinds
         return _loadable_bases("diffusers") + _loadable_bases("transformers")
     module = importlib.import_module(library)
-    names = (("ModelMixin", "SchedulerMixin", "AutoModel") if library == "diffusers" else
+    names = (("ModelMixin", "SchedulerMixin", "BaseGuidance", "AutoModel") if library == "diffusers" else
              ("PreTrainedModel", "PreTrainedTokenizerBase", "ProcessorMixin", "ImageProcessingMixin",
               "FeatureExtractionMixin", "BaseVideoProcessor"))
     return tuple(c for n in names if isinstance(c := getattr(module, n, None), type))
@@ -169,11 +170,11 @@ def component_class(library: object, class_name: object, where: str) -> type:
     cls = _import_class(library, class_name, where)
     if _is_pipeline(cls):
         raise ModelDirError(f"{where}: {library}.{class_name} is a pipeline; nested pipelines are refused "
-                            "(a component must be a model, scheduler, tokenizer or processor)")
+                            "(a component must be a model, scheduler, guider, tokenizer or processor)")
     auto = library == "transformers" and _is_transformers_auto(cls)
     if not (auto or issubclass(cls, _loadable_bases(str(library)))):
-        raise ModelDirError(f"{where}: {library}.{class_name} is not a model, scheduler, tokenizer or processor class "
-                            "(only those are loaded from a component folder)")
+        raise ModelDirError(f"{where}: {library}.{class_name} is not a model, scheduler, guider, tokenizer or "
+                            "processor class (only those are loaded from a component folder)")
     return cls
 
 

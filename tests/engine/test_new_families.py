@@ -45,11 +45,18 @@ def without_ftfy(monkeypatch: pytest.MonkeyPatch) -> None:
     stand_in_for_ftfy(monkeypatch, "diffusers.pipelines.prx.pipeline_prx")
 
 
-def family_request(family: str) -> GenerateRequest:
+def family_request(family: str, pipeline_class: str) -> GenerateRequest:
+    """The family's small request; a guidance scale and a negative prompt where the pipeline takes them
+    (HunyuanVideo 1.5 takes its guidance from its guider)."""
+    from omni_console.engine.running.call_options import call_signature
+
+    signature = call_signature(pipeline_class)
     gen = dict(NEW_GENERATION[family])
     frames = gen.pop("num_frames", None)
     return GenerateRequest(prompt=PROMPT, steps=gen.pop("num_inference_steps"), height=gen.pop("height"),
-                           width=gen.pop("width"), seed=7, guidance=3.0, frames=frames, negative_prompt="blurry",
+                           width=gen.pop("width"), seed=7, frames=frames,
+                           guidance=3.0 if "guidance_scale" in signature else None,
+                           negative_prompt="blurry" if "negative_prompt" in signature else None,
                            max_sequence_length=gen.pop("max_sequence_length", None), output_type="np", extra=gen)
 
 
@@ -86,8 +93,8 @@ def policies(engine: Engine) -> list:
 
 
 def assert_bit_identical(path: Path, family: str) -> None:
-    request = family_request(family)
     engine = Engine(path, device="cpu")
+    request = family_request(family, engine.model.pipeline_class)
     check_request(engine.model, request)
     check_call(engine.model, request)
     (denoiser,) = engine.model.denoisers
@@ -121,6 +128,16 @@ def test_prx_with_its_t5gemma_encoder_runs_as_diffusers_runs_it(new_dir):
     layers = encoder.layers  # streamable layer by layer
     assert layers is not None and layers.attr == "layers" and len(layers.block_bytes) == 2
     assert_bit_identical(path, "prx")
+
+
+@pytest.mark.slow  # six loads and requests
+def test_hunyuan_video15_with_its_guider_runs_as_diffusers_runs_it(new_dir):
+    """HunyuanVideo 1.5's `guider` (ClassifierFreeGuidance) is a diffusers class with a config and no weights."""
+    path = new_dir("hunyuan_video15")
+    model = Engine(path, device="cpu").model
+    guider = model.component("guider")
+    assert guider.role == "other" and guider.class_name == "ClassifierFreeGuidance" and not guider.files
+    assert_bit_identical(path, "hunyuan_video15")
 
 
 def test_pixart_binning_forced_on_without_a_table_is_refused_before_load(new_dir, tmp_path, monkeypatch, capsys):
