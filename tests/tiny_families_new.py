@@ -23,6 +23,11 @@ NEW_GENERATION: dict[str, dict[str, Any]] = {
     # PRX bins to its default_sample_size (512 px) and resizes back unless told not to, as its test does
     "prx": {"height": 32, "width": 32, "num_inference_steps": 2, "use_resolution_binning": False},
     "hunyuan_video15": {"height": 16, "width": 16, "num_frames": 9, "num_inference_steps": 2},
+    # diffusers' LTX-2 test pins the legacy sampling knobs (no STG, no modality/rescale, no cross-timestep)
+    "ltx2": {"height": 32, "width": 32, "num_frames": 5, "num_inference_steps": 2, "max_sequence_length": 16,
+             "frame_rate": 25.0, "stg_scale": 0.0, "modality_scale": 1.0, "guidance_rescale": 0.0,
+             "audio_guidance_scale": 1.0, "audio_stg_scale": 0.0, "audio_modality_scale": 1.0,
+             "audio_guidance_rescale": 0.0, "spatio_temporal_guidance_blocks": None, "use_cross_timestep": False},
 }
 """Small call kwargs per family (what the CLI can pass: no hidden extras)."""
 PLAIN_EXTRA: dict[str, dict[str, Any]] = {"pixart_sigma_8": {"use_resolution_binning": False}}
@@ -142,10 +147,81 @@ def make_hunyuan_video15_pipeline(seed: int):
         guider=ClassifierFreeGuidance(guidance_scale=1.0))
 
 
+def _tiny_gemma3(seed: int, index: int, vocab_size: int):
+    """A Gemma3ForConditionalGeneration of hf-internal-testing/tiny-gemma3's kind (built, not downloaded)."""
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
+
+    text = {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+            "num_key_value_heads": 1, "head_dim": 8, "vocab_size": vocab_size, "max_position_embeddings": 128,
+            "sliding_window": 16, "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2}
+    vision = {"hidden_size": 16, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "image_size": 16, "patch_size": 8}
+    with seeded(seed, index):
+        return Gemma3ForConditionalGeneration(Gemma3Config(
+            text_config=text, vision_config=vision, mm_tokens_per_image=4, image_token_index=vocab_size - 1,
+            boi_token_index=vocab_size - 2, eoi_token_index=vocab_size - 3)).eval()
+
+
+def make_ltx2_pipeline(seed: int):
+    """LTX-2 as diffusers' fast tests build it: a Gemma 3 text encoder (a T5 tokenizer offline), the audio-video
+    DiT, text connectors, video and audio VAEs and a vocoder from diffusers' own ltx2 package."""
+    from diffusers import (
+        AutoencoderKLLTX2Audio,
+        AutoencoderKLLTX2Video,
+        FlowMatchEulerDiscreteScheduler,
+        LTX2Pipeline,
+        LTX2VideoTransformer3DModel,
+    )
+    from diffusers.pipelines.ltx2 import LTX2TextConnectors
+    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
+
+    from omni_console.engine.demo.tokenizers_offline import build_t5_tokenizer
+
+    tok = build_t5_tokenizer(model_max_length=64)
+    text_encoder = _tiny_gemma3(seed, 1, len(tok))
+    hidden, layers = 32, 2  # the connectors emit 4 heads x 8 = 32 wide, as the text encoder's hidden size
+    with seeded(seed, 2):
+        transformer = LTX2VideoTransformer3DModel(
+            in_channels=4, out_channels=4, patch_size=1, patch_size_t=1, num_attention_heads=2, attention_head_dim=8,
+            cross_attention_dim=16, audio_in_channels=4, audio_out_channels=4, audio_num_attention_heads=2,
+            audio_attention_head_dim=4, audio_cross_attention_dim=8, num_layers=2, qk_norm="rms_norm_across_heads",
+            caption_channels=hidden, rope_double_precision=False, rope_type="split").eval()
+    with seeded(seed, 3):
+        connectors = LTX2TextConnectors(
+            caption_channels=hidden, text_proj_in_factor=layers + 1, video_connector_num_attention_heads=4,
+            video_connector_attention_head_dim=8, video_connector_num_layers=1,
+            video_connector_num_learnable_registers=None, audio_connector_num_attention_heads=4,
+            audio_connector_attention_head_dim=8, audio_connector_num_layers=1,
+            audio_connector_num_learnable_registers=None, connector_rope_base_seq_len=32, rope_theta=10000.0,
+            rope_double_precision=False, causal_temporal_positioning=False, rope_type="split").eval()
+    with seeded(seed, 4):
+        vae = AutoencoderKLLTX2Video(
+            in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8,),
+            decoder_block_out_channels=(8,), layers_per_block=(1,), decoder_layers_per_block=(1, 1),
+            spatio_temporal_scaling=(True,), decoder_spatio_temporal_scaling=(True,),
+            decoder_inject_noise=(False, False), downsample_type=("spatial",), upsample_residual=(False,),
+            upsample_factor=(1,), timestep_conditioning=False, patch_size=1, patch_size_t=1, encoder_causal=True,
+            decoder_causal=False).eval()
+    with seeded(seed, 5):
+        audio_vae = AutoencoderKLLTX2Audio(
+            base_channels=4, output_channels=2, ch_mult=(1,), num_res_blocks=1, attn_resolutions=None, in_channels=2,
+            resolution=32, latent_channels=2, norm_type="pixel", causality_axis="height", dropout=0.0,
+            mid_block_add_attention=False, sample_rate=16000, mel_hop_length=160, is_causal=True, mel_bins=8).eval()
+    with seeded(seed, 6):
+        vocoder = LTX2Vocoder(
+            in_channels=2 * 8, hidden_channels=32, out_channels=2, upsample_kernel_sizes=[4, 4],
+            upsample_factors=[2, 2], resnet_kernel_sizes=[3], resnet_dilations=[[1, 3, 5]],
+            leaky_relu_negative_slope=0.1, output_sampling_rate=16000).eval()
+    return LTX2Pipeline(transformer=transformer, vae=vae, audio_vae=audio_vae,
+                        scheduler=FlowMatchEulerDiscreteScheduler(), text_encoder=text_encoder, tokenizer=tok,
+                        connectors=connectors, vocoder=vocoder)
+
+
 MAKERS: dict[str, tuple[Callable[[int], Any], dict[str, str]]] = {
     "pixart_sigma_8": (make_pixart_sigma_8_pipeline, {"tokenizer": "T5TokenizerFast"}),
     "prx": (make_prx_pipeline, {"tokenizer": "T5TokenizerFast"}),
     "hunyuan_video15": (make_hunyuan_video15_pipeline, {}),
+    "ltx2": (make_ltx2_pipeline, {"tokenizer": "T5TokenizerFast"}),
 }
 
 

@@ -7,7 +7,9 @@ model (run only under `trust_remote_code=True`), and `tokenizer_class`, `process
 directory that asks for it is refused at discovery, so `plan` says so before anything loads:
 - `auto_map` anywhere in a config document (also nested, e.g. inside `tokenizer_config`);
 - a transformers class key naming a class the installed transformers does not define;
-- a diffusers `_class_name` naming a class the installed diffusers does not define.
+- a diffusers `_class_name` naming a class the installed diffusers does not define (or, in the folder
+  of a component that one of diffusers' pipeline packages defines, that package: LTX-2's
+  `["ltx2", "LTX2TextConnectors"]` saves `"_class_name": "LTX2TextConnectors"`).
 
 Config values can also name files: older transformers releases open a tokenizer's `vocab_file`,
 `merges_file`, `tokenizer_file`, … as written in `tokenizer_config.json`. A `*_file` value that
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelDirError
+from .class_index import find_pipeline_package_class
 from .safe_paths import is_inside
 from .trusted_classes import library_defines
 
@@ -35,16 +38,17 @@ def is_config_file(name: str) -> bool:
 
 
 def check_config_document(path: Path, document: dict[str, Any], *, top_class_name: bool = True,
-                          roots: tuple[Path, ...] | None = None) -> None:
+                          roots: tuple[Path, ...] | None = None, package: str | None = None) -> None:
     """Refuse a config that references code or outside files (rules in the module docstring).
 
     `path` names the file in the message. `top_class_name=False` skips the top-level `_class_name`
     (model_index.json's is the pipeline, checked as such by `trusted_classes.pipeline_class`).
-    `roots` (see `safe_paths.allowed_roots`) enables the `*_file` check.
+    `roots` (see `safe_paths.allowed_roots`) enables the `*_file` check. `package`: the diffusers
+    pipeline package whose class the component is, whose classes its `_class_name` may name too.
     """
     if top_class_name and "_class_name" in document:
         value = document["_class_name"]
-        if not library_defines("diffusers", value):
+        if not (library_defines("diffusers", value) or _package_defines(package, value)):
             raise ModelDirError(f"{path}: '_class_name' {value!r:.60} is not a diffusers class ({_NO_CODE})")
     pending: list[tuple[str, Any]] = [("", document)]
     while pending:  # iterative: a deep document cannot exhaust the stack here
@@ -61,6 +65,10 @@ def check_config_document(path: Path, document: dict[str, Any], *, top_class_nam
                 pending.append((key_path, item))
         elif isinstance(value, list):
             pending.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
+
+
+def _package_defines(package: str | None, name: object) -> bool:
+    return package is not None and isinstance(name, str) and find_pipeline_package_class(package, name) is not None
 
 
 def _check_file_value(path: Path, key_path: str, value: str, roots: tuple[Path, ...]) -> None:

@@ -52,13 +52,14 @@ def _safe_link(path: Path, roots: tuple[Path, ...]) -> bool:
     return True
 
 
-def audit_component(root: Path, folder: Path, roots: tuple[Path, ...]) -> list[str]:
-    """Check every entry under a component folder and its config files; return notes for ignored files."""
+def audit_component(root: Path, folder: Path, roots: tuple[Path, ...], package: str | None = None) -> list[str]:
+    """Check every entry under a component folder and its config files; return notes for ignored files.
+    `package`: the diffusers pipeline package that defines the component's class, if one does."""
     files = check_tree(folder, roots)
     notes = []
     for path in files:
         if path.parent == folder and is_config_file(path.name):
-            check_config_document(path, load_json(path), roots=roots)
+            check_config_document(path, load_json(path), roots=roots, package=package)
         if path.parent == folder and (note := note_for(path, root)):
             notes.append(note)
     return notes

@@ -168,7 +168,8 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
     check_inside(folder, roots)
     if not folder.is_dir():
         raise ModelDirError(f"{folder}: component folder for {name!r} ({class_name}) is missing")
-    notes = audit_component(root, folder, roots)  # links, special files, code references in configs
+    package = ref.library if ref.library not in ("diffusers", "transformers") else None  # diffusers.pipelines.X
+    notes = audit_component(root, folder, roots, package)  # links, special files, code references in configs
     config = _read_config(folder)  # also validates that configs are well-formed JSON
     weights = find_weights(folder, variant, pickle_only_is_error=ref.kind == "weights")
     role = classify(name, library, class_name, weights is not None)

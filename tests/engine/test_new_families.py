@@ -140,6 +140,15 @@ def test_hunyuan_video15_with_its_guider_runs_as_diffusers_runs_it(new_dir):
     assert_bit_identical(path, "hunyuan_video15")
 
 
+@pytest.mark.slow  # six loads and requests
+def test_ltx2_with_its_own_package_classes_runs_as_diffusers_runs_it(new_dir):
+    """LTX-2's connectors and vocoder are classes of diffusers' ltx2 package (`["ltx2", ...]`)."""
+    path = new_dir("ltx2")
+    model = Engine(path, device="cpu").model
+    assert {c.name: c.library for c in model.components}["connectors"] == "ltx2"
+    assert_bit_identical(path, "ltx2")
+
+
 def test_pixart_binning_forced_on_without_a_table_is_refused_before_load(new_dir, tmp_path, monkeypatch, capsys):
     from omni_console.console.cli import main
 
