@@ -173,8 +173,8 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
     notes: list[str] = []
     if frames:
         try:
-            notes = write_notes(frames, run.output, fps=fps)
-            files = write_result(frames, run.output, fps=fps)
+            notes = write_notes(frames, run.output, fps=fps, audio=result.audio)
+            files = write_result(frames, run.output, fps=fps, audio=result.audio)
         except OSError as exc:
             _fail(err, f"cannot write {exc.filename or run.output.path}: {exc.strerror or exc}")
             return EXIT_FAILED

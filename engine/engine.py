@@ -345,7 +345,7 @@ class Engine(Lifecycle):
                                   is_video=run.is_video, fps=self.fps, latent_shape=run.latent_shape,
                                   phases=run.phases, vae_decode_peak_bytes=run.vae_decode_peak_bytes, check=check,
                                   cancelled=cancel is not None and cancel.is_set(), oom_step_downs=stepped,
-                                  peak_reserved_bytes=run.reserved_peak)
+                                  peak_reserved_bytes=run.reserved_peak, audio=run.audio)
 
     # ---------------------------------------------------------------- block order
     def _watch_block_order(self) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .events import ForecastCheck, OomStepDown, StepTiming
+from .running.audio_track import AudioTrack
 from .running.runner import RunOutput
 
 
@@ -47,6 +48,7 @@ class GenerateResult:
     oom_step_downs: tuple[OomStepDown, ...] = ()  # phases that ran out of memory, stepped down and retried
     peak_reserved_bytes: int | None = None  # the caching allocator's reserved peak over the request (CUDA): NVML's
     # per-process figure is the CUDA context + this, so it bounds the process's peak from below exactly
+    audio: AudioTrack | None = None  # the first item's waveform, for a pipeline that returns audio (LTX-2)
 
 
 def run_peak(run: RunOutput, peak_since_last_reset: int | None) -> int | None:

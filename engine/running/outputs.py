@@ -39,6 +39,7 @@ from typing import Any, BinaryIO, Literal
 
 from ..errors import ConfigError
 from .atomic_write import write_new, write_replacing
+from .audio_track import AudioTrack, audio_note
 from .signal_guard import SignalGuard
 
 SUGGESTED_SUFFIXES = (".png", ".jpg", ".webp", ".tiff", ".bmp")
@@ -248,10 +249,12 @@ def _saver(image: Any, image_format: str) -> Callable[[BinaryIO], None]:
     return lambda stream: image.save(stream, format=image_format)
 
 
-def write_result(frames: Sequence[Any], target: OutputTarget, *, fps: float | None) -> list[Path]:
+def write_result(frames: Sequence[Any], target: OutputTarget, *, fps: float | None,
+                 audio: AudioTrack | None = None) -> list[Path]:
     """Write every frame to a checked target (see the module docstring); returns the files written.
 
-    `frames`: PIL images or HxWx3 arrays (uint8, or float in [0, 1]). `fps` None: DEFAULT_FPS.
+    `frames`: PIL images or HxWx3 arrays (uint8, or float in [0, 1]). `fps` None: DEFAULT_FPS. `audio`: the
+    pipeline's waveform, a second stream of an MP4 (`write_notes` says when another target drops it).
     """
     from .video_encoders import encode_animation, encode_mp4, rgb_images
 
@@ -259,7 +262,7 @@ def write_result(frames: Sequence[Any], target: OutputTarget, *, fps: float | No
         raise ValueError("no frames to write")
     rate = DEFAULT_FPS if fps is None else fps
     if target.kind == "video":
-        _write_file(target.path, target.overwrite, lambda stream: encode_mp4(frames, stream, rate))
+        _write_file(target.path, target.overwrite, lambda stream: encode_mp4(frames, stream, rate, audio))
         return [target.path]
     images = rgb_images(frames)
     if target.kind == "animation":
@@ -303,7 +306,8 @@ def remove_stale_frames(path: Path, written: Sequence[Path]) -> list[Path]:
     return removed
 
 
-def write_notes(frames: Sequence[Any], target: OutputTarget, *, fps: float | None) -> list[str]:
+def write_notes(frames: Sequence[Any], target: OutputTarget, *, fps: float | None,
+                audio: AudioTrack | None = None) -> list[str]:
     """What the operator should know about how `write_result` stores these frames (one line each)."""
     from .video_encoders import gif_is_slow, mp4_size, rgb_array
 
@@ -322,4 +326,6 @@ def write_notes(frames: Sequence[Any], target: OutputTarget, *, fps: float | Non
     if target.kind == "animation" and target.image_format == "GIF" and len(frames) > 1 and gif_is_slow(rate):
         notes.append(f"{target.path.name}: at {rate:g} fps GIF frames last under 20 ms, which most players "
                      "show slower (use .mp4 or .webp)")
+    if audio is not None:
+        notes.append(audio_note(target.path.name, audio, kept=target.kind == "video"))
     return notes

@@ -28,6 +28,7 @@ from ...offload.module_hooks import Hooks
 from ...offload.streamer import LayerwiseStreamer
 from ..errors import ConfigError
 from ..events import StepTiming
+from .audio_track import AudioTrack, first_item_audio
 from .pipeline_defaults import default_steps
 from .request_phases import DecodeMeter, phase_seconds, sync, sync_compute
 
@@ -202,6 +203,7 @@ class RunOutput:
     text_peak: int | None = None  # device peak of text encoding (until the first DiT forward; CUDA)
     allocated_peak: int | None = None  # the request's allocated peak over every phase (CUDA)
     reserved_peak: int | None = None  # the caching allocator's reserved peak over every phase (CUDA)
+    audio: AudioTrack | None = None  # the first item's waveform, when the pipeline returns audio (audio_track)
 
     @property
     def allocator_slack(self) -> int | None:
@@ -265,4 +267,5 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
                      latent_shape=decode.latent_shape or clock.latent_shape,
                      phases=phase_seconds(call_start, clock.first_forward, clock.last_step_end, decode),
                      vae_decode_peak_bytes=decode.peak_bytes, peak_before_decode=decode.peak_before_decode,
-                     text_peak=clock.text_peak, allocated_peak=allocated, reserved_peak=reserved)
+                     text_peak=clock.text_peak, allocated_peak=allocated, reserved_peak=reserved,
+                     audio=first_item_audio(output, pipe))

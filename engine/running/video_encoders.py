@@ -4,7 +4,8 @@ These functions only encode; `engine.running.outputs` decides which file the str
 or a temporary file moved over an old one), so every container gets the same no-clobber rules.
 
 - MP4: H.264 (`libx264`) when the FFmpeg inside PyAV's wheel has that encoder, else MPEG-4 part 2,
-  in yuv420p, every frame, at the caller's frame rate. yuv420p stores colour per 2x2 pixel block, so an
+  in yuv420p, every frame, at the caller's frame rate; a pipeline's audio (LTX-2) as a FLAC stream
+  beside it (`audio_track`). yuv420p stores colour per 2x2 pixel block, so an
   odd width or height is padded by repeating the last column/row once (never cropped: every generated
   pixel is kept); `mp4_size` tells the caller the stored size so the report can say so.
 - GIF/WebP: every frame, looping forever, each frame shown for 1/fps. Durations are whole milliseconds
@@ -18,9 +19,12 @@ import functools
 import math
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .audio_track import AudioTrack
 
 MP4_CODECS = ("libx264", "mpeg4")  # first one the installed FFmpeg can encode
 MP4_PIXEL_FORMAT = "yuv420p"
@@ -84,9 +88,12 @@ def _same_size(arrays: list[np.ndarray]) -> tuple[int, int]:
     return width, height
 
 
-def encode_mp4(frames: Sequence[Any], stream: BinaryIO, fps: float) -> None:
-    """Write every frame as one MP4 video into a seekable binary stream."""
+def encode_mp4(frames: Sequence[Any], stream: BinaryIO, fps: float, audio: AudioTrack | None = None) -> None:
+    """Write every frame as one MP4 video into a seekable binary stream, with the pipeline's `audio` as a
+    second stream when it made some (`audio_track`)."""
     import av
+
+    from .audio_track import add_audio_stream, mux_audio
 
     arrays = [rgb_array(f) for f in frames]
     if not arrays:
@@ -101,6 +108,7 @@ def encode_mp4(frames: Sequence[Any], stream: BinaryIO, fps: float) -> None:
             video.options = {"crf": X264_CRF}
         else:  # MPEG-4 part 2 defaults to 200 kbit/s; give it about 4 bits per pixel per second
             video.bit_rate = max(400_000, stored_width * stored_height * math.ceil(fps) * 4)
+        sound = add_audio_stream(container, audio) if audio is not None else None
         for array in arrays:
             if (stored_width, stored_height) != (width, height):
                 array = np.pad(array, ((0, stored_height - height), (0, stored_width - width), (0, 0)), mode="edge")
@@ -108,6 +116,8 @@ def encode_mp4(frames: Sequence[Any], stream: BinaryIO, fps: float) -> None:
                 container.mux(packet)
         for packet in video.encode(None):  # flush the frames the encoder still holds (B-frames)
             container.mux(packet)
+        if sound is not None:
+            mux_audio(container, sound, audio)
 
 
 def frame_durations_ms(count: int, fps: float, tick_ms: int = 1) -> list[int]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from tiny_families_loading import stand_in_for_ftfy
 from tiny_families_new import NEW_GENERATION, PLAIN_EXTRA, build_tiny_new_family
 
@@ -73,15 +74,17 @@ def registered_t5gemma() -> None:
         sys.modules["transformers"].T5GemmaEncoder = prx.T5GemmaEncoder
 
 
-def plain_output(path: Path, family: str, request: GenerateRequest) -> np.ndarray:
+def plain_output(path: Path, family: str, request: GenerateRequest) -> tuple[np.ndarray, np.ndarray | None]:
+    """Plain diffusers' frames (or image) and, for a pipeline that returns audio, the first item's waveform."""
     from diffusers import DiffusionPipeline
 
     registered_t5gemma()
-
     pipe = DiffusionPipeline.from_pretrained(path, local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
     out = pipe(**request.call_kwargs(pipe), **PLAIN_EXTRA.get(family, {}))
-    return np.asarray(out.frames[0] if hasattr(out, "frames") else out.images)
+    audio = getattr(out, "audio", None)
+    return (np.asarray(out.frames[0] if hasattr(out, "frames") else out.images),
+            None if audio is None else audio[0].float().numpy())
 
 
 def policies(engine: Engine) -> list:
@@ -99,7 +102,7 @@ def assert_bit_identical(path: Path, family: str) -> None:
     check_call(engine.model, request)
     (denoiser,) = engine.model.denoisers
     assert denoiser.num_blocks >= 2 and denoiser.block_lists  # found, so streamed
-    expected = plain_output(path, family, request)
+    expected, expected_audio = plain_output(path, family, request)
     assert float(expected.std()) > 0
     try:
         for policy in policies(engine):
@@ -108,6 +111,10 @@ def assert_bit_identical(path: Path, family: str) -> None:
             engine.unload()
             got = np.stack(result.frames) if result.is_video else np.asarray(result.image)[None]
             assert got.size == expected.size and np.array_equal(got.reshape(expected.shape), expected), policy
+            if expected_audio is None:
+                assert result.audio is None
+            else:  # the waveform too, bit for bit
+                assert result.audio is not None and np.array_equal(result.audio.samples, expected_audio), policy
     finally:
         engine.close()
 
@@ -146,7 +153,64 @@ def test_ltx2_with_its_own_package_classes_runs_as_diffusers_runs_it(new_dir):
     path = new_dir("ltx2")
     model = Engine(path, device="cpu").model
     assert {c.name: c.library for c in model.components}["connectors"] == "ltx2"
-    assert_bit_identical(path, "ltx2")
+    assert_bit_identical(path, "ltx2")  # frames and audio
+
+
+def _ltx2_run(path: Path, out: Path) -> int:
+    from omni_console.console.cli import main
+
+    return main(["run", "--model", str(path), "--prompt", PROMPT, "--steps", "2", "--height", "32", "--width", "32",
+                 "--frames", "5", "--max-sequence-length", "16", "--seed", "7", "--output", str(out)])
+
+
+@pytest.mark.slow  # a CLI run and a plain pipeline call
+def test_ltx2_mp4_carries_its_video_and_the_pipelines_audio(new_dir, tmp_path, capsys):
+    """`run` writes LTX-2's audio as the MP4's second stream: at the vocoder's rate, the pipeline's channels,
+    and decoded, exactly the pipeline's samples made 16-bit as diffusers' `encode_video` makes them."""
+    import av
+    from diffusers import DiffusionPipeline
+
+    path = new_dir("ltx2")
+    out = tmp_path / "v.mp4"
+    code = _ltx2_run(path, out)
+    shown = capsys.readouterr()
+    assert code == 0, shown.err
+    pipe = DiffusionPipeline.from_pretrained(path, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    plain = pipe(prompt=PROMPT, num_inference_steps=2, height=32, width=32, num_frames=5, max_sequence_length=16,
+                 generator=torch.Generator().manual_seed(7), output_type="np")
+    samples = plain.audio[0].float()
+    pcm = (torch.clip(samples, -1.0, 1.0) * 32767.0).to(torch.int16).numpy()  # diffusers' _write_audio
+    rate = pipe.vocoder.config.output_sampling_rate
+    with av.open(str(out)) as container:
+        (video,), (audio,) = container.streams.video, container.streams.audio
+        assert video.frames == 5 and audio.codec_context.name == "flac"
+        assert (audio.rate, audio.codec_context.channels) == (rate, pcm.shape[0])
+        decoded = np.concatenate([f.to_ndarray() for f in container.decode(audio)], axis=-1)
+    assert np.array_equal(decoded.reshape(-1, pcm.shape[0]).T, pcm)  # packed s16: channels interleaved
+    assert (f"note: v.mp4: with the pipeline's {pcm.shape[0]}-channel audio, {pcm.shape[1]} samples at "
+            f"{rate} Hz, as 16-bit FLAC (lossless)") in shown.out
+
+
+@pytest.mark.slow  # a CLI run
+def test_ltx2_audio_dropped_by_a_gif_says_so(new_dir, tmp_path, capsys):
+    out = tmp_path / "v.gif"
+    code = _ltx2_run(new_dir("ltx2"), out)
+    shown = capsys.readouterr()
+    assert code == 0 and out.is_file(), shown.err
+    assert "note: v.gif: the pipeline's 2-channel audio, " in shown.out
+    assert "is not kept (only an .mp4 output carries it)" in shown.out
+
+
+def test_an_audio_track_of_more_than_two_channels_is_refused_in_one_line(tmp_path):
+    import io
+
+    from omni_console.engine.running.audio_track import AudioTrack
+    from omni_console.engine.running.video_encoders import encode_mp4
+
+    frames = [np.zeros((8, 8, 3), np.uint8)] * 2
+    with pytest.raises(ValueError, match="^audio with 3 channels: an MP4 here carries mono or stereo$"):
+        encode_mp4(frames, io.BytesIO(), 8.0, AudioTrack(np.zeros((3, 100), np.float32), 16000))
 
 
 def test_pixart_binning_forced_on_without_a_table_is_refused_before_load(new_dir, tmp_path, monkeypatch, capsys):
