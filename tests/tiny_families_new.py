@@ -52,13 +52,14 @@ def make_pixart_sigma_8_pipeline(seed: int):
                                scheduler=DDIMScheduler())
 
 
-PRX_ENCODER = {"hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+PRX_ENCODER = {"hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 3, "num_attention_heads": 2,
                "num_key_value_heads": 1, "head_dim": 4, "max_position_embeddings": 64,
-               "layer_types": ["full_attention", "full_attention"], "attention_bias": False, "attention_dropout": 0.0,
+               "layer_types": ["full_attention"] * 3, "attention_bias": False, "attention_dropout": 0.0,
                "dropout_rate": 0.0, "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-06,
                "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "query_pre_attn_scalar": 4,
                "rope_theta": 10000.0, "sliding_window": 4096}
-"""diffusers' PRX test's T5Gemma encoder, with two layers (so its layers are a block list to stage)."""
+"""diffusers' PRX test's T5Gemma encoder, with three layers (more than the two slots that streaming an
+encoder layer by layer takes, so `stream_encoders` applies)."""
 
 
 def make_prx_pipeline(seed: int):

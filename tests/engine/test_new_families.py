@@ -22,6 +22,7 @@ from omni_console.engine.engine import Engine
 from omni_console.engine.running.call_options import check_call
 from omni_console.engine.running.request_checks import check_request
 from omni_console.engine.running.runner import GenerateRequest
+from omni_console.offload.events import LogEvent
 from omni_console.offload.policy import build_policy
 
 PROMPT = "a red fox running in the snow"
@@ -95,8 +96,10 @@ def policies(engine: Engine) -> list:
             build_policy({}, 0, stream_encoders="on")]
 
 
-def assert_bit_identical(path: Path, family: str) -> None:
+def assert_bit_identical(path: Path, family: str) -> list[str]:
+    """Every policy's output equals plain diffusers'; returns the engine's log lines."""
     engine = Engine(path, device="cpu")
+    sub = engine.bus.subscribe()
     request = family_request(family, engine.model.pipeline_class)
     check_request(engine.model, request)
     check_call(engine.model, request)
@@ -117,6 +120,7 @@ def assert_bit_identical(path: Path, family: str) -> None:
                 assert result.audio is not None and np.array_equal(result.audio.samples, expected_audio), policy
     finally:
         engine.close()
+    return [e.message for e in sub.drain() if isinstance(e, LogEvent)]
 
 
 @pytest.mark.slow  # six loads and requests
@@ -133,8 +137,9 @@ def test_prx_with_its_t5gemma_encoder_runs_as_diffusers_runs_it(new_dir):
     encoder = model.component("text_encoder")
     assert encoder.role == "encoder" and encoder.class_name == "T5GemmaEncoder"
     layers = encoder.layers  # streamable layer by layer
-    assert layers is not None and layers.attr == "layers" and len(layers.block_bytes) == 2
-    assert_bit_identical(path, "prx")
+    assert layers is not None and layers.attr == "layers" and len(layers.block_bytes) == 3
+    logs = assert_bit_identical(path, "prx")
+    assert any(line.startswith("text_encoder: streamed layer by layer (3 layers") for line in logs), logs
 
 
 @pytest.mark.slow  # six loads and requests
