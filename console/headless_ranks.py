@@ -155,7 +155,7 @@ def _rank_row(rank: int, run: CheckedRun, load: LoadReport, result: GenerateResu
         frames = list(image.frames) or ([image.image] if image.image is not None else [])
         video = run.video or image.is_video
         fps = (flags.options.fps if flags.options.fps is not None else image.fps) if video else None
-        files = write_result(frames, run.output, fps=fps) if frames else []
+        files = write_result(frames, run.output, fps=fps, audio=image.audio) if frames else []
     steps = result.steps
     return RankRun(rank=rank, seed=run.request.seed, load_seconds=load.seconds, load_phases=dict(load.phases),
                    load_components=dict(load.components), load_milestones=dict(load.milestones),

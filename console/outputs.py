@@ -52,14 +52,16 @@ def save_image(image: Any, out_dir: Path, request_id: int, when: float | None = 
 
 
 def save_video(frames: Sequence[Any], out_dir: Path, request_id: int, fps: float | None,
-               when: float | None = None) -> Path:
-    """Write every frame (PIL images) as an .mp4 under a new name in `out_dir`; returns the absolute path.
+               when: float | None = None, audio: Any = None) -> Path:
+    """Write every frame (PIL images) as an .mp4 under a new name in `out_dir`, with the pipeline's `audio`
+    (an `AudioTrack`) when it made some; returns the absolute path.
 
     Same guarantees as `save_image`: no existing file is opened or replaced, and on failure only
     this call's own claim and scratch files are removed.
     """
     def write(scratch: Path) -> Path:
-        return write_result(list(frames), check_output(scratch / f"video{VIDEO_SUFFIX}", video=True), fps=fps)[0]
+        return write_result(list(frames), check_output(scratch / f"video{VIDEO_SUFFIX}", video=True), fps=fps,
+                            audio=audio)[0]
 
     return _save_new(out_dir, output_stem(request_id, when), VIDEO_SUFFIX, write)
 
@@ -68,7 +70,8 @@ def save_result(result: Any, out_dir: Path, request_id: int, when: float | None 
     """A request's output: a video result as .mp4 (fps from the result), an image as .png."""
     frames = getattr(result, "frames", None)
     if getattr(result, "is_video", False) and frames:
-        return save_video(frames, out_dir, request_id, getattr(result, "fps", None), when)
+        return save_video(frames, out_dir, request_id, getattr(result, "fps", None), when,
+                          getattr(result, "audio", None))
     return save_image(result.image, out_dir, request_id, when)
 
 

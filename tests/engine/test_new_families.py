@@ -289,3 +289,23 @@ def test_a_class_in_a_pipeline_package_init_is_a_valid_cache_entry():
     assert valid_entry("package_class|prx|T5GemmaEncoder", {**ref, "module": "diffusers.pipelines.prx.pipeline_prx"})
     for module in ("diffusers.pipelines.prxx", "diffusers.pipelines", "transformers.models.t5gemma"):
         assert not valid_entry("package_class|prx|T5GemmaEncoder", {**ref, "module": module})
+
+
+def test_the_consoles_saved_video_keeps_the_audio_too(tmp_path):
+    """The console's save (a new name in its output folder) writes a result's audio as `run` does."""
+    from types import SimpleNamespace
+
+    import av
+
+    from omni_console.console.outputs import save_result
+    from omni_console.engine.running.audio_track import AudioTrack, pcm16
+
+    track = AudioTrack(np.linspace(-1.5, 1.5, 2 * 300, dtype=np.float32).reshape(2, 300), 8000)
+    result = SimpleNamespace(is_video=True, frames=[np.zeros((8, 8, 3), np.uint8)] * 3, fps=8.0, image=None,
+                             audio=track)
+    path = save_result(result, tmp_path, 1)
+    with av.open(str(path)) as container:
+        (audio,) = container.streams.audio
+        assert (audio.rate, audio.codec_context.channels) == (8000, 2)
+        decoded = np.concatenate([f.to_ndarray() for f in container.decode(audio)], axis=-1)
+    assert np.array_equal(decoded.reshape(-1, 2).T, pcm16(track))  # clipped to [-1, 1], 16-bit, lossless
