@@ -219,7 +219,7 @@ def test_an_image_request_hides_the_phase_lines_and_a_failed_write_leaves_nothin
     image = RequestPhases(request_id=1, frames=1, latent_shape=(1, 16, 8, 8), phases={"denoise": 1.0})
     assert not is_video(image)
 
-    def broken_writer(frames, target, *, fps):
+    def broken_writer(frames, target, *, fps, audio=None):
         target.path.write_bytes(b"half a video")
         raise OSError("No space left on device")
 
