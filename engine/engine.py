@@ -36,7 +36,7 @@ from .planning.request_forecast import RequestForecast, forecast_for
 from .planning.request_profile import RequestSize, device_name
 from .results import GenerateResult, LoadReport, run_peak
 from .running.call_defaults import with_call_defaults
-from .running.call_options import default_fps
+from .running.call_options import default_fps, requested_fps
 from .running.oom_guard import guarded_request
 from .running.order_watch import BlockOrderWatch, adopt_order, permute_profile
 from .running.profiler import ProfileRecorder, forecast_check, request_size, save_quietly
@@ -342,7 +342,8 @@ class Engine(Lifecycle):
             self.bus.publish(RequestFinished(request_id=request_id, seconds=seconds, ok=True))
             self._set_state(EngineState.READY)
             return GenerateResult(request_id, run.image, seconds, run.steps, peak, frames=run.frames,
-                                  is_video=run.is_video, fps=self.fps, latent_shape=run.latent_shape,
+                                  is_video=run.is_video, fps=requested_fps(request) or self.fps,
+                                  latent_shape=run.latent_shape,
                                   phases=run.phases, vae_decode_peak_bytes=run.vae_decode_peak_bytes, check=check,
                                   cancelled=cancel is not None and cancel.is_set(), oom_step_downs=stepped,
                                   peak_reserved_bytes=run.reserved_peak, audio=run.audio)

@@ -384,6 +384,16 @@ def _documented_fps(pipeline_class_name: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
+def requested_fps(request: GenerateRequest) -> float | None:
+    """The frame rate the request passes the pipeline itself (`--param frame_rate=…` or `fps=…`): the
+    video is written at it, so a pipeline that times its audio by it (LTX-2) stays in step with it."""
+    for key in ("frame_rate", "fps"):
+        value = request.params.get(key, request.extra.get(key))
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+            return float(value)
+    return None
+
+
 def default_fps(model: ModelInfo) -> float | None:
     """The frame rate a video is written at unless the operator says: the pipeline call's own `frame_rate`
     or `fps` default, else the rate the pipeline's documented example exports at, else the family's."""

@@ -161,35 +161,38 @@ def test_ltx2_with_its_own_package_classes_runs_as_diffusers_runs_it(new_dir):
     assert_bit_identical(path, "ltx2")  # frames and audio
 
 
-def _ltx2_run(path: Path, out: Path) -> int:
+def _ltx2_run(path: Path, out: Path, *extra: str) -> int:
     from omni_console.console.cli import main
 
     return main(["run", "--model", str(path), "--prompt", PROMPT, "--steps", "2", "--height", "32", "--width", "32",
-                 "--frames", "5", "--max-sequence-length", "16", "--seed", "7", "--output", str(out)])
+                 "--frames", "5", "--max-sequence-length", "16", "--seed", "7", "--output", str(out), *extra])
 
 
 @pytest.mark.slow  # a CLI run and a plain pipeline call
 def test_ltx2_mp4_carries_its_video_and_the_pipelines_audio(new_dir, tmp_path, capsys):
     """`run` writes LTX-2's audio as the MP4's second stream: at the vocoder's rate, the pipeline's channels,
-    and decoded, exactly the pipeline's samples made 16-bit as diffusers' `encode_video` makes them."""
+    and decoded, exactly the pipeline's samples made 16-bit as diffusers' `encode_video` makes them; the video
+    at the frame rate the pipeline timed the audio by (`--param frame_rate`)."""
+    from fractions import Fraction
+
     import av
     from diffusers import DiffusionPipeline
 
     path = new_dir("ltx2")
     out = tmp_path / "v.mp4"
-    code = _ltx2_run(path, out)
+    code = _ltx2_run(path, out, "--param", "frame_rate=12.5")
     shown = capsys.readouterr()
     assert code == 0, shown.err
     pipe = DiffusionPipeline.from_pretrained(path, local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
     plain = pipe(prompt=PROMPT, num_inference_steps=2, height=32, width=32, num_frames=5, max_sequence_length=16,
-                 generator=torch.Generator().manual_seed(7), output_type="np")
+                 frame_rate=12.5, generator=torch.Generator().manual_seed(7), output_type="np")
     samples = plain.audio[0].float()
     pcm = (torch.clip(samples, -1.0, 1.0) * 32767.0).to(torch.int16).numpy()  # diffusers' _write_audio
     rate = pipe.vocoder.config.output_sampling_rate
     with av.open(str(out)) as container:
         (video,), (audio,) = container.streams.video, container.streams.audio
-        assert video.frames == 5 and audio.codec_context.name == "flac"
+        assert video.frames == 5 and video.average_rate == Fraction(25, 2) and audio.codec_context.name == "flac"
         assert (audio.rate, audio.codec_context.channels) == (rate, pcm.shape[0])
         decoded = np.concatenate([f.to_ndarray() for f in container.decode(audio)], axis=-1)
     assert np.array_equal(decoded.reshape(-1, pcm.shape[0]).T, pcm)  # packed s16: channels interleaved
