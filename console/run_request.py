@@ -73,8 +73,22 @@ def check_fps(fps: float | None) -> float | None:
     return fps
 
 
+def check_param_fps(params: dict[str, Any]) -> None:
+    """Without --fps the video is written at the rate the request passes the pipeline (`frame_rate`, `fps`):
+    the same bounds apply to it."""
+    for key in ("frame_rate", "fps"):
+        value = params.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) \
+                and not (math.isfinite(value) and MIN_FPS <= value <= MAX_FPS):
+            raise ConfigError(f"--param {key}={value:g}: the video is written at this rate, so it must be between "
+                              f"{MIN_FPS:g} and {MAX_FPS:g} frames per second (or give --fps)")
+
+
 def parse_option_flags(args: argparse.Namespace) -> OptionFlags:
-    return OptionFlags(parse_params(args.param or ()), check_fps(args.fps))
+    params, fps = parse_params(args.param or ()), check_fps(args.fps)
+    if fps is None:
+        check_param_fps(params)
+    return OptionFlags(params, fps)
 
 
 def frames_parameter(model: ModelInfo) -> str | None:

@@ -312,3 +312,18 @@ def test_the_consoles_saved_video_keeps_the_audio_too(tmp_path):
         assert (audio.rate, audio.codec_context.channels) == (8000, 2)
         decoded = np.concatenate([f.to_ndarray() for f in container.decode(audio)], axis=-1)
     assert np.array_equal(decoded.reshape(-1, 2).T, pcm16(track))  # clipped to [-1, 1], 16-bit, lossless
+
+
+@pytest.mark.parametrize("rate", ["5000", "0.001"])
+def test_a_pipeline_frame_rate_no_writer_can_hold_is_refused_before_load(rate, new_dir, tmp_path, monkeypatch,
+                                                                          capsys):
+    """The video is written at `--param frame_rate` (LTX-2 times its audio by it): --fps's bounds apply."""
+    path = new_dir("ltx2")
+    capsys.readouterr()
+    loads: list[str] = []
+    monkeypatch.setattr(Engine, "load", lambda self, *a, **k: loads.append("load"))
+    code = _ltx2_run(path, tmp_path / "v.mp4", "--param", f"frame_rate={rate}")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and loads == [] and len(err) == 1 and not (tmp_path / "v.mp4").exists()
+    assert err[0].endswith(f"--param frame_rate={float(rate):g}: the video is written at this rate, so it must be "
+                           "between 0.01 and 1000 frames per second (or give --fps)")
