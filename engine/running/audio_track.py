@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # numpy is imported where a waveform is handled: `run`'s earl
 
 AUDIO_CODEC = "flac"  # lossless in MP4 (ISO/IEC 14496-12 FLAC mapping); plays in browsers, VLC, FFmpeg
 AUDIO_LAYOUTS = {1: "mono", 2: "stereo"}
+MAX_SAMPLE_RATE = 655_350  # the highest rate FLAC stores
 RATE_KEYS = ("output_sampling_rate", "sampling_rate", "sample_rate")
 """Config keys of the vocoder (then the audio VAE) that name the waveform's rate, in order."""
 
@@ -41,12 +42,13 @@ class AudioTrack:
 
 
 def audio_sample_rate(pipe: Any) -> int | None:
-    """The rate the pipeline's waveform is at: its vocoder's output rate, else its audio VAE's."""
+    """The rate the pipeline's waveform is at: its vocoder's output rate, else its audio VAE's (a config
+    value, so only a rate FLAC can store counts)."""
     for name in ("vocoder", "audio_vae"):
         config = getattr(getattr(pipe, name, None), "config", None)
         for key in RATE_KEYS:
             value = getattr(config, key, None) if config is not None else None
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_SAMPLE_RATE:
                 return value
     return None
 
@@ -64,7 +66,8 @@ def first_item_audio(output: Any, pipe: Any) -> AudioTrack | None:
     rate = audio_sample_rate(pipe)
     if array.ndim != 2 or rate is None:
         raise ValueError(f"{type(pipe).__name__} returned audio of shape {tuple(array.shape)}"
-                         f"{'' if rate else ' at no rate its vocoder names'}: cannot keep it")
+                         f"{'' if rate else f' at no rate its vocoder names (1 to {MAX_SAMPLE_RATE} Hz)'}: "
+                         "cannot keep it")
     return AudioTrack(np.ascontiguousarray(array, dtype=np.float32), rate)
 
 

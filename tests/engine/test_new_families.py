@@ -327,3 +327,30 @@ def test_a_pipeline_frame_rate_no_writer_can_hold_is_refused_before_load(rate, n
     assert code == 2 and loads == [] and len(err) == 1 and not (tmp_path / "v.mp4").exists()
     assert err[0].endswith(f"--param frame_rate={float(rate):g}: the video is written at this rate, so it must be "
                            "between 0.01 and 1000 frames per second (or give --fps)")
+
+
+@pytest.mark.parametrize(("audio", "rate", "expected"), [
+    (torch.zeros(1, 2, 10), 16000, (2, 10)),  # LTX-2: [batch, channels, samples]
+    (torch.zeros(1, 10), 24000, (1, 10)),  # Kandinsky 6: [batch, samples], mono
+    (None, 16000, None),  # audio not sampled
+])
+def test_the_first_items_waveform_is_kept_at_the_vocoders_rate(audio, rate, expected):
+    from types import SimpleNamespace
+
+    from omni_console.engine.running.audio_track import first_item_audio
+
+    pipe = SimpleNamespace(vocoder=SimpleNamespace(config=SimpleNamespace(output_sampling_rate=rate)))
+    track = first_item_audio(SimpleNamespace(frames=[[]], audio=audio), pipe)
+    assert (track.samples.shape, track.sample_rate) == (expected, rate) if expected else track is None
+
+
+@pytest.mark.parametrize("rate", [0, 10**12, True, 16000.5])
+def test_a_waveform_at_no_storable_rate_is_one_line(rate):
+    from types import SimpleNamespace
+
+    from omni_console.engine.running.audio_track import first_item_audio
+
+    pipe = SimpleNamespace(vocoder=SimpleNamespace(config=SimpleNamespace(output_sampling_rate=rate)))
+    with pytest.raises(ValueError, match=r"^SimpleNamespace returned audio of shape \(2, 10\) at no rate its "
+                                         r"vocoder names \(1 to 655350 Hz\): cannot keep it$"):
+        first_item_audio(SimpleNamespace(audio=torch.zeros(1, 2, 10)), pipe)
