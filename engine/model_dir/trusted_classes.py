@@ -64,7 +64,9 @@ def is_pipeline_package(library: object) -> bool:
 
 def _registering_package(library: object, class_name: object) -> str | None:
     """The diffusers pipeline package that provides `library.class_name`, where the library itself does not."""
-    package = REGISTERED_BY_PIPELINES.get((library, class_name)) if isinstance(class_name, str) else None
+    if not (isinstance(library, str) and isinstance(class_name, str)):  # JSON may hold anything (a list: unhashable)
+        return None
+    package = REGISTERED_BY_PIPELINES.get((library, class_name))
     return package if package is not None and not library_defines(str(library), class_name) else None
 
 

@@ -269,6 +269,9 @@ def test_prx_encoder_is_diffusers_own_class_and_read_by_its_own_from_pretrained(
     ("transformers", "T5GemmaEncoderX", False),
     ("transformers", "PRXPipeline", False),
     ("prx", "T5GemmaConfig", False),  # prx imports it; defined elsewhere
+    (["transformers"], "T5GemmaEncoder", False),  # hostile JSON: one line, never a TypeError
+    ("transformers", ["T5GemmaEncoder"], False),
+    ({"a": 1}, None, False),
 ])
 def test_only_diffusers_own_registered_class_widens_transformers(library, name, accepted):
     from omni_console.engine.errors import ModelDirError
