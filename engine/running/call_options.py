@@ -36,6 +36,7 @@ from ..errors import ConfigError
 from ..model_dir.discovery import ModelInfo
 from ..model_dir.trusted_classes import pipeline_class
 from ..model_dir.weights import load_json
+from .pipeline_needs import check_pipeline_needs
 from .render_size import check_decodable, check_render_size
 from .runner import FRAME_PARAMETERS, IMAGE_PARAMETERS, GenerateRequest, pipeline_parameter
 
@@ -334,7 +335,7 @@ def check_call(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, 
     "param" or "params" for the `--param` values), what the pipeline's call would not take, before anything
     loads: an option it has no parameter for, a bad frame count, an unreadable image, an unknown or ill-typed
     parameter, a text length its transformer cannot take, a size it would render differently
-    (`render_size`)."""
+    (`render_size`), an optional package its prompt cleaning calls unchecked (`pipeline_needs`)."""
     names = {**OPTION_LABELS, **(labels or {})}
     if labels and "param" not in labels and "params" in labels:  # the request's field is `params`
         names["param"] = labels["params"]
@@ -352,6 +353,7 @@ def check_call(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, 
     _check_text_length(model, request, names["max_sequence_length"], signature)
     check_render_size(model, request, names, signature)
     check_decodable(model)
+    check_pipeline_needs(model)
 
 
 def check_shape(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, str] | None = None) -> None:

@@ -357,3 +357,46 @@ def test_a_waveform_at_no_storable_rate_is_one_line(rate):
     with pytest.raises(ValueError, match=r"^SimpleNamespace returned audio of shape \(2, 10\) at no rate its "
                                          r"vocoder names \(1 to 655350 Hz\): cannot keep it$"):
         first_item_audio(SimpleNamespace(audio=torch.zeros(1, 2, 10)), pipe)
+
+
+def test_prx_without_ftfy_is_refused_before_load_as_plain_diffusers_fails_after(new_dir, tmp_path, monkeypatch,
+                                                                                capsys):
+    """PRX cleans every prompt with `ftfy` (imported only when installed): without it, one line and exit 2
+    before anything loads, where plain diffusers fails with a NameError after loading."""
+    import diffusers.pipelines.prx.pipeline_prx as prx_module
+    from diffusers import DiffusionPipeline
+
+    from omni_console.console.cli import main
+
+    path = new_dir("prx")
+    monkeypatch.delattr(prx_module, "ftfy", raising=False)  # as on a machine without ftfy
+    capsys.readouterr()
+    loads: list[str] = []
+    monkeypatch.setattr(Engine, "load", lambda self, *a, **k: loads.append("load"))
+    out = tmp_path / "p.png"
+    code = main(["run", "--model", str(path), "--prompt", PROMPT, "--steps", "1", "--height", "32", "--width", "32",
+                 "--param", "use_resolution_binning=false", "--output", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and loads == [] and len(err) == 1 and not out.exists()
+    assert err[0].endswith("PRXPipeline cleans every prompt with ftfy, which is not installed (pip install ftfy); "
+                           "plain diffusers fails alike, after loading")
+    registered_t5gemma()
+    pipe = DiffusionPipeline.from_pretrained(path, local_files_only=True)
+    with pytest.raises(NameError, match="ftfy"):
+        pipe(prompt=PROMPT, num_inference_steps=1, height=32, width=32, use_resolution_binning=False)
+
+
+def test_only_pipelines_that_call_ftfy_unchecked_need_it():
+    """Read from diffusers' own source: PRX, Wan image-to-video and SkyReels-V2 call it on every prompt; Wan,
+    PixArt and Sana ask whether it is installed first."""
+    import importlib.util
+
+    from omni_console.engine.running.pipeline_needs import _unguarded_names
+
+    def needs(module: str) -> bool:
+        return "ftfy" in _unguarded_names(Path(importlib.util.find_spec(module).origin))
+
+    for module in ("prx.pipeline_prx", "wan.pipeline_wan_i2v", "skyreels_v2.pipeline_skyreels_v2"):
+        assert needs(f"diffusers.pipelines.{module}")
+    for module in ("wan.pipeline_wan", "pixart_alpha.pipeline_pixart_sigma", "sana.pipeline_sana"):
+        assert not needs(f"diffusers.pipelines.{module}")
