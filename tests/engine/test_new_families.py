@@ -210,17 +210,6 @@ def test_ltx2_audio_dropped_by_a_gif_says_so(new_dir, tmp_path, capsys):
     assert "is not kept (only an .mp4 output carries it)" in shown.out
 
 
-def test_an_audio_track_of_more_than_two_channels_is_refused_in_one_line(tmp_path):
-    import io
-
-    from omni_console.engine.running.audio_track import AudioTrack
-    from omni_console.engine.running.video_encoders import encode_mp4
-
-    frames = [np.zeros((8, 8, 3), np.uint8)] * 2
-    with pytest.raises(ValueError, match="^audio with 3 channels: an MP4 here carries mono or stereo$"):
-        encode_mp4(frames, io.BytesIO(), 8.0, AudioTrack(np.zeros((3, 100), np.float32), 16000))
-
-
 def test_pixart_binning_forced_on_without_a_table_is_refused_before_load(new_dir, tmp_path, monkeypatch, capsys):
     from omni_console.console.cli import main
 
@@ -297,26 +286,6 @@ def test_a_class_in_a_pipeline_package_init_is_a_valid_cache_entry():
         assert not valid_entry("package_class|prx|T5GemmaEncoder", {**ref, "module": module})
 
 
-def test_the_consoles_saved_video_keeps_the_audio_too(tmp_path):
-    """The console's save (a new name in its output folder) writes a result's audio as `run` does."""
-    from types import SimpleNamespace
-
-    import av
-
-    from omni_console.console.outputs import save_result
-    from omni_console.engine.running.audio_track import AudioTrack, pcm16
-
-    track = AudioTrack(np.linspace(-1.5, 1.5, 2 * 300, dtype=np.float32).reshape(2, 300), 8000)
-    result = SimpleNamespace(is_video=True, frames=[np.zeros((8, 8, 3), np.uint8)] * 3, fps=8.0, image=None,
-                             audio=track)
-    path = save_result(result, tmp_path, 1)
-    with av.open(str(path)) as container:
-        (audio,) = container.streams.audio
-        assert (audio.rate, audio.codec_context.channels) == (8000, 2)
-        decoded = np.concatenate([f.to_ndarray() for f in container.decode(audio)], axis=-1)
-    assert np.array_equal(decoded.reshape(-1, 2).T, pcm16(track))  # clipped to [-1, 1], 16-bit, lossless
-
-
 @pytest.mark.parametrize("rate", ["5000", "0.001"])
 def test_a_pipeline_frame_rate_no_writer_can_hold_is_refused_before_load(rate, new_dir, tmp_path, monkeypatch,
                                                                           capsys):
@@ -330,33 +299,6 @@ def test_a_pipeline_frame_rate_no_writer_can_hold_is_refused_before_load(rate, n
     assert code == 2 and loads == [] and len(err) == 1 and not (tmp_path / "v.mp4").exists()
     assert err[0].endswith(f"--param frame_rate={float(rate):g}: the video is written at this rate, so it must be "
                            "between 0.01 and 1000 frames per second (or give --fps)")
-
-
-@pytest.mark.parametrize(("audio", "rate", "expected"), [
-    (torch.zeros(1, 2, 10), 16000, (2, 10)),  # LTX-2: [batch, channels, samples]
-    (torch.zeros(1, 10), 24000, (1, 10)),  # Kandinsky 6: [batch, samples], mono
-    (None, 16000, None),  # audio not sampled
-])
-def test_the_first_items_waveform_is_kept_at_the_vocoders_rate(audio, rate, expected):
-    from types import SimpleNamespace
-
-    from omni_console.engine.running.audio_track import first_item_audio
-
-    pipe = SimpleNamespace(vocoder=SimpleNamespace(config=SimpleNamespace(output_sampling_rate=rate)))
-    track = first_item_audio(SimpleNamespace(frames=[[]], audio=audio), pipe)
-    assert (track.samples.shape, track.sample_rate) == (expected, rate) if expected else track is None
-
-
-@pytest.mark.parametrize("rate", [0, 10**12, True, 16000.5])
-def test_a_waveform_at_no_storable_rate_is_one_line(rate):
-    from types import SimpleNamespace
-
-    from omni_console.engine.running.audio_track import first_item_audio
-
-    pipe = SimpleNamespace(vocoder=SimpleNamespace(config=SimpleNamespace(output_sampling_rate=rate)))
-    with pytest.raises(ValueError, match=r"^SimpleNamespace returned audio of shape \(2, 10\) at no rate its "
-                                         r"vocoder names \(1 to 655350 Hz\): cannot keep it$"):
-        first_item_audio(SimpleNamespace(audio=torch.zeros(1, 2, 10)), pipe)
 
 
 def test_prx_without_ftfy_is_refused_before_load_as_plain_diffusers_fails_after(new_dir, tmp_path, monkeypatch,
