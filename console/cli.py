@@ -215,28 +215,15 @@ def _normalise_argv(argv: Sequence[str]) -> list[str]:
     return joined
 
 
-def _check_plan_flags(args: argparse.Namespace) -> None:
-    """`plan`'s request size and device, checked like `run`'s before anything is read (one line, exit 2)."""
-    import math
-    import re
-
-    if args.device is not None and not re.fullmatch(r"cpu(:0)?|cuda(:\d{1,4})?", args.device):
-        raise ConfigError(f"--device {args.device!r:.60}: not a device name (use cpu, cuda or cuda:N)")
-    for flag, value in (("--height", args.height), ("--width", args.width), ("--frames", args.frames),
-                        ("--max-sequence-length", args.max_sequence_length)):
-        if value is not None and value < 1:
-            raise ConfigError(f"{flag} {value}: must be at least 1")
-    if args.guidance is not None and not math.isfinite(args.guidance):
-        raise ConfigError(f"--guidance {args.guidance}: must be a finite number")
-
-
 def cmd_plan(args: argparse.Namespace) -> int:
     from ..engine.api import RequestSize, device_name_for_plan, discover_model, plan_for, plan_to_dict
     from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
+    from .run_flags import check_device_name, check_sizes
 
     policy = policy_from_args(args)  # build-time checks first: no disk access for a bad flag
     budget = budget_from_args(args)
-    _check_plan_flags(args)
+    check_device_name(args.device)
+    check_sizes(args)  # as `run` checks them, in the same words
     layout = layout_from_args(args)
     size = RequestSize(height=args.height, width=args.width, frames=args.frames,
                        max_sequence_length=args.max_sequence_length, guidance=args.guidance)
@@ -271,6 +258,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .interrupts import InterruptGuard
 
     with InterruptGuard() as guard:  # before the heavy imports: Ctrl+C from here on is one line, 130
+        from .run_flags import precheck_run
+
+        precheck_run(args)  # torch-free: a cheap mistake is answered before the imports below
         from .headless import run_headless
 
         return run_headless(args, guard)

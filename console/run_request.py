@@ -10,7 +10,6 @@ image, every file a numbered sequence would write), still before any weight load
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from ..engine.api import (
     pipeline_init_values,
 )
 from ..engine.errors import ConfigError
+from .run_flags import check_fps
 
 REQUEST_FLAGS = {"steps": "--steps", "height": "--height", "width": "--width", "seed": "--seed",
                  "guidance": "--guidance"}
@@ -60,17 +60,6 @@ def parse_params(texts: Sequence[str]) -> dict[str, Any]:
             raise ConfigError(f"--param {key}: given twice")
         params[key] = value
     return params
-
-
-MIN_FPS, MAX_FPS = 0.01, 1000.0  # 100 s to 1 ms a frame: what MP4 time bases and GIF/WebP durations hold
-
-
-def check_fps(fps: float | None) -> float | None:
-    if fps is not None and not (math.isfinite(fps) and fps > 0):
-        raise ConfigError(f"--fps {fps}: must be a positive finite number of frames per second")
-    if fps is not None and not MIN_FPS <= fps <= MAX_FPS:
-        raise ConfigError(f"--fps {fps:g}: must be between {MIN_FPS:g} and {MAX_FPS:g} frames per second")
-    return fps
 
 
 def parse_option_flags(args: argparse.Namespace) -> OptionFlags:
