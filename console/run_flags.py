@@ -77,7 +77,7 @@ def check_existing_output(args: argparse.Namespace) -> None:
 
 def precheck_run(args: argparse.Namespace) -> None:
     """Every `run` mistake the flags decide, then an existing output (see the module docstring)."""
-    from ..engine.api import check_output_place, validate_hz
+    from ..engine.api import check_output_place, rank_layout, validate_hz
 
     policy_from_args(args)
     budget_from_args(args)
@@ -85,6 +85,7 @@ def precheck_run(args: argparse.Namespace) -> None:
         validate_hz(args.telemetry_hz)
     except ValueError as exc:
         raise ConfigError(f"--telemetry-hz: {exc}") from None
+    rank_layout(args.gpus, args.dlo_use_allgather, args.parallel)  # the flags together; the devices after import
     check_run_counts(args)  # (--device: torch names the devices, so it is checked after the import)
     check_sizes(args)
     check_fps(args.fps)

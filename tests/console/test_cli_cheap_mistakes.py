@@ -45,6 +45,7 @@ def cli(tmp_path: Path, *argv: str) -> tuple[int, str, str]:
     (["--output", "new.png", "--height", "0"], "--height 0: must be a positive number of pixels"),
     (["--output", "new.png", "--telemetry-hz", "0"], "--telemetry-hz: telemetry rate must be > 0"),
     (["--output", "new.png", "--resident-layers", "-1"], "resident_layers"),
+    (["--output", "new.png", "--parallel", "cfg", "--gpus", "3"], "it needs --gpus 2, got 3"),
 ])
 def test_run_answers_before_torch_is_imported(tmp_path, argv, words):
     """No --model: the demo is not even built (the cache stays empty) before the answer."""
