@@ -245,10 +245,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_demo_model(args: argparse.Namespace) -> int:
-    from ..engine.api import SEED_MAX, build_demo_model
+    from .run_flags import SEED_MAX  # torch-free: a bad seed is answered before the build imports torch
 
     if not 0 <= args.seed <= SEED_MAX:
-        raise ConfigError(f"--seed {str(args.seed)[:40]}: must be between 0 and 2**64-1 ({SEED_MAX})")
+        raise ConfigError(f"--seed {args.seed}: must be between 0 and 2**64-1 ({SEED_MAX})")
+    from ..engine.api import build_demo_model
+
     path = build_demo_model(args.path, seed=args.seed)
     print(f"demo model written to {plain(path)}")
     return 0

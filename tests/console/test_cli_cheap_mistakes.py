@@ -68,10 +68,15 @@ def test_an_existing_output_of_a_still_image_model_is_refused_before_torch(demo_
 
 
 @pytest.mark.slow
-def test_plan_answers_before_torch_is_imported(tmp_path):
-    code, heavy, err = cli(tmp_path, "plan", "--frames", "0")
+@pytest.mark.parametrize(("argv", "line"), [
+    (["plan", "--frames", "0"], "--frames 0: must be at least 1"),
+    (["demo-model", "demo", "--seed", "-1"], "--seed -1: must be between 0 and 2**64-1 (18446744073709551615)"),
+])
+def test_plan_and_demo_model_answer_before_torch_is_imported(tmp_path, argv, line):
+    code, heavy, err = cli(tmp_path, *argv)
     assert (code, heavy) == (2, "")
-    assert err == "omni-console: error: --frames 0: must be at least 1\n"
+    assert err == f"omni-console: error: {line}\n"
+    assert not (tmp_path / "demo").exists()
 
 
 # --- the early check refuses only what the full check would ---------------------------------------
