@@ -17,6 +17,7 @@ from typing import NoReturn
 from ..engine.api import DEFAULT_HZ, LEAN_MODES, plain
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
 from .flag_types import check_cache_dir, path_name, real_number, short_words, whole_number
+from .help_overview import overview
 
 SUBCOMMANDS = ("console", "plan", "run", "demo-model")
 EXIT_USAGE = 2
@@ -31,6 +32,16 @@ class WholeWordsHelpFormatter(argparse.HelpFormatter):
 
     def _split_lines(self, text: str, width: int) -> list[str]:
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        """Descriptions and epilogs keep their own lines (the overview's rows), each wrapped at spaces."""
+        rows = []
+        for line in text.splitlines():
+            lead = indent + line[:len(line) - len(line.lstrip())]
+            hanging = lead + "    " if line[:1].isspace() else lead  # an indented row continues further in
+            rows.append(textwrap.fill(line.strip(), width, initial_indent=lead, subsequent_indent=hanging,
+                                      break_on_hyphens=False, break_long_words=False) if line.strip() else "")
+        return "\n".join(rows)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -186,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo-model", help="write the tiny random-weight Flux demo model to PATH")
     demo.add_argument("path", type=path_name)
     demo.add_argument("--seed", type=whole_number, default=0)
+    parser.epilog = overview(sub.choices)  # every subcommand's flags, read from the parsers above
     return parser
 
 
