@@ -16,6 +16,8 @@ from typing import NoReturn
 
 from ..engine.api import DEFAULT_HZ, LEAN_MODES, plain
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
+from .flag_types import check_cache_dir, path_name, real_number, short_words, whole_number
+from .help_overview import overview
 
 SUBCOMMANDS = ("console", "plan", "run", "demo-model")
 EXIT_USAGE = 2
@@ -30,6 +32,16 @@ class WholeWordsHelpFormatter(argparse.HelpFormatter):
 
     def _split_lines(self, text: str, width: int) -> list[str]:
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        """Descriptions and epilogs keep their own lines (the overview's rows), each wrapped at spaces."""
+        rows = []
+        for line in text.splitlines():
+            lead = indent + line[:len(line) - len(line.lstrip())]
+            hanging = lead + "    " if line[:1].isspace() else lead  # an indented row continues further in
+            rows.append(textwrap.fill(line.strip(), width, initial_indent=lead, subsequent_indent=hanging,
+                                      break_on_hyphens=False, break_long_words=False) if line.strip() else "")
+        return "\n".join(rows)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -69,18 +81,18 @@ def _version() -> str:
 
 
 def _policy_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", type=Path, help="diffusers model directory (default: the embedded demo model)")
+    parser.add_argument("--model", type=path_name, help="diffusers model directory (default: the embedded demo model)")
     parser.add_argument("--variant", help="weight variant to read, e.g. fp16 (files NAME.fp16.safetensors); "
                                           "refused if a component with weights has no such files")
     parser.add_argument("--dlo-offload-components", metavar="JSON",
                         help='per-component policy, e.g. \'{"text_encoder": false, "default": true}\'')
-    parser.add_argument("--resident-layers", type=int, default=0, metavar="N",
+    parser.add_argument("--resident-layers", type=whole_number, default=0, metavar="N",
                         help="DiT blocks kept on the device (0..number of blocks); the leading ones unless "
                              "--placement spread")
     parser.add_argument("--placement", choices=("leading", "spread"), default="leading",
                         help="which blocks stay resident: leading (vLLM-Omni's resident_layers, default) or "
                              "spread evenly between the streamed ones")
-    parser.add_argument("--prefetch-slots", type=int, default=2, metavar="K",
+    parser.add_argument("--prefetch-slots", type=whole_number, default=2, metavar="K",
                         help="device slots of the streaming ring (>= 2, default 2): copies run K-1 blocks ahead")
     parser.add_argument("--stream-dtype", choices=("float8_e4m3fn", "float8_e5m2"), default=None,
                         help="store the DiT's weights in fp8 (diffusers' layerwise-casting rule: norms, embeddings "
@@ -112,7 +124,7 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
                            "never chosen by auto")
     parser.add_argument("--mode", choices=("dlo", "resident"), default="dlo",
                         help="dlo: stream DiT blocks (default); resident: no offload (baseline)")
-    parser.add_argument("--gpus", type=int, default=1, metavar="N",
+    parser.add_argument("--gpus", type=whole_number, default=1, metavar="N",
                         help="GPUs (ranks) serving the model (default 1); on a CPU, N rank processes")
     gather = parser.add_mutually_exclusive_group()
     gather.add_argument("--dlo-use-allgather", dest="dlo_use_allgather", action="store_true", default=None,
@@ -138,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     _policy_flags(app)
     theme = app.add_argument("--theme", metavar="NAME", help="colour theme (press t in the app to cycle)")
     theme.fill_help = _theme_help  # type: ignore[attr-defined]  # names filled in when help is printed
-    app.add_argument("--telemetry-hz", type=float, default=DEFAULT_HZ,
+    app.add_argument("--telemetry-hz", type=real_number, default=DEFAULT_HZ,
                      help=f"telemetry sampling rate (default {DEFAULT_HZ:g})")
 
     plan = sub.add_parser("plan", help="show components, residency and the forecast without loading",
@@ -148,43 +160,44 @@ def build_parser() -> argparse.ArgumentParser:
     _policy_flags(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON (schema omni-console.plan/1)")
     for name in ("--height", "--width", "--frames", "--max-sequence-length"):
-        plan.add_argument(name, type=int, default=None, help="request size the forecast is for (default: the "
+        plan.add_argument(name, type=whole_number, default=None, help="request size the forecast is for (default: the "
                                                               "pipeline's)" if name == "--height" else None)
-    plan.add_argument("--guidance", type=float, default=None)
+    plan.add_argument("--guidance", type=real_number, default=None)
     plan.add_argument("--device", default=None, help="device the forecast is for (default: cuda if available)")
 
     run = sub.add_parser("run", help="load, generate one image or video and report, without the UI")
     _policy_flags(run)
     run.add_argument("--headless", action="store_true", help="accepted for compatibility: run is always headless")
     run.add_argument("--prompt", default="a lighthouse on a cliff at dusk")
-    run.add_argument("--steps", type=int, default=None, help="denoise steps (default: the model's)")
-    run.add_argument("--height", type=int, default=None)
-    run.add_argument("--width", type=int, default=None)
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--guidance", type=float, default=None)
-    run.add_argument("--frames", type=int, default=None, metavar="N",
+    run.add_argument("--steps", type=whole_number, default=None, help="denoise steps (default: the model's)")
+    run.add_argument("--height", type=whole_number, default=None)
+    run.add_argument("--width", type=whole_number, default=None)
+    run.add_argument("--seed", type=whole_number, default=0)
+    run.add_argument("--guidance", type=real_number, default=None)
+    run.add_argument("--frames", type=whole_number, default=None, metavar="N",
                      help="number of frames of a video pipeline (default: the pipeline's)")
-    run.add_argument("--max-sequence-length", type=int, default=None, metavar="N",
+    run.add_argument("--max-sequence-length", type=whole_number, default=None, metavar="N",
                      help="text tokens the pipeline encodes the prompt to (default: the pipeline's)")
     run.add_argument("--negative-prompt", default=None, metavar="TEXT")
-    run.add_argument("--image", type=Path, default=None, metavar="PATH",
+    run.add_argument("--image", type=path_name, default=None, metavar="PATH",
                      help="conditioning image (image-to-video, image editing pipelines)")
     run.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                      help="any other parameter of the pipeline's call, VALUE as JSON if it parses (repeatable)")
-    run.add_argument("--fps", type=float, default=None,
+    run.add_argument("--fps", type=real_number, default=None,
                      help="frame rate of a video output (default: the pipeline's, else 16)")
-    run.add_argument("--output", type=Path, default=Path("out.png"),
+    run.add_argument("--output", type=path_name, default=Path("out.png"),
                      help="file to write; the suffix picks the format: .png/.jpg/… (several frames: NAME-0001.png, "
                           "…), .gif/.webp (animated), .mp4 (video) (default out.png)")
     run.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     run.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: cuda if available)")
     run.add_argument("--json", action="store_true", help="print the report as JSON")
-    run.add_argument("--telemetry-hz", type=float, default=DEFAULT_HZ,
+    run.add_argument("--telemetry-hz", type=real_number, default=DEFAULT_HZ,
                      help=f"telemetry sampling rate (default {DEFAULT_HZ:g})")
 
     demo = sub.add_parser("demo-model", help="write the tiny random-weight Flux demo model to PATH")
-    demo.add_argument("path", type=Path)
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("path", type=path_name)
+    demo.add_argument("--seed", type=whole_number, default=0)
+    parser.epilog = overview(sub.choices)  # every subcommand's flags, read from the parsers above
     return parser
 
 
@@ -214,28 +227,15 @@ def _normalise_argv(argv: Sequence[str]) -> list[str]:
     return joined
 
 
-def _check_plan_flags(args: argparse.Namespace) -> None:
-    """`plan`'s request size and device, checked like `run`'s before anything is read (one line, exit 2)."""
-    import math
-    import re
-
-    if args.device is not None and not re.fullmatch(r"cpu(:0)?|cuda(:\d{1,4})?", args.device):
-        raise ConfigError(f"--device {args.device!r:.60}: not a device name (use cpu, cuda or cuda:N)")
-    for flag, value in (("--height", args.height), ("--width", args.width), ("--frames", args.frames),
-                        ("--max-sequence-length", args.max_sequence_length)):
-        if value is not None and value < 1:
-            raise ConfigError(f"{flag} {value}: must be at least 1")
-    if args.guidance is not None and not math.isfinite(args.guidance):
-        raise ConfigError(f"--guidance {args.guidance}: must be a finite number")
-
-
 def cmd_plan(args: argparse.Namespace) -> int:
     from ..engine.api import RequestSize, device_name_for_plan, discover_model, plan_for, plan_to_dict
     from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
+    from .run_flags import check_device_name, check_sizes
 
     policy = policy_from_args(args)  # build-time checks first: no disk access for a bad flag
     budget = budget_from_args(args)
-    _check_plan_flags(args)
+    check_device_name(args.device)
+    check_sizes(args)  # as `run` checks them, in the same words
     layout = layout_from_args(args)
     size = RequestSize(height=args.height, width=args.width, frames=args.frames,
                        max_sequence_length=args.max_sequence_length, guidance=args.guidance)
@@ -257,10 +257,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_demo_model(args: argparse.Namespace) -> int:
-    from ..engine.api import SEED_MAX, build_demo_model
+    from .run_flags import SEED_MAX  # torch-free: a bad seed is answered before the build imports torch
 
     if not 0 <= args.seed <= SEED_MAX:
-        raise ConfigError(f"--seed {str(args.seed)[:40]}: must be between 0 and 2**64-1 ({SEED_MAX})")
+        raise ConfigError(f"--seed {args.seed}: must be between 0 and 2**64-1 ({SEED_MAX})")
+    from ..engine.api import build_demo_model
+
     path = build_demo_model(args.path, seed=args.seed)
     print(f"demo model written to {plain(path)}")
     return 0
@@ -270,6 +272,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .interrupts import InterruptGuard
 
     with InterruptGuard() as guard:  # before the heavy imports: Ctrl+C from here on is one line, 130
+        from .run_flags import precheck_run
+
+        precheck_run(args)  # torch-free: a cheap mistake is answered before the imports below
         from .headless import run_headless
 
         return run_headless(args, guard)
@@ -298,9 +303,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args, unknown = build_parser().parse_known_args(_normalise_argv(sys.argv[1:] if argv is None else argv))
         if unknown:
             raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (see omni-console {args.command} --help)")
+        check_cache_dir()
         return COMMANDS[args.command](args)
     except OPERATOR_ERRORS as exc:  # bad input (a policy's too): one line, exit 2
-        print(f"omni-console: error: {plain(' '.join(str(exc).splitlines()))}", file=sys.stderr)
+        print(f"omni-console: error: {plain(short_words(' '.join(str(exc).split())))}", file=sys.stderr)
         return EXIT_USAGE
     except Interrupted:  # the guard printed the line when Ctrl+C came
         return EXIT_INTERRUPTED

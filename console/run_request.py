@@ -31,6 +31,7 @@ from ..engine.api import (
     pipeline_init_values,
 )
 from ..engine.errors import ConfigError
+from .run_flags import MAX_FPS, MIN_FPS, check_fps
 
 REQUEST_FLAGS = {"steps": "--steps", "height": "--height", "width": "--width", "seed": "--seed",
                  "guidance": "--guidance"}
@@ -60,17 +61,6 @@ def parse_params(texts: Sequence[str]) -> dict[str, Any]:
             raise ConfigError(f"--param {key}: given twice")
         params[key] = value
     return params
-
-
-MIN_FPS, MAX_FPS = 0.01, 1000.0  # 100 s to 1 ms a frame: what MP4 time bases and GIF/WebP durations hold
-
-
-def check_fps(fps: float | None) -> float | None:
-    if fps is not None and not (math.isfinite(fps) and fps > 0):
-        raise ConfigError(f"--fps {fps}: must be a positive finite number of frames per second")
-    if fps is not None and not MIN_FPS <= fps <= MAX_FPS:
-        raise ConfigError(f"--fps {fps:g}: must be between {MIN_FPS:g} and {MAX_FPS:g} frames per second")
-    return fps
 
 
 def check_param_fps(params: dict[str, Any]) -> None:

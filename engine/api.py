@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from .loading.bus_error import install_bus_error_line
     from .loading.device_choice import parse_device
     from .loading.loader import LoadCancelled, pipeline_class, pipeline_init_values
+    from .model_dir.call_source import makes_still_images
     from .model_dir.discovery import ModelInfo, discover_model
     from .model_dir.fp8_names import storage_note
     from .options import EngineOptions
@@ -84,6 +85,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".loading.loader": ("LoadCancelled", "pipeline_class", "pipeline_init_values"),
     # the model directory
     ".model_dir.discovery": ("ModelInfo", "discover_model"),
+    ".model_dir.call_source": ("makes_still_images",),
     ".demo.demo_model": ("DEMO_GENERATION", "build_demo_model", "ensure_demo_model", "is_demo_model"),
     # planning and forecasting
     ".plan_flow": ("PlanResult", "plan_for"),

@@ -12,6 +12,7 @@ Resolution of one auxiliary component: its own entry, else `"default"`, else Tru
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -216,12 +217,15 @@ class OffloadPolicy(BaseModel):
 
 def check_upcast_resident(value: object) -> int | str:
     """"auto", "off" or a count >= 0 (a digit string too: the command line's); else a one-line error."""
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    # ASCII digits only: str.isdigit() is true for "²" and int() refuses it; "--3" and 5,000 digits raise too
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
+        if len(value.strip()) > 18:
+            raise PolicyError(f"upcast_resident: {len(value.strip())} digits is too many for a number of blocks")
         value = int(value.strip())
     if isinstance(value, str) and value in UPCAST_WORDS:
         return value
     if isinstance(value, bool) or not isinstance(value, int):
-        raise PolicyTypeError(f"upcast_resident must be auto, off or a number of resident blocks, got {value!r}")
+        raise PolicyTypeError(f"upcast_resident must be auto, off or a number of resident blocks, got {value!r:.40}")
     if value < 0:
         raise PolicyError(f"upcast_resident must be >= 0 resident blocks, got {value}")
     return value

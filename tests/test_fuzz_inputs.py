@@ -161,10 +161,17 @@ def profile_edits(draw) -> Mutation:
 mutations = st.lists(st.one_of(model_index_edits(), config_edits(), index_edits(), profile_edits()),
                      min_size=1, max_size=3)
 
+# what a number flag may be given besides numbers: digits no parser expects, too many of them, other scripts
+number_text = st.one_of(st.sampled_from(["²", "--3", "１２", "٣", "1_0", "0x10", "", "9" * 4301, "1" + "0" * 5000,
+                                         "0." + "1" * 5000, "1e99999999", "-0"]),
+                        st.text(alphabet=st.sampled_from("0123456789-+.eE²٠３ _"), max_size=30))
+flag_numbers = st.one_of(numbers, number_text)
 flag_values = {
-    "--height": numbers, "--width": numbers, "--frames": numbers, "--max-sequence-length": numbers,
-    "--guidance": numbers, "--resident-layers": numbers, "--prefetch-slots": numbers, "--gpus": numbers,
-    "--vram-budget": st.one_of(nasty_text, st.sampled_from(["24GB", "1MB", "-5GB", "nan", "1e300GB", "0"])),
+    "--height": flag_numbers, "--width": flag_numbers, "--frames": flag_numbers,
+    "--max-sequence-length": flag_numbers, "--guidance": flag_numbers, "--resident-layers": flag_numbers,
+    "--prefetch-slots": flag_numbers, "--gpus": flag_numbers, "--upcast-resident": flag_numbers,
+    "--vram-budget": st.one_of(nasty_text, number_text, number_text.map(lambda t: t + "GB"),
+                               st.sampled_from(["24GB", "1MB", "-5GB", "nan", "1e300GB", "0"])),
     "--dlo-offload-components": st.one_of(json_values.map(json.dumps), nasty_text),
     "--device": st.one_of(nasty_text, st.sampled_from(["cpu", "cuda", "cuda:x", "cuda:99", "bogus"])),
     "--variant": nasty_text, "--placement": nasty_text, "--mode": nasty_text, "--parallel": nasty_text,

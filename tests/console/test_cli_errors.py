@@ -47,7 +47,7 @@ def test_plan_refuses_duplicate_keys_too(demo_model_dir, capsys):
 
 # -- argparse ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("flags,words", [(["--steps", "abc"], "argument --steps: invalid int value: 'abc'"),
+@pytest.mark.parametrize("flags,words", [(["--steps", "abc"], "argument --steps: 'abc' is not a whole number"),
                                          (["--bogus-flag"], "unrecognized arguments: --bogus-flag"),
                                          (["--seed"], "argument --seed: expected one argument")])
 def test_unparseable_flags_are_one_line_not_a_usage_block(flags, words, tmp_path, capsys, loads):

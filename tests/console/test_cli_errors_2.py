@@ -48,8 +48,8 @@ def test_a_negative_vram_budget_is_the_flags_own_line(command, demo_model_dir, t
 @pytest.mark.parametrize("flags,words", [
     (["--device", "bogus"], "--device 'bogus': not a device name"),
     (["--device", "cuda:x"], "--device 'cuda:x': not a device name"),
-    (["--height", "-5"], "--height -5: must be at least 1"),
-    (["--width", "0"], "--width 0: must be at least 1"),
+    (["--height", "-5"], "--height -5: must be a positive number of pixels"),
+    (["--width", "0"], "--width 0: must be a positive number of pixels"),
     (["--frames", "-1"], "--frames -1: must be at least 1"),
     (["--max-sequence-length", "0"], "--max-sequence-length 0: must be at least 1"),
     (["--guidance", "nan"], "--guidance nan: must be a finite number"),

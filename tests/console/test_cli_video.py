@@ -142,7 +142,7 @@ def test_demo_image_run_is_unchanged(demo_model_dir, tmp_path, capsys):
     (["--fps", "0"], "--fps 0.0: must be a positive finite number"),
     (["--fps", "nan"], "--fps nan: must be a positive finite number"),
     (["--fps", "-24"], "--fps -24.0: must be a positive finite number"),
-    (["--frames", "five"], "argument --frames: invalid int value: 'five'"),
+    (["--frames", "five"], "argument --frames: 'five' is not a whole number"),
 ])
 def test_bad_video_options_exit_2_before_load(wan_model_dir, tmp_path, capsys, loads, flags, words):
     out = tmp_path / "x.mp4"

@@ -157,7 +157,7 @@ def test_gpus_on_cuda_gather_over_nvlink(demo_model_dir, capsys, monkeypatch):
 
 @pytest.mark.parametrize(("flags", "words"), [
     (["--gpus", "0"], "--gpus must be between 1 and 64, got 0"),
-    (["--gpus", "two"], "argument --gpus: invalid int value"),
+    (["--gpus", "two"], "argument --gpus: 'two' is not a whole number"),
     (["--parallel", "cfg", "--gpus", "3"], "it needs --gpus 2, got 3"),
     (["--parallel", "tp", "--gpus", "2"], "argument --parallel: invalid choice"),
     (["--gpus", "2", "--dlo-use-allgather", "--dlo-no-use-allgather"], "not allowed with argument"),

@@ -1,0 +1,116 @@
+"""Cheap mistakes are answered before torch or diffusers is imported (they take seconds to import).
+
+Each case runs the real command line in a child process, which reports the heavy modules it ended up
+with; the assertion is on those imports, not on time (the 2-core test machine is shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from omni_console.console import run_flags
+from omni_console.console.run_flags import DEMO_PIPELINE, check_existing_output
+from omni_console.engine.errors import ConfigError
+from omni_console.engine.model_dir.call_source import makes_still_images
+from omni_console.engine.model_dir.discovery import discover_model
+
+HEAVY = ("torch", "diffusers", "transformers")
+CHILD = ("import sys\nfrom omni_console.console.cli import main\ncode = main(sys.argv[1:])\n"
+         f"print('heavy:', ','.join(m for m in {HEAVY!r} if m in sys.modules))\nsys.exit(code)\n")
+
+
+def cli(tmp_path: Path, *argv: str) -> tuple[int, str, str]:
+    """(exit code, the heavy modules imported, stderr) of `omni-console ARGV` in a fresh process."""
+    env = {**os.environ, "OMNI_CONSOLE_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, text=True, timeout=120,
+                          env=env, cwd=tmp_path)
+    heavy = done.stdout.rsplit("heavy:", 1)[-1].strip()
+    return done.returncode, heavy, done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--output", "taken.png"], "--output 'taken.png' exists; pass --overwrite to replace it"),
+    (["--output", "taken.mp4"], "--output 'taken.mp4' exists; pass --overwrite to replace it"),
+    (["--output", "new.png", "--steps", "0"], "--steps 0: must be at least 1"),
+    (["--output", "new.xyz"], "--output 'new.xyz': no image writer for '.xyz'"),
+    (["--output", "new.png", "--seed", "-1"], "--seed -1: must be between 0 and 2**64-1"),
+    (["--output", "new.png", "--fps", "0"], "--fps 0.0: must be a positive finite number"),
+    (["--output", "new.png", "--height", "0"], "--height 0: must be a positive number of pixels"),
+    (["--output", "new.png", "--telemetry-hz", "0"], "--telemetry-hz: telemetry rate must be > 0"),
+    (["--output", "new.png", "--resident-layers", "-1"], "resident_layers"),
+    (["--output", "new.png", "--parallel", "cfg", "--gpus", "3"], "it needs --gpus 2, got 3"),
+])
+def test_run_answers_before_torch_is_imported(tmp_path, argv, words):
+    """No --model: the demo is not even built (the cache stays empty) before the answer."""
+    for name in ("taken.png", "taken.mp4"):
+        (tmp_path / name).write_bytes(b"the user's file")
+    code, heavy, err = cli(tmp_path, "run", *argv)
+    assert code == 2 and heavy == "", (heavy, err)
+    assert err.count("\n") == 1 and err.startswith("omni-console: error: ") and words in err, err
+    assert (tmp_path / "taken.png").read_bytes() == b"the user's file"
+    assert not list((tmp_path / "cache").glob("demo*"))  # the demo model was not built
+    assert not (tmp_path / "new.png").exists()
+
+
+@pytest.mark.slow
+def test_an_existing_output_of_a_still_image_model_is_refused_before_torch(demo_model_dir, tmp_path):
+    (tmp_path / "shot.png").write_bytes(b"the user's file")
+    code, heavy, err = cli(tmp_path, "run", "--model", str(demo_model_dir), "--output", "shot.png")
+    assert (code, heavy) == (2, "")
+    assert err == "omni-console: error: --output 'shot.png' exists; pass --overwrite to replace it\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("argv", "line"), [
+    (["plan", "--frames", "0"], "--frames 0: must be at least 1"),
+    (["demo-model", "demo", "--seed", "-1"], "--seed -1: must be between 0 and 2**64-1 (18446744073709551615)"),
+])
+def test_plan_and_demo_model_answer_before_torch_is_imported(tmp_path, argv, line):
+    code, heavy, err = cli(tmp_path, *argv)
+    assert (code, heavy) == (2, "")
+    assert err == f"omni-console: error: {line}\n"
+    assert not (tmp_path / "demo").exists()
+
+
+# --- the early check refuses only what the full check would ---------------------------------------
+
+def _args(model: Path | None, output: Path) -> argparse.Namespace:
+    return argparse.Namespace(model=model, variant=None, output=output, overwrite=False)
+
+
+def test_the_demo_pipeline_named_here_is_the_demo_models(demo_model_dir):
+    assert discover_model(demo_model_dir, None).pipeline_class == DEMO_PIPELINE
+    assert makes_still_images(DEMO_PIPELINE) is True
+
+
+def test_the_seed_bound_is_the_engines():
+    from omni_console.engine.running.request_checks import SEED_MAX
+
+    assert run_flags.SEED_MAX == SEED_MAX
+
+
+def test_a_video_models_png_output_that_exists_is_left_to_the_full_check(wan_model_dir, tmp_path):
+    """A video writes NAME-0001.png, …: an existing NAME.png is no reason to refuse before the frame count is
+    known; an existing NAME.mp4 is (the video is that one file)."""
+    for name in ("clip.png", "clip.mp4"):
+        (tmp_path / name).write_bytes(b"the user's file")
+    check_existing_output(_args(wan_model_dir, tmp_path / "clip.png"))  # not refused here
+    with pytest.raises(ConfigError, match="exists; pass --overwrite"):
+        check_existing_output(_args(wan_model_dir, tmp_path / "clip.mp4"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["FluxPipeline", "StableDiffusion3Pipeline", "PixArtSigmaPipeline", "WanPipeline",
+                                  "LTXPipeline", "CogVideoXPipeline", "MochiPipeline", "LattePipeline",
+                                  "HunyuanVideoPipeline", "QwenImagePipeline"])
+def test_the_source_reading_agrees_with_the_imported_signature(name):
+    from omni_console.engine.running.call_options import call_signature, option_parameter
+
+    assert makes_still_images(name) is (option_parameter(call_signature(name), "frames") is None)
