@@ -18,10 +18,10 @@ What each suffix holds:
 - any other Pillow suffix (`.png`, `.jpg`, …): one frame is that file; several frames are a numbered
   sequence beside it, `NAME-0001.png`, `NAME-0002.png`, … (zero-padded to the frame count's width,
   at least 4 digits). An existing file among any of those names is refused unless overwrite; when the
-  frame count is not known up front, any existing `NAME-<digits>.png` is refused likewise. With
-  overwrite, once every frame is written, the earlier run's frames of this name that this run did not
-  rewrite (`NAME-<4+ digits>.png`, regular files) are removed, so the folder holds one sequence, not a
-  mix of two; no other file is touched.
+  frame count is not known up front, any existing `NAME-<digits>.png` is refused likewise. The frames
+  written are recorded in a manifest beside them (`frame_manifest`); with overwrite, the frames an
+  earlier run of this tool recorded there and this run did not rewrite are removed, so the folder holds
+  one sequence, not a mix of two. No other file is ever deleted, and a single-file output deletes nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import functools
 import io
 import os
 import re
-import stat
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from typing import Any, BinaryIO, Literal
 
 from ..errors import ConfigError
 from .atomic_write import write_new, write_replacing
+from .frame_manifest import record_frames
 from .signal_guard import SignalGuard
 
 SUGGESTED_SUFFIXES = (".png", ".jpg", ".webp", ".tiff", ".bmp")
@@ -134,7 +134,7 @@ def sequence_paths(path: Path, count: int) -> list[Path]:
 
 def existing_sequence_files(path: Path) -> list[Path]:
     """Files already named like a numbered sequence of `path` (NAME-<digits>.SUF), sorted."""
-    pattern = re.compile(re.escape(path.stem) + r"-\d+" + re.escape(path.suffix))
+    pattern = re.compile(re.escape(path.stem) + r"-[0-9]+" + re.escape(path.suffix))  # ASCII digits only
     try:
         entries = list(path.parent.iterdir())
     except OSError:
@@ -277,30 +277,8 @@ def write_result(frames: Sequence[Any], target: OutputTarget, *, fps: float | No
         for path in created:  # a partial sequence of our own new files is removed; replaced ones stay new
             path.unlink(missing_ok=True)
         raise
-    if target.overwrite:
-        remove_stale_frames(target.path, written)
+    record_frames(target.path, written, overwrite=target.overwrite)  # and remove our own stale frames
     return written
-
-
-def remove_stale_frames(path: Path, written: Sequence[Path]) -> list[Path]:
-    """Remove the frames an earlier, longer run wrote for `path` that `written` did not replace.
-
-    Only names this module writes for `path` (NAME-<at least SEQUENCE_MIN_DIGITS digits>.SUF) that are
-    regular files; returns what was removed."""
-    keep = {p.name for p in written}
-    removed = []
-    for old in existing_sequence_files(path):
-        digits = old.name[len(path.stem) + 1:len(old.name) - len(path.suffix)]
-        if old.name in keep or len(digits) < SEQUENCE_MIN_DIGITS:
-            continue
-        try:
-            if not stat.S_ISREG(os.lstat(old).st_mode):
-                continue
-            old.unlink()
-        except FileNotFoundError:
-            continue
-        removed.append(old)
-    return removed
 
 
 def write_notes(frames: Sequence[Any], target: OutputTarget, *, fps: float | None) -> list[str]:
