@@ -6,9 +6,15 @@ block. Ctrl+C prints one line and exits 130.
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__" or (sys.argv and sys.argv[0].rsplit("/", 1)[-1] == "omni-console"):
+    from .exit_signals import install_early  # the console script: a signal during the imports below is one line
+
+    install_early()
+
 import argparse
 import json
-import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
@@ -230,6 +236,9 @@ def _check_plan_flags(args: argparse.Namespace) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from ..engine.api import pause_point
+
+    pause_point("imports")
     from ..engine.api import RequestSize, device_name_for_plan, discover_model, plan_for, plan_to_dict
     from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
 
@@ -257,6 +266,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_demo_model(args: argparse.Namespace) -> int:
+    from ..engine.api import pause_point
+
+    pause_point("imports")
     from ..engine.api import SEED_MAX, build_demo_model
 
     if not 0 <= args.seed <= SEED_MAX:
@@ -270,6 +282,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .interrupts import InterruptGuard
 
     with InterruptGuard() as guard:  # before the heavy imports: Ctrl+C from here on is one line, 130
+        from ..engine.api import pause_point
+
+        pause_point("imports")
         from .headless import run_headless
 
         return run_headless(args, guard)
@@ -285,7 +300,17 @@ COMMANDS = {"plan": cmd_plan, "demo-model": cmd_demo_model, "run": cmd_run, "con
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .interrupts import EXIT_INTERRUPTED, INTERRUPTED_LINE, Interrupted
+    from .exit_signals import exit_code, installed, say
+
+    with installed():  # first: a signal from here on is one line and 130/143/129 (exit_signals)
+        return _main(argv, say, exit_code)
+
+
+def _main(argv: Sequence[str] | None, say, exit_code) -> int:
+    import signal
+
+    from ..engine.api import SignalStop
+    from .interrupts import EXIT_INTERRUPTED, Interrupted
 
     if argv is None and _normalise_argv(sys.argv[1:])[0] != "console":  # the command line, not the app
         from ..engine.api import install_bus_error_line
@@ -304,9 +329,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except Interrupted:  # the guard printed the line when Ctrl+C came
         return EXIT_INTERRUPTED
-    except KeyboardInterrupt:
-        print(INTERRUPTED_LINE, file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl+C inside a write or a build: what it was writing is gone
+        say(signal.SIGINT)
         return EXIT_INTERRUPTED
+    except SignalStop as stop:  # SIGTERM / SIGHUP inside a write or a build, likewise
+        say(stop.signum)
+        return exit_code(stop.signum)
 
 
 if __name__ == "__main__":
