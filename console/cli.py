@@ -300,10 +300,13 @@ COMMANDS = {"plan": cmd_plan, "demo-model": cmd_demo_model, "run": cmd_run, "con
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .exit_signals import exit_code, installed, say
+    from .exit_signals import end, exit_code, installed, say
 
     with installed():  # first: a signal from here on is one line and 130/143/129 (exit_signals)
-        return _main(argv, say, exit_code)
+        code = _main(argv, say, exit_code)
+        if argv is None:  # the command line: end here, still under the rule (see exit_signals.end)
+            end(code)
+        return code
 
 
 def _main(argv: Sequence[str] | None, say, exit_code) -> int:

@@ -80,6 +80,16 @@ def stop(signum: int, _frame: FrameType | None = None) -> NoReturn:
     os._exit(exit_code(signum))
 
 
+def end(code: int) -> NoReturn:
+    """End the command line's process with `code` once its work is done, without the interpreter's teardown:
+    during that teardown (over a second with torch loaded) Python puts the default handlers back, and a
+    signal then killed the process with no line, after its output was complete."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 def add_stop_hook(hook: Callable[[], None]) -> None:
     """Run `hook` (e.g. give the terminal back) before the process ends on a signal."""
     _stop_hooks.append(hook)

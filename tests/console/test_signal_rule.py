@@ -173,8 +173,11 @@ def test_a_terminal_hangup_ends_the_console_with_129(tmp_path, demo_model_dir, m
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(signum=st.sampled_from(list(SIGNALS)), delay=st.floats(0.0, 12.0))
 def test_a_signal_at_a_random_moment_of_a_run(tmp_path_factory, demo_model_dir, signum, delay):
+    """From the first line of `main` on (before it, the interpreter's own start-up runs no code of ours)."""
     folder = tmp_path_factory.mktemp("random")
-    proc, _ = spawn(["run", "--model", str(demo_model_dir), "--output", "o.png", *DEMO_FAST], folder)
+    proc, flag = spawn(["run", "--model", str(demo_model_dir), "--output", "o.png", *DEMO_FAST], folder, "imports")
+    wait_paused(proc, flag)
+    flag.unlink()
     time.sleep(delay)
     if proc.poll() is None:
         proc.send_signal(signum)
