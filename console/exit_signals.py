@@ -74,16 +74,28 @@ def stop(signum: int, _frame: FrameType | None = None) -> NoReturn:
         with contextlib.suppress(Exception):
             hook()
     remove_pending()
+    _end_children()
     say(signum)
     with contextlib.suppress(Exception):
         sys.stdout.flush()
     os._exit(exit_code(signum))
 
 
+def _end_children() -> None:
+    """Rank processes (`run --gpus`) go with this one: `os._exit` skips multiprocessing's own clean-up."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is None:
+        return
+    with contextlib.suppress(Exception):
+        for child in mp.active_children():
+            child.kill()
+
+
 def end(code: int) -> NoReturn:
     """End the command line's process with `code` once its work is done, without the interpreter's teardown:
     during that teardown (over a second with torch loaded) Python puts the default handlers back, and a
     signal then killed the process with no line, after its output was complete."""
+    _end_children()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()

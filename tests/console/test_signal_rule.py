@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -195,3 +196,67 @@ def test_a_signal_at_a_random_moment_of_a_run(tmp_path_factory, demo_model_dir, 
         assert last == nothing_line(signum).strip() and user_files(folder) == []
     else:
         assert last.endswith("output complete: o.png") and complete
+
+
+class Console:
+    """The console on a pseudo-terminal of 80x24 (stderr there too, as in a shell)."""
+
+    def __init__(self, model: Path, cwd: Path) -> None:
+        self.master, self.slave = os.openpty()
+        import termios
+
+        fcntl.ioctl(self.slave, termios.TIOCSWINSZ, b"\x18\x00\x50\x00\x00\x00\x00\x00")
+        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "24"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "omni_console.console.cli", "--model", str(model)],
+                                     stdin=self.slave, stdout=self.slave, stderr=self.slave, env=env,
+                                     start_new_session=True, preexec_fn=_controlling_terminal, cwd=cwd)
+        self.out = bytearray()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            self.out.extend(data)
+
+    def wait_for(self, text: bytes) -> None:
+        deadline = time.monotonic() + 240
+        while text not in self.out:
+            assert self.proc.poll() is None and time.monotonic() < deadline, bytes(self.out)[-600:]
+            time.sleep(0.01)
+
+    def finish(self) -> tuple[int, str, bool]:
+        """(exit status, what was printed after the alternate screen was left, whether keys echo again)."""
+        import termios
+
+        try:
+            code = self.proc.wait(timeout=60)
+        finally:
+            self.proc.kill()
+        echo = bool(termios.tcgetattr(self.slave)[3] & termios.ECHO)
+        os.close(self.slave)
+        self.reader.join(5)
+        os.close(self.master)
+        out = bytes(self.out)
+        after = out[out.rfind(b"\x1b[?1049l") + 8:].decode(errors="replace")
+        return code, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", after), echo  # Textual's last modes (cursor, focus)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", list(SIGNALS), ids=IDS)
+@pytest.mark.parametrize("moment", ["starting", "running"])
+def test_a_signal_to_the_console_gives_the_terminal_back_and_one_line(tmp_path, demo_model_dir, moment, signum):
+    term = Console(demo_model_dir, tmp_path)
+    term.wait_for(b"importing torch" if moment == "starting" else b" load")
+    term.proc.send_signal(signum)
+    code, after, echo = term.finish()
+    name = signal.Signals(signum).name
+    outcome = ("nothing written" if moment == "starting"
+               else "every saved output is complete, nothing half-written is left")
+    assert code == SIGNALS[signum] and echo
+    assert [ln.strip() for ln in after.splitlines() if ln.strip()] == [f"omni-console: interrupted ({name}); {outcome}"]
