@@ -173,8 +173,32 @@ def _signed_by_us(manifest: FrameManifest) -> bool:
     return key is not None and hmac.compare_digest(manifest.mac, sign(manifest, key))
 
 
-def _unchanged(record: FrameRecord, folder: int) -> bool:
-    return _regular_digest(record.name, folder) == (record.size, record.sha256)
+def _unchanged(record: FrameRecord, folder: int) -> os.stat_result | None:
+    """The file's identity if it is still the regular file holding exactly the recorded bytes, else None."""
+    try:
+        before = os.lstat(record.name, dir_fd=folder)
+    except OSError:
+        return None
+    if _regular_digest(record.name, folder) != (record.size, record.sha256):
+        return None
+    return before
+
+
+def _remove_if_same(name: str, folder: int, identity: os.stat_result) -> bool:
+    """Unlink `name` only if it is still the very file that was checked (same device, inode, size, mtime)."""
+    try:
+        now = os.lstat(name, dir_fd=folder)
+    except OSError:
+        return False
+    same = (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) == \
+        (identity.st_dev, identity.st_ino, identity.st_size, identity.st_mtime_ns)
+    if not same or not stat.S_ISREG(now.st_mode):
+        return False
+    try:
+        os.unlink(name, dir_fd=folder)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def record_frames(output: Path, written: Sequence[Path], *, overwrite: bool) -> list[Path]:
@@ -197,13 +221,12 @@ def record_frames(output: Path, written: Sequence[Path], *, overwrite: bool) -> 
         kept: list[FrameRecord] = []
         trusted = old.frames if old is not None and _signed_by_us(old) else []  # unsigned: replaced, not obeyed
         for record in trusted:
-            if record.name in names or not _unchanged(record, folder):
+            identity = None if record.name in names else _unchanged(record, folder)
+            if identity is None:
                 continue
             if not overwrite:
                 kept.append(record)
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(record.name, dir_fd=folder)
+            elif _remove_if_same(record.name, folder, identity):
                 removed.append(output.with_name(record.name))
         records = [*kept]
         for path in written:
