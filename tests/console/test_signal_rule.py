@@ -260,3 +260,18 @@ def test_a_signal_to_the_console_gives_the_terminal_back_and_one_line(tmp_path, 
                else "every saved output is complete, nothing half-written is left")
     assert code == SIGNALS[signum] and echo
     assert [ln.strip() for ln in after.splitlines() if ln.strip()] == [f"omni-console: interrupted ({name}); {outcome}"]
+
+
+@pytest.mark.slow
+def test_a_signal_during_an_overwrite_of_a_sequence_leaves_the_old_frames_as_they_were(tmp_path, wan_model_dir):
+    args = ["run", "--model", str(wan_model_dir), "--output", "s.png", "--frames", "5", *WAN_FAST]
+    proc, _ = spawn(args, tmp_path)
+    assert finish(proc)[0] == 0
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert len([n for n in before if n.startswith("s-")]) == 5 and ".s.png.omni-frames.json" in before
+    proc, flag = spawn([*args[:-len(WAN_FAST)], "--seed", "1", *WAN_FAST, "--overwrite"], tmp_path, "between-frames")
+    wait_paused(proc, flag)
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc, flag)
+    assert (code, out) == (143, "") and err.endswith(nothing_line(signal.SIGTERM))
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if not p.name.startswith(".pause-")} == before
