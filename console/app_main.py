@@ -5,8 +5,11 @@ mode, theme, model directory) is checked before the app runs, so a bad flag prin
 exits 2. On a terminal those checks, torch's import and the model's discovery run under the
 start-up frame (`startup_frame`), drawn at once; an error there gives the terminal back first.
 
-Ending the app: q, SIGTERM and SIGHUP all go through the app's quit (the terminal is restored by
-Textual on the way out). The engine thread is never waited for past a short bound, and once the
+Ending the app: q, SIGTERM, SIGHUP and SIGINT all go through the app's quit (the terminal is restored
+by Textual on the way out); a signal ends with its one line and 128 + its number (`exit_signals`), also
+when the terminal is already gone (a hangup: restoring it fails, which is not an error then). The
+console needs a terminal: without one (stdin or stdout not a tty) it is refused with one line, exit 2,
+instead of waiting for keys that never come. The engine thread is never waited for past a short bound, and once the
 app has exited the process ends with `os._exit`: letting the interpreter finalize under a thread
 that is inside torch can hang or abort, finalizing it after an idle quit takes over a second (torch's
 modules), and the OS frees the device and pinned memory of an exiting process anyway.
@@ -24,7 +27,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NoReturn
 
 from ..engine.errors import ConfigError
-from .startup_frame import StartupSignal, startup_frame
+from .exit_signals import CONSOLE_OUTCOME, say
+from .startup_frame import startup_frame
 
 if TYPE_CHECKING:  # torch: imported while the start-up frame is shown, not before it
     from ..engine.api import EngineHandle, RankLayout
@@ -88,12 +92,13 @@ def _engine_for(args: argparse.Namespace, layout: RankLayout) -> EngineHandle:
 
 EXIT_RELEASE_WAIT_S = 0.2
 """After the app has exited: how long to wait for the engine's release before ending the process."""
-QUIT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+QUIT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, name))
+SIGNAL_CODES = {128 + int(signum) for signum in QUIT_SIGNALS}
 
 
 @contextlib.contextmanager
 def quit_on_signals(app) -> Iterator[None]:
-    """SIGTERM/SIGHUP quit the app like q (terminal restored) instead of killing it mid-screen.
+    """SIGTERM/SIGHUP/SIGINT quit the app like q (terminal restored) instead of killing it mid-screen.
 
     The handler only hands the quit to the app's event loop (`OmniConsoleApp.quit_on_signal`);
     the previous handlers come back afterwards. Outside the main thread (tests) nothing is installed.
@@ -123,18 +128,31 @@ def exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
+def _needs_terminal() -> None:
+    for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout)):
+        try:
+            ok = stream is not None and stream.isatty()
+        except (AttributeError, ValueError):
+            ok = False
+        if not ok:
+            raise ConfigError(f"the console needs a terminal ({name} is not one); for scripts use "
+                              "`omni-console run` or `omni-console plan`")
+
+
 def run_app(args: argparse.Namespace) -> NoReturn:
-    """Run the console, then end the process: 0 after q, 128 + signal number after SIGTERM/SIGHUP.
+    """Run the console, then end the process: 0 after q, 128 + signal number after SIGTERM/SIGHUP/SIGINT.
 
     Once the app has exited the terminal is restored, the output flushed and the engine released, so
     the process ends with `exit_now` at once: finalizing the interpreter (torch, CUDA, thread states)
     took over a second and does nothing the operator needs.
     """
+    with startup_frame(str(args.model) if args.model is not None else "built-in demo model") as frame:
+        app = build_app(args, frame.step)  # the frame is on screen at once; Textual draws over it
     try:
-        with startup_frame(str(args.model) if args.model is not None else "built-in demo model") as frame:
-            app = build_app(args, frame.step)  # the frame is on screen at once; Textual draws over it
-    except StartupSignal as stop:  # SIGTERM/SIGHUP before the app ran: the terminal is back, nothing to release
-        exit_now(stop.code)
+        _needs_terminal()
+    except ConfigError:
+        app.engine.close()
+        raise
     from .app import QUIT_RELEASE_WAIT_S
     from .shutdown import release_wait_s
 
@@ -143,6 +161,9 @@ def run_app(args: argparse.Namespace) -> NoReturn:
         with quit_on_signals(app):
             result = app.run()
     except BaseException:
+        if app.session.exit_code in SIGNAL_CODES:  # the terminal hung up under the quit: not a failure
+            app.shutdown(timeout=EXIT_RELEASE_WAIT_S)
+            _end_on_signal(app.session.exit_code)
         if not app.shutdown(timeout=EXIT_RELEASE_WAIT_S) and app.worker.busy:
             traceback.print_exc()
             exit_now(1)
@@ -151,4 +172,11 @@ def run_app(args: argparse.Namespace) -> NoReturn:
     # idempotent: q already began it. The terminal is back; the release gets a bounded wait (a stuck step is
     # not waited for past it)
     app.shutdown(timeout=release_wait_s(app.engine, QUIT_RELEASE_WAIT_S))
+    if code in SIGNAL_CODES:
+        _end_on_signal(code)
     exit_now(code)  # released (or stuck): the interpreter's teardown of torch would only add a second
+
+
+def _end_on_signal(code: int) -> NoReturn:
+    say(code - 128, CONSOLE_OUTCOME)
+    exit_now(code)

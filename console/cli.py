@@ -6,9 +6,15 @@ block. Ctrl+C prints one line and exits 130.
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__" or (sys.argv and sys.argv[0].rsplit("/", 1)[-1] == "omni-console"):
+    from .exit_signals import install_early  # the console script: a signal during the imports below is one line
+
+    install_early()
+
 import argparse
 import json
-import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
@@ -228,6 +234,9 @@ def _normalise_argv(argv: Sequence[str]) -> list[str]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from ..engine.api import pause_point
+
+    pause_point("imports")
     from ..engine.api import RequestSize, device_name_for_plan, discover_model, plan_for, plan_to_dict
     from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
     from .run_flags import check_device_name, check_sizes
@@ -257,7 +266,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_demo_model(args: argparse.Namespace) -> int:
+    from ..engine.api import pause_point
     from .run_flags import SEED_MAX  # torch-free: a bad seed is answered before the build imports torch
+
+    pause_point("imports")
 
     if not 0 <= args.seed <= SEED_MAX:
         raise ConfigError(f"--seed {args.seed}: must be between 0 and 2**64-1 ({SEED_MAX})")
@@ -272,9 +284,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .interrupts import InterruptGuard
 
     with InterruptGuard() as guard:  # before the heavy imports: Ctrl+C from here on is one line, 130
+        from ..engine.api import pause_point
         from .run_flags import precheck_run
 
         precheck_run(args)  # torch-free: a cheap mistake is answered before the imports below
+        pause_point("imports")
         from .headless import run_headless
 
         return run_headless(args, guard)
@@ -290,7 +304,20 @@ COMMANDS = {"plan": cmd_plan, "demo-model": cmd_demo_model, "run": cmd_run, "con
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .interrupts import EXIT_INTERRUPTED, INTERRUPTED_LINE, Interrupted
+    from .exit_signals import end, exit_code, installed, say
+
+    with installed():  # first: a signal from here on is one line and 130/143/129 (exit_signals)
+        code = _main(argv, say, exit_code)
+        if argv is None:  # the command line: end here, still under the rule (see exit_signals.end)
+            end(code)
+        return code
+
+
+def _main(argv: Sequence[str] | None, say, exit_code) -> int:
+    import signal
+
+    from ..engine.api import SignalStop
+    from .interrupts import EXIT_INTERRUPTED, Interrupted
 
     if argv is None and _normalise_argv(sys.argv[1:])[0] != "console":  # the command line, not the app
         from ..engine.api import install_bus_error_line
@@ -310,9 +337,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except Interrupted:  # the guard printed the line when Ctrl+C came
         return EXIT_INTERRUPTED
-    except KeyboardInterrupt:
-        print(INTERRUPTED_LINE, file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl+C inside a write or a build: what it was writing is gone
+        say(signal.SIGINT)
         return EXIT_INTERRUPTED
+    except SignalStop as stop:  # SIGTERM / SIGHUP inside a write or a build, likewise
+        say(stop.signum)
+        return exit_code(stop.signum)
 
 
 if __name__ == "__main__":

@@ -25,12 +25,14 @@ from ..engine.api import (
     EngineHandle,
     EngineOptions,
     OffloadPolicy,
+    SignalGuard,
     TelemetrySampler,
     check_output_place,
     default_device,
     default_sources,
     open_engine,
     parse_device,
+    pause_point,
     plain,
     plan_for,
     request_size,
@@ -95,8 +97,8 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
         from .headless_ranks import run_ranks
 
         return run_ranks(args, guard, layout, flags)
-    # On this (main) thread: building the demo model installs its own SIGTERM cleanup, which only
-    # the main thread can; Ctrl+C meanwhile lets the build finish cleanly, then ends the run.
+    # On this (main) thread: building the demo model installs its own signal cleanup, which only the main
+    # thread can; a signal meanwhile removes the unfinished build and ends the run (exit_signals).
     model_path = resolve_model_path(args.model)
     guard.check()
     if flags.budget is not None and (flags.device or default_device()).type == "cuda":
@@ -173,15 +175,18 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
     notes: list[str] = []
     if frames:
         try:
-            notes = write_notes(frames, run.output, fps=fps, audio=result.audio)
-            files = write_result(frames, run.output, fps=fps, audio=result.audio)
+            with SignalGuard():  # Ctrl+C too now removes what is being written, or waits until it is complete
+                guard.check()
+                notes = write_notes(frames, run.output, fps=fps, audio=result.audio)
+                files = write_result(frames, run.output, fps=fps, audio=result.audio)
         except OSError as exc:
             _fail(err, f"cannot write {exc.filename or run.output.path}: {exc.strerror or exc}")
             return EXIT_FAILED
         except ValueError as exc:  # frames the writers cannot take (mixed sizes, not RGB)
             _fail(err, f"cannot write {run.output.path}: {_one_line(str(exc))}")
             return EXIT_FAILED
-    guard.check()  # Ctrl+C while writing: "interrupted" was said, so the exit says it too (130)
+    pause_point("after-write")
+    guard.check()  # Ctrl+C after the write: the line said the output is complete; the exit says 130
     totals = progress.totals
     report = RunReport.model_validate({  # checked against the published schema's model as it is built
         "model": str(engine.model.path), "device": str(engine.device),

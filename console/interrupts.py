@@ -5,26 +5,29 @@ a library (safetensors, diffusers' loaders) that exception can be caught and re-
 something else ("corrupt model"), or swallowed. So while headless work runs, SIGINT never raises:
 
 - the engine's work runs on a worker thread while the main thread only waits;
-- the first SIGINT prints `omni-console: interrupted` and sets a cancel event that the engine
+- the first SIGINT prints the one line (`exit_signals.line`: `omni-console: interrupted (SIGINT); …`,
+  saying whether the output is complete or nothing was written) and sets a cancel event that the engine
   checks at its safe points (between components and blocks while loading, at each step end
   while generating);
 - whatever the worker then ends with — a result, LoadCancelled, any other exception — the outcome
   is `Interrupted` (exit 130), and the caller releases memory;
 - a second SIGINT exits at once with 130 (the operator does not want to wait for a safe point).
+
+While the output is written the engine's `SignalGuard` takes SIGINT over (the handler yields to it), so
+a Ctrl+C then removes what was being written, or waits until it is complete: never half of it.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any, TypeVar
 
 EXIT_INTERRUPTED = 130
-INTERRUPTED_LINE = "omni-console: interrupted"
+INTERRUPTED_LINE = "omni-console: interrupted"  # the line's start; `exit_signals.line` says the rest
 
 T = TypeVar("T")
 
@@ -64,11 +67,16 @@ class InterruptGuard:
 
     def _on_sigint(self, _signum: int, _frame: FrameType | None) -> None:
         if self._interrupted:  # the second Ctrl+C: do not wait for a safe point
+            from ..engine.api import remove_pending
+
             self._announce()
+            remove_pending()
             os._exit(EXIT_INTERRUPTED)
         self._interrupted = True
         self.cancel.set()
         self._announce()
+
+    _on_sigint.yields_to_guard = True  # type: ignore[attr-defined]  # a write's SignalGuard takes SIGINT over
 
     def interrupt(self) -> None:
         """What the first SIGINT does (also for callers that learn of an interrupt otherwise)."""
@@ -78,12 +86,10 @@ class InterruptGuard:
         if self._announced:
             return
         self._announced = True
+        from .exit_signals import say
+
         with self.output_lock:  # a progress line being printed finishes first; none follows (muted)
-            try:
-                sys.stderr.write(INTERRUPTED_LINE + "\n")
-                sys.stderr.flush()
-            except (OSError, ValueError):  # a closed or broken stderr must not turn into a traceback
-                pass
+            say(signal.SIGINT)
 
     def check(self) -> None:
         """Raise Interrupted if Ctrl+C was pressed (between phases)."""

@@ -7,9 +7,10 @@ soon as the flags are parsed (no Textual, no torch): a title bar with the model,
 start-up step that is ticked with its time as it ends, and a footer. Textual then takes over the
 same alternate screen and draws the app over it, so there is no flash of the shell in between.
 
-Ctrl+C, SIGTERM and SIGHUP while it is shown, or an error in a step (a bad flag or model folder:
-one line, exit 2 as always), restore the terminal (main screen, cursor, echo) before the line is
-printed. Typed keys are not echoed over the frame; they reach the app once it runs (`q` quits it).
+Ctrl+C, SIGTERM and SIGHUP while it is shown (`exit_signals`: the frame's `close` runs before the
+process ends), or an error in a step (a bad flag or model folder: one line, exit 2 as always), restore
+the terminal (main screen, cursor, echo) before the line is printed; a terminal that hung up is skipped.
+Typed keys are not echoed over the frame; they reach the app once it runs (`q` quits it).
 Nothing is drawn when stdout is not a terminal.
 """
 
@@ -18,26 +19,23 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Iterator
 from typing import TextIO
 
 from ..engine.api import plain
+from .exit_signals import add_stop_hook, remove_stop_hook
+
+try:
+    from termios import error as _TermiosError
+except ImportError:  # no termios (Windows): nothing raises it
+    class _TermiosError(Exception):  # type: ignore[no-redef]
+        pass
 
 ENTER = "\x1b[?1049h\x1b[?25l\x1b[H\x1b[2J"  # alternate screen, cursor hidden, cleared
 LEAVE = "\x1b[?25h\x1b[?1049l"  # cursor shown, main screen back
 BAR = "\x1b[7m{}\x1b[0m"  # reverse video: the title bar and the footer
-SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
-
-
-class StartupSignal(BaseException):
-    """SIGTERM or SIGHUP while the frame is shown: the process exits with 128 + the signal number."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.code = 128 + signum
 
 
 class StartupFrame:
@@ -50,13 +48,12 @@ class StartupFrame:
         self.steps: list[tuple[str, float | None]] = []
         self._started = 0.0
         self._termios: tuple[int, list] | None = None
-        self._handlers: dict[int, object] = {}
 
     def open(self) -> None:
         if not self.active:
             return
         self._quiet_keys()
-        self._catch_signals()
+        add_stop_hook(self.close)
         self._write(ENTER)
         self._draw()
 
@@ -73,7 +70,7 @@ class StartupFrame:
     def hand_over(self) -> None:
         """Textual takes the terminal next: keys and signals back as they were, the frame left on screen."""
         self._restore_keys()
-        self._restore_signals()
+        remove_stop_hook(self.close)
 
     def close(self) -> None:
         """Put the terminal back (an error or an interrupt before the app ran)."""
@@ -117,29 +114,16 @@ class StartupFrame:
             quiet[3] &= ~(termios.ECHO | termios.ICANON)
             termios.tcsetattr(fd, termios.TCSANOW, quiet)
             self._termios = (fd, saved)
-        except (ImportError, OSError, ValueError, AttributeError):
+        except (ImportError, OSError, ValueError, AttributeError, _TermiosError):
             self._termios = None
 
     def _restore_keys(self) -> None:
         if self._termios is not None:
             import termios
 
-            with contextlib.suppress(OSError, ValueError):
+            with contextlib.suppress(OSError, ValueError, termios.error):  # a hung-up terminal: nothing to restore
                 termios.tcsetattr(self._termios[0], termios.TCSANOW, self._termios[1])
             self._termios = None
-
-    def _catch_signals(self) -> None:
-        def raise_signal(signum: int, _frame: object) -> None:
-            raise StartupSignal(signum)
-
-        with contextlib.suppress(ValueError):  # not the main thread: nothing to restore on a signal
-            for signum in SIGNALS:
-                self._handlers[signum] = signal.signal(signum, raise_signal)
-
-    def _restore_signals(self) -> None:
-        for signum, handler in self._handlers.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
-        self._handlers.clear()
 
 
 def _is_terminal(stream: TextIO) -> bool:

@@ -71,6 +71,15 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from .running.request_checks import SEED_MAX, check_request
     from .running.request_limits import check_limits, schedule_steps
     from .running.runner import GenerateRequest, RequestCancelled, total_steps_of
+    from .running.signal_guard import (
+        SignalGuard,
+        SignalStop,
+        completed_outputs,
+        deferrable,
+        forget_outputs,
+        held,
+        pause_point,
+    )
     from .worker import EngineWorker
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
@@ -127,6 +136,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "write_result",
     ),
     ".running.atomic_write": ("publish_new", "remove_pending", "scratch_folder"),
+    ".running.signal_guard": ("SignalGuard", "SignalStop", "completed_outputs", "deferrable", "forget_outputs", "held",
+                               "pause_point"),
     ".loading.bus_error": ("install_bus_error_line",),
     ".plain_text": ("plain", "plain_lines"),
     # the offload layer's policy and telemetry

@@ -32,7 +32,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import ConfigError
-from ..running.signal_guard import SignalGuard
+from ..running.signal_guard import SignalGuard, mark_complete
 
 __all__ = [
     "COMPLETE_MARKER",
@@ -367,6 +367,7 @@ def atomic_build(path: Path, build: Callable[[Path], None], marker: dict[str, _S
                 _write_manifest(scratch.tmp, marker)
                 with guard.held():
                     _swap(scratch.tmp, path, scratch, replace=replace)
+                    mark_complete([path])
             except OSError as exc:  # disk full, folder removed under us...: the operator's to fix
                 raise _unwritable(path.parent, f"cannot write the build here ({exc.strerror or exc})") from None
         finally:

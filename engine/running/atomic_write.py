@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from .signal_guard import held
+
 _lock = threading.Lock()
 _pending: dict[Path, bool] = {}  # path -> is a folder; what remove_pending() may delete
 _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK, errno.ENOSYS}
@@ -102,18 +104,29 @@ def publish_new(temp: Path, path: Path) -> None:
         _forget(path)
 
 
-def write_new(path: Path, write: Callable[[BinaryIO], None], mode: int = 0o666) -> None:
-    """Write a new file at `path` (FileExistsError if it exists, before or after the write)."""
+def _nothing() -> None:
+    return None
+
+
+def write_new(path: Path, write: Callable[[BinaryIO], None], mode: int = 0o666, *,
+              published: Callable[[], None] = _nothing) -> None:
+    """Write a new file at `path` (FileExistsError if it exists, before or after the write).
+
+    Putting it in place and `published()` form one step that signals wait for (`signal_guard.held`)."""
     with _temp_beside(path) as (stream, temp):
         write(stream)
         stream.flush()
         os.fchmod(stream.fileno(), mode & ~_umask())
         stream.close()
-        publish_new(temp, path)
+        with held():
+            publish_new(temp, path)
+            published()
 
 
-def write_replacing(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Write `path`, replacing what is there in one step (keeping its permission bits)."""
+def write_replacing(path: Path, write: Callable[[BinaryIO], None], *,
+                    published: Callable[[], None] = _nothing) -> None:
+    """Write `path`, replacing what is there in one step (keeping its permission bits); `published()`
+    runs in the same step."""
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode)
     except OSError:
@@ -123,7 +136,17 @@ def write_replacing(path: Path, write: Callable[[BinaryIO], None]) -> None:
         stream.flush()
         os.fchmod(stream.fileno(), mode)
         stream.close()
-        os.replace(temp, path)
+        with held():
+            os.replace(temp, path)
+            published()
+
+
+def file_mode(path: Path, overwrite: bool) -> int:
+    """The permission bits a file written at `path` gets: the replaced file's, else 0o666 less the umask."""
+    if overwrite:
+        with contextlib.suppress(OSError):
+            return stat.S_IMODE(os.stat(path).st_mode)
+    return 0o666 & ~_umask()
 
 
 def _umask() -> int:

@@ -18,10 +18,10 @@ What each suffix holds:
 - any other Pillow suffix (`.png`, `.jpg`, …): one frame is that file; several frames are a numbered
   sequence beside it, `NAME-0001.png`, `NAME-0002.png`, … (zero-padded to the frame count's width,
   at least 4 digits). An existing file among any of those names is refused unless overwrite; when the
-  frame count is not known up front, any existing `NAME-<digits>.png` is refused likewise. With
-  overwrite, once every frame is written, the earlier run's frames of this name that this run did not
-  rewrite (`NAME-<4+ digits>.png`, regular files) are removed, so the folder holds one sequence, not a
-  mix of two; no other file is touched.
+  frame count is not known up front, any existing `NAME-<digits>.png` is refused likewise. The frames
+  written are recorded in a manifest beside them (`frame_manifest`); with overwrite, the frames an
+  earlier run of this tool recorded there and this run did not rewrite are removed, so the folder holds
+  one sequence, not a mix of two. No other file is ever deleted, and a single-file output deletes nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import functools
 import io
 import os
 import re
-import stat
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,9 +37,10 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 from ..errors import ConfigError
-from .atomic_write import write_new, write_replacing
+from .atomic_write import file_mode, publish_new, scratch_folder, write_new, write_replacing
 from .audio_track import AudioTrack, audio_note
-from .signal_guard import SignalGuard
+from .frame_manifest import record_frames
+from .signal_guard import SignalGuard, held, mark_complete, pause_point
 
 SUGGESTED_SUFFIXES = (".png", ".jpg", ".webp", ".tiff", ".bmp")
 VIDEO_SUGGESTED_SUFFIXES = (".mp4", ".webp", ".gif", ".png")
@@ -135,7 +135,7 @@ def sequence_paths(path: Path, count: int) -> list[Path]:
 
 def existing_sequence_files(path: Path) -> list[Path]:
     """Files already named like a numbered sequence of `path` (NAME-<digits>.SUF), sorted."""
-    pattern = re.compile(re.escape(path.stem) + r"-\d+" + re.escape(path.suffix))
+    pattern = re.compile(re.escape(path.stem) + r"-[0-9]+" + re.escape(path.suffix))  # ASCII digits only
     try:
         entries = list(path.parent.iterdir())
     except OSError:
@@ -223,26 +223,31 @@ def check_output(path: Path, *, overwrite: bool = False, flag: str = "--output",
 
 # ---------------------------------------------------------------- writing
 
-def _write_file(path: Path, overwrite: bool, write: Callable[[BinaryIO], None]) -> bool:
-    """Write one file: new (exclusive), or replace only with overwrite. True if it created a new file.
+def _write_file(path: Path, overwrite: bool, write: Callable[[BinaryIO], None]) -> None:
+    """Write one file: new (exclusive), or replace only with overwrite.
 
     Either way the bytes go to `.NAME.XXXX.tmp` beside it first and are put in place whole
-    (`atomic_write`); SIGTERM or SIGHUP meanwhile (`SignalGuard`, main thread) removes that temporary
-    file and exits 143 / 129, so neither a partial nor an empty file is ever left under the name."""
+    (`atomic_write`); SIGTERM, SIGHUP or Ctrl+C meanwhile (`SignalGuard`, main thread) removes that
+    temporary file and ends the command (143 / 129 / 130), so neither a partial nor an empty file is ever
+    left under the name. One arriving while it is put in place waits until it is (then it is complete)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    done = functools.partial(mark_complete, [path])
     with SignalGuard():
         if overwrite and os.path.lexists(path):
-            write_replacing(path, write)
-            return False
+            write_replacing(path, write, published=done)
+            return
         try:
-            write_new(path, write)
+            write_new(path, write, published=done)
         except FileExistsError:
             if overwrite:
-                write_replacing(path, write)
-                return False
-            raise ConfigError(f"--output {str(path)!r} appeared while generating; not replaced "
-                              "(pass --overwrite to replace it)") from None
-    return True
+                write_replacing(path, write, published=done)
+                return
+            raise _appeared(path) from None
+
+
+def _appeared(path: Path) -> ConfigError:
+    return ConfigError(f"--output {str(path)!r} appeared while generating; not replaced "
+                       "(pass --overwrite to replace it)")
 
 
 def _saver(image: Any, image_format: str) -> Callable[[BinaryIO], None]:
@@ -269,41 +274,59 @@ def write_result(frames: Sequence[Any], target: OutputTarget, *, fps: float | No
         _write_file(target.path, target.overwrite,
                     lambda stream: encode_animation(images, stream, target.image_format, rate))
         return [target.path]
-    written: list[Path] = []
+    paths = sequence_paths(target.path, len(images))
+    if len(paths) == 1:
+        _write_file(target.path, target.overwrite, _saver(images[0], target.image_format))
+        return paths
+    return _write_sequence(images, paths, target)
+
+
+def _write_sequence(images: Sequence[Any], paths: list[Path], target: OutputTarget) -> list[Path]:
+    """Every frame into a scratch folder beside the output first, then all put in place in one held step.
+
+    A signal (or an error) while frames are encoded leaves nothing (the scratch folder goes); one that
+    comes while they are put in place waits until every frame and the manifest are there."""
+    target.path.parent.mkdir(parents=True, exist_ok=True)
+    with SignalGuard(), scratch_folder(target.path) as scratch:
+        staged = []
+        for image, path in zip(images, paths, strict=True):
+            temp = scratch / path.name
+            mode = file_mode(path, target.overwrite)
+            with temp.open("xb") as stream:
+                image.save(stream, format=target.image_format)
+                os.fchmod(stream.fileno(), mode)
+            staged.append(temp)
+            pause_point("between-frames")
+        if not target.overwrite and (taken := next((p for p in paths if os.path.lexists(p)), None)):
+            raise _appeared(taken)
+        with held():
+            _publish_all(staged, paths, target.overwrite)
+            record_frames(target.path, paths, overwrite=target.overwrite)  # and remove our own stale frames
+            mark_complete(paths)
+    return paths
+
+
+def _publish_all(staged: Sequence[Path], paths: Sequence[Path], overwrite: bool) -> None:
+    """Put each staged frame at its name: replacing with overwrite, else only where the name is free;
+    on a failure the frames this call created are removed again (replaced ones stay new)."""
     created: list[Path] = []
     try:
-        for image, path in zip(images, sequence_paths(target.path, len(images)), strict=True):
-            if _write_file(path, target.overwrite, _saver(image, target.image_format)):
-                created.append(path)
-            written.append(path)
+        for temp, path in zip(staged, paths, strict=True):
+            if overwrite and os.path.lexists(path):
+                os.replace(temp, path)
+                continue
+            try:
+                publish_new(temp, path)
+            except FileExistsError:
+                if not overwrite:
+                    raise _appeared(path) from None
+                os.replace(temp, path)
+                continue
+            created.append(path)
     except BaseException:
-        for path in created:  # a partial sequence of our own new files is removed; replaced ones stay new
+        for path in created:
             path.unlink(missing_ok=True)
         raise
-    if target.overwrite:
-        remove_stale_frames(target.path, written)
-    return written
-
-
-def remove_stale_frames(path: Path, written: Sequence[Path]) -> list[Path]:
-    """Remove the frames an earlier, longer run wrote for `path` that `written` did not replace.
-
-    Only names this module writes for `path` (NAME-<at least SEQUENCE_MIN_DIGITS digits>.SUF) that are
-    regular files; returns what was removed."""
-    keep = {p.name for p in written}
-    removed = []
-    for old in existing_sequence_files(path):
-        digits = old.name[len(path.stem) + 1:len(old.name) - len(path.suffix)]
-        if old.name in keep or len(digits) < SEQUENCE_MIN_DIGITS:
-            continue
-        try:
-            if not stat.S_ISREG(os.lstat(old).st_mode):
-                continue
-            old.unlink()
-        except FileNotFoundError:
-            continue
-        removed.append(old)
-    return removed
 
 
 def write_notes(frames: Sequence[Any], target: OutputTarget, *, fps: float | None,

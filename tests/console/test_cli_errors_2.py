@@ -170,7 +170,8 @@ def test_ctrl_c_while_the_output_is_written_exits_130(demo_model_dir, tmp_path, 
 
     monkeypatch.setattr(headless, "write_result", write_then_interrupt)
     assert main(["run", "--model", str(demo_model_dir), "--device", "cpu", "--output", str(tmp_path / "o.png")]) == 130
-    assert capsys.readouterr().err.strip().endswith("omni-console: interrupted")
+    assert capsys.readouterr().err.strip().endswith("omni-console: interrupted (SIGINT); nothing written")
+    assert os.listdir(tmp_path) == []  # nothing of the output, no temporary file
 
 
 @pytest.mark.slow

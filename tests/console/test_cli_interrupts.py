@@ -21,7 +21,7 @@ import slow_engine
 from omni_console.console.cli import main
 from omni_console.engine.engine import Engine
 
-LINE = "omni-console: interrupted\n"
+LINE = "omni-console: interrupted (SIGINT); nothing written\n"
 PHASES = ("discovery", "load", "generate")
 HERE = Path(__file__).parent
 WORKER_THREADS = ("omni-headless-work", "omni-progress", "omni-telemetry")

@@ -89,7 +89,7 @@ def test_png_writes_a_numbered_sequence(wan_model_dir, wan_loadable, tmp_path, c
     assert run_wan(wan_model_dir, out, "--frames", "5", "--json") == 0
     report = json.loads(capsys.readouterr().out)
     names = [f"x-{i:04d}.png" for i in range(1, 6)]
-    assert sorted(os.listdir(tmp_path)) == names  # no x.png, no temporary files
+    assert sorted(os.listdir(tmp_path)) == [".x.png.omni-frames.json", *names]  # the manifest; no x.png, no temp
     arrays = [np.asarray(Image.open(tmp_path / name)) for name in names]
     assert all(a.shape == (32, 32, 3) for a in arrays)
     assert len({a.tobytes() for a in arrays}) == 5  # five different frames, not one frame five times
@@ -195,7 +195,7 @@ def test_overwrite_replaces_a_sequence(wan_model_dir, wan_loadable, tmp_path, ca
     (tmp_path / "x-0003.png").write_bytes(b"old")
     assert run_wan(wan_model_dir, tmp_path / "x.png", "--frames", "5", "--overwrite") == 0
     assert f"wrote 5 files: {tmp_path / 'x-0001.png'} … {tmp_path / 'x-0005.png'}" in capsys.readouterr().out
-    assert sorted(os.listdir(tmp_path)) == [f"x-{i:04d}.png" for i in range(1, 6)]
+    assert sorted(os.listdir(tmp_path)) == [".x.png.omni-frames.json", *(f"x-{i:04d}.png" for i in range(1, 6))]
     assert Image.open(tmp_path / "x-0003.png").size == (32, 32)
 
 

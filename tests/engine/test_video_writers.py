@@ -107,7 +107,8 @@ def test_png_sequence_names_count_and_exact_pixels(tmp_path, count):
     target = check_output(tmp_path / "seq.png", video=True, frames=count)
     written = write_result(frames, target, fps=None)
     assert [p.name for p in written] == [f"seq-{i:04d}.png" for i in range(1, count + 1)]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [p.name for p in written]  # no seq.png, no temp files
+    listed = sorted(p.name for p in tmp_path.iterdir())
+    assert listed == [".seq.png.omni-frames.json", *(p.name for p in written)]  # the manifest; no seq.png, no temp
     for frame, path in zip(frames, written, strict=True):
         assert np.array_equal(np.asarray(Image.open(path)), np.asarray(frame))
 
@@ -266,7 +267,8 @@ def test_overwrite_replaces_and_keeps_permission_bits(tmp_path, suffix):
         os.chmod(tmp_path / name, 0o640)
     target = check_output(tmp_path / f"old{suffix}", video=True, frames=5, overwrite=True)
     written = write_result(make_frames(5), target, fps=8)
-    assert sorted(p.name for p in written) == sorted(names) == sorted(os.listdir(tmp_path))  # no temp files left
+    listed = sorted(n for n in os.listdir(tmp_path) if n != ".old.png.omni-frames.json")  # a sequence's manifest
+    assert sorted(p.name for p in written) == sorted(names) == listed  # no temp files left
     for path in written:
         assert path.read_bytes() != b"old" and stat.S_IMODE(path.stat().st_mode) == 0o640
     if suffix == ".mp4":
@@ -285,7 +287,8 @@ def test_overwrite_with_fewer_frames_removes_the_older_runs_extra_frames_only(tm
     written = write_result(make_frames(3), check_output(tmp_path / "s.png", video=True, frames=3, overwrite=True),
                            fps=None)
     assert [p.name for p in written] == ["s-0001.png", "s-0002.png", "s-0003.png"]
-    assert sorted(os.listdir(tmp_path)) == sorted([*others, "s-0001.png", "s-0002.png", "s-0003.png", "s-0006.png"])
+    assert sorted(os.listdir(tmp_path)) == sorted([*others, "s-0001.png", "s-0002.png", "s-0003.png", "s-0006.png",
+                                                   ".s.png.omni-frames.json"])
     assert all((tmp_path / name).read_bytes() == b"user" for name in others)
 
 
@@ -293,7 +296,7 @@ def test_without_overwrite_nothing_is_removed(tmp_path):
     write_result(make_frames(3), check_output(tmp_path / "a.png", video=True, frames=3), fps=None)
     (tmp_path / "a-0009.png").write_bytes(b"user")
     write_result(make_frames(2), check_output(tmp_path / "b.png", video=True, frames=2), fps=None)
-    assert (tmp_path / "a-0009.png").read_bytes() == b"user" and len(os.listdir(tmp_path)) == 6
+    assert (tmp_path / "a-0009.png").read_bytes() == b"user" and len(os.listdir(tmp_path)) == 8  # 2 manifests
 
 
 # ---------------------------------------------------------------- frame timing
