@@ -23,9 +23,7 @@ from .session import READ_ONLY
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..engine.api import RequestSize
-    from ..engine.handle import EngineHandle
-    from ..engine.planning.plan import Plan
+    from ..engine.api import EngineHandle, Plan, RequestSize
     from .host import ConsoleHost
 
 
