@@ -135,3 +135,19 @@ def test_plan_and_the_consoles_engine_forecast_give_one_figure(demo_model_dir: P
                 assert console.step_source == planned["step_source"]
     finally:
         engine.close()
+
+
+def test_the_budgets_reasons_give_no_step_time_where_the_forecast_cannot(demo_model_dir: Path, cache: Path, capsys):
+    _save_small_profile(demo_model_dir, 0.05)
+    model = discover_model(demo_model_dir)
+    doc = _plan_doc(capsys, demo_model_dir, "--height", "1024", "--width", "1024", "--vram-budget",
+                    f"{model.nbytes * 100}B")
+    assert doc["request_forecast"]["step_seconds"] is None
+    reasons = " ".join(doc["auto_plan"]["reasons"])
+    assert "predicted step unknown" in reasons and "unknown until measured" in reasons
+    assert "predicted step 0." not in reasons
+
+
+def _plan_doc(capsys, model_dir: Path, *flags: str) -> dict:
+    assert main(["plan", "--device", "cpu", "--model", str(model_dir), "--json", *flags]) == 0
+    return json.loads(capsys.readouterr().out)
