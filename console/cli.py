@@ -249,10 +249,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     size = RequestSize(height=args.height, width=args.width, frames=args.frames,
                        max_sequence_length=args.max_sequence_length, guidance=args.guidance)
     model = discover_model(resolve_model_path(args.model), args.variant)
-    if args.height is not None or args.width is not None or args.frames is not None:
-        from .run_request import check_plan_size  # the pipeline's call signature: imports torch and diffusers
+    from .plan_request import check_plan_request
 
-        check_plan_size(model, args.height, args.width, args.frames)  # as `run` would refuse it
+    check_plan_request(model, size)  # as `run` would refuse it, with its line
     device = device_name_for_plan(args.device)
     planned = plan_for(model, policy, budget, size, device, layout)  # the layout checked, then the budget
     plan, forecast, reasons, ranks = planned.plan, planned.forecast, planned.reasons, planned.ranks

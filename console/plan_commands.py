@@ -21,7 +21,18 @@ from .screens.budget import BudgetDialog
 from .session import READ_ONLY
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..engine.api import EngineHandle, Plan, RequestSize
     from .host import ConsoleHost
+
+
+def request_forecast_of(size: RequestSize, plan: Plan | None, bandwidth: float | None
+                        ) -> Callable[[EngineHandle], RequestForecast | None]:
+    """The request forecast as the engine thread computes it, for the plan screen and the generate dialog
+    alike (`plan` None: the loaded one): `Engine.forecast`, the same `forecast_for` that `plan` prints,
+    with the same inputs, so the console and `plan` give one figure for one request."""
+    return lambda engine: engine.forecast(size, plan=plan, probe_bandwidth=bandwidth)
 
 
 class PlanCommands:
@@ -143,8 +154,7 @@ class PlanCommands:
         session = self.session
         plan, size, bandwidth = session.plan, session.request_size, session.bandwidth
         key = (plan.policy, size, bandwidth, self.router.request_id)
-        answer = self.plan_forecasts.get(key, lambda engine: engine.forecast(size, plan=plan,
-                                                                             probe_bandwidth=bandwidth))
+        answer = self.plan_forecasts.get(key, request_forecast_of(size, plan, bandwidth))
         return None if answer is PENDING else answer
 
     @property

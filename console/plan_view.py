@@ -194,7 +194,7 @@ def upcast_row(plan: Plan) -> tuple[str, str]:
 def request_sheet(forecast: RequestForecast, on_cpu: bool = False) -> Sheet:
     """The whole request's forecast, each figure with where it came from. On a CPU there is no
     host→device link: a copy rate there would read as one, so it is not shown."""
-    step = f"{forecast.step_s:.3f} s" if forecast.step_s is not None else "not measured yet"
+    step = f"{forecast.step_s:.3f} s" if forecast.step_s is not None else "unknown until measured"
     phase = forecast.peak_phase.replace('_', ' ')
     rows = [(f"device peak ({phase})", format_bytes(forecast.peak_bytes), forecast.peak_label)]
     if forecast.overhead is not None and forecast.process_peak_bytes is not None and not on_cpu:

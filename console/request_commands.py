@@ -20,6 +20,7 @@ from .command_done import CommandDone
 from .engine_answers import PENDING
 from .generate_form import RequestForm, expected_frames
 from .outputs import save_result
+from .plan_commands import request_forecast_of
 from .request_defaults import FORECASTING_LINE, default_request, forecast_line, small_request
 from .screens import GenerateDialog
 
@@ -58,7 +59,7 @@ class RequestCommands:
         if steps is None and planned is not None:
             steps = planned.steps or None
         size = request_size(request)
-        forecast = self.dialog_forecasts.get(size, lambda engine: engine.forecast(size))
+        forecast = self.dialog_forecasts.get(size, request_forecast_of(size, None, self.session.bandwidth))
         return FORECASTING_LINE if forecast is PENDING else forecast_line(forecast, steps)
 
     def start_generate(self: ConsoleHost, request: GenerateRequest | None) -> Future | None:

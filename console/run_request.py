@@ -25,7 +25,6 @@ from ..engine.api import (
     check_limits,
     check_output,
     check_request,
-    check_shape,
     option_parameter,
     pipeline_class,
     pipeline_init_values,
@@ -109,24 +108,20 @@ class CheckedRun:
     video: bool
 
 
-def check_plan_size(model: ModelInfo, height: int | None, width: int | None, frames: int | None) -> None:
-    """`plan --height/--width/--frames`: the size the forecast is for, refused as `run` would refuse it
-    (one line naming the flag); nothing is checked when none is given."""
-    if height is None and width is None and frames is None:
-        return
-    request = GenerateRequest(prompt="", height=height, width=width, frames=frames)
-    check_request(model, request, REQUEST_FLAGS)
-    check_shape(model, request, CALL_FLAGS)
-
-
-def checked_request(model: ModelInfo, request: GenerateRequest, options: OptionFlags, output: Path, *,
-                    overwrite: bool) -> CheckedRun:
-    """Refuse (ConfigError, one line naming the flag) what this pipeline cannot run or the output cannot hold."""
+def check_model_request(model: ModelInfo, request: GenerateRequest) -> None:
+    """Refuse (ConfigError, one line naming the flag) what this pipeline cannot run: the request checks
+    `run` and `plan` share (console/plan_request.py), everything but the output."""
     check_request(model, request, REQUEST_FLAGS)
     # model_index.json's values against the pipeline's __init__ (and required components saved as null)
     pipeline_init_values(model, pipeline_class(model))
     check_call(model, request, CALL_FLAGS)
     check_limits(model, request, CALL_FLAGS, call_signature(model.pipeline_class))
+
+
+def checked_request(model: ModelInfo, request: GenerateRequest, options: OptionFlags, output: Path, *,
+                    overwrite: bool) -> CheckedRun:
+    """Refuse (ConfigError, one line naming the flag) what this pipeline cannot run or the output cannot hold."""
+    check_model_request(model, request)
     video = makes_video(model)
     if options.fps is not None and not video:
         raise ConfigError(f"--fps: {model.pipeline_class} makes still images (no frame rate)")

@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from .planning.documents import Document, PlanDocument, PolicyDoc
     from .planning.experts import blocks_per_forward
     from .planning.export import plan_to_dict, vllm_flags, vllm_gaps, vllm_python_call, vllm_serve_command
+    from .planning.model_configs import default_size
     from .planning.plan import ComponentPlan, Plan, make_plan
     from .planning.request_forecast import RequestForecast
     from .planning.request_profile import RequestSize, device_name_for_plan
@@ -80,6 +81,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
         held,
         pause_point,
     )
+    from .running.text_length import check_text_length
     from .worker import EngineWorker
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
@@ -103,6 +105,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".planning.request_profile": ("RequestSize", "device_name_for_plan"),
     ".running.profiler": ("request_size",),
     ".planning.experts": ("blocks_per_forward",),
+    ".planning.model_configs": ("default_size",),
     ".model_dir.fp8_names": ("storage_note",),
     ".planning.auto_budget": ("auto_budget",),
     ".planning.device_footprint": ("DeviceOverhead", "device_overhead", "record_context"),
@@ -126,6 +129,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     ".running.request_checks": ("SEED_MAX", "check_request"),
     ".running.request_limits": ("check_limits", "schedule_steps"),
+    ".running.text_length": ("check_text_length",),
     ".loading.device_choice": ("parse_device",),
     ".running.outputs": (
         "DEFAULT_FPS",

@@ -335,7 +335,7 @@ class Engine(Lifecycle):
                 problem = save_quietly(profile)
                 if problem:
                     self.bus.publish(LogEvent(level="warning", message=problem))
-            check = forecast_check(request_id, forecast, run, peak)
+            check = forecast_check(request_id, forecast, run, peak, on_cpu=self.device.type == "cpu")
             self.bus.publish(check)
             self.bus.publish(RequestPhases(request_id=request_id, frames=len(run.frames), latent_shape=run.latent_shape,
                                            phases=dict(run.phases), vae_decode_peak_bytes=run.vae_decode_peak_bytes))

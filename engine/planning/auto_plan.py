@@ -45,6 +45,7 @@ from .plan import Plan, make_plan
 from .profile_basis import profile_for
 from .request_forecast import RequestForecast, dit_profile, forecast_request, phase_bytes
 from .request_profile import RequestProfile, RequestSize
+from .scale_bounds import Bounds
 from .slack_config import slack_for
 from .stream_choice import TIE, DitProfile, StreamChoice
 from .stream_search import StreamTable
@@ -80,7 +81,7 @@ def _zero_compute(plan: Plan, activation_bytes: int = 0) -> DitProfile:
 
 def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfile | None, source: str,
               bandwidth: float | None, bandwidth_source: str, overhead: DeviceOverhead = NO_OVERHEAD,
-              peak_basis: str = "", step_basis: str = "") -> AutoPlan:
+              peak_basis: str = "", step_basis: str = "", step_unknown: str = "") -> AutoPlan:
     """The best plan for `budget` bytes of the process (see the module docstring); raises NothingFits. The
     bases (profile_basis.KnownProfile) label the forecast and the reasons."""
     model, base = plan0.model, plan0.policy
@@ -168,7 +169,7 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
     forecast = replace(forecast, overhead=overhead if overhead is not NO_OVERHEAD else None)
     known = profile is not None and bool(profile.block_compute_s)
     reasons = _reasons(plan, choice, aux, tried, budget, profile if known else None, bandwidth, overhead,
-                       step_basis if step_basis not in ("", "cached") else "")
+                       step_basis if step_basis not in ("", "cached") else "", step_unknown)
     if plan.stream_dtype is not None and choice.residency.num_resident:
         reasons.insert(-1, _upcast_reason(plan, chooser, index, base))
     reasons[-1:-1] = [c.line for c in forecast.lean]
@@ -258,13 +259,14 @@ def _choose_lean(base: OffloadPolicy, plan: Plan, fit: Callable[[frozenset[str]]
 
 def _reasons(plan: Plan, choice: StreamChoice, aux: list[ComponentInfo],
              tried: dict[str, float | None], budget: int, profile: RequestProfile | None,
-             bandwidth: float | None, overhead: DeviceOverhead = NO_OVERHEAD, basis: str = "") -> list[str]:
+             bandwidth: float | None, overhead: DeviceOverhead = NO_OVERHEAD, basis: str = "",
+             step_unknown: str = "") -> list[str]:
     """One line per decision: each encoder/VAE (and what the other choice would have cost), the DiT's
     resident blocks and placement, the ring, and the predicted step and peak with what they rest on."""
     lines: list[str] = []
     r = choice.residency
     # a step time needs measured compute and, if anything streams, the link's rate; else it is unknown
-    known = profile is not None and (bool(bandwidth) or r.num_streamed == 0)
+    known = profile is not None and (bool(bandwidth) or r.num_streamed == 0) and not step_unknown
     for a in aux:
         staged = plan.policy.offload_enabled(a.name)
         alt = tried.get(a.name)
@@ -295,7 +297,8 @@ def _reasons(plan: Plan, choice: StreamChoice, aux: list[ComponentInfo],
     else:
         step = "predicted step unknown"
         basis = ("ranked by bytes streamed per step (no request of this model has run on this device yet: run one)"
-                 if profile is None else "ranked by bytes streamed per step (the link's rate is not known yet)")
+                 if profile is None else f"ranked by bytes streamed per step ({step_unknown})" if step_unknown
+                 else "ranked by bytes streamed per step (the link's rate is not known yet)")
     if overhead is NO_OVERHEAD:
         lines.append(f"{step}, peak {_gb(choice.peak_bytes)} of {_gb(budget)}; {basis}")
     else:
@@ -318,5 +321,10 @@ def auto_plan_for(plan0: Plan, budget: int, size: RequestSize, device: str,
     profile = known.profile
     bandwidth = observed_bandwidth or (profile.bandwidth_bytes_per_s if profile else None)
     bw_source = "measured" if observed_bandwidth else "cached" if known.step_basis == "cached" else "estimated"
+    unknown = ""
+    if known.step_range is not None:  # the scaled compute's ends too far apart to rank by time (scale_bounds)
+        low, high = (sum(p.block_compute_s) + p.other_s for p in known.step_range)
+        if not Bounds(low, high).known:
+            unknown = f"the step time is unknown until measured at this size ({known.step_basis} it may be fixed work)"
     return auto_plan(plan0, budget, known.size, profile, known.source, bandwidth, bw_source, device_overhead(device),
-                     known.peak_basis, known.step_basis)
+                     known.peak_basis, known.step_basis, unknown)

@@ -59,6 +59,13 @@ def device_rates(device: str) -> tuple[float, float] | None:
     return None
 
 
+def peak_flops(device: str) -> float | None:
+    """The device's dense bf16 peak in FLOP/s from the table (no efficiency applied: what no block can
+    beat); None on a CPU or a device the table does not name."""
+    rates = device_rates(device)
+    return rates[0] / EFFICIENCY if rates is not None else None
+
+
 def block_kind(class_name: str | None, attr: str) -> str:
     """"dual", "single" (joint attention) or "cross" (the image tokens only, text by cross-attention)."""
     if class_name not in JOINT_CLASSES:

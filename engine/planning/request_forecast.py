@@ -25,11 +25,13 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from .activation_estimate import BASIS
 from .device_footprint import DeviceOverhead, device_overhead
 from .lean import LeanCost, decode_extra, lean_costs, text_stage_bytes
 from .plan import Plan
 from .profile_basis import profile_for
 from .request_profile import RequestProfile, RequestSize
+from .scale_bounds import Bounds, range_text
 from .slack_config import slack_for
 from .stream_choice import DitProfile, evaluate, profile_from_timings
 from .upcast_cost import upcast_seconds
@@ -196,24 +198,53 @@ def known_profile(plan: Plan, size: RequestSize, device: str,
 
 def forecast_for(plan: Plan, size: RequestSize, device: str, observed_bandwidth: float | None = None,
                  probe_bandwidth: float | None = None) -> RequestForecast:
-    """The forecast from what is known (`known_profile`); the link rate as the streamer observed it,
-    else the cached one, else the probe's."""
+    """The one forecast of a request (`plan`, `run`, the console's plan screen and generate dialog all
+    call it) from what is known (`known_profile`).
+
+    The link rate: a profile's measured one first (this size's, or the one scaled from: the streamer's
+    own copies of this model on this device), else the streamer's observed rate, else the probe's, else
+    the device table's. So once a request has run, `plan` and the console give the same figure; before,
+    only a console that has measured the link knows better than the table."""
     cache_notes: list[str] = []
     known = profile_for(plan, size, device, cache_notes)
     profile = known.profile
+    measured_link = known.step_basis not in ("", BASIS)  # cached or scaled: the streamer's own rate
     bw_source: Source
-    if observed_bandwidth:
-        bandwidth, bw_source = observed_bandwidth, "measured"
-    elif probe_bandwidth and known.step_basis != "cached":  # measured here and now beats a table or a scale
-        bandwidth, bw_source = probe_bandwidth, "estimated"
-    elif profile is not None and profile.bandwidth_bytes_per_s:
+    if measured_link and profile is not None and profile.bandwidth_bytes_per_s:
         bandwidth = profile.bandwidth_bytes_per_s
         bw_source = "cached" if known.step_basis == "cached" else "estimated"
-    else:
+    elif observed_bandwidth:
+        bandwidth, bw_source = observed_bandwidth, "measured"
+    elif probe_bandwidth:  # measured here and now beats a table
         bandwidth, bw_source = probe_bandwidth, "estimated"
+    elif profile is not None and profile.bandwidth_bytes_per_s:
+        bandwidth, bw_source = profile.bandwidth_bytes_per_s, "estimated"
+    else:
+        bandwidth, bw_source = None, "estimated"
+    overlap = device != "cpu"
     forecast = forecast_request(plan, known.size, profile, known.source, bandwidth, bw_source,  # type: ignore[arg-type]
-                                overlap=device != "cpu", peak_basis=known.peak_basis, step_basis=known.step_basis)
+                                overlap=overlap, peak_basis=known.peak_basis, step_basis=known.step_basis)
+    if known.step_range is not None and forecast.step_s is not None:
+        forecast = _bounded_step(plan, known.size, forecast, known.step_range, bandwidth, overlap)
     forecast.notes[:0] = cache_notes
     assumed = tuple(k for k, v in size.model_dump().items() if v is None and getattr(known.size, k) is not None)
     slack = slack_for(profile, plan) if known.source == "cached" else None  # this size, this plan
     return replace(forecast, assumed=assumed, overhead=device_overhead(device), allocator_slack=slack)
+
+
+def _bounded_step(plan: Plan, size: RequestSize, forecast: RequestForecast,
+                  ends: tuple[RequestProfile, RequestProfile], bandwidth: float | None,
+                  overlap: bool) -> RequestForecast:
+    """A scaled step time: the replay at each end of the blocks' range (`scale_bounds`); the middle when
+    they are close enough, else no step time, with the range in a note."""
+    low, high = (forecast_request(plan, size, end, "estimated", bandwidth, "estimated", overlap=overlap)
+                 for end in ends)
+    if low.step_s is None or high.step_s is None:
+        return forecast
+    step, floor = Bounds(low.step_s, high.step_s), Bounds(low.floor_s or 0.0, high.floor_s or 0.0)
+    if step.known:
+        return replace(forecast, step_s=step.middle, floor_s=floor.middle if floor.high else None)
+    note = (f"step time: unknown until measured at this size ({forecast.step_basis} it lies in "
+            f"{range_text(step.low, step.high)}: that size's time may be fixed overhead or compute)")
+    return replace(forecast, step_s=None, floor_s=None, step_source="unknown", step_basis="",
+                   notes=[*forecast.notes, note])

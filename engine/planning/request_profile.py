@@ -27,7 +27,6 @@ from ..cache_dir import CacheFileError, cache_root, read_cache_file
 
 PROFILE_VERSION = 1
 MAX_PROFILE_BYTES = 4 << 20  # 100,000 blocks' timings fit; a profile is never larger
-MAX_PROFILE_FILES = 2048  # `any_profile` reads no more than this many files of the folder
 MAX_BLOCKS = 100_000
 
 # Bounds for what the cache may say: it is input too (a negative, NaN or infinite number would
@@ -104,10 +103,20 @@ def profile_dir() -> Path:
     return cache_root() / "profiles"
 
 
+def _key_name(*key: object) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+
+
 def profile_path(model: Path, model_bytes: int, device: str, size: RequestSize) -> Path:
-    key = json.dumps([PROFILE_VERSION, str(Path(model).resolve()), model_bytes, device, size.model_dump()],
-                     sort_keys=True)
-    return profile_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+    """The file of one (model, device, size): its name is a hash of that key, so a lookup opens one file."""
+    name = _key_name(PROFILE_VERSION, str(Path(model).resolve()), model_bytes, device, size.model_dump())
+    return profile_dir() / f"{name}.json"
+
+
+def latest_path(model: Path, model_bytes: int, device: str) -> Path:
+    """The copy of the newest profile of (model, device) at any size, the one a scaled forecast starts
+    from: the index by file name that spares `plan` a scan of the folder (2,048 profiles took 14.6 s)."""
+    return profile_dir() / f"latest-{_key_name(PROFILE_VERSION, str(Path(model).resolve()), model_bytes, device)}.json"
 
 
 def read_profile(path: Path) -> RequestProfile | None:
@@ -144,58 +153,61 @@ def load_profile(model: Path, model_bytes: int, device: str, size: RequestSize,
     An unusable one adds one line to `notes` saying which file and why."""
     path = profile_path(model, model_bytes, device, size)
     try:
-        return read_profile(path)
+        found = read_profile(path)
     except CacheFileError as exc:
         if notes is not None:
             notes.append(_ignored(path, str(exc)))
         return None
+    if found is not None and (found.model, found.model_bytes, found.device, found.size) != (
+            str(Path(model).resolve()), model_bytes, device, size):
+        if notes is not None:  # a file name is only a claim (`latest_path`)
+            notes.append(_ignored(path, "is another model's, device's or size's profile"))
+        return None
+    return found
 
 
 def any_profile(model: Path, model_bytes: int, device: str,
                 notes: list[str] | None = None) -> RequestProfile | None:
     """The newest cached profile of this model on this device at any size (to scale from).
 
-    At most `MAX_PROFILE_FILES` files are read; unusable ones are skipped with one note in all."""
-    found: list[RequestProfile] = []
-    root = profile_dir()
-    if not root.is_dir():
-        return None
-    resolved = str(Path(model).resolve())
-    bad: list[tuple[Path, str]] = []
+    One file is read, `latest_path`'s, never the folder. Its name is only a claim: the file is
+    validated like any profile and must state this model, its bytes and this device, else it is
+    ignored with one note."""
+    path = latest_path(model, model_bytes, device)
     try:
-        with os.scandir(root) as entries:
-            paths = [Path(e.path) for _, e in zip(range(MAX_PROFILE_FILES), entries, strict=False)
-                     if e.name.endswith(".json")]
-    except OSError:
+        found = read_profile(path)
+    except CacheFileError as exc:
+        if notes is not None:
+            notes.append(_ignored(path, str(exc)))
         return None
-    for path in sorted(paths):
-        try:
-            p = read_profile(path)
-        except CacheFileError as exc:
-            bad.append((path, str(exc)))
-            continue
-        if p is not None and p.model == resolved and p.model_bytes == model_bytes and p.device == device:
-            found.append(p)
-    if notes is not None:
-        bad = [b for b in bad if _ignored(*b) not in notes]  # the exact-size one is noted already
-    if bad and notes is not None:
-        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        notes.append(_ignored(*bad[0]) + more)
-    return max(found, key=lambda p: p.measured_at, default=None)
+    if found is None:
+        return None
+    if (found.model, found.model_bytes, found.device) != (str(Path(model).resolve()), model_bytes, device):
+        if notes is not None:
+            notes.append(_ignored(path, "is another model's or device's profile"))
+        return None
+    return found
 
 
-def save_profile(profile: RequestProfile) -> Path:
-    """Write atomically (temp file in the same directory, then replace): a reader never sees half."""
-    path = profile_path(Path(profile.model), profile.model_bytes, profile.device, profile.size)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _write_atomically(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".profile-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            f.write(profile.model_dump_json(indent=1))
+            f.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def save_profile(profile: RequestProfile) -> Path:
+    """Write atomically (temp file in the same directory, then replace): a reader never sees half.
+    The same profile is also this model's and device's newest (`latest_path`)."""
+    path = profile_path(Path(profile.model), profile.model_bytes, profile.device, profile.size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = profile.model_dump_json(indent=1)
+    _write_atomically(path, text)
+    _write_atomically(latest_path(Path(profile.model), profile.model_bytes, profile.device), text)
     return path
 
 

@@ -39,6 +39,7 @@ from ..model_dir.weights import load_json
 from .pipeline_needs import check_pipeline_needs
 from .render_size import check_decodable, check_render_size
 from .runner import FRAME_PARAMETERS, IMAGE_PARAMETERS, GenerateRequest, pipeline_parameter
+from .text_length import check_text_length, dit_config
 
 # Dedicated request fields -> the pipeline parameters they set (the first one the pipeline has).
 OPTION_PARAMETERS: dict[str, tuple[str, ...]] = {
@@ -252,7 +253,7 @@ def fixed_frame_counts(model: ModelInfo) -> tuple[int, ...] | None:
     to every multi-frame latent: any other count than 1 or `video_length` fails in the first DiT forward."""
     if not model.pipeline_class.startswith("Latte"):
         return None
-    length = _int(_dit_config(model).get("video_length"), 16)
+    length = _int(dit_config(model).get("video_length"), 16)
     return (1, length) if length > 1 else (1,)
 
 
@@ -291,38 +292,11 @@ def _check_image(path: Path, label: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------ text length
-def _dit_config(model: ModelInfo) -> dict[str, Any]:
-    dits = model.dits
-    path = dits[0].folder / "config.json" if dits else None
-    return load_json(path) if path is not None and path.is_file() else {}
-
-
-def fixed_text_length(model: ModelInfo) -> int | None:
-    """The text length a pipeline's DiT takes exactly, where it has one (None: any).
-
-    CogVideoX models with absolute position embeddings (sin-cos, or learned) add one embedding table over
-    text + video tokens, sized by the transformer's `max_text_seq_length`: a prompt encoded to any other
-    length fails in the first DiT forward ("The size of tensor a (274) must match the size of tensor b")."""
-    if not model.pipeline_class.startswith("CogVideoX"):
-        return None
-    config = _dit_config(model)
-    if config.get("use_rotary_positional_embeddings") and not config.get("use_learned_positional_embeddings"):
-        return None
-    return _int(config.get("max_text_seq_length"), 226)
-
-
 def _check_text_length(model: ModelInfo, request: GenerateRequest, label: str,
                        signature: Mapping[str, inspect.Parameter]) -> None:
-    required = fixed_text_length(model)
     parameter = signature.get("max_sequence_length")
-    if required is None or parameter is None:
-        return
-    asked = request.max_sequence_length
-    effective = asked if asked is not None else parameter.default
-    if effective != required:
-        given = f"{label} {asked}" if asked is not None else f"{label}: the pipeline's default {effective}"
-        raise ConfigError(f"{given} does not fit: {model.pipeline_class}'s transformer takes text of exactly "
-                          f"{required} tokens (max_text_seq_length); pass {label} {required}")
+    if parameter is not None:  # the rule and its line are `text_length`'s, which `plan` applies too
+        check_text_length(model, request.max_sequence_length, parameter.default, label)
 
 
 # ------------------------------------------------------------------------------------------ check_call

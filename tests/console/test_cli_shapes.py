@@ -118,7 +118,7 @@ def test_auraflow_plan_at_its_cap_is_fine(auraflow_dir, capsys):
 # --- frames: as diffusers renders them -----------------------------------------------------------
 
 def test_cogvideox_eight_frames_is_accepted_and_thirteen_refused(cogvideox_model_dir, tmp_path, capsys, loads):
-    assert main(["plan", "--model", str(cogvideox_model_dir), "--frames", "8"]) == 0
+    assert main(["plan", "--model", str(cogvideox_model_dir), "--frames", "8", "--max-sequence-length", "16"]) == 0
     capsys.readouterr()
     out = tmp_path / "v.mp4"
     assert main(["run", "--model", str(cogvideox_model_dir), "--frames", "13", "--max-sequence-length", "16",

@@ -20,6 +20,7 @@ from omni_console.engine.planning.request_profile import (
     MAX_PROFILE_BYTES,
     RequestProfile,
     RequestSize,
+    latest_path,
     profile_path,
     save_profile,
 )
@@ -99,7 +100,7 @@ def test_a_fifo_as_profile_does_not_hang_plan(demo_model_dir: Path, cache: Path)
     path = profile_path(demo_model_dir, discover_model(demo_model_dir).nbytes, "cpu", SIZE)
     path.parent.mkdir(parents=True)
     os.mkfifo(path)
-    (path.parent / "other.json").symlink_to(path)  # `any_profile` reads the rest of the folder too
+    latest_path(demo_model_dir, discover_model(demo_model_dir).nbytes, "cpu").symlink_to(path)  # the newest too
     env = {**os.environ, "OMNI_CONSOLE_CACHE_DIR": str(cache)}
     done = subprocess.run([sys.executable, "-m", "omni_console.console.cli", *PLAN, "--model", str(demo_model_dir)],
                           capture_output=True, text=True, timeout=120, env=env)
@@ -123,15 +124,16 @@ def test_a_fifo_as_the_demo_cache_marker_is_refused_without_waiting(tmp_path: Pa
 
 
 def test_a_fifo_among_other_sizes_profiles_does_not_block_the_forecast(demo_model_dir: Path, cache: Path):
-    """The console's forecast (any size) scans the whole profile folder: a FIFO there is skipped, not opened."""
+    """The console's forecast (any size) reads the model's newest profile: a FIFO there is refused, not waited on."""
     import threading
 
     from omni_console.engine.planning.plan import make_plan
     from omni_console.engine.planning.request_forecast import forecast_for
     from omni_console.offload.policy import build_policy
 
-    (cache / "profiles").mkdir(parents=True)
-    os.mkfifo(cache / "profiles" / "other-size.json")
+    latest = latest_path(demo_model_dir, discover_model(demo_model_dir).nbytes, "cpu")
+    latest.parent.mkdir(parents=True)
+    os.mkfifo(latest)
     plan = make_plan(discover_model(demo_model_dir), build_policy())
     result: list = []
     worker = threading.Thread(target=lambda: result.append(forecast_for(plan, RequestSize(height=32, width=32), "cpu")),
@@ -139,4 +141,4 @@ def test_a_fifo_among_other_sizes_profiles_does_not_block_the_forecast(demo_mode
     worker.start()
     worker.join(30)
     assert result, "the forecast blocked on a FIFO in the profile cache"
-    assert any("other-size.json ignored: is not a regular file" in n for n in result[0].notes)
+    assert any(f"{latest} ignored: is not a regular file" in n for n in result[0].notes)
