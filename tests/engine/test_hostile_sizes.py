@@ -151,3 +151,19 @@ def test_run_refuses_before_load_under_a_memory_cap(demo_model_dir, tmp_path):
     assert done.stderr.count("\n") == 1 and "'layers_per_block' = 1000000000" in done.stderr, done.stderr
     assert not out.exists()
     json.loads((root / "vae" / "config.json").read_text())  # the directory is untouched
+
+
+@pytest.mark.slow
+def test_a_config_declaring_a_tensor_the_weights_lack_names_it(demo_model_dir, tmp_path, capsys):
+    """`use_quant_conv: true` without quant_conv's weights: one true line naming the tensor, exit 1, no file
+    (it was a raw 'cannot stage a meta tensor')."""
+    root = copy_model(demo_model_dir, tmp_path)
+    _set("vae/config.json", "use_quant_conv", True)(root)
+    out = tmp_path / "out.png"
+    code = main(["run", "--model", str(root), "--headless", "--steps", "1", "--height", "32", "--width", "32",
+                 "--output", str(out)])
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert code == 1 and "Traceback" not in err, err
+    assert "vae: quant_conv.weight was never loaded" in last and "config and weights disagree" in last, last
+    assert not out.exists()
