@@ -80,7 +80,7 @@ def load_component(info: ComponentInfo) -> Any:
     try:
         component = cls.from_pretrained(str(info.folder), **kwargs)
     except (OSError, ValueError, SafetensorError) as exc:  # SafetensorError: e.g. a file cut short since discovery
-        raise ModelDirError(f"{info.folder}: {info.class_name}.from_pretrained failed: {first_line(exc)}") from exc
+        raise ModelDirError(f"{info.folder}: {info.class_name}.from_pretrained failed: {_reason(info, exc)}") from exc
     if isinstance(component, torch.nn.Module):
         # eval() as from_pretrained already left it; requires_grad is left as it is too: switching it off
         # changed which CPU kernel some Linear layers took (Mochi's VAE decoded 3.6e-7 away from diffusers)
@@ -88,10 +88,38 @@ def load_component(info: ComponentInfo) -> Any:
     return component
 
 
+MAX_REASON = 300  # a library's message can quote a whole config or list every converter it has
+
+
 def first_line(exc: BaseException) -> str:
-    """An exception as the one line an operator is shown."""
+    """An exception as the one line an operator is shown (cut at `MAX_REASON` characters)."""
     text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= MAX_REASON else line[: MAX_REASON - 1] + "…"
+
+
+def _reason(info: ComponentInfo, exc: BaseException) -> str:
+    """What went wrong, in words true for this folder. transformers, given a `tokenizer.model` that is not a
+    SentencePiece model and no `tokenizer.json`, tries it as a tiktoken file last and reports only that
+    ("`tiktoken` is required to read a `tiktoken` file"), whatever the file is."""
+    line = first_line(exc)
+    folder = info.folder
+    if "tiktoken" in line.lower() and not (folder / "tokenizer.json").is_file():
+        missing = [name for name in ("sentencepiece", "tiktoken") if not _installed(name)]
+        state = f" ({', '.join(missing)} not installed)" if missing else ""
+        model = "tokenizer.model" if (folder / "tokenizer.model").is_file() else "its vocabulary files"
+        return (f"no tokenizer.json, and {model} could be read neither as a SentencePiece model nor as a tiktoken "
+                f"file{state}")
+    return line
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def quiet_libraries() -> None:
