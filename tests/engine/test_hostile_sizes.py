@@ -167,3 +167,22 @@ def test_a_config_declaring_a_tensor_the_weights_lack_names_it(demo_model_dir, t
     assert code == 1 and "Traceback" not in err, err
     assert "vae: quant_conv.weight was never loaded" in last and "config and weights disagree" in last, last
     assert not out.exists()
+
+
+def test_a_tokenizer_model_that_is_no_tokenizer_says_so(demo_model_dir, tmp_path):
+    """No tokenizer.json and a tokenizer.model that is garbage: transformers' last try says only that tiktoken is
+    needed; the line says what the folder holds and what could not read it."""
+    from omni_console.engine.errors import ModelDirError
+    from omni_console.engine.loading.loader import load_component
+
+    root = copy_model(demo_model_dir, tmp_path)
+    (root / "tokenizer_2" / "tokenizer.json").unlink()
+    (root / "tokenizer_2" / "tokenizer.model").write_bytes(b"not a tokenizer\n")
+    info = discover_model(root).component("tokenizer_2")
+    with pytest.raises(ModelDirError) as caught:
+        load_component(info)
+    line = str(caught.value)
+    assert "\n" not in line and "T5TokenizerFast.from_pretrained failed" in line, line
+    assert "no tokenizer.json, and tokenizer.model could be read neither as a SentencePiece model nor as a tiktoken " \
+           "file" in line, line
+    assert "Install it with" not in line
