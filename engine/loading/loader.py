@@ -12,6 +12,7 @@ by `engine.offline`). Discovery checked the same rules first; they are checked a
 from __future__ import annotations
 
 import copy
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -77,15 +78,42 @@ def load_component(info: ComponentInfo) -> Any:
             kwargs["variant"] = info.variant
         # the library's sharded loader reads whatever the index names now: check the names again
         find_weights(info.folder, info.variant)
+    weighted = "use_safetensors" in kwargs
+    if weighted:
+        kwargs["output_loading_info"] = True  # which tensors the library initialised itself (`_check_units_held`)
     try:
         component = cls.from_pretrained(str(info.folder), **kwargs)
     except (OSError, ValueError, SafetensorError) as exc:  # SafetensorError: e.g. a file cut short since discovery
         raise ModelDirError(f"{info.folder}: {info.class_name}.from_pretrained failed: {_reason(info, exc)}") from exc
+    if weighted:
+        component, loading_info = component
+        _check_units_held(info, component, loading_info)
     if isinstance(component, torch.nn.Module):
         # eval() as from_pretrained already left it; requires_grad is left as it is too: switching it off
         # changed which CPU kernel some Linear layers took (Mochi's VAE decoded 3.6e-7 away from diffusers)
         component.eval()
     return component
+
+
+_UNIT = re.compile(r"^(.*?\.\d+)\.")  # a list entry's prefix: `encoder.layers.2`
+
+
+def _check_units_held(info: ComponentInfo, component: Any, loading_info: dict) -> None:
+    """Refuse a component whose config declares whole list entries (layers, blocks) its weights do not hold: the
+    library would fill them with random values and the output would be silently wrong. A single tensor the
+    library initialises (an unused BERT pooler) is how diffusers runs it too, and stays allowed."""
+    missing = set(loading_info.get("missing_keys") or ())
+    if not missing or not isinstance(component, torch.nn.Module):
+        return
+    units: dict[str, list[str]] = {}
+    for name in component.state_dict():
+        if match := _UNIT.match(name):
+            units.setdefault(match.group(1), []).append(name)
+    absent = [unit for unit, names in units.items() if all(n in missing for n in names)]
+    if absent:
+        raise ModelDirError(f"{info.folder}: its config declares {len(absent)} list entries its weights do not hold "
+                            f"(e.g. {absent[0][:120]}): the config's count and the weights "
+                            "disagree (they would run with random values)")
 
 
 MAX_REASON = 300  # a library's message can quote a whole config or list every converter it has

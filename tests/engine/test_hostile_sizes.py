@@ -186,3 +186,21 @@ def test_a_tokenizer_model_that_is_no_tokenizer_says_so(demo_model_dir, tmp_path
     assert "no tokenizer.json, and tokenizer.model could be read neither as a SentencePiece model nor as a tiktoken " \
            "file" in line, line
     assert "Install it with" not in line
+
+
+@pytest.mark.slow
+def test_a_layer_count_above_the_weights_fails_instead_of_running_random_layers(demo_model_dir, tmp_path, capsys):
+    """CLIP's `num_hidden_layers` one above the layers its weights hold: transformers would fill the extra layer
+    with random values and `run` exited 0 with a wrong image; now one line names the missing layer, exit 1."""
+    root = copy_model(demo_model_dir, tmp_path)
+    config = root / "text_encoder" / "config.json"
+    edit_json(config, lambda doc: doc.update(num_hidden_layers=doc["num_hidden_layers"] + 1))
+    layers = json.loads((root / "text_encoder" / "config.json").read_text())["num_hidden_layers"]
+    out = tmp_path / "out.png"
+    code = main(["run", "--model", str(root), "--headless", "--steps", "1", "--height", "32", "--width", "32",
+                 "--output", str(out)])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 1 and not out.exists(), last
+    expected = ("text_encoder: its config declares 1 list entries its weights do not hold "
+                f"(e.g. encoder.layers.{layers - 1})")
+    assert expected in last, last
