@@ -157,8 +157,8 @@ def _check_left_out_firsts(index: dict, index_path: Path, pipeline: str) -> None
     """Refuse `NAME: [null, null]` beside a given `NAME_2` (Wan 2.2's `transformer` left out, `transformer_2`
     kept): the pipeline runs NAME first (Wan: every step at or above the boundary, all of them without one),
     so diffusers loads it and then fails at the first step; here it is one line before load."""
-    for name, value in index.items():
-        second = index.get(f"{name}_2")
+    for name in ("transformer", "unet", "prior"):  # denoisers only: SDXL's refiner leaves out text_encoder, rightly
+        value, second = index.get(name), index.get(f"{name}_2")
         if value == [None, None] and is_component_entry(second) and second != [None, None]:
             raise ModelDirError(f"{index_path}: {name!r} is left out ([null, null]) but {name + '_2'!r} is given: "
                                 f"{pipeline} runs {name!r} first (Wan 2.2: the high-noise steps), so it cannot run "

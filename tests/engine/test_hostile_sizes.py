@@ -132,6 +132,13 @@ def test_a_left_out_transformer_beside_a_transformer_2_is_refused(wan_model_dir,
     assert discover_model(root).pipeline_class == "WanPipeline"  # both left out: no second expert to mislead
 
 
+def test_a_left_out_text_encoder_beside_a_text_encoder_2_is_not_that_refusal(demo_model_dir, tmp_path, capsys):
+    """SDXL's refiner saves `text_encoder: [null, null]` beside `text_encoder_2`: only a denoiser's first is needed."""
+    root = copy_model(demo_model_dir, tmp_path)
+    edit_json(root / "model_index.json", lambda doc: doc.update(text_encoder=[None, None]))
+    assert discover_model(root).pipeline_class == "FluxPipeline"
+
+
 # ----------------------------------------------------------------- run: refused before torch allocates
 
 @pytest.mark.slow
