@@ -68,7 +68,8 @@ DEMO_CASES: dict[str, tuple[Callable[[Path], None], tuple[str, ...]]] = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(DEMO_CASES))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if "added" in c else c  # 1.5-2.5 s each
+                                  for c in sorted(DEMO_CASES)])
 def test_size_like_values_no_weight_backs_are_refused_before_load(case, demo_model_dir, tmp_path, capsys):
     mutate, fragments = DEMO_CASES[case]
     root = copy_model(demo_model_dir, tmp_path)
