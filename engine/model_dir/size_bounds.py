@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ...offload.units import format_bytes
 from ..errors import ModelDirError
 from ..plain_text import shown
 from .weights import TensorInfo, open_regular
@@ -78,7 +79,7 @@ def check_sizes(path: Path, document: dict, tensors: Sequence[TensorInfo] | None
         int_bound = max(FLOOR, min(values, host))
         list_bound = max(LIST_FLOOR, len(tensors))
         backing = (f"its weights hold {values:,} values" if values <= host else
-                   f"this host's {host_bytes() / 2**30:.0f} GiB could not hold a table that long")
+                   f"this host's {format_bytes(host_bytes())} could not hold a table that long")
     for key, value in _numbers(document):
         if isinstance(value, list):
             if list_bound is not None and len(value) > list_bound:

@@ -212,3 +212,15 @@ def test_a_layer_count_above_the_weights_fails_instead_of_running_random_layers(
     expected = ("text_encoder: its config declares 1 list entries its weights do not hold "
                 f"(e.g. encoder.layers.{layers - 1})")
     assert expected in last, last
+
+
+def test_a_size_the_weights_back_but_the_host_cannot_hold_is_refused(demo_model_dir, tmp_path, capsys, monkeypatch):
+    """A real-size model backs large numbers with its weights; the host's memory still bounds a table's length
+    (here a host of 64 MiB: 65,536 rows of 1 KiB, below the transformer's 613,824 values)."""
+    from omni_console.engine.model_dir import size_bounds
+
+    monkeypatch.setattr(size_bounds, "host_bytes", lambda: 64 * 2**20)
+    root = copy_model(demo_model_dir, tmp_path)
+    _set("transformer/config.json", "rope_max_seq_len", 300_000)(root)
+    assert_refused(root, capsys, "'rope_max_seq_len' = 300000, but this host's 67.1 MB",
+                   "could not hold a table that long")
