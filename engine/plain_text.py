@@ -42,3 +42,10 @@ def plain_lines(value: object) -> str:
     """Like `plain`, but newlines are kept (a multi-line message shown as several lines)."""
     text = value if isinstance(value, str) else str(value)
     return "\n".join(plain(line) for line in text.split("\n"))
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """A data value as an error line quotes it: `plain`, then cut to `limit` characters with "…" (a 100 KB
+    `quant_method` must not make a 100 KB line). Strings are quoted (repr) so an empty one is visible."""
+    text = plain(repr(value) if isinstance(value, str) else value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -172,7 +172,8 @@ class ModuleStager:
                 continue
             seen.add(id(t))
             if t.is_meta:
-                raise ValueError(f"{self.name}: cannot stage a meta tensor (weights not loaded)")
+                raise ValueError(f"{self.name}: {_name_of(self.module, t)} was never loaded: its config declares a "
+                                 "tensor its weight files do not hold (config and weights disagree)")
             by_storage.setdefault(storage_key(t), []).append(t)
         groups: list[_Group] = []
         sources: list[torch.Tensor] = []  # each group's bytes on the host (a uint8 view of its span)
@@ -377,3 +378,11 @@ class ModuleStager:
     def _point_to_master(self, g: _Group) -> None:
         assert g.master is not None
         self._point_to(g, g.master)
+
+
+def _name_of(module: torch.nn.Module, tensor: torch.Tensor) -> str:
+    """The tensor's name in the module (for a line that says which weight is missing)."""
+    for name, t in [*module.named_parameters(), *module.named_buffers()]:
+        if t is tensor:
+            return name[:120]
+    return "a tensor"

@@ -12,6 +12,7 @@ by `engine.offline`). Discovery checked the same rules first; they are checked a
 from __future__ import annotations
 
 import copy
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -77,10 +78,16 @@ def load_component(info: ComponentInfo) -> Any:
             kwargs["variant"] = info.variant
         # the library's sharded loader reads whatever the index names now: check the names again
         find_weights(info.folder, info.variant)
+    weighted = "use_safetensors" in kwargs
+    if weighted:
+        kwargs["output_loading_info"] = True  # which tensors the library initialised itself (`_check_units_held`)
     try:
         component = cls.from_pretrained(str(info.folder), **kwargs)
     except (OSError, ValueError, SafetensorError) as exc:  # SafetensorError: e.g. a file cut short since discovery
-        raise ModelDirError(f"{info.folder}: {info.class_name}.from_pretrained failed: {first_line(exc)}") from exc
+        raise ModelDirError(f"{info.folder}: {info.class_name}.from_pretrained failed: {_reason(info, exc)}") from exc
+    if weighted:
+        component, loading_info = component
+        _check_units_held(info, component, loading_info)
     if isinstance(component, torch.nn.Module):
         # eval() as from_pretrained already left it; requires_grad is left as it is too: switching it off
         # changed which CPU kernel some Linear layers took (Mochi's VAE decoded 3.6e-7 away from diffusers)
@@ -88,10 +95,59 @@ def load_component(info: ComponentInfo) -> Any:
     return component
 
 
+_UNIT = re.compile(r"^(.*?\.\d+)\.")  # a list entry's prefix: `encoder.layers.2`
+
+
+def _check_units_held(info: ComponentInfo, component: Any, loading_info: dict) -> None:
+    """Refuse a component whose config declares whole list entries (layers, blocks) its weights do not hold: the
+    library would fill them with random values and the output would be silently wrong. A single tensor the
+    library initialises (an unused BERT pooler) is how diffusers runs it too, and stays allowed."""
+    missing = set(loading_info.get("missing_keys") or ())
+    if not missing or not isinstance(component, torch.nn.Module):
+        return
+    units: dict[str, list[str]] = {}
+    for name in component.state_dict():
+        if match := _UNIT.match(name):
+            units.setdefault(match.group(1), []).append(name)
+    absent = [unit for unit, names in units.items() if all(n in missing for n in names)]
+    if absent:
+        raise ModelDirError(f"{info.folder}: its config declares {len(absent)} list entries its weights do not hold "
+                            f"(e.g. {absent[0][:120]}): the config's count and the weights "
+                            "disagree (they would run with random values)")
+
+
+MAX_REASON = 300  # a library's message can quote a whole config or list every converter it has
+
+
 def first_line(exc: BaseException) -> str:
-    """An exception as the one line an operator is shown."""
+    """An exception as the one line an operator is shown (cut at `MAX_REASON` characters)."""
     text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= MAX_REASON else line[: MAX_REASON - 1] + "…"
+
+
+def _reason(info: ComponentInfo, exc: BaseException) -> str:
+    """What went wrong, in words true for this folder. transformers, given a `tokenizer.model` that is not a
+    SentencePiece model and no `tokenizer.json`, tries it as a tiktoken file last and reports only that
+    ("`tiktoken` is required to read a `tiktoken` file"), whatever the file is."""
+    line = first_line(exc)
+    folder = info.folder
+    if "tiktoken" in line.lower() and not (folder / "tokenizer.json").is_file():
+        missing = [name for name in ("sentencepiece", "tiktoken") if not _installed(name)]
+        state = f" ({', '.join(missing)} not installed)" if missing else ""
+        model = "tokenizer.model" if (folder / "tokenizer.model").is_file() else "its vocabulary files"
+        return (f"no tokenizer.json, and {model} could be read neither as a SentencePiece model nor as a tiktoken "
+                f"file{state}")
+    return line
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def quiet_libraries() -> None:

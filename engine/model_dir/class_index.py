@@ -165,7 +165,33 @@ def find_class(library: str, name: str) -> ClassRef | None:
     if not name.isidentifier() or name.startswith("_"):
         return None
     return _ref_from_json(library, name, remembered("find", library, name,
-                                                    lambda: _ref_to_json(_find_class(library, name))))
+                                                    lambda: _ref_to_json(_find_class(library, name)),
+                                                    lambda cached: _confirms(library, name, cached)))
+
+
+def _confirms(library: str, name: str, cached: dict | None) -> bool:
+    """Whether a cached answer holds in the installed source: the module it names defines `name` there with the
+    kind its bases give (a class), or names `name` at all (an export that is no class). A cached "no" stands
+    (it only refuses)."""
+    if cached is None:
+        return True
+    module = locate(cached["module"])
+    if module is None:
+        return False
+    found = class_statement(module, name, 0)
+    if found is None and name.endswith("Fast"):  # T5TokenizerFast is T5Tokenizer in transformers 5 (`find_class`)
+        found = class_statement(module, name[: -len("Fast")], 0)
+    if not cached["is_class"]:
+        return found is None and re.search(rf"\b{re.escape(name)}\b", _text(module.path)) is not None
+    return (found is not None and found[0].name == cached["module"]
+            and _kind_of(library, found[0], found[1]) == cached["kind"])
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 def _find_class(library: str, name: str) -> ClassRef | None:
@@ -198,7 +224,8 @@ def find_pipeline_package_class(library: str, name: str) -> ClassRef | None:
     if pipeline_package(library) is None or not name.isidentifier() or name.startswith("_"):
         return None
     return _ref_from_json(library, name, remembered("package_class", library, name,
-                                                    lambda: _ref_to_json(_find_package_class(library, name))))
+                                                    lambda: _ref_to_json(_find_package_class(library, name)),
+                                                    lambda cached: _confirms("pipelines", name, cached)))
 
 
 def _find_package_class(library: str, name: str) -> ClassRef | None:
@@ -216,7 +243,9 @@ def exports(library: str, name: str) -> bool:
     """Whether the installed package exports `name` at top level (class or not; a `…Fast` alias counts)."""
     if not name.isidentifier() or name.startswith("_"):
         return False
-    return bool(remembered("exports", library, name, lambda: _exports(library, name)))
+    return bool(remembered("exports", library, name, lambda: _exports(library, name),
+                           lambda cached: not cached or find_class(library, name) is not None
+                           or (name.endswith("Fast") and find_class(library, name[: -len("Fast")]) is not None)))
 
 
 def _exports(library: str, name: str) -> bool:

@@ -10,9 +10,10 @@ reinstall or an upgrade starts a new file) in omni-console's cache folder.
 The file is input, never trusted beyond a cache: read through `read_cache_file` (regular file, no
 symlink, bounded size), and every entry is checked for shape (known kinds, identifiers, a module
 inside the package it names); one bad entry discards the whole file and the source is read again.
-Nothing here widens what a model directory may name: an answer only ever comes from diffusers' or
-transformers' own files, and the loader still imports the real class and checks it again
-(`trusted_classes`). No torch, no import of either package.
+Nothing here widens what a model directory may name: a cached class is confirmed against the one
+source module it names (the class statement is there, its kind is what its bases say) and recomputed
+if not, and the loader still imports the real class and checks it again (`trusted_classes`). Only the
+expensive part, finding which module exports a name, is taken from the file. No torch, no import of either package.
 """
 
 from __future__ import annotations
@@ -144,17 +145,20 @@ def _entries() -> tuple[Path, dict[str, Any]]:
     return path, _memo[path]
 
 
-def remembered(kind: str, library: str, name: str, compute: Callable[[], Any]) -> Any:
+def remembered(kind: str, library: str, name: str, compute: Callable[[], Any],
+               confirm: Callable[[Any], bool] | None = None) -> Any:
     """The cached JSON answer to (kind, library, name), else `compute()`'s, kept for the next process.
 
     `compute` returns the JSON form (`None`, a bool, or the dict `valid_entry` accepts for the kind);
-    an answer that would not pass that check is returned but not kept."""
+    an answer that would not pass that check is returned but not kept. `confirm` re-checks a cached answer
+    against the installed source (cheaper than `compute`: the one module it names); an answer it rejects
+    is computed again and replaced, so a poisoned file never widens what a model directory may name."""
     path, entries = _entries()
     key = f"{kind}|{library}|{name}"
-    if key in entries:
+    if key in entries and (confirm is None or confirm(entries[key])):
         return entries[key]
     value = compute()
-    if valid_entry(key, value) and len(entries) < MAX_ENTRIES:
+    if valid_entry(key, value) and (key in entries or len(entries) < MAX_ENTRIES):
         entries[key] = value
         _save(path, entries)
     return value

@@ -24,7 +24,7 @@ from .blocks import (
     registration_order,
     unet_block_lists,
 )
-from .config_checks import check_config_document
+from .config_checks import check_config_document, is_config_file
 from .dir_audit import audit_component, audit_root
 from .encoder_layers import find_layer_list
 from .order_cache import apply_observed
@@ -32,6 +32,7 @@ from .pipeline_values import is_component_entry, pipeline_values
 from .quant_layouts import check_quantization
 from .roles import DENOISER_ROLES, Role, classify
 from .safe_paths import allowed_roots, check_inside, check_segment
+from .size_bounds import check_added_tokens, check_sizes
 from .trusted_classes import check_component, check_pipeline
 from .weights import ModelDirError, find_weights, load_json, read_weight_set
 
@@ -152,6 +153,18 @@ def _component_entries(index: dict, index_path: Path) -> list[tuple[str, str, st
     return entries
 
 
+def _check_left_out_firsts(index: dict, index_path: Path, pipeline: str) -> None:
+    """Refuse `NAME: [null, null]` beside a given `NAME_2` (Wan 2.2's `transformer` left out, `transformer_2`
+    kept): the pipeline runs NAME first (Wan: every step at or above the boundary, all of them without one),
+    so diffusers loads it and then fails at the first step; here it is one line before load."""
+    for name in ("transformer", "unet", "prior"):  # denoisers only: SDXL's refiner leaves out text_encoder, rightly
+        value, second = index.get(name), index.get(f"{name}_2")
+        if value == [None, None] and is_component_entry(second) and second != [None, None]:
+            raise ModelDirError(f"{index_path}: {name!r} is left out ([null, null]) but {name + '_2'!r} is given: "
+                                f"{pipeline} runs {name!r} first (Wan 2.2: the high-noise steps), so it cannot run "
+                                "without it (refused before load)")
+
+
 def _read_config(folder: Path) -> dict:
     for config_name in CONFIG_NAMES:
         if (folder / config_name).is_file():
@@ -173,9 +186,12 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
     config = _read_config(folder)  # also validates that configs are well-formed JSON
     weights = find_weights(folder, variant, pickle_only_is_error=ref.kind == "weights")
     role = classify(name, library, class_name, weights is not None)
-    if weights is None:
+    tensors = read_weight_set(weights) if weights is not None else None
+    if role == "dit" and tensors is not None:  # the sharper line for a block count the tensors contradict
+        check_config_block_counts(folder, library, class_name, config, tensors)
+    _check_config_sizes(folder, tensors)  # before any class sees a number (engine/model_dir/size_bounds.py)
+    if weights is None or tensors is None:
         return ComponentInfo(name, role, library, class_name, folder, notes=tuple(notes))
-    tensors = read_weight_set(weights)
     quantized = check_quantization(folder, library, config, tensors)  # what the libraries cannot load exactly
     dtype_bytes: Counter[str] = Counter()
     for tensor in tensors:
@@ -185,7 +201,6 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
     if role == "dit":
         lists = find_block_lists(tensors)
         _check_block_count(folder, sum(len(b.block_bytes) for b in lists))
-        check_config_block_counts(folder, library, class_name, config, tensors)
         order = registration_order(library, class_name) if len(lists) > 1 else None
         block_lists, order_observed = apply_observed(root, name, class_name, order_block_lists(lists, order))
     elif role == "unet":
@@ -199,6 +214,14 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
         block_lists=block_lists, notes=tuple(notes), order_observed=order_observed, quant_method=quantized,
         layers=layers,
     )
+
+
+def _check_config_sizes(folder: Path, tensors: list | None) -> None:
+    configs = {path: load_json(path) for path in sorted(folder.iterdir())
+               if path.is_file() and not path.is_symlink() and is_config_file(path.name)}
+    for path, document in configs.items():
+        check_sizes(path, document, tensors)
+    check_added_tokens(folder, configs)
 
 
 DENOISER_NAMES = ("unet", "prior", "transformer", "transformer_2")
@@ -247,6 +270,7 @@ def discover_model(path: str | Path, variant: str | None = None) -> ModelInfo:
     check_pipeline(pipeline, str(index_path))
     values = pipeline_values(index, str(index_path))  # before any component folder is read
     entries = _component_entries(index, index_path)
+    _check_left_out_firsts(index, index_path, pipeline)
     if len(entries) > MAX_COMPONENTS:
         raise ModelDirError(f"{index_path}: {len(entries)} components, more than the {MAX_COMPONENTS} "
                             "omni-console plans for (no real pipeline has that many)")

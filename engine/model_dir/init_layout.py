@@ -50,7 +50,12 @@ def init_layout(class_name: str) -> InitLayout | None:
     processes per installed diffusers: `class_index_cache`)."""
     if not class_name.isidentifier() or class_name.startswith("_"):
         return None
-    value = remembered("layout", PACKAGE, class_name, lambda: _layout_to_json(_read_layout(class_name)))
+    def compute() -> dict | None:
+        return _layout_to_json(_read_layout(class_name))
+
+    # a cached layout is confirmed by reading the class again (one module, tens of ms): a poisoned file must not
+    # drop a count check or reorder the blocks
+    value = remembered("layout", PACKAGE, class_name, compute, lambda cached: cached == compute())
     return None if value is None else InitLayout(tuple(value["order"]),
                                                  tuple(ListCount(attr, key) for attr, key in value["counts"]))
 

@@ -27,6 +27,7 @@ from ..errors import ModelDirError
 MAX_STRING = 256
 MAX_LIST = 64
 MAX_DEPTH = 2  # a list of scalars, or a list of such lists
+MAX_INT = 2**53  # every integer a float holds exactly: a pipeline multiplies these by floats (Wan's boundary_ratio)
 
 _SCALARS = (bool, int, float, str, type(None))
 
@@ -45,6 +46,10 @@ def check_value(key: str, value: object, where: str, depth: int = 0) -> object:
     """A plain JSON scalar (finite numbers, short strings) or a short list of them; else one line."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ModelDirError(f"{where}: pipeline value {key!r:.60} must be a finite number, got {value!r}")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        digits = len(str(abs(value)))
+        raise ModelDirError(f"{where}: pipeline value {key!r:.60} is an integer of {digits} digits (at most "
+                            f"{MAX_INT:,}; refused before load)")
     if isinstance(value, str) and len(value) > MAX_STRING:
         raise ModelDirError(f"{where}: pipeline value {key!r:.60} is a string of {len(value)} characters "
                             f"(at most {MAX_STRING})")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, ModelDirError
+from ..plain_text import shown
 
 SCALE_SUFFIXES = ("weight_scale", "weight_scale_inv", "weight_scale_2", "scale_weight", "input_scale")
 """Names of per-tensor / per-row / per-block scale tensors sitting beside a quantized `weight`."""
@@ -69,21 +70,21 @@ def loadable_reason(library: str | None, method: str) -> str | None:
     """Why the installed library cannot load a `method`-quantized component from a folder (None: it can)."""
     if library == "diffusers":
         if method in DIFFUSERS_SINGLE_FILE_ONLY:
-            return (f"diffusers reads a '{method}' quantization_config only through from_single_file, not from a "
+            return (f"diffusers reads a {shown(method)} quantization_config only through from_single_file, not from a "
                     "folder's config.json")
         if method == "bitsandbytes_4bit" or method == "bitsandbytes_8bit":
             method = "bitsandbytes"
         if method not in DIFFUSERS_PACKAGES:
-            return (f"'{method}' is not a quantization method diffusers loads (it knows "
+            return (f"{shown(method)} is not a quantization method diffusers loads (it knows "
                     f"{', '.join(sorted((*DIFFUSERS_SINGLE_FILE_ONLY, *DIFFUSERS_PACKAGES)))})")
         module, package = DIFFUSERS_PACKAGES[method]
         if not _installed(module):
-            return f"diffusers loads '{method}' checkpoints through the {package} package, which is not installed"
+            return f"diffusers loads {shown(method)} checkpoints through the {package} package, which is not installed"
         return None
     if library == "transformers":
         if method not in TRANSFORMERS_FP8:
             return (f"omni-console loads transformers encoders quantized with fine-grained fp8 "
-                    f"({', '.join(repr(m) for m in TRANSFORMERS_FP8)}) only, not '{method}'")
+                    f"({', '.join(repr(m) for m in TRANSFORMERS_FP8)}) only, not {shown(method)}")
         if not _installed("accelerate"):
             return "transformers loads fp8 checkpoints through the accelerate package, which is not installed"
         return None
