@@ -233,6 +233,15 @@ def _normalise_argv(argv: Sequence[str]) -> list[str]:
     return joined
 
 
+def _refuse_dash_dash_values(argv: Sequence[str]) -> list[str]:
+    """`--flag=--` is refused: argparse hands such a flag `[]`, past its type check (a traceback later)."""
+    for word in argv:
+        flag, equals, value = word.partition("=")
+        if flag.startswith("--") and equals and value == "--":
+            raise UsageError(f"{plain(flag)[:60]}: expected a value, not '--'")
+    return list(argv)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from ..engine.api import pause_point
 
@@ -326,7 +335,8 @@ def _main(argv: Sequence[str] | None, say, exit_code) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     try:
-        args, unknown = build_parser().parse_known_args(_normalise_argv(sys.argv[1:] if argv is None else argv))
+        args, unknown = build_parser().parse_known_args(
+            _refuse_dash_dash_values(_normalise_argv(sys.argv[1:] if argv is None else argv)))
         if unknown:
             raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (see omni-console {args.command} --help)")
         check_cache_dir()

@@ -98,3 +98,11 @@ def test_any_numeric_flag_value_is_one_line_and_exit_2(command, data, tmp_path, 
     capsys.readouterr()
     refused(capsys, [command, "--model", str(tmp_path / "absent"), "--output" if command == "run" else "--json",
                      *([str(tmp_path / "o.png")] if command == "run" else []), f"{flag}={value}"])
+
+
+@pytest.mark.parametrize("argv", [["plan", "--vram-budget=--"], ["plan", "--gpus=--"], ["run", "--steps=--"],
+                                  ["run", "--seed=--"], ["plan", "--resident-layers=--"]])
+def test_a_flag_given_dash_dash_as_its_value_is_one_line(argv, capsys, tmp_path):
+    """argparse hands `--flag=--` an empty list, past the flag's own type (hypothesis found the traceback)."""
+    line = refused(capsys, [*argv, "--model", str(tmp_path / "absent")])
+    assert "expected a value, not '--'" in line
