@@ -111,12 +111,15 @@ class RequestCancelled(Exception):
 
 def cancel_points(modules: list[torch.nn.Module]) -> list[torch.nn.Module]:
     """Where a cancel is checked: every element of every ModuleList under `modules` (the DiT's blocks, an
-    encoder's layers, a VAE's up/down blocks), so a cancel lands within one block's time, not a step's."""
+    encoder's layers, a VAE's up/down blocks), so a cancel lands within one block's time, not a step's.
+
+    A list may hold `None` where a layer is switched off (a VAE's mid-block attentions with
+    `mid_block_add_attention=False`, Mochi's VAE): such an entry runs nothing and is skipped."""
     points: list[torch.nn.Module] = []
     for module in modules:
         for child in module.modules():
             if isinstance(child, torch.nn.ModuleList):
-                points.extend(child)
+                points.extend(entry for entry in child if isinstance(entry, torch.nn.Module))
     return points
 
 
