@@ -29,6 +29,7 @@ from ...offload.streamer import LayerwiseStreamer
 from ..errors import ConfigError
 from ..events import StepTiming
 from .pipeline_defaults import default_steps
+from .pipeline_output import check_frames, first_item_frames
 from .request_phases import DecodeMeter, phase_seconds, sync, sync_compute
 
 # Request fields the engine maps onto a pipeline's own parameter names, in the order tried.
@@ -219,18 +220,6 @@ class RunOutput:
         return self.frames[0] if self.frames else None
 
 
-def first_item_frames(output: Any) -> tuple[list[Any], bool]:
-    """(frames of the first batch item, is_video): video pipelines return `frames` [batch][frame],
-    image pipelines `images` [batch]."""
-    frames = getattr(output, "frames", None)
-    if frames is not None:
-        return (list(frames[0]) if len(frames) else []), True
-    images = getattr(output, "images", None)
-    if images is None and isinstance(output, tuple | list) and output:
-        images = output[0]
-    return ([images[0]] if images is not None and len(images) else []), False
-
-
 def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_id: int, device: torch.device,
                  dits: list[torch.nn.Module], streamer: LayerwiseStreamer | None,
                  cancel: threading.Event | None = None) -> RunOutput:
@@ -258,6 +247,7 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
     finally:
         hooks.remove()
     frames, is_video = first_item_frames(output)
+    check_frames(frames, type(pipe).__name__)
     allocated = reserved = None
     if device.type == "cuda":  # the phases reset the peak counters: each phase's peaks, then what is left
         allocated = max(v for v in (clock.text_peak, decode.peak_before_decode, decode.peak_bytes,
