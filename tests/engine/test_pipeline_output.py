@@ -24,7 +24,8 @@ def test_stable_cascade_prior_is_refused_saying_it_returns_image_embeddings():
     assert "not an image or a video" in line and "\n" not in line
 
 
-@pytest.mark.parametrize("name", ["Kandinsky5T2IPipeline", "FluxPipeline", "WanPipeline", "StableCascadeDecoderPipeline"])
+@pytest.mark.parametrize("name", ["Kandinsky5T2IPipeline", "FluxPipeline", "WanPipeline",
+                                  "StableCascadeDecoderPipeline"])
 def test_pipelines_returning_pictures_pass(name):
     import diffusers
 
