@@ -79,6 +79,15 @@ def first_item_frames(output: Any) -> tuple[list[Any], bool]:
     return ([images[0]] if images is not None and len(images) else []), False
 
 
+def frame_size(frame: Any) -> list[int] | None:
+    """[width, height] of one frame (a PIL image, or an HWC array for output_type="np")."""
+    size = getattr(frame, "size", None)
+    if isinstance(size, tuple) and len(size) == 2:
+        return [int(size[0]), int(size[1])]
+    shape = getattr(frame, "shape", None)
+    return [int(shape[1]), int(shape[0])] if shape is not None and len(shape) >= 2 else None
+
+
 def check_frames(frames: list[Any], pipeline: str) -> None:
     """Refuse a result with nothing in it, or one decoded to all NaN or all black (exit 1, no file)."""
     if not frames:

@@ -3,6 +3,8 @@ all-NaN or all-black decode is one line, exit 1, no file; exit 0 always leaves t
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from cli_helpers import one_error_line
@@ -41,10 +43,11 @@ def test_a_nan_or_black_decode_keeps_no_file_and_exits_1(fill, demo_model_dir, t
     assert "no file written" in err[-1] and not any("Traceback" in line for line in err)
 
 
-def test_a_normal_run_still_writes_its_file(demo_model_dir, tmp_path, capsys):
+def test_a_normal_run_writes_its_file_and_reports_the_rendered_size(demo_model_dir, tmp_path, capsys):
     out = tmp_path / "o.png"
-    assert main(["run", "--model", str(demo_model_dir), "--output", str(out), *BASE]) == 0
+    assert main(["run", "--model", str(demo_model_dir), "--output", str(out), *BASE, "--json"]) == 0
     assert out.is_file() and out.stat().st_size > 0
-    capsys.readouterr()
+    report = json.loads(capsys.readouterr().out)
+    assert report["rendered_size"] == [32, 32] and report["files"] == [str(out)]
 
 
