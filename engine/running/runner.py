@@ -247,7 +247,8 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
     finally:
         hooks.remove()
     frames, is_video = first_item_frames(output)
-    check_frames(frames, type(pipe).__name__)
+    if cancel is None or not cancel.is_set():  # a cancelled request keeps nothing and says so, not this
+        check_frames(frames, type(pipe).__name__)
     allocated = reserved = None
     if device.type == "cuda":  # the phases reset the peak counters: each phase's peaks, then what is left
         allocated = max(v for v in (clock.text_peak, decode.peak_before_decode, decode.peak_bytes,
