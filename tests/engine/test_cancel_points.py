@@ -34,6 +34,7 @@ def _vae_without_mid_attention() -> torch.nn.Module:
                          use_post_quant_conv=False).eval()
 
 
+@pytest.mark.slow  # imports diffusers and builds a VAE
 def test_a_vae_without_mid_attention_decodes_under_the_cancel_hooks_and_stops_when_cancelled():
     vae = _vae_without_mid_attention()
     assert list(vae.decoder.mid_block.attentions) == [None]

@@ -14,6 +14,7 @@ from omni_console.engine.running.pipeline_output import check_output_kind, first
 LABELS = {**OPTION_LABELS, "image": "--image", "param": "--param"}
 
 
+@pytest.mark.slow  # the first diffusers import of the module
 def test_stable_cascade_prior_is_refused_saying_it_returns_image_embeddings():
     from diffusers import StableCascadePriorPipeline
 
