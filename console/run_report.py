@@ -113,6 +113,8 @@ class RunReport(Document):
     output: str | None = Field(description="--output when something was written, else null")
     files: list[str] = Field(description="every file written (several for frames written as images)")
     frames: int = Field(ge=0)
+    rendered_size: list[int] | None = Field(None, description="[width, height] of the frames as the pipeline "
+                                            "rendered them (what was written)")
     is_video: bool
     fps: float | None = Field(description="frame rate written (videos only)")
     fps_source: Literal["--fps", "pipeline", "default"] | None

@@ -68,6 +68,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
         parse_param,
     )
     from .running.outputs import DEFAULT_FPS, OutputTarget, check_output, check_output_place, write_notes, write_result
+    from .running.pipeline_output import frame_size
     from .running.profiler import request_size
     from .running.request_checks import SEED_MAX, check_request
     from .running.request_limits import check_limits, schedule_steps
@@ -139,6 +140,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "write_notes",
         "write_result",
     ),
+    ".running.pipeline_output": ("frame_size",),
     ".running.atomic_write": ("publish_new", "remove_pending", "scratch_folder"),
     ".running.signal_guard": ("SignalGuard", "SignalStop", "completed_outputs", "deferrable", "forget_outputs", "held",
                                "pause_point"),

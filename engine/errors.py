@@ -19,3 +19,8 @@ class ModelDirError(ConfigError):
 
 OPERATOR_ERRORS: tuple[type[ValueError], ...] = (ConfigError, PolicyError)
 """What the command line reports as one line and exit 2: these, and an offload policy's errors."""
+
+
+class OutputError(ConfigError):
+    """A finished call whose output cannot be written truly (nothing returned, an all-NaN or all-black
+    decode): one line after load, exit 1, and no file kept."""

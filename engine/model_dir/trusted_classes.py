@@ -33,6 +33,7 @@ import re
 
 from ..errors import ModelDirError
 from .class_index import ClassRef, exports, find_class, find_pipeline_package_class, pipeline_package
+from .missing_backends import error_reason, missing_backends
 
 ALLOWED_LIBRARIES = ("diffusers", "transformers")
 REGISTERED_BY_PIPELINES = {("transformers", "T5GemmaEncoder"): "prx"}
@@ -118,11 +119,19 @@ def _import_pipeline_package_class(library: str, class_name: str, where: str) ->
     try:
         cls = getattr(importlib.import_module(package), class_name)
     except Exception as exc:
-        raise ModelDirError(f"{where}: {package}.{class_name} cannot be imported ({str(exc).splitlines()[0][:80]})") \
-            from None
+        raise ModelDirError(f"{where}: {package}.{class_name} cannot be imported ({error_reason(exc)})") from None
+    _refuse_stand_in(cls, "diffusers", f"{package}.{class_name}", where)
     if not isinstance(cls, type) or not (cls.__module__ == package or cls.__module__.startswith(package + ".")):
         raise ModelDirError(f"{where}: {package}.{class_name} is not a diffusers class ({_NO_CODE})")
     return cls
+
+
+def _refuse_stand_in(cls: object, library: str, name: str, where: str) -> None:
+    """A library's stand-in for a class whose optional package is missing: refused, naming the package."""
+    missing = missing_backends(cls, library)
+    if missing is not None:
+        raise ModelDirError(f"{where}: {name} needs {', '.join(missing)}, which is not installed "
+                            f"(without it {library} gives only a placeholder class)")
 
 
 def _import_class(library: object, class_name: object, where: str) -> type:
@@ -137,8 +146,8 @@ def _import_class(library: object, class_name: object, where: str) -> type:
     try:
         cls = getattr(module, class_name)
     except Exception as exc:  # a lazy import failing (a missing optional dependency) is a refusal, not a crash
-        raise ModelDirError(f"{where}: {library}.{class_name} cannot be imported ({str(exc).splitlines()[0][:80]})") \
-            from None
+        raise ModelDirError(f"{where}: {library}.{class_name} cannot be imported ({error_reason(exc)})") from None
+    _refuse_stand_in(cls, library, f"{library}.{class_name}", where)
     if not isinstance(cls, type) or not (cls.__module__ == library or cls.__module__.startswith(library + ".")):
         raise ModelDirError(f"{where}: {library}.{class_name} is not a {library} class ({_NO_CODE})")
     return cls

@@ -36,6 +36,8 @@ from ..errors import ConfigError
 from ..model_dir.discovery import ModelInfo
 from ..model_dir.trusted_classes import pipeline_class
 from ..model_dir.weights import load_json
+from .call_inputs import check_finite, check_required_inputs
+from .pipeline_output import check_output_kind
 from .pipeline_needs import check_pipeline_needs
 from .render_size import check_decodable, check_render_size
 from .runner import FRAME_PARAMETERS, IMAGE_PARAMETERS, GenerateRequest, pipeline_parameter
@@ -323,7 +325,11 @@ def check_call(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, 
             raise ConfigError(f"{names[option]} {value}: must be at least 1")
         elif option == "image":
             _check_image(Path(value), names["image"])
+    check_finite(request.params, names["param"])
     _check_params(model, request.params, names["param"], signature, names)
+    given = {*request.explicit_kwargs(signature), *request.params, *request.extra}
+    check_required_inputs(model.pipeline_class, signature, given, names)
+    check_output_kind(_pipeline_type(model.pipeline_class))
     _check_text_length(model, request, names["max_sequence_length"], signature)
     check_render_size(model, request, names, signature)
     check_decodable(model)

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..model_dir.discovery import ModelInfo
+from .fixed_sizes import check_fixed_sizes
 from .request_checks import SizeRule, size_rule
 from .runner import GenerateRequest
 
@@ -84,9 +85,17 @@ def _check_defaults(model: ModelInfo, request: GenerateRequest, names: Mapping[s
                               f"pass {names[key]} {cap} or less")
 
 
+def _default(signature: Mapping[str, inspect.Parameter], key: str) -> object:
+    parameter = signature.get(key)
+    return parameter.default if parameter is not None else None
+
+
 def check_render_size(model: ModelInfo, request: GenerateRequest, names: Mapping[str, str],
                       signature: Mapping[str, inspect.Parameter]) -> None:
     """Refuse (one line) a request the pipeline would render at another size, or fail on after load."""
+    height = request.height if request.height is not None else _int(_default(signature, "height"))
+    width = request.width if request.width is not None else _int(_default(signature, "width"))
+    check_fixed_sizes(model, height, width, names)
     rule = size_rule(model)
     if rule is None:
         return

@@ -30,6 +30,7 @@ from ..errors import ConfigError
 from ..events import StepTiming
 from .audio_track import AudioTrack, first_item_audio
 from .pipeline_defaults import default_steps
+from .pipeline_output import check_frames, first_item_frames
 from .request_phases import DecodeMeter, phase_seconds, sync, sync_compute
 
 # Request fields the engine maps onto a pipeline's own parameter names, in the order tried.
@@ -112,12 +113,15 @@ class RequestCancelled(Exception):
 
 def cancel_points(modules: list[torch.nn.Module]) -> list[torch.nn.Module]:
     """Where a cancel is checked: every element of every ModuleList under `modules` (the DiT's blocks, an
-    encoder's layers, a VAE's up/down blocks), so a cancel lands within one block's time, not a step's."""
+    encoder's layers, a VAE's up/down blocks), so a cancel lands within one block's time, not a step's.
+
+    A list may hold `None` where a layer is switched off (a VAE's mid-block attentions with
+    `mid_block_add_attention=False`, Mochi's VAE): such an entry runs nothing and is skipped."""
     points: list[torch.nn.Module] = []
     for module in modules:
         for child in module.modules():
             if isinstance(child, torch.nn.ModuleList):
-                points.extend(child)
+                points.extend(entry for entry in child if isinstance(entry, torch.nn.Module))
     return points
 
 
@@ -218,18 +222,6 @@ class RunOutput:
         return self.frames[0] if self.frames else None
 
 
-def first_item_frames(output: Any) -> tuple[list[Any], bool]:
-    """(frames of the first batch item, is_video): video pipelines return `frames` [batch][frame],
-    image pipelines `images` [batch]."""
-    frames = getattr(output, "frames", None)
-    if frames is not None:
-        return (list(frames[0]) if len(frames) else []), True
-    images = getattr(output, "images", None)
-    if images is None and isinstance(output, tuple | list) and output:
-        images = output[0]
-    return ([images[0]] if images is not None and len(images) else []), False
-
-
 def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_id: int, device: torch.device,
                  dits: list[torch.nn.Module], streamer: LayerwiseStreamer | None,
                  cancel: threading.Event | None = None) -> RunOutput:
@@ -257,6 +249,8 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
     finally:
         hooks.remove()
     frames, is_video = first_item_frames(output)
+    if cancel is None or not cancel.is_set():  # a cancelled request keeps nothing and says so, not this
+        check_frames(frames, type(pipe).__name__)
     allocated = reserved = None
     if device.type == "cuda":  # the phases reset the peak counters: each phase's peaks, then what is left
         allocated = max(v for v in (clock.text_peak, decode.peak_before_decode, decode.peak_bytes,

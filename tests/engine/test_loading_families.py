@@ -8,6 +8,7 @@ SD1.5 must load with its hub-layout safety checker and without one (`[null, null
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -98,7 +99,7 @@ def assert_bit_identical(path: Path, request: GenerateRequest, experts: tuple[st
         for policy in policies(engine):
             engine.load(policy)
             counts, handles = count_forwards(engine.pipe, experts)
-            result = engine.generate(request)
+            result = engine.generate(request, threading.Event())  # with the cancel hooks, as `run` has them
             for h in handles:
                 h.remove()
             engine.unload()

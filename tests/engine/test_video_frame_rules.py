@@ -76,8 +76,13 @@ def test_mochi_and_hunyuan_video_frame_rules_are_stated(loading_family_dir):
 
 @pytest.mark.slow  # one plain pipeline call per frame count and size
 @pytest.mark.parametrize("family", list(CASES))
-def test_accepted_exactly_where_diffusers_renders_as_asked(family, loading_family_dir, wan_loadable):
+def test_accepted_exactly_where_diffusers_renders_as_asked(family, loading_family_dir, wan_loadable, tmp_path):
     from diffusers import DiffusionPipeline
+
+    image = None  # an image-to-video request names its image, as `run --image` does
+    if family in IMAGE_FAMILIES:
+        image = tmp_path / "first.png"
+        Image.new("RGB", (32, 32), (90, 120, 200)).save(image)
 
     path = loading_family_dir(family)
     model = discover_model(path)
@@ -89,12 +94,12 @@ def test_accepted_exactly_where_diffusers_renders_as_asked(family, loading_famil
     for frames in frame_counts:
         shape = rendered(pipe, family, num_frames=frames)
         assert shape is not None, (family, frames)  # any count renders: the question is how many frames
-        accepted = verdict(model, family, frames=frames) is None
+        accepted = verdict(model, family, frames=frames, image=image) is None
         assert accepted == (shape[0] == frames), (family, frames, shape)
         seen.append(accepted)
     for height, width in sizes:
         shape = rendered(pipe, family, height=height, width=width)
-        accepted = verdict(model, family, height=height, width=width) is None
+        accepted = verdict(model, family, height=height, width=width, image=image) is None
         assert accepted == (shape == (gen["num_frames"], height, width)), (family, height, width, shape)
         seen.append(accepted)
     assert True in seen and False in seen  # each family's cases cover both sides of its rule

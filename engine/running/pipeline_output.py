@@ -1,0 +1,99 @@
+"""Read a pipeline's result by its declared output class, and refuse an output that is not a picture.
+
+diffusers pipelines name their output field differently: `images` (most), `image` (Kandinsky 5 T2I),
+`frames` (video), `videos`, `audios`. Reading only `images`/`frames` made Kandinsky 5 exit 0 without a
+file. The field is taken from the `*PipelineOutput` dataclass the pipeline's `__call__` returns
+(its return annotation); a pipeline that returns none of these (Stable Cascade's prior: image
+embeddings) is refused before load, naming what it returns.
+
+After the call, a result with no frame, or one that decoded to all NaN or all black (a non-finite
+value somewhere in the run), is an `OutputError`: one line, exit 1, no file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+import typing
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, OutputError
+
+IMAGE_FIELDS = ("images", "image")
+VIDEO_FIELDS = ("frames", "videos", "video")
+AUDIO_FIELDS = ("audios", "audio")
+WRITABLE_FIELDS = (*VIDEO_FIELDS, *IMAGE_FIELDS)  # audio alone is not written here (no writer)
+
+
+def _output_classes(annotation: Any) -> list[type]:
+    if isinstance(annotation, type):
+        return [annotation] if dataclasses.is_dataclass(annotation) else []
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return [c for arm in typing.get_args(annotation) for c in _output_classes(arm)]
+    return []
+
+
+def declared_fields(pipeline_type: type) -> list[str] | None:
+    """The field names of the output dataclass(es) `__call__` declares it returns (None: not declared)."""
+    try:
+        annotation = inspect.signature(pipeline_type.__call__, eval_str=True).return_annotation
+    except Exception:  # an annotation that does not evaluate: cannot tell
+        return None
+    classes = _output_classes(annotation)
+    if not classes:
+        return None
+    return [f.name for cls in classes for f in dataclasses.fields(cls)]
+
+
+def check_output_kind(pipeline_type: type) -> None:
+    """Refuse, before load, a pipeline whose declared output holds no image or video to write."""
+    fields = declared_fields(pipeline_type)
+    if fields is None or any(name in WRITABLE_FIELDS for name in fields):
+        return
+    audio = [name for name in fields if name in AUDIO_FIELDS]
+    what = "audio only" if audio else ", ".join(fields) or "nothing"
+    raise ConfigError(f"{pipeline_type.__name__} returns {what} ({_class_names(pipeline_type)}), not an image or "
+                      "a video: nothing here could be written; not supported")
+
+
+def _class_names(pipeline_type: type) -> str:
+    annotation = inspect.signature(pipeline_type.__call__, eval_str=True).return_annotation
+    return " or ".join(c.__name__ for c in _output_classes(annotation))
+
+
+def _field(output: Any, names: tuple[str, ...]) -> Any:
+    return next((value for name in names if (value := getattr(output, name, None)) is not None), None)
+
+
+def first_item_frames(output: Any) -> tuple[list[Any], bool]:
+    """(frames of the first batch item, is_video): a video field is [batch][frame], an image field [batch]."""
+    frames = _field(output, VIDEO_FIELDS)
+    if frames is not None:
+        return (list(frames[0]) if len(frames) else []), True
+    images = _field(output, IMAGE_FIELDS)
+    if images is None and isinstance(output, tuple | list) and output:
+        images = output[0]
+    return ([images[0]] if images is not None and len(images) else []), False
+
+
+def frame_size(frame: Any) -> list[int] | None:
+    """[width, height] of one frame (a PIL image, or an HWC array for output_type="np")."""
+    size = getattr(frame, "size", None)
+    if isinstance(size, tuple) and len(size) == 2:
+        return [int(size[0]), int(size[1])]
+    shape = getattr(frame, "shape", None)
+    return [int(shape[1]), int(shape[0])] if shape is not None and len(shape) >= 2 else None
+
+
+def check_frames(frames: list[Any], pipeline: str) -> None:
+    """Refuse a result with nothing in it, or one decoded to all NaN or all black (exit 1, no file)."""
+    if not frames:
+        raise OutputError(f"{pipeline} returned no image or video frame: nothing to write")
+    pixels = [np.asarray(frame, dtype=np.float32) for frame in frames]
+    if all(np.isnan(p).all() for p in pixels):
+        raise OutputError(f"{pipeline} decoded to NaN only (a non-finite value in the run): no file written")
+    if all(not np.nan_to_num(p).any() for p in pixels):
+        raise OutputError(f"{pipeline} decoded to an all-black output (NaN or zero everywhere): no file written")
