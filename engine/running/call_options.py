@@ -37,8 +37,8 @@ from ..model_dir.discovery import ModelInfo
 from ..model_dir.trusted_classes import pipeline_class
 from ..model_dir.weights import load_json
 from .call_inputs import check_finite, check_required_inputs
-from .pipeline_output import check_output_kind
 from .pipeline_needs import check_pipeline_needs
+from .pipeline_output import check_output_kind
 from .render_size import check_decodable, check_render_size
 from .runner import FRAME_PARAMETERS, IMAGE_PARAMETERS, GenerateRequest, pipeline_parameter
 from .text_length import check_text_length, dit_config
