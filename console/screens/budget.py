@@ -16,6 +16,7 @@ from textual.widgets import Input, Static
 from ...engine.api import plain
 from ...engine.errors import ConfigError
 from ..args import parse_budget
+from ..widgets.plain_input import PlainInput
 
 
 class BudgetDialog(ModalScreen[int | None]):
@@ -38,7 +39,7 @@ class BudgetDialog(ModalScreen[int | None]):
             box.border_title = "VRAM budget (Enter plans, Esc cancels)"
             yield Static("the fastest policy whose device memory of the process fits, e.g. 24GB, 24GiB or auto",
                          markup=False)
-            yield Input(self.value, placeholder="24GB", id="budget-size", compact=True)
+            yield PlainInput(self.value, placeholder="24GB", id="budget-size", compact=True)
             yield Static("", id="budget-error", markup=False)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
