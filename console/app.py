@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -66,7 +67,7 @@ from .load_commands import LoadCommands
 from .plan_commands import PlanCommands
 from .policy_edits import PolicyEditor
 from .request_commands import RequestCommands
-from .screens import CopyCommandScreen, HelpScreen, LiveScreen, PlanScreen
+from .screens import CopyCommandScreen, HelpScreen, LiveScreen, NoticeLogScreen, PlanScreen
 from .session import ConsoleSession
 from .shutdown import EngineRelease, stop_key_reader
 from .toasts import NARROW_WIDTH, drop_toast, max_visible_for, toast_text, toasts_replaced_by
@@ -124,6 +125,8 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
                 tooltip="quit (also from text fields)"),
         Binding("t", "cycle_theme", "theme", id="app.theme", show=False, tooltip="next theme"),
         Binding("question_mark,f1", "help", "help", id="app.help", tooltip="this list of keys"),
+        Binding("n", "notices", "notices", id="app.notices", show=False,
+                tooltip="every notice of the session, with its time"),
     ]
 
     def __init__(
@@ -179,6 +182,8 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         self.plan_screen = PlanScreen()
         self.live_screen: LiveScreen | None = None
         self.notices: list[tuple[str, str]] = []
+        """(message, severity) of every notice, plain (controls escaped); `n` lists them with `notice_times`."""
+        self.notice_times: list[float] = []
         self._drain_timer: Timer | None = None
         self._link_shown: object = None
         self._closed = False
@@ -281,9 +286,13 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
                markup: bool = True) -> None:
         """Also keep every notification in `notices` (tests and the operator's history read it)."""
         message = plain_lines(message)  # paths and errors from data: controls shown escaped
-        self.notices.append((str(message), str(severity)))
+        self._keep_notice(message, str(severity))
         super().notify(toast_text(str(message), self.size.width), title=title, severity=severity, timeout=timeout,
                        markup=markup)
+
+    def _keep_notice(self, message: str, severity: str) -> None:
+        self.notices.append((plain_lines(message), severity))
+        self.notice_times.append(time.time())
 
     def _on_notify(self, event: Notify) -> None:
         """Coalesce toasts (repeats replace, at most two shown, one on a narrow terminal); Textual's own handler
@@ -366,7 +375,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         """
         command = vllm_serve_command(self.plan)
         self.copy_to_clipboard(command)
-        self.notices.append((f"{COPY_NOTICE}\n{command}", "information"))
+        self._keep_notice(f"{COPY_NOTICE}\n{command}", "information")
         if not isinstance(self.screen, CopyCommandScreen):  # whole words only: a toast would fold a path
             self.push_screen(CopyCommandScreen(command, COPY_NOTICE))
 
@@ -375,6 +384,11 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         current = names.index(self.theme) if self.theme in names else -1
         self.theme = names[(current + 1) % len(names)]
         self.say(f"theme: {self.theme}", timeout=2)
+
+    def action_notices(self) -> None:
+        """n: every notice of the session with its time (a toast is gone in seconds)."""
+        if not isinstance(self.screen, NoticeLogScreen):
+            self.push_screen(NoticeLogScreen(self.notices, self.notice_times))
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

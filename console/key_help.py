@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 
 from textual.binding import Binding, BindingType
 
-from .screens import GenerateDialog, HelpScreen, LiveScreen, PlanScreen
+from .screens import GenerateDialog, HelpScreen, LiveScreen, NoticeLogScreen, PlanScreen
 from .screens.help import Section, binding_rows
 from .screens.live import RANK_BINDING
 from .widgets import FilterBar
@@ -36,5 +36,6 @@ def help_sections(app_bindings: Iterable[BindingType], palette_key: str,
         ("live screen (after load)", rows([*LiveScreen.BINDINGS, *([RANK_BINDING] if world > 1 else [])])),
         ("staging log filter (after /)", [*rows(FilterBar.BINDINGS), ("enter", "keep the filter, close the bar")]),
         ("generate dialog (after g)", [*rows(GenerateDialog.BINDINGS), ("enter", "run the request")]),
+        ("notice log (after n)", [("pgup / pgdn, home / end", "scroll"), *rows(NoticeLogScreen.BINDINGS)]),
         ("this help", rows(HelpScreen.BINDINGS)),
     ]

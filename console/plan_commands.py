@@ -62,11 +62,12 @@ class PlanCommands:
         if refusal is not None:
             self.say(*refusal)
             return
-        self.push_screen(BudgetDialog(device=self.engine_device), self._plan_for_budget)
+        self.push_screen(BudgetDialog(self.session.last_budget, device=self.engine_device), self._plan_for_budget)
 
-    def _plan_for_budget(self: ConsoleHost, budget: int | None) -> None:
-        if budget is None:
+    def _plan_for_budget(self: ConsoleHost, entered: tuple[int, str] | None) -> None:
+        if entered is None:
             return
+        budget, self.session.last_budget = entered
         session = self.session
         plan, size, bandwidth = session.plan, session.request_size, session.bandwidth
         future = self.worker.call(lambda engine: plan_for(engine, plan, budget, size, bandwidth=bandwidth,

@@ -218,7 +218,7 @@ def _seconds(value: float | None) -> str:
     return "unknown" if value is None else f"{value:.3f} s"
 
 
-def ranks_sheet(ranks: RankForecast) -> Sheet:
+def ranks_sheet(ranks: RankForecast, kind: str = "DiT") -> Sheet:
     """`--gpus N`: one rank's pinned memory, device peak and traffic (every rank holds the same sizes)."""
     layout, n = ranks.layout, ranks.layout.gpus
     held = f"1/{n} of each streamed block" if layout.sharded else "whole streamed blocks"
@@ -227,10 +227,10 @@ def ranks_sheet(ranks: RankForecast) -> Sheet:
         (f"pinned host memory, all {n} ranks", format_bytes(ranks.pinned_host_bytes_all_ranks), "headers"),
         ("device peak" + (" (+2 shard buffers)" if layout.sharded else ""), format_bytes(ranks.device_peak_bytes),
          ranks.device_peak_source),
-        ("host→device per DiT forward (PCIe)", format_bytes(ranks.pcie_bytes_per_forward), "headers"),
+        (f"host→device per {kind} forward (PCIe)", format_bytes(ranks.pcie_bytes_per_forward), "headers"),
     ]
     if layout.sharded:
-        rows.append((f"gathered per DiT forward ({ranks.gather_link})", format_bytes(ranks.nvlink_bytes_per_forward),
+        rows.append((f"gathered per {kind} forward ({ranks.gather_link})", format_bytes(ranks.nvlink_bytes_per_forward),
                      "headers"))
     rows.append(("requests at once", str(ranks.requests_at_once), layout.parallel))
     rows.append(("step floor: max(compute, copy" + (" + gather)" if layout.sharded else ")"),
@@ -330,7 +330,7 @@ def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Seque
         if sheet.caption:
             sections.append([_plain(sheet.caption)])
     if ranks is not None and ranks.layout.distributed:
-        sections.append(tsv_rows(ranks_sheet(ranks)))
+        sections.append(tsv_rows(ranks_sheet(ranks, plan.model.block_kind)))
         sections.append([_plain(ranks.describe), *(_plain(f"note: {note}") for note in ranks.notes)])
     if reasons:
         sections.append(["auto-plan (--vram-budget)", *(_plain(line) for line in reasons)])
@@ -363,7 +363,7 @@ def render_plan(plan: Plan, console: Console | None = None, forecast: RequestFor
     if forecast is not None:
         console.print(rich_table(request_sheet(forecast, on_cpu), console.width, variables))
     if ranks is not None and ranks.layout.distributed:
-        console.print(rich_table(ranks_sheet(ranks), console.width, variables))
+        console.print(rich_table(ranks_sheet(ranks, plan.model.block_kind), console.width, variables))
         for note in ranks.notes:
             console.print(Text(plain(f"note: {note}"), style="dim"))
     if reasons:

@@ -113,7 +113,8 @@ def change_prefetch_slots(policy: OffloadPolicy, delta: int) -> Edit:
     return Edit(policy.with_streaming(policy.placement, k), f"prefetch ring: {k} slots, copies run {k - 1} ahead")
 
 
-def switch_mode(policy: OffloadPolicy, stash: OffloadPolicy | None) -> tuple[Edit, OffloadPolicy | None]:
+def switch_mode(policy: OffloadPolicy, stash: OffloadPolicy | None,
+                kind: str = "DiT") -> tuple[Edit, OffloadPolicy | None]:
     """dlo → resident (the dlo policy is stashed) and back (the stash is restored).
 
     Resident mode cannot carry a component map or resident layers, so they are kept aside
@@ -125,7 +126,7 @@ def switch_mode(policy: OffloadPolicy, stash: OffloadPolicy | None) -> tuple[Edi
         return Edit(resident, "mode=resident: no offload (baseline); m switches back"), policy
     restored = stash if stash is not None else build_policy(None, 0, "dlo", stream_dtype=policy.stream_dtype,
                                                             fp8_modulation=policy.fp8_modulation)
-    return Edit(restored, "mode=dlo: DiT blocks streamed, encoders/VAEs by policy"), None
+    return Edit(restored, f"mode=dlo: {kind} blocks streamed, encoders/VAEs by policy"), None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +166,7 @@ class PolicyEditor:
         """`toggle`/`clear` a component (`value` names it), flip the `default`, move `layers` or `slots` by
         `value`, flip `placement`, switch `mode`, or take a whole `policy` (the VRAM-budget choice)."""
         if what == "mode":
-            edit, stash = switch_mode(self.policy, self._mode_stash)
+            edit, stash = switch_mode(self.policy, self._mode_stash, self.model.block_kind)
             applied = self._apply(edit)
             if applied.kept:
                 self._mode_stash = stash

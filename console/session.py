@@ -53,6 +53,8 @@ class ConsoleSession:
         self.load_seconds: float | None = None
         self.last_error: str | None = None
         self.last_output: Path | None = None
+        self.last_budget = ""
+        """The budget as the operator last entered it in the `b` dialog (its next opening starts from it)."""
         self.exit_code = 0
         self.bandwidth = bandwidth
         self.bandwidth_source = "given" if bandwidth else ""

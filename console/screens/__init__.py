@@ -4,6 +4,7 @@ from .copy_command import CopyCommandScreen
 from .generate import GenerateDialog
 from .help import HelpScreen
 from .live import LiveScreen
+from .notice_log import NoticeLogScreen
 from .plan import PlanScreen
 
-__all__ = ["CopyCommandScreen", "GenerateDialog", "HelpScreen", "LiveScreen", "PlanScreen"]
+__all__ = ["CopyCommandScreen", "GenerateDialog", "HelpScreen", "LiveScreen", "NoticeLogScreen", "PlanScreen"]

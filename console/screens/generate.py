@@ -20,6 +20,7 @@ from textual.widgets import Button, Input, Label, Static
 from ...engine.api import GenerateRequest, plain_lines
 from ...engine.errors import ConfigError
 from ..generate_form import RequestForm, parse_size
+from ..widgets.plain_input import PlainInput
 
 __all__ = ["GenerateDialog", "parse_size"]
 
@@ -58,7 +59,7 @@ class GenerateDialog(ModalScreen[GenerateRequest | None]):
             for spec in self.form.fields():
                 with Horizontal(classes="field", id=f"field-{spec.id}"):
                     yield Label(spec.label, classes="field-label")
-                    yield Input(spec.value, placeholder=spec.placeholder, id=spec.id, type=spec.kind, compact=True)
+                    yield PlainInput(spec.value, placeholder=spec.placeholder, id=spec.id, type=spec.kind, compact=True)
             yield Static("", id="gen-forecast", markup=False)
             yield Static("", id="gen-error", markup=False)
             with Horizontal(id="gen-buttons"):

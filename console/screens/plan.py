@@ -46,9 +46,9 @@ class PlanScreen(Screen[None]):
         Binding("x", "clear_entry", "clear", id="plan.clear",
                 tooltip="remove the selected component's explicit entry (back to default)"),
         Binding("plus,equals_sign", "app.edit('layers', 1)", "+layer", id="plan.layers_up", group=LAYERS,
-                tooltip="one more resident leading DiT layer (+)"),
+                tooltip="one more resident leading block of the DiT or UNet (+)"),
         Binding("minus", "app.edit('layers', -1)", "-layer", id="plan.layers_down", group=LAYERS,
-                tooltip="one fewer resident leading DiT layer (-)"),
+                tooltip="one fewer resident leading block of the DiT or UNet (-)"),
         Binding("m", "app.edit('mode')", "mode", id="plan.mode", tooltip="switch mode dlo ⇄ resident (baseline)"),
         Binding("o", "app.edit('placement')", "placement", id="plan.placement", show=False,  # o on live too
                 tooltip="resident blocks: leading (vLLM-Omni) ⇄ spread between the streamed ones"),

@@ -9,8 +9,10 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import Input
 
+from .plain_input import PlainInput
 
-class FilterBar(Input):
+
+class FilterBar(PlainInput):
     """Posts `FilterChanged` as the user types and `Closed` on Esc/Enter.
 
     Esc clears the filter; Enter keeps it and just closes the bar.

@@ -30,7 +30,7 @@ class BlockListPanel(Static, can_focus=True):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("", id=id)
-        self.border_title = f"DiT block lists — {LEGEND}"
+        self.border_title = f"block lists — {LEGEND}"
         self.rows: list[tuple[str, ...]] = []
 
     def show_plan(self, plan: Plan) -> None:

@@ -60,12 +60,13 @@ def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = 
         peak_row = ("device peak weights", format_bytes(f.peak_device_weight_bytes), weights_peak)
     rows = [
         ("device resident weights", format_bytes(f.device_resident_bytes),
-         "resident components + DiT non-block modules + resident DiT layers"
+         f"resident components + {plan.model.block_kind} non-block modules + resident {plan.model.block_kind} layers"
          + (" (of the running expert only)" if plan.experts else "")),
         peak_row,
         host_memory_row(plan, link),
         ("streamed per step", format_bytes(f.streamed_bytes_per_forward),
-         f"{f.num_streamed_blocks} DiT blocks cross the link once per DiT forward "
+         f"{f.num_streamed_blocks} {plan.model.block_kind} blocks cross the link once per "
+         f"{plan.model.block_kind} forward "
          f"({f.num_resident_blocks} resident{'; ' + placed if placed else ''})"),
     ]
     for lean in request.lean if request is not None else ():  # lean phases in effect (engine/planning/lean.py)
@@ -105,7 +106,7 @@ def host_memory_row(plan: Plan, link: LinkInfo) -> tuple[str, str, str]:
     f = plan.forecast
     live = link.live_replan and plan.policy.mode == "dlo"
     held = format_bytes(f.pinned_host_bytes_live if live else f.pinned_host_bytes)
-    what = ("every DiT block and encoder/VAE, so policy changes after load read no disk "
+    what = (f"every {plan.model.block_kind} block and encoder/VAE, so policy changes after load read no disk "
             f"(`run` keeps {format_bytes(f.pinned_host_bytes)})") if live else \
         "streamed blocks + staged components"
     if not link.is_cuda:

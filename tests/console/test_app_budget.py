@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from app_helpers import until
+from app_helpers import screen_text, until
 
 from omni_console.console.screens.budget import BudgetDialog
 from omni_console.offload.units import format_bytes
@@ -35,6 +35,8 @@ async def test_budget_key_asks_for_a_size_and_takes_the_planners_policy(app, eng
         await pilot.pause()
         await pilot.press("b")
         await until(pilot, lambda: isinstance(app.screen, BudgetDialog))
+        assert "last budget: none" in screen_text(app)  # no example posing as a value in the field
+        assert app.screen.query_one("#budget-size").value == ""
         await pilot.press(*"lots", "enter")
         assert isinstance(app.screen, BudgetDialog)  # a typo is answered in the dialog
         assert "must be a size" in str(app.screen.query_one("#budget-error").render())
@@ -49,6 +51,15 @@ async def test_budget_key_asks_for_a_size_and_takes_the_planners_policy(app, eng
         assert app.plan.forecast.num_streamed_blocks == 0  # twice the model fits: nothing streams
         assert not any(c.residency == "staged" for c in app.plan.components)
         assert app.notices[-1][0].startswith(f"VRAM budget {format_bytes(engine.model.nbytes * 2)}:")
+        await pilot.press("b")  # the dialog starts from the budget entered, and says what auto would give
+        await until(pilot, lambda: isinstance(app.screen, BudgetDialog))
+        assert app.screen.query_one("#budget-size").value == f"{engine.model.nbytes * 2}B"
+        shown = screen_text(app)
+        assert f"last budget: {engine.model.nbytes * 2}B" in shown
+        auto = str(app.screen.query_one("#budget-auto").render())
+        assert auto == "auto now: none — the device is cpu, which has no device memory to budget"
+        assert all(word in shown for word in auto.split())  # on screen (wrapped)
+        await pilot.press("escape")
 
 
 @pytest.mark.slow

@@ -37,3 +37,16 @@ async def test_c_at_80_columns_shows_the_command_in_whole_words(app, engine):
         assert as_shell_words(app.screen.lines) == shlex.split(expected)
         await pilot.press("escape")
         await until(pilot, lambda: isinstance(app.screen, PlanScreen))
+
+
+def test_a_word_with_controls_is_shown_escaped_and_bash_reads_back_the_same_bytes(tmp_path):
+    import subprocess
+
+    path = "/m/\x1b]52;c;cHduZWQ=\x07\u202eevil\r\t\n'q\\ \x7f\x9b\udcff\u2066x"
+    lines = shell_lines(f"vllm serve {shlex.quote(path)} --omni", 200)
+    shown = "\n".join(lines)
+    assert all(ch.isprintable() for ch in shown.replace("\n", "")), shown
+    assert "\\x1b]52;c;cHduZWQ=\\x07\\u202eevil" in shown
+    word = lines[0].removeprefix("vllm serve ").removesuffix(" --omni")
+    out = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, check=True).stdout
+    assert out == path.encode("utf-8", "surrogateescape")
