@@ -34,6 +34,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from textual import events
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.message import Message
@@ -62,6 +63,7 @@ from .command_done import CommandDone
 from .commands import console_commands
 from .device_info import read_device_info
 from .event_router import EventRouter
+from .focus_title import show_focus
 from .key_help import help_sections
 from .load_commands import LoadCommands
 from .plan_commands import PlanCommands
@@ -301,6 +303,12 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
                                         max_visible=max_visible_for(self.size.width)):
             self._unnotify(stale, refresh=False)
             drop_toast(self.screen, stale)  # its empty holder would push the next toast down a line
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        show_focus(event.widget, True)
+
+    def on_descendant_blur(self, event: events.DescendantBlur) -> None:
+        show_focus(event.widget, False)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Which of the app's actions the screens' keys may run now (None: shown greyed; the session decides)."""

@@ -19,7 +19,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, ScrollableContainer, Vertical, VerticalScroll
 from textual.reactive import var
 from textual.screen import Screen
-from textual.widgets import Footer, Header, ProgressBar
+from textual.widgets import Header, ProgressBar
 
 from ...engine.api import Plan, TelemetrySnapshot, plain_lines
 from ...engine.events import Event, ForecastCheck, RequestPhases, StepTiming
@@ -32,6 +32,7 @@ from ..widgets.key_numbers import KeyNumbers
 from ..widgets.plan_policy import PolicyPanel
 from ..widgets.request_phases import RequestPhasesLine
 from ..widgets.residency_panel import ResidencyRow
+from ..widgets.steady_footer import SteadyFooter
 
 CANCELLING = "cancelling… (stops at the next block)"
 """The engine checks the cancel before every block of the DiT, encoders and VAE (`runner.watch_cancel`)."""
@@ -154,7 +155,7 @@ class LiveScreen(Screen[None]):
                 yield self.residency
                 yield self.steps
                 yield self.staging
-        yield Footer(compact=True, show_command_palette=False)  # ^p is in the help (?)
+        yield SteadyFooter(compact=True, show_command_palette=False)  # ^p is in the help (?)
 
     def on_mount(self) -> None:
         self.residency.border_title = RESIDENCY_TITLE_CPU if self.on_cpu else RESIDENCY_TITLE

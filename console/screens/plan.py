@@ -14,7 +14,7 @@ from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.reactive import var
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Log, Static
+from textual.widgets import Header, Log, Static
 
 from ...engine.api import Plan, RequestForecast, plain_lines
 from ...engine.events import LoadProgress
@@ -24,6 +24,7 @@ from ..widgets.plan_blocks import BlockListPanel
 from ..widgets.plan_forecast import ForecastPanel
 from ..widgets.plan_policy import PolicyPanel
 from ..widgets.plan_table import ComponentTable
+from ..widgets.steady_footer import SteadyFooter
 
 LAYERS = Binding.Group("layers")
 SLOTS = Binding.Group("slots")
@@ -113,7 +114,7 @@ class PlanScreen(Screen[None]):
             yield self.forecast  # before the rest: at 80x24 it fits under the table without scrolling
             yield self.blocks
             yield self.policy_panel
-        yield Footer(compact=True, show_command_palette=False)  # ^p is in the help (?)
+        yield SteadyFooter(compact=True, show_command_palette=False)  # ^p is in the help (?)
 
     def on_mount(self) -> None:
         self.table.border_title = "components"

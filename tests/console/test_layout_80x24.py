@@ -146,7 +146,7 @@ async def test_tab_reaches_every_plan_panel(app):
             await pilot.pause()
         assert wanted <= reached
         plan.policy_panel.focus()
-        await pilot.pause()
+        await until(pilot, lambda: 0 < plan.policy_panel.region.y < SIZE[1] - 1)  # scrolled (animated) into view
         region = plan.policy_panel.region
         assert 0 < region.y < SIZE[1] - 1 and region.height > 0  # scrolled into view
         body = plan.query_one("#plan-body")
