@@ -6,7 +6,6 @@ through `OMNI_CONSOLE_TEST_PAUSE` (`engine/running/signal_guard.pause_point`) an
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import signal
@@ -20,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
+from pty_cli import Pty, controlling_terminal
 
 SIGNALS = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 IDS = ["INT", "TERM", "HUP"]
@@ -128,12 +128,6 @@ def test_the_console_without_a_terminal_is_refused_and_exits(tmp_path, demo_mode
                                         "scripts use `omni-console run` or `omni-console plan`"]
 
 
-def _controlling_terminal() -> None:
-    import termios
-
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("moment", ["starting", "running"])
 def test_a_terminal_hangup_ends_the_console_with_129(tmp_path, demo_model_dir, moment):
@@ -141,7 +135,7 @@ def test_a_terminal_hangup_ends_the_console_with_129(tmp_path, demo_model_dir, m
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "24"}
     proc = subprocess.Popen([sys.executable, "-m", "omni_console.console.cli", "--model", str(demo_model_dir)],
                             stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
-                            preexec_fn=_controlling_terminal, cwd=tmp_path)
+                            preexec_fn=controlling_terminal, cwd=tmp_path)
     os.close(slave)
     seen = bytearray()
 
@@ -198,51 +192,18 @@ def test_a_signal_at_a_random_moment_of_a_run(tmp_path_factory, demo_model_dir, 
         assert last.endswith("output complete: o.png") and complete
 
 
-class Console:
+class Console(Pty):
     """The console on a pseudo-terminal of 80x24 (stderr there too, as in a shell)."""
 
     def __init__(self, model: Path, cwd: Path) -> None:
-        self.master, self.slave = os.openpty()
-        import termios
+        super().__init__("--model", str(model), cwd=cwd)
 
-        fcntl.ioctl(self.slave, termios.TIOCSWINSZ, b"\x18\x00\x50\x00\x00\x00\x00\x00")
-        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "24"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "omni_console.console.cli", "--model", str(model)],
-                                     stdin=self.slave, stdout=self.slave, stderr=self.slave, env=env,
-                                     start_new_session=True, preexec_fn=_controlling_terminal, cwd=cwd)
-        self.out = bytearray()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
+    def wait_for(self, text: bytes, limit_s: float = 240) -> float:
+        return super().wait_for(text, limit_s)
 
-    def _read(self) -> None:
-        while True:
-            try:
-                data = os.read(self.master, 65536)
-            except OSError:
-                return
-            if not data:
-                return
-            self.out.extend(data)
-
-    def wait_for(self, text: bytes) -> None:
-        deadline = time.monotonic() + 240
-        while text not in self.out:
-            assert self.proc.poll() is None and time.monotonic() < deadline, bytes(self.out)[-600:]
-            time.sleep(0.01)
-
-    def finish(self) -> tuple[int, str, bool]:
+    def finish(self, timeout_s: float = 60) -> tuple[int, str, bool]:
         """(exit status, what was printed after the alternate screen was left, whether keys echo again)."""
-        import termios
-
-        try:
-            code = self.proc.wait(timeout=60)
-        finally:
-            self.proc.kill()
-        echo = bool(termios.tcgetattr(self.slave)[3] & termios.ECHO)
-        os.close(self.slave)
-        self.reader.join(5)
-        os.close(self.master)
-        out = bytes(self.out)
+        code, out, echo = super().finish(timeout_s)
         after = out[out.rfind(b"\x1b[?1049l") + 8:].decode(errors="replace")
         return code, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", after), echo  # Textual's last modes (cursor, focus)
 
