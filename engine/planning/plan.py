@@ -44,6 +44,7 @@ from typing import Literal
 from ...offload.errors import PolicyError
 from ...offload.policy import OffloadPolicy
 from ...offload.residency import BlockResidency
+from ...offload.tiers import ALL_PINNED, HostTiers
 from ..model_dir.discovery import ComponentInfo, ModelInfo
 from ..model_dir.fp8_names import FP8_NAMES
 from ..model_dir.roles import DENOISER_ROLES
@@ -127,6 +128,7 @@ class Plan:
     residency: BlockResidency  # passed as is to the streamer (with experts: the first one running)
     experts: tuple[Expert, ...] = ()  # two experts sharing the budget (engine/planning/experts.py), else ()
     stream_dtype: str | None = None  # the DiT blocks' storage dtype when fp8 (policy's, or the checkpoint's)
+    tiers: HostTiers = ALL_PINNED  # where each streamed block and staged master lives on the host (offload/tiers.py)
 
     @property
     def active_blocks(self) -> tuple[bool, ...] | None:
