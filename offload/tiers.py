@@ -62,3 +62,18 @@ class TierRates:
     def rate(self, tier: Tier) -> float | None:
         """The rate a tier's bytes reach the pinned side (pinned: the link)."""
         return {"pinned": self.link, "page_cache": self.page_cache, "disk": self.disk}[tier]
+
+
+PAGE = 4096  # O_DIRECT's alignment of file offsets, lengths and buffers
+BOUNCE_SLOTS = 4  # pinned bounce slots of the page-cache/disk tiers: reads in flight + the one being copied
+
+
+def bounce_slot_bytes(largest_block: int) -> int:
+    """One bounce slot: the largest file-tier block's bytes widened to whole aligned pages at both ends."""
+    return (largest_block + 2 * PAGE + PAGE - 1) // PAGE * PAGE
+
+
+def bounce_ring_bytes(largest_block: int) -> int:
+    """Pinned host bytes of the bounce ring that the page-cache and disk tiers read through (0 without
+    file-tier blocks): what those tiers cost in host memory besides the kernel's cache."""
+    return BOUNCE_SLOTS * bounce_slot_bytes(largest_block) if largest_block > 0 else 0
