@@ -8,9 +8,10 @@ during the stage (opened by `load`, freed by `offload`), so between prompts the 
 of the encoder. The same weights run through the same kernels: outputs are bit-identical to the
 staged (and the plain) encoder.
 
-Host memory: the layers are copied once into the ring's arena (page-locked on CUDA). Where the encoder
-was built over a host arena of its own (engine/loading/arena_load.py), that arena stays for the non-layer
-weights, so the layers' bytes are held twice while loaded (the plan's pinned figure counts them).
+Host memory: the layers' bytes are held once. Where the encoder was built over one host arena
+(engine/loading/arena_load.py, page-locked), the ring reads each layer from its range of that arena in
+place (offload/in_place_filler.py) and the stager keeps the non-layer weights there too; otherwise the
+layers are copied into the ring's arena (page-locked on CUDA) and their original tensors dropped.
 
 `LayerStage` has the stager's interface (`load`, `offload`, `hold`, `close`, `held`, byte counts), so
 `stage_around` and the placement's bookkeeping use it unchanged.
@@ -24,6 +25,7 @@ import torch
 
 from .cache import AllocatorCache
 from .events import EventBus
+from .in_place_filler import InPlaceFiller
 from .options import DEFAULT_LOAD, LoadOptions
 from .residency import BlockResidency
 from .stager import ModuleStager
@@ -36,6 +38,15 @@ class StageRing(LayerwiseStreamer):
     """A streamer whose ring's slots are allocated only between `open` and `shut` (one stage)."""
 
     is_open = False
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.filler = InPlaceFiller(self.device, self._ledger, self._load_options)
+
+    @property
+    def in_place(self) -> bool:
+        """The layers are read from the host storage they were built in (no copy of them held)."""
+        return isinstance(self.filler, InPlaceFiller) and self.filler.in_place
 
     def attach(self) -> None:
         super().attach()
@@ -65,17 +76,18 @@ class LayerStage:
                  pin: bool = True, load_options: LoadOptions = DEFAULT_LOAD) -> None:
         self.name = name
         self.num_layers = len(layers)
-        self.stager = ModuleStager(name, module, device, bus=bus, cache=cache, pin=pin, exclude=layers,
-                                    huge_pages=load_options.use_huge_pages)
-        self.changed = self.stager.changed  # the stage is loaded exactly when its stager is
+        # the ring first: where it reads the layers in place, the stager keeps the rest in place too
         self.ring = StageRing([(f"{name}.layers", list(layers))], device,
                               residency=BlockResidency.leading(len(layers), 0, SLOTS), bus=bus, pin=pin,
                               load_options=load_options)
+        self.ring.attach()
         try:
-            self.ring.attach()
+            self.stager = ModuleStager(name, module, device, bus=bus, cache=cache, pin=pin, exclude=layers,
+                                        huge_pages=load_options.use_huge_pages, in_place=self.ring.in_place)
         except BaseException:
-            self.stager.close()
+            self.ring.detach()
             raise
+        self.changed = self.stager.changed  # the stage is loaded exactly when its stager is
 
     @property
     def held(self) -> bool:
@@ -98,6 +110,14 @@ class LayerStage:
     @property
     def pinned_bytes(self) -> int:
         return self.stager.pinned_bytes + self.ring.pinned_bytes
+
+    def host_storages(self) -> dict[int, int]:
+        """{address: bytes} of the host storages the non-layer masters and the ring's layers keep alive."""
+        held = self.stager.host_storages()
+        arena = self.ring.filler.arena
+        if arena is not None and not arena.closed:
+            held[arena.tensor.data_ptr()] = arena.tensor.untyped_storage().nbytes()
+        return held
 
     @property
     def closed(self) -> bool:

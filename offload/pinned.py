@@ -46,6 +46,21 @@ def pinned_bytes_held() -> int:
         return _held_bytes
 
 
+_arena_bytes = 0
+
+
+def arena_bytes_held() -> int:
+    """Bytes of the host arenas open in this process, page-locked or not (tests hold a load to its plan)."""
+    with _held_lock:
+        return _arena_bytes
+
+
+def _add_arena(delta: int) -> None:
+    global _arena_bytes
+    with _held_lock:
+        _arena_bytes += delta
+
+
 _register_seconds = 0.0
 
 
@@ -85,6 +100,7 @@ class HostArena:
         self._nbytes = int(nbytes)
         buffer, self.huge_pages = _page_aligned_buffer(self._nbytes, huge_pages)
         self._tensor: torch.Tensor | None = torch.from_numpy(buffer)
+        _add_arena(self._nbytes)
         self._registered: list[tuple[int, int]] = []  # (pointer, bytes) of each cudaHostRegister
         self._pin_failure_reason: str | None = None
         self._registry_lock = threading.Lock()  # loaders register ranges from several threads at once
@@ -187,6 +203,8 @@ class HostArena:
         Views that outlive the arena keep the memory alive, but it is no longer page-locked.
         """
         self._unregister_all()
+        if self._tensor is not None:
+            _add_arena(-self._nbytes)
         self._tensor = None
 
     def __del__(self) -> None:

@@ -59,7 +59,7 @@ class _Group:
     master: torch.Tensor | None = None  # uint8, the span's bytes
     pinned: bool = False
     phase: int = 0  # the source storage's address modulo a page (see address_phase)
-    in_place: bool = False  # the master is the source's own pinned storage (not a copy in our arena)
+    in_place: bool = False  # the master is the source's own host storage (not a copy in our arena)
     source: tuple[int, int] = (0, 0)  # (the source storage's address, its bytes): a view keeps it all alive
 
 
@@ -117,8 +117,13 @@ class ModuleStager:
         copy_stream: Any = None,
         exclude: Sequence[torch.nn.Module] = (),
         huge_pages: bool = True,
+        in_place: bool = False,
     ) -> None:
+        """`in_place`: host spans are the masters as they are even where not page-locked (unless pinning is
+        asked for): a streamed encoder whose ring reads its layers from that same storage
+        (offload/layer_stage.py) would otherwise hold a copy of its embeddings beside the original."""
         self.name = name
+        self._in_place = in_place
         # submodules whose weights are not staged here (a streamed encoder's layers: offload/layer_stage.py)
         self._excluded = {id(t) for m in exclude for t in (*m.parameters(), *m.buffers())}
         self.module = module
@@ -150,11 +155,19 @@ class ModuleStager:
         """Page-locked bytes of the masters: our arena as registered (alignment gaps included) and the
         pinned storages used in place, each whole and once (a span's view keeps its whole storage alive)."""
         arena = self._arena.pinned_bytes if self._arena is not None and self._arena.pinned else 0
-        return arena + sum(dict(g.source for g in self._groups if g.in_place).values())
+        return arena + sum(dict(g.source for g in self._groups if g.in_place and g.pinned).values())
 
     @property
     def closed(self) -> bool:
         return not self._groups and self._arena is None
+
+    def host_storages(self) -> dict[int, int]:
+        """{address: bytes} of each host storage the masters keep alive: our arena and the sources used in
+        place (placement closes a component's load arena at once when it is not among them)."""
+        held = dict(g.source for g in self._groups if g.in_place)
+        if self._arena is not None and not self._arena.closed:
+            held[self._arena.tensor.data_ptr()] = self._arena.nbytes
+        return held
 
     # ------------------------------------------------------------------ snapshot
 
@@ -177,10 +190,11 @@ class ModuleStager:
             by_storage.setdefault(storage_key(t), []).append(t)
         groups: list[_Group] = []
         sources: list[torch.Tensor] = []  # each group's bytes on the host (a uint8 view of its span)
-        in_place: list[bool] = []  # spans already on the host and pinned are used in place; the rest go to one arena
+        in_place: list[bool] = []  # host spans used in place (pinned, or no pinning asked); the rest go to one arena
         for tensors in by_storage.values():
             whole = storage_bytes(tensors[0])
-            pinned_source = whole.device.type == "cpu" and pin and whole.is_pinned()
+            # a pinned host span is the master as it is; a pageable one too where asked (`in_place`)
+            pinned_source = whole.device.type == "cpu" and (whole.is_pinned() if pin else self._in_place)
             ranges = [byte_range(t) for t in tensors]
             spans = used_spans(ranges, whole.numel())
             members: list[list[torch.Tensor]] = [[] for _ in spans]
@@ -210,7 +224,7 @@ class ModuleStager:
                 g.master.copy_(sources[i])
             else:
                 g.master = sources[i].detach()
-                g.pinned = g.in_place = True
+                g.in_place, g.pinned = True, sources[i].is_pinned()
         if self._arena is not None:
             if pin:
                 self._arena.pin()

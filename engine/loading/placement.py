@@ -238,6 +238,8 @@ def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,
         elif comp.residency == "staged" or (comp.residency == "resident" and live_aux):
             stager = make_stager(info, module, plan, device, bus, placement.cache, options.pin,
                                  comp.residency == "staged", load_options=options.load_options)
+            if arena is not None and arena.tensor.data_ptr() not in stager.host_storages():
+                placement.undo.pop()()  # its master is a copy (a dtype the load converted): never hold both
             placement.stagers[info.name] = stager
             placement.undo.append(stage_around(stager, module, _methods_for(module, info.role)))
             placement.undo.append(report_execution_device(module, device))

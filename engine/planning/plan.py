@@ -13,7 +13,8 @@ Residency of each component:
 
 Forecast (all figures from the safetensors headers):
 - device resident bytes = resident components + DiT non-block bytes + resident DiT layers;
-- pinned host bytes = streamed blocks + staged components (one pinned master each);
+- pinned host bytes = streamed blocks + staged components (one pinned master each, a streamed encoder's
+  layers included once);
 - streamed per DiT forward = bytes of all streamed blocks (each crosses the link once per forward);
 - peak device weight bytes = resident bytes + the streamer's ring (`residency.slots`: the policy's k,
   never more than the streamed blocks) × the largest streamed block (a UNet's ring: those bytes as one
@@ -49,7 +50,7 @@ from ..model_dir.discovery import ComponentInfo, ModelInfo
 from ..model_dir.fp8_names import FP8_NAMES
 from ..model_dir.roles import DENOISER_ROLES
 from .experts import Expert, blocks_per_forward, plan_experts, streamer_residency
-from .lean import encoder_stage_bytes, streamable
+from .lean import encoder_stage_bytes
 
 FLOAT_ITEMSIZE = {"float32": 4, "float64": 8}  # the compute dtype's bytes per element; else 2 (bf16/fp16)
 Residency = Literal["streamed", "staged", "resident", "none"]
@@ -281,9 +282,8 @@ def make_plan(model: ModelInfo, policy: OffloadPolicy, residency: BlockResidency
     scratch = upcast_scratch(model, blocks) if stored is not None and policy.mode == "dlo" else 0
     forecast = Forecast(
         device_resident_bytes=resident,
-        pinned_host_bytes=sum(p.host_bytes for p in plans if p.residency == "streamed") + sum(staged)
-        + sum(p.info.layers.total_bytes for p in plans  # a streamed encoder's layers, also in its ring's arena (CUDA)
-              if p.residency == "staged" and streamed_enc and streamable(p.info) and p.info.layers),
+        # a streamed encoder's layers are held once: read in place from its arena (offload/in_place_filler.py)
+        pinned_host_bytes=sum(p.host_bytes for p in plans if p.residency == "streamed") + sum(staged),
         streamed_bytes_per_forward=max(sum(s) for s in streamed_each),
         peak_device_weight_bytes=resident + slots * largest_block + largest_staged + scratch,
         largest_streamed_block_bytes=largest_block,
