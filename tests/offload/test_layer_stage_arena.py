@@ -71,3 +71,33 @@ def test_a_staged_module_in_one_arena_still_stages_every_weight_once():
         assert total <= stager.staged_bytes <= total + 64 * 64
     finally:
         stager.close()
+
+
+def test_the_ring_reads_the_layers_in_place_so_the_arena_is_the_only_host_copy():
+    module = _encoder_in_one_storage()
+    storage = module.shared.weight.untyped_storage()
+    stage = LayerStage("text_encoder", module, list(module.encoder.block), "cpu", pin=False)
+    try:
+        assert stage.ring.in_place
+        assert stage.host_storages() == {storage.data_ptr(): storage.nbytes()}  # no copy of a layer, nor of the rest
+    finally:
+        stage.close()
+
+
+def test_layers_scattered_over_the_arena_are_copied_into_the_ring_instead():
+    """A layer whose tensors lie far apart in the storage would make a slot the arena's size: packed instead."""
+    module = _encoder_in_one_storage()
+    first, last = module.encoder.block[0], module.encoder.block[LAYERS - 1]
+    a = first.layer[1].DenseReluDense.wo.weight
+    b = last.layer[1].DenseReluDense.wo.weight
+    a.data, b.data = b.data, a.data  # two views of the arena swapped: the first and last layers span it all
+    whole = copy.deepcopy(module)
+    stage = LayerStage("text_encoder", module, list(module.encoder.block), "cpu", pin=False)
+    try:
+        assert not stage.ring.in_place
+        stage_around(stage, module)
+        ids = torch.randint(0, 1000, (1, 12), generator=torch.Generator().manual_seed(3))
+        with torch.no_grad():
+            assert torch.equal(module(input_ids=ids).last_hidden_state, whole(input_ids=ids).last_hidden_state)
+    finally:
+        stage.close()
