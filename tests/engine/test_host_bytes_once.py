@@ -93,3 +93,27 @@ def test_a_staged_master_that_is_a_copy_frees_the_arena_it_was_read_into(wide_wa
     finally:
         engine.close()
     assert arena_bytes_held() == base
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", [dict(components={}, resident_layers=0),
+                                    dict(components={"default": False}, resident_layers=1),
+                                    dict(components={}, resident_layers=1, placement="spread"),
+                                    dict(components={}, resident_layers=0, stream_encoders="on")],
+                         ids=["staged", "resident-aux", "spread", "streamed-encoders"])
+def test_loads_from_arenas_run_as_diffusers_under_every_policy(wide_wan: Path, wan_loadable, policy: dict) -> None:
+    import diffusers
+
+    pipe = diffusers.WanPipeline.from_pretrained(wide_wan, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    expected = np.asarray(pipe(**REQUEST.call_kwargs(pipe)).frames[0][0])
+    base = arena_bytes_held()
+    engine = Engine(wide_wan, device="cpu", options=EngineOptions(aux_in_place=True))
+    try:
+        args = dict(policy)
+        engine.load(build_policy(args.pop("components"), args.pop("resident_layers"), **args))
+        planned = engine.plan.forecast.pinned_host_bytes
+        assert planned <= arena_bytes_held() - base <= planned + _alignment_bound(engine)
+        assert np.array_equal(np.asarray(engine.generate(REQUEST).image), expected)
+    finally:
+        engine.close()
