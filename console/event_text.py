@@ -49,6 +49,8 @@ def format_staging(event: StagingEvent, *, on_cpu: bool = False) -> str:
     a "transfer" is a host copy, and a GB/s figure would read as link bandwidth.
     """
     sync = "  SYNC" if event.sync else ""
+    if event.tier != "pinned":  # read from its file at this use (offload/tier_filler.py)
+        sync += f"  from {event.tier.replace('_', ' ')}"
     if event.direction == "d2h" and event.nbytes == 0:
         return f"offload {event.target} (re-pointed to host master, no copy) {event.seconds * 1e3:.1f} ms{sync}"
     if on_cpu:  # not "H2D": there is no device to copy to

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from ..offload.deferred_weights import DeferredWeights
+from ..offload.errors import PolicyError
 from ..offload.events import EventBus, LogEvent
 from ..offload.pinned import HostArena, register_seconds_total
 from ..offload.policy import OffloadPolicy
@@ -34,6 +35,7 @@ from .options import EngineOptions
 from .planning.plan import Plan, make_plan
 from .planning.request_forecast import RequestForecast, forecast_for
 from .planning.request_profile import RequestSize, device_name
+from .planning.tier_support import unsupported_tiers
 from .results import GenerateResult, LoadReport, run_peak
 from .running.call_defaults import with_call_defaults
 from .running.call_options import default_fps, requested_fps
@@ -91,7 +93,11 @@ class Engine(Lifecycle):
 
     def make_plan(self, policy: OffloadPolicy) -> Plan:
         """Validate a policy against this model (PolicyError) and forecast it; allocates nothing."""
-        return make_plan(self.model, policy)
+        plan = make_plan(self.model, policy)
+        why = unsupported_tiers(plan, live=self.options.live_replan, ranks=self.world > 1)
+        if why is not None:
+            raise PolicyError(why)
+        return plan
 
     @property
     def device_name(self) -> str:
@@ -231,7 +237,6 @@ class Engine(Lifecycle):
         Needs a load with `live_replan=True` (pinned masters of everything). A request in flight
         finishes first (the worker runs commands in order; here the engine must be ready). Switching
         dlo ⇄ resident is a different kind of load and is refused."""
-        from ..offload.errors import PolicyError
         from .loading.replan import apply_replan
 
         with self._lock:

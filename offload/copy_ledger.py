@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from .events import EventBus, StagingEvent
 from .stream_stats import StepStats
+from .tiers import Tier
 from .transfer_timing import Measured, TransferClock
 
 
@@ -28,6 +29,7 @@ class CopyLedger:
         self.sync_fetches = 0
         self.async_bytes = 0  # resolved asynchronous copies: the link's rate as streamed
         self.async_seconds = 0.0
+        self.tiers: dict[str, Tier] = {}  # block name → its host tier when not pinned (staging events carry it)
 
     @property
     def observed_bandwidth(self) -> float | None:
@@ -47,7 +49,7 @@ class CopyLedger:
             if m.kind == "copy":
                 self.bus.publish(
                     StagingEvent(target=m.target, direction="h2d", nbytes=m.nbytes, seconds=m.seconds, sync=m.sync,
-                                 t=m.t)
+                                 t=m.t, tier=self.tiers.get(m.target, "pinned"))
                 )
 
     def settle(self) -> None:

@@ -191,6 +191,14 @@ class DeferredWeights:
             self._sources.pop(id(target), None)
             self._via.pop(id(target), None)
 
+    def take_source(self, t: torch.Tensor) -> tuple[Source, torch.dtype]:
+        """Where `t`'s bytes are and the dtype its read converts through; `t` stops waiting (a file-tier
+        block reads its tensors from their files at each use: `offload.tier_filler`)."""
+        if not self.knows(t):
+            raise ValueError("only a tensor waiting for its file has a source")
+        _, source = self._sources.pop(id(t))
+        return source, self._via.pop(id(t), t.dtype)
+
     def forget(self, tensors: Iterable[torch.Tensor]) -> None:
         """These tensors no longer wait (their bytes are not needed here: another rank holds them)."""
         for t in tensors:

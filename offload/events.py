@@ -16,6 +16,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .tiers import Tier
+
 Direction = Literal["h2d", "d2h"]
 
 
@@ -49,6 +51,7 @@ class StagingEvent(Event):
     nbytes: int
     seconds: float
     sync: bool = False
+    tier: Tier = "pinned"  # where its bytes came from on the host (offload/tiers.py)
 
     @property
     def gbps(self) -> float:

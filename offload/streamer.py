@@ -38,7 +38,7 @@ from .byte_ring import ByteRing, ring_capacity
 from .copy_ledger import CopyLedger
 from .deferred_weights import DeferredWeights
 from .devices import as_device, is_cuda, move_preserving_aliases, placeholder, rebind, synchronize, unview_buffers
-from .events import EventBus, NullBus
+from .events import EventBus, LogEvent, NullBus
 from .module_hooks import Hooks
 from .options import DEFAULT_LOAD, LoadOptions
 from .residency import BlockResidency
@@ -46,6 +46,8 @@ from .resident_blocks import copy_resident, drop_resident, restore_to_arena
 from .slot_filler import HostCopyFiller, SlotFiller
 from .slot_ring import Ring, SlotRing, ring_hooks
 from .stream_stats import ReplanStats, StepStats
+from .tier_filler import TieredFiller
+from .tiers import Tier
 from .upcast import BlockUpcast
 
 
@@ -84,6 +86,7 @@ class LayerwiseStreamer:
         compute_dtype: torch.dtype | None = None,
         active: Sequence[bool] | None = None,
         load_options: LoadOptions = DEFAULT_LOAD,
+        tiers: Sequence[Tier] = (),
     ) -> None:
         self.device = as_device(device)
         self._load_options = load_options  # how the arena is laid out, read and page-locked (arena_fill)
@@ -114,10 +117,27 @@ class LayerwiseStreamer:
         self._attached = False
         self._released = False
         self._ledger = CopyLedger(self._cuda, self._bus)  # copies since attach, published as staging events
-        self.filler: SlotFiller = HostCopyFiller(self.device, self._ledger, load_options)
+        self.filler: SlotFiller = self._filler_for(tuple(tiers), load_options)
         self.ring: Ring | None = None  # built over the streamed blocks (`_build_ring`)
         self._hooks = Hooks()
         self._resident_bytes = 0
+
+    def _filler_for(self, tiers: tuple[Tier, ...], load_options: LoadOptions) -> SlotFiller:
+        """`HostCopyFiller` when every block is pinned; else a `TieredFiller` that reads the page-cache and
+        disk blocks from their files (offload/tier_filler.py). `tiers`: one per block, execution order
+        (a resident block's is not used); empty: all pinned."""
+        if tiers and len(tiers) != len(self._blocks):
+            raise ValueError(f"tiers cover {len(tiers)} blocks, the block lists hold {len(self._blocks)}")
+        named = {b.name: t for b, t in zip(self._blocks, tiers, strict=False) if not b.resident and t != "pinned"}
+        if not named:
+            return HostCopyFiller(self.device, self._ledger, load_options)
+        if self.keep_masters:
+            raise ValueError("blocks read from the page cache or disk keep no master: load without live re-plan "
+                             "(or with every block pinned)")
+        for name, tier in named.items():
+            self._ledger.tiers[name] = tier
+        return TieredFiller(self.device, self._ledger, named, load_options,
+                            log=lambda line: self._bus.publish(LogEvent(level="info", message=line)))
 
     # ------------------------------------------------------------------ public API
 
@@ -174,13 +194,30 @@ class LayerwiseStreamer:
 
     @property
     def host_bytes(self) -> int:
+        """Host bytes the streamer holds: the arena of pinned-tier blocks and any bounce ring."""
         arena = self.filler.arena
-        return arena.nbytes if arena is not None and not arena.closed else 0
+        held = arena.nbytes if arena is not None and not arena.closed else 0
+        return held + self.bounce_bytes
 
     @property
     def pinned_bytes(self) -> int:
         arena = self.filler.arena
-        return arena.pinned_bytes if arena is not None and arena.pinned else 0
+        bounce = self.filler.bounce if isinstance(self.filler, TieredFiller) else None
+        pinned = arena.pinned_bytes if arena is not None and arena.pinned else 0
+        return pinned + (bounce.pinned_bytes if bounce is not None and bounce.pinned else 0)
+
+    @property
+    def bounce_bytes(self) -> int:
+        """Host bytes of the bounce ring that page-cache and disk blocks are read through (0: none)."""
+        return self.filler.bounce_bytes if isinstance(self.filler, TieredFiller) else 0
+
+    def tier_bytes(self) -> dict[Tier, int]:
+        """Bytes of the streamed blocks per host tier (pinned: in the arena; page_cache, disk: in files)."""
+        out: dict[Tier, int] = {"pinned": 0, "page_cache": 0, "disk": 0}
+        files = self.filler.file_blocks if isinstance(self.filler, TieredFiller) else {}
+        for b in self._streamed:
+            out[files.get(b.name, "pinned")] += b.tensor_bytes
+        return out
 
     @property
     def pin_failure_reason(self) -> str | None:
@@ -356,6 +393,8 @@ class LayerwiseStreamer:
             self.ring = None
             return
         self.filler.open()
+        if isinstance(self.filler, TieredFiller):
+            self.filler.order(self._streamed)  # reads run ahead in the ring's order
         kind = ByteRing if self.residency.byte_ring else SlotRing
         self.ring = kind(self._streamed, self.device, self.filler, self._ledger, self._upcast)
         for k, b in enumerate(self._streamed):

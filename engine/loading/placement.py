@@ -42,6 +42,7 @@ from ..errors import ConfigError
 from ..model_dir.roles import DENOISER_ROLES
 from ..options import EngineOptions
 from ..planning.plan import Plan
+from ..planning.tier_support import unsupported_tiers
 from .expert_switch import ExpertSwitch
 from .lean_apply import apply_module_lean, make_stager
 from .loader import LoadCancelled
@@ -181,6 +182,11 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
         from ...offload.allgather_streamer import AllGatherStreamer
 
         streamer_cls, streamer_kwargs = AllGatherStreamer, {"group": group, "stream_options": options.stream_options}
+    if not plan.tiers.all_pinned and plan.tiers.blocks:
+        if keep_masters or group is not None:
+            raise ConfigError(unsupported_tiers(plan, live=placement.live, ranks=group is not None)
+                              or "the page-cache and disk tiers do not apply to this load")
+        streamer_kwargs["tiers"] = tuple(plan.tiers.block(i) for i in range(len(plan.blocks)))
     placement.streamer = streamer_cls(block_lists, device, residency=plan.residency, bus=bus, pin=options.pin,
                                       progress=on_pack, keep_masters=keep_masters, weights=weights,
                                       active=plan.active_blocks, compute_dtype=compute,
@@ -200,6 +206,12 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
             f"{s.num_slots} slot{'s' if s.num_slots != 1 else ''} of {s.largest_block_bytes:,} bytes")
     bus.publish(LogEvent(level="info", message=(
         f"DLO: {s.num_streamed} blocks streamed ({total:,} bytes), {s.num_resident} resident, {ring}")))
+    if s.bounce_bytes:
+        by_tier = s.tier_bytes()
+        bus.publish(LogEvent(level="info", message=(
+            f"host tiers of the streamed blocks: pinned {by_tier['pinned']:,} bytes, page cache "
+            f"{by_tier['page_cache']:,}, disk {by_tier['disk']:,}; read through a bounce ring of "
+            f"{s.bounce_bytes:,} bytes")))
 
 
 def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,

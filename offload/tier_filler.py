@@ -1,0 +1,328 @@
+"""A slot filler for streamed blocks on any host tier: pinned ones from the arena, the rest from their files.
+
+The plan gives each streamed block a tier (offload/tiers.py). `pinned` blocks keep today's path: their
+regions live in the pinned arena (which holds only them) and one memcpy fills a slot. `page_cache` and
+`disk` blocks are never held by the process: each time the ring needs one, its tensors are read from
+their safetensors files (`page_cache`: plain `preadv` through the kernel's cache; `disk`: O_DIRECT
+aligned `preadv`, offload/tier_files.py) into one of `BOUNCE_SLOTS` pinned bounce slots, then copied to
+the device slot at their region offsets (the layout `plan_block` gives the pinned path too, so a block
+computes on the same bytes at the same place whichever tier it came from). Tensors stored in another
+dtype than the block holds are converted on the host as the load would have converted them.
+
+Reads run ahead in the ring's order on a small thread pool, several at once (each run split into
+`READ_CHUNK` reads), so a block's bytes are usually in its bounce slot when the ring asks for it; a
+bounce slot is read into again only after the device copy out of it has finished (its CUDA event).
+Host memory for file-tier blocks is the bounce ring alone, whatever their number.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .block_packing import Block, plan_block, reject_shared_ranges, unique_tensors
+from .copy_ledger import CopyLedger
+from .deferred_weights import DeferredWeights
+from .devices import current_stream, placeholder, rebind, stream_context
+from .file_spans import Extent, Run, chunks, plan_runs
+from .options import DEFAULT_LOAD, LoadOptions
+from .pinned import HostArena, typed_view
+from .slot_filler import HostCopyFiller
+from .tier_files import TierFiles
+from .tiers import BOUNCE_SLOTS, Tier
+
+READERS = 2 * BOUNCE_SLOTS  # reader threads: every bounce slot's reads, two chunks each, in flight
+
+
+@dataclass(frozen=True, slots=True)
+class _Copy:
+    """One tensor of a file-tier block: its bytes at `slot_offset` of the bounce slot, stored as `stored`,
+    go to `region_offset` of the device slot as `dtype` (`nbytes` there), converted through `via`."""
+
+    slot_offset: int
+    stored_nbytes: int
+    stored: torch.dtype
+    via: torch.dtype
+    region_offset: int
+    dtype: torch.dtype
+    nbytes: int
+
+
+@dataclass(slots=True)
+class _FileBlock:
+    tier: Tier
+    reads: list[Run]
+    copies: list[_Copy]
+    extras: list[tuple[int, torch.Tensor]]  # bytes not in any file (buffers made at build): region offset, bytes
+    slot_bytes: int  # bounce bytes its reads use
+
+
+@dataclass(slots=True)
+class _Pending:
+    name: str
+    slot: int
+    futures: list[Future[int]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TierReadStats:
+    """Bytes read per file tier and the seconds reads were outstanding (overlaps counted once)."""
+
+    bytes: dict[str, int] = field(default_factory=lambda: {"page_cache": 0, "disk": 0})
+    seconds: dict[str, float] = field(default_factory=lambda: {"page_cache": 0.0, "disk": 0.0})
+
+    def rate(self, tier: Tier) -> float | None:
+        """Bytes per second read from `tier` so far (None before any read)."""
+        s = self.seconds.get(tier, 0.0)
+        return self.bytes.get(tier, 0) / s if s > 0 else None
+
+
+class TieredFiller(HostCopyFiller):
+    """Fills slots from the pinned arena or from the weight files, as each block's tier says."""
+
+    def __init__(self, device: torch.device, ledger: CopyLedger, tiers: dict[str, Tier],
+                 load_options: LoadOptions = DEFAULT_LOAD, log: Callable[[str], None] = lambda _line: None) -> None:
+        super().__init__(device, ledger, load_options)
+        self.tiers = dict(tiers)  # block name → tier; a name not there is pinned
+        self._log = log
+        self._files = TierFiles(log)
+        self._blocks: dict[str, _FileBlock] = {}
+        self.bounce: HostArena | None = None
+        self._slot_bytes = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._queue: deque[_Pending] = deque()
+        self._slot_done: list[Any] = [None] * BOUNCE_SLOTS  # CUDA event of the last copy out of each slot
+        self._order: list[str] = []
+        self._position: dict[str, int] = {}
+        self.stats = TierReadStats()
+        self._stats_lock = threading.Lock()
+        self._counted_until: dict[str, float] = {"page_cache": 0.0, "disk": 0.0}
+
+    # ------------------------------------------------------------------ packing
+    def pack(self, packed: list[Block], *, pin: bool, weights: DeferredWeights | None,
+             progress: Callable[[int, int], None] | None) -> None:
+        files = [b for b in packed if self.tiers.get(b.name, "pinned") != "pinned"]
+        if files:
+            files = self._readable(files, weights)
+        if files:
+            assert weights is not None
+            self._lay_out_files(files, weights)
+        held = [b for b in packed if b.name not in self._blocks]
+        in_files = sum(b.tensor_bytes for b in files)
+        if held:
+            def report(done: int, total: int) -> None:
+                if progress is not None:
+                    progress(done + in_files, total + in_files)
+            super().pack(held, pin=pin, weights=weights, progress=report)
+        elif progress is not None:
+            progress(in_files, in_files)
+        if files:
+            self._open_bounce(pin)
+
+    def _readable(self, files: list[Block], weights: DeferredWeights | None) -> list[Block]:
+        """The file-tier blocks whose weights are still in their files; the others are pinned (and said so)."""
+        ok = [b for b in files if weights is not None and any(weights.knows(t) for t in unique_tensors(b.module))]
+        if len(ok) < len(files):
+            for b in files:
+                if b not in ok:
+                    self.tiers[b.name] = "pinned"
+            self._log(f"{len(files) - len(ok)} blocks planned for the page cache or disk were not loaded from "
+                      "their files (read by from_pretrained): they are pinned instead")
+        return ok
+
+    def _lay_out_files(self, files: list[Block], weights: DeferredWeights) -> None:
+        claims: list[tuple[Any, int, int, str]] = []
+        keep_phase = self.device.type == "cpu" and weights.keep_phase
+        for b in files:
+            plan_block(b, claims, self.device, weights.knows, keep_phase)
+        reject_shared_ranges(claims)
+        for b in files:
+            self._blocks[b.name] = self._file_block(b, weights)
+            b.pieces = []
+            b.packed = True
+            for x in b.bindings:  # the empty host tensors go: the bytes are read into slots
+                rebind(x.target, lambda x=x: placeholder(x.dtype, self.device))
+
+    def _file_block(self, b: Block, weights: DeferredWeights) -> _FileBlock:
+        tier = self.tiers[b.name]
+        extents: list[Extent] = []
+        stored: list[tuple[Any, torch.dtype, int, int]] = []  # (source, via, region offset, nbytes)
+        extras: list[tuple[int, torch.Tensor]] = []
+        for p in b.pieces:
+            if p.deferred:
+                assert p.binding is not None
+                source, via = weights.take_source(p.binding.target)
+                extents.append(Extent(self._files.add(source.fd, direct=tier == "disk"), source.offset, source.nbytes))
+                stored.append((source, via, p.offset, p.nbytes))
+            elif p.raw:
+                extras.append((p.offset, p.source.clone()))
+            else:
+                x = p.binding
+                assert x is not None
+                value = torch.empty(p.nbytes, dtype=torch.uint8)
+                typed_view(value, 0, x.dtype, x.shape, x.stride).copy_(p.source.detach())
+                extras.append((p.offset, value))
+        runs, where, used = plan_runs(extents)
+        copies = [_Copy(at, s.nbytes, s.dtype, via, off, bd.dtype, n)
+                  for at, (s, via, off, n), bd in zip(where, stored, [p.binding for p in b.pieces if p.deferred],
+                                                       strict=True)]
+        reads = [c for r in runs for c in chunks(r)]
+        return _FileBlock(tier, reads, copies, extras, used)
+
+    def _open_bounce(self, pin: bool) -> None:
+        self._slot_bytes = max(fb.slot_bytes for fb in self._blocks.values())
+        self.bounce = HostArena(BOUNCE_SLOTS * self._slot_bytes, pin=False)
+        if pin:
+            self.bounce.pin()  # a failure leaves it pageable (slower, synchronous copies), said by the streamer
+        self._pool = ThreadPoolExecutor(READERS, thread_name_prefix="tier-read")
+
+    # ------------------------------------------------------------------ what the streamer shows
+    @property
+    def file_blocks(self) -> dict[str, Tier]:
+        """Each block read from its files, and its tier."""
+        return {name: fb.tier for name, fb in self._blocks.items()}
+
+    @property
+    def bounce_bytes(self) -> int:
+        return self.bounce.nbytes if self.bounce is not None and not self.bounce.closed else 0
+
+    @property
+    def direct_reads(self) -> bool:
+        """Whether disk-tier reads bypass the page cache (O_DIRECT accepted)."""
+        return self._files.direct
+
+    # ------------------------------------------------------------------ the ring's order and read-ahead
+    def order(self, streamed: Sequence[Block]) -> None:
+        """The ring's order (execution order of its blocks): reads run ahead in it. Queued reads are
+        dropped; the first file-tier blocks are queued at once."""
+        self._settle_queue()
+        self._order = [b.name for b in streamed if b.name in self._blocks]
+        self._position = {name: i for i, name in enumerate(self._order)}
+        if self._order:
+            self._top_up(self._order[-1])
+
+    def _top_up(self, after: str) -> None:
+        """Queue reads of the file-tier blocks that follow `after` in the ring's order, while slots last."""
+        names = self._order
+        if not names or self._pool is None:
+            return
+        queued = {p.name for p in self._queue}
+        at = self._position.get(after, -1)
+        for k in range(1, len(names) + 1):
+            if len(self._queue) >= BOUNCE_SLOTS:
+                break
+            name = names[(at + k) % len(names)]
+            if name not in queued:
+                self._queue.append(self._submit(name))
+                queued.add(name)
+
+    def _submit(self, name: str) -> _Pending:
+        busy = {p.slot for p in self._queue}
+        slot = next(s for s in range(BOUNCE_SLOTS) if s not in busy)
+        fb = self._blocks[name]
+        after = self._slot_done[slot]  # the copy out of this slot must finish before it is overwritten
+        assert self._pool is not None and self.bounce is not None
+        base = slot * self._slot_bytes
+        view = memoryview(self.bounce.tensor.numpy()).cast("B")[base : base + self._slot_bytes]
+        pending = _Pending(name, slot)
+        for run in fb.reads:
+            pending.futures.append(self._pool.submit(self._read, run, view, fb.tier, after))
+        return pending
+
+    def _read(self, run: Run, view: memoryview, tier: Tier, after: Any) -> int:
+        if after is not None:
+            after.synchronize()
+        start = time.perf_counter()
+        n = self._files.read(run, view, tier)
+        end = time.perf_counter()
+        with self._stats_lock:
+            self.stats.bytes[tier] += n
+            self.stats.seconds[tier] += max(0.0, end - max(start, self._counted_until[tier]))
+            self._counted_until[tier] = end
+        return n
+
+    def _take(self, name: str) -> _Pending:
+        """The queued read of block `name` (the ring's next one, normally); a miss drops the queue."""
+        queue = self._queue
+        if any(p.name == name for p in queue):
+            while queue[0].name != name:  # blocks the ring skipped: their slots are free again
+                wait(queue.popleft().futures)
+            return queue.popleft()
+        self._settle_queue()
+        return self._submit(name)
+
+    def _settle_queue(self) -> None:
+        while self._queue:
+            wait(self._queue.popleft().futures)
+
+    # ------------------------------------------------------------------ filling a slot
+    def fill(self, b: Block, out: torch.Tensor, *, sync: bool, previous: Any) -> tuple[int, Any]:
+        fb = self._blocks.get(b.name)
+        if fb is None:
+            return super().fill(b, out, sync=sync, previous=previous)
+        pending = self._take(b.name)
+        try:
+            for f in pending.futures:
+                f.result()  # a failed read raises here, in the forward that needed the block
+        except BaseException:
+            wait(pending.futures)
+            raise
+        assert self.bounce is not None
+        base = pending.slot * self._slot_bytes
+        src = self.bounce.tensor[base : base + self._slot_bytes]
+        n = b.region_nbytes
+        clock = self._clock
+        if not self.cuda:
+            mark = clock.start()
+            self._copy(fb, src, out, non_blocking=False)
+            clock.finish(mark, "copy", b.name, n, sync=sync)
+            self._ledger.absorb(clock.poll())
+            self._top_up(b.name)
+            return n, None
+        compute = current_stream(self.device)
+        if sync:
+            stream = compute
+            if previous is not None:
+                stream.wait_event(previous)
+        else:
+            stream = self.copy_stream
+            stream.wait_stream(compute)  # the slot's previous user has finished computing
+        with stream_context(stream):
+            mark = clock.start(stream)
+            self._copy(fb, src, out, non_blocking=self.bounce.pinned and not sync)
+            end = clock.finish(mark, "copy", b.name, n, sync=sync, stream=stream)
+        self._slot_done[pending.slot] = end
+        self._top_up(b.name)
+        return n, end
+
+    @staticmethod
+    def _copy(fb: _FileBlock, src: torch.Tensor, out: torch.Tensor, *, non_blocking: bool) -> None:
+        """Each tensor from the bounce slot to its region offset in the device slot (converted if stored
+        in another dtype), and the bytes no file holds."""
+        for c in fb.copies:
+            dst = out[c.region_offset : c.region_offset + c.nbytes]
+            raw = src[c.slot_offset : c.slot_offset + c.stored_nbytes]
+            if c.stored == c.dtype:
+                dst.copy_(raw, non_blocking=non_blocking)
+            else:  # as `PendingFill.wait` converts at the load: through the load dtype
+                value = raw.clone().view(c.stored).to(c.via).to(c.dtype).view(torch.uint8)
+                dst.copy_(value)
+        for offset, value in fb.extras:
+            out[offset : offset + value.numel()].copy_(value)
+
+    def release(self) -> None:
+        self._settle_queue()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._files.close()
+        if self.bounce is not None:
+            self.bounce.close()
+        super().release()
