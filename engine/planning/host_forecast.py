@@ -39,8 +39,10 @@ from .request_profile import RequestSize
 GB = 1_000_000_000
 CUDA_BASELINE_LOAD = 1_050_000_000  # RSS when the load starts (H100, torch 2.11, CUDA 13): see the docstring
 CUDA_BASELINE_RUN = 2_050_000_000  # RSS once a request ran and the engine released everything
-CPU_BASELINE_LOAD = 600_000_000  # a CPU process: python + torch + diffusers + transformers, no CUDA
-CPU_BASELINE_RUN = 700_000_000
+# a CPU process (python + torch + diffusers + transformers, no CUDA): VmHWM of `run` on the tiny demo Flux,
+# torch 2.13 CPU, 0.47 GB; its load-time share is not measured apart (taken as the run's less the heap's growth)
+CPU_BASELINE_LOAD = 420_000_000
+CPU_BASELINE_RUN = 470_000_000
 PHASES = ("load", "text_encoding", "denoise", "vae_decode")
 RUN_PHASES = PHASES[1:]
 
@@ -64,6 +66,7 @@ class HostForecast:
     parts: tuple[HostPart, ...]
     baseline_source: str = "default"  # "default" (the measured constant) or "cached" (learned from a request)
     notes: tuple[str, ...] = ()
+    live_replan: bool = False  # masters of everything a re-plan may move are kept (the console's load)
 
     def part(self, name: str) -> int:
         """Bytes of one named part (0 when absent)."""
@@ -169,4 +172,4 @@ def host_forecast(plan: Plan, request: RequestSize | None = None, *, live_replan
     notes = () if decoded_output_bytes(request) or request is None else (
         "decoded output not counted: the request's size is the pipeline's default",)
     return HostForecast(peaks, peaks[phase], phase, tuple(parts),
-                        "cached" if baseline is not None else "default", notes)
+                        "cached" if baseline is not None else "default", notes, live_replan)
