@@ -47,6 +47,7 @@ from ..offload.units import format_bytes, format_rate, format_seconds
 from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
 from .event_text import PHASE_LABELS
 from .event_text import one_line as _one_line
+from .host_check import host_check_doc, host_check_row
 from .interrupts import Interrupted, InterruptGuard
 from .request_defaults import default_request
 from .run_memory import RunMemory, prefer_expandable_segments, step_down_docs
@@ -215,6 +216,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         "auto_plan": {"budget_bytes": flags.budget, "reasons": flags.reasons} if flags.budget is not None else None,
         **measured, **memory.predicted(result.check, measured["process_peak_bytes"]),
         "oom_step_downs": step_down_docs(result),
+        **host_check_doc(result.check),
         "lean_phases": flags.lean,
         "notes": notes,
         **totals.summary(),
@@ -325,6 +327,8 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
     else:
         table.add_row("peak RSS / pinned (host)",
                       f"{format_bytes(t['host_rss_peak'])} / {format_bytes(t['pinned_peak'])}")
+    if (host := host_check_row(r)) is not None:
+        table.add_row(*host)
     if r["events_dropped"]:
         table.add_row("events dropped (totals are partial)", str(r["events_dropped"]))
     console.print(table)

@@ -63,6 +63,7 @@ class RankRun(BaseModel):
     stall_s_total: float
     h2d_bytes_total: int
     files: list[str]
+    host_peak_bytes: int | None = None  # this rank process's peak RSS (VmHWM); None: not measured
 
 
 class RanksReport(BaseModel):
@@ -163,16 +164,18 @@ def _rank_row(rank: int, run: CheckedRun, load: LoadReport, result: GenerateResu
                    block_host_bytes=load.block_host_bytes, request_seconds=result.seconds,
                    step_s_median=statistics.median(s.wall_s for s in steps) if steps else None,
                    stall_s_total=sum(s.stall_s for s in steps), h2d_bytes_total=sum(s.h2d_bytes for s in steps),
-                   files=[str(f) for f in files])
+                   files=[str(f) for f in files],
+                   host_peak_bytes=getattr(result.check, "measured_host_peak", None))
 
 
 def _print(r: RanksReport, console: Console) -> None:
     table = Table(title=Text(plain(f"run — {r.model} on {r.gpus} ranks ({r.device})")), caption=Text(plain(r.layout)))
-    for column in ("rank", "seed", "load", "block host", "pinned", "request", "step (median)", "stall", "H2D"):
+    for column in ("rank", "seed", "load", "block host", "pinned", "peak RSS", "request", "step (median)", "stall",
+                   "H2D"):
         table.add_column(column, justify="right")
     for k in r.ranks:
         table.add_row(str(k.rank), str(k.seed), format_seconds(k.load_seconds), format_bytes(k.block_host_bytes),
-                      format_bytes(k.pinned_bytes), format_seconds(k.request_seconds),
+                      format_bytes(k.pinned_bytes), format_bytes(k.host_peak_bytes), format_seconds(k.request_seconds),
                       format_seconds(k.step_s_median) if k.step_s_median is not None else "—",
                       format_seconds(k.stall_s_total), format_bytes(k.h2d_bytes_total))
     console.print(table)

@@ -168,13 +168,12 @@ class PlanCommands:
         link, plan = self.link_info(), self.session.plan
         self._link_shown = (link, plan.policy, self.snapshot)
         forecast = self.request_forecast()
-        self.plan_screen.show_plan(plan, link, header_text(self.model, self.device_info, self.snapshot), forecast,
-                                   self.forecast_pending)
+        self.plan_screen.show_plan(plan, link, self._header(forecast), forecast, self.forecast_pending)
 
     def _refresh_link(self: ConsoleHost) -> None:
         """After a telemetry sample: re-render forecast and header only when what they show changed."""
         link, plan = self.link_info(), self.session.plan
-        header = header_text(self.model, self.device_info, self.snapshot)
+        header = self._header(self.request_forecast())
         shown = (link, plan.policy, header)
         if shown != self._link_shown:
             self._link_shown = shown
@@ -187,7 +186,12 @@ class PlanCommands:
     def _plan_forecast_answered(self: ConsoleHost) -> None:
         """The engine thread's request forecast is in: the plan screen's forecast shows it."""
         if self.session.phase in ("plan", "loading") and self.plan_screen.is_mounted:
-            self._show_link(self.link_info(), header_text(self.model, self.device_info, self.snapshot))
+            self._show_link(self.link_info(), self._header(self.request_forecast()))
+
+    def _header(self: ConsoleHost, forecast: RequestForecast | None) -> str:
+        """The plan screen's header, with the host forecast's peak next to the machine's RAM."""
+        host = forecast.host if forecast is not None else None
+        return header_text(self.model, self.device_info, self.snapshot, host.peak_bytes if host else None)
 
     def _bandwidth_done(self: ConsoleHost, message: CommandDone) -> None:
         exc = message.future.exception()

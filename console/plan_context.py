@@ -42,8 +42,10 @@ def link_info(device: DeviceInfo, snapshot: TelemetrySnapshot | None, bandwidth:
     return LinkInfo(True, bandwidth, bandwidth_source, free, free_source, live_replan)
 
 
-def header_text(model: ModelInfo, device: DeviceInfo, snapshot: TelemetrySnapshot | None) -> str:
-    """Two lines: the model (path, pipeline, weight bytes), then the device and host memory."""
+def header_text(model: ModelInfo, device: DeviceInfo, snapshot: TelemetrySnapshot | None,
+                host_peak: int | None = None) -> str:
+    """Two lines: the model (path, pipeline, weight bytes), then the device and host memory; `host_peak`:
+    the host forecast's peak RSS, shown next to the RAM it must fit in."""
     described = device.describe()
     host = device.describe_host()
     if device.is_cuda and snapshot is not None and snapshot.torch.free is not None:
@@ -51,5 +53,7 @@ def header_text(model: ModelInfo, device: DeviceInfo, snapshot: TelemetrySnapsho
                      f"({format_bytes(snapshot.torch.free)} free)")
     if snapshot is not None and snapshot.host.available is not None and snapshot.host.total is not None:
         host = f"host RAM {format_bytes(snapshot.host.total)} ({format_bytes(snapshot.host.available)} available)"
+    if host_peak is not None:
+        host += f" · needs {format_bytes(host_peak)}"
     return (f"model {model.path} · {model.pipeline_class} · {format_bytes(model.nbytes)} of weights\n"
             f"device {described} · {host}")

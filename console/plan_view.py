@@ -29,6 +29,7 @@ from rich.text import Text
 
 from ..engine.api import (
     ComponentPlan,
+    HostForecast,
     Plan,
     RankForecast,
     RankLayout,
@@ -214,6 +215,25 @@ def request_sheet(forecast: RequestForecast, on_cpu: bool = False) -> Sheet:
                  right=frozenset({"value"}), caption=caption)
 
 
+HOST_PHASES = {"load": "load", "text_encoding": "text encoding", "denoise": "denoise", "vae_decode": "VAE decode"}
+
+
+def host_sheet(host: HostForecast) -> Sheet:
+    """The process's host memory (RSS) per phase and its parts: what a machine's RAM must hold."""
+    source = "learned from a request" if host.baseline_source == "cached" else "default baseline"
+    rows = [(f"host peak RSS ({HOST_PHASES.get(host.peak_phase, host.peak_phase)})", format_bytes(host.peak_bytes),
+             source)]
+    rows += [(f"  {HOST_PHASES.get(k, k)}", format_bytes(v), "") for k, v in host.phase_peaks.items()]
+    held: dict[str, int] = {}
+    for part in host.parts:  # the baseline twice (at load, then once a request ran): its larger figure
+        held[part.name.removesuffix(" at load")] = max(held.get(part.name.removesuffix(" at load"), 0), part.nbytes)
+    rows += [(f"  of which {name}", format_bytes(n), "") for name, n in held.items()]
+    caption = "; ".join(("RSS: pinned pages included, the page cache excluded"
+                         + ("; live re-plan keeps every master" if host.live_replan else ""), *host.notes))
+    return Sheet("host memory forecast", ("figure", "value", "source"), rows, right=frozenset({"value"}),
+                 caption=caption)
+
+
 def _seconds(value: float | None) -> str:
     return "unknown" if value is None else f"{value:.3f} s"
 
@@ -329,6 +349,9 @@ def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Seque
         sections.append(tsv_rows(sheet))
         if sheet.caption:
             sections.append([_plain(sheet.caption)])
+        if request.host is not None:
+            host = host_sheet(request.host)
+            sections += [tsv_rows(host), [_plain(host.caption or "")]]
     if ranks is not None and ranks.layout.distributed:
         sections.append(tsv_rows(ranks_sheet(ranks, plan.model.block_kind)))
         sections.append([_plain(ranks.describe), *(_plain(f"note: {note}") for note in ranks.notes)])
@@ -362,6 +385,8 @@ def render_plan(plan: Plan, console: Console | None = None, forecast: RequestFor
     console.print(rich_table(forecast_sheet(plan, on_cpu), console.width, variables))
     if forecast is not None:
         console.print(rich_table(request_sheet(forecast, on_cpu), console.width, variables))
+        if forecast.host is not None:
+            console.print(rich_table(host_sheet(forecast.host), console.width, variables))
     if ranks is not None and ranks.layout.distributed:
         console.print(rich_table(ranks_sheet(ranks, plan.model.block_kind), console.width, variables))
         for note in ranks.notes:

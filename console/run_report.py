@@ -150,5 +150,14 @@ class RunReport(Document):
                                                      "process: its allocated peak + CUDA context + margin")
     process_peak_error: float | None = Field(None, description="(predicted - measured) / measured, NVML per process")
     context_source: Literal["measured", "default", "none"] | None = None
+    host_peak_bytes: int | None = Field(None, description="the process's measured peak RSS (VmHWM, load and "
+                                        "request; pinned pages included, the page cache excluded); null: not "
+                                        "measurable here")
+    predicted_host_peak_bytes: int | None = Field(None, description="the host forecast's peak (plan --json's "
+                                                  "request_forecast.host.peak_bytes)")
+    host_peak_error: float | None = Field(None, description="(predicted - measured) / measured, host peak RSS")
+    host_forecast_source: Literal["default", "cached", ""] = Field(
+        "", description="the host forecast's baseline: default (a measured constant) or cached (learned from a "
+                        "request of this model and plan); '' without a forecast")
     oom_step_downs: list[OomStepDownReport] = Field(default_factory=list, description="phases that ran out of "
                                                     "memory, stepped down and were retried once")

@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from .planning.documents import Document, PlanDocument, PolicyDoc
     from .planning.experts import blocks_per_forward
     from .planning.export import plan_to_dict, vllm_flags, vllm_gaps, vllm_python_call, vllm_serve_command
+    from .planning.host_forecast import HostForecast
     from .planning.model_configs import default_size
     from .planning.plan import ComponentPlan, Plan, make_plan
     from .planning.request_forecast import RequestForecast
@@ -103,6 +104,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".plan_flow": ("PlanResult", "plan_for"),
     ".planning.plan": ("ComponentPlan", "Plan", "make_plan"),
     ".planning.request_forecast": ("RequestForecast",),
+    ".planning.host_forecast": ("HostForecast",),
     ".planning.request_profile": ("RequestSize", "device_name_for_plan"),
     ".running.profiler": ("request_size",),
     ".planning.experts": ("blocks_per_forward",),

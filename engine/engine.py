@@ -32,6 +32,7 @@ from .loading.placement import Placement, begin_placement, place_others, place_s
 from .model_dir.discovery import ModelInfo, discover_model
 from .model_dir.quant_layouts import check_fp8_device
 from .options import EngineOptions
+from .planning.host_profile import peak_rss, with_host_peak
 from .planning.plan import Plan, make_plan
 from .planning.request_forecast import RequestForecast, forecast_for
 from .planning.request_profile import RequestSize, device_name
@@ -121,7 +122,7 @@ class Engine(Lifecycle):
             return None
         streamer = self.placement.streamer if self.placement else None
         observed = streamer.observed_bandwidth if streamer is not None else None
-        return forecast_for(plan, size, self.device_name, observed, probe_bandwidth)
+        return forecast_for(plan, size, self.device_name, observed, probe_bandwidth, live_replan=self.live_replan)
 
     # ---------------------------------------------------------------- load / unload
     def prepare(self, cancel: threading.Event | None = None) -> float:
@@ -335,12 +336,16 @@ class Engine(Lifecycle):
             profile = recorder.finish(request, run, streamer.observed_bandwidth if streamer else None)
             if profile is not None and self.plan is not measured_plan and self.plan is not None:
                 profile = permute_profile(profile, measured_plan, self.plan)
+            host_peak = peak_rss()  # the process's peak RSS so far: what the host forecast learns from
+            if profile is not None and self.plan is not None:
+                profile = with_host_peak(profile, self.plan, host_peak, live_replan=self.live_replan)
             stepped = tuple(guard.events) if guard is not None else ()
             if profile is not None and not stepped and not (cancel is not None and cancel.is_set()):
                 problem = save_quietly(profile)
                 if problem:
                     self.bus.publish(LogEvent(level="warning", message=problem))
-            check = forecast_check(request_id, forecast, run, peak, on_cpu=self.device.type == "cpu")
+            check = forecast_check(request_id, forecast, run, peak, on_cpu=self.device.type == "cpu",
+                                   host_peak=host_peak)
             self.bus.publish(check)
             self.bus.publish(RequestPhases(request_id=request_id, frames=len(run.frames), latent_shape=run.latent_shape,
                                            phases=dict(run.phases), vae_decode_peak_bytes=run.vae_decode_peak_bytes))

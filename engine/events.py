@@ -224,6 +224,10 @@ class ForecastCheck(Event):
     peak_basis: str = ""  # the prediction's basis: "cached", "scaled from 64x64", "estimated from config"
     step_basis: str = ""
     predicted_slack: int | None = None  # the allocator's reserved-above-allocated the forecast counted (cached)
+    # the process's host memory: forecast (engine/planning/host_forecast.py) vs measured peak RSS (VmHWM)
+    predicted_host_peak: int | None = None
+    measured_host_peak: int | None = None
+    host_source: str = ""  # the forecast's baseline: "default" (a measured constant) or "cached" (learned)
 
     @staticmethod
     def error(predicted: float | None, measured: float | None) -> float | None:
@@ -239,3 +243,7 @@ class ForecastCheck(Event):
     @property
     def step_error(self) -> float | None:
         return self.error(self.predicted_step_s, self.measured_step_s)
+
+    @property
+    def host_error(self) -> float | None:
+        return self.error(self.predicted_host_peak, self.measured_host_peak)

@@ -74,7 +74,7 @@ def plan_for(model_or_engine: ModelInfo | EngineHandle, policy: OffloadPolicy | 
         plan = auto.plan
     if not forecast:
         return PlanResult(plan, None, list(auto.reasons) if auto else [], None, auto)
-    request = forecast_for(plan, size, device)
+    request = forecast_for(plan, size, device, live_replan=budget is not None)  # as `run` loads under a budget
     if budget is not None:  # the run caps the allocator inside the budget (console/run_memory.py)
         request = replace(request, budget=budget)
     ranks = None

@@ -64,6 +64,7 @@ def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = 
          + (" (of the running expert only)" if plan.experts else "")),
         peak_row,
         host_memory_row(plan, link),
+        *host_peak_rows(request),
         ("streamed per step", format_bytes(f.streamed_bytes_per_forward),
          f"{f.num_streamed_blocks} {plan.model.block_kind} blocks cross the link once per "
          f"{plan.model.block_kind} forward "
@@ -112,6 +113,19 @@ def host_memory_row(plan: Plan, link: LinkInfo) -> tuple[str, str, str]:
     if not link.is_cuda:
         return (HOST_MEMORY_ON_CPU, held, f"one host copy of {what}")
     return ("pinned host memory", held, f"one pinned copy of {what}")
+
+
+def host_peak_rows(request: RequestForecast | None) -> list[tuple[str, str, str]]:
+    """The process's host memory (RSS) at its peak phase, next to the device's (engine/planning/host_forecast.py)."""
+    host = request.host if request is not None else None
+    if host is None:
+        return []
+    source = "learned from a request" if host.baseline_source == "cached" else "default baseline"
+    parts = ", ".join(f"{p.name} {format_bytes(p.nbytes)}" for p in host.parts
+                      if host.peak_phase in p.phases and p.name != "process baseline")
+    return [("host peak RSS", format_bytes(host.peak_bytes),
+             f"{host.peak_phase.replace('_', ' ')} ({source}): process {format_bytes(host.part('process baseline'))}"
+             + (f" + {parts}" if parts else "") + "; pinned pages included, page cache excluded")]
 
 
 def fits_row(plan: Plan, link: LinkInfo, request: RequestForecast | None = None) -> tuple[str, str, str]:

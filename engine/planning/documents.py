@@ -135,6 +135,30 @@ class LeanPhaseDoc(Document):
     line: str = Field(description="the line `plan` prints")
 
 
+class HostPartDoc(Document):
+    """One named share of the host peak and the phases that hold it."""
+
+    name: str = Field(description="process baseline, pinned DiT blocks, pinned staged masters, encoder layer "
+                                  "ring arena, bounce ring, load read buffers, device weights (CPU), decoded output")
+    bytes: int = Field(ge=0)
+    phases: list[str] = Field(description="load, text_encoding, denoise, vae_decode")
+
+
+class HostForecastDoc(Document):
+    """The process's host memory (RSS, pinned pages included, the droppable page cache excluded) per phase."""
+
+    peak_bytes: int = Field(ge=0)
+    peak_phase: str = Field(description="load, text_encoding, denoise or vae_decode")
+    phase_peaks: dict[str, int]
+    parts: list[HostPartDoc]
+    live_replan: bool = Field(description="the load keeps masters of everything a re-plan may move (the console's, "
+                                          "`run`'s with --vram-budget)")
+    baseline_source: Literal["default", "cached"] = Field(
+        description="default: the process baseline measured on an H100 (engine/planning/host_forecast.py); "
+                    "cached: learned from a request of this model and plan")
+    notes: list[str] = Field(default_factory=list)
+
+
 class RequestForecastDoc(Document):
     """The whole request before load: device peak and step time, each with where it came from."""
 
@@ -167,6 +191,8 @@ class RequestForecastDoc(Document):
                           "default: nothing measured here yet")
     lean_phases: list[LeanPhaseDoc] = Field(default_factory=list,
                                             description="lean phases in effect, each with its cost (planning/lean.py)")
+    host: HostForecastDoc | None = Field(None, description="the process's host memory per phase (null: not "
+                                                           "forecast)")
 
 
 class AutoPlanDoc(Document):

@@ -16,6 +16,8 @@ from .documents import (
     BlockListDoc,
     ComponentDoc,
     ForecastDoc,
+    HostForecastDoc,
+    HostPartDoc,
     LeanPhaseDoc,
     ModelDoc,
     PlanDocument,
@@ -24,6 +26,7 @@ from .documents import (
     RequestForecastDoc,
     VllmOmniDoc,
 )
+from .host_forecast import HostForecast
 from .lean import LABELS
 from .plan import ComponentPlan, Plan
 from .request_forecast import RequestForecast
@@ -123,7 +126,16 @@ def request_forecast_doc(forecast: RequestForecast, device: str) -> RequestForec
         notes=list(forecast.notes),
         lean_phases=[LeanPhaseDoc(name=c.name, phase=c.phase, peak_before_bytes=c.peak_before,  # type: ignore[arg-type]
                                   peak_after_bytes=c.peak_after, cost=c.cost, exact=c.exact, line=c.line)
-                     for c in forecast.lean], **_footprint(forecast))
+                     for c in forecast.lean], host=host_doc(forecast.host), **_footprint(forecast))
+
+
+def host_doc(host: HostForecast | None) -> HostForecastDoc | None:
+    if host is None:
+        return None
+    return HostForecastDoc(peak_bytes=host.peak_bytes, peak_phase=host.peak_phase, phase_peaks=dict(host.phase_peaks),
+                           parts=[HostPartDoc(name=p.name, bytes=p.nbytes, phases=list(p.phases)) for p in host.parts],
+                           live_replan=host.live_replan, baseline_source=host.baseline_source,  # type: ignore[arg-type]
+                           notes=list(host.notes))
 
 
 def _footprint(forecast: RequestForecast) -> dict[str, object]:

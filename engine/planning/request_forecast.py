@@ -27,6 +27,8 @@ from typing import Literal
 
 from .activation_estimate import BASIS
 from .device_footprint import DeviceOverhead, device_overhead
+from .host_forecast import HostForecast
+from .host_profile import host_forecast_for
 from .lean import LeanCost, decode_extra, lean_costs, text_stage_bytes
 from .plan import Plan
 from .profile_basis import profile_for
@@ -69,6 +71,7 @@ class RequestForecast:
     # the allocator's reserved-above-allocated measured by a request of this very size (cached profile)
     allocator_slack: int | None = None
     budget: int | None = None  # the --vram-budget it runs under: the allocator is capped inside it
+    host: HostForecast | None = None  # the process's host memory per phase (engine/planning/host_forecast.py)
 
     @property
     def peak_label(self) -> str:
@@ -197,14 +200,15 @@ def known_profile(plan: Plan, size: RequestSize, device: str,
 
 
 def forecast_for(plan: Plan, size: RequestSize, device: str, observed_bandwidth: float | None = None,
-                 probe_bandwidth: float | None = None) -> RequestForecast:
+                 probe_bandwidth: float | None = None, *, live_replan: bool = False) -> RequestForecast:
     """The one forecast of a request (`plan`, `run`, the console's plan screen and generate dialog all
     call it) from what is known (`known_profile`).
 
     The link rate: a profile's measured one first (this size's, or the one scaled from: the streamer's
     own copies of this model on this device), else the streamer's observed rate, else the probe's, else
     the device table's. So once a request has run, `plan` and the console give the same figure; before,
-    only a console that has measured the link knows better than the table."""
+    only a console that has measured the link knows better than the table. `live_replan`: the load keeps
+    masters of everything (the console's, and `run`'s with a budget): the host forecast counts them."""
     cache_notes: list[str] = []
     known = profile_for(plan, size, device, cache_notes)
     profile = known.profile
@@ -229,7 +233,8 @@ def forecast_for(plan: Plan, size: RequestSize, device: str, observed_bandwidth:
     forecast.notes[:0] = cache_notes
     assumed = tuple(k for k, v in size.model_dump().items() if v is None and getattr(known.size, k) is not None)
     slack = slack_for(profile, plan) if known.source == "cached" else None  # this size, this plan
-    return replace(forecast, assumed=assumed, overhead=device_overhead(device), allocator_slack=slack)
+    host = host_forecast_for(plan, known.size, device, profile, live_replan=live_replan)
+    return replace(forecast, assumed=assumed, overhead=device_overhead(device), allocator_slack=slack, host=host)
 
 
 def _bounded_step(plan: Plan, size: RequestSize, forecast: RequestForecast,

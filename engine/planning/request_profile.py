@@ -89,6 +89,13 @@ class RequestProfile(BaseModel):
                                          "(engine/planning/slack_config.py): another plan's forecast uses the margin")
     bandwidth_bytes_per_s: Annotated[float, Field(gt=1.0, le=1e15, allow_inf_nan=False)] | None = Field(
         None, description="the streamer's async copies, bytes / seconds")
+    host_peak_bytes: Bytes | None = Field(None, description="the process's measured peak RSS (VmHWM) by the "
+                                          "request's end, load included")
+    host_baseline_bytes: Bytes | None = Field(
+        None, description="the process baseline that makes the host forecast meet host_peak_bytes "
+                          "(engine/planning/host_profile.py): the next forecast of the same plan uses it")
+    host_plan: str | None = Field(None, max_length=64, description="a key of the plan and load the host peak "
+                                                                   "was measured under")
     measured_at: str = Field(max_length=64)
 
 

@@ -120,8 +120,10 @@ def save_quietly(profile: RequestProfile) -> str | None:
 
 
 def forecast_check(request_id: int, forecast: RequestForecast | None, run: RunOutput,
-                   peak: int | None, on_cpu: bool = False) -> ForecastCheck:
-    """Predicted vs measured: the median steady step, on a CPU the fastest (as the profile takes it)."""
+                   peak: int | None, on_cpu: bool = False, host_peak: int | None = None) -> ForecastCheck:
+    """Predicted vs measured: the median steady step, on a CPU the fastest (as the profile takes it);
+    `host_peak`: the process's peak RSS, against the host forecast."""
+    host = forecast.host if forecast is not None else None
     walls = [s.wall_s for s in run.steps[1:]] or [s.wall_s for s in run.steps]  # the first step warms up
     if on_cpu and walls:
         walls = [min(walls)]
@@ -134,4 +136,6 @@ def forecast_check(request_id: int, forecast: RequestForecast | None, run: RunOu
         step_source=forecast.step_source if forecast else "unknown",
         peak_basis=forecast.peak_basis if forecast and forecast.peak_source != "unknown" else "",
         step_basis=forecast.step_basis if forecast and forecast.step_source != "unknown" else "",
-        predicted_slack=forecast.allocator_slack if forecast is not None else None)
+        predicted_slack=forecast.allocator_slack if forecast is not None else None,
+        predicted_host_peak=host.peak_bytes if host is not None else None, measured_host_peak=host_peak,
+        host_source=host.baseline_source if host is not None else "")

@@ -41,6 +41,7 @@ def test_two_ranks_write_one_image_per_seed_equal_to_one_gpu_runs(demo_model_dir
     for r in report["ranks"]:  # each rank says where its load's time went
         m = r["load_milestones"]
         assert 0 < m["dits_built"] <= m["dits_placed"] <= m["pipeline_built"] <= r["load_seconds"]
+        assert r["host_peak_bytes"] > r["pinned_bytes"]  # each rank process's own peak RSS (VmHWM)
     for seed in (5, 6):
         ours = np.asarray(Image.open(tmp_path / f"two-seed{seed}.png"))
         assert np.array_equal(ours, np.asarray(Image.open(tmp_path / f"one-{seed}.png"))), seed

@@ -62,6 +62,7 @@ def test_a_good_profile_is_used(demo_model_dir: Path, cache: Path, capsys):
     ("other_s", -5.954), ("other_s", math.nan), ("other_s", math.inf), ("block_compute_s", [-1.0] * 6),
     ("text_extra_bytes", -1_000_000_000_000), ("bandwidth_bytes_per_s", -5.0), ("bandwidth_bytes_per_s", 0.0),
     ("forwards_per_step", 0), ("version", 99), ("size", {"height": -64, "width": 64}),
+    ("host_baseline_bytes", -1), ("host_peak_bytes", 1 << 62), ("host_plan", "x" * 65),
 ])
 def test_out_of_range_numbers_are_ignored_with_one_note(demo_model_dir: Path, cache: Path, capsys, field, value):
     path = save_profile(_good_profile(demo_model_dir))

@@ -1,0 +1,175 @@
+"""The process's host memory per phase, before any load: what a 32 GB machine needs to know (issue 35).
+
+The figure is RSS: anonymous memory (pinned pages included) and the libraries' file-backed pages the
+process touches, but not the page cache the kernel may drop. It is the sum of named parts, each held in
+some phases (load, text encoding, denoise, VAE decode):
+
+- the process baseline: python, torch, diffusers, transformers and (on CUDA) the CUDA context's host side.
+  Measured on an H100 (benchmarks/results/host_rss_breakdown-flux-2026-12-05-h100-*.json): 1.05 GB when
+  the load starts, 2.05 GB once a request has run (CUDA's kernel libraries, cuBLAS and the allocator's
+  host side arrive with the first request; RSS fell back to 2.02-2.05 GB once the engine released
+  everything). A CPU process has no CUDA libraries (`CPU_BASELINE_*`). The profile learns the
+  baseline of this model and plan from a measured request (`learned_baseline`);
+- pinned DiT blocks: the streamer's arena (every block with live re-plan or two experts, else the
+  streamed ones); the tier of each (`Plan.tiers`): a block in the page cache or on disk costs no bytes;
+- pinned staged masters: each staged encoder/VAE's master (with live re-plan every encoder/VAE), unless
+  its tier is the page cache or disk;
+- a layer-streamed encoder's ring arena: its layers packed again for the layer ring while its master is
+  held (the 9.26 GB double pin of a Flux-size 8 GB plan; `Forecast.pinned_host_bytes` counts it while
+  the loader does);
+- the bounce ring (`offload.tiers.bounce_ring_bytes`) when any block or master is read from a file tier;
+- the load's read buffers: arena reads land in place (a batch of `LoadOptions` is a view of the arena and
+  costs nothing more), so what a load holds beyond the arenas is a component read into host memory before
+  it moves to the device (a resident one, or the DiT's non-block layers), the largest of them;
+- on a CPU the device is the host: the device's weights (resident, ring slots, a staged copy) count too;
+- the decoded output: frames x height x width x 3 as float32 plus its uint8 copy.
+
+Measured (same files): a no-budget Flux-size run peaked at 35.9 GB = 33.9 GB of masters + 2.05 GB; a
+`--vram-budget 8` one (live re-plan, encoder streamed by layer) at 45.3 GB = 43.1 GB + 2.2 GB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...offload.tiers import bounce_ring_bytes
+from .plan import Plan
+from .request_profile import RequestSize
+
+GB = 1_000_000_000
+CUDA_BASELINE_LOAD = 1_050_000_000  # RSS when the load starts (H100, torch 2.11, CUDA 13): see the docstring
+CUDA_BASELINE_RUN = 2_050_000_000  # RSS once a request ran and the engine released everything
+# a CPU process (python + torch + diffusers + transformers, no CUDA): VmHWM of `run` on the tiny demo Flux,
+# torch 2.13 CPU, 0.47 GB; its load-time share is not measured apart (taken as the run's less the heap's growth)
+CPU_BASELINE_LOAD = 420_000_000
+CPU_BASELINE_RUN = 470_000_000
+PHASES = ("load", "text_encoding", "denoise", "vae_decode")
+RUN_PHASES = PHASES[1:]
+
+
+@dataclass(frozen=True, slots=True)
+class HostPart:
+    """One named share of the host peak and the phases that hold it."""
+
+    name: str
+    nbytes: int
+    phases: tuple[str, ...] = PHASES
+
+
+@dataclass(frozen=True, slots=True)
+class HostForecast:
+    """The process's host peak (RSS) per phase, the overall peak and the parts it is made of."""
+
+    phase_peaks: dict[str, int]
+    peak_bytes: int
+    peak_phase: str
+    parts: tuple[HostPart, ...]
+    baseline_source: str = "default"  # "default" (the measured constant) or "cached" (learned from a request)
+    notes: tuple[str, ...] = ()
+    live_replan: bool = False  # masters of everything a re-plan may move are kept (the console's load)
+
+    def part(self, name: str) -> int:
+        """Bytes of one named part (0 when absent)."""
+        return sum(p.nbytes for p in self.parts if p.name == name)
+
+
+def decoded_output_bytes(request: RequestSize | None) -> int:
+    """The decoded frames on the host: float32 RGB plus the uint8 copy written out (0: size not known)."""
+    if request is None or not request.height or not request.width:
+        return 0
+    return (request.frames or 1) * request.height * request.width * 3 * (4 + 1)
+
+
+def block_bytes(plan: Plan, keep_masters: bool) -> tuple[int, int]:
+    """(pinned, file-tier) bytes of the DiT arena's blocks. `Plan.tiers.blocks` is indexed by streamed
+    block (execution order); resident blocks kept as masters are always pinned."""
+    pinned = file_tier = largest_file = 0
+    streamed_index = 0
+    for b in plan.blocks:
+        if b.streamed:
+            tier = plan.tiers.block(streamed_index)
+            streamed_index += 1
+        elif keep_masters:
+            tier = "pinned"
+        else:
+            continue
+        if tier == "pinned":
+            pinned += b.nbytes
+        else:
+            file_tier += b.nbytes
+            largest_file = max(largest_file, b.nbytes)
+    return pinned, largest_file
+
+
+def master_bytes(plan: Plan, live_replan: bool) -> tuple[int, bool]:
+    """(pinned bytes of staged encoder/VAE masters, whether any master is in a file tier); with live
+    re-plan every encoder/VAE keeps a master (engine/loading/placement.py), in resident mode none."""
+    pinned, file_tier = 0, False
+    live = live_replan and plan.policy.mode == "dlo"
+    for c in plan.components:
+        kept = c.residency == "staged" or (live and c.info.role in ("encoder", "vae") and c.info.has_weights)
+        if not kept:
+            continue
+        if plan.tiers.component(c.info.name) == "pinned":
+            pinned += c.info.nbytes
+        else:
+            file_tier = True
+    return pinned, file_tier
+
+
+def layer_ring_arena_bytes(plan: Plan) -> int:
+    """The layer ring's own arena of a layer-streamed encoder: what `Forecast.pinned_host_bytes` counts
+    above the streamed blocks and the staged masters (0 once the loader reuses the master)."""
+    f = plan.forecast
+    streamed = sum(c.host_bytes for c in plan.components if c.residency == "streamed")
+    staged = sum(c.info.nbytes for c in plan.components if c.residency == "staged")
+    return max(0, f.pinned_host_bytes - streamed - staged)
+
+
+def load_buffer_bytes(plan: Plan, on_cpu: bool) -> int:
+    """The largest component read into host memory before it moves to the device: a resident one (a CUDA
+    load reads it to the host first), or a DiT's non-block layers. On a CPU nothing moves."""
+    if on_cpu:
+        return 0
+    sizes = [c.info.nbytes for c in plan.components if c.residency == "resident" and c.info.has_weights]
+    sizes += [c.info.non_block_bytes for c in plan.components if c.residency == "streamed"]
+    return max(sizes, default=0)
+
+
+def learned_baseline(measured_peak: int, modelled: HostForecast) -> int:
+    """The baseline that makes `modelled` meet a measured peak: what the profile keeps for the next forecast
+    of the same model and plan (engine/planning/host_profile.py)."""
+    return max(0, measured_peak - (modelled.peak_bytes - modelled.part("process baseline")))
+
+
+def host_forecast(plan: Plan, request: RequestSize | None = None, *, live_replan: bool = False,
+                  on_cpu: bool = False, baseline: int | None = None) -> HostForecast:
+    """The host peak of a load and one request under `plan` (see the module docstring).
+
+    `live_replan`: the console's load (masters of everything a re-plan may move). `baseline`: a learned
+    run baseline (the profile's), else the measured constant."""
+    keep_masters = (live_replan and plan.policy.mode == "dlo") or bool(plan.experts)
+    blocks_pinned, largest_file_block = block_bytes(plan, keep_masters)
+    masters_pinned, master_in_file = master_bytes(plan, live_replan)
+    file_tiers = largest_file_block > 0 or master_in_file
+    ring_block = largest_file_block or plan.forecast.largest_streamed_block_bytes or 64 << 20
+    run_base = baseline if baseline is not None else (CPU_BASELINE_RUN if on_cpu else CUDA_BASELINE_RUN)
+    load_base = min(run_base, CPU_BASELINE_LOAD if on_cpu else CUDA_BASELINE_LOAD)
+    parts = [
+        HostPart("process baseline at load", load_base, ("load",)),
+        HostPart("process baseline", run_base, RUN_PHASES),
+        HostPart("pinned DiT blocks", blocks_pinned),
+        HostPart("pinned staged masters", masters_pinned),
+        HostPart("encoder layer ring arena", layer_ring_arena_bytes(plan)),
+        HostPart("bounce ring", bounce_ring_bytes(ring_block) if file_tiers else 0),
+        HostPart("load read buffers", load_buffer_bytes(plan, on_cpu), ("load",)),
+        HostPart("device weights (CPU)", plan.forecast.peak_device_weight_bytes if on_cpu else 0, RUN_PHASES),
+        HostPart("decoded output", decoded_output_bytes(request), ("vae_decode",)),
+    ]
+    parts = [p for p in parts if p.nbytes > 0]
+    peaks = {phase: sum(p.nbytes for p in parts if phase in p.phases) for phase in PHASES}
+    phase = max(PHASES, key=lambda k: peaks[k])
+    notes = () if decoded_output_bytes(request) or request is None else (
+        "decoded output not counted: the request's size is the pipeline's default",)
+    return HostForecast(peaks, peaks[phase], phase, tuple(parts),
+                        "cached" if baseline is not None else "default", notes, live_replan)

@@ -1,0 +1,133 @@
+"""Issue 35 item 1: the host forecast reproduces the host peaks measured on a real GPU run, and follows
+the plan's tiers, live re-plan masters and the request's size."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from omni_console.engine.model_dir.blocks import BlockList
+from omni_console.engine.model_dir.discovery import ComponentInfo, ModelInfo
+from omni_console.engine.planning.host_forecast import (
+    CUDA_BASELINE_LOAD,
+    CUDA_BASELINE_RUN,
+    host_forecast,
+    learned_baseline,
+)
+from omni_console.engine.planning.plan import make_plan
+from omni_console.engine.planning.request_profile import RequestSize
+from omni_console.offload.policy import build_policy
+from omni_console.offload.tiers import HostTiers, bounce_ring_bytes
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+DIT_BLOCKS = 57  # Flux: 19 double + 38 single blocks
+T5_LAYERS = 24
+
+
+def measured(name: str) -> dict:
+    return json.loads((RESULTS / f"host_rss_breakdown-flux-2026-12-05-h100-{name}.json").read_text())
+
+
+def mapping_sizes(run: dict, snapshot: int) -> list[int]:
+    """Sizes of the anonymous mappings at a peak snapshot, largest RSS first (the engine's arenas)."""
+    return [m["size"] for m in run["peak_snapshots"][snapshot]["mappings"] if m["name"] == "[anon]"]
+
+
+def rss_at(run: dict, event: str) -> int:
+    """The first RSS sample after the progress line `event`."""
+    t = next(t for t, line in run["progress"] if line.startswith(event))
+    return next(s["Rss"] for s in run["samples"] if s["t"] >= t)
+
+
+def flux_size_model() -> ModelInfo:
+    """The Flux-size checkpoint as its arenas measured it: DiT blocks, T5 (its layers), CLIP, VAE."""
+    nobudget, eight = measured("nobudget"), measured("8gb")
+    dit_blocks, t5, clip, _, vae = mapping_sizes(nobudget, -1)[:5]
+    t5_layers = mapping_sizes(eight, -1)[2]
+    root = Path("/nonexistent/flux-size")
+
+    def comp(name: str, role: str, cls: str, nbytes: int, **kw) -> ComponentInfo:
+        return ComponentInfo(name, role, "diffusers", cls, root / name, files=(root / name / "w.safetensors",),
+                             nbytes=nbytes, **kw)
+
+    per_block = dit_blocks // DIT_BLOCKS
+    dit = comp("transformer", "dit", "FluxTransformer2DModel", per_block * DIT_BLOCKS + 130_000_000,
+               block_lists=(BlockList("transformer_blocks", (per_block,) * DIT_BLOCKS),))
+    per_layer = t5_layers // T5_LAYERS
+    return ModelInfo(root, "FluxPipeline", (
+        dit, comp("text_encoder", "encoder", "CLIPTextModel", clip),
+        comp("text_encoder_2", "encoder", "T5EncoderModel", t5,
+             layers=BlockList("encoder.block", (per_layer,) * T5_LAYERS)),
+        comp("vae", "vae", "AutoencoderKL", vae)))
+
+
+SIZE = RequestSize(height=1024, width=1024)
+
+
+def test_no_budget_run_peak_is_the_measured_one():
+    run = measured("nobudget")
+    forecast = host_forecast(make_plan(flux_size_model(), build_policy({}, 0)), SIZE)
+    assert forecast.peak_bytes == pytest.approx(run["peak"]["Rss"], rel=0.02)
+    assert forecast.phase_peaks["load"] == pytest.approx(rss_at(run, "state loading → ready"), rel=0.03)
+    assert forecast.peak_phase == "vae_decode"  # the baseline grows with the first request, then the output
+    assert forecast.part("encoder layer ring arena") == 0
+
+
+def test_eight_gb_plan_with_the_double_pinned_encoder_is_the_measured_one():
+    """`run --vram-budget 8`: live re-plan masters, 6 resident blocks, the VAE resident, T5 by layer."""
+    run = measured("8gb")
+    policy = build_policy({"vae": False}, 6, placement="spread", stream_encoders="on")
+    forecast = host_forecast(make_plan(flux_size_model(), policy), SIZE, live_replan=True)
+    assert forecast.peak_bytes == pytest.approx(run["peak"]["Rss"], rel=0.02)
+    assert forecast.phase_peaks["load"] == pytest.approx(rss_at(run, "state loading → ready"), rel=0.03)
+    # the double pin is the layers' size, and without it the same plan is the no-budget peak's size
+    assert forecast.part("encoder layer ring arena") == mapping_sizes(run, -1)[2] // T5_LAYERS * T5_LAYERS
+    fixed = forecast.peak_bytes - forecast.part("encoder layer ring arena")
+    assert fixed == pytest.approx(measured("nobudget")["peak"]["Rss"], rel=0.02)
+
+
+def test_live_replan_keeps_masters_of_resident_components():
+    model = flux_size_model()
+    plan = make_plan(model, build_policy({"vae": False}, 6))
+    run, live = host_forecast(plan), host_forecast(plan, live_replan=True)
+    vae = next(c.info.nbytes for c in plan.components if c.info.name == "vae")
+    resident_blocks = sum(b.nbytes for b in plan.blocks if not b.streamed)
+    assert live.part("pinned staged masters") - run.part("pinned staged masters") == vae
+    assert live.part("pinned DiT blocks") - run.part("pinned DiT blocks") == resident_blocks
+    assert live.phase_peaks["denoise"] - run.phase_peaks["denoise"] == vae + resident_blocks
+
+
+def test_file_tiers_cost_only_the_bounce_ring():
+    plan = make_plan(flux_size_model(), build_policy({}, 0))
+    pinned = host_forecast(plan)
+    streamed = [b for b in plan.blocks if b.streamed]
+    tiers = HostTiers(blocks=("disk",) * 10 + ("page_cache",) * 5, components=(("text_encoder_2", "page_cache"),))
+    tiered = host_forecast(replace(plan, tiers=tiers))
+    moved = sum(b.nbytes for b in streamed[:15])
+    t5 = next(c.info.nbytes for c in plan.components if c.info.name == "text_encoder_2")
+    ring = bounce_ring_bytes(max(b.nbytes for b in streamed[:15]))
+    assert tiered.part("bounce ring") == ring > 0
+    assert pinned.peak_bytes - tiered.peak_bytes == moved + t5 - ring
+    assert pinned.part("bounce ring") == 0
+
+
+def test_decoded_output_scales_with_frames_and_pixels():
+    plan = make_plan(flux_size_model(), build_policy({}, 0))
+    one = host_forecast(plan, RequestSize(height=480, width=832, frames=1))
+    video = host_forecast(plan, RequestSize(height=480, width=832, frames=81))
+    assert video.part("decoded output") == 81 * one.part("decoded output") == 81 * 480 * 832 * 3 * 5
+    assert video.phase_peaks["denoise"] == one.phase_peaks["denoise"]
+    assert host_forecast(plan, RequestSize()).notes  # the pipeline's default size: said, not guessed
+
+
+def test_a_learned_baseline_meets_the_measured_peak():
+    plan = make_plan(flux_size_model(), build_policy({}, 0))
+    first = host_forecast(plan, SIZE)
+    peak = first.peak_bytes + 700_000_000  # what a request measured
+    again = host_forecast(plan, SIZE, baseline=learned_baseline(peak, first))
+    assert again.peak_bytes == peak and again.baseline_source == "cached"
+    assert first.part("process baseline") == CUDA_BASELINE_RUN
+    assert first.part("process baseline at load") == CUDA_BASELINE_LOAD
