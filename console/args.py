@@ -41,6 +41,21 @@ def budget_from_args(args: argparse.Namespace) -> int | None:
     return parse_budget(text, getattr(args, "device", None))
 
 
+def ram_budget_from_args(args: argparse.Namespace) -> int | None:
+    """`--ram-budget` in bytes, or None: a size (`size_arg.parse_size`'s rules and lines), or `auto`, the host
+    memory available at start less a margin (`engine.planning.ram_budget`, its note the host plan's first line)."""
+    text = getattr(args, "ram_budget", None)
+    if text is None:
+        return None
+    if text.strip().lower() == "auto":
+        from ..engine.api import auto_ram_budget
+
+        return auto_ram_budget()
+    from .size_arg import parse_size
+
+    return parse_size(text, "--ram-budget")
+
+
 def parse_budget(text: str, device: str | None, flag: str = "--vram-budget") -> int:
     """A size (`size_arg.parse_size`), or `auto`: what `device` has free now less a margin
     (`engine.planning.auto_budget`, its note the plan's first line); `auto` on a CPU is one line, exit 2."""

@@ -44,7 +44,7 @@ from ..engine.api import (
 )
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
 from ..offload.units import format_bytes, format_rate, format_seconds
-from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
+from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args, resolve_model_path
 from .event_text import PHASE_LABELS
 from .event_text import one_line as _one_line
 from .interrupts import Interrupted, InterruptGuard
@@ -74,6 +74,7 @@ class RunFlags:
     reasons: list[str] = field(default_factory=list)  # --vram-budget's decisions, one line each
     overhead: Any = None  # --vram-budget: the device's footprint outside torch (engine.planning.device_footprint)
     lean: list[str] = field(default_factory=list)  # lean phases in effect, each with its cost (engine/planning/lean.py)
+    ram_budget: int | None = None  # --ram-budget: the host tiers are planned within it (engine/planning/ram_plan.py)
 
 
 def check_run_flags(args: argparse.Namespace) -> RunFlags:
@@ -87,7 +88,7 @@ def check_run_flags(args: argparse.Namespace) -> RunFlags:
     device = parse_device(args.device)
     options = parse_option_flags(args)
     check_output_place(args.output)  # which files it writes depends on the model: checked after discovery
-    return RunFlags(policy, budget, hz, device, options)
+    return RunFlags(policy, budget, hz, device, options, ram_budget=ram_budget_from_args(args))
 
 
 def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) -> int:
@@ -116,13 +117,16 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
                                   image=args.image, params=flags.options.params)
         run = checked_request(engine.model, request, flags.options, args.output, overwrite=args.overwrite)
         # with a budget, before load: nothing fits is one line and exit 2
-        planned = plan_for(engine, plan, flags.budget, request_size(run.request))
+        planned = plan_for(engine, plan, flags.budget, request_size(run.request), ram_budget=flags.ram_budget,
+                           live=flags.budget is not None)
         plan = planned.plan
         if planned.auto is not None:
             flags = replace(flags, policy=plan.policy, overhead=planned.auto.overhead)
             flags.reasons.extend(planned.reasons)
             for line in planned.reasons:  # stderr, like all progress: stdout holds only the report
                 Console(stderr=True).print(plain(f"--vram-budget: {line}"), markup=False, highlight=False)
+        for line in planned.ram.reasons if planned.ram else ():
+            Console(stderr=True).print(plain(f"--ram-budget: {line}"), markup=False, highlight=False)
         flags.lean.extend(_lean_lines(planned.forecast, flags.budget is None))
         guard.check()
         return _load_generate_report(args, flags, engine, plan, run, guard)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,9 +95,11 @@ def _direct_rate(path: Path, length: int) -> float:
     return done / max(elapsed, 1e-9)
 
 
-def probe_rates(model_dir: Path) -> ProbeResult:
-    """Both rates on `model_dir`'s file system (see the module docstring)."""
-    path = probe_file(model_dir)
+def probe_rates(model_dir: Path, files: Sequence[Path] = ()) -> ProbeResult:
+    """Both rates on `model_dir`'s file system (see the module docstring), read from the largest of `files` (the
+    weight files discovery checked), else of `probe_file`'s."""
+    safetensors = [f for f in files if f.suffix == ".safetensors" and f.is_file() and not f.is_symlink()]
+    path = max(safetensors, key=lambda f: f.stat().st_size) if safetensors else probe_file(model_dir)
     if path is None:
         return ProbeResult(None, None, False, "no safetensors file to read")
     length = min(path.stat().st_size, PROBE_BYTES)

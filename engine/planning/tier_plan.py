@@ -137,6 +137,11 @@ def smallest_peak(items: Sequence[HostItem], fixed: int) -> int:
     return fixed if best is None else best
 
 
+def _exact(n: int, other: int) -> str:
+    """`n` as the plan writes sizes, or in bytes when that reads the same as `other`."""
+    return format_bytes(n) if format_bytes(n) != format_bytes(other) else f"{n:,} bytes"
+
+
 def choose_tiers(items: Sequence[HostItem], budget: int, fixed: int, rates: TierRates,
                  compute_s: float | None = None, cap: int | None = None) -> TierChoice:
     """The fastest assignment within `budget` host bytes (`fixed` of them already taken, `cap`: the pin cap,
@@ -157,9 +162,10 @@ def choose_tiers(items: Sequence[HostItem], budget: int, fixed: int, rates: Tier
             best = (key, tiers, cost)
     if best is None:
         least = smallest_peak(items, fixed)
-        raise NothingFitsHost(f"nothing fits in {format_bytes(budget)} of host memory: the smallest possible host "
-                              f"peak is {format_bytes(least)} (every streamed block and staged master read from "
-                              f"disk through the bounce ring; {format_bytes(fixed)} fixed: the process and its "
-                              f"transients), pinned memory capped at {format_bytes(cap)}")
+        raise NothingFitsHost(f"nothing fits in {_exact(budget, least)} of host memory: the smallest possible host "
+                              f"peak is {_exact(least, budget)} ({format_bytes(fixed)} fixed: the process and its "
+                              "transients; the rest: blocks and masters pinned where reading them through the "
+                              f"bounce ring costs more, and the ring), with pinned memory capped at "
+                              f"{format_bytes(cap)}")
     _, tiers, cost = best
     return TierChoice(tuple(tiers), cost, step_seconds(cost, compute_s), budget, cap, fixed)

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Literal
@@ -95,14 +96,15 @@ def _from_probe(device: str, filesystem: str, found: ProbeResult) -> CachedRates
                        measured_at=datetime.now(UTC).isoformat(timespec="seconds"))
 
 
-def measured_rates(model_dir: Path, device: str, notes: list[str] | None = None,
-                   probe: bool = True) -> CachedRates | None:
-    """The cached rates of (device, model_dir's file system), else measured now and cached (`probe`), else None."""
+def measured_rates(model_dir: Path, device: str, notes: list[str] | None = None, probe: bool = True,
+                   files: Sequence[Path] = ()) -> CachedRates | None:
+    """The cached rates of (device, model_dir's file system), else measured now on `files` (io_probe.probe_rates)
+    and cached (`probe`), else None."""
     filesystem = filesystem_key(model_dir)
     found = load_rates(device, filesystem, notes)
     if found is not None or not probe:
         return found
-    fresh = _from_probe(device, filesystem, probe_rates(model_dir))
+    fresh = _from_probe(device, filesystem, probe_rates(model_dir, files))
     try:
         save_rates(fresh)
     except OSError as exc:  # a read-only cache: the rates hold for this run only
