@@ -15,7 +15,8 @@ switch or re-plan). Rules:
   beside those copies (their own ring slots), so one forward's transfer is
   max(streamed bytes / link, page-cache bytes / page-cache rate + disk bytes / disk rate), and the step is
   max(compute, that) per forward (`step_seconds`). With two experts the forward is the running expert's
-  (`HostItem.forward`), the slowest one counted.
+  (`HostItem.forward`), the slowest one counted. A cold item's read costs its bytes over the slower of its tier
+  and the link, so pinned is never slower for it either.
 """
 
 from __future__ import annotations
@@ -95,8 +96,8 @@ def tier_cost(items: Sequence[HostItem], tiers: Sequence[Tier], rates: TierRates
             link_s, file_s = forwards.setdefault(item.forward, [0.0, 0.0])
             forwards[item.forward] = [link_s + item.nbytes / r.link,
                                       file_s + (item.nbytes / rate if tier != "pinned" else 0.0)]
-        else:
-            cold += item.nbytes / rate
+        else:  # read once, from its tier and over the link: the slower of the two
+            cold += item.nbytes / min(rate, r.link)
     ring = bounce_ring_bytes(ring_basis(items, tiers))
     link_s = max((f[0] for f in forwards.values()), default=0.0)
     file_s = max((f[1] for f in forwards.values()), default=0.0)

@@ -99,8 +99,10 @@ def test_a_budget_nothing_fits_names_the_smallest_peak():
     items = [HostItem(100 * MB)] * 10
     least = 10 * MB + bounce_ring_bytes(100 * MB)  # every block read through the ring (all pinned: 1,010 MB)
     assert smallest_peak(items, 10 * MB) == least
-    with pytest.raises(NothingFitsHost, match=r"smallest possible host peak is 410\.\d MB"):
-        choose_tiers(items, least - 1, 10 * MB, TierRates())
+    with pytest.raises(NothingFitsHost, match=r"smallest possible host peak is 410,048,128 bytes"):
+        choose_tiers(items, least - 1, 10 * MB, TierRates())  # sizes that read the same: in bytes
+    with pytest.raises(NothingFitsHost, match=r"in 300\.0 MB .* smallest possible host peak is 410\.0 MB"):
+        choose_tiers(items, 300 * MB, 10 * MB, TierRates())
     assert choose_tiers(items, least, 10 * MB, TierRates(), cap=least).cost.host_peak_bytes == least
 
 
@@ -145,3 +147,16 @@ def test_the_pin_cap_rule():
     assert pin_cap(16 * GIB) == 12 * GIB  # min(90 %, 16 - 4 GiB)
     assert pin_cap(128 * GIB) == int(0.9 * 128 * GIB)
     assert pin_cap(5 * GIB) == int(0.4 * 5 * GIB)  # never below 40 %
+
+
+def test_4096_blocks_of_distinct_sizes_plan_within_seconds_and_fit():
+    import random
+    import time
+
+    rng = random.Random(0)
+    items = [HostItem(rng.randint(2 * MB, 700 * MB)) for _ in range(4096)] + [HostItem(9_500 * MB, hot=False)]
+    budget = sum(i.nbytes for i in items) // 2
+    start = time.perf_counter()
+    choice = choose_tiers(items, budget, 1_500 * MB, TierRates(20e9, 4e9, 3e9))
+    assert time.perf_counter() - start < 5  # about 0.4 s: MAX_RING_SIZES ring sizes tried, not 4096
+    assert choice.cost.fits(budget, choice.pin_cap, 1_500 * MB) and "disk" in choice.tiers
