@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ...offload.units import format_seconds
 from .plan import Plan
 from .profile_basis import profile_for
 from .ram_plan import RamPlan, ram_plan
@@ -33,6 +34,12 @@ def ram_plan_for(plan: Plan, budget: int, size: RequestSize, device: str, live: 
     if profile is not None and profile.block_compute_s:
         compute = sum(profile.block_compute_s) + profile.other_s
     chosen = ram_plan(plan, budget, rates, compute, live, said)
+    if compute is not None and profile is not None:
+        fps = profile.forwards_per_step
+        cost = chosen.choice.cost
+        step, work = format_seconds(chosen.choice.step_seconds * fps), format_seconds(compute * fps)
+        chosen.reasons.append(f"predicted step floor with the host tiers {step} = max(compute {work}, transfer "
+                              f"{format_seconds(cost.transfer_seconds * fps)}) over {fps} forward(s) a step")
     if cached is not None and cached.note:
         chosen.reasons.append(f"tier rates: {cached.note}")
     chosen.reasons.extend(notes)

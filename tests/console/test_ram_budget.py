@@ -98,3 +98,13 @@ def test_run_refuses_a_budget_nothing_fits_before_loading(demo_model_dir: Path, 
     assert len(lines) == 1 and "Traceback" not in err
     with contextlib.suppress(FileNotFoundError):
         assert not list(tmp_path.glob("out*"))
+
+
+def test_auto_is_read_once_per_command(monkeypatch: pytest.MonkeyPatch):
+    """`run` checks its flags before torch's import and again after: the second reading would count our growth."""
+    from omni_console.engine.planning import ram_budget
+
+    readings = iter([(20 * 10**9, "MemAvailable"), (10 * 10**9, "MemAvailable")])
+    monkeypatch.setattr(ram_budget, "host_available", lambda: next(readings))
+    args = argparse.Namespace(ram_budget="auto")
+    assert ram_budget_from_args(args) == ram_budget_from_args(args) == 18 * 10**9
