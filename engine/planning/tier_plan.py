@@ -117,7 +117,7 @@ def _assign(items: Sequence[HostItem], hot_bound: int, cold_bound: int, budget: 
         groups: dict[int, list[int]] = {}
         for n in free:
             groups.setdefault(items[n].nbytes, []).append(n)
-        pins = _fill({s: len(g) for s, g in groups.items()}, pin_room)
+        pins = _fill({s: len(g) for s, g in groups.items()}, min(pin_room, cache_room))  # pinned bytes are budget too
         pin_room -= sum(s * k for s, k in pins.items())
         cache_room -= sum(s * k for s, k in pins.items())
         filed: dict[int, list[int]] = {}
