@@ -84,3 +84,20 @@ def test_fp8_storage_halves_the_blocks_host_bytes_and_the_planner_counts_it(long
     assert ram_plan(fp8, budget, RATES, cap=budget).tiers.all_pinned
     assert not ram_plan(plain, budget, RATES, cap=budget).tiers.all_pinned
     assert any("half the host bytes" in line for line in ram_plan(fp8, budget, RATES, cap=budget).reasons)
+
+
+def test_two_experts_every_block_on_the_host_each_forward_its_own(tmp_path: Path):
+    from tiny_families_experts import build_tiny_wan22_a14b
+
+    plan = make_plan(discover_model(build_tiny_wan22_a14b(tmp_path / "wan22")), build_policy({"default": True}, 1))
+    items, keys = host_items(plan)
+    assert len([k for k in keys if k[0] == "block"]) == len(plan.blocks)  # both experts' blocks, resident ones too
+    first, second = plan.experts
+    assert {i.forward for i, k in zip(items, keys, strict=True) if k[0] == "block" and k[1] < first.stop} == {0}
+    assert {i.forward for i, k in zip(items, keys, strict=True) if k[0] == "block" and k[1] >= second.start} == {1}
+    assert not all(i.hot for i in items)  # each expert's resident block: moved at the switch, not per forward
+    assert sum(i.nbytes for i in items) + fixed_host_bytes(plan) - HOST_BASELINE == plan.forecast.pinned_host_bytes
+    # one forward reads one expert's blocks: the transfer is one expert's, not both
+    one = ram_plan(plan, 10**12, RATES).choice.cost
+    per_expert = sum(b.nbytes for b in plan.blocks[first.start:first.stop] if b.streamed)
+    assert one.link_seconds == pytest.approx(per_expert / RATES.link)
