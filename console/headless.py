@@ -75,6 +75,7 @@ class RunFlags:
     overhead: Any = None  # --vram-budget: the device's footprint outside torch (engine.planning.device_footprint)
     lean: list[str] = field(default_factory=list)  # lean phases in effect, each with its cost (engine/planning/lean.py)
     ram_budget: int | None = None  # --ram-budget: the host tiers are planned within it (engine/planning/ram_plan.py)
+    ram: Any = None  # --ram-budget's answer (engine/planning/ram_plan.RamPlan)
 
 
 def check_run_flags(args: argparse.Namespace) -> RunFlags:
@@ -125,6 +126,7 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
             flags.reasons.extend(planned.reasons)
             for line in planned.reasons:  # stderr, like all progress: stdout holds only the report
                 Console(stderr=True).print(plain(f"--vram-budget: {line}"), markup=False, highlight=False)
+        flags = replace(flags, ram=planned.ram)
         for line in planned.ram.reasons if planned.ram else ():
             Console(stderr=True).print(plain(f"--ram-budget: {line}"), markup=False, highlight=False)
         flags.lean.extend(_lean_lines(planned.forecast, flags.budget is None))
@@ -132,6 +134,15 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
         return _load_generate_report(args, flags, engine, plan, run, guard)
     finally:
         engine.close()
+
+
+def _ram_doc(ram: Any) -> dict[str, Any] | None:
+    """`--ram-budget`'s answer as the report holds it (None without one)."""
+    if ram is None:
+        return None
+    c = ram.choice
+    return {"budget_bytes": c.budget, "pin_cap_bytes": c.pin_cap, "host_peak_bytes": c.cost.host_peak_bytes,
+            "page_cache_bytes": c.cost.page_cache_bytes, "disk_bytes": c.cost.disk_bytes, "reasons": list(ram.reasons)}
 
 
 def _lean_lines(forecast: Any, say: bool) -> list[str]:
@@ -217,6 +228,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         "vae_decode_peak_bytes": result.vae_decode_peak_bytes,
         "forecast_check": _check_doc(result.check),
         "auto_plan": {"budget_bytes": flags.budget, "reasons": flags.reasons} if flags.budget is not None else None,
+        "ram_plan": _ram_doc(flags.ram),
         **measured, **memory.predicted(result.check, measured["process_peak_bytes"]),
         "oom_step_downs": step_down_docs(result),
         "lean_phases": flags.lean,

@@ -108,3 +108,21 @@ def test_auto_is_read_once_per_command(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(ram_budget, "host_available", lambda: next(readings))
     args = argparse.Namespace(ram_budget="auto")
     assert ram_budget_from_args(args) == ram_budget_from_args(args) == 18 * 10**9
+
+
+@pytest.mark.slow
+def test_run_reports_the_host_tiers_and_its_image_is_the_same(demo_model_dir: Path, tmp_path: Path, capsys):
+    from omni_console.console.run_report import RunReport
+
+    common = ["run", "--model", str(demo_model_dir), "--device", "cpu", "--steps", "2", "--height", "64",
+              "--width", "64", "--json"]
+    assert main([*common, "--output", str(tmp_path / "plain.png")]) == 0
+    capsys.readouterr()
+    assert main([*common, "--output", str(tmp_path / "ram.png"), "--ram-budget", "8GB"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    RunReport.model_validate(report)
+    ram = report["ram_plan"]
+    assert ram["budget_bytes"] == 8 * 10**9 and ram["host_peak_bytes"] <= ram["budget_bytes"] and ram["reasons"]
+    assert "--ram-budget: pin cap" in captured.err
+    assert (tmp_path / "ram.png").read_bytes() == (tmp_path / "plain.png").read_bytes()
