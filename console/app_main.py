@@ -47,6 +47,9 @@ def build_app(args: argparse.Namespace, step: Callable[[str], None] = lambda tex
     layout = layout_from_args(args)  # enough GPUs (or cores, on a CPU) for --gpus N, checked here
     if layout.distributed and budget is not None:
         raise ConfigError("--vram-budget with --gpus: plan one rank's budget with `plan --gpus`, then pass its policy")
+    if layout.distributed and ram_budget is not None:
+        raise ConfigError("--ram-budget with --gpus: the ranks share the host's memory, which the host plan does not "
+                          "split yet; leave it out")
     try:
         hz = validate_hz(args.telemetry_hz)
     except ValueError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from .errors import ConfigError
 from .model_dir.discovery import ModelInfo
 from .planning.auto_plan import AutoPlan, auto_plan_for
 from .planning.plan import Plan, make_plan
@@ -77,6 +78,9 @@ def plan_for(model_or_engine: ModelInfo | EngineHandle, policy: OffloadPolicy | 
         auto = auto_plan_for(plan, budget, size, device, bandwidth)
         plan = auto.plan
     ram = None
+    if ram_budget is not None and distributed:
+        raise ConfigError("--ram-budget with --gpus: the ranks share the host's memory, which the host plan does not "
+                          "split yet; leave it out")
     if ram_budget is not None:  # after the device plan: it decides what the host keeps
         plan, ram = ram_plan_for(plan, ram_budget, size, device, live, bandwidth)
     if not forecast:

@@ -126,3 +126,11 @@ def test_run_reports_the_host_tiers_and_its_image_is_the_same(demo_model_dir: Pa
     assert ram["budget_bytes"] == 8 * 10**9 and ram["host_peak_bytes"] <= ram["budget_bytes"] and ram["reasons"]
     assert "--ram-budget: pin cap" in captured.err
     assert (tmp_path / "ram.png").read_bytes() == (tmp_path / "plain.png").read_bytes()
+
+
+@pytest.mark.parametrize("command", ["plan", "console", "run"])
+def test_with_several_gpus_it_is_refused_not_misplanned(demo_model_dir: Path, tmp_path: Path, capsys, command):
+    argv = {"plan": [*PLAN], "console": ["console"], "run": ["run", "--output", str(tmp_path / "o.png")]}[command]
+    assert main([*argv, "--model", str(demo_model_dir), "--gpus", "2", "--ram-budget", "8GB"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--ram-budget with --gpus" in err and "\n" not in err and not (tmp_path / "o.png").exists()
