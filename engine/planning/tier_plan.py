@@ -142,7 +142,8 @@ def _key(cost: TierCost, compute_s: float | None) -> tuple[float, float, int]:
 
 
 def smallest_peak(items: Sequence[HostItem], fixed: int) -> int:
-    """The smallest host peak any assignment has: every item the ring may read from a file, the rest pinned."""
+    """The smallest host peak any assignment has: every item the ring may read from a file, the rest pinned (exact
+    up to MAX_RING_SIZES distinct sizes per kind; past that, the smallest among the ring sizes tried)."""
     best = None
     for hot_bound, cold_bound in _candidates(items):
         forced = sum(i.nbytes for i in items if _forced(i, hot_bound, cold_bound))
