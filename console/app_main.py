@@ -38,14 +38,18 @@ def build_app(args: argparse.Namespace, step: Callable[[str], None] = lambda tex
     """The configured app (raises ConfigError for anything invalid); the CLI runs it. `step` is told what
     loads next (the start-up frame shows it)."""
     from ..engine.api import validate_hz
-    from .args import budget_from_args, layout_from_args, policy_from_args
+    from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args
 
     step("checking the flags")
     policy = policy_from_args(args)  # build-time policy checks: no disk access for a bad flag
     budget = budget_from_args(args)
+    ram_budget = ram_budget_from_args(args)  # auto: what the host has available now, before the imports below
     layout = layout_from_args(args)  # enough GPUs (or cores, on a CPU) for --gpus N, checked here
     if layout.distributed and budget is not None:
         raise ConfigError("--vram-budget with --gpus: plan one rank's budget with `plan --gpus`, then pass its policy")
+    if layout.distributed and ram_budget is not None:
+        raise ConfigError("--ram-budget with --gpus: the ranks share the host's memory, which the host plan does not "
+                          "split yet; leave it out")
     try:
         hz = validate_hz(args.telemetry_hz)
     except ValueError as exc:
@@ -65,8 +69,9 @@ def build_app(args: argparse.Namespace, step: Callable[[str], None] = lambda tex
 
     try:
         # post-discovery checks (DiT names, resident layers > blocks); with a budget the planner's choice
-        # (for the pipeline's default request) becomes the starting policy; nothing fits: exit 2
-        planned = plan_for(engine, policy, budget, RequestSize(), forecast=False)
+        # (for the pipeline's default request) becomes the starting policy; nothing fits: exit 2. With a host
+        # budget, the live re-plan masters are planned within it too (a master that does not fit stays on disk)
+        planned = plan_for(engine, policy, budget, RequestSize(), forecast=False, ram_budget=ram_budget, live=True)
         if budget is not None:
             policy = planned.plan.policy
         return OmniConsoleApp(engine, policy, theme=args.theme, telemetry_hz=hz)

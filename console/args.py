@@ -41,6 +41,28 @@ def budget_from_args(args: argparse.Namespace) -> int | None:
     return parse_budget(text, getattr(args, "device", None))
 
 
+def ram_budget_from_args(args: argparse.Namespace) -> int | None:
+    """`--ram-budget` in bytes, or None: a size (`size_arg.parse_size`'s rules and lines), or `auto`, the host
+    memory available at start less a margin (`engine.planning.ram_budget`, its note the host plan's first line).
+    Read once per command (kept on `args`): a later call, after torch's import, would count our own growth."""
+    text = getattr(args, "ram_budget", None)
+    if text is None:
+        return None
+    known = getattr(args, "ram_budget_bytes", None)
+    if known is not None:
+        return known
+    if text.strip().lower() == "auto":
+        from ..engine.api import auto_ram_budget
+
+        value: int = auto_ram_budget()
+    else:
+        from .size_arg import parse_size
+
+        value = parse_size(text, "--ram-budget")
+    args.ram_budget_bytes = value
+    return value
+
+
 def parse_budget(text: str, device: str | None, flag: str = "--vram-budget") -> int:
     """A size (`size_arg.parse_size`), or `auto`: what `device` has free now less a margin
     (`engine.planning.auto_budget`, its note the plan's first line); `auto` on a CPU is one line, exit 2."""

@@ -117,6 +117,11 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
                              "predicted step within SIZE (e.g. 24GB, 24GiB: the device memory of the process, CUDA "
                              "context included), or auto: what the GPU has free now less a margin; overrides "
                              "--resident-layers, --placement, --prefetch-slots and a number of --upcast-resident")
+    parser.add_argument("--ram-budget", metavar="SIZE",
+                        help="keep the host's memory within SIZE (e.g. 32GB: the process's RSS, pinned memory "
+                             "included, plus the page cache the plan reads through), or auto: what the host has "
+                             "available now less a margin; each streamed block and staged encoder/VAE is then "
+                             "pinned, read from the page cache or read from disk (O_DIRECT), for the fastest step")
     lean = parser.add_argument_group("lean phases (auto: only where --vram-budget needs them; on: always; off: never)")
     lean.add_argument("--stream-encoders", choices=LEAN_MODES, default="auto",
                       help="stream staged text encoders layer by layer through 2 slots (exact)")
@@ -210,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
 # Flags whose value may start with "-" (argparse takes "-5GB" for an option and says "expected one argument")
 SIGNED_VALUE_FLAGS = frozenset({"--vram-budget", "--height", "--width", "--frames", "--max-sequence-length",
                                 "--steps", "--seed", "--guidance", "--fps", "--resident-layers", "--prefetch-slots",
-                                "--upcast-resident",
+                                "--upcast-resident", "--ram-budget",
                                 "--gpus", "--telemetry-hz"})
 
 
@@ -247,11 +252,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     pause_point("imports")
     from ..engine.api import RequestSize, device_name_for_plan, discover_model, plan_for, plan_to_dict
-    from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
+    from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args, resolve_model_path
     from .run_flags import check_device_name, check_sizes
 
     policy = policy_from_args(args)  # build-time checks first: no disk access for a bad flag
     budget = budget_from_args(args)
+    ram_budget = ram_budget_from_args(args)
     check_device_name(args.device)
     check_sizes(args)  # as `run` checks them, in the same words
     layout = layout_from_args(args)
@@ -262,14 +268,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     check_plan_request(model, size)  # as `run` would refuse it, with its line
     device = device_name_for_plan(args.device)
-    planned = plan_for(model, policy, budget, size, device, layout)  # the layout checked, then the budget
+    planned = plan_for(model, policy, budget, size, device, layout,  # the layout checked, then the budgets
+                       ram_budget=ram_budget)
     plan, forecast, reasons, ranks = planned.plan, planned.forecast, planned.reasons, planned.ranks
     if args.json:
-        print(json.dumps(plan_to_dict(plan, forecast, device, budget, reasons, ranks), indent=2))
+        print(json.dumps(plan_to_dict(plan, forecast, device, budget, reasons, ranks, planned.ram), indent=2))
     else:
         from .plan_view import render_plan
 
-        render_plan(plan, forecast=forecast, reasons=reasons, ranks=ranks, on_cpu=device == "cpu")
+        render_plan(plan, forecast=forecast, reasons=reasons, ranks=ranks, on_cpu=device == "cpu",
+                    ram_reasons=planned.ram.reasons if planned.ram else None)
     return 0
 
 

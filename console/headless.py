@@ -44,7 +44,7 @@ from ..engine.api import (
 )
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
 from ..offload.units import format_bytes, format_rate, format_seconds
-from .args import budget_from_args, layout_from_args, policy_from_args, resolve_model_path
+from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args, resolve_model_path
 from .event_text import PHASE_LABELS
 from .event_text import one_line as _one_line
 from .host_check import host_check_doc, host_check_row
@@ -75,6 +75,8 @@ class RunFlags:
     reasons: list[str] = field(default_factory=list)  # --vram-budget's decisions, one line each
     overhead: Any = None  # --vram-budget: the device's footprint outside torch (engine.planning.device_footprint)
     lean: list[str] = field(default_factory=list)  # lean phases in effect, each with its cost (engine/planning/lean.py)
+    ram_budget: int | None = None  # --ram-budget: the host tiers are planned within it (engine/planning/ram_plan.py)
+    ram: Any = None  # --ram-budget's answer (engine/planning/ram_plan.RamPlan)
 
 
 def check_run_flags(args: argparse.Namespace) -> RunFlags:
@@ -88,7 +90,7 @@ def check_run_flags(args: argparse.Namespace) -> RunFlags:
     device = parse_device(args.device)
     options = parse_option_flags(args)
     check_output_place(args.output)  # which files it writes depends on the model: checked after discovery
-    return RunFlags(policy, budget, hz, device, options)
+    return RunFlags(policy, budget, hz, device, options, ram_budget=ram_budget_from_args(args))
 
 
 def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) -> int:
@@ -117,18 +119,31 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
                                   image=args.image, params=flags.options.params)
         run = checked_request(engine.model, request, flags.options, args.output, overwrite=args.overwrite)
         # with a budget, before load: nothing fits is one line and exit 2
-        planned = plan_for(engine, plan, flags.budget, request_size(run.request))
+        planned = plan_for(engine, plan, flags.budget, request_size(run.request), ram_budget=flags.ram_budget,
+                           live=flags.budget is not None)
         plan = planned.plan
         if planned.auto is not None:
             flags = replace(flags, policy=plan.policy, overhead=planned.auto.overhead)
             flags.reasons.extend(planned.reasons)
             for line in planned.reasons:  # stderr, like all progress: stdout holds only the report
                 Console(stderr=True).print(plain(f"--vram-budget: {line}"), markup=False, highlight=False)
+        flags = replace(flags, ram=planned.ram)
+        for line in planned.ram.reasons if planned.ram else ():
+            Console(stderr=True).print(plain(f"--ram-budget: {line}"), markup=False, highlight=False)
         flags.lean.extend(_lean_lines(planned.forecast, flags.budget is None))
         guard.check()
         return _load_generate_report(args, flags, engine, plan, run, guard)
     finally:
         engine.close()
+
+
+def _ram_doc(ram: Any) -> dict[str, Any] | None:
+    """`--ram-budget`'s answer as the report holds it (None without one)."""
+    if ram is None:
+        return None
+    c = ram.choice
+    return {"budget_bytes": c.budget, "pin_cap_bytes": c.pin_cap, "host_peak_bytes": c.cost.host_peak_bytes,
+            "page_cache_bytes": c.cost.page_cache_bytes, "disk_bytes": c.cost.disk_bytes, "reasons": list(ram.reasons)}
 
 
 def _lean_lines(forecast: Any, say: bool) -> list[str]:
@@ -214,6 +229,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         "vae_decode_peak_bytes": result.vae_decode_peak_bytes,
         "forecast_check": _check_doc(result.check),
         "auto_plan": {"budget_bytes": flags.budget, "reasons": flags.reasons} if flags.budget is not None else None,
+        "ram_plan": _ram_doc(flags.ram),
         **measured, **memory.predicted(result.check, measured["process_peak_bytes"]),
         "oom_step_downs": step_down_docs(result),
         **host_check_doc(result.check),

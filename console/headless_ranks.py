@@ -84,11 +84,17 @@ def seeded_path(output: Path, seed: int) -> Path:
     return output.with_name(f"{output.stem}-seed{seed}{output.suffix}")
 
 
+RAM_WITH_RANKS = ("--ram-budget with --gpus: the ranks share the host's memory, which the host plan does not split "
+                  "yet; leave it out")
+
+
 def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayout, flags: Any) -> int:
     """`flags`: the checked `RunFlags` of `console.headless` (policy, device, options)."""
     device = flags.device or default_device()  # the ranks' devices were counted by layout_from_args
     if flags.budget is not None:
         raise ConfigError("--vram-budget with --gpus: plan one rank's budget with `plan --gpus`, then pass its policy")
+    if flags.ram_budget is not None:
+        raise ConfigError(RAM_WITH_RANKS)
     model_path = resolve_model_path(args.model)
     guard.check()
     # the console's handle: discovery and the layout's checks here, no rank started yet (they start at the load)

@@ -12,6 +12,7 @@ import argparse
 EXAMPLES = (
     ("the console app on a model, within 24 GB of device memory", "omni-console --model DIR --vram-budget 24GB"),
     ("what would load where, and the forecast", "omni-console plan --model DIR --vram-budget 24GB"),
+    ("a 12 GB card on a 32 GB host", "omni-console run --model DIR --vram-budget auto --ram-budget auto"),
     ("one image or video, no UI", "omni-console run --model DIR --prompt TEXT --output out.png"),
     ("the tiny demo model, written to a folder", "omni-console demo-model ./demo"),
 )

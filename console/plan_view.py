@@ -330,7 +330,7 @@ def tsv_rows(sheet: Sheet) -> list[str]:
 
 
 def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Sequence[str] = (),
-              ranks: RankForecast | None = None, on_cpu: bool = False) -> str:
+              ranks: RankForecast | None = None, on_cpu: bool = False, ram_reasons: Sequence[str] | None = None) -> str:
     """The whole plan as plain lines for a pipe or a file (see the module docstring)."""
     sections: list[Sequence[str]] = [[_plain(f"model: {plan.model.path} ({plan.model.pipeline_class})")],
                                      tsv_rows(component_sheet(plan))]
@@ -357,6 +357,8 @@ def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Seque
         sections.append([_plain(ranks.describe), *(_plain(f"note: {note}") for note in ranks.notes)])
     if reasons:
         sections.append(["auto-plan (--vram-budget)", *(_plain(line) for line in reasons)])
+    if ram_reasons:
+        sections.append(["host tiers (--ram-budget)", *(_plain(line) for line in ram_reasons)])
     layout = ranks.layout if ranks is not None else None
     sections.append(["vLLM-Omni equivalent", *(_plain(line) for line in vllm_lines(plan, layout))])
     return "\n\n".join("\n".join(lines) for lines in sections) + "\n"
@@ -364,7 +366,8 @@ def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Seque
 
 def render_plan(plan: Plan, console: Console | None = None, forecast: RequestForecast | None = None,
                 reasons: Sequence[str] = (), variables: Mapping[str, str] | None = None,
-                ranks: RankForecast | None = None, on_cpu: bool = False) -> None:
+                ranks: RankForecast | None = None, on_cpu: bool = False,
+                ram_reasons: Sequence[str] | None = None) -> None:
     """Rich tables on a terminal; plain tab-separated rows when the output is a pipe or a file.
 
     On a terminal the colours are `variables`' (a theme's), the default theme's when None; a pipe gets
@@ -372,7 +375,7 @@ def render_plan(plan: Plan, console: Console | None = None, forecast: RequestFor
     """
     console = console or Console()
     if not console.is_terminal:
-        console.file.write(plan_text(plan, forecast, reasons, ranks, on_cpu))
+        console.file.write(plan_text(plan, forecast, reasons, ranks, on_cpu, ram_reasons))
         console.file.flush()
         return
     variables = default_variables() if variables is None else variables
@@ -393,6 +396,8 @@ def render_plan(plan: Plan, console: Console | None = None, forecast: RequestFor
             console.print(Text(plain(f"note: {note}"), style="dim"))
     if reasons:
         console.print(Panel(Group(*(Text(plain(line)) for line in reasons)), title="--vram-budget", expand=False))
+    if ram_reasons:
+        console.print(Panel(Group(*(Text(plain(line)) for line in ram_reasons)), title="--ram-budget", expand=False))
     layout = ranks.layout if ranks is not None else None
     lines = [Text("vLLM-Omni equivalent", style="bold"), *(Text(plain(line)) for line in vllm_lines(plan, layout))]
     console.print(Panel(Group(*lines), expand=False))

@@ -15,7 +15,7 @@ import os
 import re
 
 from ..engine.errors import ConfigError
-from .args import budget_from_args, policy_from_args
+from .args import budget_from_args, policy_from_args, ram_budget_from_args
 
 DEMO_PIPELINE = "FluxPipeline"  # the embedded demo's pipeline (engine/demo/demo_model.py; a test holds it)
 SEED_MAX = 2**64 - 1  # engine.running.request_checks' (torch.Generator's unsigned 64-bit seed; a test holds it)
@@ -81,6 +81,7 @@ def precheck_run(args: argparse.Namespace) -> None:
 
     policy_from_args(args)
     budget_from_args(args)
+    ram_budget_from_args(args)
     try:
         validate_hz(args.telemetry_hz)
     except ValueError as exc:

@@ -77,6 +77,15 @@ class AutoPlanReport(Document):
     reasons: list[str] = Field(description="one line per decision --vram-budget took")
 
 
+class RamPlanReport(Document):
+    budget_bytes: int = Field(ge=1)
+    pin_cap_bytes: int = Field(ge=0, description="page-locked bytes allowed under the budget")
+    host_peak_bytes: int = Field(ge=0, description="the tier plan's host peak: fixed + pinned + bounce ring")
+    page_cache_bytes: int = Field(ge=0, description="read through the kernel's page cache")
+    disk_bytes: int = Field(ge=0, description="read from disk with O_DIRECT")
+    reasons: list[str] = Field(description="one line per decision --ram-budget took")
+
+
 class OomStepDownReport(Document):
     """A phase that ran out of device memory and was retried once at a lower policy."""
 
@@ -121,6 +130,7 @@ class RunReport(Document):
     latent_shape: list[int] | None
     forecast_check: ForecastCheckReport | None = Field(None, description="predicted vs measured peak and step")
     auto_plan: AutoPlanReport | None = Field(None, description="present with --vram-budget")
+    ram_plan: RamPlanReport | None = Field(None, description="present with --ram-budget")
     lean_phases: list[str] = Field(default_factory=list, description="lean phases in effect (tiled or sliced VAE "
                                    "decode, streamed text encoders, chunked feed-forward), each with its peak, "
                                    "its cost and whether the output stays bit-identical")

@@ -1,4 +1,4 @@
-"""`--vram-budget SIZE`: a memory size as an operator writes it.
+"""`--vram-budget SIZE` and `--ram-budget SIZE`: a memory size as an operator writes it.
 
 Accepted: a number with an optional unit — B, K/KB, M/MB, G/GB, T/TB (powers of 1000) or KiB, MiB,
 GiB, TiB (powers of 1024); case-insensitive, spaces around the unit allowed; a bare number is GB.

@@ -11,9 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from .errors import ConfigError
 from .model_dir.discovery import ModelInfo
 from .planning.auto_plan import AutoPlan, auto_plan_for
 from .planning.plan import Plan, make_plan
+from .planning.ram_flow import ram_plan_for
+from .planning.ram_plan import RamPlan
 from .planning.request_forecast import RequestForecast, forecast_for
 from .planning.request_profile import RequestSize
 
@@ -34,6 +37,7 @@ class PlanResult:
     reasons: list[str] = field(default_factory=list)
     ranks: RankForecast | None = None
     auto: AutoPlan | None = None
+    ram: RamPlan | None = None  # `--ram-budget`'s host tiers (engine/planning/ram_plan.py), None without one
 
     @property
     def overhead(self) -> DeviceOverhead | None:
@@ -43,7 +47,8 @@ class PlanResult:
 
 def plan_for(model_or_engine: ModelInfo | EngineHandle, policy: OffloadPolicy | Plan, budget: int | None = None,
              size: RequestSize | None = None, device: str | None = None, layout: RankLayout | None = None, *,
-             bandwidth: float | None = None, forecast: bool = True) -> PlanResult:
+             bandwidth: float | None = None, forecast: bool = True, ram_budget: int | None = None,
+             live: bool = False) -> PlanResult:
     """Plan `policy` for the model (an engine plans with its own model and device name); a `Plan` made
     already is taken as it is. With `budget`, the auto-planner's choice replaces it (`NothingFits`:
     exit 2), `bandwidth` (bytes/s) the link rate it assumes, else the profile's. `forecast`: also
@@ -72,8 +77,14 @@ def plan_for(model_or_engine: ModelInfo | EngineHandle, policy: OffloadPolicy | 
     if budget is not None:
         auto = auto_plan_for(plan, budget, size, device, bandwidth)
         plan = auto.plan
+    ram = None
+    if ram_budget is not None and distributed:
+        raise ConfigError("--ram-budget with --gpus: the ranks share the host's memory, which the host plan does not "
+                          "split yet; leave it out")
+    if ram_budget is not None:  # after the device plan: it decides what the host keeps
+        plan, ram = ram_plan_for(plan, ram_budget, size, device, live, bandwidth)
     if not forecast:
-        return PlanResult(plan, None, list(auto.reasons) if auto else [], None, auto)
+        return PlanResult(plan, None, list(auto.reasons) if auto else [], None, auto, ram)
     request = forecast_for(plan, size, device, live_replan=budget is not None)  # as `run` loads under a budget
     if budget is not None:  # the run caps the allocator inside the budget (console/run_memory.py)
         request = replace(request, budget=budget)
@@ -83,4 +94,4 @@ def plan_for(model_or_engine: ModelInfo | EngineHandle, policy: OffloadPolicy | 
 
         assert layout is not None
         ranks = rank_forecast_for(plan, layout, request, size, device)
-    return PlanResult(plan, request, list(auto.reasons) if auto else [], ranks, auto)
+    return PlanResult(plan, request, list(auto.reasons) if auto else [], ranks, auto, ram)

@@ -202,6 +202,26 @@ class AutoPlanDoc(Document):
     reasons: list[str]
 
 
+class RamPlanDoc(Document):
+    """`--ram-budget`: the host budget, where each streamed block and staged master lives, and why."""
+
+    budget_bytes: int = Field(ge=1)
+    pin_cap_bytes: int = Field(ge=0, description="page-locked bytes allowed: max(40 %, min(90 %, budget - 4 GiB))")
+    fixed_host_bytes: int = Field(ge=0, description="the process and its transients, outside the planned items")
+    host_peak_bytes: int = Field(ge=0, description="fixed + pinned + bounce ring: the process's RSS at its peak")
+    pinned_bytes: int = Field(ge=0, description="blocks and masters kept page-locked")
+    page_cache_bytes: int = Field(ge=0, description="read through the kernel's page cache (not the process's)")
+    disk_bytes: int = Field(ge=0, description="read from disk with O_DIRECT")
+    bounce_ring_bytes: int = Field(ge=0, description="pinned slots the page-cache and disk tiers read through")
+    block_tiers: list[Literal["pinned", "page_cache", "disk"]] = Field(
+        description="per DiT/UNet block in execution order (a block the host does not keep: pinned); empty: all "
+                    "pinned")
+    component_tiers: dict[str, Literal["pinned", "page_cache", "disk"]] = Field(
+        description="per encoder/VAE master the host keeps")
+    transfer_seconds_per_forward: float = Field(ge=0, description="max(link, page-cache + disk reads) per forward")
+    reasons: list[str]
+
+
 class VllmOmniDoc(Document):
     """The same policy in vLLM-Omni's spellings (flags empty in resident mode)."""
 
@@ -258,4 +278,5 @@ class PlanDocument(Document):
     notes: list[str] = Field(description="files discovery ignored on purpose (code, pickles), one line each")
     request_forecast: RequestForecastDoc | None = Field(None, description="peak and step time of a request")
     auto_plan: AutoPlanDoc | None = Field(None, description="present with --vram-budget")
+    ram_plan: RamPlanDoc | None = Field(None, description="present with --ram-budget")
     ranks: RanksDoc | None = Field(None, description="present with --gpus N, N > 1")

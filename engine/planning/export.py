@@ -22,6 +22,7 @@ from .documents import (
     ModelDoc,
     PlanDocument,
     PolicyDoc,
+    RamPlanDoc,
     RanksDoc,
     RequestForecastDoc,
     VllmOmniDoc,
@@ -29,6 +30,7 @@ from .documents import (
 from .host_forecast import HostForecast
 from .lean import LABELS
 from .plan import ComponentPlan, Plan
+from .ram_plan import RamPlan
 from .request_forecast import RequestForecast
 
 __all__ = ["PLAN_SCHEMA", "plan_document", "plan_to_dict", "ranks_doc", "vllm_flags", "vllm_gaps", "vllm_python_call",
@@ -165,7 +167,7 @@ def ranks_doc(ranks: RankForecast) -> RanksDoc:
 
 def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: str = "",
                   budget: int | None = None, reasons: list[str] | None = None,
-                  ranks: RankForecast | None = None) -> PlanDocument:
+                  ranks: RankForecast | None = None, ram: RamPlan | None = None) -> PlanDocument:
     """The `plan --json` document (schema `omni-console.plan/1`; the fields are described in planning/documents.py)."""
     request, forecast = forecast, plan.forecast
     layout = ranks.layout if ranks is not None else None
@@ -222,8 +224,20 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
         notes=list(plan.model.notes),
         request_forecast=request_forecast_doc(request, device) if request is not None else None,
         auto_plan=AutoPlanDoc(budget_bytes=budget, reasons=list(reasons or [])) if budget is not None else None,
+        ram_plan=ram_plan_doc(ram) if ram is not None else None,
         ranks=ranks_doc(ranks) if ranks is not None and ranks.layout.distributed else None,
     )
+
+
+def ram_plan_doc(ram: RamPlan) -> RamPlanDoc:
+    """`--ram-budget`'s answer as the document holds it."""
+    c = ram.choice
+    return RamPlanDoc(budget_bytes=c.budget, pin_cap_bytes=c.pin_cap, fixed_host_bytes=c.fixed,
+                      host_peak_bytes=c.cost.host_peak_bytes, pinned_bytes=c.cost.pinned_bytes,
+                      page_cache_bytes=c.cost.page_cache_bytes, disk_bytes=c.cost.disk_bytes,
+                      bounce_ring_bytes=c.cost.ring_bytes, block_tiers=list(ram.tiers.blocks),
+                      component_tiers=dict(ram.tiers.components),
+                      transfer_seconds_per_forward=c.cost.transfer_seconds, reasons=list(ram.reasons))
 
 
 def block_order(info: ComponentInfo) -> Literal["source", "observed"] | None:
@@ -235,6 +249,6 @@ def block_order(info: ComponentInfo) -> Literal["source", "observed"] | None:
 
 def plan_to_dict(plan: Plan, forecast: RequestForecast | None = None, device: str = "",
                  budget: int | None = None, reasons: list[str] | None = None,
-                 ranks: RankForecast | None = None) -> dict[str, Any]:
+                 ranks: RankForecast | None = None, ram: RamPlan | None = None) -> dict[str, Any]:
     """The `plan --json` document as printed (JSON types, keys as in the schema)."""
-    return plan_document(plan, forecast, device, budget, reasons, ranks).to_json_dict()
+    return plan_document(plan, forecast, device, budget, reasons, ranks, ram).to_json_dict()

@@ -1,0 +1,113 @@
+"""What one assignment of host tiers costs: host bytes, the page cache it needs, and the step's transfer time.
+
+Torch-free; the single definition both the tier planner (tier_plan.py) and its exhaustive-search tests use.
+
+Items are what the host keeps between uses: streamed blocks (`hot`: read once per forward) and the rest
+(`cold`: staged encoder/VAE masters, an expert's resident blocks, live re-plan masters; read once per request,
+switch or re-plan). Rules:
+- pinned items count in the process's host peak (RSS) and against the pin cap;
+- page-cache and disk items are read through one pinned bounce ring (offload/tiers.py): its slots hold the
+  largest file-tier hot block; cold items are read through it in chunks (`COLD_CHUNK`), so they size it only
+  when no hot block is larger;
+- page-cache items are not the process's memory, but the kernel's cache must hold them or every read is a
+  disk read: fixed + pinned + ring + page cache <= the budget;
+- the step's transfer: every streamed byte crosses the link whatever its tier, while the file tiers' reads run
+  beside those copies (their own ring slots), so one forward's transfer is
+  max(streamed bytes / link, page-cache bytes / page-cache rate + disk bytes / disk rate), and the step is
+  max(compute, that) per forward (`step_seconds`). With two experts the forward is the running expert's
+  (`HostItem.forward`), the slowest one counted. A cold item's read costs its bytes over the slower of its tier
+  and the link, so pinned is never slower for it either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ...offload.tiers import Tier, TierRates, bounce_ring_bytes
+
+COLD_CHUNK = 64 * 2**20  # bytes of a cold item read per bounce slot (sglang's O_DIRECT chunk, PR #38441)
+GIB = 2**30
+# rates used where nothing was measured yet (bytes/s): PCIe 4 x16 pinned copies, one-stream reads of cached
+# pages and of an NVMe through O_DIRECT as peers report them (next_wave.md §2); the plan says "unmeasured"
+DEFAULT_RATES = TierRates(link=20e9, page_cache=3.5e9, disk=2.5e9)
+
+
+@dataclass(frozen=True, slots=True)
+class HostItem:
+    """One thing the host keeps: its bytes as stored (fp8 storage: the fp8 bytes), whether it is read every
+    forward, and which forward reads it (two experts: 0 or 1)."""
+
+    nbytes: int
+    hot: bool = True
+    forward: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TierCost:
+    """An assignment's host figures and step transfer (seconds per forward, None: nothing streamed)."""
+
+    pinned_bytes: int
+    page_cache_bytes: int
+    disk_bytes: int
+    ring_bytes: int
+    host_peak_bytes: int  # fixed + pinned + ring: the process's RSS at its peak (the page cache excluded)
+    file_seconds: float  # one forward's hot reads from the page cache and disk
+    link_seconds: float  # one forward's hot bytes over the link
+    cold_seconds: float  # every cold item read once from its tier
+
+    @property
+    def transfer_seconds(self) -> float:
+        return max(self.link_seconds, self.file_seconds)
+
+    def fits(self, budget: int, pin_cap: int, fixed: int) -> bool:
+        """Within the budget (the page cache's share included) and the pin cap."""
+        return (self.pinned_bytes + self.ring_bytes <= pin_cap
+                and fixed + self.pinned_bytes + self.ring_bytes + self.page_cache_bytes <= budget)
+
+
+def known_rates(rates: TierRates) -> TierRates:
+    """`rates` with every unmeasured one replaced by its default."""
+    return TierRates(*(r if r else d for r, d in ((rates.link, DEFAULT_RATES.link),
+                                                 (rates.page_cache, DEFAULT_RATES.page_cache),
+                                                 (rates.disk, DEFAULT_RATES.disk))))
+
+
+def ring_basis(items: Sequence[HostItem], tiers: Sequence[Tier]) -> int:
+    """The bytes one bounce slot must hold: the largest file-tier hot block, at least one cold chunk (or the
+    whole cold item, if smaller) when a cold item is read from a file; 0 when nothing is."""
+    hot = [i.nbytes for i, t in zip(items, tiers, strict=True) if t != "pinned" and i.hot]
+    cold = [min(i.nbytes, COLD_CHUNK) for i, t in zip(items, tiers, strict=True) if t != "pinned" and not i.hot]
+    return max(hot + cold, default=0)
+
+
+def tier_cost(items: Sequence[HostItem], tiers: Sequence[Tier], rates: TierRates, fixed: int) -> TierCost:
+    """The figures of `tiers` (one per item) at `rates` (unmeasured ones: `DEFAULT_RATES`) with `fixed` host bytes."""
+    r = known_rates(rates)
+    assert r.link and r.page_cache and r.disk
+    by = {"pinned": 0, "page_cache": 0, "disk": 0}
+    forwards: dict[int, list[float]] = {}
+    cold = 0.0
+    for item, tier in zip(items, tiers, strict=True):
+        by[tier] += item.nbytes
+        rate = r.rate(tier)
+        assert rate
+        if item.hot:
+            link_s, file_s = forwards.setdefault(item.forward, [0.0, 0.0])
+            forwards[item.forward] = [link_s + item.nbytes / r.link,
+                                      file_s + (item.nbytes / rate if tier != "pinned" else 0.0)]
+        else:  # read once, from its tier and over the link: the slower of the two
+            cold += item.nbytes / min(rate, r.link)
+    ring = bounce_ring_bytes(ring_basis(items, tiers))
+    link_s = max((f[0] for f in forwards.values()), default=0.0)
+    file_s = max((f[1] for f in forwards.values()), default=0.0)
+    return TierCost(by["pinned"], by["page_cache"], by["disk"], ring, fixed + by["pinned"] + ring, file_s, link_s,
+                    cold)
+
+
+def pin_cap(budget: int) -> int:
+    """Page-locked bytes allowed under a host budget: ComfyUI's Linux rule with the budget as the host's RAM and
+    no swap term (we never swap): max(40 %, min(90 %, budget - 4 GiB)). Pinned pages cannot be reclaimed, so
+    the kernel keeps at least a tenth (or 4 GiB) for the page cache, the file tiers' reads and everything else,
+    but never less than the 40 % share that mmgp and Windows allow."""
+    return max(int(0.4 * budget), min(int(0.9 * budget), budget - 4 * GIB))

@@ -1,0 +1,126 @@
+"""The tiers' rates (`TierRates`) for a plan: measured once per (device, checkpoint's file system), then cached.
+
+Torch-free. The link's rate is the one the engine already measures and keeps in the request profile; the page
+cache's and O_DIRECT's are the I/O probe's (io_probe.py), kept in `<cache>/tier_rates/<hash>.json`. The cache is
+untrusted input, read as profiles are (engine/cache_dir.py: regular files only, bounded, every number finite and
+in range); a file that fails is ignored with one note and measured again. A rate nobody measured is said so
+("unmeasured default", tier_cost.DEFAULT_RATES) in the plan's lines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ...offload.tiers import TierRates
+from ..cache_dir import CacheFileError, cache_root, read_cache_file
+from .io_probe import ProbeResult, probe_rates
+
+RATES_VERSION = 1
+MAX_RATES_BYTES = 4096
+Rate = Annotated[float, Field(gt=1.0, le=1e13, allow_inf_nan=False)]  # bytes/s: 10 TB/s is beyond any disk
+
+
+class CachedRates(BaseModel):
+    """One (device, file system)'s measured read rates."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Literal[1] = RATES_VERSION
+    device: str = Field(max_length=200)
+    filesystem: str = Field(max_length=100)
+    page_cache_bytes_per_s: Rate | None
+    disk_bytes_per_s: Rate | None
+    o_direct: bool
+    note: str = Field(max_length=300)
+    measured_at: str = Field(max_length=40)
+
+
+def filesystem_key(model_dir: Path) -> str:
+    """The file system a checkpoint lives on: its device number (the same disk, however it is mounted)."""
+    st = os.stat(model_dir)
+    return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+
+
+def rates_path(device: str, filesystem: str) -> Path:
+    name = hashlib.sha256(json.dumps([RATES_VERSION, device, filesystem]).encode()).hexdigest()[:32]
+    return cache_root() / "tier_rates" / f"{name}.json"
+
+
+def load_rates(device: str, filesystem: str, notes: list[str] | None = None) -> CachedRates | None:
+    """The cached rates, None when none are (or the file cannot be used: one line in `notes`)."""
+    path = rates_path(device, filesystem)
+    try:
+        raw = read_cache_file(path, MAX_RATES_BYTES)
+        if raw is None:
+            return None
+        found = CachedRates.model_validate_json(raw)
+    except (CacheFileError, ValidationError, ValueError, RecursionError) as exc:
+        reason = str(exc) if isinstance(exc, CacheFileError) else "is not a valid rates file"
+        if notes is not None:
+            notes.append(f"cached tier rates {path} ignored: {reason}"[:300])
+        return None
+    if (found.device, found.filesystem) != (device, filesystem):  # a file name is only a claim
+        if notes is not None:
+            notes.append(f"cached tier rates {path} ignored: another device's or file system's")
+        return None
+    return found
+
+
+def save_rates(rates: CachedRates) -> Path:
+    """Written atomically (a temp file beside it, then replaced)."""
+    path = rates_path(rates.device, rates.filesystem)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".rates-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(rates.model_dump_json())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _from_probe(device: str, filesystem: str, found: ProbeResult) -> CachedRates:
+    return CachedRates(device=device, filesystem=filesystem, page_cache_bytes_per_s=found.page_cache,
+                       disk_bytes_per_s=found.disk, o_direct=found.o_direct, note=found.note[:300],
+                       measured_at=datetime.now(UTC).isoformat(timespec="seconds"))
+
+
+def measured_rates(model_dir: Path, device: str, notes: list[str] | None = None, probe: bool = True,
+                   files: Sequence[Path] = ()) -> CachedRates | None:
+    """The cached rates of (device, model_dir's file system), else measured now on `files` (io_probe.probe_rates)
+    and cached (`probe`), else None."""
+    filesystem = filesystem_key(model_dir)
+    found = load_rates(device, filesystem, notes)
+    if found is not None or not probe:
+        return found
+    fresh = _from_probe(device, filesystem, probe_rates(model_dir, files))
+    try:
+        save_rates(fresh)
+    except OSError as exc:  # a read-only cache: the rates hold for this run only
+        if notes is not None:
+            notes.append(f"tier rates not cached ({exc.strerror or exc})")
+    return fresh
+
+
+def tier_rates(cached: CachedRates | None, link: float | None, link_source: str = "measured"
+               ) -> tuple[TierRates, dict[str, str]]:
+    """The planner's `TierRates` and how each was obtained (the plan's lines say it)."""
+    notes = {"pinned": link_source if link else "unmeasured default"}
+    if cached is None:
+        return TierRates(link, None, None), notes
+    notes["page_cache"] = f"cached {cached.measured_at[:10]}" if cached.page_cache_bytes_per_s else "unmeasured default"
+    notes["disk"] = (f"cached {cached.measured_at[:10]}, O_DIRECT" if cached.o_direct else
+                     f"cached {cached.measured_at[:10]}, buffered: no O_DIRECT") if cached.disk_bytes_per_s \
+        else "unmeasured default"
+    return TierRates(link, cached.page_cache_bytes_per_s, cached.disk_bytes_per_s), notes
