@@ -49,10 +49,11 @@ from .event_text import PHASE_LABELS
 from .event_text import one_line as _one_line
 from .interrupts import Interrupted, InterruptGuard
 from .request_defaults import default_request
+from .run_flags import OptionFlags, parse_option_flags
 from .run_memory import RunMemory, prefer_expandable_segments, step_down_docs
 from .run_progress import RunProgress
 from .run_report import RunReport
-from .run_request import REQUEST_FLAGS, CheckedRun, OptionFlags, checked_request, parse_option_flags
+from .run_request import REQUEST_FLAGS, CheckedRun, checked_request
 from .run_totals import summarize, telemetry_peaks
 from .telemetry_text import describe_snapshot
 

@@ -36,7 +36,8 @@ from ..errors import ConfigError
 from ..model_dir.discovery import ModelInfo
 from ..model_dir.trusted_classes import pipeline_class
 from ..model_dir.weights import load_json
-from .call_inputs import check_finite, check_required_inputs
+from .call_inputs import check_required_inputs
+from .param_syntax import check_finite
 from .pipeline_needs import check_pipeline_needs
 from .pipeline_output import check_output_kind
 from .render_size import check_decodable, check_render_size
@@ -101,24 +102,6 @@ def accepted_options(pipeline_class_name: str) -> set[str]:
 
 
 # ------------------------------------------------------------------------------------------ --param
-def parse_param(text: str) -> tuple[str, Any]:
-    """`KEY=VALUE` -> (key, value): the value as JSON when it parses (numbers, true/false, null, lists),
-    else the string itself."""
-    key, sep, raw = text.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ConfigError(f"{text!r:.80}: expected KEY=VALUE")
-    if not key.isidentifier():
-        raise ConfigError(f"{key!r:.80}: a parameter name is a Python identifier (e.g. num_frames)")
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError):
-        return key, raw
-    if isinstance(value, float) and not math.isfinite(value):
-        return key, raw
-    return key, value
-
-
 _UNCHECKED = None  # "cannot tell": accepted
 
 
