@@ -123,6 +123,7 @@ def test_demo_request_refused_before_load(flags, words, demo_model_dir, tmp_path
 ])
 def test_other_families_sizes_refused_before_load(fixture, flags, words, request, tmp_path, capsys, loads):
     model = request.getfixturevalue(fixture)
+    capsys.readouterr()  # building a session fixture here (the first test to ask for it) may print progress bars
     assert words in run_refused(capsys, loads, model, tmp_path / "o.png", *flags)
 
 
