@@ -101,6 +101,19 @@ def accepted_options(pipeline_class_name: str) -> set[str]:
     return {option for option in OPTION_PARAMETERS if option_parameter(signature, option) is not None}
 
 
+def _guider_note(model: ModelInfo) -> str:
+    """A pipeline that guides through its `guider` component (HunyuanVideo 1.5) has no guidance argument: the
+    refusal says where its guidance comes from, rather than that it has none."""
+    guider = next((c for c in model.components if c.name == "guider"), None)
+    if guider is None:
+        return ""
+    path = guider.folder / "guider_config.json"
+    scale = load_json(path).get("guidance_scale") if path.is_file() else None
+    shown = f" (guidance_scale {scale!r:.20} in this model)" if isinstance(scale, int | float) else ""
+    return (f" argument: its guidance comes from its guider component{shown}, which this tool does not change; "
+            f"leave --guidance out")
+
+
 # ------------------------------------------------------------------------------------------ --param
 _UNCHECKED = None  # "cannot tell": accepted
 
@@ -301,7 +314,8 @@ def check_call(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, 
     signature = call_signature(model.pipeline_class)
     for option, value in _requested_options(request).items():
         if option_parameter(signature, option) is None:
-            raise ConfigError(f"{names[option]}: {model.pipeline_class} takes no {OPTION_NOUNS[option]}")
+            raise ConfigError(f"{names[option]}: {model.pipeline_class} takes no {OPTION_NOUNS[option]}"
+                              + (_guider_note(model) if option == "guidance" else ""))
         if option == "frames":
             _check_frames(model, int(value), names["frames"])
         elif option == "max_sequence_length" and value < 1:
