@@ -63,6 +63,7 @@ from .command_done import CommandDone
 from .commands import console_commands
 from .device_info import read_device_info
 from .event_router import EventRouter
+from .first_paint import FirstPaint
 from .focus_title import show_focus
 from .key_help import help_sections
 from .load_commands import LoadCommands
@@ -218,6 +219,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         self._ui_loop = asyncio.get_running_loop()
         if self._quit_pending:  # a signal arrived before the event loop ran
             self.call_later(self.action_quit)
+        self.first_paint = FirstPaint(self)  # the start-up frame stays until the plan screen has settled
         register_themes(self, activate=self.initial_theme)
         self.sub_title = plain(self.model.path)
         self.push_screen(self.plan_screen)
@@ -232,6 +234,15 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         if self.session.bandwidth is None and self.device_info.is_cuda:
             future = self.worker.call(lambda engine: measure_h2d_bandwidth(engine.device))
             future.add_done_callback(lambda f: self._post_from_worker(CommandDone("bandwidth", f)))
+
+    def _display(self, screen: Screen, renderable: Any) -> None:
+        """Textual's frame output; the frames before the first screen has settled are dropped (first_paint)."""
+        first_paint = getattr(self, "first_paint", None)
+        if first_paint is not None:
+            if first_paint.holds():
+                return
+            renderable = first_paint.first_frame(screen, renderable)
+        super()._display(screen, renderable)
 
     def _post_from_worker(self, message: Message) -> None:
         """post_message from the engine thread; a command that ends after the app has gone is dropped."""

@@ -222,7 +222,7 @@ class EventRouter:
                 self._steps.append(event)
                 self._progress = event
             self._set_generation(f"request {event.request_id}: step {event.step}/{event.total_steps} · "
-                                 f"{format_seconds(event.wall_s)} (stall {format_seconds(event.stall_s)})")
+                                 f"last step {format_seconds(event.wall_s)} (stall {format_seconds(event.stall_s)})")
         elif isinstance(event, RequestStarted):
             self.request_id = event.request_id
             self._set_generation(f"request {event.request_id}: {event.prompt!r} · started")

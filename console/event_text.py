@@ -197,11 +197,11 @@ def forecast_check_text(check: ForecastCheck) -> str:
         if measured is None:
             return f"{name}: not measurable here"
         if predicted is None:
-            return f"{name} {measured} (no forecast yet; cached for the next request)"
-        return f"{name} {predicted} predicted vs {measured} ({error * 100:+.1f}%, {source})"
+            return f"{name}: measured {measured} (no forecast yet; cached for the next request)"
+        return f"{name}: forecast {predicted} vs measured {measured} ({error * 100:+.1f}%, {source})"
 
-    step = part("step", f"{check.predicted_step_s:.3f} s" if check.predicted_step_s is not None else None,
-                f"{check.measured_step_s:.3f} s" if check.measured_step_s is not None else None,
+    step = part("step", format_seconds(check.predicted_step_s) if check.predicted_step_s is not None else None,
+                format_seconds(check.measured_step_s) if check.measured_step_s is not None else None,
                 check.step_error, check.step_basis or check.step_source)
     peak = part("peak", format_bytes(check.predicted_peak) if check.predicted_peak is not None else None,
                 format_bytes(check.measured_peak) if check.measured_peak is not None else None,

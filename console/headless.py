@@ -43,17 +43,18 @@ from ..engine.api import (
     write_result,
 )
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
-from ..offload.units import format_bytes, format_rate, format_seconds
+from ..offload.units import copied_text, format_bytes, format_rate, format_seconds
 from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args, resolve_model_path
 from .event_text import PHASE_LABELS
 from .event_text import one_line as _one_line
 from .host_check import host_check_doc, host_check_row
 from .interrupts import Interrupted, InterruptGuard
 from .request_defaults import default_request
+from .run_flags import OptionFlags, parse_option_flags
 from .run_memory import RunMemory, prefer_expandable_segments, step_down_docs
 from .run_progress import RunProgress
 from .run_report import RunReport
-from .run_request import REQUEST_FLAGS, CheckedRun, OptionFlags, checked_request, parse_option_flags
+from .run_request import REQUEST_FLAGS, CheckedRun, checked_request
 from .run_totals import summarize, telemetry_peaks
 from .telemetry_text import describe_snapshot
 
@@ -213,6 +214,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
                      "streamed_bytes_per_forward": plan.forecast.streamed_bytes_per_forward},
         "load_seconds": load.seconds, "load_phases": dict(load.phases),
         "load_milestones": dict(load.milestones), "pinned_bytes": load.pinned_bytes,
+        "copied_bytes_per_forward": load.streamed_copy_bytes,
         "request_seconds": result.seconds, "peak_allocated_bytes": result.peak_allocated_bytes,
         "peak_reserved_bytes": result.peak_reserved_bytes,
         "steps": [{"step": s.step, "wall_s": s.wall_s, "stall_s": s.stall_s, "h2d_bytes": s.h2d_bytes}
@@ -242,7 +244,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        _print_report(report, Console())
+        _print_report(report, Console(), plan.model.block_kind)
     return 0
 
 
@@ -276,7 +278,7 @@ class _PlainTable(Table):
         super().add_row(*(Text(plain(r)) if isinstance(r, str) else r for r in renderables), **kwargs)
 
 
-def _print_report(r: dict[str, Any], console: Console) -> None:
+def _print_report(r: dict[str, Any], console: Console, kind: str = "DiT") -> None:
     table = _PlainTable(title=Text(plain(f"run — {r['model']} on {r['device']}")), show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
@@ -294,10 +296,12 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
     table.add_row("frames", f"{r['frames']}{latents}")
     if r["is_video"]:
         table.add_row("frame rate", f"{r['fps']:g} fps ({r['fps_source']})")
-    copied = "copied" if on_cpu else "H2D"
+    if r["copied_bytes_per_forward"]:  # the plan names the weights; the copies carry padding too
+        table.add_row(f"copied per {kind} forward",
+                      copied_text(r["copied_bytes_per_forward"], r["forecast"]["streamed_bytes_per_forward"]))
     for s in r["steps"]:
         table.add_row(f"step {s['step']}", f"{format_seconds(s['wall_s'])} (stall {format_seconds(s['stall_s'])}, "
-                                           f"{copied} {format_bytes(s['h2d_bytes'])})")
+                                           f"copied {format_bytes(s['h2d_bytes'])})")
     st = r["staging"]
     if on_cpu:
         table.add_row("host copies (CPU: no device link)", f"{st['h2d_transfers']}, {format_bytes(st['h2d_bytes'])}")
@@ -320,7 +324,7 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
         table.add_row(f"out of memory in {PHASE_LABELS.get(s['phase'], s['phase'])}", s["action"])
     check = r.get("forecast_check")
     if check:
-        rows = (("step", "predicted_step_s", "measured_step_s", lambda v: f"{v:.3f} s"),
+        rows = (("step", "predicted_step_s", "measured_step_s", format_seconds),
                 ("peak", "predicted_peak_bytes", "measured_peak_bytes", format_bytes))
         for name, predicted_key, measured_key, shown in rows:
             predicted, measured, error = check[predicted_key], check[measured_key], check[f"{name}_error"]
@@ -332,7 +336,7 @@ def _print_report(r: dict[str, Any], console: Console) -> None:
                 text = f"{shown(predicted)} (not measurable here)"
             else:
                 text = f"{shown(predicted)} vs {shown(measured)} ({error * 100:+.1f}%, {check[f'{name}_source']})"
-            table.add_row(f"forecast {name}: predicted vs measured", text)
+            table.add_row(f"{name}: forecast vs measured", text)
     table.add_row("cache decisions", f"{r['cache_decisions_total']} ({r['cache_releases']} releases)")
     t = r["telemetry"]
     table.add_row("telemetry samples", str(t["samples"]))

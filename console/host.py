@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .device_info import DeviceInfo
     from .engine_answers import EngineAnswers
     from .event_router import EventRouter
+    from .first_paint import FirstPaint
     from .screens import LiveScreen, PlanScreen
     from .session import ConsoleSession
 
@@ -47,6 +48,8 @@ class ConsoleHost(Protocol):
     router: EventRouter
     device_info: DeviceInfo
     plan_screen: PlanScreen
+    first_paint: FirstPaint
+    """Holds the app's paints until the plan screen has its request forecast (console/first_paint.py)."""
     live_screen: LiveScreen | None
     out_dir: Path
     save_partial: bool

@@ -169,6 +169,7 @@ class PlanCommands:
         self._link_shown = (link, plan.policy, self.snapshot)
         forecast = self.request_forecast()
         self.plan_screen.show_plan(plan, link, self._header(forecast), forecast, self.forecast_pending)
+        self._settled_if_forecast()
 
     def _refresh_link(self: ConsoleHost) -> None:
         """After a telemetry sample: re-render forecast and header only when what they show changed."""
@@ -182,6 +183,12 @@ class PlanCommands:
     def _show_link(self: ConsoleHost, link: LinkInfo, header: str) -> None:
         forecast = self.request_forecast()
         self.plan_screen.show_link(self.session.plan, link, header, forecast, self.forecast_pending)
+        self._settled_if_forecast()
+
+    def _settled_if_forecast(self: ConsoleHost) -> None:
+        """The plan screen's first paint waits for its request forecast (console/first_paint.py)."""
+        if not self.forecast_pending:
+            self.first_paint.settled()
 
     def _plan_forecast_answered(self: ConsoleHost) -> None:
         """The engine thread's request forecast is in: the plan screen's forecast shows it."""

@@ -41,7 +41,7 @@ from ..engine.api import (
     vllm_python_call,
     vllm_serve_command,
 )
-from ..offload.units import format_bytes, format_rate
+from ..offload.units import STREAMED_NAME, format_bytes, format_rate
 from .table_fit import fit_widths
 from .theme_colors import default_variables, resolve
 
@@ -158,7 +158,7 @@ def forecast_sheet(plan: Plan, on_cpu: bool = False) -> Sheet:
         ("device resident weights", format_bytes(f.device_resident_bytes)),
         ("device peak weights", format_bytes(f.peak_device_weight_bytes)),
         (PINNED_ON_CPU if on_cpu else "pinned host memory", format_bytes(f.pinned_host_bytes)),
-        (f"streamed per {plan.model.block_kind} forward ({f.num_streamed_blocks} blocks)",
+        (f"{STREAMED_NAME.format(kind=plan.model.block_kind)} ({f.num_streamed_blocks} blocks)",
          format_bytes(f.streamed_bytes_per_forward)),
     ]
     r = plan.forward[1]  # one forward's blocks: with two experts, the running one's

@@ -7,6 +7,7 @@ so it is not saved unless asked for (`should_save`), and every place says after 
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -73,8 +74,8 @@ def finished(result: GenerateResult, output: Path | None, save_error: str | None
         said = f"request {rid} cancelled after {done}/{total} steps; {where}"
         return Outcome(said, "warning", f"{said} ({format_seconds(result.seconds)})",
                        LogEvent(level="warning", message=said))
-    mean = sum(s.wall_s for s in result.steps) / done if done else 0.0
-    head = f"request {rid}: {done} steps in {format_seconds(result.seconds)} ({format_seconds(mean)}/step)"
+    median = statistics.median(s.wall_s for s in result.steps) if result.steps else 0.0
+    head = f"request {rid}: {done} steps in {format_seconds(result.seconds)} (median step {format_seconds(median)})"
     if output is not None:
         return Outcome(f"{what} saved: {output}", "information", f"{head} · saved {output}")
     if save_error:

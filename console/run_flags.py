@@ -13,6 +13,10 @@ import argparse
 import math
 import os
 import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from ..engine.errors import ConfigError
 from .args import budget_from_args, policy_from_args, ram_budget_from_args
@@ -20,12 +24,35 @@ from .args import budget_from_args, policy_from_args, ram_budget_from_args
 DEMO_PIPELINE = "FluxPipeline"  # the embedded demo's pipeline (engine/demo/demo_model.py; a test holds it)
 SEED_MAX = 2**64 - 1  # engine.running.request_checks' (torch.Generator's unsigned 64-bit seed; a test holds it)
 MIN_FPS, MAX_FPS = 0.01, 1000.0  # 100 s to 1 ms a frame: what MP4 time bases and GIF/WebP durations hold
-_DEVICE = re.compile(r"cpu(:0)?|cuda(:\d{1,4})?")
+_DEVICE = re.compile(r"([a-z]+)(?::(0|[1-9]\d{0,3}))?")  # as torch.device spells them (engine.loading.device_choice)
+_TORCH_DEVICE_TYPES = frozenset({  # torch.device's error lists them (a test holds them equal)
+    "cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve", "fpga", "maia", "xla", "lazy",
+    "vulkan", "mps", "meta", "hpu", "mtia", "privateuseone"})
+
+
+_GPU_DRIVER_NODES = ("/dev/nvidiactl", "/dev/kfd")  # NVIDIA's control device, ROCm's (torch.cuda on HIP)
 
 
 def check_device_name(device: str | None) -> None:
-    if device is not None and not _DEVICE.fullmatch(device):
+    """`--device` without torch: its syntax, and on Linux a CUDA device where no GPU driver is present
+    (neither device node: torch would find none), in the line `parse_device` gives after the import.
+    Whether `cuda:N` exists where a driver is present needs torch: `run` checks it after the import."""
+    if device is None:
+        return
+    named = _DEVICE.fullmatch(device)
+    if named is None or named[1] not in _TORCH_DEVICE_TYPES:
         raise ConfigError(f"--device {device!r:.60}: not a device name (use cpu, cuda or cuda:N)")
+    if named[1] == "cpu" and named[2] not in (None, "0"):
+        raise ConfigError(f"--device {device!r}: there is one CPU device (use cpu)")
+    if named[1] not in ("cpu", "cuda"):
+        raise ConfigError(f"--device {device!r}: {named[1]} devices are not supported (use cpu, cuda or cuda:N)")
+    if named[1] == "cuda" and no_gpu_driver():
+        raise ConfigError(f"--device {device!r}: CUDA is not available on this machine (use --device cpu)")
+
+
+def no_gpu_driver() -> bool:
+    """True only where it is certain: a Linux machine without an NVIDIA or ROCm device node."""
+    return sys.platform.startswith("linux") and not any(os.path.exists(node) for node in _GPU_DRIVER_NODES)
 
 
 def check_sizes(args: argparse.Namespace) -> None:
@@ -75,6 +102,49 @@ def check_existing_output(args: argparse.Namespace) -> None:
     check_output(args.output, overwrite=False, video=False if still else None, frames=1)
 
 
+@dataclass(frozen=True, slots=True)
+class OptionFlags:
+    """The request flags that need no model, parsed and checked."""
+
+    params: dict[str, Any]
+    fps: float | None
+
+
+def parse_params(texts: Sequence[str]) -> dict[str, Any]:
+    """`--param KEY=VALUE` flags → {key: typed value}; a key given twice is refused (which one would win?)."""
+    from ..engine.api import check_finite, parse_param  # torch-free (engine/running/param_syntax.py)
+
+    params: dict[str, Any] = {}
+    for text in texts:
+        try:
+            key, value = parse_param(text)
+        except ConfigError as exc:
+            raise ConfigError(f"--param {exc}") from None
+        if key in params:
+            raise ConfigError(f"--param {key}: given twice")
+        params[key] = value
+    check_finite(params, "--param")  # the line `check_call` gives after the import
+    return params
+
+
+def check_param_fps(params: dict[str, Any]) -> None:
+    """Without --fps the video is written at the rate the request passes the pipeline (`frame_rate`, `fps`):
+    the same bounds apply to it."""
+    for key in ("frame_rate", "fps"):
+        value = params.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) \
+                and not (math.isfinite(value) and MIN_FPS <= value <= MAX_FPS):
+            raise ConfigError(f"--param {key}={value:g}: the video is written at this rate, so it must be between "
+                              f"{MIN_FPS:g} and {MAX_FPS:g} frames per second (or give --fps)")
+
+
+def parse_option_flags(args: argparse.Namespace) -> OptionFlags:
+    params, fps = parse_params(args.param or ()), check_fps(args.fps)
+    if fps is None:
+        check_param_fps(params)
+    return OptionFlags(params, fps)
+
+
 def precheck_run(args: argparse.Namespace) -> None:
     """Every `run` mistake the flags decide, then an existing output (see the module docstring)."""
     from ..engine.api import check_output_place, rank_layout, validate_hz
@@ -87,8 +157,9 @@ def precheck_run(args: argparse.Namespace) -> None:
     except ValueError as exc:
         raise ConfigError(f"--telemetry-hz: {exc}") from None
     rank_layout(args.gpus, args.dlo_use_allgather, args.parallel)  # the flags together; the devices after import
-    check_run_counts(args)  # (--device: torch names the devices, so it is checked after the import)
+    check_run_counts(args)
+    check_device_name(args.device)  # its syntax; whether this machine has it needs torch (after the import)
     check_sizes(args)
-    check_fps(args.fps)
+    parse_option_flags(args)  # --param syntax and numbers, --fps
     check_output_place(args.output)
     check_existing_output(args)

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 
 from ..engine.api import Document, PolicyDoc
+from ..offload.units import COPIED_DESCRIPTION, STREAMED_DESCRIPTION
 
 RUN_REPORT_SCHEMA = "omni-console.run-report/1"
 
@@ -22,14 +23,15 @@ class ForecastSummary(Document):
 
     peak_device_weight_bytes: int = Field(ge=0)
     pinned_host_bytes: int = Field(ge=0)
-    streamed_bytes_per_forward: int = Field(ge=0)
+    streamed_bytes_per_forward: int = Field(ge=0, description=STREAMED_DESCRIPTION)
 
 
 class StepReport(Document):
     step: int
     wall_s: float = Field(description="wall time of the denoise step")
     stall_s: float = Field(description="time compute waited on weight transfers in the step")
-    h2d_bytes: int = Field(ge=0)
+    h2d_bytes: int = Field(ge=0, description="bytes copied to the device (host copies on a CPU) in the step: "
+                           "copied_bytes_per_forward for each forward that streamed")
 
 
 class StagingTotals(Document):
@@ -64,7 +66,8 @@ class ForecastCheckReport(Document):
     peak_error: float | None
     peak_source: str = Field(description="cached / estimated / unknown (no prediction)")
     predicted_step_s: float | None
-    measured_step_s: float | None = Field(description="median step after the first")
+    measured_step_s: float | None = Field(description="median step after the first (on a CPU the fastest "
+                                          "after the first, as the profile takes it)")
     step_error: float | None
     step_source: str
     peak_basis: str = Field("", description="what the predicted peak rested on: cached, 'scaled from WxH', "
@@ -114,6 +117,7 @@ class RunReport(Document):
                                               "block byte read), dits_placed (blocks read into their arena and "
                                               "page-locked), others_built (encoders, VAEs), pipeline_built")
     pinned_bytes: int = Field(ge=0, description="pinned host memory held after the load")
+    copied_bytes_per_forward: int = Field(0, ge=0, description=COPIED_DESCRIPTION)
     request_seconds: float
     peak_allocated_bytes: int | None
     peak_reserved_bytes: int | None = Field(None, description="torch's caching allocator: its reserved peak over "

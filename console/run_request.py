@@ -9,12 +9,8 @@ image, every file a numbered sequence would write), still before any weight load
 
 from __future__ import annotations
 
-import argparse
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..engine.api import (
     GenerateRequest,
@@ -30,54 +26,12 @@ from ..engine.api import (
     pipeline_init_values,
 )
 from ..engine.errors import ConfigError
-from .run_flags import MAX_FPS, MIN_FPS, check_fps
+from .run_flags import OptionFlags
 
 REQUEST_FLAGS = {"steps": "--steps", "height": "--height", "width": "--width", "seed": "--seed",
                  "guidance": "--guidance"}
 CALL_FLAGS = {**REQUEST_FLAGS, "frames": "--frames", "negative_prompt": "--negative-prompt",
               "max_sequence_length": "--max-sequence-length", "image": "--image", "param": "--param"}
-
-
-@dataclass(frozen=True, slots=True)
-class OptionFlags:
-    """The request flags that need no model, parsed and checked."""
-
-    params: dict[str, Any]
-    fps: float | None
-
-
-def parse_params(texts: Sequence[str]) -> dict[str, Any]:
-    """`--param KEY=VALUE` flags → {key: typed value}; a key given twice is refused (which one would win?)."""
-    from ..engine.api import parse_param
-
-    params: dict[str, Any] = {}
-    for text in texts:
-        try:
-            key, value = parse_param(text)
-        except ConfigError as exc:
-            raise ConfigError(f"--param {exc}") from None
-        if key in params:
-            raise ConfigError(f"--param {key}: given twice")
-        params[key] = value
-    return params
-
-
-def check_param_fps(params: dict[str, Any]) -> None:
-    """Without --fps the video is written at the rate the request passes the pipeline (`frame_rate`, `fps`):
-    the same bounds apply to it."""
-    for key in ("frame_rate", "fps"):
-        value = params.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool) \
-                and not (math.isfinite(value) and MIN_FPS <= value <= MAX_FPS):
-            raise ConfigError(f"--param {key}={value:g}: the video is written at this rate, so it must be between "
-                              f"{MIN_FPS:g} and {MAX_FPS:g} frames per second (or give --fps)")
-
-
-def parse_option_flags(args: argparse.Namespace) -> OptionFlags:
-    params, fps = parse_params(args.param or ()), check_fps(args.fps)
-    if fps is None:
-        check_param_fps(params)
-    return OptionFlags(params, fps)
 
 
 def frames_parameter(model: ModelInfo) -> str | None:

@@ -228,6 +228,7 @@ class Engine(Lifecycle):
                 milestones=milestones,
                 pinned_bytes=self.placement.pinned_bytes,
                 streamed_bytes=streamer.streamed_bytes if streamer else 0,
+                streamed_copy_bytes=streamer.copy_bytes if streamer else 0,
                 block_host_bytes=streamer.host_bytes if streamer else 0,
                 device_allocated_bytes=torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else None,
             )

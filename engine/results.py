@@ -17,6 +17,7 @@ class LoadReport:
     streamed_bytes: int
     device_allocated_bytes: int | None
     phases: dict[str, float] = field(default_factory=dict)
+    streamed_copy_bytes: int = 0  # streamed_bytes + the packed regions' alignment padding: copied per forward
     block_host_bytes: int = 0  # the block arena: every streamed block, or this rank's shards (AllGather)
     components: dict[str, float] = field(default_factory=dict)  # seconds building each component
     dit_read_seconds: float = 0.0  # parallel reads straight into place (the block arena and what materialized)

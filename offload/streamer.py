@@ -160,7 +160,15 @@ class LayerwiseStreamer:
 
     @property
     def streamed_bytes(self) -> int:
+        """Weight bytes of the streamed blocks (what the planner calls streamed per forward)."""
         return sum(b.tensor_bytes for b in self._streamed)
+
+    @property
+    def copy_bytes(self) -> int:
+        """Bytes one forward's copies move: each streamed block's packed region, its weights plus the
+        alignment padding between and after its tensors (`block_packing`), so a step's copied bytes
+        are this, not `streamed_bytes`, per forward."""
+        return sum(b.region_nbytes for b in self._streamed)
 
     @property
     def largest_block_bytes(self) -> int:

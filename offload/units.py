@@ -38,3 +38,24 @@ friendly to vectorized kernels. Here, without torch, so the planner can size slo
 
 def align_up(n: int, alignment: int = ALIGNMENT) -> int:
     return -(-n // alignment) * alignment
+
+
+STREAMED_NAME = "streamed per {kind} forward"
+"""The one name of the streamed blocks' weight bytes (plan table, plan panel, run report): each such
+block crosses the link once per forward of its DiT/UNet, and a step may run several forwards (CFG)."""
+
+STREAMED_DESCRIPTION = ("weight bytes of the streamed blocks: each crosses the host->device link once per "
+                        "DiT/UNet forward (a step runs one or more forwards); the copies move these bytes plus "
+                        "the packed layout's padding (run report: copied_bytes_per_forward)")
+
+COPIED_DESCRIPTION = ("bytes one forward's copies move: streamed_bytes_per_forward (the weights) plus the padding "
+                      "of the packed block regions (256-byte alignment; on a CPU each tensor also keeps its file's "
+                      "offset within a page)")
+
+
+def copied_text(copied: int, weights: int) -> str:
+    """`2.5 MB (2.2 MB of weights + 314.6 kB padding)`: the copied bytes, never unlabelled against the
+    weights they carry (the plan names only the weights)."""
+    if copied <= weights:
+        return format_bytes(copied)
+    return f"{format_bytes(copied)} ({format_bytes(weights)} of weights + {format_bytes(copied - weights)} padding)"

@@ -1,4 +1,5 @@
-"""The live screen's headline: allocated, reserved, free and the last step time on one line.
+"""The live screen's headline: allocated, reserved, free and the last step's time on one line
+(named `last step`: the step panel shows the median, the forecast line the forecast).
 
 The memory panels below hold every reading with its history, but on an 80x24 terminal they run
 past the bottom of the screen; these four numbers are what an operator watches, so they sit above
@@ -26,7 +27,7 @@ class KeyNumbers(Static):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("", id=id, markup=False)
-        self.values = {"allocated": NOT_YET, "reserved": NOT_YET, "free": NOT_YET, "step": NOT_YET}
+        self.values = {"allocated": NOT_YET, "reserved": NOT_YET, "free": NOT_YET, "last step": NOT_YET}
 
     def on_mount(self) -> None:
         self._draw()
@@ -38,7 +39,7 @@ class KeyNumbers(Static):
         self._draw()
 
     def show_step(self, step: StepTiming) -> None:
-        self.values["step"] = f"{format_seconds(step.wall_s)} (stall {format_seconds(step.stall_s)})"
+        self.values["last step"] = f"{format_seconds(step.wall_s)} (stall {format_seconds(step.stall_s)})"
         self._draw()
 
     @property

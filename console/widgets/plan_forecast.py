@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ...engine.api import Plan, RequestForecast, plain, storage_note
-from ...offload.units import format_bytes, format_rate, format_seconds
+from ...offload.units import STREAMED_NAME, format_bytes, format_rate, format_seconds
 from ..plan_context import LinkInfo
 from ..theme_colors import follow_theme, resolve, widget_variables
 
@@ -65,9 +65,8 @@ def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = 
         peak_row,
         host_memory_row(plan, link),
         *host_peak_rows(request),
-        ("streamed per step", format_bytes(f.streamed_bytes_per_forward),
-         f"{f.num_streamed_blocks} {plan.model.block_kind} blocks cross the link once per "
-         f"{plan.model.block_kind} forward "
+        (STREAMED_NAME.format(kind=plan.model.block_kind), format_bytes(f.streamed_bytes_per_forward),
+         f"weights of {f.num_streamed_blocks} {plan.model.block_kind} blocks; the copies add layout padding "
          f"({f.num_resident_blocks} resident{'; ' + placed if placed else ''})"),
     ]
     for lean in request.lean if request is not None else ():  # lean phases in effect (engine/planning/lean.py)

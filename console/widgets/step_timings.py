@@ -1,13 +1,14 @@
-"""Per-step timing: wall time, exposed transfer stall, steps/s and H2D bytes per step.
+"""Per-step timing: wall time, exposed transfer stall, steps/s and bytes copied per step.
 
 The stall is the time compute waited on weight copies — the cost of offload the operator is
 tuning against, so it gets its own sparkline next to the wall time. Both sparklines are drawn
 from zero: equal times draw equal bars. On a CPU the copies are host copies (no device link), and
-the panel says so instead of "H2D".
+the panel says so instead of "copied".
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 
 from textual.app import ComposeResult
@@ -15,34 +16,35 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Sparkline, Static
 
 from omni_console.engine.events import StepTiming
-from omni_console.offload.units import format_bytes, format_rate
+from omni_console.offload.units import format_bytes, format_rate, format_seconds
 
 from .metric_row import HISTORY_SAMPLES
 from .text_update import set_text
 from .zero_sparkline import ZeroSparkline
 
 TABLE_ROWS = 500
-MEAN_WINDOW = 10
+MEDIAN_WINDOW = 10
 
 
 def summarize(steps: list[StepTiming], *, on_cpu: bool = False) -> str:
-    """The summary line over the last steps (mean of up to MEAN_WINDOW)."""
+    """The summary line over the last steps: the median of up to MEDIAN_WINDOW (a slow first step or
+    a hiccup does not move it), named as such; the header shows the last step, the forecast line the
+    forecast, each under its own name and all in `format_seconds`."""
     if not steps:
         return "no steps yet"
     last = steps[-1]
-    window = steps[-MEAN_WINDOW:]
-    wall = sum(s.wall_s for s in window)
-    stall = sum(s.stall_s for s in window)
-    h2d = sum(s.h2d_bytes for s in window)
-    rate = len(window) / wall if wall > 0 else 0.0
+    window = steps[-MEDIAN_WINDOW:]
+    wall = statistics.median(s.wall_s for s in window)
+    stall = statistics.median(s.stall_s for s in window)
+    copied = statistics.median(s.h2d_bytes for s in window)
     pct = 100.0 * stall / wall if wall > 0 else 0.0
-    copies = f"host copies {format_bytes(h2d / len(window))}/step (CPU: no device link)" if on_cpu else (
-        f"H2D {format_bytes(h2d / len(window))}/step" + (f" ({format_rate(h2d / wall)})" if wall > 0 and h2d else "")
+    copies = f"host copies {format_bytes(copied)}/step (CPU: no device link)" if on_cpu else (
+        f"copied {format_bytes(copied)}/step" + (f" ({format_rate(copied / wall)})" if wall > 0 and copied else "")
     )
     return (
         f"request {last.request_id} step {last.step}/{last.total_steps} · "
-        f"mean of last {len(window)}: {wall / len(window):.3f} s/step ({rate:.2f} steps/s), "
-        f"stall {stall / len(window):.3f} s ({pct:.0f} %), {copies}"
+        f"median step (last {len(window)}) {format_seconds(wall)} · "
+        f"stall {format_seconds(stall)} ({pct:.0f} %) · {copies}"
     )
 
 
@@ -58,7 +60,7 @@ class StepTimings(Vertical):
     StepTimings > DataTable { height: 1fr; }
     """
 
-    COLUMNS = ("request", "step", "wall s", "stall s", "stall %", "steps/s", "H2D")
+    COLUMNS = ("request", "step", "wall", "stall", "stall %", "steps/s", "copied")
 
     def __init__(
         self,
@@ -140,8 +142,8 @@ class StepTimings(Vertical):
         key = table.add_row(
             str(s.request_id),
             f"{s.step}/{s.total_steps}",
-            f"{s.wall_s:.3f}",
-            f"{s.stall_s:.3f}",
+            format_seconds(s.wall_s),
+            format_seconds(s.stall_s),
             f"{pct:.0f}",
             f"{rate:.2f}",
             format_bytes(s.h2d_bytes),

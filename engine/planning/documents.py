@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...offload.units import STREAMED_DESCRIPTION
 from ..model_dir.roles import Role
 from .plan import Residency, Why
 
@@ -101,7 +102,7 @@ class ForecastDoc(Document):
     pinned_host_bytes: int = Field(ge=0)
     pinned_host_bytes_live_replan: int = Field(0, ge=0, description="host bytes kept by a live-re-plan load "
                                                                     "(the console's): every DiT block and encoder/VAE")
-    streamed_bytes_per_forward: int = Field(ge=0)
+    streamed_bytes_per_forward: int = Field(ge=0, description=STREAMED_DESCRIPTION)
     peak_device_weight_bytes: int = Field(ge=0)
     largest_streamed_block_bytes: int = Field(ge=0)
     largest_staged_bytes: int = Field(ge=0)

@@ -3,37 +3,15 @@
 - A pipeline whose `__call__` has a parameter without a default (WanAnimate: `pose_video`,
   `face_video`) fails only after every weight has loaded when the request leaves it out: refused,
   naming each one and how (or that it cannot) be given here.
-- A non-finite number (NaN, infinity) anywhere in a `--param` value (`sigmas=[NaN]`) makes a black
-  image with exit 0: refused, naming the parameter.
+- A non-finite number in a `--param` value: `param_syntax.check_finite`.
 """
 
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Mapping
-from typing import Any
 
 from ..errors import ConfigError
-
-
-def _has_non_finite(value: Any, depth: int = 0) -> bool:
-    if isinstance(value, float):
-        return not math.isfinite(value)
-    if depth > 64:  # deeper than any parameter takes: refused elsewhere, not walked
-        return False
-    if isinstance(value, list | tuple):
-        return any(_has_non_finite(item, depth + 1) for item in value)
-    if isinstance(value, dict):
-        return any(_has_non_finite(item, depth + 1) for item in value.values())
-    return False
-
-
-def check_finite(params: Mapping[str, Any], label: str) -> None:
-    """Refuse a parameter holding NaN or infinity, at any depth."""
-    for key, value in params.items():
-        if _has_non_finite(value):
-            raise ConfigError(f"{label} {key}: holds a non-finite number (NaN or infinity); give finite numbers")
 
 
 def _passable(parameter: inspect.Parameter) -> bool:

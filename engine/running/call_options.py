@@ -36,7 +36,8 @@ from ..errors import ConfigError
 from ..model_dir.discovery import ModelInfo
 from ..model_dir.trusted_classes import pipeline_class
 from ..model_dir.weights import load_json
-from .call_inputs import check_finite, check_required_inputs
+from .call_inputs import check_required_inputs
+from .param_syntax import check_finite
 from .pipeline_needs import check_pipeline_needs
 from .pipeline_output import check_output_kind
 from .render_size import check_decodable, check_render_size
@@ -100,25 +101,20 @@ def accepted_options(pipeline_class_name: str) -> set[str]:
     return {option for option in OPTION_PARAMETERS if option_parameter(signature, option) is not None}
 
 
+def _guider_note(model: ModelInfo) -> str:
+    """A pipeline that guides through its `guider` component (HunyuanVideo 1.5) has no guidance argument: the
+    refusal says where its guidance comes from, rather than that it has none."""
+    guider = next((c for c in model.components if c.name == "guider"), None)
+    if guider is None:
+        return ""
+    path = guider.folder / "guider_config.json"
+    scale = load_json(path).get("guidance_scale") if path.is_file() else None
+    shown = f" (guidance_scale {scale!r:.20} in this model)" if isinstance(scale, int | float) else ""
+    return (f" argument: its guidance comes from its guider component{shown}, which this tool does not change; "
+            f"leave --guidance out")
+
+
 # ------------------------------------------------------------------------------------------ --param
-def parse_param(text: str) -> tuple[str, Any]:
-    """`KEY=VALUE` -> (key, value): the value as JSON when it parses (numbers, true/false, null, lists),
-    else the string itself."""
-    key, sep, raw = text.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ConfigError(f"{text!r:.80}: expected KEY=VALUE")
-    if not key.isidentifier():
-        raise ConfigError(f"{key!r:.80}: a parameter name is a Python identifier (e.g. num_frames)")
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError):
-        return key, raw
-    if isinstance(value, float) and not math.isfinite(value):
-        return key, raw
-    return key, value
-
-
 _UNCHECKED = None  # "cannot tell": accepted
 
 
@@ -318,7 +314,8 @@ def check_call(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, 
     signature = call_signature(model.pipeline_class)
     for option, value in _requested_options(request).items():
         if option_parameter(signature, option) is None:
-            raise ConfigError(f"{names[option]}: {model.pipeline_class} takes no {OPTION_NOUNS[option]}")
+            raise ConfigError(f"{names[option]}: {model.pipeline_class} takes no {OPTION_NOUNS[option]}"
+                              + (_guider_note(model) if option == "guidance" else ""))
         if option == "frames":
             _check_frames(model, int(value), names["frames"])
         elif option == "max_sequence_length" and value < 1:

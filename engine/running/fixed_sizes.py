@@ -6,6 +6,11 @@
 - HiDream-I1 scales every request to the area of its default size (`default_sample_size` 128 latents
   times the VAE factor per side: 1024x1024 for the released VAE), keeping the aspect ratio: a size
   that would change is refused, naming the size it would render.
+- PRX bins every request (`use_resolution_binning`, on by default) to the nearest aspect ratio of its
+  `default_sample_size` table (512 px: 64x64 is rendered at 512x512) and resizes the image back: a size
+  it would render otherwise is refused, naming that size and `--param use_resolution_binning=false`
+  (which renders the size asked for); a `default_sample_size` without a table fails in the pipeline
+  after load, so binning on for it is refused too.
 """
 
 from __future__ import annotations
@@ -61,9 +66,45 @@ def hidream_rendered(height: int, width: int, factor: int) -> tuple[int, int]:
     return int(height * scale // division * division), int(width * scale // division * division)
 
 
-def check_fixed_sizes(model: ModelInfo, height: int | None, width: int | None, names: Mapping[str, str]) -> None:
-    """Refuse (one line) a size the pipeline would replace by one of its own."""
+PRX_DEFAULT_RESOLUTION = 512  # diffusers.pipelines.prx.pipeline_prx.DEFAULT_RESOLUTION
+
+
+def prx_rendered(model: ModelInfo, height: int | None, width: int | None) -> tuple[int, int] | None:
+    """(height, width) PRXPipeline.__call__ renders with binning on (diffusers 0.42); None: no table for its
+    `default_sample_size` (the call raises)."""
+    from diffusers.pipelines.prx.pipeline_prx import ASPECT_RATIO_BINS
+
+    index = model.path / "model_index.json"
+    sample = (load_json(index).get("default_sample_size") if index.is_file() else None) or PRX_DEFAULT_RESOLUTION
+    bins = ASPECT_RATIO_BINS.get(sample) if isinstance(sample, int) else None
+    if bins is None:
+        return None
+    h, w = height or sample, width or sample
+    closest = min(bins, key=lambda ratio: abs(float(ratio) - h / w))
+    return int(bins[closest][0]), int(bins[closest][1])
+
+
+def _check_prx(model: ModelInfo, height: int | None, width: int | None, names: Mapping[str, str]) -> None:
+    rendered = prx_rendered(model, height, width)
+    off = f"{names.get('param', '--param')} use_resolution_binning=false"
+    if rendered is None:
+        raise ConfigError(f"{model.pipeline_class}'s resolution binning has no table for its default_sample_size "
+                          f"(it would fail after load); pass {off}")
+    if height is not None and width is not None and rendered != (height, width):
+        raise ConfigError(f"{names['height']} {height} {names['width']} {width}: {model.pipeline_class} would render "
+                          f"{rendered[1]}x{rendered[0]} and resize it to {width}x{height} (resolution binning); "
+                          f"pass {off} to render {width}x{height}, or ask for {rendered[1]}x{rendered[0]}")
+
+
+def check_fixed_sizes(model: ModelInfo, height: int | None, width: int | None, names: Mapping[str, str],
+                      binning: object = True) -> None:
+    """Refuse (one line) a size the pipeline would replace by one of its own (`binning`: the request's
+    `use_resolution_binning`, for PRX)."""
     name = model.pipeline_class
+    if name.startswith("PRX"):
+        if binning:  # the pipeline tests its truth: `if use_resolution_binning:`
+            _check_prx(model, height, width, names)
+        return
     asked = f"{names['height']} {height} {names['width']} {width}"
     if name.startswith("HiDreamImage") and height is not None and width is not None:
         rendered = hidream_rendered(height, width, _vae_factor(model))

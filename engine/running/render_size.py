@@ -95,7 +95,8 @@ def check_render_size(model: ModelInfo, request: GenerateRequest, names: Mapping
     """Refuse (one line) a request the pipeline would render at another size, or fail on after load."""
     height = request.height if request.height is not None else _int(_default(signature, "height"))
     width = request.width if request.width is not None else _int(_default(signature, "width"))
-    check_fixed_sizes(model, height, width, names)
+    check_fixed_sizes(model, height, width, names, request.params.get("use_resolution_binning",
+                                                                   request.extra.get("use_resolution_binning", True)))
     rule = size_rule(model)
     if rule is None:
         return

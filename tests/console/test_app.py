@@ -47,7 +47,7 @@ def forecast_expected(engine: Engine, policy) -> dict[str, str]:
         # with the activations estimated from the configs at the pipeline's default size (no profile yet)
         "device peak": format_bytes(engine.forecast(RequestSize(), plan=plan).peak_bytes),
         "pinned host memory": format_bytes(f.pinned_host_bytes),
-        "streamed per step": format_bytes(f.streamed_bytes_per_forward),
+        "streamed per DiT forward": format_bytes(f.streamed_bytes_per_forward),
     }
 
 
@@ -144,7 +144,7 @@ async def test_resident_layers_stay_within_bounds_and_move_the_forecast(app, eng
         await pilot.press("plus")
         assert app.policy.resident_layers == 6  # the demo has 6 DiT blocks
         assert app.notices[-1][0] == "resident layers already at 6 (every DiT block)"
-        assert app.plan_screen.forecast.rows["streamed per step"] == format_bytes(0)
+        assert app.plan_screen.forecast.rows["streamed per DiT forward"] == format_bytes(0)
         assert residency_cell(app, "transformer")[0] == "streamed by DLO (6 resident)"
         assert "--dlo-resident-layers 6" in app.plan_screen.policy_panel.flags
         await pilot.press("minus")

@@ -46,6 +46,13 @@ def cli(tmp_path: Path, *argv: str) -> tuple[int, str, str]:
     (["--output", "new.png", "--telemetry-hz", "0"], "--telemetry-hz: telemetry rate must be > 0"),
     (["--output", "new.png", "--resident-layers", "-1"], "resident_layers"),
     (["--output", "new.png", "--parallel", "cfg", "--gpus", "3"], "it needs --gpus 2, got 3"),
+    (["--output", "new.png", "--param", "sigmas"], "--param 'sigmas': expected KEY=VALUE"),
+    (["--output", "new.png", "--param", "1x=2"], "--param '1x': a parameter name is a Python identifier"),
+    (["--output", "new.png", "--param", "eta=1", "--param", "eta=2"], "--param eta: given twice"),
+    (["--output", "new.png", "--param", "sigmas=[1.0, NaN]"], "--param sigmas: holds a non-finite number"),
+    (["--output", "new.png", "--param", "frame_rate=0"], "--param frame_rate=0: the video is written at this"),
+    (["--output", "new.png", "--device", "tpu"], "--device 'tpu': not a device name (use cpu, cuda or cuda:N)"),
+    (["--output", "new.png", "--device", "cuda:x"], "--device 'cuda:x': not a device name"),
 ])
 def test_run_answers_before_torch_is_imported(tmp_path, argv, words):
     """No --model: the demo is not even built (the cache stays empty) before the answer."""
@@ -65,6 +72,26 @@ def test_an_existing_output_of_a_still_image_model_is_refused_before_torch(demo_
     code, heavy, err = cli(tmp_path, "run", "--model", str(demo_model_dir), "--output", "shot.png")
     assert (code, heavy) == (2, "")
     assert err == "omni-console: error: --output 'shot.png' exists; pass --overwrite to replace it\n"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not run_flags.no_gpu_driver(), reason="a GPU driver is here: torch decides whether cuda:N exists")
+@pytest.mark.parametrize("command", ["run", "plan"])
+def test_cuda_without_a_gpu_driver_is_answered_before_torch(tmp_path, command):
+    """`plan` said nothing and planned for the CPU; `run` answered only after importing torch."""
+    code, heavy, err = cli(tmp_path, command, "--device", "cuda:7", *(["--output", "new.png"] * (command == "run")))
+    assert (code, heavy) == (2, "")
+    assert err == "omni-console: error: --device 'cuda:7': CUDA is not available on this machine (use --device cpu)\n"
+
+
+def test_the_driver_check_is_certain_only_on_linux(monkeypatch):
+    monkeypatch.setattr(run_flags.os.path, "exists", lambda path: False)
+    monkeypatch.setattr(run_flags.sys, "platform", "darwin")
+    assert run_flags.no_gpu_driver() is False  # elsewhere torch decides (after the import)
+    monkeypatch.setattr(run_flags.sys, "platform", "linux")
+    assert run_flags.no_gpu_driver() is True
+    monkeypatch.setattr(run_flags.os.path, "exists", lambda path: path == "/dev/kfd")  # ROCm's torch.cuda
+    assert run_flags.no_gpu_driver() is False
 
 
 @pytest.mark.slow
@@ -114,3 +141,13 @@ def test_the_source_reading_agrees_with_the_imported_signature(name):
     from omni_console.engine.running.call_options import call_signature, option_parameter
 
     assert makes_still_images(name) is (option_parameter(call_signature(name), "frames") is None)
+
+
+def test_the_device_types_named_here_are_torchs():
+    """The torch-free check knows torch's device types (it names them in the error for an unknown one)."""
+    import torch
+
+    with pytest.raises(RuntimeError) as raised:
+        torch.device("nosuchtype")
+    listed = str(raised.value).split("Expected one of ", 1)[1].split(" device type", 1)[0]
+    assert frozenset(listed.split(", ")) == run_flags._TORCH_DEVICE_TYPES

@@ -12,6 +12,7 @@ import torch
 from cli_helpers import one_error_line
 from PIL import Image
 
+from omni_console.console import run_flags
 from omni_console.console.cli import main
 from omni_console.engine.model_dir.discovery import discover_model
 from omni_console.engine.running import outputs
@@ -74,6 +75,7 @@ def test_cuda_without_cuda(demo_model_dir, tmp_path, capsys, loads, monkeypatch)
 
 def test_cuda_index_beyond_the_device_count(demo_model_dir, tmp_path, capsys, loads, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(run_flags, "no_gpu_driver", lambda: False)  # a driver, as on a GPU machine
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     line = run_refused(capsys, loads, demo_model_dir, tmp_path / "o.png", "--device", "cuda:7")
     assert "--device 'cuda:7': this machine has 2 CUDA devices (cuda:0 to cuda:1)" in line
@@ -121,6 +123,7 @@ def test_demo_request_refused_before_load(flags, words, demo_model_dir, tmp_path
 ])
 def test_other_families_sizes_refused_before_load(fixture, flags, words, request, tmp_path, capsys, loads):
     model = request.getfixturevalue(fixture)
+    capsys.readouterr()  # building a session fixture here (the first test to ask for it) may print progress bars
     assert words in run_refused(capsys, loads, model, tmp_path / "o.png", *flags)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,11 @@ def test_headless_run_writes_image_and_json_report(demo_model_dir: Path, tmp_pat
     # 5 of 6 DiT blocks streamed per step, plus the two staged text encoders (the VAE is resident)
     assert report["staging"]["h2d_bytes"] > report["forecast"]["streamed_bytes_per_forward"]
     assert report["staging"]["h2d_bytes_per_s"] > 0
+    # one forward's copies carry the plan's streamed weights plus the packed layout's padding, and every
+    # step of this one-forward-per-step pipeline copies exactly that
+    weights, copied = report["forecast"]["streamed_bytes_per_forward"], report["copied_bytes_per_forward"]
+    assert 0 < weights <= copied < 2 * weights
+    assert all(s["h2d_bytes"] == copied for s in report["steps"])
     assert report["telemetry"]["samples"] >= 1 and report["telemetry"]["host_rss_peak"] > 0
     if report["device"] == "cpu":
         assert any("no CUDA device" in line for line in report["telemetry"]["final"])
@@ -46,15 +52,27 @@ def test_headless_run_writes_image_and_json_report(demo_model_dir: Path, tmp_pat
 
 
 def test_headless_run_text_report(demo_model_dir: Path, tmp_path: Path, capsys):
-    assert main(["run", "--headless", "--model", str(demo_model_dir), "--output", str(tmp_path / "o.png")]) == 0
+    assert main(["run", "--headless", "--model", str(demo_model_dir), "--output", str(tmp_path / "o.png"),
+                 "--resident-layers", "1"]) == 0
     captured = capsys.readouterr()
     for label in ("load time", "step 1", "cache decisions", "peak RSS"):
         assert label in captured.out
+    # the copied bytes are labelled against the weights `plan` names (never two unlabelled figures)
+    copied = re.search(r"copied per DiT forward\s*│\s*(\S+ \S+) \((\S+ \S+) of weights \+", captured.out)
+    assert copied, captured.out
+    plan_out = _plan_text(demo_model_dir, capsys)
+    assert re.search(rf"streamed per DiT forward \(5 blocks\)\t{re.escape(copied[2])}\n", plan_out), plan_out
+    assert all(f"copied {copied[1]})" in line for line in captured.out.splitlines() if "│ step " in line)
     if not torch.cuda.is_available():  # CPU words on a CPU: no link, no rate, no pinned memory
         assert "host copies (CPU: no device link)" in captured.out
         for gpu_word in ("host→device", "H2D", "GB/s", "MB/s"):
             assert gpu_word not in captured.out, gpu_word
     assert "state ready → running" in captured.err and "step 2/2" in captured.err
+
+
+def _plan_text(model: Path, capsys) -> str:
+    assert main(["plan", "--model", str(model), "--resident-layers", "1"]) == 0
+    return capsys.readouterr().out
 
 
 def test_version_is_one_line_and_exit_0(capsys):

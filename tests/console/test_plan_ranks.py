@@ -13,6 +13,7 @@ import torch
 from cli_helpers import one_error_line
 from rich.console import Console
 
+from omni_console.console import run_flags
 from omni_console.console.cli import main
 from omni_console.console.plan_view import render_plan
 from omni_console.engine.model_dir.discovery import discover_model
@@ -148,6 +149,7 @@ def test_a_cached_profile_gives_the_step_floor(demo_model_dir, capsys, monkeypat
 
 def test_gpus_on_cuda_gather_over_nvlink(demo_model_dir, capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(run_flags, "no_gpu_driver", lambda: False)  # a driver, as on a GPU machine
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(request_profile, "device_name_for_plan", lambda device: "NVIDIA H200")
     r = _plan_json(capsys, demo_model_dir, "--gpus", "2", "--device", "cuda")["ranks"]
@@ -171,6 +173,7 @@ def test_bad_rank_flags_are_one_line_before_the_model_is_read(tmp_path, capsys, 
 
 def test_more_gpus_than_cuda_devices(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(run_flags, "no_gpu_driver", lambda: False)  # a driver, as on a GPU machine
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert main(["plan", "--model", str(tmp_path / "missing"), "--gpus", "99", "--device", "cuda"]) == 2
     assert "--gpus must be between 1 and 64, got 99" in one_error_line(capsys)

@@ -320,12 +320,12 @@ async def test_step_timings_table_summary_and_reset():
         await pilot.pause()
         table = widget.query_one(DataTable)
         assert table.row_count == 4  # bounded
-        assert table.get_row_at(3) == ["1", "6/6", "0.500", "0.050", "10", "2.00", "23.8 GB"]
+        assert table.get_row_at(3) == ["1", "6/6", "500.0 ms", "50.0 ms", "10", "2.00", "23.8 GB"]
         text = screen_text(app)
         assert "request 1 step 6/6" in text
-        assert "0.500 s/step (2.00 steps/s)" in text
-        assert "stall 0.050 s (10 %)" in text
-        assert "H2D 23.8 GB/step (47.6 GB/s)" in text
+        assert "median step (last 6) 500.0 ms" in text
+        assert "stall 50.0 ms (10 %)" in text
+        assert "copied 23.8 GB/step (47.6 GB/s)" in text
         assert len(widget.query_one("#wall-spark").data) == 6
         widget.reset()
         await pilot.pause()

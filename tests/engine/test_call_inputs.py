@@ -10,8 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from omni_console.engine.errors import ConfigError
-from omni_console.engine.running.call_inputs import check_finite
-from omni_console.engine.running.call_options import parse_param
+from omni_console.engine.running.param_syntax import check_finite, parse_param
 
 finite = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
                       | st.text(max_size=5),

@@ -22,9 +22,9 @@ from omni_console.engine.running.call_options import (
     check_call,
     default_fps,
     frames_rule,
-    parse_param,
     value_fits,
 )
+from omni_console.engine.running.param_syntax import parse_param
 from omni_console.engine.running.runner import GenerateRequest
 
 FLAGS = {"frames": "--frames", "negative_prompt": "--negative-prompt", "max_sequence_length": "--max-sequence-length",
