@@ -303,6 +303,12 @@ def dry_run(args: argparse.Namespace, ram_flag: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    for name in args.presets:  # a host this machine cannot simulate is refused before anything runs
+        host = host_bytes(PRESETS[name], args)
+        if host is not None and not args.dry_run and available() <= host:
+            print(f"host_tiers: cannot simulate a {host / GB:.2f} GB host ({name}): only "
+                  f"{available() / GB:.2f} GB available", file=sys.stderr)
+            return 2
     ram_flag = cli_supports(args.ram_flag)
     if args.dry_run:
         dry_run(args, ram_flag)
