@@ -251,6 +251,8 @@ def run_preset(name: str, args: argparse.Namespace, deadline: Deadline, ram_flag
             if "doc" in result:
                 entry[f"{step}_doc"] = result.pop("doc")
             entry[step] = result
+        if "host_limit" in entry:  # the OOM killer may have taken the limiter: then the host was not N GB
+            entry["host_limit"]["alive_after"] = _alive(entry["host_limit"]["pid"])
     entry["available_after_release"] = available()
     if preset.resident_reference:
         out = SIZES[preset.kind]["output"]
@@ -329,6 +331,13 @@ def main(argv: list[str] | None = None) -> int:
     print(report["table"], flush=True)
     log(f"wrote {args.out}")
     return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
 
 
 def _meminfo() -> dict[str, int]:

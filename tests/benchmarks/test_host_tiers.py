@@ -148,7 +148,7 @@ def test_the_tiny_preset_runs_the_whole_harness_on_the_cpu_under_a_tiny_host_lim
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(out.read_text())
     entry = report["presets"][0]
-    assert entry["host_limit"]["held"] == 4 * MiB
+    assert entry["host_limit"]["held"] == 4 * MiB and entry["host_limit"]["alive_after"] is True
     for step in ("plan", "run", "plan_after"):
         assert entry[step]["returncode"] == 0, entry[step].get("error")
         assert entry[f"cache_before_{step}"]["cached_bytes"] == 0  # dropped, and checked
