@@ -16,7 +16,7 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,13 +74,26 @@ def _nvml_sampler(index: int | None) -> Any:
         return None
 
 
+def _oom_first(score: int) -> Callable[[], None]:
+    def set_score() -> None:  # in the child, before exec: raising one's own score needs no privilege
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(score))
+
+    return set_score
+
+
 def run_watched(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float | None = None,
-                interval: float = 0.05, nvml_index: int | None = None) -> Watched:
-    """Run `cmd` to its end (or `timeout`), sampling its memory every `interval` seconds."""
+                interval: float = 0.05, nvml_index: int | None = None, oom_score_adj: int | None = None) -> Watched:
+    """Run `cmd` to its end (or `timeout`), sampling its memory every `interval` seconds.
+
+    `oom_score_adj` (1000: the kernel's first choice) makes the child the process the OOM killer takes
+    when a simulated host runs out: without it the killer takes the largest, the host limiter, and the
+    host silently grows back (the limiter cannot lower its own score without CAP_SYS_RESOURCE)."""
     sampler = _nvml_sampler(nvml_index)  # its baseline: before the child starts
     t0 = time.perf_counter()
     proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(env) if env is not None else None)
+                            env=dict(env) if env is not None else None,
+                            preexec_fn=None if oom_score_adj is None else _oom_first(oom_score_adj))
     if sampler is not None:
         sampler.pid = proc.pid
         sampler.start()

@@ -83,6 +83,7 @@ SIZES: dict[str, dict[str, Any]] = {
 }
 DEFAULT_DIRS = {"flux": "/tmp/flux-size", "wan": "/tmp/wan-size", "demo": "/tmp/host-tiers-demo"}
 CLI = ["-m", "omni_console.console.cli"]
+_RATES: dict[str, dict[str, Any]] = {}
 
 
 def log(msg: str) -> None:
@@ -175,7 +176,7 @@ def call(argv: list[str], cache: Path, args: argparse.Namespace, deadline: Deadl
         return {"skipped": "the harness's --deadline-s ran out"}
     log("omni-console " + " ".join(argv))
     env = {**os.environ, "OMNI_CONSOLE_CACHE_DIR": str(cache)}
-    watched = run_watched([sys.executable, *CLI, *argv], env=env, timeout=timeout,
+    watched = run_watched([sys.executable, *CLI, *argv], env=env, timeout=timeout, oom_score_adj=1000,
                           nvml_index=None if args.cpu or argv[0] != "run" else args.gpu)
     result: dict[str, Any] = {"argv": argv, **watched.summary()}
     if watched.returncode == 0:
@@ -230,7 +231,9 @@ def run_preset(name: str, args: argparse.Namespace, deadline: Deadline, ram_flag
     entry["write_s"] = write_model(preset.kind, root)
     files = checkpoint_files(root)
     entry["checkpoint_bytes"] = sum(p.stat().st_size for p in files)
-    entry["rates"] = measure_rates(files, args)
+    if str(root) not in _RATES:  # once per checkpoint and harness run
+        _RATES[str(root)] = measure_rates(files, args)
+    entry["rates"] = _RATES[str(root)]
     work = Path(tempfile.mkdtemp(prefix=f"host-tiers-{name}-"))
     if preset.resident_reference:
         (work / "resident").mkdir()
@@ -251,7 +254,12 @@ def run_preset(name: str, args: argparse.Namespace, deadline: Deadline, ram_flag
             if "doc" in result:
                 entry[f"{step}_doc"] = result.pop("doc")
             entry[step] = result
-        if "host_limit" in entry:  # the OOM killer may have taken the limiter: then the host was not N GB
+            if "host_limit" in entry and not _alive(entry["host_limit"]["pid"]):
+                # the OOM killer took the limiter: from here on the host was not N GB
+                entry["host_void"] = f"the host limiter died during {step}"
+                log(f"  VOID: {entry['host_void']}")
+                break
+        if "host_limit" in entry:
             entry["host_limit"]["alive_after"] = _alive(entry["host_limit"]["pid"])
     entry["available_after_release"] = available()
     if preset.resident_reference:

@@ -168,7 +168,8 @@ def table(entries: Sequence[Mapping[str, Any]]) -> str:
     rows = [head]
     for e in entries:
         r = e.get("ratios") or {}
-        rows.append((e["preset"], _fmt((e.get("run") or {}).get("returncode")), _fmt(r.get("peak_rss"), "GB"),
+        name = e["preset"] + (" (VOID: host limiter died)" if e.get("host_void") else "")
+        rows.append((name, _fmt((e.get("run") or {}).get("returncode")), _fmt(r.get("peak_rss"), "GB"),
                      _fmt(r.get("host_bytes"), "GB"), _fmt(r.get("peak_rss_over_host")),
                      _fmt(r.get("steady_step_s")), _fmt(r.get("step_floor_s")), _fmt(r.get("step_over_floor")),
                      _fmt(r.get("step_over_resident")), _fmt(r.get("identical_to_resident")),

@@ -91,6 +91,12 @@ def test_the_watcher_sees_a_childs_peak_rss_and_kills_it_at_its_timeout() -> Non
     assert slow.timed_out and slow.returncode == -9 and slow.wall_s < 10
 
 
+def test_the_watched_child_is_the_oom_killers_first_choice_when_asked() -> None:
+    code = "print(open('/proc/self/oom_score_adj').read().strip())"
+    assert run_watched([sys.executable, "-c", code], oom_score_adj=1000).stdout.strip() == "1000"
+    assert run_watched([sys.executable, "-c", code]).stdout.strip() != "1000"
+
+
 def test_figures_come_from_the_first_key_present_and_an_override_goes_first() -> None:
     plan = {"request_forecast": {"step_floor_seconds": 0.5, "host_peak_bytes": 10}, "mine": {"host": 12}}
     assert figure(plan, "plan_step_floor") == (0.5, "request_forecast.step_floor_seconds")
