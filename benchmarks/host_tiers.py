@@ -1,0 +1,361 @@
+"""Issue 35 on a GPU machine: big models on small hosts, through the real CLI, in one call.
+
+For each preset, in one process (which never starts CUDA itself):
+  1. the checkpoint is written if missing (in a child: the writers use CUDA), and its files listed;
+  2. the disk and the page cache are timed on those files: O_DIRECT reads (several in flight, 64 MiB
+     aligned chunks), then a buffered read after a drop (the disk through the page cache, readahead
+     included) and the same read again (warm: the page cache's rate). The disk's sequential rate is the
+     faster of the two cold reads. The files are dropped from the cache again afterwards;
+  3. (wan32) one `run --mode resident` on the whole card and host: the step and output to compare with;
+  4. under a card of C GB (benchmarks/ballast.py) and a host of N GB (benchmarks/host_limit.py: a child
+     page-locks all but N GB of MemAvailable; refused when the machine cannot), the checkpoint is dropped
+     from the page cache (posix_fadvise DONTNEED, checked by mincore), then `plan --json`, a cold
+     `run --json` and `plan --json` again (what the profile learned) run with `--ram-budget auto
+     --vram-budget auto`. The run's peak RSS is its VmHWM (polled), its own rusage and the polled
+     anonymous+shared peak; NVML's per-process device peak is sampled beside it;
+  5. ratios: step / forecast floor, peak RSS / host, peak RSS / host forecast (before and after the first
+     request), the engine's disk-tier rate / the disk's sequential rate, step / resident, output identical
+     to resident; `nowaste`: peak RSS / (the plan's pinned and staged bytes + 1.5 GB).
+
+`--ram-budget` is used only where `run --help` lists it (an older CLI runs without it, as today's
+baseline). Every key the figures are read from is recorded beside the figure (`--key` overrides one).
+
+Presets (device time on an H100, checkpoint writes included; the GPU machine's 64 GB disk holds one
+of the two checkpoints, so run the Flux-size presets and wan32 in separate calls, see gpu_run.sh):
+  flux16   Flux-dev-size (34 GB), 16 GB host, 12 GB card, 1024², 4 steps       ~3-4 min (+1 min write)
+  nowaste  the same checkpoint, whole host, 12 GB card, no --ram-budget       ~1-2 min
+  wan32    Wan2.1-14B-size + UMT5-XXL (24 layers, 256k vocab), 81x480x832, guidance 5, 3 steps, 32 GB
+           host, 12 GB card, with a resident reference run                   ~5-6 min (+1.5 min write)
+  tiny     the embedded demo model on the CPU (`--cpu`): every step of the harness in seconds
+
+    python3 -m benchmarks.host_tiers --presets flux16 nowaste --out host_tiers.json
+    python3 -m benchmarks.host_tiers --presets wan32 --dir /tmp/wan-size --out host_tiers_wan.json
+    python3 -m benchmarks.host_tiers --presets flux16 --dry-run     # the commands, nothing run
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from . import harness
+from .child_watch import run_watched
+from .file_cache import CHUNK, DEPTH, cache_state, checkpoint_files, drop, read_rate
+from .host_limit import GB, HostLimitError, available, host_limit
+from .host_tiers_figures import ratios, same_output, steady_step, table
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    """One measurement: the model, the host and card it runs on, the budgets it asks for."""
+
+    kind: str  # flux | wan | demo
+    host_gb: float | None  # None: the whole host
+    card_gb: float | None  # None: the whole card (or the CPU)
+    ram_budget: str | None
+    vram_budget: str | None
+    steps: int
+    resident_reference: bool = False
+    no_waste: bool = False
+
+
+PRESETS = {
+    "flux16": Preset("flux", 16, 12, "auto", "auto", 4),
+    "nowaste": Preset("flux", None, 12, None, "auto", 3, no_waste=True),
+    "wan32": Preset("wan", 32, 12, "auto", "auto", 3, resident_reference=True),
+    "tiny": Preset("demo", None, None, "auto", None, 2),
+}
+SIZES: dict[str, dict[str, Any]] = {
+    "flux": {"height": 1024, "width": 1024, "guidance": 3.5, "output": "out.png"},
+    "wan": {"height": 480, "width": 832, "frames": 81, "guidance": 5.0, "output": "out.mp4"},
+    "demo": {"height": 64, "width": 64, "guidance": 3.5, "output": "out.png"},
+}
+DEFAULT_DIRS = {"flux": "/tmp/flux-size", "wan": "/tmp/wan-size", "demo": "/tmp/host-tiers-demo"}
+CLI = ["-m", "omni_console.console.cli"]
+_RATES: dict[str, dict[str, Any]] = {}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class Deadline:
+    """The harness's whole time box: each child gets what is left (less a margin), and none under 20 s."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+
+    def left(self, cap: float) -> float | None:
+        rest = self.end - time.monotonic() - 10
+        return min(cap, rest) if rest >= 20 else None
+
+
+def cli_supports(flag: str, command: str = "run") -> bool:
+    """Whether this build's `COMMAND --help` lists `flag` (wt-rambudget adds --ram-budget)."""
+    done = subprocess.run([sys.executable, *CLI, command, "--help"], capture_output=True, text=True, timeout=120)
+    return flag in done.stdout
+
+
+def write_model(kind: str, root: Path) -> float | None:
+    """Write the checkpoint in a child if `root` has none; the seconds it took (None: it was there)."""
+    if (root / "model_index.json").exists():
+        return None
+    code = {"flux": "from benchmarks.engine_e2e import write_checkpoint as w",
+            "wan": "from benchmarks.video_e2e import write_checkpoint as w",
+            "demo": "from omni_console.engine.demo.demo_model import build_demo_model as w"}[kind]
+    log(f"writing the {kind}-size checkpoint to {root}")
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", f"{code}; from pathlib import Path; w(Path({str(root)!r}))"], check=True)
+    return time.perf_counter() - t0
+
+
+def measure_rates(files: list[Path], args: argparse.Namespace) -> dict[str, Any]:
+    """O_DIRECT, cold buffered and warm buffered read rates of (the first `--rate-gb` of) the files."""
+    limit, chunk = int(args.rate_gb * GB), args.chunk_mb * 2**20
+    out: dict[str, Any] = {"limit_bytes": limit, "depth": args.depth, "chunk_bytes": chunk}
+    try:
+        direct = read_rate(files, direct=True, limit=limit, depth=args.depth, chunk=chunk)
+        out["direct_bytes_per_s"], out["direct_bytes"] = direct.bytes_per_s, direct.nbytes
+    except OSError as exc:  # tmpfs and some overlays refuse O_DIRECT
+        out["direct_error"] = str(exc)
+    drop(files)
+    out["cached_fraction_after_drop"] = round(cache_state(files).fraction, 4)
+    cold = read_rate(files, direct=False, limit=limit, depth=args.depth, chunk=chunk)
+    warm = read_rate(files, direct=False, limit=limit, depth=args.depth, chunk=chunk)
+    drop(files)
+    out.update({"cold_buffered_bytes_per_s": cold.bytes_per_s, "warm_buffered_bytes_per_s": warm.bytes_per_s,
+                "buffered_bytes": cold.nbytes,
+                "disk_seq_bytes_per_s": max(cold.bytes_per_s, out.get("direct_bytes_per_s", 0.0))})
+    out["page_cache_bytes_per_s"] = out["warm_buffered_bytes_per_s"]
+    log("rates: O_DIRECT {}, cold buffered {:.2f} GB/s, warm (page cache) {:.2f} GB/s".format(
+        f"{out['direct_bytes_per_s'] / GB:.2f} GB/s" if "direct_bytes_per_s" in out else out.get("direct_error"),
+        cold.bytes_per_s / GB, warm.bytes_per_s / GB))
+    return out
+
+
+def flags(command: str, preset: Preset, args: argparse.Namespace, root: Path, out_dir: Path,
+          ram_flag: bool, *, resident: bool = False) -> list[str]:
+    """The CLI's arguments for `plan` or `run` under this preset (`resident`: the reference run)."""
+    size = SIZES[preset.kind]
+    argv = [command, "--model", str(root), "--device", args.device, "--json", "--height", str(size["height"]),
+            "--width", str(size["width"]), "--guidance", str(size["guidance"])]
+    if "frames" in size:
+        argv += ["--frames", str(size["frames"])]
+    if resident:
+        argv += ["--mode", "resident"]
+    else:
+        vram = args.vram_budget or preset.vram_budget
+        if vram and not args.cpu:
+            argv += ["--vram-budget", vram]
+        ram = args.ram_budget or preset.ram_budget
+        if ram and ram_flag:
+            argv += [args.ram_flag, ram]
+        argv += shlex.split(args.extra)
+    if command == "run":
+        name = ("resident-" if resident else "") + size["output"]
+        argv += ["--steps", str(args.steps or preset.steps), "--prompt", "a red fox in the snow", "--seed", "3",
+                 "--output", str(out_dir / name), "--overwrite"]
+    return argv
+
+
+def call(argv: list[str], cache: Path, args: argparse.Namespace, deadline: Deadline) -> dict[str, Any]:
+    """One CLI child, watched; its JSON document (or its one error line) and its memory peaks."""
+    timeout = deadline.left(args.run_timeout)
+    if timeout is None:
+        return {"skipped": "the harness's --deadline-s ran out"}
+    log("omni-console " + " ".join(argv))
+    env = {**os.environ, "OMNI_CONSOLE_CACHE_DIR": str(cache)}
+    watched = run_watched([sys.executable, *CLI, *argv], env=env, timeout=timeout, oom_score_adj=1000,
+                          nvml_index=None if args.cpu or argv[0] != "run" else args.gpu)
+    result: dict[str, Any] = {"argv": argv, **watched.summary()}
+    if watched.returncode == 0:
+        try:
+            result["doc"] = json.loads(watched.stdout)
+        except json.JSONDecodeError:
+            result["error"] = "stdout was not JSON"
+    else:
+        lines = [ln for ln in watched.stderr.strip().splitlines() if "kept in float32" not in ln]
+        errors = [ln for ln in lines if ln.startswith("omni-console:")]
+        result["error"] = (errors or lines or [f"exit {watched.returncode}"])[-1]
+        if watched.returncode == -9 and not watched.timed_out:
+            result["error"] += " (SIGKILL: the kernel's OOM killer?)"
+        result["stderr_tail"] = lines[-20:]
+    log(f"  exit {watched.returncode}, {watched.wall_s:.1f} s, peak RSS "
+        f"{(watched.peak_rss or 0) / GB:.2f} GB" + (f": {result['error']}" if "error" in result else ""))
+    return result
+
+
+@contextlib.contextmanager
+def card_and_host(preset: Preset, args: argparse.Namespace, entry: dict[str, Any]) -> Iterator[None]:
+    """The card's ballast (first: its own host memory is then outside the host), then the host limiter."""
+    with contextlib.ExitStack() as stack:
+        card = args.card_gb if args.card_gb is not None else preset.card_gb
+        if card is not None and not args.cpu:
+            from .ballast import ballast
+
+            held = stack.enter_context(ballast(card, args.gpu))
+            entry["card"] = {"card_gb": card, "free_cuda": held.free_cuda, "free_nvml": held.free_nvml}
+        host = host_bytes(preset, args)
+        if host is not None:
+            limit = stack.enter_context(host_limit(host, max_hold=args.max_hold))
+            entry["host_limit"] = asdict(limit)
+            log(f"host of {host / GB:.2f} GB: MemAvailable {limit.available_before / GB:.2f} -> "
+                f"{limit.available_after / GB:.2f} GB, {limit.held / GB:.2f} GB locked (OOM {limit.oom})")
+        yield
+
+
+def host_bytes(preset: Preset, args: argparse.Namespace) -> int | None:
+    """The simulated host's bytes: --host-margin-mb (the available memory less that), --host-gb, else the preset's."""
+    if args.host_margin_mb is not None:
+        return available() - args.host_margin_mb * 2**20
+    gb = args.host_gb if args.host_gb is not None else preset.host_gb
+    return None if gb is None else int(gb * GB)
+
+
+def run_preset(name: str, args: argparse.Namespace, deadline: Deadline, ram_flag: bool) -> dict[str, Any]:
+    preset = PRESETS[name]
+    root = Path(args.dir or DEFAULT_DIRS[preset.kind])
+    entry: dict[str, Any] = {"preset": name, "settings": asdict(preset), "model": str(root),
+                             "ram_flag_supported": ram_flag, "no_waste": preset.no_waste}
+    entry["write_s"] = write_model(preset.kind, root)
+    files = checkpoint_files(root)
+    entry["checkpoint_bytes"] = sum(p.stat().st_size for p in files)
+    if str(root) not in _RATES:  # once per checkpoint and harness run
+        _RATES[str(root)] = measure_rates(files, args)
+    entry["rates"] = _RATES[str(root)]
+    work = Path(tempfile.mkdtemp(prefix=f"host-tiers-{name}-"))
+    if preset.resident_reference:
+        (work / "resident").mkdir()
+        ref = call(flags("run", preset, args, root, work, ram_flag, resident=True), work / "resident", args, deadline)
+        entry["resident"] = {k: v for k, v in ref.items() if k != "doc"}
+        if "doc" in ref:
+            entry["resident"]["steady_step_s"] = steady_step(ref["doc"])
+    cache = work / "cache"
+    cache.mkdir()
+    entry["available_before"] = available()
+    with card_and_host(preset, args, entry):
+        entry["host_bytes"] = entry.get("host_limit", {}).get("host_bytes")
+        for step in ("plan", "run", "plan_after"):
+            drop(files)
+            entry[f"cache_before_{step}"] = asdict(cache_state(files))
+            result = call(flags("run" if step == "run" else "plan", preset, args, root, work, ram_flag), cache,
+                          args, deadline)
+            if "doc" in result:
+                entry[f"{step}_doc"] = result.pop("doc")
+            entry[step] = result
+            if "host_limit" in entry and not _alive(entry["host_limit"]["pid"]):
+                # the OOM killer took the limiter: from here on the host was not N GB
+                entry["host_void"] = f"the host limiter died during {step}"
+                log(f"  VOID: {entry['host_void']}")
+                break
+        if "host_limit" in entry:
+            entry["host_limit"]["alive_after"] = _alive(entry["host_limit"]["pid"])
+    entry["available_after_release"] = available()
+    if preset.resident_reference:
+        out = SIZES[preset.kind]["output"]
+        entry["identical_to_resident"] = same_output(work / out, work / f"resident-{out}")
+    entry["ratios"] = ratios(entry, dict(k.split("=", 1) for k in args.key))
+    return entry
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = harness.parser(__doc__, out="host_tiers.json")
+    p.add_argument("--presets", nargs="+", choices=sorted(PRESETS), default=["flux16"])
+    p.add_argument("--dir", type=Path, default=None, help="model directory (default per kind; written if missing)")
+    p.add_argument("--cpu", action="store_true", help="run the CLI on the CPU: no card, no NVML (CI, the tiny preset)")
+    p.add_argument("--gpu", type=int, default=0)
+    p.add_argument("--host-gb", type=float, default=None, help="the simulated host (default: the preset's)")
+    p.add_argument("--host-margin-mb", type=int, default=None,
+                   help="simulate a host of the available memory less this (a tiny limit: the CPU test)")
+    p.add_argument("--max-hold", type=int, default=None, help="lock at most this many bytes (tests)")
+    p.add_argument("--card-gb", type=float, default=None, help="the simulated card (default: the preset's)")
+    p.add_argument("--ram-budget", default=None, help="override the preset's --ram-budget value")
+    p.add_argument("--vram-budget", default=None, help="override the preset's --vram-budget value")
+    p.add_argument("--ram-flag", default="--ram-budget", help="the CLI's host-budget flag (used if run lists it)")
+    p.add_argument("--extra", default="", help="more flags for plan and run, e.g. '--stream-dtype float8_e4m3fn'")
+    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--rate-gb", type=float, default=8.0, help="bytes read to time each tier (default 8 GB)")
+    p.add_argument("--depth", type=int, default=DEPTH, help="reads in flight")
+    p.add_argument("--chunk-mb", type=int, default=CHUNK // 2**20)
+    p.add_argument("--run-timeout", type=float, default=420.0, help="seconds for one CLI child")
+    p.add_argument("--deadline-s", type=float, default=540.0, help="the whole harness's time box")
+    p.add_argument("--key", action="append", default=[], metavar="FIGURE=a.b.c",
+                   help="read a figure from this key first (names in host_tiers_figures.KEYS)")
+    p.add_argument("--dry-run", action="store_true", help="print each preset's commands; run nothing")
+    args = p.parse_args(argv)
+    args.device = "cpu" if args.cpu else f"cuda:{args.gpu}"
+    return args
+
+
+def dry_run(args: argparse.Namespace, ram_flag: bool) -> None:
+    work = Path("/tmp/host-tiers-dry")
+    for name in args.presets:
+        preset, root = PRESETS[name], Path(args.dir or DEFAULT_DIRS[PRESETS[name].kind])
+        host = host_bytes(preset, args)
+        print(f"{name}: {preset.kind} at {root}; host {'whole' if host is None else f'{host / GB:.2f} GB'}, "
+              f"card {preset.card_gb or 'whole'} GB; --ram-budget {'used' if ram_flag else 'not in this CLI'}")
+        if preset.resident_reference:
+            print("  omni-console " + " ".join(flags("run", preset, args, root, work, ram_flag, resident=True)))
+        for command in ("plan", "run", "plan"):
+            print("  omni-console " + " ".join(flags(command, preset, args, root, work, ram_flag)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    for name in args.presets:  # a host this machine cannot simulate is refused before anything runs
+        host = host_bytes(PRESETS[name], args)
+        if host is not None and not args.dry_run and available() <= host:
+            print(f"host_tiers: cannot simulate a {host / GB:.2f} GB host ({name}): only "
+                  f"{available() / GB:.2f} GB available", file=sys.stderr)
+            return 2
+    ram_flag = cli_supports(args.ram_flag)
+    if args.dry_run:
+        dry_run(args, ram_flag)
+        return 0
+    deadline = Deadline(args.deadline_s)
+    report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "command": [sys.executable, "-m",
+                              "benchmarks.host_tiers", *(argv if argv is not None else sys.argv[1:])],
+                              "ram_flag_supported": ram_flag, "mem_total_and_available": _meminfo(),
+                              "presets": []}
+    for name in args.presets:
+        try:
+            report["presets"].append(run_preset(name, args, deadline, ram_flag))
+        except HostLimitError as exc:
+            print(f"host_tiers: {exc}", file=sys.stderr)
+            return 2
+        report["table"] = table(report["presets"])
+        harness.write(report, args, device=args.device)  # partial results survive a later failure
+    print(report["table"], flush=True)
+    log(f"wrote {args.out}")
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
+def _meminfo() -> dict[str, int]:
+    fields = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("MemTotal", "MemAvailable", "Cached", "SwapTotal"):
+            fields[key] = int(rest.split()[0]) * 1024
+    return fields
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""The figures issue 35's "Done when" asks for, read out of `plan --json` / `run --json` documents.
+
+The host forecast, the tier planner and the file tiers are being written beside this harness, so their
+JSON keys are not settled: every figure is read from a list of candidate dotted keys (the first one
+present wins; `--key NAME=a.b.c` puts another first), and every numeric field whose path names the
+host, a tier, RAM or the disk is kept verbatim in the report (`host_fields`), so a figure can be
+recomputed from the JSON whatever the keys turn out to be.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+GB = 1e9
+NO_WASTE_SLACK = 1.5 * GB  # "peak RSS at most the pinned and staged bytes the plan names, plus 1.5 GB"
+
+# figure -> candidate dotted keys, best first (plan = `plan --json`, run = `run --json`)
+KEYS: dict[str, list[str]] = {
+    "plan_host_peak": ["host_forecast.peak_bytes", "request_forecast.host_peak_bytes", "host.peak_bytes",
+                       "request_forecast.host.peak_bytes", "forecast.host_peak_bytes"],
+    "plan_step_floor": ["request_forecast.step_floor_seconds", "tier_plan.step_floor_seconds"],
+    "plan_step": ["request_forecast.step_seconds"],
+    "plan_pinned": ["forecast.pinned_host_bytes"],
+    "plan_ram_budget": ["ram_plan.budget_bytes", "tier_plan.budget_bytes", "auto_plan.ram_budget_bytes",
+                        "host_forecast.budget_bytes"],
+    "run_host_peak_forecast": ["host_check.predicted_peak_bytes", "forecast_check.predicted_host_peak_bytes"],
+    "run_host_peak_measured": ["host_check.measured_peak_bytes", "forecast_check.measured_host_peak_bytes",
+                               "telemetry.host_rss_peak"],
+    "run_disk_rate": ["staging.disk_bytes_per_s", "staging.by_tier.disk.bytes_per_s", "tiers.disk.bytes_per_s",
+                      "host_tiers.disk.bytes_per_s"],
+    "run_step_floor": ["forecast_check.predicted_step_floor_s", "forecast_check.predicted_step_s"],
+}
+_HOST_WORDS = ("host", "tier", "ram", "disk", "page_cache", "pinned", "bounce", "rss")
+
+
+def lookup(doc: Any, dotted: str) -> Any:
+    """doc["a"]["b"]... for "a.b..." (list items by index); None where a step is missing."""
+    node = doc
+    for part in dotted.split("."):
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def figure(doc: Any, name: str, overrides: Mapping[str, str] | None = None) -> tuple[Any, str | None]:
+    """The figure `name` from `doc` and the key it came from (None, None: no candidate present)."""
+    keys = ([overrides[name]] if overrides and name in overrides else []) + KEYS[name]
+    for key in keys:
+        value = lookup(doc, key)
+        if value is not None:
+            return value, key
+    return None, None
+
+
+def host_fields(doc: Any, prefix: str = "") -> dict[str, Any]:
+    """Every number (or short list of them) whose dotted path names the host, a tier, RAM or the disk."""
+    found: dict[str, Any] = {}
+    if isinstance(doc, Mapping):
+        for key, value in doc.items():
+            path = f"{prefix}{key}"
+            if isinstance(value, Mapping | list):
+                found.update(host_fields(value, path + "."))
+            elif isinstance(value, int | float | str) and not isinstance(value, bool) \
+                    and any(w in path.lower() for w in _HOST_WORDS) and len(str(value)) < 200:
+                found[path] = value
+    elif isinstance(doc, list) and len(doc) <= 256:
+        for i, value in enumerate(doc):
+            found.update(host_fields(value, f"{prefix}{i}."))
+    return found
+
+
+def steady_step(run_doc: Mapping[str, Any]) -> float | None:
+    """The median denoise step after the first (the first when there is one)."""
+    steps = [s["wall_s"] for s in run_doc.get("steps", [])]
+    if not steps:
+        return None
+    return statistics.median(steps[1:]) if len(steps) > 1 else steps[0]
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 4) if a is not None and b else None
+
+
+def same_output(a: Path, b: Path) -> bool | None:
+    """Whether two outputs hold the same pixels (images by PIL, videos frame by frame by PyAV); None when
+    either is missing or unreadable."""
+    import numpy as np
+
+    if not a.is_file() or not b.is_file():
+        return None
+    try:
+        if a.suffix == ".mp4":
+            import av
+
+            def frames(p: Path) -> list[Any]:
+                with av.open(str(p)) as container:
+                    return [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+
+            fa, fb = frames(a), frames(b)
+            return len(fa) == len(fb) and all(np.array_equal(x, y) for x, y in zip(fa, fb, strict=True))
+        from PIL import Image
+
+        return bool(np.array_equal(np.asarray(Image.open(a)), np.asarray(Image.open(b))))
+    except Exception:  # noqa: BLE001 - a broken output is "not comparable", the run's own error says why
+        return None
+
+
+def ratios(entry: Mapping[str, Any], overrides: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The issue's ratios for one preset's entry (None where a figure is missing)."""
+    run, plan, after = entry.get("run_doc") or {}, entry.get("plan_doc") or {}, entry.get("plan_after_doc") or {}
+    watched = entry.get("run") or {}
+    peak = watched.get("peak_rss")
+    step = steady_step(run) if run else None
+    floor, floor_key = figure(plan, "plan_step_floor", overrides)
+    host_before, host_key = figure(plan, "plan_host_peak", overrides)
+    host_after, _ = figure(after, "plan_host_peak", overrides)
+    pinned, _ = figure(plan, "plan_pinned", overrides)
+    engine_disk, disk_key = figure(run, "run_disk_rate", overrides)
+    rates = entry.get("rates") or {}
+    out: dict[str, Any] = {
+        "steady_step_s": step, "step_floor_s": floor, "step_floor_key": floor_key,
+        "step_over_floor": ratio(step, floor),
+        "peak_rss": peak, "host_bytes": entry.get("host_bytes"),
+        "peak_rss_over_host": ratio(peak, entry.get("host_bytes")),
+        "host_forecast_key": host_key, "host_forecast_before": host_before, "host_forecast_after": host_after,
+        "peak_rss_over_forecast_before": ratio(peak, host_before),
+        "peak_rss_over_forecast_after": ratio(peak, host_after),
+        "engine_disk_rate": engine_disk, "engine_disk_rate_key": disk_key,
+        "engine_disk_over_seq": ratio(engine_disk, rates.get("disk_seq_bytes_per_s")),
+        "harness_direct_over_cold_buffered": ratio(rates.get("direct_bytes_per_s"),
+                                                   rates.get("cold_buffered_bytes_per_s")),
+    }
+    if entry.get("no_waste"):
+        limit = pinned + NO_WASTE_SLACK if pinned is not None else None
+        out.update({"plan_pinned_bytes": pinned, "no_waste_limit": limit,
+                    "peak_rss_over_no_waste_limit": ratio(peak, limit)})
+    resident = entry.get("resident") or {}
+    if resident:
+        out["resident_step_s"] = resident.get("steady_step_s")
+        out["step_over_resident"] = ratio(step, resident.get("steady_step_s"))
+        out["identical_to_resident"] = entry.get("identical_to_resident")
+    return out
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if unit == "GB":
+        return f"{value / GB:.2f} GB"
+    if unit == "GB/s":
+        return f"{value / GB:.2f} GB/s"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def table(entries: Sequence[Mapping[str, Any]]) -> str:
+    """One line per preset: exit code, peak RSS against the host, step against its floor (and resident),
+    the host forecast against the peak, the engine's disk rate against the disk's."""
+    head = ("preset", "exit", "peak RSS", "host", "peak/host", "step", "floor", "step/floor", "step/resident",
+            "identical", "forecast", "peak/fc before", "peak/fc after", "no-waste ratio", "disk seq",
+            "engine disk/seq")
+    rows = [head]
+    for e in entries:
+        r = e.get("ratios") or {}
+        name = e["preset"] + (" (VOID: host limiter died)" if e.get("host_void") else "")
+        rows.append((name, _fmt((e.get("run") or {}).get("returncode")), _fmt(r.get("peak_rss"), "GB"),
+                     _fmt(r.get("host_bytes"), "GB"), _fmt(r.get("peak_rss_over_host")),
+                     _fmt(r.get("steady_step_s")), _fmt(r.get("step_floor_s")), _fmt(r.get("step_over_floor")),
+                     _fmt(r.get("step_over_resident")), _fmt(r.get("identical_to_resident")),
+                     _fmt(r.get("host_forecast_before"), "GB"), _fmt(r.get("peak_rss_over_forecast_before")),
+                     _fmt(r.get("peak_rss_over_forecast_after")), _fmt(r.get("peak_rss_over_no_waste_limit")),
+                     _fmt((e.get("rates") or {}).get("disk_seq_bytes_per_s"), "GB/s"),
+                     _fmt(r.get("engine_disk_over_seq"))))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(head))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)

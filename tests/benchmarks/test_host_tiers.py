@@ -1,0 +1,167 @@
+"""benchmarks/host_tiers.py must work the first time on the GPU machine: every part that runs on a CPU is
+checked here (the host limiter, the page-cache drop and its mincore check, the read-rate timer, the child's
+memory peaks, the figures, and the whole harness on the tiny demo model under a tiny host limit)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.child_watch import run_watched
+from benchmarks.file_cache import cache_state, checkpoint_files, drop, read_rate
+from benchmarks.host_limit import HostLimitError, available, host_limit
+from benchmarks.host_tiers_figures import figure, ratios, same_output
+
+ROOT = Path(__file__).resolve().parents[2]
+MiB = 2**20
+
+
+def _harness(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "benchmarks.host_tiers", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _locked_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmLck:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmLck line")
+
+
+def test_the_host_limiter_locks_what_it_reports_and_releases_it_after() -> None:
+    with host_limit(available() - 256 * MiB, max_hold=4 * MiB) as host:
+        assert host.held == 4 * MiB
+        assert _locked_bytes(host.pid) == host.held  # page-locked, not merely mapped
+        assert host.available_before > host.host_bytes
+        pid = host.pid
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_the_host_limiter_refuses_a_host_larger_than_what_is_available() -> None:
+    with pytest.raises(HostLimitError, match="only .* bytes available") as caught, host_limit(available() * 4):
+        pass
+    assert "\n" not in str(caught.value)
+
+
+def _cacheable_file(tmp_path: Path, size: int) -> Path:
+    path = tmp_path / "model" / "weights.safetensors"
+    path.parent.mkdir()
+    path.write_bytes(os.urandom(size))
+    if cache_state([path]).cached_bytes == 0:
+        pytest.skip("this filesystem does not keep written pages in the page cache")
+    return path
+
+
+def test_a_drop_empties_the_files_page_cache_and_only_a_buffered_read_fills_it(tmp_path: Path) -> None:
+    size = 8 * MiB + 123  # a tail that is not whole pages
+    path = _cacheable_file(tmp_path, size)
+    drop([path])
+    assert cache_state([path]).cached_bytes == 0
+    try:
+        direct = read_rate([path], direct=True, chunk=MiB, depth=3)
+    except OSError:
+        pytest.skip("this filesystem refuses O_DIRECT")
+    assert direct.nbytes == size and direct.bytes_per_s > 0
+    assert cache_state([path]).cached_bytes == 0  # O_DIRECT went around the cache
+    buffered = read_rate([path], direct=False, chunk=MiB, depth=3)
+    assert buffered.nbytes == size
+    assert cache_state([path]).fraction == 1.0
+
+
+def test_a_read_stops_at_its_limit_and_the_file_list_follows_no_symlink(tmp_path: Path) -> None:
+    path = _cacheable_file(tmp_path, 4 * MiB)
+    (tmp_path / "outside.bin").write_bytes(b"x" * 4096)
+    (path.parent / "link.bin").symlink_to(tmp_path / "outside.bin")
+    assert checkpoint_files(path.parent) == [path]
+    assert read_rate([path], direct=False, limit=MiB, chunk=MiB, depth=2).nbytes == MiB
+
+
+def test_the_watcher_sees_a_childs_peak_rss_and_kills_it_at_its_timeout() -> None:
+    code = "import time; b = bytearray(96 * 2**20); b[::4096] = b'x' * len(b[::4096]); time.sleep(0.3); print('ok')"
+    watched = run_watched([sys.executable, "-c", code], interval=0.02)
+    assert watched.returncode == 0 and watched.stdout.strip() == "ok"
+    assert watched.peak_rss is not None and watched.peak_rss >= 96 * MiB
+    assert watched.unreclaimable_peak is not None and watched.unreclaimable_peak >= 96 * MiB
+    slow = run_watched([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+    assert slow.timed_out and slow.returncode == -9 and slow.wall_s < 10
+
+
+def test_the_watched_child_is_the_oom_killers_first_choice_when_asked() -> None:
+    code = "print(open('/proc/self/oom_score_adj').read().strip())"
+    assert run_watched([sys.executable, "-c", code], oom_score_adj=1000).stdout.strip() == "1000"
+    assert run_watched([sys.executable, "-c", code]).stdout.strip() != "1000"
+
+
+def test_figures_come_from_the_first_key_present_and_an_override_goes_first() -> None:
+    plan = {"request_forecast": {"step_floor_seconds": 0.5, "host_peak_bytes": 10}, "mine": {"host": 12}}
+    assert figure(plan, "plan_step_floor") == (0.5, "request_forecast.step_floor_seconds")
+    assert figure(plan, "plan_host_peak") == (10, "request_forecast.host_peak_bytes")
+    assert figure(plan, "plan_host_peak", {"plan_host_peak": "mine.host"}) == (12, "mine.host")
+    assert figure({}, "plan_host_peak") == (None, None)
+
+
+def test_the_ratios_of_a_no_waste_entry() -> None:
+    entry = {"no_waste": True, "host_bytes": None,
+             "plan_doc": {"forecast": {"pinned_host_bytes": 10 * 10**9},
+                          "request_forecast": {"step_floor_seconds": 0.4}},
+             "run_doc": {"steps": [{"wall_s": 0.9}, {"wall_s": 0.5}, {"wall_s": 0.3}]},
+             "run": {"peak_rss": 23 * 10**9}, "rates": {"disk_seq_bytes_per_s": 2e9}}
+    r = ratios(entry)
+    assert r["steady_step_s"] == 0.4 and r["step_over_floor"] == 1.0  # the median after the first step
+    assert r["no_waste_limit"] == 11.5e9 and r["peak_rss_over_no_waste_limit"] == 2.0
+    assert r["peak_rss_over_host"] is None and r["engine_disk_over_seq"] is None
+
+
+def test_same_output_compares_pixels(tmp_path: Path) -> None:
+    from PIL import Image
+
+    a, b, c = tmp_path / "a.png", tmp_path / "b.png", tmp_path / "c.png"
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(a)
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(b)
+    Image.new("RGB", (8, 8), (1, 2, 4)).save(c)
+    assert same_output(a, b) is True and same_output(a, c) is False and same_output(a, tmp_path / "none") is None
+
+
+def test_a_host_the_machine_cannot_simulate_is_refused_in_one_line_before_anything_runs(tmp_path: Path) -> None:
+    done = _harness("--presets", "tiny", "--cpu", "--dir", str(tmp_path / "m"), "--host-gb", "1000000",
+                    "--out", str(tmp_path / "r.json"), timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("host_tiers: cannot simulate") and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "m").exists() and not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.slow
+def test_the_dry_run_shows_the_commands_and_uses_the_host_flag_only_where_the_cli_has_it(tmp_path: Path) -> None:
+    listed = _harness("--presets", "flux16", "wan32", "--dry-run", "--ram-flag=--prefetch-slots")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert sum("--vram-budget auto --prefetch-slots auto" in ln for ln in lines) == 6  # 2 plans + 1 run each
+    assert any("--mode resident" in ln and "--frames 81" in ln and "--guidance 5.0" in ln for ln in lines)
+    missing = _harness("--presets", "flux16", "--dry-run", "--ram-flag=--no-such-flag")
+    assert missing.returncode == 0 and "--no-such-flag" not in missing.stdout.split("\n", 1)[1]
+
+
+@pytest.mark.slow
+def test_the_tiny_preset_runs_the_whole_harness_on_the_cpu_under_a_tiny_host_limit(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    done = _harness("--presets", "tiny", "--cpu", "--dir", str(tmp_path / "demo"), "--host-margin-mb", "256",
+                    "--max-hold", str(4 * MiB), "--rate-gb", "0.01", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    entry = report["presets"][0]
+    assert entry["host_limit"]["held"] == 4 * MiB and entry["host_limit"]["alive_after"] is True
+    for step in ("plan", "run", "plan_after"):
+        assert entry[step]["returncode"] == 0, entry[step].get("error")
+        assert entry[f"cache_before_{step}"]["cached_bytes"] == 0  # dropped, and checked
+    assert entry["run"]["peak_rss"] > 50 * MiB  # torch alone is more
+    assert entry["run_doc"]["schema"].startswith("omni-console.run-report/")
+    assert entry["rates"]["disk_seq_bytes_per_s"] > 0 and entry["rates"]["buffered_bytes"] > 0
+    assert entry["ratios"]["peak_rss_over_host"] == round(entry["run"]["peak_rss"] / entry["host_bytes"], 4)
+    assert report["environment"]["device"] == "cpu"
+    assert (tmp_path / "demo" / "model_index.json").exists()
+    assert "tiny" in done.stdout.splitlines()[-2]  # the table's row
