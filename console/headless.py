@@ -110,7 +110,7 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
         prefer_expandable_segments()  # before CUDA's allocator starts (run_memory)
     # with a budget, live re-plan: an out-of-memory step-down can then move resident blocks (oom_guard)
     engine = guard.run(lambda: open_engine(model_path, device=flags.device, variant=args.variant,
-                                           options=EngineOptions(live_replan=flags.budget is not None)))
+                                           options=EngineOptions(live_replan=_live(flags))))
     try:
         plan = engine.make_plan(flags.policy)  # policy against the model, before anything is allocated
         steps = schedule_steps(args.steps, flags.options.params)  # a sigmas/timesteps list sets the count
@@ -121,7 +121,7 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
         run = checked_request(engine.model, request, flags.options, args.output, overwrite=args.overwrite)
         # with a budget, before load: nothing fits is one line and exit 2
         planned = plan_for(engine, plan, flags.budget, request_size(run.request), ram_budget=flags.ram_budget,
-                           live=flags.budget is not None)
+                           live=_live(flags))
         plan = planned.plan
         if planned.auto is not None:
             flags = replace(flags, policy=plan.policy, overhead=planned.auto.overhead)
@@ -136,6 +136,12 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
         return _load_generate_report(args, flags, engine, plan, run, guard)
     finally:
         engine.close()
+
+
+def _live(flags: RunFlags) -> bool:
+    """Whether `run` loads with live re-plan masters: under a `--vram-budget` (an out-of-memory step-down can then
+    move resident blocks), unless a `--ram-budget` plans the host, which cannot hold a master of everything."""
+    return flags.budget is not None and flags.ram_budget is None
 
 
 def _ram_doc(ram: Any) -> dict[str, Any] | None:
@@ -166,7 +172,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
     memory = RunMemory.start(engine.device, engine.device_name, flags.budget, flags.overhead)
     stage, failure, result = "load", None, None
     try:
-        load = guard.run(engine.load, flags.policy, guard.cancel)
+        load = guard.run(engine.load, flags.policy, guard.cancel, plan.tiers)
         stage = "generation"
         result = guard.run(engine.generate, run.request, guard.cancel)
         final = sampler.sample_now(publish=True)

@@ -25,6 +25,7 @@ from ..offload.errors import PolicyError
 from ..offload.events import EventBus, LogEvent
 from ..offload.pinned import HostArena, register_seconds_total
 from ..offload.policy import OffloadPolicy
+from ..offload.tiers import HostTiers
 from .events import LoadProgress, Replanned, RequestFinished, RequestPhases, RequestStarted
 from .lifecycle import EngineState, EngineStateError, Lifecycle
 from .loading.loader import LoadCancelled, pipeline_class, start_loading
@@ -92,9 +93,12 @@ class Engine(Lifecycle):
         self._request_ids = itertools.count(1)
         self._lock = threading.RLock()
 
-    def make_plan(self, policy: OffloadPolicy) -> Plan:
-        """Validate a policy against this model (PolicyError) and forecast it; allocates nothing."""
+    def make_plan(self, policy: OffloadPolicy, tiers: HostTiers | None = None) -> Plan:
+        """Validate a policy against this model (PolicyError) and forecast it; allocates nothing. `tiers`: the
+        host tiers a `--ram-budget` chose (engine/planning/ram_plan.py), else every block pinned."""
         plan = make_plan(self.model, policy)
+        if tiers is not None:
+            plan = replace(plan, tiers=tiers)
         why = unsupported_tiers(plan, live=self.options.live_replan, ranks=self.world > 1)
         if why is not None:
             raise PolicyError(why)
@@ -146,10 +150,11 @@ class Engine(Lifecycle):
         self._prepared = True
         return time.perf_counter() - start
 
-    def load(self, policy: OffloadPolicy, cancel: threading.Event | None = None) -> LoadReport:
+    def load(self, policy: OffloadPolicy, cancel: threading.Event | None = None, tiers: HostTiers | None = None
+             ) -> LoadReport:
         with self._lock:
             self._check_loadable()
-            plan = self.make_plan(policy)  # invalid policy: clear error before anything is allocated
+            plan = self.make_plan(policy, tiers)  # invalid policy: clear error before anything is allocated
             self.plan = plan
             self.failure = None
             self._set_state(EngineState.LOADING, f"mode={policy.mode}")

@@ -139,7 +139,7 @@ class LeanPhaseDoc(Document):
 class HostPartDoc(Document):
     """One named share of the host peak and the phases that hold it."""
 
-    name: str = Field(description="process baseline, pinned DiT blocks, pinned staged masters, encoder layer "
+    name: str = Field(description="process baseline, pinned blocks, pinned staged masters, encoder layer "
                                   "ring arena, bounce ring, load read buffers, device weights (CPU), decoded output")
     bytes: int = Field(ge=0)
     phases: list[str] = Field(description="load, text_encoding, denoise, vae_decode")

@@ -10,7 +10,7 @@ some phases (load, text encoding, denoise, VAE decode):
   host side arrive with the first request; RSS fell back to 2.02-2.05 GB once the engine released
   everything). A CPU process has no CUDA libraries (`CPU_BASELINE_*`). The profile learns the
   baseline of this model and plan from a measured request (`learned_baseline`);
-- pinned DiT blocks: the streamer's arena (every block with live re-plan or two experts, else the
+- pinned blocks: the streamer's arena (every block with live re-plan or two experts, else the
   streamed ones); the tier of each (`Plan.tiers`): a block in the page cache or on disk costs no bytes;
 - pinned staged masters: each staged encoder/VAE's master (with live re-plan every encoder/VAE), unless
   its tier is the page cache or disk;
@@ -81,14 +81,13 @@ def decoded_output_bytes(request: RequestSize | None) -> int:
 
 
 def block_bytes(plan: Plan, keep_masters: bool) -> tuple[int, int]:
-    """(pinned, file-tier) bytes of the DiT arena's blocks. `Plan.tiers.blocks` is indexed by streamed
-    block (execution order); resident blocks kept as masters are always pinned."""
+    """(pinned, largest file-tier) bytes of the block arena's blocks. `Plan.tiers.blocks` is indexed over
+    every block of `Plan.blocks` (execution order, as the streamer takes it); resident blocks kept as masters
+    are always pinned."""
     pinned = file_tier = largest_file = 0
-    streamed_index = 0
-    for b in plan.blocks:
+    for i, b in enumerate(plan.blocks):
         if b.streamed:
-            tier = plan.tiers.block(streamed_index)
-            streamed_index += 1
+            tier = plan.tiers.block(i)
         elif keep_masters:
             tier = "pinned"
         else:
@@ -158,7 +157,7 @@ def host_forecast(plan: Plan, request: RequestSize | None = None, *, live_replan
     parts = [
         HostPart("process baseline at load", load_base, ("load",)),
         HostPart("process baseline", run_base, RUN_PHASES),
-        HostPart("pinned DiT blocks", blocks_pinned),
+        HostPart("pinned blocks", blocks_pinned),
         HostPart("pinned staged masters", masters_pinned),
         HostPart("encoder layer ring arena", layer_ring_arena_bytes(plan)),
         HostPart("bounce ring", bounce_ring_bytes(ring_block) if file_tiers else 0),

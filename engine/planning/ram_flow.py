@@ -33,7 +33,7 @@ def ram_plan_for(plan: Plan, budget: int, size: RequestSize, device: str, live: 
     compute = None
     if profile is not None and profile.block_compute_s:
         compute = sum(profile.block_compute_s) + profile.other_s
-    chosen = ram_plan(plan, budget, rates, compute, live, said)
+    chosen = ram_plan(plan, budget, rates, compute, live, said, size=size, on_cpu=device.startswith("cpu"))
     if compute is not None and profile is not None:
         fps = profile.forwards_per_step
         cost = chosen.choice.cost

@@ -8,48 +8,48 @@ Torch-free. A plan's host items (tier_cost.HostItem), indexed as `HostTiers` is 
   what the budget must hold. A block the host does not keep is given "pinned" (no file tier to read);
 - every staged encoder/VAE's master (with live re-plan masters: every encoder/VAE), by component name: cold.
 
-`fixed_host_bytes` is what the host holds besides those: the process itself and its transients, plus pinned bytes
-the forecast counts beyond the masters (an encoder streamed layer by layer pins its layers a second time). The
-lead replaces it by the host forecast (engine/planning/host_forecast.py) once merged.
+`fixed_host_bytes` is what the host holds besides those, from the host forecast (engine/planning/host_forecast.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
-from ...offload.tiers import HostTiers, Tier, TierRates
+from ...offload.tiers import ALL_PINNED, HostTiers, Tier, TierRates
 from ...offload.units import format_bytes, format_rate, format_seconds
+from .host_forecast import host_forecast
 from .plan import Plan
+from .request_profile import RequestSize
 from .tier_cost import HostItem, known_rates
 from .tier_plan import TierChoice, choose_tiers
 
-HOST_BASELINE = 1_500_000_000  # Python, torch, diffusers and the load's transients: the issue's "no waste" margin
 Key = tuple[Literal["block", "component"], int | str]
 
 
 def host_items(plan: Plan, live: bool = False) -> tuple[list[HostItem], list[Key]]:
-    """The host items of `plan` and what each one is (see the module docstring)."""
+    """The host items of `plan` that a load can read from a file tier, and what each one is: the streamed
+    blocks of a `run` load with one DiT (see the module docstring). What the runtime keeps pinned whatever the
+    tier (offload/tier_support.py: live re-plan masters, two experts' blocks, staged encoder/VAE masters,
+    which read from their files only in a later change) is in the fixed share instead."""
     items: list[HostItem] = []
     keys: list[Key] = []
-    expert_of = {n: i for i, e in enumerate(plan.experts) for n in range(e.start, e.stop)}
+    if live or plan.experts:
+        return items, keys
     for n, block in enumerate(plan.blocks):
-        if block.streamed or plan.experts or live:
-            items.append(HostItem(block.nbytes, hot=block.streamed, forward=expert_of.get(n, 0)))
+        if block.streamed:
+            items.append(HostItem(block.nbytes, hot=True))
             keys.append(("block", n))
-    for c in plan.components:
-        aux = c.info.role in ("encoder", "vae") and c.info.has_weights
-        if c.residency == "staged" or (live and aux and plan.policy.mode != "resident"):
-            items.append(HostItem(c.info.nbytes, hot=False))
-            keys.append(("component", c.info.name))
     return items, keys
 
 
-def fixed_host_bytes(plan: Plan, live: bool = False) -> int:
-    """The host bytes outside the planned items (see the module docstring)."""
+def fixed_host_bytes(plan: Plan, live: bool = False, size: RequestSize | None = None, on_cpu: bool = False) -> int:
+    """The host peak outside the planned items: the host forecast (engine/planning/host_forecast.py) of `plan`
+    with every item pinned, less the items' bytes."""
     items, _ = host_items(plan, live)
-    pinned = plan.forecast.pinned_host_bytes_live if live else plan.forecast.pinned_host_bytes
-    return HOST_BASELINE + max(0, pinned - sum(i.nbytes for i in items))
+    pinned = replace(plan, tiers=ALL_PINNED)
+    peak = host_forecast(pinned, size, live_replan=live, on_cpu=on_cpu).peak_bytes
+    return max(0, peak - sum(i.nbytes for i in items))
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +85,12 @@ def _count_line(kind: str, tiers: list[tuple[Tier, int]]) -> str:
 
 
 def ram_plan(plan: Plan, budget: int, rates: TierRates, compute_s: float | None = None, live: bool = False,
-             rate_notes: dict[str, str] | None = None, cap: int | None = None) -> RamPlan:
+             rate_notes: dict[str, str] | None = None, cap: int | None = None, size: RequestSize | None = None,
+             on_cpu: bool = False) -> RamPlan:
     """The tiers of `plan`'s host items for `budget` (raises NothingFitsHost), `compute_s` one forward's compute
     (None: unknown), `rate_notes` how each rate was obtained ("measured", "cached", "unmeasured default")."""
     items, keys = host_items(plan, live)
-    fixed = fixed_host_bytes(plan, live)
+    fixed = fixed_host_bytes(plan, live, size, on_cpu)
     choice = choose_tiers(items, budget, fixed, rates, compute_s, cap)
     tiers = _tiers(plan, keys, choice.tiers)
     cost, r, notes = choice.cost, known_rates(rates), rate_notes or {}
@@ -100,9 +101,10 @@ def ram_plan(plan: Plan, budget: int, rates: TierRates, compute_s: float | None 
     lines.append(f"pin cap {format_bytes(choice.pin_cap)}: max(40 %, min(90 %, budget - 4 GiB)) of the budget "
                  "(ComfyUI's Linux rule: page-locked memory cannot be reclaimed, the kernel keeps room for the "
                  "page cache)")
-    lines.append(f"fixed host bytes {format_bytes(fixed)}: the process and its transients"
-                 + (f", {format_bytes(fixed - HOST_BASELINE)} pinned beyond the masters" if fixed > HOST_BASELINE
-                    else ""))
+    lines.append(f"fixed host bytes {format_bytes(fixed)}: the host forecast without the file-tier candidates "
+                 "(the process, its transients, and what stays pinned: staged masters"
+                 + (", live re-plan masters" if live else "") + (", both experts' blocks" if plan.experts else "")
+                 + ")")
     block_tiers = [(t, i.nbytes) for i, k, t in zip(items, keys, choice.tiers, strict=True) if k[0] == "block"]
     if block_tiers:
         fp8 = f" (stored {plan.stream_dtype}: half the host bytes)" if plan.stream_dtype else ""

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ...offload.errors import PolicyError
 from ...offload.events import EventBus, LogEvent
 from ...offload.policy import OffloadPolicy
 from ..engine import GenerateResult, LoadReport
@@ -133,7 +134,9 @@ class GroupEngine(Lifecycle):
         raise EngineStateError("live re-plan needs one GPU: unload (u), change the policy, load (l)")
 
     # ---------------------------------------------------------------- load / unload
-    def load(self, policy: OffloadPolicy, cancel: threading.Event | None = None) -> LoadReport:
+    def load(self, policy: OffloadPolicy, cancel: threading.Event | None = None, tiers: Any = None) -> LoadReport:
+        if tiers is not None and not tiers.all_pinned:  # --ram-budget with --gpus is refused before (plan_for)
+            raise PolicyError("blocks read from the page cache or disk are not streamed across several GPUs yet")
         with self._lock:
             self._check_loadable()
             plan = self.make_plan(policy)

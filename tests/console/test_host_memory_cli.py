@@ -32,7 +32,7 @@ def test_plan_json_gives_the_host_peak_per_phase_from_its_parts(demo_model_dir: 
     blocks = sum(b for c in model.components for bl in c.block_lists for b in bl.block_bytes)
     staged = sum(model.component(n).nbytes for n in ("text_encoder", "text_encoder_2", "vae"))
     parts = {p["name"]: p for p in host["parts"]}
-    assert parts["pinned DiT blocks"]["bytes"] == blocks
+    assert parts["pinned blocks"]["bytes"] == blocks
     assert parts["pinned staged masters"]["bytes"] == staged
     assert parts["decoded output"]["bytes"] == 64 * 64 * 3 * 5 and parts["decoded output"]["phases"] == ["vae_decode"]
     for phase, peak in host["phase_peaks"].items():
@@ -57,7 +57,7 @@ def test_plan_piped_shows_the_host_rows(demo_model_dir: Path, cache: Path, capsy
     peak = next(r for r in rows if r[0].startswith("host peak RSS ("))
     assert peak[2] == "default baseline" and peak[1].endswith("MB")
     assert {r[0].strip() for r in rows} >= {"load", "text encoding", "denoise", "VAE decode",
-                                            "of which pinned DiT blocks", "of which decoded output"}
+                                            "of which pinned blocks", "of which decoded output"}
 
 
 def run_json(capsys, model: Path, out: Path) -> dict:

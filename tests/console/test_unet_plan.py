@@ -100,7 +100,7 @@ async def test_plan_screen_shows_the_unet_row_and_its_block_list(sdxl_dir: Path,
                 ("down_blocks.0", "3", "1", "2"), ("down_blocks.1", "4", "0", "4"), ("mid_block", "3", "0", "3")]
             text = screen_text(app)
             assert "UNet block lists" in text and "mid_block" in text
-            assert "UNet blocks cross the link once per UNet forward" in text
+            assert "streamed per UNet forward" in text and "UNet blocks; the copies add" in text
             assert "DiT" not in text  # the UNet's blocks are never called a DiT's on the screen
             await pilot.press("+")
             await pilot.pause()
