@@ -86,6 +86,8 @@ class RamPlanReport(Document):
     host_peak_bytes: int = Field(ge=0, description="the tier plan's host peak: fixed + pinned + bounce ring")
     page_cache_bytes: int = Field(ge=0, description="read through the kernel's page cache")
     disk_bytes: int = Field(ge=0, description="read from disk with O_DIRECT")
+    block_tiers: list[Literal["pinned", "page_cache", "disk"]] = Field(
+        default_factory=list, description="per DiT/UNet block in execution order, as loaded; empty: all pinned")
     reasons: list[str] = Field(description="one line per decision --ram-budget took")
 
 
