@@ -31,6 +31,7 @@ from ..engine.api import (
     default_device,
     default_sources,
     frame_size,
+    loads_live,
     open_engine,
     parse_device,
     pause_point,
@@ -139,9 +140,8 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
 
 
 def _live(flags: RunFlags) -> bool:
-    """Whether `run` loads with live re-plan masters: under a `--vram-budget` (an out-of-memory step-down can then
-    move resident blocks), unless a `--ram-budget` plans the host, which cannot hold a master of everything."""
-    return flags.budget is not None and flags.ram_budget is None
+    """Whether `run` loads with live re-plan masters (the engine's one rule, `loads_live`)."""
+    return loads_live(flags.budget, flags.ram_budget)
 
 
 def _ram_doc(ram: Any) -> dict[str, Any] | None:

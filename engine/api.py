@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from .model_dir.fp8_names import storage_note
     from .options import EngineOptions
     from .plain_text import plain, plain_lines
-    from .plan_flow import PlanResult, plan_for
+    from .plan_flow import PlanResult, loads_live, plan_for
     from .planning.auto_budget import auto_budget
     from .planning.device_footprint import DeviceOverhead, device_overhead, record_context
     from .planning.documents import Document, PlanDocument, PolicyDoc
@@ -102,7 +102,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".model_dir.call_source": ("makes_still_images",),
     ".demo.demo_model": ("DEMO_GENERATION", "build_demo_model", "ensure_demo_model", "is_demo_model"),
     # planning and forecasting
-    ".plan_flow": ("PlanResult", "plan_for"),
+    ".plan_flow": ("PlanResult", "loads_live", "plan_for"),
     ".planning.plan": ("ComponentPlan", "Plan", "make_plan"),
     ".planning.request_forecast": ("RequestForecast",),
     ".planning.host_forecast": ("HostForecast",),

@@ -45,16 +45,24 @@ class PlanResult:
         return self.auto.overhead if self.auto is not None else None
 
 
+def loads_live(budget: int | None, ram_budget: int | None) -> bool:
+    """Whether `run` loads with live re-plan masters: under a `--vram-budget` (an out-of-memory step-down can then
+    move resident blocks), unless a `--ram-budget` plans the host, which cannot hold a master of everything."""
+    return budget is not None and ram_budget is None
+
+
 def plan_for(model_or_engine: ModelInfo | EngineHandle, policy: OffloadPolicy | Plan, budget: int | None = None,
              size: RequestSize | None = None, device: str | None = None, layout: RankLayout | None = None, *,
              bandwidth: float | None = None, forecast: bool = True, ram_budget: int | None = None,
-             live: bool = False) -> PlanResult:
+             live: bool | None = None) -> PlanResult:
     """Plan `policy` for the model (an engine plans with its own model and device name); a `Plan` made
     already is taken as it is. With `budget`, the auto-planner's choice replaces it (`NothingFits`:
     exit 2), `bandwidth` (bytes/s) the link rate it assumes, else the profile's. `forecast`: also
     forecast the chosen plan at `size` on `device`, and with a distributed `layout` per rank.
+    `live`: whether the load keeps live re-plan masters; None: as `run` loads (`loads_live`).
     A distributed `layout` is checked against the pipeline first (`check_parallel`)."""
     engine = None if isinstance(model_or_engine, ModelInfo) else model_or_engine
+    live = loads_live(budget, ram_budget) if live is None else live
     if isinstance(policy, Plan):
         plan = policy
     elif engine is not None:
@@ -85,7 +93,7 @@ def plan_for(model_or_engine: ModelInfo | EngineHandle, policy: OffloadPolicy | 
         plan, ram = ram_plan_for(plan, ram_budget, size, device, live, bandwidth)
     if not forecast:
         return PlanResult(plan, None, list(auto.reasons) if auto else [], None, auto, ram)
-    request = forecast_for(plan, size, device, live_replan=budget is not None)  # as `run` loads under a budget
+    request = forecast_for(plan, size, device, live_replan=live)  # the host as the load will hold it
     if budget is not None:  # the run caps the allocator inside the budget (console/run_memory.py)
         request = replace(request, budget=budget)
     ranks = None
