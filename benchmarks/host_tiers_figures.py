@@ -1,10 +1,9 @@
 """The figures issue 35's "Done when" asks for, read out of `plan --json` / `run --json` documents.
 
-The host forecast, the tier planner and the file tiers are being written beside this harness, so their
-JSON keys are not settled: every figure is read from a list of candidate dotted keys (the first one
+Every figure is read from a list of dotted keys of the documents' schemas (docs/schemas/; the first one
 present wins; `--key NAME=a.b.c` puts another first), and every numeric field whose path names the
 host, a tier, RAM or the disk is kept verbatim in the report (`host_fields`), so a figure can be
-recomputed from the JSON whatever the keys turn out to be.
+recomputed from the JSON.
 """
 
 from __future__ import annotations
@@ -19,18 +18,14 @@ NO_WASTE_SLACK = 1.5 * GB  # "peak RSS at most the pinned and staged bytes the p
 
 # figure -> candidate dotted keys, best first (plan = `plan --json`, run = `run --json`)
 KEYS: dict[str, list[str]] = {
-    "plan_host_peak": ["host_forecast.peak_bytes", "request_forecast.host_peak_bytes", "host.peak_bytes",
-                       "request_forecast.host.peak_bytes", "forecast.host_peak_bytes"],
+    "plan_host_peak": ["request_forecast.host.peak_bytes", "ram_plan.host_peak_bytes"],
     "plan_step_floor": ["request_forecast.step_floor_seconds", "tier_plan.step_floor_seconds"],
     "plan_step": ["request_forecast.step_seconds"],
     "plan_pinned": ["forecast.pinned_host_bytes"],
-    "plan_ram_budget": ["ram_plan.budget_bytes", "tier_plan.budget_bytes", "auto_plan.ram_budget_bytes",
-                        "host_forecast.budget_bytes"],
-    "run_host_peak_forecast": ["host_check.predicted_peak_bytes", "forecast_check.predicted_host_peak_bytes"],
-    "run_host_peak_measured": ["host_check.measured_peak_bytes", "forecast_check.measured_host_peak_bytes",
-                               "telemetry.host_rss_peak"],
-    "run_disk_rate": ["staging.disk_bytes_per_s", "staging.by_tier.disk.bytes_per_s", "tiers.disk.bytes_per_s",
-                      "host_tiers.disk.bytes_per_s"],
+    "plan_ram_budget": ["ram_plan.budget_bytes"],
+    "run_host_peak_forecast": ["predicted_host_peak_bytes"],
+    "run_host_peak_measured": ["host_peak_bytes", "telemetry.host_rss_peak"],
+    "run_disk_rate": ["staging.by_tier.disk.h2d_bytes_per_s", "staging.by_tier.disk.bytes_per_s"],
     "run_step_floor": ["forecast_check.predicted_step_floor_s", "forecast_check.predicted_step_s"],
 }
 _HOST_WORDS = ("host", "tier", "ram", "disk", "page_cache", "pinned", "bounce", "rss")
@@ -123,6 +118,8 @@ def ratios(entry: Mapping[str, Any], overrides: Mapping[str, str] | None = None)
     host_after, _ = figure(after, "plan_host_peak", overrides)
     pinned, _ = figure(plan, "plan_pinned", overrides)
     engine_disk, disk_key = figure(run, "run_disk_rate", overrides)
+    run_forecast, _ = figure(run, "run_host_peak_forecast", overrides)  # the run's own check (VmHWM)
+    run_measured, _ = figure(run, "run_host_peak_measured", overrides)
     rates = entry.get("rates") or {}
     out: dict[str, Any] = {
         "steady_step_s": step, "step_floor_s": floor, "step_floor_key": floor_key,
@@ -132,6 +129,8 @@ def ratios(entry: Mapping[str, Any], overrides: Mapping[str, str] | None = None)
         "host_forecast_key": host_key, "host_forecast_before": host_before, "host_forecast_after": host_after,
         "peak_rss_over_forecast_before": ratio(peak, host_before),
         "peak_rss_over_forecast_after": ratio(peak, host_after),
+        "run_host_peak": run_measured, "run_host_peak_forecast": run_forecast,
+        "run_host_peak_over_forecast": ratio(run_measured, run_forecast),
         "engine_disk_rate": engine_disk, "engine_disk_rate_key": disk_key,
         "engine_disk_over_seq": ratio(engine_disk, rates.get("disk_seq_bytes_per_s")),
         "harness_direct_over_cold_buffered": ratio(rates.get("direct_bytes_per_s"),

@@ -98,9 +98,11 @@ def test_the_watched_child_is_the_oom_killers_first_choice_when_asked() -> None:
 
 
 def test_figures_come_from_the_first_key_present_and_an_override_goes_first() -> None:
-    plan = {"request_forecast": {"step_floor_seconds": 0.5, "host_peak_bytes": 10}, "mine": {"host": 12}}
+    plan = {"request_forecast": {"step_floor_seconds": 0.5, "host": {"peak_bytes": 10}}, "mine": {"host": 12},
+            "ram_plan": {"host_peak_bytes": 11}}
     assert figure(plan, "plan_step_floor") == (0.5, "request_forecast.step_floor_seconds")
-    assert figure(plan, "plan_host_peak") == (10, "request_forecast.host_peak_bytes")
+    assert figure(plan, "plan_host_peak") == (10, "request_forecast.host.peak_bytes")  # plan --json's own key
+    assert figure({"ram_plan": {"host_peak_bytes": 11}}, "plan_host_peak") == (11, "ram_plan.host_peak_bytes")
     assert figure(plan, "plan_host_peak", {"plan_host_peak": "mine.host"}) == (12, "mine.host")
     assert figure({}, "plan_host_peak") == (None, None)
 
@@ -109,12 +111,14 @@ def test_the_ratios_of_a_no_waste_entry() -> None:
     entry = {"no_waste": True, "host_bytes": None,
              "plan_doc": {"forecast": {"pinned_host_bytes": 10 * 10**9},
                           "request_forecast": {"step_floor_seconds": 0.4}},
-             "run_doc": {"steps": [{"wall_s": 0.9}, {"wall_s": 0.5}, {"wall_s": 0.3}]},
+             "run_doc": {"steps": [{"wall_s": 0.9}, {"wall_s": 0.5}, {"wall_s": 0.3}],
+                         "host_peak_bytes": 21 * 10**9, "predicted_host_peak_bytes": 20 * 10**9},
              "run": {"peak_rss": 23 * 10**9}, "rates": {"disk_seq_bytes_per_s": 2e9}}
     r = ratios(entry)
     assert r["steady_step_s"] == 0.4 and r["step_over_floor"] == 1.0  # the median after the first step
     assert r["no_waste_limit"] == 11.5e9 and r["peak_rss_over_no_waste_limit"] == 2.0
     assert r["peak_rss_over_host"] is None and r["engine_disk_over_seq"] is None
+    assert r["run_host_peak_over_forecast"] == 1.05  # run --json's own measured peak against its forecast
 
 
 def test_same_output_compares_pixels(tmp_path: Path) -> None:
