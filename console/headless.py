@@ -230,6 +230,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         "files": [str(f) for f in files],
         "frames": len(frames),
         "rendered_size": frame_size(frames[0]) if frames else None,
+        "guidance": result.guidance,
         "is_video": video,
         "fps": DEFAULT_FPS if video and fps is None else fps,
         "fps_source": fps_source,

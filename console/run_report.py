@@ -130,6 +130,8 @@ class RunReport(Document):
     frames: int = Field(ge=0)
     rendered_size: list[int] | None = Field(None, description="[width, height] of the frames as the pipeline "
                                             "rendered them (what was written)")
+    guidance: float | None = Field(None, description="the guidance scale the request ran with: --guidance, else "
+                                   "the pipeline call's default or its guider component's (null: it takes none)")
     is_video: bool
     fps: float | None = Field(description="frame rate written (videos only)")
     fps_source: Literal["--fps", "pipeline", "default"] | None

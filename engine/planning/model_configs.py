@@ -146,9 +146,23 @@ def default_size(model: ModelInfo) -> RequestSize:
             side = sample * vae_spatial_factor(config_of(vae(model)))
             height, width = height or side, width or side
     frames = pos_int(defaults.get("num_frames")) if "num_frames" in defaults else None
+    guidance = pos_num(defaults.get("guidance_scale")) if "guidance_scale" in defaults else guider_scale(model)
     return RequestSize(height=height, width=width, frames=frames,
-                       max_sequence_length=pos_int(defaults.get("max_sequence_length")),
-                       guidance=pos_num(defaults.get("guidance_scale")))
+                       max_sequence_length=pos_int(defaults.get("max_sequence_length")), guidance=guidance)
+
+
+def guider_scale(model: ModelInfo) -> float | None:
+    """The guidance scale of the model's `guider` component (HunyuanVideo 1.5, Motif Video: their call
+    takes none; `running/guider_guidance.py`), from its guider_config.json (None: no guider or no scale)."""
+    guider = next((c for c in model.components if c.name == "guider"), None)
+    path = guider.folder / "guider_config.json" if guider is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        config = load_json(path)
+    except ModelDirError:  # discovery reads it first and says why
+        return None
+    return pos_num(config.get("guidance_scale")) if isinstance(config, dict) else None
 
 
 def fill_size(model: ModelInfo, size: RequestSize) -> RequestSize:

@@ -36,7 +36,9 @@ from ..errors import ConfigError
 from ..model_dir.discovery import ModelInfo
 from ..model_dir.trusted_classes import pipeline_class
 from ..model_dir.weights import load_json
+from ..plain_text import plain
 from .call_inputs import check_required_inputs
+from .guider_guidance import guidance_through_guider
 from .param_syntax import check_finite
 from .pipeline_needs import check_pipeline_needs
 from .pipeline_output import check_output_kind
@@ -94,24 +96,25 @@ def option_parameter(signature: Mapping[str, Any], option: str) -> str | None:
     return pipeline_parameter(signature, OPTION_PARAMETERS[option])
 
 
-def accepted_options(pipeline_class_name: str) -> set[str]:
+def accepted_options(pipeline_class_name: str, model: ModelInfo | None = None) -> set[str]:
     """The dedicated options (`frames`, `negative_prompt`, `max_sequence_length`, `image`, `guidance`,
-    `steps`, `height`, `width`) the pipeline takes."""
+    `steps`, `height`, `width`) the pipeline takes (with `model`: `guidance` also where its guiders take it)."""
     signature = call_signature(pipeline_class_name)
-    return {option for option in OPTION_PARAMETERS if option_parameter(signature, option) is not None}
+    options = {option for option in OPTION_PARAMETERS if option_parameter(signature, option) is not None}
+    if model is not None and guidance_through_guider(model, signature):
+        options.add("guidance")
+    return options
 
 
 def _guider_note(model: ModelInfo) -> str:
-    """A pipeline that guides through its `guider` component (HunyuanVideo 1.5) has no guidance argument: the
-    refusal says where its guidance comes from, rather than that it has none."""
+    """A pipeline that guides through a `guider` component whose class takes no guidance scale: the refusal
+    says where its guidance comes from, rather than that it has none (a guider that takes one is set by
+    `--guidance`: `guider_guidance`)."""
     guider = next((c for c in model.components if c.name == "guider"), None)
     if guider is None:
         return ""
-    path = guider.folder / "guider_config.json"
-    scale = load_json(path).get("guidance_scale") if path.is_file() else None
-    shown = f" (guidance_scale {scale!r:.20} in this model)" if isinstance(scale, int | float) else ""
-    return (f" argument: its guidance comes from its guider component{shown}, which this tool does not change; "
-            f"leave --guidance out")
+    return (f" argument: its guidance comes from its guider component ({plain(guider.class_name or '?')}), "
+            f"which takes no guidance_scale; leave --guidance out")
 
 
 # ------------------------------------------------------------------------------------------ --param
@@ -313,6 +316,8 @@ def check_call(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, 
         names["param"] = labels["params"]
     signature = call_signature(model.pipeline_class)
     for option, value in _requested_options(request).items():
+        if option == "guidance" and guidance_through_guider(model, signature):
+            continue  # set on its guiders at the call (`guider_guidance.guided`)
         if option_parameter(signature, option) is None:
             raise ConfigError(f"{names[option]}: {model.pipeline_class} takes no {OPTION_NOUNS[option]}"
                               + (_guider_note(model) if option == "guidance" else ""))
