@@ -90,7 +90,7 @@ def test_plan_and_run_show_the_guidance_used(hv15, tmp_path, capsys):
     assert main(["plan", "--model", str(hv15), *size]) == 0
     assert "guidance scale\t1\tpipeline default" in capsys.readouterr().out.splitlines()  # the guider's config
     out = tmp_path / "fox.mp4"
-    assert main(["run", "--model", str(hv15), "--prompt", PROMPT, *size, "--steps", "2", "--guidance", "4.5", "--output", str(out),
-                 "--json"]) == 0
+    assert main(["run", "--model", str(hv15), "--prompt", PROMPT, *size, "--steps", "2", "--guidance", "4.5",
+                 "--output", str(out), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["guidance"] == 4.5 and out.is_file() and report["files"] == [str(out)]
