@@ -68,6 +68,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
         frames_rule,
         option_parameter,
     )
+    from .running.group_write import GroupOutput, write_results
     from .running.outputs import DEFAULT_FPS, OutputTarget, check_output, check_output_place, write_notes, write_result
     from .running.param_syntax import check_finite, parse_param
     from .running.pipeline_output import frame_size
@@ -144,6 +145,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "write_notes",
         "write_result",
     ),
+    ".running.group_write": ("GroupOutput", "write_results"),
     ".running.pipeline_output": ("frame_size",),
     ".running.atomic_write": ("publish_new", "remove_pending", "scratch_folder"),
     ".running.signal_guard": ("SignalGuard", "SignalStop", "completed_outputs", "deferrable", "forget_outputs", "held",
