@@ -92,3 +92,23 @@ def test_kandinsky5_t2i_runs_as_diffusers_runs_it(k5, tmp_path):
         engine.close()
     out = tmp_path / "fox.png"
     assert _run(k5, out) == 0 and out.is_file()
+
+
+@pytest.mark.slow  # builds the family (diffusers' imports)
+def test_its_qwen_text_is_not_held_to_the_clip_tokenizers_77_tokens(k5):
+    """Its Qwen tokenizer names no limit of its own (Qwen2.5-VL's is 131,072), its CLIP tokenizer 77: the
+    text length was refused above 77 ("the pipeline's tokenizers take at most 77 tokens"), though only the
+    Qwen text takes `max_sequence_length` (CLIP's is always cut at 77)."""
+    from omni_console.engine.errors import ConfigError
+    from omni_console.engine.model_dir.discovery import discover_model
+    from omni_console.engine.running.call_options import call_signature
+    from omni_console.engine.running.request_limits import MAX_TEXT_TOKENS, check_limits
+    from omni_console.engine.running.runner import GenerateRequest
+
+    model = discover_model(k5)
+    signature = call_signature(model.pipeline_class)
+    labels = {"max_sequence_length": "--max-sequence-length"}
+    check_limits(model, GenerateRequest(prompt=PROMPT, max_sequence_length=512), labels, signature)  # its default
+    with pytest.raises(ConfigError, match=f"tokenizers take at most {MAX_TEXT_TOKENS} tokens"):
+        check_limits(model, GenerateRequest(prompt=PROMPT, max_sequence_length=MAX_TEXT_TOKENS + 1), labels,
+                     signature)
