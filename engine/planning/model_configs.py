@@ -129,6 +129,22 @@ def call_defaults(pipeline_class: str) -> dict[str, object]:
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def call_parameter_names(pipeline_class: str) -> frozenset[str] | None:
+    """The named parameters of the pipeline's `__call__` (not `self`, not `*args`/`**kwargs`), read from the
+    installed source like `call_defaults`; None: the class or its `__call__` is not found there."""
+    if not pipeline_class.isidentifier():
+        return None
+    try:
+        call = _method(_class_chain(pipeline_class), "__call__")
+    except RecursionError:
+        return None
+    if call is None:
+        return None
+    names = {a.arg for a in call.args.posonlyargs + call.args.args + call.args.kwonlyargs}
+    return frozenset(names - {"self"})
+
+
 def default_size(model: ModelInfo) -> RequestSize:
     """The size the pipeline renders when the request leaves every size field out (None: not known)."""
     from ..demo.demo_model import DEMO_GENERATION, is_demo_model

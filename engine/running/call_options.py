@@ -19,7 +19,6 @@ pipeline by discovery) decides, before anything loads:
 from __future__ import annotations
 
 import collections.abc
-import difflib
 import inspect
 import json
 import math
@@ -39,7 +38,7 @@ from ..model_dir.weights import load_json
 from ..plain_text import plain
 from .call_inputs import check_required_inputs
 from .guider_guidance import guidance_through_guider
-from .param_syntax import check_finite
+from .param_syntax import ENGINE_PARAMETERS, check_finite, unknown_parameter_line
 from .pipeline_needs import check_pipeline_needs
 from .pipeline_output import check_output_kind
 from .render_size import check_decodable, check_render_size
@@ -64,9 +63,6 @@ OPTION_LABELS = {"steps": "steps", "height": "height", "width": "width", "guidan
 OPTION_NOUNS = {"steps": "number of steps", "height": "height", "width": "width", "guidance": "guidance scale",
                 "frames": "number of frames", "negative_prompt": "negative prompt",
                 "max_sequence_length": "max sequence length", "image": "conditioning image"}
-# Parameters the engine sets itself: a --param may not replace them.
-ENGINE_PARAMETERS = frozenset({"prompt", "generator", "output_type", "return_dict", "callback_on_step_end",
-                               "callback_on_step_end_tensor_inputs", "callback", "callback_steps"})
 # Frame rates of families whose pipeline call and docs name none (the model card's rate).
 FAMILY_FPS = (("Mochi", 30.0),)
 MOCHI_TEMPORAL = 6  # MochiPipeline.vae_temporal_scale_factor, set in its __init__, not read from a config
@@ -168,9 +164,7 @@ def _check_params(model: ModelInfo, params: Mapping[str, Any], label: str,
         if key in ENGINE_PARAMETERS:
             raise ConfigError(f"{label} {key}: set by the engine itself, not by a parameter")
         if key not in signature:
-            close = difflib.get_close_matches(key, [k for k in signature if k not in ENGINE_PARAMETERS], n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ConfigError(f"{label} {key}: {model.pipeline_class} has no parameter {key}{hint}")
+            raise ConfigError(unknown_parameter_line(model.pipeline_class, key, frozenset(signature), label))
         if key in dedicated:
             raise ConfigError(f"{label} {key}: use {flag_of[dedicated[key]]} for {OPTION_NOUNS[dedicated[key]]}")
         if value_fits(value, signature[key].annotation) is False:
