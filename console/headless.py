@@ -54,7 +54,7 @@ from .request_defaults import default_request
 from .run_flags import OptionFlags, parse_option_flags
 from .run_memory import RunMemory, prefer_expandable_segments, step_down_docs
 from .run_progress import RunProgress
-from .run_report import RunReport
+from .run_report import RunReport, rendered_size_notes
 from .run_request import REQUEST_FLAGS, CheckedRun, checked_request
 from .run_totals import summarize, telemetry_peaks
 from .telemetry_text import describe_snapshot
@@ -203,6 +203,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
             with SignalGuard():  # Ctrl+C too now removes what is being written, or waits until it is complete
                 guard.check()
                 notes = write_notes(frames, run.output, fps=fps, audio=result.audio)
+                notes += rendered_size_notes(run.request.width, run.request.height, frame_size(frames[0]))
                 files = write_result(frames, run.output, fps=fps, audio=result.audio)
         except OSError as exc:
             _fail(err, f"cannot write {exc.filename or run.output.path}: {exc.strerror or exc}")

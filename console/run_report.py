@@ -179,3 +179,12 @@ class RunReport(Document):
                         "request of this model and plan); '' without a forecast")
     oom_step_downs: list[OomStepDownReport] = Field(default_factory=list, description="phases that ran out of "
                                                     "memory, stepped down and were retried once")
+
+
+def rendered_size_notes(asked_width: int | None, asked_height: int | None, rendered: list[int] | None) -> list[str]:
+    """A note when the frames written are not the size asked (a pipeline whose VAE upsamples by another
+    factor than the pipeline assumes, as a tiny Kandinsky 5 does): never another size without a word."""
+    if asked_width is None or asked_height is None or rendered is None or rendered == [asked_width, asked_height]:
+        return []
+    return [f"the pipeline rendered {rendered[0]}x{rendered[1]}, not the {asked_width}x{asked_height} asked "
+            "(written as rendered)"]
