@@ -303,6 +303,8 @@ def _print_report(r: dict[str, Any], console: Console, kind: str = "DiT") -> Non
         table.add_row("  VAE decode peak (torch)", format_bytes(r["vae_decode_peak_bytes"]))
     latents = f" (latents {'x'.join(map(str, r['latent_shape']))})" if r["latent_shape"] else ""
     table.add_row("frames", f"{r['frames']}{latents}")
+    if r.get("guidance") is not None:  # as `plan` shows it: the flag's, the call's default or the guider's
+        table.add_row("guidance scale", f"{r['guidance']:g}")
     if r["is_video"]:
         table.add_row("frame rate", f"{r['fps']:g} fps ({r['fps_source']})")
     if r["copied_bytes_per_forward"]:  # the plan names the weights; the copies carry padding too

@@ -94,3 +94,7 @@ def test_plan_and_run_show_the_guidance_used(hv15, tmp_path, capsys):
                  "--output", str(out), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["guidance"] == 4.5 and out.is_file() and report["files"] == [str(out)]
+    assert main(["run", "--model", str(hv15), "--prompt", PROMPT, *size, "--steps", "2", "--output", str(out),
+                 "--overwrite"]) == 0  # the text report: the guider's own scale
+    rows = [line.strip("│ ").split("│") for line in capsys.readouterr().out.splitlines() if "guidance" in line]
+    assert [[cell.strip() for cell in row] for row in rows] == [["guidance scale", "1"]]
