@@ -132,14 +132,16 @@ def call_defaults(pipeline_class: str) -> dict[str, object]:
 @functools.lru_cache(maxsize=64)
 def call_parameter_names(pipeline_class: str) -> frozenset[str] | None:
     """The named parameters of the pipeline's `__call__` (not `self`, not `*args`/`**kwargs`), read from the
-    installed source like `call_defaults`; None: the class or its `__call__` is not found there."""
+    installed source like `call_defaults`; None: the class is no pipeline found there (following first bases
+    to `DiffusionPipeline`), or has no `__call__`."""
     if not pipeline_class.isidentifier():
         return None
     try:
-        call = _method(_class_chain(pipeline_class), "__call__")
+        chain = _class_chain(pipeline_class)
     except RecursionError:
         return None
-    if call is None:
+    call = _method(chain, "__call__")
+    if call is None or not any(cls.name == "DiffusionPipeline" for _, cls in chain):  # a pipeline's, nothing else
         return None
     names = {a.arg for a in call.args.posonlyargs + call.args.args + call.args.kwonlyargs}
     return frozenset(names - {"self"})

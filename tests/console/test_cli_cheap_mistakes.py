@@ -173,6 +173,8 @@ def test_the_early_parameter_check_leaves_what_it_cannot_read_to_the_full_check(
     check_parameter_names(tmp_path, {"x": 1}, "--param")  # no index: discovery says so
     (tmp_path / "model_index.json").write_text('{"_class_name": "NoSuchPipeline"}')
     check_parameter_names(tmp_path, {"x": 1}, "--param")
+    (tmp_path / "model_index.json").write_text('{"_class_name": "ClassifierFreeGuidance"}')  # has a __call__
+    check_parameter_names(tmp_path, {"x": 1}, "--param")  # not a pipeline: discovery's line, not this one
     (tmp_path / "model_index.json").write_text('{"_class_name": "FluxPipeline"}')
     check_parameter_names(tmp_path, {"guidance_scale": 1.0, "callback": 1}, "--param")  # callback: the engine's
     with pytest.raises(ConfigError, match="FluxPipeline has no parameter x$"):
@@ -182,7 +184,9 @@ def test_the_early_parameter_check_leaves_what_it_cannot_read_to_the_full_check(
 @pytest.mark.slow  # imports every diffusers pipeline
 def test_the_source_read_parameters_hold_every_parameter_of_every_pipelines_call():
     """The early check must never refuse what the pipeline takes: for every pipeline diffusers exports, the
-    names read from the source contain its `__call__`'s (inspect.signature), or the check stays silent."""
+    names read from the source contain its `__call__`'s (inspect.signature), or the check stays silent (a
+    class whose first bases do not lead to `DiffusionPipeline`, such as a mixin listed first, or a modular
+    pipeline: left to the full check)."""
     import inspect
 
     import diffusers
@@ -200,4 +204,4 @@ def test_the_source_read_parameters_hold_every_parameter_of_every_pipelines_call
                  if p != "self" and v.kind in (v.POSITIONAL_OR_KEYWORD, v.KEYWORD_ONLY)}
         assert names is None or taken <= names, (name, sorted(taken - names))
         checked += names is not None
-    assert checked > 300
+    assert checked > 250  # of about 340 in diffusers 0.42
