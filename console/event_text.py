@@ -185,9 +185,15 @@ def describe_phases(frames: int, latent_shape: Sequence[int] | None, phases: dic
 
 
 def one_line(text: str) -> str:
-    """The first line of a message (stderr progress is one line per event)."""
-    lines = str(text).strip().splitlines()
-    return lines[0] if lines else ""
+    """The first line of a message (stderr progress is one line per event); where that line only names the
+    error ("ImportError:", libraries' messages that start with a newline), the next line that says something
+    is joined to it, so a reason is never empty."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]
 
 
 def forecast_check_text(check: ForecastCheck) -> str:

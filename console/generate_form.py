@@ -179,7 +179,8 @@ class RequestForm:
     @classmethod
     def for_model(cls, model: ModelInfo, defaults: GenerateRequest, make_request: MakeRequest) -> RequestForm:
         pipeline = model.pipeline_class
-        return cls(model, defaults, make_request, frozenset(accepted_options(pipeline)), call_signature(pipeline))
+        return cls(model, defaults, make_request, frozenset(accepted_options(pipeline, model)),
+                   call_signature(pipeline))
 
     def fields(self) -> list[FormField]:
         return form_fields(self.accepted, self.defaults, self.signature)

@@ -54,7 +54,7 @@ from .request_defaults import default_request
 from .run_flags import OptionFlags, parse_option_flags
 from .run_memory import RunMemory, prefer_expandable_segments, step_down_docs
 from .run_progress import RunProgress
-from .run_report import RunReport
+from .run_report import RunReport, rendered_size_notes
 from .run_request import REQUEST_FLAGS, CheckedRun, checked_request
 from .run_totals import summarize, telemetry_peaks
 from .telemetry_text import describe_snapshot
@@ -203,6 +203,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
             with SignalGuard():  # Ctrl+C too now removes what is being written, or waits until it is complete
                 guard.check()
                 notes = write_notes(frames, run.output, fps=fps, audio=result.audio)
+                notes += rendered_size_notes(run.request.width, run.request.height, frame_size(frames[0]))
                 files = write_result(frames, run.output, fps=fps, audio=result.audio)
         except OSError as exc:
             _fail(err, f"cannot write {exc.filename or run.output.path}: {exc.strerror or exc}")
@@ -230,6 +231,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         "files": [str(f) for f in files],
         "frames": len(frames),
         "rendered_size": frame_size(frames[0]) if frames else None,
+        "guidance": result.guidance,
         "is_video": video,
         "fps": DEFAULT_FPS if video and fps is None else fps,
         "fps_source": fps_source,
@@ -301,6 +303,8 @@ def _print_report(r: dict[str, Any], console: Console, kind: str = "DiT") -> Non
         table.add_row("  VAE decode peak (torch)", format_bytes(r["vae_decode_peak_bytes"]))
     latents = f" (latents {'x'.join(map(str, r['latent_shape']))})" if r["latent_shape"] else ""
     table.add_row("frames", f"{r['frames']}{latents}")
+    if r.get("guidance") is not None:  # as `plan` shows it: the flag's, the call's default or the guider's
+        table.add_row("guidance scale", f"{r['guidance']:g}")
     if r["is_video"]:
         table.add_row("frame rate", f"{r['fps']:g} fps ({r['fps_source']})")
     if r["copied_bytes_per_forward"]:  # the plan names the weights; the copies carry padding too

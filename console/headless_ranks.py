@@ -28,14 +28,17 @@ from rich.text import Text
 from ..engine.api import (
     EngineHandle,
     GenerateResult,
+    GroupOutput,
     LoadReport,
     RankFailed,
     RankLayout,
+    SignalGuard,
     default_device,
     open_engine,
+    pause_point,
     plain,
     plan_for,
-    write_result,
+    write_results,
 )
 from ..engine.errors import ConfigError
 from ..offload.units import format_bytes, format_seconds
@@ -142,7 +145,17 @@ def _load_generate_report(args: argparse.Namespace, guard: InterruptGuard, layou
         return EXIT_FAILED
     loads, results = load.ranks, result.ranks
     images = (result, *result.rank_results)  # the distinct images, by rank: each seed's (dp), CFG's one
-    rows = [_rank_row(rank, run, loads[rank], results[rank], images[rank] if rank < len(images) else None, flags)
+    outputs = {rank: _rank_output(run, images[rank], flags) for rank, run in enumerate(runs) if rank < len(images)}
+    try:
+        written = _write_held(guard, [o for o in outputs.values() if o is not None])
+    except (OSError, ValueError) as exc:  # a disk that fills, frames the writers cannot take: nothing is left
+        what = getattr(exc, "filename", None) or runs[0].output.path
+        why = getattr(exc, "strerror", None) or " ".join(str(exc).split())[:200] or type(exc).__name__
+        err.print(f"omni-console: {plain(f'cannot write {what}: {why}')}", markup=False, highlight=False,
+                  soft_wrap=True)
+        return EXIT_FAILED
+    files = iter(written)
+    rows = [_rank_row(rank, run, loads[rank], results[rank], next(files) if outputs.get(rank) else [])
             for rank, run in enumerate(runs)]
     report = RanksReport(model=model, device=engine.device.type, gpus=layout.gpus, allgather=layout.allgather,
                          parallel=layout.parallel, layout=layout.describe(), streamed_bytes=loads[0].streamed_bytes,
@@ -154,15 +167,29 @@ def _load_generate_report(args: argparse.Namespace, guard: InterruptGuard, layou
     return 0
 
 
-def _rank_row(rank: int, run: CheckedRun, load: LoadReport, result: GenerateResult, image: GenerateResult | None,
-              flags: Any) -> RankRun:
-    """One rank's figures, and its image written where it has one of its own (`image`; CFG: rank 0 only)."""
-    files: list[Path] = []
-    if image is not None:
-        frames = list(image.frames) or ([image.image] if image.image is not None else [])
-        video = run.video or image.is_video
-        fps = (flags.options.fps if flags.options.fps is not None else image.fps) if video else None
-        files = write_result(frames, run.output, fps=fps, audio=image.audio) if frames else []
+def _rank_output(run: CheckedRun, image: GenerateResult, flags: Any) -> GroupOutput | None:
+    """What a rank with an image of its own writes (CFG: rank 0 only); None: no frames."""
+    frames = list(image.frames) or ([image.image] if image.image is not None else [])
+    video = run.video or image.is_video
+    fps = (flags.options.fps if flags.options.fps is not None else image.fps) if video else None
+    return GroupOutput(frames, run.output, fps, image.audio) if frames else None
+
+
+def _write_held(guard: InterruptGuard, outputs: list[GroupOutput]) -> list[list[Path]]:
+    """Every rank's output as one (`write_results`), under the rule a single run's write follows: a signal
+    before they are all in place leaves none of them, one after says all are complete (exit 130/143/129)."""
+    if not outputs:
+        return []
+    with SignalGuard():  # Ctrl+C too now removes what is being written, or waits until all is complete
+        guard.check()
+        written = write_results(outputs)
+    pause_point("after-write")
+    guard.check()  # Ctrl+C after the write: the line said the output is complete; the exit says 130
+    return written
+
+
+def _rank_row(rank: int, run: CheckedRun, load: LoadReport, result: GenerateResult, files: list[Path]) -> RankRun:
+    """One rank's figures, with the files its own image was written to (CFG: rank 0 only)."""
     steps = result.steps
     return RankRun(rank=rank, seed=run.request.seed, load_seconds=load.seconds, load_phases=dict(load.phases),
                    load_components=dict(load.components), load_milestones=dict(load.milestones),

@@ -210,6 +210,9 @@ def request_sheet(forecast: RequestForecast, on_cpu: bool = False) -> Sheet:
     if forecast.bandwidth and not on_cpu:
         rows.append(("host→device link", format_rate(forecast.bandwidth), forecast.bandwidth_source))
     rows.extend((c.label, c.value, "lean phase") for c in forecast.lean)
+    if forecast.size.guidance is not None:  # the scale the request runs with (a guider's, where it has one)
+        source = "pipeline default" if "guidance" in forecast.assumed else "--guidance"
+        rows.append(("guidance scale", f"{forecast.size.guidance:g}", source))
     caption = "; ".join(([forecast.size_line] if forecast.size_line else []) + forecast.notes) or None
     return Sheet(f"request forecast ({forecast.size.label()})", ("figure", "value", "source"), rows,
                  right=frozenset({"value"}), caption=caption)

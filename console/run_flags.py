@@ -160,6 +160,10 @@ def precheck_run(args: argparse.Namespace) -> None:
     check_run_counts(args)
     check_device_name(args.device)  # its syntax; whether this machine has it needs torch (after the import)
     check_sizes(args)
-    parse_option_flags(args)  # --param syntax and numbers, --fps
+    options = parse_option_flags(args)  # --param syntax and numbers, --fps
     check_output_place(args.output)
     check_existing_output(args)
+    if args.model is not None and options.params:  # a --param the pipeline's call has not (a typo)
+        from ..engine.api import check_parameter_names
+
+        check_parameter_names(args.model, options.params, "--param")

@@ -130,6 +130,8 @@ class RunReport(Document):
     frames: int = Field(ge=0)
     rendered_size: list[int] | None = Field(None, description="[width, height] of the frames as the pipeline "
                                             "rendered them (what was written)")
+    guidance: float | None = Field(None, description="the guidance scale the request ran with: --guidance, else "
+                                   "the pipeline call's default or its guider component's (null: it takes none)")
     is_video: bool
     fps: float | None = Field(description="frame rate written (videos only)")
     fps_source: Literal["--fps", "pipeline", "default"] | None
@@ -177,3 +179,12 @@ class RunReport(Document):
                         "request of this model and plan); '' without a forecast")
     oom_step_downs: list[OomStepDownReport] = Field(default_factory=list, description="phases that ran out of "
                                                     "memory, stepped down and were retried once")
+
+
+def rendered_size_notes(asked_width: int | None, asked_height: int | None, rendered: list[int] | None) -> list[str]:
+    """A note when the frames written are not the size asked (a pipeline whose VAE upsamples by another
+    factor than the pipeline assumes, as a tiny Kandinsky 5 does): never another size without a word."""
+    if asked_width is None or asked_height is None or rendered is None or rendered == [asked_width, asked_height]:
+        return []
+    return [f"the pipeline rendered {rendered[0]}x{rendered[1]}, not the {asked_width}x{asked_height} asked "
+            "(written as rendered)"]

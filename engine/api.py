@@ -68,8 +68,9 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
         frames_rule,
         option_parameter,
     )
+    from .running.group_write import GroupOutput, write_results
     from .running.outputs import DEFAULT_FPS, OutputTarget, check_output, check_output_place, write_notes, write_result
-    from .running.param_syntax import check_finite, parse_param
+    from .running.param_syntax import check_finite, check_parameter_names, parse_param
     from .running.pipeline_output import frame_size
     from .running.profiler import request_size
     from .running.request_checks import SEED_MAX, check_request
@@ -131,7 +132,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "frames_rule",
         "option_parameter",
     ),
-    ".running.param_syntax": ("check_finite", "parse_param"),
+    ".running.param_syntax": ("check_finite", "check_parameter_names", "parse_param"),
     ".running.request_checks": ("SEED_MAX", "check_request"),
     ".running.request_limits": ("check_limits", "schedule_steps"),
     ".running.text_length": ("check_text_length",),
@@ -144,6 +145,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "write_notes",
         "write_result",
     ),
+    ".running.group_write": ("GroupOutput", "write_results"),
     ".running.pipeline_output": ("frame_size",),
     ".running.atomic_write": ("publish_new", "remove_pending", "scratch_folder"),
     ".running.signal_guard": ("SignalGuard", "SignalStop", "completed_outputs", "deferrable", "forget_outputs", "held",

@@ -362,7 +362,8 @@ class Engine(Lifecycle):
                                   latent_shape=run.latent_shape,
                                   phases=run.phases, vae_decode_peak_bytes=run.vae_decode_peak_bytes, check=check,
                                   cancelled=cancel is not None and cancel.is_set(), oom_step_downs=stepped,
-                                  peak_reserved_bytes=run.reserved_peak, audio=run.audio)
+                                  peak_reserved_bytes=run.reserved_peak, audio=run.audio,
+                                  guidance=run.guidance)
 
     # ---------------------------------------------------------------- block order
     def _watch_block_order(self) -> None:

@@ -50,6 +50,7 @@ class GenerateResult:
     peak_reserved_bytes: int | None = None  # the caching allocator's reserved peak over the request (CUDA): NVML's
     # per-process figure is the CUDA context + this, so it bounds the process's peak from below exactly
     audio: AudioTrack | None = None  # the first item's waveform, for a pipeline that returns audio (LTX-2)
+    guidance: float | None = None  # the guidance scale it ran with: --guidance, the call's default or its guider's
 
 
 def run_peak(run: RunOutput, peak_since_last_reset: int | None) -> int | None:

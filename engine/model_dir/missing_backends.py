@@ -12,7 +12,8 @@ import importlib
 # What to install for a backend name diffusers/transformers use in their dummy classes.
 BACKEND_PACKAGES = {"opencv": "OpenCV (pip install opencv-python)", "sentencepiece": "sentencepiece",
                     "scipy": "scipy", "torchsde": "torchsde", "librosa": "librosa", "onnx": "onnx",
-                    "note_seq": "note-seq", "ftfy": "ftfy", "imageio": "imageio", "bs4": "beautifulsoup4"}
+                    "note_seq": "note-seq", "ftfy": "ftfy", "imageio": "imageio", "bs4": "beautifulsoup4",
+                    "torchvision": "torchvision (pip install torchvision)", "vision": "Pillow"}
 _MAX_REASON = 120
 
 
@@ -48,3 +49,35 @@ def missing_backends(cls: object, library: str) -> list[str] | None:
     backends = [str(b) for b in getattr(cls, "_backends", ())]
     missing = [b for b in backends if _available(library, b) is not True] or backends
     return [BACKEND_PACKAGES.get(b, b) for b in missing]
+
+
+def processor_missing(cls: object) -> tuple[str, list[str]] | None:
+    """For a transformers processor class (a tokenizer plus image, video or audio processors), the first
+    part it always loads whose auto class needs a package that is not installed, and that package: a
+    Qwen2-VL processor loads a video processor, which transformers builds only with torchvision, so the
+    load fails with an empty `ImportError` otherwise. None: every part can be built (or not a processor)."""
+    try:
+        from transformers import processing_utils
+    except ImportError:
+        return None
+    if not (isinstance(cls, type) and issubclass(cls, processing_utils.ProcessorMixin)):
+        return None
+    try:
+        attributes = cls.get_attributes()
+        names = processing_utils.MODALITY_TO_AUTOPROCESSOR_MAPPING._MAPPING_NAMES
+    except Exception:  # another transformers: cannot tell, the load says
+        return None
+    for attribute in attributes:
+        modality = next((m for m in names if m in attribute), None)
+        if modality is None:
+            continue
+        module, name = names[modality]
+        try:
+            auto = getattr(importlib.import_module(module), name)
+        except Exception:
+            continue
+        backends = [str(b) for b in getattr(auto, "_backends", None) or getattr(auto, "__backends", ()) or ()]
+        missing = [b for b in backends if _available("transformers", b) is False]
+        if missing:
+            return attribute, [BACKEND_PACKAGES.get(b, b) for b in missing]
+    return None

@@ -33,7 +33,7 @@ import re
 
 from ..errors import ModelDirError
 from .class_index import ClassRef, exports, find_class, find_pipeline_package_class, pipeline_package
-from .missing_backends import error_reason, missing_backends
+from .missing_backends import error_reason, missing_backends, processor_missing
 
 ALLOWED_LIBRARIES = ("diffusers", "transformers")
 REGISTERED_BY_PIPELINES = {("transformers", "T5GemmaEncoder"): "prx"}
@@ -150,6 +150,10 @@ def _import_class(library: object, class_name: object, where: str) -> type:
     _refuse_stand_in(cls, library, f"{library}.{class_name}", where)
     if not isinstance(cls, type) or not (cls.__module__ == library or cls.__module__.startswith(library + ".")):
         raise ModelDirError(f"{where}: {library}.{class_name} is not a {library} class ({_NO_CODE})")
+    if library == "transformers" and (part := processor_missing(cls)) is not None:
+        raise ModelDirError(f"{where}: {library}.{class_name} needs {', '.join(part[1])} for its {part[0]}, "
+                            "which is not installed (transformers cannot build it without it; plain diffusers fails "
+                            "alike)")
     return cls
 
 

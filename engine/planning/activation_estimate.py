@@ -43,7 +43,8 @@ JOINT_CLASSES = frozenset({"FluxTransformer2DModel", "SD3Transformer2DModel", "H
                            "MochiTransformer3DModel", "CogVideoXTransformer3DModel", "ChromaTransformer2DModel",
                            "AuraFlowTransformer2DModel", "HiDreamImageTransformer2DModel"})
 # Pipelines that run classifier-free guidance as two forwards of batch 1 (else: one of batch 2)
-SEPARATE_CFG = ("Wan", "Flux", "Chroma", "HunyuanVideo", "QwenImage")
+# (a guider runs each of its conditions as its own forward: HunyuanVideo 1.5, HunyuanImage, Motif Video)
+SEPARATE_CFG = ("Wan", "Flux", "Chroma", "HunyuanVideo", "QwenImage", "HunyuanImage", "MotifVideo")
 NO_CFG = ("Flux", "HunyuanVideoPipeline")  # guidance distilled into the model: one forward of batch 1
 CLIP_TOKENS = 77
 

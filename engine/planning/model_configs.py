@@ -129,6 +129,24 @@ def call_defaults(pipeline_class: str) -> dict[str, object]:
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def call_parameter_names(pipeline_class: str) -> frozenset[str] | None:
+    """The named parameters of the pipeline's `__call__` (not `self`, not `*args`/`**kwargs`), read from the
+    installed source like `call_defaults`; None: the class is no pipeline found there (following first bases
+    to `DiffusionPipeline`), or has no `__call__`."""
+    if not pipeline_class.isidentifier():
+        return None
+    try:
+        chain = _class_chain(pipeline_class)
+    except RecursionError:
+        return None
+    call = _method(chain, "__call__")
+    if call is None or not any(cls.name == "DiffusionPipeline" for _, cls in chain):  # a pipeline's, nothing else
+        return None
+    names = {a.arg for a in call.args.posonlyargs + call.args.args + call.args.kwonlyargs}
+    return frozenset(names - {"self"})
+
+
 def default_size(model: ModelInfo) -> RequestSize:
     """The size the pipeline renders when the request leaves every size field out (None: not known)."""
     from ..demo.demo_model import DEMO_GENERATION, is_demo_model
@@ -146,9 +164,23 @@ def default_size(model: ModelInfo) -> RequestSize:
             side = sample * vae_spatial_factor(config_of(vae(model)))
             height, width = height or side, width or side
     frames = pos_int(defaults.get("num_frames")) if "num_frames" in defaults else None
+    guidance = pos_num(defaults.get("guidance_scale")) if "guidance_scale" in defaults else guider_scale(model)
     return RequestSize(height=height, width=width, frames=frames,
-                       max_sequence_length=pos_int(defaults.get("max_sequence_length")),
-                       guidance=pos_num(defaults.get("guidance_scale")))
+                       max_sequence_length=pos_int(defaults.get("max_sequence_length")), guidance=guidance)
+
+
+def guider_scale(model: ModelInfo) -> float | None:
+    """The guidance scale of the model's `guider` component (HunyuanVideo 1.5, Motif Video: their call
+    takes none; `running/guider_guidance.py`), from its guider_config.json (None: no guider or no scale)."""
+    guider = next((c for c in model.components if c.name == "guider"), None)
+    path = guider.folder / "guider_config.json" if guider is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        config = load_json(path)
+    except ModelDirError:  # discovery reads it first and says why
+        return None
+    return pos_num(config.get("guidance_scale")) if isinstance(config, dict) else None
 
 
 def fill_size(model: ModelInfo, size: RequestSize) -> RequestSize:

@@ -19,7 +19,6 @@ pipeline by discovery) decides, before anything loads:
 from __future__ import annotations
 
 import collections.abc
-import difflib
 import inspect
 import json
 import math
@@ -36,8 +35,10 @@ from ..errors import ConfigError
 from ..model_dir.discovery import ModelInfo
 from ..model_dir.trusted_classes import pipeline_class
 from ..model_dir.weights import load_json
+from ..plain_text import plain
 from .call_inputs import check_required_inputs
-from .param_syntax import check_finite
+from .guider_guidance import guidance_through_guider
+from .param_syntax import ENGINE_PARAMETERS, check_finite, unknown_parameter_line
 from .pipeline_needs import check_pipeline_needs
 from .pipeline_output import check_output_kind
 from .render_size import check_decodable, check_render_size
@@ -62,9 +63,6 @@ OPTION_LABELS = {"steps": "steps", "height": "height", "width": "width", "guidan
 OPTION_NOUNS = {"steps": "number of steps", "height": "height", "width": "width", "guidance": "guidance scale",
                 "frames": "number of frames", "negative_prompt": "negative prompt",
                 "max_sequence_length": "max sequence length", "image": "conditioning image"}
-# Parameters the engine sets itself: a --param may not replace them.
-ENGINE_PARAMETERS = frozenset({"prompt", "generator", "output_type", "return_dict", "callback_on_step_end",
-                               "callback_on_step_end_tensor_inputs", "callback", "callback_steps"})
 # Frame rates of families whose pipeline call and docs name none (the model card's rate).
 FAMILY_FPS = (("Mochi", 30.0),)
 MOCHI_TEMPORAL = 6  # MochiPipeline.vae_temporal_scale_factor, set in its __init__, not read from a config
@@ -94,24 +92,25 @@ def option_parameter(signature: Mapping[str, Any], option: str) -> str | None:
     return pipeline_parameter(signature, OPTION_PARAMETERS[option])
 
 
-def accepted_options(pipeline_class_name: str) -> set[str]:
+def accepted_options(pipeline_class_name: str, model: ModelInfo | None = None) -> set[str]:
     """The dedicated options (`frames`, `negative_prompt`, `max_sequence_length`, `image`, `guidance`,
-    `steps`, `height`, `width`) the pipeline takes."""
+    `steps`, `height`, `width`) the pipeline takes (with `model`: `guidance` also where its guiders take it)."""
     signature = call_signature(pipeline_class_name)
-    return {option for option in OPTION_PARAMETERS if option_parameter(signature, option) is not None}
+    options = {option for option in OPTION_PARAMETERS if option_parameter(signature, option) is not None}
+    if model is not None and guidance_through_guider(model, signature):
+        options.add("guidance")
+    return options
 
 
 def _guider_note(model: ModelInfo) -> str:
-    """A pipeline that guides through its `guider` component (HunyuanVideo 1.5) has no guidance argument: the
-    refusal says where its guidance comes from, rather than that it has none."""
+    """A pipeline that guides through a `guider` component whose class takes no guidance scale: the refusal
+    says where its guidance comes from, rather than that it has none (a guider that takes one is set by
+    `--guidance`: `guider_guidance`)."""
     guider = next((c for c in model.components if c.name == "guider"), None)
     if guider is None:
         return ""
-    path = guider.folder / "guider_config.json"
-    scale = load_json(path).get("guidance_scale") if path.is_file() else None
-    shown = f" (guidance_scale {scale!r:.20} in this model)" if isinstance(scale, int | float) else ""
-    return (f" argument: its guidance comes from its guider component{shown}, which this tool does not change; "
-            f"leave --guidance out")
+    return (f" argument: its guidance comes from its guider component ({plain(guider.class_name or '?')}), "
+            f"which takes no guidance_scale; leave --guidance out")
 
 
 # ------------------------------------------------------------------------------------------ --param
@@ -165,9 +164,7 @@ def _check_params(model: ModelInfo, params: Mapping[str, Any], label: str,
         if key in ENGINE_PARAMETERS:
             raise ConfigError(f"{label} {key}: set by the engine itself, not by a parameter")
         if key not in signature:
-            close = difflib.get_close_matches(key, [k for k in signature if k not in ENGINE_PARAMETERS], n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ConfigError(f"{label} {key}: {model.pipeline_class} has no parameter {key}{hint}")
+            raise ConfigError(unknown_parameter_line(model.pipeline_class, key, frozenset(signature), label))
         if key in dedicated:
             raise ConfigError(f"{label} {key}: use {flag_of[dedicated[key]]} for {OPTION_NOUNS[dedicated[key]]}")
         if value_fits(value, signature[key].annotation) is False:
@@ -313,6 +310,8 @@ def check_call(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, 
         names["param"] = labels["params"]
     signature = call_signature(model.pipeline_class)
     for option, value in _requested_options(request).items():
+        if option == "guidance" and guidance_through_guider(model, signature):
+            continue  # set on its guiders at the call (`guider_guidance.guided`)
         if option_parameter(signature, option) is None:
             raise ConfigError(f"{names[option]}: {model.pipeline_class} takes no {OPTION_NOUNS[option]}"
                               + (_guider_note(model) if option == "guidance" else ""))

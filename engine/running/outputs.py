@@ -254,6 +254,27 @@ def _saver(image: Any, image_format: str) -> Callable[[BinaryIO], None]:
     return lambda stream: image.save(stream, format=image_format)
 
 
+Writer = Callable[[BinaryIO], None]
+
+
+def output_files(frames: Sequence[Any], target: OutputTarget, *, fps: float | None,
+                 audio: AudioTrack | None = None) -> list[tuple[Path, Writer]]:
+    """The files `frames` become at a checked target, each with what writes its bytes: one video, one
+    animation, one image, or a numbered sequence (`NAME-0001.png`, …)."""
+    from .video_encoders import encode_animation, encode_mp4, rgb_images
+
+    if not frames:
+        raise ValueError("no frames to write")
+    rate = DEFAULT_FPS if fps is None else fps
+    if target.kind == "video":
+        return [(target.path, lambda stream: encode_mp4(frames, stream, rate, audio))]
+    images = rgb_images(frames)
+    if target.kind == "animation":
+        return [(target.path, lambda stream: encode_animation(images, stream, target.image_format, rate))]
+    paths = sequence_paths(target.path, len(images))
+    return [(path, _saver(image, target.image_format)) for path, image in zip(paths, images, strict=True)]
+
+
 def write_result(frames: Sequence[Any], target: OutputTarget, *, fps: float | None,
                  audio: AudioTrack | None = None) -> list[Path]:
     """Write every frame to a checked target (see the module docstring); returns the files written.
@@ -261,54 +282,55 @@ def write_result(frames: Sequence[Any], target: OutputTarget, *, fps: float | No
     `frames`: PIL images or HxWx3 arrays (uint8, or float in [0, 1]). `fps` None: DEFAULT_FPS. `audio`: the
     pipeline's waveform, a second stream of an MP4 (`write_notes` says when another target drops it).
     """
-    from .video_encoders import encode_animation, encode_mp4, rgb_images
-
-    if not frames:
-        raise ValueError("no frames to write")
-    rate = DEFAULT_FPS if fps is None else fps
-    if target.kind == "video":
-        _write_file(target.path, target.overwrite, lambda stream: encode_mp4(frames, stream, rate, audio))
-        return [target.path]
-    images = rgb_images(frames)
-    if target.kind == "animation":
-        _write_file(target.path, target.overwrite,
-                    lambda stream: encode_animation(images, stream, target.image_format, rate))
-        return [target.path]
-    paths = sequence_paths(target.path, len(images))
-    if len(paths) == 1:
-        _write_file(target.path, target.overwrite, _saver(images[0], target.image_format))
-        return paths
-    return _write_sequence(images, paths, target)
+    files = output_files(frames, target, fps=fps, audio=audio)
+    if len(files) == 1:
+        ((path, write),) = files
+        _write_file(path, target.overwrite, write)
+        return [path]
+    return _write_sequence(files, target)
 
 
-def _write_sequence(images: Sequence[Any], paths: list[Path], target: OutputTarget) -> list[Path]:
+def stage_files(files: Sequence[tuple[Path, Writer]], scratch: Path, overwrite: bool) -> list[Path]:
+    """Each file written whole into `scratch` under its own name, with the mode it will have in place."""
+    staged = []
+    for path, write in files:
+        temp = scratch / path.name
+        mode = file_mode(path, overwrite)
+        with temp.open("xb") as stream:
+            write(stream)
+            os.fchmod(stream.fileno(), mode)
+        staged.append(temp)
+        pause_point("between-frames")
+    return staged
+
+
+def check_free(paths: Sequence[Path], overwrite: bool) -> None:
+    """Without overwrite, none of `paths` may have appeared meanwhile (checked again as each is linked)."""
+    if not overwrite and (taken := next((p for p in paths if os.path.lexists(p)), None)):
+        raise _appeared(taken)
+
+
+def _write_sequence(files: Sequence[tuple[Path, Writer]], target: OutputTarget) -> list[Path]:
     """Every frame into a scratch folder beside the output first, then all put in place in one held step.
 
     A signal (or an error) while frames are encoded leaves nothing (the scratch folder goes); one that
     comes while they are put in place waits until every frame and the manifest are there."""
     target.path.parent.mkdir(parents=True, exist_ok=True)
+    paths = [path for path, _ in files]
     with SignalGuard(), scratch_folder(target.path) as scratch:
-        staged = []
-        for image, path in zip(images, paths, strict=True):
-            temp = scratch / path.name
-            mode = file_mode(path, target.overwrite)
-            with temp.open("xb") as stream:
-                image.save(stream, format=target.image_format)
-                os.fchmod(stream.fileno(), mode)
-            staged.append(temp)
-            pause_point("between-frames")
-        if not target.overwrite and (taken := next((p for p in paths if os.path.lexists(p)), None)):
-            raise _appeared(taken)
+        staged = stage_files(files, scratch, target.overwrite)
+        check_free(paths, target.overwrite)
         with held():
-            _publish_all(staged, paths, target.overwrite)
+            publish_all(staged, paths, target.overwrite)
             record_frames(target.path, paths, overwrite=target.overwrite)  # and remove our own stale frames
             mark_complete(paths)
     return paths
 
 
-def _publish_all(staged: Sequence[Path], paths: Sequence[Path], overwrite: bool) -> None:
-    """Put each staged frame at its name: replacing with overwrite, else only where the name is free;
-    on a failure the frames this call created are removed again (replaced ones stay new)."""
+def publish_all(staged: Sequence[Path], paths: Sequence[Path], overwrite: bool) -> list[Path]:
+    """Put each staged file at its name: replacing with overwrite, else only where the name is free;
+    on a failure the files this call created are removed again (replaced ones stay new). Returns the
+    files it created (not those it replaced)."""
     created: list[Path] = []
     try:
         for temp, path in zip(staged, paths, strict=True):
@@ -327,6 +349,7 @@ def _publish_all(staged: Sequence[Path], paths: Sequence[Path], overwrite: bool)
         for path in created:
             path.unlink(missing_ok=True)
         raise
+    return created
 
 
 def write_notes(frames: Sequence[Any], target: OutputTarget, *, fps: float | None,

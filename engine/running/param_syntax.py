@@ -8,12 +8,18 @@ exit 0: refused, naming the parameter.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+
+# Parameters the engine sets itself: a --param may not replace them (`call_options` refuses them).
+ENGINE_PARAMETERS = frozenset({"prompt", "generator", "output_type", "return_dict", "callback_on_step_end",
+                               "callback_on_step_end_tensor_inputs", "callback", "callback_steps"})
 
 
 def parse_param(text: str) -> tuple[str, Any]:
@@ -51,3 +57,34 @@ def check_finite(params: Mapping[str, Any], label: str) -> None:
     for key, value in params.items():
         if _has_non_finite(value):
             raise ConfigError(f"{label} {key}: holds a non-finite number (NaN or infinity); give finite numbers")
+
+
+def unknown_parameter_line(pipeline_class: str, key: str, parameters: frozenset[str], label: str) -> str:
+    """`call_options`' line for a `--param` the pipeline's call does not have, with a "did you mean"."""
+    close = difflib.get_close_matches(key, sorted(p for p in parameters if p not in ENGINE_PARAMETERS), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"{label} {key}: {pipeline_class} has no parameter {key}{hint}"
+
+
+def check_parameter_names(model_path: Path, params: Mapping[str, Any], label: str) -> None:
+    """Before the heavy imports: a `--param` key the pipeline's `__call__` does not have (a typo), read from
+    `model_index.json`'s class and the installed diffusers source, with the line `call_options` gives after
+    the import. Whatever cannot be read here (no index, an unknown class) is left to discovery and
+    `call_options`, which say what is wrong."""
+    from ..model_dir.weights import load_json
+    from ..planning.model_configs import call_parameter_names
+
+    keys = [key for key in params if key not in ENGINE_PARAMETERS]
+    index = model_path / "model_index.json"
+    try:
+        if not keys or not index.is_file():
+            return
+        name = load_json(index).get("_class_name")
+    except Exception:  # discovery reads it again and says why
+        return
+    parameters = call_parameter_names(name) if isinstance(name, str) else None
+    if parameters is None:
+        return
+    for key in keys:
+        if key not in parameters:
+            raise ConfigError(unknown_parameter_line(name, key, parameters, label))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..model_dir.discovery import ModelInfo
-from ..model_dir.trusted_classes import pipeline_class
+from ..model_dir.trusted_classes import component_class, pipeline_class
 
 OPTIONAL_PACKAGES = {"ftfy": "ftfy"}
 """Module-level name a pipeline binds only when installed -> the package to install."""
@@ -47,7 +47,12 @@ def _unguarded_names(path: Path) -> frozenset[str]:
 
 
 def check_pipeline_needs(model: ModelInfo) -> None:
-    """Refuse, in one line, a pipeline whose prompt cleaning calls an optional package that is not installed."""
+    """Refuse, in one line, a pipeline whose prompt cleaning calls an optional package that is not installed,
+    or a transformers processor component that cannot be built without one (Kandinsky 5's Qwen2-VL
+    processor needs torchvision for its video processor: `missing_backends.processor_missing`)."""
+    for component in model.components:  # only processors: other classes are imported by the load itself
+        if component.library == "transformers" and (component.class_name or "").endswith("Processor"):
+            component_class(component.library, component.class_name, f"{component.name}")
     cls = pipeline_class(model.pipeline_class, "model_index.json")
     module = sys.modules.get(cls.__module__)
     source = inspect.getsourcefile(cls) if module is not None else None

@@ -30,8 +30,10 @@ SCHEDULE_PARAMETERS = ("sigmas", "timesteps")
 
 
 def text_token_limit(model: ModelInfo) -> int:
-    """The longest text the pipeline's tokenizers take (`model_max_length`, the largest of them; the
-    "no limit" sentinel transformers writes is ignored), else `MAX_TEXT_TOKENS`."""
+    """The longest text the pipeline's tokenizers take: the largest `model_max_length` of them, where a
+    tokenizer with none of its own up to `MAX_TEXT_TOKENS` (the "no limit" sentinel transformers writes, or
+    Qwen2.5-VL's 131,072) counts as `MAX_TEXT_TOKENS`: Kandinsky 5's Qwen text is not held to its CLIP
+    tokenizer's 77 tokens. `MAX_TEXT_TOKENS` where no tokenizer says."""
     limits = []
     for component in model.components:
         config = component.folder / "tokenizer_config.json"
@@ -41,8 +43,8 @@ def text_token_limit(model: ModelInfo) -> int:
             value = load_json(config).get("model_max_length")
         except ModelDirError:
             continue  # discovery read it already; a problem there was its to report
-        if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_TEXT_TOKENS:
-            limits.append(value)
+        own = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_TEXT_TOKENS
+        limits.append(value if own else MAX_TEXT_TOKENS)
     return max(limits, default=MAX_TEXT_TOKENS)
 
 

@@ -29,6 +29,7 @@ from ...offload.streamer import LayerwiseStreamer
 from ..errors import ConfigError
 from ..events import StepTiming
 from .audio_track import AudioTrack, first_item_audio
+from .guider_guidance import guidance_used, guided, pipe_takes_guider_guidance
 from .pipeline_defaults import default_steps
 from .pipeline_output import check_frames, first_item_frames
 from .request_phases import DecodeMeter, phase_seconds, sync, sync_compute
@@ -90,6 +91,8 @@ class GenerateRequest:
         before load; here it is a `ConfigError` rather than a silent drop)."""
         accepted = inspect.signature(pipe.__call__).parameters
         explicit = {**self.explicit_kwargs(accepted), **self.params}
+        if pipe_takes_guider_guidance(pipe):  # the scale goes to its guiders (`guider_guidance.guided`)
+            explicit.pop("guidance_scale", None)
         unknown = sorted(key for key in explicit if key not in accepted)
         if unknown:
             raise ConfigError(f"{type(pipe).__name__} takes no {', '.join(unknown)}")
@@ -208,6 +211,7 @@ class RunOutput:
     allocated_peak: int | None = None  # the request's allocated peak over every phase (CUDA)
     reserved_peak: int | None = None  # the caching allocator's reserved peak over every phase (CUDA)
     audio: AudioTrack | None = None  # the first item's waveform, when the pipeline returns audio (audio_track)
+    guidance: float | None = None  # the guidance scale it ran with (`guider_guidance.guidance_used`)
 
     @property
     def allocator_slack(self) -> int | None:
@@ -242,7 +246,9 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
     try:
         sync(device)
         call_start = time.perf_counter()
-        output = pipe(**kwargs)  # diffusers runs it under no_grad, exactly as the plain pipeline does
+        with guided(pipe, request.guidance):
+            guidance = guidance_used(pipe, kwargs)
+            output = pipe(**kwargs)  # diffusers runs it under no_grad, exactly as the plain pipeline does
         sync(device)
     except RequestCancelled:
         raise RequestCancelled(len(clock.steps), clock.total_steps) from None
@@ -262,4 +268,4 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
                      phases=phase_seconds(call_start, clock.first_forward, clock.last_step_end, decode),
                      vae_decode_peak_bytes=decode.peak_bytes, peak_before_decode=decode.peak_before_decode,
                      text_peak=clock.text_peak, allocated_peak=allocated, reserved_peak=reserved,
-                     audio=first_item_audio(output, pipe))
+                     audio=first_item_audio(output, pipe), guidance=guidance)
