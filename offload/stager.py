@@ -177,6 +177,15 @@ class ModuleStager:
         A span, not the whole storage: a component read into one host arena (engine/loading/arena_load.py) has a
         single storage under every weight, and a streamed encoder's stager (offload/layer_stage.py)
         stages only the weights outside its layers, a small part of it."""
+        groups, sources, in_place = self._spans(pin)
+        self._masters(groups, sources, in_place, pin)
+        for g in groups:
+            self._point_to_master(g)
+        return groups
+
+    def _spans(self, pin: bool) -> tuple[list[_Group], list[torch.Tensor], list[bool]]:
+        """The groups (a byte span of a storage and the tensors in it), each span's host bytes, and whether
+        that span is used in place as its master."""
         unview_buffers(self.module)  # a view buffer's base would keep the original storage alive
         by_storage: dict[Any, list[torch.Tensor]] = {}
         seen: set[int] = set()
@@ -209,6 +218,10 @@ class ModuleStager:
                                      source=(whole.data_ptr(), whole.numel())))
                 sources.append(whole[start:end])
                 in_place.append(pinned_source)
+        return groups, sources, in_place
+
+    def _masters(self, groups: list[_Group], sources: list[torch.Tensor], in_place: list[bool], pin: bool) -> None:
+        """Each group's host master: its span in place, or a copy in one arena (page-locked once filled)."""
         offsets: dict[int, int] = {}
         cursor = 0
         for i, g in enumerate(groups):
@@ -230,9 +243,6 @@ class ModuleStager:
                 self._arena.pin()
             for i in offsets:
                 groups[i].pinned = self._arena.pinned
-        for g in groups:
-            self._point_to_master(g)
-        return groups
 
     # ------------------------------------------------------------------ load / offload
 
