@@ -17,7 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ...offload.address_phase import PAGE, place_like
 from ...offload.deferred_weights import DeferredWeights, Source
+from ...offload.devices import rebind, storage_key
 from ...offload.tiers import Tier
 from ..model_dir.discovery import ComponentInfo
 from .direct_load import StoredTensor, component_locations, open_fd
@@ -100,3 +102,55 @@ def file_sources(info: ComponentInfo, module: torch.nn.Module, tier: Tier, *, ke
         weights.close()
         raise
     return FileSources(weights, matched, unmatched)
+
+
+def release_file_bytes(module: torch.nn.Module, weights: DeferredWeights) -> int:
+    """Give back the host bytes of every storage of `module` whose tensors all have a file source, right after the
+    component is built (so that a load holds one file-tier component's bytes at a time, not all of them until
+    placement): each such storage's tensors move to one untouched storage of the same size at the same address
+    phase (no resident pages until written; the stager reads the real bytes from the files). Returns the bytes."""
+    by_storage: dict[object, list[torch.Tensor]] = {}
+    for t, _ in _names(module).values():
+        if t.device.type == "cpu" and not t.is_meta:
+            by_storage.setdefault(storage_key(t), []).append(t)
+    released = 0
+    for tensors in by_storage.values():
+        if not all(weights.knows(t) for t in tensors):
+            continue  # a tensor no file holds as loaded shares these bytes: they stay
+        old = tensors[0].untyped_storage()
+        fresh = place_like(lambda n, _d: torch.empty(n, dtype=torch.uint8), old.nbytes(), torch.device("cpu"),
+                           old.data_ptr() % PAGE)
+        for t in tensors:
+            rebind(t, lambda t=t, fresh=fresh: _same_view(fresh, t))
+        released += old.nbytes()
+    return released
+
+
+def _same_view(fresh: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """`t` (offset, shape, stride, dtype) over the uint8 storage `fresh` instead of its own."""
+    base = fresh.storage_offset()
+    out = torch.empty(0, dtype=t.dtype)
+    return out.set_(fresh.untyped_storage(), base // t.dtype.itemsize + t.storage_offset(), t.shape, t.stride())
+
+
+class FileTierLoad:
+    """The load's side of file-tier components: their sources found (and their bytes given back) as each is built
+    (`after_build`, the loader's hook), kept for placement (`found`), closed at the end (`close`)."""
+
+    def __init__(self, tiers: dict[str, Tier], keep_phase: bool) -> None:
+        self.tiers = dict(tiers)
+        self._keep_phase = keep_phase
+        self.found: dict[str, FileSources] = {}
+
+    def after_build(self, info: ComponentInfo, component: object) -> None:
+        tier = self.tiers.get(info.name)
+        if tier is None or not isinstance(component, torch.nn.Module):
+            return
+        found = file_sources(info, component, tier, keep_phase=self._keep_phase)
+        self.found[info.name] = found
+        release_file_bytes(component, found.weights)
+
+    def close(self) -> None:
+        for found in self.found.values():
+            found.weights.close()
+        self.found.clear()
