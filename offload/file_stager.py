@@ -33,9 +33,7 @@ from .file_spans import Run
 from .pinned import HostArena
 from .stager import ModuleStager, _Group, _view_of
 from .tier_files import TierFiles
-from .tiers import BOUNCE_SLOTS, PAGE, Tier, bounce_ring_bytes, bounce_slot_bytes
-
-COLD_CHUNK = 64 * 2**20  # bytes per read of a staged component (tier_cost.COLD_CHUNK: the planner counts the same)
+from .tiers import BOUNCE_SLOTS, COLD_CHUNK, PAGE, Tier, bounce_ring_bytes, bounce_slot_bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,7 @@ class TierRates:
 
 PAGE = 4096  # O_DIRECT's alignment of file offsets, lengths and buffers
 BOUNCE_SLOTS = 4  # pinned bounce slots of the page-cache/disk tiers: reads in flight + the one being copied
+COLD_CHUNK = 64 * 2**20  # bytes of a staged component read per bounce slot (sglang's O_DIRECT chunk, PR #38441)
 
 
 def bounce_slot_bytes(largest_block: int) -> int:

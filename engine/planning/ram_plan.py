@@ -6,7 +6,8 @@ Torch-free. A plan's host items (tier_cost.HostItem), indexed as `HostTiers` is 
   unless streamed), with live re-plan masters (the console) every block. Their bytes are as stored: with fp8
   storage (`--stream-dtype`, an fp8 checkpoint) the fp8 bytes, half a 16-bit checkpoint's, so fp8 storage halves
   what the budget must hold. A block the host does not keep is given "pinned" (no file tier to read);
-- every staged encoder/VAE's master (with live re-plan masters: every encoder/VAE), by component name: cold.
+- every staged encoder/VAE (not with live re-plan masters: the console keeps every encoder/VAE's), by component
+  name: cold (read once per stage from a file tier: offload/file_stager.py, offload/layer_stage.py).
 
 `fixed_host_bytes` is what the host holds besides those, from the host forecast (engine/planning/host_forecast.py).
 """
@@ -18,7 +19,7 @@ from typing import Literal
 
 from ...offload.tiers import ALL_PINNED, HostTiers, Tier, TierRates
 from ...offload.units import format_bytes, format_rate, format_seconds
-from .host_forecast import host_forecast
+from .host_forecast import host_forecast, stage_chunk
 from .plan import Plan
 from .request_profile import RequestSize
 from .tier_cost import HostItem, known_rates
@@ -29,9 +30,9 @@ Key = tuple[Literal["block", "component"], int | str]
 
 def host_items(plan: Plan, live: bool = False) -> tuple[list[HostItem], list[Key]]:
     """The host items of `plan` that a load can read from a file tier, and what each one is: the streamed
-    blocks of a `run` load with one DiT (see the module docstring). What the runtime keeps pinned whatever the
-    tier (offload/tier_support.py: live re-plan masters, two experts' blocks, staged encoder/VAE masters,
-    which read from their files only in a later change) is in the fixed share instead."""
+    blocks of a `run` load with one DiT, and its staged encoders/VAEs (cold: read once per stage; a layer-streamed
+    encoder a layer per bounce slot). What the runtime keeps pinned whatever the tier (engine/planning/
+    tier_support.py: live re-plan masters, two experts' blocks) is in the fixed share instead."""
     items: list[HostItem] = []
     keys: list[Key] = []
     if live or plan.experts:
@@ -40,6 +41,10 @@ def host_items(plan: Plan, live: bool = False) -> tuple[list[HostItem], list[Key
         if block.streamed:
             items.append(HostItem(block.nbytes, hot=True))
             keys.append(("block", n))
+    for c in plan.components:
+        if c.residency == "staged" and c.info.has_weights:
+            items.append(HostItem(c.info.nbytes, hot=False, chunk=stage_chunk(plan, c.info)))
+            keys.append(("component", c.info.name))
     return items, keys
 
 
@@ -101,17 +106,21 @@ def ram_plan(plan: Plan, budget: int, rates: TierRates, compute_s: float | None 
     lines.append(f"pin cap {format_bytes(choice.pin_cap)}: max(40 %, min(90 %, budget - 4 GiB)) of the budget "
                  "(ComfyUI's Linux rule: page-locked memory cannot be reclaimed, the kernel keeps room for the "
                  "page cache)")
+    kept = [what for what, on in (("live re-plan masters", live), ("both experts' blocks", bool(plan.experts))) if on]
     lines.append(f"fixed host bytes {format_bytes(fixed)}: the host forecast without the file-tier candidates "
-                 "(the process, its transients, and what stays pinned: staged masters"
-                 + (", live re-plan masters" if live else "") + (", both experts' blocks" if plan.experts else "")
+                 "(the process and its transients" + (f", and what stays pinned: {', '.join(kept)}" if kept else "")
                  + ")")
     block_tiers = [(t, i.nbytes) for i, k, t in zip(items, keys, choice.tiers, strict=True) if k[0] == "block"]
     if block_tiers:
         fp8 = f" (stored {plan.stream_dtype}: half the host bytes)" if plan.stream_dtype else ""
         lines.append(_count_line(f"{plan.model.block_kind} blocks{fp8}", block_tiers))
     for (kind, name), item, tier in zip(keys, items, choice.tiers, strict=True):
-        if kind == "component":
-            lines.append(f"{name} master ({format_bytes(item.nbytes)}): {tier.replace('_', ' ')}")
+        if kind == "component" and tier == "pinned":
+            lines.append(f"{name} master ({format_bytes(item.nbytes)}): pinned")
+        elif kind == "component":
+            rate = min(r.rate(tier) or 1.0, r.link or 1.0)
+            lines.append(f"{name} ({format_bytes(item.nbytes)}): {tier.replace('_', ' ')}, no host master; each "
+                         f"stage reads it in about {format_seconds(item.nbytes / rate)} at {format_rate(rate)}")
     if cost.ring_bytes:
         lines.append(f"bounce ring: {format_bytes(cost.ring_bytes)} pinned, what the page-cache and disk tiers "
                      "read through")
