@@ -3,12 +3,13 @@
 `ModuleStager` keeps a host master of every weight (offload/stager.py). When the plan puts a component in the
 `page_cache` or `disk` tier (offload/tiers.py) the process keeps none: at each load (its stage) the stager reads
 every tensor from its safetensors file (`page_cache`: buffered `preadv`; `disk`: O_DIRECT, with the fallback of
-offload/tier_files.py) in chunks of at most `COLD_CHUNK` bytes into a ring of `BOUNCE_SLOTS` bounce slots
-(page-locked on CUDA), and copies each chunk to its place in the device copy, converting a tensor stored in another
-dtype as the load did. Several reads are in flight while a chunk is copied; a slot is read into again only after
-the copy out of it has finished. The ring exists only during the load: between stages the component costs the
-host nothing but the bytes no file holds as they are (buffers built at construction, a non-contiguous view),
-kept as small host copies. The device copy is dropped after the stage as today.
+offload/tier_files.py) in chunks (`stage_chunk_bytes`: a sixteenth of the component, at most `COLD_CHUNK`) into a
+ring of `BOUNCE_SLOTS` bounce slots (page-locked on CUDA), and copies each chunk to its place in the device copy,
+converting a tensor stored in another dtype as the load did. Several reads are in flight while a chunk is copied;
+a slot is read into again only after the copy out of it has finished. The ring exists only during the load:
+between stages the component costs the host nothing but the bytes no file holds as they are (buffers built at
+construction, a non-contiguous view), kept as small host copies. The device copy is dropped after the stage as
+today.
 
 Which tensors come from which file range is given by a `DeferredWeights` whose sources were checked against
 the loaded bytes (engine/loading/file_sources.py), so a component reads exactly the bytes it computed with.
@@ -33,7 +34,7 @@ from .file_spans import Run
 from .pinned import HostArena
 from .stager import ModuleStager, _Group, _view_of
 from .tier_files import TierFiles
-from .tiers import BOUNCE_SLOTS, COLD_CHUNK, PAGE, Tier, bounce_ring_bytes, bounce_slot_bytes
+from .tiers import BOUNCE_SLOTS, COLD_CHUNK, PAGE, Tier, bounce_ring_bytes, bounce_slot_bytes, stage_chunk_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +123,7 @@ class FileStager(ModuleStager):
 
     # ------------------------------------------------------------------ snapshot: reads instead of masters
     def _masters(self, groups: list[_Group], sources: list[torch.Tensor], in_place: list[bool], pin: bool) -> None:
+        chunk = stage_chunk_bytes(sum(g.nbytes for g in groups))
         for gi, g in enumerate(groups):
             reads = _Reads()
             for ti, t in enumerate(g.targets):
@@ -131,7 +133,7 @@ class FileStager(ModuleStager):
                     key = self._files.add(source.fd, direct=self.tier == "disk")
                     dst = t.storage_offset * t.dtype.itemsize
                     reads.pieces.extend(pieces_of(gi, key, source.offset, source.nbytes, source.dtype, via, t.dtype,
-                                                  dst))
+                                                  dst, chunk))
                 else:  # not in a file as it is: a small host copy
                     reads.extras.append((ti, x.detach().clone()))
             self._reads.append(reads)

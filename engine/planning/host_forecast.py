@@ -19,8 +19,8 @@ some phases (load, text encoding, denoise, VAE decode):
   held (the 9.26 GB double pin of a Flux-size 8 GB plan; `Forecast.pinned_host_bytes` counts it while
   the loader does);
 - the bounce rings (`offload.tiers.bounce_ring_bytes`): the streamer's when any block is read from a file tier,
-  sized by the largest such block, and the staged components' when any is (offload/file_stager.py: `COLD_CHUNK`
-  slots; a layer-streamed encoder's are its largest layer);
+  sized by the largest such block, and the staged components' when any is (offload/file_stager.py:
+  `stage_chunk_bytes` slots; a layer-streamed encoder's are its largest layer);
 - the load's read buffers: arena reads land in place (a batch of `LoadOptions` is a view of the arena and
   costs nothing more), so what a load holds beyond the arenas is a component read into host memory before
   it moves to the device (a resident one, or the DiT's non-block layers), the largest of them;
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...offload.tiers import COLD_CHUNK, bounce_ring_bytes
+from ...offload.tiers import bounce_ring_bytes, stage_chunk_bytes
 from ..model_dir.discovery import ComponentInfo
 from .lean import streamable
 from .plan import Plan
@@ -123,12 +123,13 @@ def master_bytes(plan: Plan, live_replan: bool) -> tuple[int, int]:
 
 
 def stage_chunk(plan: Plan, info: ComponentInfo) -> int:
-    """The bounce slot a file-tier staged component reads through: a `COLD_CHUNK`, or the whole component if
-    smaller (offload/file_stager.py); where the plan streams it layer by layer, its layer ring's slots (its largest
+    """The bounce slot a file-tier staged component reads through: `stage_chunk_bytes` of it, or the whole component
+    if smaller (offload/file_stager.py); where the plan streams it layer by layer, its layer ring's slots (its largest
     layer: offload/layer_stage.py) as well, beside the chunks of the rest (two rings as one of both sizes)."""
     if info.layers is not None and plan.policy.lean_on("stream_encoders") and streamable(info):
-        return max(info.layers.block_bytes, default=0) + min(info.non_block_bytes, COLD_CHUNK)
-    return min(info.nbytes, COLD_CHUNK)
+        rest = info.non_block_bytes
+        return max(info.layers.block_bytes, default=0) + min(rest, stage_chunk_bytes(rest))
+    return min(info.nbytes, stage_chunk_bytes(info.nbytes))
 
 
 def layer_ring_arena_bytes(plan: Plan) -> int:

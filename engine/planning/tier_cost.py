@@ -8,7 +8,7 @@ switch or re-plan). Rules:
 - pinned items count in the process's host peak (RSS) and against the pin cap;
 - page-cache and disk items are read through pinned bounce rings (offload/tiers.py): the streamer's, whose slots
   hold the largest file-tier hot block, and the staged components' (offload/file_stager.py), whose slots hold
-  the largest file-tier cold item's chunk (`HostItem.chunk`: a whole component is read in `COLD_CHUNK`s, a
+  the largest file-tier cold item's chunk (`HostItem.chunk`: a whole component is read in `stage_chunk_bytes`, a
   layer-streamed encoder's layers a layer at a time); each ring costs nothing when nothing is read through it;
 - page-cache items are not the process's memory, but the kernel's cache must hold them or every read is a
   disk read: fixed + pinned + ring + page cache <= the budget;
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...offload.tiers import COLD_CHUNK, Tier, TierRates, bounce_ring_bytes
+from ...offload.tiers import COLD_CHUNK, Tier, TierRates, bounce_ring_bytes, stage_chunk_bytes  # noqa: F401
 
 GIB = 2**30
 # rates used where nothing was measured yet (bytes/s): PCIe 4 x16 pinned copies, one-stream reads of cached
@@ -46,7 +46,7 @@ class HostItem:
     @property
     def cold_chunk(self) -> int:
         """What one bounce slot of the staged components' ring holds of this cold item."""
-        return self.chunk or min(self.nbytes, COLD_CHUNK)
+        return self.chunk or min(self.nbytes, stage_chunk_bytes(self.nbytes))
 
 
 @dataclass(frozen=True, slots=True)
