@@ -187,3 +187,27 @@ def test_component_tiers_a_load_cannot_carry_out_are_refused_when_planned(demo_m
         assert "only a staged component" in (unsupported_tiers(resident, live=False, ranks=False) or "")
     finally:
         engine.close()
+
+
+@pytest.mark.slow
+def test_a_file_tier_component_gives_its_host_bytes_back_as_soon_as_it_is_built(demo_model_dir: Path, monkeypatch):
+    from omni_console.engine.loading import file_sources
+
+    released: dict[int, int] = {}
+    give_back = file_sources.release_file_bytes
+
+    def counted(module, weights):
+        released[id(module)] = give_back(module, weights)
+        return released[id(module)]
+
+    monkeypatch.setattr(file_sources, "release_file_bytes", counted)
+    force_component_tiers(monkeypatch, "disk")
+    engine = Engine(demo_model_dir, device="cpu")
+    try:
+        engine.load(build_policy({}, 0))
+        staged = [c.info for c in engine.plan.components if c.residency == "staged"]
+        assert len(released) == len(staged) >= 3
+        for info in staged:  # its tensors' bytes, all but the buffers built at construction
+            assert released[id(getattr(engine.pipe, info.name))] >= 0.95 * info.nbytes, info.name
+    finally:
+        engine.close()
