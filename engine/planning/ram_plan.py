@@ -35,12 +35,19 @@ def host_items(plan: Plan, live: bool = False) -> tuple[list[HostItem], list[Key
     tier_support.py: live re-plan masters, two experts' blocks) is in the fixed share instead."""
     items: list[HostItem] = []
     keys: list[Key] = []
-    if live or plan.experts:
+    if live:
         return items, keys
+    if plan.experts:  # their blocks stay pinned (tier_support.py); their encoders/VAEs are staged as any others
+        return staged_items(plan, items, keys)
     for n, block in enumerate(plan.blocks):
         if block.streamed:
             items.append(HostItem(block.nbytes, hot=True))
             keys.append(("block", n))
+    return staged_items(plan, items, keys)
+
+
+def staged_items(plan: Plan, items: list[HostItem], keys: list[Key]) -> tuple[list[HostItem], list[Key]]:
+    """`items` and `keys` with each staged encoder/VAE added (cold: read once per stage from a file tier)."""
     for c in plan.components:
         if c.residency == "staged" and c.info.has_weights:
             items.append(HostItem(c.info.nbytes, hot=False, chunk=stage_chunk(plan, c.info)))

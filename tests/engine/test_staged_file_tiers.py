@@ -211,3 +211,35 @@ def test_a_file_tier_component_gives_its_host_bytes_back_as_soon_as_it_is_built(
             assert released[id(getattr(engine.pipe, info.name))] >= 0.95 * info.nbytes, info.name
     finally:
         engine.close()
+
+
+@pytest.mark.slow
+def test_two_experts_with_their_encoder_and_vae_on_disk_draw_what_the_pinned_load_draws(tmp_path: Path, monkeypatch,
+                                                                                          wan_loadable):
+    from tiny_families_experts import BOUNDARY_RATIO, EXPERTS_GENERATION, build_tiny_wan22_a14b
+
+    path = build_tiny_wan22_a14b(tmp_path / "wan22", seed=0)
+    gen = EXPERTS_GENERATION
+    request = GenerateRequest(prompt="a red fox running in the snow", steps=gen["num_inference_steps"],
+                              height=gen["height"], width=gen["width"], seed=3, guidance=1.0, frames=gen["num_frames"],
+                              max_sequence_length=gen["max_sequence_length"], output_type="np")
+
+    def frames() -> tuple[np.ndarray, int]:
+        engine = Engine(path, device="cpu")
+        try:
+            engine.load(build_policy({}, 1))
+            if engine.pipe.config.get("boundary_ratio") is None:  # as tests/engine/test_experts.py loads it
+                engine.pipe.register_to_config(boundary_ratio=BOUNDARY_RATIO)
+            tiers = dict(engine.plan.tiers.components)
+            for name, stager in engine.placement.stagers.items():
+                assert isinstance(stager, FileStager) == (tiers.get(name, "pinned") == "disk"), name
+            image = np.asarray(engine.generate(request, threading.Event()).image)
+            return image, sum(isinstance(s, FileStager) for s in engine.placement.stagers.values())
+        finally:
+            engine.close()
+
+    pinned, none = frames()
+    force_component_tiers(monkeypatch, "disk")
+    tiered, read = frames()
+    assert none == 0 and read >= 2  # the UMT5 encoder and the VAE
+    assert np.array_equal(tiered, pinned) and float(pinned.std()) > 0
