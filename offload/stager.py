@@ -38,6 +38,7 @@ from .devices import (
 from .events import EventBus, NullBus, OomRetry, StagingEvent
 from .module_hooks import Listeners
 from .pinned import ALIGNMENT, HostArena, align_up
+from .storage_spans import byte_range, used_spans
 from .transfer_timing import TransferClock
 
 
@@ -71,31 +72,6 @@ def _view_of(storage_u8: torch.Tensor, t: _Target) -> torch.Tensor:
         raise ValueError(f"storage base {base} is not aligned to {t.dtype}")
     out = torch.empty(0, dtype=t.dtype, device=storage_u8.device)
     return out.set_(storage_u8.untyped_storage(), base // itemsize + t.storage_offset, t.shape, t.stride)
-
-
-SPAN_ALIGN = 64  # a span starts and ends on this many bytes (every dtype's views stay aligned)
-SPAN_GAP = 4 << 20  # unused bytes between two used ranges of one storage that still share one master
-
-
-def byte_range(t: torch.Tensor) -> tuple[int, int]:
-    """The bytes of its storage that `t` reads: [first, last + 1)."""
-    size = t.dtype.itemsize
-    start = t.storage_offset() * size
-    if t.numel() == 0:
-        return start, start
-    return start, start + (1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True))) * size
-
-
-def used_spans(ranges: list[tuple[int, int]], nbytes: int) -> list[tuple[int, int]]:
-    """The used ranges of a storage of `nbytes`, aligned and merged where they overlap or nearly touch."""
-    merged: list[tuple[int, int]] = []
-    for a, b in sorted(ranges):
-        a, b = a - a % SPAN_ALIGN, min(align_up(b, SPAN_ALIGN), nbytes)
-        if merged and a <= merged[-1][1] + SPAN_GAP:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-        else:
-            merged.append((a, b))
-    return merged
 
 
 def default_allocate(nbytes: int, device: torch.device) -> torch.Tensor:
