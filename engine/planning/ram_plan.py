@@ -23,7 +23,7 @@ from .host_forecast import host_forecast, stage_chunk
 from .plan import Plan
 from .request_profile import RequestSize
 from .tier_cost import HostItem, known_rates
-from .tier_plan import TierChoice, choose_tiers
+from .tier_plan import NothingFitsHost, TierChoice, choose_tiers
 
 Key = tuple[Literal["block", "component"], int | str]
 
@@ -96,6 +96,22 @@ def _count_line(kind: str, tiers: list[tuple[Tier, int]]) -> str:
     return f"{kind}: {len(tiers)} kept on the host: {', '.join(parts)}{spread}"
 
 
+def _check_load_phase(plan: Plan, tiers: HostTiers, budget: int, size: RequestSize | None, live: bool,
+                      on_cpu: bool) -> None:
+    """A file-tier encoder/VAE is read into host memory once during the load, until it gives its bytes back
+    (engine/loading/file_sources.py): the tier planner's peak does not see that, the host forecast does. A load
+    phase over the budget is refused (NothingFitsHost) rather than run over it."""
+    if not any(t != "pinned" for _, t in tiers.components):
+        return
+    forecast = host_forecast(replace(plan, tiers=tiers), size, live_replan=live, on_cpu=on_cpu)
+    load = forecast.phase_peaks["load"]
+    if load > budget:
+        largest = max(c.info.nbytes for c in plan.components if tiers.component(c.info.name) != "pinned")
+        raise NothingFitsHost(f"nothing fits in {format_bytes(budget)} of host memory while loading: an encoder/VAE "
+                              f"read from its files is in host memory once as it is built ({format_bytes(largest)}), "
+                              f"so the load peaks at {format_bytes(load)}")
+
+
 def ram_plan(plan: Plan, budget: int, rates: TierRates, compute_s: float | None = None, live: bool = False,
              rate_notes: dict[str, str] | None = None, cap: int | None = None, size: RequestSize | None = None,
              on_cpu: bool = False) -> RamPlan:
@@ -105,6 +121,7 @@ def ram_plan(plan: Plan, budget: int, rates: TierRates, compute_s: float | None 
     fixed = fixed_host_bytes(plan, live, size, on_cpu)
     choice = choose_tiers(items, budget, fixed, rates, compute_s, cap)
     tiers = _tiers(plan, keys, choice.tiers)
+    _check_load_phase(plan, tiers, budget, size, live, on_cpu)
     cost, r, notes = choice.cost, known_rates(rates), rate_notes or {}
     lines = []
     note = getattr(budget, "note", "")

@@ -134,3 +134,21 @@ def test_a_learned_baseline_meets_the_measured_peak():
     assert again.peak_bytes == peak and again.baseline_source == "cached"
     assert first.part("process baseline") == CUDA_BASELINE_RUN
     assert first.part("process baseline at load") == CUDA_BASELINE_LOAD
+
+
+def test_a_budget_the_load_of_a_file_tier_encoder_would_break_is_refused():
+    from omni_console.engine.planning.ram_plan import ram_plan
+    from omni_console.engine.planning.tier_plan import NothingFitsHost
+    from omni_console.offload.tiers import TierRates
+
+    plan = make_plan(flux_size_model(), build_policy({}, 0))
+    t5 = next(c.info.nbytes for c in plan.components if c.info.name == "text_encoder_2")
+    on_disk = host_forecast(replace(plan, tiers=HostTiers(components=(("text_encoder_2", "disk"),))))
+    # the run phases fit once the T5 is on disk; the load holds it once (9.8 GB) as it is built
+    budget = on_disk.phase_peaks["denoise"] + 100 * 2**20
+    assert on_disk.phase_peaks["load"] > budget and on_disk.part("load read buffers") >= t5
+    with pytest.raises(NothingFitsHost, match="while loading"):
+        ram_plan(plan, budget, TierRates(20e9, 4e9, 2e9), cap=budget)
+    roomy = on_disk.phase_peaks["load"] + 100 * 2**20  # room for the load too: a plan, whose load fits
+    chosen = ram_plan(plan, roomy, TierRates(20e9, 4e9, 2e9), cap=roomy)
+    assert host_forecast(replace(plan, tiers=chosen.tiers)).phase_peaks["load"] <= roomy
