@@ -151,7 +151,8 @@ def _ram_doc(ram: Any) -> dict[str, Any] | None:
     c = ram.choice
     return {"budget_bytes": c.budget, "pin_cap_bytes": c.pin_cap, "host_peak_bytes": c.cost.host_peak_bytes,
             "page_cache_bytes": c.cost.page_cache_bytes, "disk_bytes": c.cost.disk_bytes,
-            "block_tiers": list(ram.tiers.blocks), "reasons": list(ram.reasons)}
+            "block_tiers": list(ram.tiers.blocks), "component_tiers": dict(ram.tiers.components),
+            "reasons": list(ram.reasons)}
 
 
 def _lean_lines(forecast: Any, say: bool) -> list[str]:

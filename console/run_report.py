@@ -88,6 +88,8 @@ class RamPlanReport(Document):
     disk_bytes: int = Field(ge=0, description="read from disk with O_DIRECT")
     block_tiers: list[Literal["pinned", "page_cache", "disk"]] = Field(
         default_factory=list, description="per DiT/UNet block in execution order, as loaded; empty: all pinned")
+    component_tiers: dict[str, Literal["pinned", "page_cache", "disk"]] = Field(
+        default_factory=dict, description="per staged encoder/VAE: pinned master, or read from its files at each stage")
     reasons: list[str] = Field(description="one line per decision --ram-budget took")
 
 

@@ -28,6 +28,7 @@ from ..offload.policy import OffloadPolicy
 from ..offload.tiers import HostTiers
 from .events import LoadProgress, Replanned, RequestFinished, RequestPhases, RequestStarted
 from .lifecycle import EngineState, EngineStateError, Lifecycle
+from .loading.file_sources import FileTierLoad
 from .loading.loader import LoadCancelled, pipeline_class, start_loading
 from .loading.placement import Placement, begin_placement, place_others, place_streamed
 from .model_dir.discovery import ModelInfo, discover_model
@@ -168,6 +169,8 @@ class Engine(Lifecycle):
             components: dict[str, float] = {}
             milestones: dict[str, float] = {}
             aux_in_place = bool(options.aux_in_place)
+            file_tiers = FileTierLoad({} if options.live_replan else {n: t for n, t in plan.tiers.components
+                                                                      if t != "pinned"}, self.device.type == "cpu")
             # No garbage collection while the components are built: a full collection walks every
             # object the libraries' imports made, and building a model makes the thousands of objects
             # that trigger them (a Flux-size DiT built right after the imports: 0.35 s with them,
@@ -189,7 +192,8 @@ class Engine(Lifecycle):
                         log=lambda line: self.bus.publish(LogEvent(level="info", message=line)),
                         aux_in_place=aux_in_place, host_arenas=arenas, registrar=registrar, timings=components,
                         others_on=others_on if aux_in_place else None,  # CPU: the library's own order (address_phase)
-                        dit_in_arena=options.dit_in_arena, huge_pages=options.use_huge_pages)
+                        dit_in_arena=options.dit_in_arena, huge_pages=options.use_huge_pages,
+                        after_build=file_tiers.after_build, plain=frozenset(file_tiers.tiers))
                     try:
                         mark("dits_built")
                         self.placement = begin_placement(self.device, self.bus, live=options.live_replan)
@@ -206,7 +210,8 @@ class Engine(Lifecycle):
                     milestones["others_built"] = loading.others_done_at - start
                 self._pin_execution_device()
                 place_others(self.pipe, plan, self.placement, self.bus, progress=self._progress("place"),
-                             cancel=cancel, weights=weights, host_arenas=arenas, options=options)
+                             cancel=cancel, weights=weights, host_arenas=arenas, options=options,
+                             files=file_tiers.found)
             except BaseException as exc:
                 for arena in arenas.values():
                     arena.close()
@@ -215,6 +220,7 @@ class Engine(Lifecycle):
                 self._fail("load", reason)
                 raise
             finally:
+                file_tiers.close()  # file-tier stagers keep duplicates of the descriptors they read
                 if weights is not None:
                     weights.close()  # the files: every tensor has been read by now, or the load failed
                 if collecting:

@@ -19,17 +19,21 @@ layers are copied into the ring's arena (page-locked on CUDA) and their original
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from .cache import AllocatorCache
+from .deferred_weights import DeferredWeights
 from .events import EventBus
+from .file_stager import FileStager
 from .in_place_filler import InPlaceFiller
 from .options import DEFAULT_LOAD, LoadOptions
 from .residency import BlockResidency
 from .stager import ModuleStager
 from .streamer import LayerwiseStreamer
+from .tier_filler import TieredFiller
+from .tiers import Tier
 
 SLOTS = 2
 
@@ -41,7 +45,8 @@ class StageRing(LayerwiseStreamer):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.filler = InPlaceFiller(self.device, self._ledger, self._load_options)
+        if not isinstance(self.filler, TieredFiller):  # layers read from their files keep the tiered filler
+            self.filler = InPlaceFiller(self.device, self._ledger, self._load_options)
 
     @property
     def in_place(self) -> bool:
@@ -73,17 +78,29 @@ class LayerStage:
 
     def __init__(self, name: str, module: torch.nn.Module, layers: Sequence[torch.nn.Module],
                  device: torch.device | str, *, bus: EventBus | None = None, cache: AllocatorCache | None = None,
-                 pin: bool = True, load_options: LoadOptions = DEFAULT_LOAD) -> None:
+                 pin: bool = True, load_options: LoadOptions = DEFAULT_LOAD, tier: Tier = "pinned",
+                 files: DeferredWeights | None = None, log: Callable[[str], None] = lambda _line: None) -> None:
+        """`tier` page_cache or disk (with `files`, the tensors' sources: engine/loading/file_sources.py): the
+        layers are read from their files into the ring's slots (offload/tier_filler.py) and the rest at each
+        stage (offload/file_stager.py); nothing of the encoder stays in host memory."""
         self.name = name
         self.num_layers = len(layers)
+        in_files = tier != "pinned" and files is not None
         # the ring first: where it reads the layers in place, the stager keeps the rest in place too
         self.ring = StageRing([(f"{name}.layers", list(layers))], device,
                               residency=BlockResidency.leading(len(layers), 0, SLOTS), bus=bus, pin=pin,
-                              load_options=load_options)
+                              load_options=load_options, weights=files if in_files else None,
+                              tiers=(tier,) * len(layers) if in_files else ())
         self.ring.attach()
         try:
-            self.stager = ModuleStager(name, module, device, bus=bus, cache=cache, pin=pin, exclude=layers,
-                                        huge_pages=load_options.use_huge_pages, in_place=self.ring.in_place)
+            if in_files:
+                assert files is not None
+                self.stager: ModuleStager = FileStager(name, module, device, tier=tier, weights=files, log=log,
+                                                       bus=bus, cache=cache, pin=pin, exclude=layers,
+                                                       huge_pages=load_options.use_huge_pages)
+            else:
+                self.stager = ModuleStager(name, module, device, bus=bus, cache=cache, pin=pin, exclude=layers,
+                                           huge_pages=load_options.use_huge_pages, in_place=self.ring.in_place)
         except BaseException:
             self.ring.detach()
             raise

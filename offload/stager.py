@@ -38,6 +38,7 @@ from .devices import (
 from .events import EventBus, NullBus, OomRetry, StagingEvent
 from .module_hooks import Listeners
 from .pinned import ALIGNMENT, HostArena, align_up
+from .storage_spans import byte_range, used_spans
 from .transfer_timing import TransferClock
 
 
@@ -71,31 +72,6 @@ def _view_of(storage_u8: torch.Tensor, t: _Target) -> torch.Tensor:
         raise ValueError(f"storage base {base} is not aligned to {t.dtype}")
     out = torch.empty(0, dtype=t.dtype, device=storage_u8.device)
     return out.set_(storage_u8.untyped_storage(), base // itemsize + t.storage_offset, t.shape, t.stride)
-
-
-SPAN_ALIGN = 64  # a span starts and ends on this many bytes (every dtype's views stay aligned)
-SPAN_GAP = 4 << 20  # unused bytes between two used ranges of one storage that still share one master
-
-
-def byte_range(t: torch.Tensor) -> tuple[int, int]:
-    """The bytes of its storage that `t` reads: [first, last + 1)."""
-    size = t.dtype.itemsize
-    start = t.storage_offset() * size
-    if t.numel() == 0:
-        return start, start
-    return start, start + (1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True))) * size
-
-
-def used_spans(ranges: list[tuple[int, int]], nbytes: int) -> list[tuple[int, int]]:
-    """The used ranges of a storage of `nbytes`, aligned and merged where they overlap or nearly touch."""
-    merged: list[tuple[int, int]] = []
-    for a, b in sorted(ranges):
-        a, b = a - a % SPAN_ALIGN, min(align_up(b, SPAN_ALIGN), nbytes)
-        if merged and a <= merged[-1][1] + SPAN_GAP:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-        else:
-            merged.append((a, b))
-    return merged
 
 
 def default_allocate(nbytes: int, device: torch.device) -> torch.Tensor:
@@ -177,6 +153,15 @@ class ModuleStager:
         A span, not the whole storage: a component read into one host arena (engine/loading/arena_load.py) has a
         single storage under every weight, and a streamed encoder's stager (offload/layer_stage.py)
         stages only the weights outside its layers, a small part of it."""
+        groups, sources, in_place = self._spans(pin)
+        self._masters(groups, sources, in_place, pin)
+        for g in groups:
+            self._point_to_master(g)
+        return groups
+
+    def _spans(self, pin: bool) -> tuple[list[_Group], list[torch.Tensor], list[bool]]:
+        """The groups (a byte span of a storage and the tensors in it), each span's host bytes, and whether
+        that span is used in place as its master."""
         unview_buffers(self.module)  # a view buffer's base would keep the original storage alive
         by_storage: dict[Any, list[torch.Tensor]] = {}
         seen: set[int] = set()
@@ -209,6 +194,10 @@ class ModuleStager:
                                      source=(whole.data_ptr(), whole.numel())))
                 sources.append(whole[start:end])
                 in_place.append(pinned_source)
+        return groups, sources, in_place
+
+    def _masters(self, groups: list[_Group], sources: list[torch.Tensor], in_place: list[bool], pin: bool) -> None:
+        """Each group's host master: its span in place, or a copy in one arena (page-locked once filled)."""
         offsets: dict[int, int] = {}
         cursor = 0
         for i, g in enumerate(groups):
@@ -230,9 +219,6 @@ class ModuleStager:
                 self._arena.pin()
             for i in offsets:
                 groups[i].pinned = self._arena.pinned
-        for g in groups:
-            self._point_to_master(g)
-        return groups
 
     # ------------------------------------------------------------------ load / offload
 

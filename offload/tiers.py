@@ -66,6 +66,8 @@ class TierRates:
 
 PAGE = 4096  # O_DIRECT's alignment of file offsets, lengths and buffers
 BOUNCE_SLOTS = 4  # pinned bounce slots of the page-cache/disk tiers: reads in flight + the one being copied
+COLD_CHUNK = 64 * 2**20  # bytes of a staged component read per bounce slot at most (sglang's O_DIRECT chunk, #38441)
+MIN_CHUNK = 64 << 10  # and at least (a page multiple)
 
 
 def bounce_slot_bytes(largest_block: int) -> int:
@@ -77,3 +79,11 @@ def bounce_ring_bytes(largest_block: int) -> int:
     """Pinned host bytes of the bounce ring that the page-cache and disk tiers read through (0 without
     file-tier blocks): what those tiers cost in host memory besides the kernel's cache."""
     return BOUNCE_SLOTS * bounce_slot_bytes(largest_block) if largest_block > 0 else 0
+
+
+def stage_chunk_bytes(nbytes: int) -> int:
+    """The read size (one bounce slot) of a staged component of `nbytes` read from a file tier: a sixteenth of it,
+    between `MIN_CHUNK` and `COLD_CHUNK`, so that its ring (`BOUNCE_SLOTS` of them) is a quarter of the component
+    at most and reading a small component from its files still saves host bytes over a pinned master."""
+    share = (nbytes // 16 + PAGE - 1) // PAGE * PAGE
+    return min(COLD_CHUNK, max(MIN_CHUNK, share))

@@ -15,7 +15,9 @@ from typing import Any
 import torch
 
 from ...offload.cache import AllocatorCache
+from ...offload.deferred_weights import DeferredWeights
 from ...offload.events import EventBus, LogEvent
+from ...offload.file_stager import FileStager
 from ...offload.layer_stage import LayerStage
 from ...offload.options import DEFAULT_LOAD, LoadOptions
 from ...offload.stager import ModuleStager
@@ -27,23 +29,38 @@ from ..planning.plan import Plan
 
 def make_stager(info: ComponentInfo, module: torch.nn.Module, plan: Plan, device: torch.device, bus: EventBus,
                 cache: AllocatorCache | None, pin: bool, staged: bool = True,
-                load_options: LoadOptions = DEFAULT_LOAD) -> ModuleStager | LayerStage:
+                load_options: LoadOptions = DEFAULT_LOAD, files: DeferredWeights | None = None
+                ) -> ModuleStager | LayerStage:
     """A component's stager: a `LayerStage` for a staged encoder the plan streams, else a `ModuleStager`
     (`staged=False`: a resident one with a master for re-plans, never streamed); `load_options`: how
-    their host masters are allocated."""
+    their host masters are allocated. `files`: the sources of its tensors (engine/loading/file_sources.py) when
+    its tier (`plan.tiers.component`) is the page cache or disk: it is then read from there at each stage
+    (offload/file_stager.py), with no host master."""
+    tier = plan.tiers.component(info.name) if files is not None else "pinned"
+    log = _logger(bus)
     if staged and plan.policy.lean_on("stream_encoders") and streamable(info) and info.layers is not None:
         layers = layer_modules(module, info.layers)
         if layers is not None:
             stage = LayerStage(info.name, module, layers, device, bus=bus, cache=cache, pin=pin,
-                               load_options=load_options)
+                               load_options=load_options, tier=tier, files=files, log=log)
+            where = "" if tier == "pinned" else f", read from the {tier.replace('_', ' ')} at each stage"
             bus.publish(LogEvent(level="info", message=(
                 f"{info.name}: streamed layer by layer ({len(layers)} layers through 2 slots of "
-                f"{stage.ring.largest_block_bytes:,} bytes; {stage.stager.staged_bytes:,} bytes staged around them)")))
+                f"{stage.ring.largest_block_bytes:,} bytes; {stage.stager.staged_bytes:,} bytes staged around "
+                f"them{where})")))
             return stage
         bus.publish(LogEvent(level="warning", message=(
             f"{info.name}: no layer list of {info.layers.count} layers found in the built module: staged whole")))
+    if tier != "pinned":
+        assert files is not None
+        return FileStager(info.name, module, device, tier=tier, weights=files, log=log, bus=bus, cache=cache,
+                          pin=pin, huge_pages=load_options.use_huge_pages)
     return ModuleStager(info.name, module, device, bus=bus, cache=cache, pin=pin,
                         huge_pages=load_options.use_huge_pages)
+
+
+def _logger(bus: EventBus):  # noqa: ANN202 - a one-line log callback
+    return lambda line: bus.publish(LogEvent(level="info", message=line))
 
 
 def _switch(module: Any, on: bool, enable: str, disable: str) -> bool:

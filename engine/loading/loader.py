@@ -203,7 +203,9 @@ def start_loading(model: ModelInfo, *, progress: Callable[[str, int, int], None]
                   log: Callable[[str], None] | None = None, aux_in_place: bool = False,
                   host_arenas: dict[str, HostArena] | None = None, registrar: Executor | None = None,
                   timings: dict[str, float] | None = None, others_on: Executor | None = None,
-                  dit_in_arena: bool = True, huge_pages: bool = True) -> LoadingPipeline:
+                  dit_in_arena: bool = True, huge_pages: bool = True,
+                  after_build: Callable[[ComponentInfo, Any], None] | None = None,
+                  plain: frozenset[str] = frozenset()) -> LoadingPipeline:
     """Build every component on the host (reporting bytes per component); returns once the DiTs are.
 
     With `weights`, each DiT that `engine.loading.direct_load` can build exactly is built with its weights
@@ -220,13 +222,16 @@ def start_loading(model: ModelInfo, *, progress: Callable[[str, int, int], None]
     Without it, everything is built here, in the model's order.
     `dit_in_arena` (`EngineOptions.dit_in_arena`, with `aux_in_place`): a DiT's weights are views into
     one arena rather than empty tensors of their own; `huge_pages`: the arenas may use huge pages
-    (`EngineOptions.use_huge_pages`). `timings` gets each component's build seconds."""
+    (`EngineOptions.use_huge_pages`). `timings` gets each component's build seconds. `after_build(info, component)`
+    runs on each component as soon as it is built (a file-tier component gives its bytes back there:
+    engine/loading/file_sources.py); the components named in `plain` are built by `from_pretrained`, never into an
+    arena."""
     cls = pipeline_class(model)
     quiet_libraries()
     stop = threading.Event()
     loading = LoadingPipeline(model, cls, {}, {}, stop, pipeline_init_values(model, cls))
     options = _BuildOptions(progress, cancel, stop, weights, log, aux_in_place, host_arenas, registrar, timings,
-                            loading.pinning, dit_in_arena, huge_pages)
+                            loading.pinning, dit_in_arena, huge_pages, after_build, plain)
     if others_on is None:
         for info in model.components:
             loading.built[info.name] = _build(info, options)
@@ -264,6 +269,8 @@ class _BuildOptions:
     pinning: list[Future]
     dit_in_arena: bool = True
     huge_pages: bool = True
+    after_build: Callable[[ComponentInfo, Any], None] | None = None
+    plain: frozenset[str] = frozenset()
 
 
 def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> Any:
@@ -275,7 +282,7 @@ def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> A
         o.progress(info.name, 0, info.nbytes)
     component, why = None, ""
     started = time.perf_counter()
-    if o.weights is not None and (info.role in DENOISER_ROLES or o.aux_in_place):
+    if o.weights is not None and (info.role in DENOISER_ROLES or o.aux_in_place) and info.name not in o.plain:
         reader = o.weights.sibling() if own_reader else o.weights
         # an encoder or VAE read beside the DiT's blocks: into an arena, its staged master as it is
         staged_from_arena = own_reader and info.role not in DENOISER_ROLES
@@ -313,6 +320,8 @@ def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> A
     if component is None:
         with MODEL_CONSTRUCTION:
             component = load_component(info)
+    if o.after_build is not None:
+        o.after_build(info, component)
     if o.timings is not None:
         o.timings[info.name] = time.perf_counter() - started
     if o.progress:

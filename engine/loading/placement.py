@@ -32,6 +32,7 @@ from ...offload.cache import AllocatorCache
 from ...offload.deferred_weights import DeferredWeights
 from ...offload.devices import synchronize
 from ...offload.events import EventBus, LogEvent
+from ...offload.file_stager import FileStager
 from ...offload.layer_stage import LayerStage
 from ...offload.pinned import HostArena
 from ...offload.staged_calls import stage_around
@@ -44,6 +45,7 @@ from ..options import EngineOptions
 from ..planning.plan import Plan
 from ..planning.tier_support import unsupported_tiers
 from .expert_switch import ExpertSwitch
+from .file_sources import FileSources, file_sources
 from .lean_apply import apply_module_lean, make_stager
 from .loader import LoadCancelled
 from .stream_dtype import STREAM_DTYPES, apply_storage_hooks, cast_for_storage, compute_dtype_of
@@ -218,13 +220,15 @@ def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,
                  progress: Callable[[str, int, int], None] | None = None,
                  cancel: threading.Event | None = None,
                  weights: DeferredWeights | None = None, host_arenas: dict[str, HostArena] | None = None,
-                 options: EngineOptions = DEFAULT_OPTIONS) -> None:
+                 options: EngineOptions = DEFAULT_OPTIONS, files: dict[str, FileSources] | None = None) -> None:
     """Place every component that is not streamed: staged (a stager with a pinned master) or resident.
 
     `host_arenas` holds the arenas transformers components were built over (`engine.loading.arena_load`):
     a staged one keeps its arena as its master until release, a resident one frees it once moved.
     Encoders and VAEs stay rank-local under AllGather. Ends by checking that every tensor waiting in
-    `weights` was read. `options.load_options`: the stagers' masters."""
+    `weights` was read. `options.load_options`: the stagers' masters. `files`: the file sources of the components the
+    plan keeps in the page cache or on disk, found as they were built (engine/loading/file_sources.py); one not there
+    is looked up here."""
     device, host_arenas = placement.device, host_arenas if host_arenas is not None else {}
     for comp in plan.components:
         _check_cancel(cancel)
@@ -248,8 +252,8 @@ def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,
             placement.resident.append(info.name)
             bus.publish(LogEvent(level="info", message=f"{info.name}: resident on {device} ({comp.why})"))
         elif comp.residency == "staged" or (comp.residency == "resident" and live_aux):
-            stager = make_stager(info, module, plan, device, bus, placement.cache, options.pin,
-                                 comp.residency == "staged", load_options=options.load_options)
+            stager = _stager(info, module, plan, placement, bus, comp.residency == "staged", options,
+                             (files or {}).pop(info.name, None))
             if arena is not None and arena.tensor.data_ptr() not in stager.host_storages():
                 placement.undo.pop()()  # its master is a copy (a dtype the load converted): never hold both
             placement.stagers[info.name] = stager
@@ -259,14 +263,40 @@ def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,
                 stager.hold(True)
                 placement.resident.append(info.name)
             state = "resident, with a host master for re-plans" if comp.residency == "resident" else "staged"
-            bus.publish(LogEvent(level="info", message=f"{info.name}: {state} ({comp.why}); "
-                                                       f"{stager.staged_bytes:,} bytes in a host master"))
+            bus.publish(LogEvent(level="info", message=f"{info.name}: {state} ({comp.why}); {_master_text(stager)}"))
         if progress:
             progress(info.name, info.nbytes, info.nbytes)
     apply_module_lean(pipe, plan, bus)
     placement.relean = lambda new: apply_module_lean(pipe, new, bus)
     if weights is not None and weights.pending:
         raise RuntimeError(f"{weights.pending} weight tensors were never read from their files")
+
+
+def _stager(info: Any, module: torch.nn.Module, plan: Plan, placement: Placement, bus: EventBus, staged: bool,
+            options: EngineOptions, found: FileSources | None) -> ModuleStager | LayerStage:
+    """The component's stager; a staged one the plan keeps in the page cache or on disk reads its weights from
+    their files at each stage (engine/loading/file_sources.py, offload/file_stager.py)."""
+    tier = plan.tiers.component(info.name)
+    if staged and tier != "pinned":
+        if placement.live:
+            raise ConfigError(unsupported_tiers(plan, live=True, ranks=False)
+                              or "the page-cache and disk tiers do not apply to this load")
+        if found is None:
+            found = file_sources(info, module, tier, keep_phase=placement.device.type == "cpu")
+    try:
+        return make_stager(info, module, plan, placement.device, bus, placement.cache, options.pin, staged,
+                           load_options=options.load_options, files=found.weights if found else None)
+    finally:
+        if found is not None:
+            found.weights.close()  # the stager keeps duplicates of the descriptors it reads
+
+
+def _master_text(stager: ModuleStager | LayerStage) -> str:
+    inner = stager.stager if isinstance(stager, LayerStage) else stager
+    if isinstance(inner, FileStager):
+        return (f"{stager.staged_bytes:,} bytes read from the {inner.tier.replace('_', ' ')} at each stage "
+                f"({inner.held_host_bytes:,} bytes kept in host memory)")
+    return f"{stager.staged_bytes:,} bytes in a host master"
 
 
 def _closer(arena: HostArena, device: torch.device) -> Callable[[], None]:

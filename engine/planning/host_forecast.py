@@ -13,11 +13,14 @@ some phases (load, text encoding, denoise, VAE decode):
 - pinned blocks: the streamer's arena (every block with live re-plan or two experts, else the
   streamed ones); the tier of each (`Plan.tiers`): a block in the page cache or on disk costs no bytes;
 - pinned staged masters: each staged encoder/VAE's master (with live re-plan every encoder/VAE), unless
-  its tier is the page cache or disk;
+  its tier is the page cache or disk (then no master: it is read from its files at each stage, and during the
+  load it is in host memory once, from its build until it gives its bytes back: a load read buffer);
 - a layer-streamed encoder's ring arena: its layers packed again for the layer ring while its master is
   held (the 9.26 GB double pin of a Flux-size 8 GB plan; `Forecast.pinned_host_bytes` counts it while
   the loader does);
-- the bounce ring (`offload.tiers.bounce_ring_bytes`) when any block or master is read from a file tier;
+- the bounce rings (`offload.tiers.bounce_ring_bytes`): the streamer's when any block is read from a file tier,
+  sized by the largest such block, and the staged components' when any is (offload/file_stager.py:
+  `stage_chunk_bytes` slots; a layer-streamed encoder's are its largest layer);
 - the load's read buffers: arena reads land in place (a batch of `LoadOptions` is a view of the arena and
   costs nothing more), so what a load holds beyond the arenas is a component read into host memory before
   it moves to the device (a resident one, or the DiT's non-block layers), the largest of them;
@@ -32,7 +35,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...offload.tiers import bounce_ring_bytes
+from ...offload.tiers import bounce_ring_bytes, stage_chunk_bytes
+from ..model_dir.discovery import ComponentInfo
+from .lean import streamable
 from .plan import Plan
 from .request_profile import RequestSize
 
@@ -100,10 +105,11 @@ def block_bytes(plan: Plan, keep_masters: bool) -> tuple[int, int]:
     return pinned, largest_file
 
 
-def master_bytes(plan: Plan, live_replan: bool) -> tuple[int, bool]:
-    """(pinned bytes of staged encoder/VAE masters, whether any master is in a file tier); with live
-    re-plan every encoder/VAE keeps a master (engine/loading/placement.py), in resident mode none."""
-    pinned, file_tier = 0, False
+def master_bytes(plan: Plan, live_replan: bool) -> tuple[int, int]:
+    """(pinned bytes of staged encoder/VAE masters, the largest bounce slot a file-tier one reads through: 0 when
+    none is in a file tier); with live re-plan every encoder/VAE keeps a master (engine/loading/placement.py), in
+    resident mode none."""
+    pinned, chunk = 0, 0
     live = live_replan and plan.policy.mode == "dlo"
     for c in plan.components:
         kept = c.residency == "staged" or (live and c.info.role in ("encoder", "vae") and c.info.has_weights)
@@ -112,8 +118,18 @@ def master_bytes(plan: Plan, live_replan: bool) -> tuple[int, bool]:
         if plan.tiers.component(c.info.name) == "pinned":
             pinned += c.info.nbytes
         else:
-            file_tier = True
-    return pinned, file_tier
+            chunk = max(chunk, stage_chunk(plan, c.info))
+    return pinned, chunk
+
+
+def stage_chunk(plan: Plan, info: ComponentInfo) -> int:
+    """The bounce slot a file-tier staged component reads through: `stage_chunk_bytes` of it, or the whole component
+    if smaller (offload/file_stager.py); where the plan streams it layer by layer, its layer ring's slots (its largest
+    layer: offload/layer_stage.py) as well, beside the chunks of the rest (two rings as one of both sizes)."""
+    if info.layers is not None and plan.policy.lean_on("stream_encoders") and streamable(info):
+        rest = info.non_block_bytes
+        return max(info.layers.block_bytes, default=0) + min(rest, stage_chunk_bytes(rest))
+    return min(info.nbytes, stage_chunk_bytes(info.nbytes))
 
 
 def layer_ring_arena_bytes(plan: Plan) -> int:
@@ -128,11 +144,13 @@ def layer_ring_arena_bytes(plan: Plan) -> int:
 def load_buffer_bytes(plan: Plan, on_cpu: bool) -> int:
     """The largest component read into host memory before it moves to the device: a resident one (a CUDA
     load reads it to the host first), or a DiT's non-block layers. On a CPU nothing moves."""
+    files = [c.info.nbytes for c in plan.components  # read at load, given back once built (file_sources.py)
+             if c.residency == "staged" and plan.tiers.component(c.info.name) != "pinned"]
     if on_cpu:
-        return 0
+        return max(files, default=0)
     sizes = [c.info.nbytes for c in plan.components if c.residency == "resident" and c.info.has_weights]
     sizes += [c.info.non_block_bytes for c in plan.components if c.residency == "streamed"]
-    return max(sizes, default=0)
+    return max(sizes + files, default=0)
 
 
 def learned_baseline(measured_peak: int, modelled: HostForecast) -> int:
@@ -149,9 +167,9 @@ def host_forecast(plan: Plan, request: RequestSize | None = None, *, live_replan
     run baseline (the profile's), else the measured constant."""
     keep_masters = (live_replan and plan.policy.mode == "dlo") or bool(plan.experts)
     blocks_pinned, largest_file_block = block_bytes(plan, keep_masters)
-    masters_pinned, master_in_file = master_bytes(plan, live_replan)
-    file_tiers = largest_file_block > 0 or master_in_file
-    ring_block = largest_file_block or plan.forecast.largest_streamed_block_bytes or 64 << 20
+    masters_pinned, master_chunk = master_bytes(plan, live_replan)
+    rings = (bounce_ring_bytes(largest_file_block) if largest_file_block else 0) + (
+        bounce_ring_bytes(master_chunk) if master_chunk else 0)
     run_base = baseline if baseline is not None else (CPU_BASELINE_RUN if on_cpu else CUDA_BASELINE_RUN)
     load_base = min(run_base, CPU_BASELINE_LOAD if on_cpu else CUDA_BASELINE_LOAD)
     parts = [
@@ -160,7 +178,7 @@ def host_forecast(plan: Plan, request: RequestSize | None = None, *, live_replan
         HostPart("pinned blocks", blocks_pinned),
         HostPart("pinned staged masters", masters_pinned),
         HostPart("encoder layer ring arena", layer_ring_arena_bytes(plan)),
-        HostPart("bounce ring", bounce_ring_bytes(ring_block) if file_tiers else 0),
+        HostPart("bounce ring", rings),
         HostPart("load read buffers", load_buffer_bytes(plan, on_cpu), ("load",)),
         HostPart("device weights (CPU)", plan.forecast.peak_device_weight_bytes if on_cpu else 0, RUN_PHASES),
         HostPart("decoded output", decoded_output_bytes(request), ("vae_decode",)),

@@ -6,7 +6,8 @@ Torch-free. A plan's host items (tier_cost.HostItem), indexed as `HostTiers` is 
   unless streamed), with live re-plan masters (the console) every block. Their bytes are as stored: with fp8
   storage (`--stream-dtype`, an fp8 checkpoint) the fp8 bytes, half a 16-bit checkpoint's, so fp8 storage halves
   what the budget must hold. A block the host does not keep is given "pinned" (no file tier to read);
-- every staged encoder/VAE's master (with live re-plan masters: every encoder/VAE), by component name: cold.
+- every staged encoder/VAE (not with live re-plan masters: the console keeps every encoder/VAE's), by component
+  name: cold (read once per stage from a file tier: offload/file_stager.py, offload/layer_stage.py).
 
 `fixed_host_bytes` is what the host holds besides those, from the host forecast (engine/planning/host_forecast.py).
 """
@@ -18,28 +19,39 @@ from typing import Literal
 
 from ...offload.tiers import ALL_PINNED, HostTiers, Tier, TierRates
 from ...offload.units import format_bytes, format_rate, format_seconds
-from .host_forecast import host_forecast
+from .host_forecast import host_forecast, stage_chunk
 from .plan import Plan
 from .request_profile import RequestSize
 from .tier_cost import HostItem, known_rates
-from .tier_plan import TierChoice, choose_tiers
+from .tier_plan import NothingFitsHost, TierChoice, choose_tiers
 
 Key = tuple[Literal["block", "component"], int | str]
 
 
 def host_items(plan: Plan, live: bool = False) -> tuple[list[HostItem], list[Key]]:
     """The host items of `plan` that a load can read from a file tier, and what each one is: the streamed
-    blocks of a `run` load with one DiT (see the module docstring). What the runtime keeps pinned whatever the
-    tier (offload/tier_support.py: live re-plan masters, two experts' blocks, staged encoder/VAE masters,
-    which read from their files only in a later change) is in the fixed share instead."""
+    blocks of a `run` load with one DiT, and its staged encoders/VAEs (cold: read once per stage; a layer-streamed
+    encoder a layer per bounce slot). What the runtime keeps pinned whatever the tier (engine/planning/
+    tier_support.py: live re-plan masters, two experts' blocks) is in the fixed share instead."""
     items: list[HostItem] = []
     keys: list[Key] = []
-    if live or plan.experts:
+    if live:
         return items, keys
+    if plan.experts:  # their blocks stay pinned (tier_support.py); their encoders/VAEs are staged as any others
+        return staged_items(plan, items, keys)
     for n, block in enumerate(plan.blocks):
         if block.streamed:
             items.append(HostItem(block.nbytes, hot=True))
             keys.append(("block", n))
+    return staged_items(plan, items, keys)
+
+
+def staged_items(plan: Plan, items: list[HostItem], keys: list[Key]) -> tuple[list[HostItem], list[Key]]:
+    """`items` and `keys` with each staged encoder/VAE added (cold: read once per stage from a file tier)."""
+    for c in plan.components:
+        if c.residency == "staged" and c.info.has_weights:
+            items.append(HostItem(c.info.nbytes, hot=False, chunk=stage_chunk(plan, c.info)))
+            keys.append(("component", c.info.name))
     return items, keys
 
 
@@ -84,6 +96,22 @@ def _count_line(kind: str, tiers: list[tuple[Tier, int]]) -> str:
     return f"{kind}: {len(tiers)} kept on the host: {', '.join(parts)}{spread}"
 
 
+def _check_load_phase(plan: Plan, tiers: HostTiers, budget: int, size: RequestSize | None, live: bool,
+                      on_cpu: bool) -> None:
+    """A file-tier encoder/VAE is read into host memory once during the load, until it gives its bytes back
+    (engine/loading/file_sources.py): the tier planner's peak does not see that, the host forecast does. A load
+    phase over the budget is refused (NothingFitsHost) rather than run over it."""
+    if not any(t != "pinned" for _, t in tiers.components):
+        return
+    forecast = host_forecast(replace(plan, tiers=tiers), size, live_replan=live, on_cpu=on_cpu)
+    load = forecast.phase_peaks["load"]
+    if load > budget:
+        largest = max(c.info.nbytes for c in plan.components if tiers.component(c.info.name) != "pinned")
+        raise NothingFitsHost(f"nothing fits in {format_bytes(budget)} of host memory while loading: an encoder/VAE "
+                              f"read from its files is in host memory once as it is built ({format_bytes(largest)}), "
+                              f"so the load peaks at {format_bytes(load)}")
+
+
 def ram_plan(plan: Plan, budget: int, rates: TierRates, compute_s: float | None = None, live: bool = False,
              rate_notes: dict[str, str] | None = None, cap: int | None = None, size: RequestSize | None = None,
              on_cpu: bool = False) -> RamPlan:
@@ -93,6 +121,7 @@ def ram_plan(plan: Plan, budget: int, rates: TierRates, compute_s: float | None 
     fixed = fixed_host_bytes(plan, live, size, on_cpu)
     choice = choose_tiers(items, budget, fixed, rates, compute_s, cap)
     tiers = _tiers(plan, keys, choice.tiers)
+    _check_load_phase(plan, tiers, budget, size, live, on_cpu)
     cost, r, notes = choice.cost, known_rates(rates), rate_notes or {}
     lines = []
     note = getattr(budget, "note", "")
@@ -101,17 +130,21 @@ def ram_plan(plan: Plan, budget: int, rates: TierRates, compute_s: float | None 
     lines.append(f"pin cap {format_bytes(choice.pin_cap)}: max(40 %, min(90 %, budget - 4 GiB)) of the budget "
                  "(ComfyUI's Linux rule: page-locked memory cannot be reclaimed, the kernel keeps room for the "
                  "page cache)")
+    kept = [what for what, on in (("live re-plan masters", live), ("both experts' blocks", bool(plan.experts))) if on]
     lines.append(f"fixed host bytes {format_bytes(fixed)}: the host forecast without the file-tier candidates "
-                 "(the process, its transients, and what stays pinned: staged masters"
-                 + (", live re-plan masters" if live else "") + (", both experts' blocks" if plan.experts else "")
+                 "(the process and its transients" + (f", and what stays pinned: {', '.join(kept)}" if kept else "")
                  + ")")
     block_tiers = [(t, i.nbytes) for i, k, t in zip(items, keys, choice.tiers, strict=True) if k[0] == "block"]
     if block_tiers:
         fp8 = f" (stored {plan.stream_dtype}: half the host bytes)" if plan.stream_dtype else ""
         lines.append(_count_line(f"{plan.model.block_kind} blocks{fp8}", block_tiers))
     for (kind, name), item, tier in zip(keys, items, choice.tiers, strict=True):
-        if kind == "component":
-            lines.append(f"{name} master ({format_bytes(item.nbytes)}): {tier.replace('_', ' ')}")
+        if kind == "component" and tier == "pinned":
+            lines.append(f"{name} master ({format_bytes(item.nbytes)}): pinned")
+        elif kind == "component":
+            rate = min(r.rate(tier) or 1.0, r.link or 1.0)
+            lines.append(f"{name} ({format_bytes(item.nbytes)}): {tier.replace('_', ' ')}, no host master; each "
+                         f"stage reads it in about {format_seconds(item.nbytes / rate)} at {format_rate(rate)}")
     if cost.ring_bytes:
         lines.append(f"bounce ring: {format_bytes(cost.ring_bytes)} pinned, what the page-cache and disk tiers "
                      "read through")

@@ -6,9 +6,10 @@ Items are what the host keeps between uses: streamed blocks (`hot`: read once pe
 (`cold`: staged encoder/VAE masters, an expert's resident blocks, live re-plan masters; read once per request,
 switch or re-plan). Rules:
 - pinned items count in the process's host peak (RSS) and against the pin cap;
-- page-cache and disk items are read through one pinned bounce ring (offload/tiers.py): its slots hold the
-  largest file-tier hot block; cold items are read through it in chunks (`COLD_CHUNK`), so they size it only
-  when no hot block is larger;
+- page-cache and disk items are read through pinned bounce rings (offload/tiers.py): the streamer's, whose slots
+  hold the largest file-tier hot block, and the staged components' (offload/file_stager.py), whose slots hold
+  the largest file-tier cold item's chunk (`HostItem.chunk`: a whole component is read in `stage_chunk_bytes`, a
+  layer-streamed encoder's layers a layer at a time); each ring costs nothing when nothing is read through it;
 - page-cache items are not the process's memory, but the kernel's cache must hold them or every read is a
   disk read: fixed + pinned + ring + page cache <= the budget;
 - the step's transfer: every streamed byte crosses the link whatever its tier, while the file tiers' reads run
@@ -24,9 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...offload.tiers import Tier, TierRates, bounce_ring_bytes
+from ...offload.tiers import COLD_CHUNK, Tier, TierRates, bounce_ring_bytes, stage_chunk_bytes  # noqa: F401
 
-COLD_CHUNK = 64 * 2**20  # bytes of a cold item read per bounce slot (sglang's O_DIRECT chunk, PR #38441)
 GIB = 2**30
 # rates used where nothing was measured yet (bytes/s): PCIe 4 x16 pinned copies, one-stream reads of cached
 # pages and of an NVMe through O_DIRECT as peers report them (next_wave.md §2); the plan says "unmeasured"
@@ -41,6 +41,12 @@ class HostItem:
     nbytes: int
     hot: bool = True
     forward: int = 0
+    chunk: int = 0  # a cold item's bytes per bounce slot (a layer-streamed encoder: its largest layer); 0: default
+
+    @property
+    def cold_chunk(self) -> int:
+        """What one bounce slot of the staged components' ring holds of this cold item."""
+        return self.chunk or min(self.nbytes, stage_chunk_bytes(self.nbytes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,12 +79,17 @@ def known_rates(rates: TierRates) -> TierRates:
                                                  (rates.disk, DEFAULT_RATES.disk))))
 
 
-def ring_basis(items: Sequence[HostItem], tiers: Sequence[Tier]) -> int:
-    """The bytes one bounce slot must hold: the largest file-tier hot block, at least one cold chunk (or the
-    whole cold item, if smaller) when a cold item is read from a file; 0 when nothing is."""
+def ring_basis(items: Sequence[HostItem], tiers: Sequence[Tier]) -> tuple[int, int]:
+    """The bytes one bounce slot of each ring must hold: (the largest file-tier hot block, the largest file-tier
+    cold item's chunk); 0 where nothing is read through that ring."""
     hot = [i.nbytes for i, t in zip(items, tiers, strict=True) if t != "pinned" and i.hot]
-    cold = [min(i.nbytes, COLD_CHUNK) for i, t in zip(items, tiers, strict=True) if t != "pinned" and not i.hot]
-    return max(hot + cold, default=0)
+    cold = [i.cold_chunk for i, t in zip(items, tiers, strict=True) if t != "pinned" and not i.hot]
+    return max(hot, default=0), max(cold, default=0)
+
+
+def rings_bytes(hot_basis: int, cold_basis: int) -> int:
+    """Host bytes of the two bounce rings (see the module docstring) for these slot sizes."""
+    return bounce_ring_bytes(hot_basis) + bounce_ring_bytes(cold_basis)
 
 
 def tier_cost(items: Sequence[HostItem], tiers: Sequence[Tier], rates: TierRates, fixed: int) -> TierCost:
@@ -98,7 +109,7 @@ def tier_cost(items: Sequence[HostItem], tiers: Sequence[Tier], rates: TierRates
                                       file_s + (item.nbytes / rate if tier != "pinned" else 0.0)]
         else:  # read once, from its tier and over the link: the slower of the two
             cold += item.nbytes / min(rate, r.link)
-    ring = bounce_ring_bytes(ring_basis(items, tiers))
+    ring = rings_bytes(*ring_basis(items, tiers))
     link_s = max((f[0] for f in forwards.values()), default=0.0)
     file_s = max((f[1] for f in forwards.values()), default=0.0)
     return TierCost(by["pinned"], by["page_cache"], by["disk"], ring, fixed + by["pinned"] + ring, file_s, link_s,

@@ -1,9 +1,10 @@
 """`--ram-budget`: choose each host item's tier (pinned, page cache, disk) for the fastest step within the budget.
 
 Torch-free. The costs are tier_cost.py's. The search:
-- the bounce ring's slot is sized by the largest file-tier hot block and cold chunk, so the candidates are
-  every pair (largest file-tier hot size L, largest file-tier cold chunk C), 0 meaning none: items larger than
-  their bound are pinned, the others may be read from files;
+- the bounce rings' slots are sized by the largest file-tier hot block and cold chunk (two rings: the
+  streamer's and the staged components'), so the candidates are every pair (largest file-tier hot size L,
+  largest file-tier cold chunk C), 0 meaning none: items larger than their bound are pinned, the others may be
+  read from files;
 - within a candidate: hot blocks are pinned first (largest first, then any smaller one that still fits: a pinned
   byte is never slower than a file byte and takes no more of the budget than the page cache would), then hot
   blocks go to the page cache while the kernel's share of the budget holds them (only if the page cache reads
@@ -26,10 +27,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...offload.tiers import Tier, TierRates, bounce_ring_bytes
+from ...offload.tiers import Tier, TierRates
 from ...offload.units import format_bytes
 from ..errors import ConfigError
-from .tier_cost import COLD_CHUNK, HostItem, TierCost, known_rates, pin_cap, tier_cost
+from .tier_cost import HostItem, TierCost, known_rates, pin_cap, rings_bytes, tier_cost
 
 MAX_RING_SIZES = 32  # bounce-ring sizes tried per kind (hot, cold): every one up to this many distinct sizes
 
@@ -56,7 +57,7 @@ def step_seconds(cost: TierCost, compute_s: float | None) -> float:
 
 
 def _cold_basis(item: HostItem) -> int:
-    return min(item.nbytes, COLD_CHUNK)
+    return item.cold_chunk
 
 
 def _thinned(sizes: list[int]) -> list[int]:
@@ -100,8 +101,7 @@ def _fill(sizes: dict[int, int], room: int) -> dict[int, int]:
 def _assign(items: Sequence[HostItem], hot_bound: int, cold_bound: int, budget: int, cap: int, fixed: int,
             page_cache_first: bool) -> list[Tier] | None:
     """The candidate's assignment (see the module docstring), None when its forced pins do not fit."""
-    basis = max(hot_bound, cold_bound)
-    ring = bounce_ring_bytes(basis)
+    ring = rings_bytes(hot_bound, cold_bound)
     tiers: list[Tier | None] = [None] * len(items)
     pinned = 0
     for n, item in enumerate(items):
@@ -147,7 +147,7 @@ def smallest_peak(items: Sequence[HostItem], fixed: int) -> int:
     best = None
     for hot_bound, cold_bound in _candidates(items):
         forced = sum(i.nbytes for i in items if _forced(i, hot_bound, cold_bound))
-        peak = fixed + forced + bounce_ring_bytes(max(hot_bound, cold_bound))
+        peak = fixed + forced + rings_bytes(hot_bound, cold_bound)
         best = peak if best is None else min(best, peak)
     return fixed if best is None else best
 

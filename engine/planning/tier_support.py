@@ -1,4 +1,5 @@
-"""Which loads can carry out a plan's page-cache and disk tiers for streamed blocks (offload/tier_filler.py).
+"""Which loads can carry out a plan's page-cache and disk tiers: streamed blocks (offload/tier_filler.py) and
+staged encoders/VAEs, whole or streamed layer by layer (offload/file_stager.py, offload/layer_stage.py).
 
 Checked when the plan is made (a PolicyError before anything loads) and again at placement."""
 
@@ -8,10 +9,22 @@ from .plan import Plan
 
 
 def unsupported_tiers(plan: Plan, *, live: bool, ranks: bool) -> str | None:
-    """Why the plan's page-cache/disk blocks cannot be carried out by this load (None: they can).
+    """Why the plan's page-cache/disk items cannot be carried out by this load (None: they can).
 
     A live re-plan and two experts move blocks between device and host from pinned masters; an
-    AllGather rank reads its shard into its own arena. Neither reads blocks from their files yet."""
+    AllGather rank reads its shard into its own arena. Neither reads blocks from their files yet. A component
+    is read from its files only where it is staged, on one GPU, without live re-plan masters."""
+    files = [name for name, tier in plan.tiers.components if tier != "pinned"]
+    if files:
+        staged = {c.info.name for c in plan.components if c.residency == "staged"}
+        if not set(files) <= staged:
+            names = ", ".join(sorted(set(files) - staged))
+            return f"{names}: only a staged component is read from the page cache or disk (this plan does not stage it)"
+        if ranks:
+            return "encoders/VAEs read from the page cache or disk are not staged across several GPUs yet: use one GPU"
+        if live:
+            return ("a live re-plan keeps a host master of every encoder/VAE: the page-cache and disk tiers of "
+                    "staged components do not apply")
     if plan.tiers.all_pinned or not any(t != "pinned" for t in plan.tiers.blocks):
         return None
     if ranks:

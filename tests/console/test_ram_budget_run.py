@@ -74,3 +74,35 @@ def test_a_budget_below_the_models_host_bytes_reads_blocks_from_disk_and_draws_t
     assert tiered["host_peak_bytes"] <= budget * 1.1
     assert tiered["host_peak_bytes"] == pytest.approx(tiered["predicted_host_peak_bytes"], rel=0.10)
     assert "from disk" in done.stderr or "from the page cache" in done.stderr
+
+
+@pytest.mark.slow
+def test_a_budget_that_fits_only_with_the_encoders_on_disk_runs_and_draws_the_same_image(
+        demo_model_dir: Path, tmp_path: Path, capsys):
+    from omni_console.engine.planning.tier_cost import rings_bytes
+
+    plan = make_plan(discover_model(demo_model_dir), OffloadPolicy())
+    items, keys = host_items(plan)
+    fixed = fixed_host_bytes(plan, size=RequestSize(height=64, width=64), on_cpu=True)
+    hot = sum(i.nbytes for i in items if i.hot)
+    cold = [i for i in items if not i.hot]
+    assert {k[1] for k in keys if k[0] == "component"} >= {"text_encoder", "text_encoder_2", "vae"}
+    # every block pinned and the staged components' ring, but no staged master: they must go to a file tier
+    budget = fixed + hot + rings_bytes(0, max(i.cold_chunk for i in cold)) + min(i.nbytes for i in cold) // 2
+    pinned = _run(demo_model_dir, tmp_path / "pinned.png", capsys)
+    done = subprocess.run([sys.executable, "-m", "omni_console.console.cli", "run", "--model", str(demo_model_dir),
+                           *REQUEST, "--output", str(tmp_path / "tiered.png"), "--json", "--ram-budget", f"{budget}B"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    ram = report["ram_plan"]
+    assert ram["host_peak_bytes"] <= budget and not ram["block_tiers"]  # the blocks stay pinned
+    assert {ram["component_tiers"][n] for n in ("text_encoder", "text_encoder_2", "vae")} == {"disk"}
+    said = " ".join(done.stderr.split())  # the reasons are wrapped for the terminal
+    assert "disk, no host master; each stage reads it in about" in said and "text_encoder_2 (" in said
+    assert pinned["ram_plan"] is None
+    a = np.asarray(Image.open(tmp_path / "pinned.png"))
+    b = np.asarray(Image.open(tmp_path / "tiered.png"))
+    assert a.shape == (64, 64, 3) and np.array_equal(a, b)
+    # measured in its own process, near the forecast it was planned with (10 %: see the test above)
+    assert report["host_peak_bytes"] == pytest.approx(report["predicted_host_peak_bytes"], rel=0.10)

@@ -160,3 +160,40 @@ def test_4096_blocks_of_distinct_sizes_plan_within_seconds_and_fit():
     choice = choose_tiers(items, budget, 1_500 * MB, TierRates(20e9, 4e9, 3e9))
     assert time.perf_counter() - start < 5  # about 0.4 s: MAX_RING_SIZES ring sizes tried, not 4096
     assert choice.cost.fits(budget, choice.pin_cap, 1_500 * MB) and "disk" in choice.tiers
+
+
+# staged encoders/VAEs: cold items read once per stage, whole (64 MiB chunks) or a layer per slot (`chunk`)
+staged_items = st.lists(st.tuples(st.integers(1, 200).map(lambda n: n * MB), st.sampled_from([0, 2 * MB, 9 * MB])),
+                        min_size=1, max_size=3)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(small, min_size=0, max_size=4), staged_items, st.integers(0, 20).map(lambda n: n * MB),
+       st.floats(-0.05, 0.5), st.floats(0.5e9, 20e9), st.floats(0.5e9, 20e9))
+def test_staged_components_plan_exactly_when_an_assignment_fits(hot, staged, fixed, extra, page_cache, disk):
+    items = [HostItem(n) for n in hot] + [HostItem(n, hot=False, chunk=c) for n, c in staged]
+    rates = TierRates(link=25e9, page_cache=page_cache, disk=disk)
+    least = min(tier_cost(items, t, rates, fixed).host_peak_bytes for t in itertools.product(TIERS, repeat=len(items)))
+    assert smallest_peak(items, fixed) == least
+    budget = max(1, least + int(extra * sum(i.nbytes for i in items)))
+    cap = budget  # the pin cap is another test's: here every pinned byte may be pinned
+    oracle = _exhaustive(items, budget, fixed, rates, None, cap)
+    if oracle is None:
+        with pytest.raises(NothingFitsHost):
+            choose_tiers(items, budget, fixed, rates, None, cap)
+        return
+    choice = choose_tiers(items, budget, fixed, rates, None, cap)
+    assert tier_cost(items, choice.tiers, rates, fixed).fits(budget, cap, fixed)
+
+
+def test_an_encoder_goes_to_a_file_tier_before_the_planner_gives_up():
+    blocks = [HostItem(100 * MB)] * 4
+    t5 = HostItem(9_000 * MB, hot=False)
+    rates = TierRates(20e9, 3e9, 2e9)
+    fixed = 500 * MB
+    budget = fixed + 4 * 100 * MB + bounce_ring_bytes(64 * 2**20) + 300 * MB  # the blocks pinned; not the T5
+    choice = choose_tiers([*blocks, t5], budget, fixed, rates, cap=budget)
+    assert choice.tiers[:4] == ("pinned",) * 4 and choice.tiers[4] != "pinned"
+    assert choice.cost.ring_bytes == bounce_ring_bytes(64 * 2**20)  # the staged components' ring only
+    with pytest.raises(NothingFitsHost):
+        choose_tiers([*blocks, t5], fixed + 100 * MB, fixed, rates, cap=budget)
