@@ -2,10 +2,12 @@
 
 Torch-free. A plan's host items (tier_cost.HostItem), indexed as `HostTiers` is (offload/tiers.py):
 - every DiT/UNet block that the host keeps, by its index in `Plan.blocks` (execution order): the streamed ones
-  (read every forward: hot), with two experts every block of both (the resident ones move at the switch: cold
-  unless streamed), with live re-plan masters (the console) every block. Their bytes are as stored: with fp8
-  storage (`--stream-dtype`, an fp8 checkpoint) the fp8 bytes, half a 16-bit checkpoint's, so fp8 storage halves
-  what the budget must hold. A block the host does not keep is given "pinned" (no file tier to read);
+  (read every forward: hot), with two experts every block of both, the second expert's after the first's as
+  the streamer runs them (an expert's resident ones are read once at each switch to it: cold, so the idle
+  expert need not be pinned). Their bytes are as stored: with fp8 storage (`--stream-dtype`, an fp8
+  checkpoint) the fp8 bytes, half a 16-bit checkpoint's, so fp8 storage halves what the budget must hold
+  pinned; a page-cache or disk read brings the file's bytes (`HostItem.file_bytes`: a 16-bit checkpoint's,
+  twice the fp8 ones; an fp8 checkpoint's, the same). A block the host does not keep is given "pinned";
 - every staged encoder/VAE's master (with live re-plan masters: every encoder/VAE), by component name: cold.
 
 `fixed_host_bytes` is what the host holds besides those, from the host forecast (engine/planning/host_forecast.py).
@@ -29,16 +31,19 @@ Key = tuple[Literal["block", "component"], int | str]
 
 def host_items(plan: Plan, live: bool = False) -> tuple[list[HostItem], list[Key]]:
     """The host items of `plan` that a load can read from a file tier, and what each one is: the streamed
-    blocks of a `run` load with one DiT (see the module docstring). What the runtime keeps pinned whatever the
-    tier (offload/tier_support.py: live re-plan masters, two experts' blocks, staged encoder/VAE masters,
-    which read from their files only in a later change) is in the fixed share instead."""
+    blocks of a `run` load with one DiT; with two experts every block of both, each read by its own expert's
+    forwards (its resident ones cold: read once at each switch to it, offload/streamer.py `_make_resident`).
+    What the runtime keeps pinned whatever the tier (engine/planning/tier_support.py: live re-plan masters,
+    staged encoder/VAE masters, which read from their files only in a later change) is in the fixed share."""
     items: list[HostItem] = []
     keys: list[Key] = []
-    if live or plan.experts:
+    if live:
         return items, keys
+    expert_of = {n: i for i, e in enumerate(plan.experts) for n in range(e.start, e.stop)}
     for n, block in enumerate(plan.blocks):
-        if block.streamed:
-            items.append(HostItem(block.nbytes, hot=True))
+        if block.streamed or n in expert_of:
+            items.append(HostItem(block.nbytes, hot=block.streamed, forward=expert_of.get(n, 0),
+                                  read_nbytes=block.file_nbytes, whole=True))
             keys.append(("block", n))
     return items, keys
 
@@ -84,6 +89,16 @@ def _count_line(kind: str, tiers: list[tuple[Tier, int]]) -> str:
     return f"{kind}: {len(tiers)} kept on the host: {', '.join(parts)}{spread}"
 
 
+def _block_groups(plan: Plan) -> list[tuple[str, list[tuple[int, int]]]]:
+    """The plan's blocks as its decision lines group them: one line per expert (the idle one's tier is what a
+    small host needs to see), else one."""
+    kind = plan.model.block_kind
+    if plan.experts:
+        return [(f"{e.name} ({'first' if i == 0 else 'second'} expert) {kind} blocks", [(e.start, e.stop)])
+                for i, e in enumerate(plan.experts)]
+    return [(f"{kind} blocks", [(0, len(plan.blocks))])]
+
+
 def ram_plan(plan: Plan, budget: int, rates: TierRates, compute_s: float | None = None, live: bool = False,
              rate_notes: dict[str, str] | None = None, cap: int | None = None, size: RequestSize | None = None,
              on_cpu: bool = False) -> RamPlan:
@@ -103,12 +118,13 @@ def ram_plan(plan: Plan, budget: int, rates: TierRates, compute_s: float | None 
                  "page cache)")
     lines.append(f"fixed host bytes {format_bytes(fixed)}: the host forecast without the file-tier candidates "
                  "(the process, its transients, and what stays pinned: staged masters"
-                 + (", live re-plan masters" if live else "") + (", both experts' blocks" if plan.experts else "")
-                 + ")")
-    block_tiers = [(t, i.nbytes) for i, k, t in zip(items, keys, choice.tiers, strict=True) if k[0] == "block"]
-    if block_tiers:
-        fp8 = f" (stored {plan.stream_dtype}: half the host bytes)" if plan.stream_dtype else ""
-        lines.append(_count_line(f"{plan.model.block_kind} blocks{fp8}", block_tiers))
+                 + (", live re-plan masters" if live else "") + ")")
+    fp8 = f" (stored {plan.stream_dtype}: half the host bytes)" if plan.stream_dtype else ""
+    for label, spans in _block_groups(plan):
+        block_tiers = [(t, i.nbytes) for i, k, t in zip(items, keys, choice.tiers, strict=True)
+                       if k[0] == "block" and any(a <= int(k[1]) < b for a, b in spans)]
+        if block_tiers:
+            lines.append(_count_line(f"{label}{fp8}", block_tiers))
     for (kind, name), item, tier in zip(keys, items, choice.tiers, strict=True):
         if kind == "component":
             lines.append(f"{name} master ({format_bytes(item.nbytes)}): {tier.replace('_', ' ')}")

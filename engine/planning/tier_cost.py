@@ -7,8 +7,11 @@ Items are what the host keeps between uses: streamed blocks (`hot`: read once pe
 switch or re-plan). Rules:
 - pinned items count in the process's host peak (RSS) and against the pin cap;
 - page-cache and disk items are read through one pinned bounce ring (offload/tiers.py): its slots hold the
-  largest file-tier hot block; cold items are read through it in chunks (`COLD_CHUNK`), so they size it only
-  when no hot block is larger;
+  largest file-tier block's read; staged masters are read through it in chunks (`COLD_CHUNK`), so they size it
+  only when no block is larger;
+- a file tier holds and reads the file's bytes (`HostItem.file_bytes`): with fp8 storage of a 16-bit
+  checkpoint the pinned tier holds the fp8 bytes, the page cache and disk the 16-bit ones (converted on the
+  host after each read, offload/tier_filler.py);
 - page-cache items are not the process's memory, but the kernel's cache must hold them or every read is a
   disk read: fixed + pinned + ring + page cache <= the budget;
 - the step's transfer: every streamed byte crosses the link whatever its tier, while the file tiers' reads run
@@ -36,11 +39,29 @@ DEFAULT_RATES = TierRates(link=20e9, page_cache=3.5e9, disk=2.5e9)
 @dataclass(frozen=True, slots=True)
 class HostItem:
     """One thing the host keeps: its bytes as stored (fp8 storage: the fp8 bytes), whether it is read every
-    forward, and which forward reads it (two experts: 0 or 1)."""
+    forward, and which forward reads it (two experts: 0 or 1).
+
+    `read_nbytes`: what a page-cache or disk read of it brings from its file, and the page cache holds (0: its
+    `nbytes`); more where the file stores a wider dtype that the read converts on the host (a 16-bit
+    checkpoint under `--stream-dtype fp8`: twice an fp8 linear's bytes; an fp8 checkpoint: the same). `whole`:
+    a cold item read whole through one bounce slot (an expert's resident block, offload/streamer.py), not in
+    `COLD_CHUNK` pieces (a staged master)."""
 
     nbytes: int
     hot: bool = True
     forward: int = 0
+    read_nbytes: int = 0
+    whole: bool = False
+
+    @property
+    def file_bytes(self) -> int:
+        """Bytes one read from its file moves (and the page cache holds)."""
+        return self.read_nbytes or self.nbytes
+
+    @property
+    def slot_basis(self) -> int:
+        """What one bounce slot must hold to read it: the whole read, or one chunk of a chunked cold item."""
+        return self.file_bytes if self.hot or self.whole else min(self.file_bytes, COLD_CHUNK)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +95,9 @@ def known_rates(rates: TierRates) -> TierRates:
 
 
 def ring_basis(items: Sequence[HostItem], tiers: Sequence[Tier]) -> int:
-    """The bytes one bounce slot must hold: the largest file-tier hot block, at least one cold chunk (or the
-    whole cold item, if smaller) when a cold item is read from a file; 0 when nothing is."""
-    hot = [i.nbytes for i, t in zip(items, tiers, strict=True) if t != "pinned" and i.hot]
-    cold = [min(i.nbytes, COLD_CHUNK) for i, t in zip(items, tiers, strict=True) if t != "pinned" and not i.hot]
-    return max(hot + cold, default=0)
+    """The bytes one bounce slot must hold: the largest file-tier block's read, at least one cold chunk (or the
+    whole cold item, if smaller) when a chunked cold item is read from a file; 0 when nothing is."""
+    return max((i.slot_basis for i, t in zip(items, tiers, strict=True) if t != "pinned"), default=0)
 
 
 def tier_cost(items: Sequence[HostItem], tiers: Sequence[Tier], rates: TierRates, fixed: int) -> TierCost:
@@ -89,15 +108,16 @@ def tier_cost(items: Sequence[HostItem], tiers: Sequence[Tier], rates: TierRates
     forwards: dict[int, list[float]] = {}
     cold = 0.0
     for item, tier in zip(items, tiers, strict=True):
-        by[tier] += item.nbytes
+        read = item.nbytes if tier == "pinned" else item.file_bytes  # a file tier holds and reads the file's
+        by[tier] += read
         rate = r.rate(tier)
         assert rate
         if item.hot:
             link_s, file_s = forwards.setdefault(item.forward, [0.0, 0.0])
             forwards[item.forward] = [link_s + item.nbytes / r.link,
-                                      file_s + (item.nbytes / rate if tier != "pinned" else 0.0)]
+                                      file_s + (read / rate if tier != "pinned" else 0.0)]
         else:  # read once, from its tier and over the link: the slower of the two
-            cold += item.nbytes / min(rate, r.link)
+            cold += max(read / rate, item.nbytes / r.link)
     ring = bounce_ring_bytes(ring_basis(items, tiers))
     link_s = max((f[0] for f in forwards.values()), default=0.0)
     file_s = max((f[1] for f in forwards.values()), default=0.0)

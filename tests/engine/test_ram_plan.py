@@ -3,6 +3,7 @@ masters, and the tiers as `HostTiers` indexes them."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -87,11 +88,28 @@ def test_fp8_storage_halves_the_blocks_host_bytes_and_the_planner_counts_it(long
     assert any("half the host bytes" in line for line in ram_plan(fp8, budget, RATES, cap=budget).reasons)
 
 
-def test_two_experts_keep_every_block_pinned_until_the_runtime_reads_them_from_files(tmp_path: Path):
+def test_two_experts_offer_every_block_of_both_each_read_by_its_own_experts_forwards(tmp_path: Path):
     from tiny_families_experts import build_tiny_wan22_a14b
 
     plan = make_plan(discover_model(build_tiny_wan22_a14b(tmp_path / "wan22")), build_policy({"default": True}, 1))
-    items, _ = host_items(plan)
-    assert items == []  # offload/tier_support.py: two experts keep pinned masters
-    assert fixed_host_bytes(plan) == host_forecast(plan).peak_bytes
-    assert host_forecast(plan).part("pinned blocks") == sum(b.nbytes for b in plan.blocks)
+    per = plan.experts[0].count
+    items, keys = host_items(plan)
+    assert keys == [("block", n) for n in range(len(plan.blocks))]  # HostTiers: the first expert, then the second
+    assert [i.forward for i in items] == [0] * per + [1] * per
+    # the resident ones are cold (read once at each switch to their expert), and read whole through one slot
+    assert [i.hot for i in items] == [b.streamed for b in plan.blocks] and not all(i.hot for i in items)
+    assert all(i.whole for i in items if not i.hot)
+    assert sum(i.nbytes for i in items) + fixed_host_bytes(plan) == host_forecast(plan).peak_bytes
+    # a budget that cannot hold both experts pinned: the blocks that stay pinned are fewer than one expert's
+    fixed = fixed_host_bytes(plan)
+    largest = max(i.nbytes for i in items)
+    budget = smallest_peak(items, fixed) + largest
+    chosen = ram_plan(plan, budget, RATES, cap=budget)
+    pinned = [n for n in range(len(plan.blocks)) if chosen.tiers.block(n) == "pinned"]
+    assert len(pinned) < per and chosen.choice.cost.host_peak_bytes <= budget
+    # the forecast the run is checked against counts the bounce ring, not the blocks in files
+    tiered = host_forecast(dataclasses.replace(plan, tiers=chosen.tiers))
+    assert tiered.part("pinned blocks") == sum(plan.blocks[n].nbytes for n in pinned)
+    assert tiered.part("bounce ring") == chosen.choice.cost.ring_bytes
+    lines = [line for line in chosen.reasons if "expert) DiT blocks" in line]
+    assert [line.split(" ")[0] for line in lines] == ["transformer", "transformer_2"]
