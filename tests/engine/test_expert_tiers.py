@@ -166,3 +166,37 @@ def test_the_last_forward_before_a_switch_is_read_from_the_pipelines_schedule():
     assert next_expert(pipe(False), 500.0, 1) == 0  # the request's last: the first expert comes back
     assert next_expert(pipe(False), 123.0, 1) is None  # not in the schedule
     assert next_expert(SimpleNamespace(), 999.0, 1) is None  # no schedule: no read ahead
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_experts_from_disk_keep_frames_identical_and_the_switch_finds_its_blocks_read(
+        wan22_dir: Path, wan_loadable, monkeypatch):
+    """The bounce ring's copies run on the copy stream there (a slot is read into again only after its copy's
+    event): float32 weights copied exactly, tolerance 0 as in tests/engine/test_experts.py."""
+    import importlib.util
+
+    from diffusers import WanPipeline, WanTransformer3DModel
+
+    req = request(3.0)
+    if importlib.util.find_spec("accelerate") is None:
+        monkeypatch.setattr(WanTransformer3DModel, "_keep_in_fp32_modules", None)
+    plain = WanPipeline.from_pretrained(wan22_dir, local_files_only=True).to("cuda")
+    plain.set_progress_bar_config(disable=True)
+    expected = plain(prompt=PROMPT, num_inference_steps=req.steps, height=req.height, width=req.width,
+                     guidance_scale=req.guidance, num_frames=req.frames, max_sequence_length=req.max_sequence_length,
+                     output_type="np", generator=torch.Generator("cpu").manual_seed(req.seed)).frames[0]
+    del plain
+    force_tiers(monkeypatch, lambda i: "disk" if i % 2 else "page_cache")
+    engine = Engine(wan22_dir, device="cuda")
+    engine.load(build_policy({}, 1, "dlo", "leading", 2))
+    sub = engine.bus.subscribe()
+    try:
+        results = [engine.generate(req) for _ in range(2)]
+    finally:
+        engine.close()
+    switches = [e for e in sub.drain() if isinstance(e, ExpertSwitched)]
+    assert [e.reason for e in switches] == ["boundary", "request end"] * 2
+    assert all(e.prefetched_bytes > 0 for e in switches)
+    for result in results:
+        assert np.array_equal(np.stack(result.frames), expected)
