@@ -72,9 +72,7 @@ class ExpertSwitch:
         self._seen = (timestep, count + 1 if timestep == t else 1)
         following = next_expert(self.pipe, timestep, self._seen[1]) if timestep is not None else None
         if following is None or following == self.active:
-            if self._armed is not None:  # the schedule went another way: the ring reads its own again
-                self.streamer.read_ahead_for(None)
-                self._armed = None
+            self._disarm()  # the schedule went another way
             return
         if self._armed is not None and self._armed[0] == following:
             return  # the step's other forward: already reading
@@ -89,7 +87,14 @@ class ExpertSwitch:
     def begin_request(self, request_id: int, pipe: Any) -> None:
         """A request starts on `pipe`: its schedule tells the last forward before each switch."""
         self.request_id, self.pipe = request_id, pipe
-        self._seen, self._armed = (None, 0), None
+        self._seen = (None, 0)
+        self._disarm()
+
+    def _disarm(self) -> None:
+        """No switch is coming (a request ended or was cancelled before it): the ring reads its own blocks again."""
+        if self._armed is not None:
+            self.streamer.read_ahead_for(None)
+            self._armed = None
 
     def switch_to(self, index: int, reason: str, timestep: float | None = None) -> ExpertSwitched:
         """Release the running expert's resident blocks, place expert `index`'s; publish and return the event."""
@@ -118,6 +123,8 @@ class ExpertSwitch:
     def restore(self) -> ExpertSwitched | None:
         """Put the first expert back (the next request starts as the load left it); None when it runs."""
         if self.active == 0 or not self.streamer.attached:
+            if self.streamer.attached:
+                self._disarm()  # a request that ended before its switch
             return None
         return self.switch_to(0, "request end")
 
