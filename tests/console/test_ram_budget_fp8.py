@@ -1,7 +1,7 @@
 """fp8 storage under `--ram-budget` as `plan --json` shows it (issue 35 item 6): pinned, a block holds its fp8
-bytes, half the 16-bit checkpoint's; read from the page cache or disk it brings the file's 16-bit bytes, which
-the plan counts (its disk bytes, its bounce ring), so a budget is never met on paper with bytes the run reads
-twice over."""
+bytes (half a bf16 checkpoint's; the demo's is float32); read from the page cache or disk it brings the file's
+wider bytes, which the plan counts (its disk bytes, its bounce ring), so a budget is never met on paper with
+bytes the run reads twice over."""
 
 from __future__ import annotations
 
