@@ -99,6 +99,22 @@ def _block_groups(plan: Plan) -> list[tuple[str, list[tuple[int, int]]]]:
     return [(f"{kind} blocks", [(0, len(plan.blocks))])]
 
 
+def _switch_reads(plan: Plan, items: list[HostItem], tiers: tuple[Tier, ...], rates: TierRates) -> list[str]:
+    """Per expert: what a switch to it reads from files (its resident blocks in the page cache or on disk) and
+    how long at the tiers' rates; its first blocks are read ahead during the forward before it."""
+    lines = []
+    for i, e in enumerate(plan.experts):
+        filed = [(item, t) for item, t in zip(items, tiers, strict=True)
+                 if item.forward == i and not item.hot and t != "pinned"]
+        if filed:
+            seconds = sum(max(item.file_bytes / (rates.rate(t) or 1.0), item.nbytes / (rates.link or 1.0))
+                          for item, t in filed)
+            read = format_bytes(sum(item.file_bytes for item, _ in filed))
+            lines.append(f"a switch to {e.name} reads its {len(filed)} resident blocks from files ({read}, about "
+                         f"{format_seconds(seconds)}; the first ones read ahead during the forward before it)")
+    return lines
+
+
 def ram_plan(plan: Plan, budget: int, rates: TierRates, compute_s: float | None = None, live: bool = False,
              rate_notes: dict[str, str] | None = None, cap: int | None = None, size: RequestSize | None = None,
              on_cpu: bool = False) -> RamPlan:
@@ -128,6 +144,7 @@ def ram_plan(plan: Plan, budget: int, rates: TierRates, compute_s: float | None 
     for (kind, name), item, tier in zip(keys, items, choice.tiers, strict=True):
         if kind == "component":
             lines.append(f"{name} master ({format_bytes(item.nbytes)}): {tier.replace('_', ' ')}")
+    lines.extend(_switch_reads(plan, items, choice.tiers, r))
     if cost.ring_bytes:
         lines.append(f"bounce ring: {format_bytes(cost.ring_bytes)} pinned, what the page-cache and disk tiers "
                      "read through")

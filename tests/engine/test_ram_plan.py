@@ -113,3 +113,6 @@ def test_two_experts_offer_every_block_of_both_each_read_by_its_own_experts_forw
     assert tiered.part("bounce ring") == chosen.choice.cost.ring_bytes
     lines = [line for line in chosen.reasons if "expert) DiT blocks" in line]
     assert [line.split(" ")[0] for line in lines] == ["transformer", "transformer_2"]
+    cold_in_files = [n for n, i in enumerate(items) if not i.hot and chosen.tiers.block(n) != "pinned"]
+    switch = [line for line in chosen.reasons if line.startswith("a switch to transformer_2 reads its")]
+    assert bool(switch) == any(items[n].forward == 1 for n in cold_in_files) and switch  # read at the switch, said
