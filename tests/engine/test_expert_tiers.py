@@ -200,3 +200,19 @@ def test_on_cuda_experts_from_disk_keep_frames_identical_and_the_switch_finds_it
     assert all(e.prefetched_bytes > 0 for e in switches)
     for result in results:
         assert np.array_equal(np.stack(result.frames), expected)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layers", [1, 3], ids=["one-resident", "expert-resident"])
+def test_fp8_experts_from_disk_are_the_pinned_fp8_runs_bits(wan22_dir: Path, wan_loadable, monkeypatch, layers):
+    """fp8 storage of both experts (as the community's A14B checkpoints are): blocks read from disk and converted
+    on the host, resident ones read at the switch and upcast as pinned ones are; every frame the pinned run's."""
+    frames = {}
+    for tier in ("pinned", "disk"):
+        force_tiers(monkeypatch, lambda _i, tier=tier: tier)
+        engine = loaded(wan22_dir, build_policy({}, layers, "dlo", "leading", 2, stream_dtype="float8_e4m3fn"))
+        try:
+            frames[tier] = np.stack(engine.generate(request()).frames)
+        finally:
+            engine.close()
+    assert np.array_equal(frames["pinned"], frames["disk"])
