@@ -412,6 +412,8 @@ class LayerwiseStreamer:
                     self._upcast.hold(b)  # resident fp8: upcast before each forward (or once, if kept upcast)
         if packed:
             self.filler.pack(packed, pin=self._pin, weights=self._weights, progress=self._progress)
+        if isinstance(self.filler, TieredFiller) and self.keep_masters:  # file-tier resident blocks: read ahead
+            self.filler.read_next([b.name for b in self._blocks if b.resident])
         for b in self._blocks:
             if b.resident and self.keep_masters:
                 self._make_resident(b)
