@@ -188,7 +188,7 @@ class BlockOrderCorrected(Event):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExpertSwitched(Event):
     """Two experts share the device budget (Wan 2.2 A14B): one expert's resident blocks were released and
-    the other's placed, from their pinned masters.
+    the other's placed, from their masters (pinned, or read from their files in the page-cache or disk tier).
 
     `reason`: "boundary" (the pipeline called the other expert: diffusers' boundary step) or "request end"
     (back to the first expert, so every request starts as the load left it). `timestep`: the timestep of
