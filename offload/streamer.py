@@ -219,10 +219,11 @@ class LayerwiseStreamer:
         return self.filler.bounce_bytes if isinstance(self.filler, TieredFiller) else 0
 
     def tier_bytes(self) -> dict[Tier, int]:
-        """Bytes of the streamed blocks per host tier (pinned: in the arena; page_cache, disk: in files)."""
+        """Bytes of the blocks the host keeps per tier (pinned: in the arena; page_cache, disk: in files): the
+        streamed ones; with masters (two experts) every block, the idle expert's and resident ones too."""
         out: dict[Tier, int] = {"pinned": 0, "page_cache": 0, "disk": 0}
         files = self.filler.file_blocks if isinstance(self.filler, TieredFiller) else {}
-        for b in self._streamed:
+        for b in self._blocks if self.keep_masters else self._streamed:
             out[files.get(b.name, "pinned")] += b.tensor_bytes
         return out
 

@@ -209,7 +209,8 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
     if s.bounce_bytes:
         by_tier = s.tier_bytes()
         bus.publish(LogEvent(level="info", message=(
-            f"host tiers of the streamed blocks: pinned {by_tier['pinned']:,} bytes, page cache "
+            f"host tiers of the {'blocks of both experts' if plan.experts else 'streamed blocks'}: pinned "
+            f"{by_tier['pinned']:,} bytes, page cache "
             f"{by_tier['page_cache']:,}, disk {by_tier['disk']:,}; read through a bounce ring of "
             f"{s.bounce_bytes:,} bytes")))
 

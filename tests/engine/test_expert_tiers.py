@@ -100,6 +100,8 @@ def test_both_experts_from_file_tiers_are_bit_identical_to_plain_diffusers(
         s = engine.placement.streamer
         arena = s.filler.arena
         assert (arena.nbytes if arena is not None else 0) == 0 and s.bounce_bytes > 0  # no block pinned
+        assert s.tier_bytes() == {"pinned": 0, "page_cache": 0, "disk": 0,
+                                  tier: sum(b.nbytes for b in engine.plan.blocks)}  # both experts, in files
         first = engine.generate(request())
         second = engine.generate(request())  # starts again with the first expert placed
     finally:
