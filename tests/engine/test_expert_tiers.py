@@ -218,3 +218,46 @@ def test_fp8_experts_from_disk_are_the_pinned_fp8_runs_bits(wan22_dir: Path, wan
         finally:
             engine.close()
     assert np.array_equal(frames["pinned"], frames["disk"])
+
+
+@pytest.mark.slow
+def test_a_request_cancelled_while_reading_ahead_leaves_the_next_request_reading_its_own_blocks(
+        wan22_dir: Path, wan_loadable, monkeypatch):
+    """Cancelled in the forward that reads the next expert ahead (no switch comes): the next request's ring
+    reads only the first expert's blocks until its own read ahead begins, and it draws what a request does."""
+    import threading
+
+    from omni_console.engine.loading.expert_switch import ExpertSwitch
+    from omni_console.offload.tier_filler import TieredFiller
+
+    force_tiers(monkeypatch, lambda _i: "disk")
+    cancel, log = threading.Event(), []
+    read_ahead, submit = ExpertSwitch._read_ahead, TieredFiller._submit
+
+    def logged_submit(self, name):
+        log.append(name)
+        return submit(self, name)
+
+    def marked_read_ahead(self, timestep):
+        armed = self._armed
+        read_ahead(self, timestep)
+        if self._armed is not None and self._armed[1] and armed is None:
+            log.append("read ahead")
+            if self.active == 0 and self.request_id == 1:
+                cancel.set()  # the first request stops at its next block, before the switch
+
+    monkeypatch.setattr(TieredFiller, "_submit", logged_submit)
+    monkeypatch.setattr(ExpertSwitch, "_read_ahead", marked_read_ahead)
+    engine = loaded(wan22_dir, build_policy({}, 0, "dlo", "leading", 2))
+    try:
+        with pytest.raises(Exception, match="cancel"):
+            engine.generate(request(1.0), cancel)
+        assert "read ahead" in log
+        log.clear()
+        after = np.stack(engine.generate(request(1.0)).frames)
+        again = np.stack(engine.generate(request(1.0)).frames)
+    finally:
+        engine.close()
+    before_own = log[: log.index("read ahead")]
+    assert before_own and all(name.startswith("transformer.blocks.") for name in before_own)
+    assert np.array_equal(after, again)
