@@ -319,7 +319,7 @@ class Engine(Lifecycle):
             measured_plan = self.plan  # the first forward may correct the block order (and the plan)
             experts = self.placement.experts if self.placement else None
             if experts is not None:
-                experts.request_id = request_id
+                experts.begin_request(request_id, self.pipe)  # its schedule: the read ahead before each switch
             start = time.perf_counter()
             try:
                 try:

@@ -36,6 +36,7 @@ __all__ = [
     "Subscription",
     "TelemetryEvent",
     "EngineStateChanged",
+    "ExpertPrefetch",
     "ExpertSwitched",
     "ForecastCheck",
     "LoadProgress",
@@ -187,13 +188,14 @@ class BlockOrderCorrected(Event):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExpertSwitched(Event):
     """Two experts share the device budget (Wan 2.2 A14B): one expert's resident blocks were released and
-    the other's placed, from their pinned masters.
+    the other's placed, from their masters (pinned, or read from their files in the page-cache or disk tier).
 
     `reason`: "boundary" (the pipeline called the other expert: diffusers' boundary step) or "request end"
     (back to the first expert, so every request starts as the load left it). `timestep`: the timestep of
     the forward that triggered it (None at the request's end). `copied_bytes`: the new expert's resident
     blocks copied host→device; `freed_bytes`: the old expert's released; `ring_bytes`: the ring's warm-up
-    copies; `seconds`: wall time, synchronized."""
+    copies; `seconds`: wall time, synchronized; `prefetched_bytes`: the new expert's first blocks in a file
+    tier whose reads had begun before it (`ExpertPrefetch`), so the switch did not wait for them."""
 
     request_id: int | None
     from_expert: str
@@ -204,6 +206,21 @@ class ExpertSwitched(Event):
     freed_bytes: int
     ring_bytes: int
     seconds: float
+    prefetched_bytes: int = 0  # the new expert's first file-tier blocks already read (or being read) when it began
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpertPrefetch(Event):
+    """The running expert's last forward before a switch began (its step's last, the next timestep is the
+    other expert's, or the request's last before the first expert is put back): the next expert's first
+    blocks in the page-cache or disk tier are read into the bounce ring while it computes, so the switch
+    does not wait for those reads. `timestep`: the forward's; `nbytes`: the blocks being read ahead."""
+
+    request_id: int | None
+    to_expert: str
+    timestep: float | None
+    blocks: int
+    nbytes: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,5 +1,6 @@
-"""A streamer's block moves outside the ring: resident device copies from the arena, and putting the
-blocks back on their arena regions after a failed attach (offload/streamer.py calls these)."""
+"""A streamer's block moves outside the ring: resident device copies from the arena (or, for a block in a file
+tier, read from its file), and putting the blocks back on their arena regions after a failed attach
+(offload/streamer.py calls these)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from .address_phase import device_bytes, place_like
 from .block_packing import Block, bind_region, unbind_region
 from .devices import current_stream, is_cuda, rebind
 from .pinned import HostArena, typed_view
+from .slot_filler import SlotFiller
 from .transfer_timing import TransferClock
 
 
@@ -24,6 +26,17 @@ def copy_resident(b: Block, arena: HostArena, device: torch.device, clock: Trans
     mark = clock.start(current_stream(device) if cuda else None)
     buffer.copy_(arena.tensor[off : off + n], non_blocking=arena.pinned)
     clock.finish(mark, "copy", b.name, n, sync=True, stream=current_stream(device) if cuda else None)
+    b.device_buffer = buffer
+    bind_region(b, buffer)
+    return n
+
+
+def read_resident(b: Block, filler: SlotFiller, device: torch.device) -> int:
+    """Give a block whose master is its file (a page-cache or disk tier) its own device copy, read through
+    the filler's bounce ring (offload/tier_filler.py) as a ring slot would be, and bind it there."""
+    n = b.region_nbytes
+    buffer = place_like(device_bytes, n, device, 0)
+    filler.fill(b, buffer, sync=True, previous=None)
     b.device_buffer = buffer
     bind_region(b, buffer)
     return n

@@ -42,7 +42,7 @@ from .events import EventBus, LogEvent, NullBus
 from .module_hooks import Hooks
 from .options import DEFAULT_LOAD, LoadOptions
 from .residency import BlockResidency
-from .resident_blocks import copy_resident, drop_resident, restore_to_arena
+from .resident_blocks import copy_resident, drop_resident, read_resident, restore_to_arena
 from .slot_filler import HostCopyFiller, SlotFiller
 from .slot_ring import Ring, SlotRing, ring_hooks
 from .stream_stats import ReplanStats, StepStats
@@ -128,12 +128,11 @@ class LayerwiseStreamer:
         (a resident block's is not used); empty: all pinned."""
         if tiers and len(tiers) != len(self._blocks):
             raise ValueError(f"tiers cover {len(tiers)} blocks, the block lists hold {len(self._blocks)}")
-        named = {b.name: t for b, t in zip(self._blocks, tiers, strict=False) if not b.resident and t != "pinned"}
+        # with masters (two experts) a resident block may be in a file tier too: `_make_resident` reads it
+        named = {b.name: t for b, t in zip(self._blocks, tiers, strict=False)
+                 if t != "pinned" and (self.keep_masters or not b.resident)}
         if not named:
             return HostCopyFiller(self.device, self._ledger, load_options)
-        if self.keep_masters:
-            raise ValueError("blocks read from the page cache or disk keep no master: load without live re-plan "
-                             "(or with every block pinned)")
         for name, tier in named.items():
             self._ledger.tiers[name] = tier
         return TieredFiller(self.device, self._ledger, named, load_options,
@@ -220,10 +219,11 @@ class LayerwiseStreamer:
         return self.filler.bounce_bytes if isinstance(self.filler, TieredFiller) else 0
 
     def tier_bytes(self) -> dict[Tier, int]:
-        """Bytes of the streamed blocks per host tier (pinned: in the arena; page_cache, disk: in files)."""
+        """Bytes of the blocks the host keeps per tier (pinned: in the arena; page_cache, disk: in files): the
+        streamed ones; with masters (two experts) every block, the idle expert's and resident ones too."""
         out: dict[Tier, int] = {"pinned": 0, "page_cache": 0, "disk": 0}
         files = self.filler.file_blocks if isinstance(self.filler, TieredFiller) else {}
-        for b in self._streamed:
+        for b in self._blocks if self.keep_masters else self._streamed:
             out[files.get(b.name, "pinned")] += b.tensor_bytes
         return out
 
@@ -319,6 +319,31 @@ class LayerwiseStreamer:
         return ReplanStats(copied_bytes=copied, freed_bytes=freed, ring_bytes=self._ledger.h2d_bytes - ring_before,
                            seconds=time.perf_counter() - start)
 
+    def read_ahead_for(self, residency: BlockResidency | None, active: Sequence[bool] | None = None) -> list[str]:
+        """Start reading, from their files, the first blocks that `replan(residency, active)` will take (the
+        ones it makes resident, then its ring's), in the bounce slots the ring's wrap-around would use, so a
+        re-plan at the next forward (an expert switch) finds them read. None stops it. Returns the blocks
+        read ahead ([]: none is in a file tier)."""
+        if not isinstance(self.filler, TieredFiller):
+            return []
+        if residency is None:
+            return self.filler.read_next([])
+        flags = self._check_active(active)
+        pairs = list(zip(self._blocks, residency.resident, flags, strict=True))
+        first = [b.name for b, r, _ in pairs if r and not b.resident]  # `replan` makes these resident first
+        ring = [b.name for b, r, a in pairs if a and not r]
+        return self.filler.read_next(first + ring)
+
+    def region_bytes(self, names: Sequence[str]) -> int:
+        """Bytes of the named blocks' packed regions."""
+        wanted = set(names)
+        return sum(b.region_nbytes for b in self._blocks if b.name in wanted)
+
+    @property
+    def queued_reads(self) -> list[str]:
+        """Blocks whose file reads are queued or done, waiting for their copy (none without file tiers)."""
+        return self.filler.queued if isinstance(self.filler, TieredFiller) else []
+
     @property
     def block_names(self) -> list[str]:
         """Every block (`LIST.i`, as the block lists were given), in the order the ring runs them."""
@@ -388,6 +413,8 @@ class LayerwiseStreamer:
                     self._upcast.hold(b)  # resident fp8: upcast before each forward (or once, if kept upcast)
         if packed:
             self.filler.pack(packed, pin=self._pin, weights=self._weights, progress=self._progress)
+        if isinstance(self.filler, TieredFiller) and self.keep_masters:  # file-tier resident blocks: read ahead
+            self.filler.read_next([b.name for b in self._blocks if b.resident])
         for b in self._blocks:
             if b.resident and self.keep_masters:
                 self._make_resident(b)
@@ -410,9 +437,14 @@ class LayerwiseStreamer:
         self.ring.open(self.residency.slots)
 
     def _make_resident(self, b: Block) -> int:
-        """Give a packed block its own device copy of its region and bind it there; returns bytes copied."""
-        assert self.filler.arena is not None
-        n = copy_resident(b, self.filler.arena, self.device, self._ledger.clock)
+        """Give a packed block its own device copy of its region and bind it there; returns bytes copied.
+        A block in a file tier (its master is its file) is read through the bounce ring, as the ring would."""
+        filler = self.filler
+        if isinstance(filler, TieredFiller) and b.name in filler.file_blocks:
+            n = read_resident(b, filler, self.device)
+        else:
+            assert filler.arena is not None
+            n = copy_resident(b, filler.arena, self.device, self._ledger.clock)
         if self._upcast is not None:
             self._upcast.hold(b)  # resident fp8: upcast before each forward (or once, if kept upcast)
         return n

@@ -100,6 +100,7 @@ class TieredFiller(HostCopyFiller):
         self._queue: deque[_Pending] = deque()
         self._slot_done: list[Any] = [None] * BOUNCE_SLOTS  # CUDA event of the last copy out of each slot
         self._order: list[str] = []
+        self._then: list[str] = []  # read after the ring's last block instead of its first (`read_next`)
         self._position: dict[str, int] = {}
         self.stats = TierReadStats()
         self._stats_lock = threading.Lock()
@@ -200,25 +201,59 @@ class TieredFiller(HostCopyFiller):
 
     # ------------------------------------------------------------------ the ring's order and read-ahead
     def order(self, streamed: Sequence[Block]) -> None:
-        """The ring's order (execution order of its blocks): reads run ahead in it. Queued reads are
-        dropped; the first file-tier blocks are queued at once."""
-        self._settle_queue()
+        """The ring's order (execution order of its blocks): reads run ahead in it. Queued reads that lead
+        the new order are kept (a prefetch, `read_next`), the others dropped; the first file-tier blocks are
+        queued at once."""
         self._order = [b.name for b in streamed if b.name in self._blocks]
         self._position = {name: i for i, name in enumerate(self._order)}
+        self._then = []
+        self._keep_leading(self._order)
         if self._order:
             self._top_up(self._order[-1])
 
-    def _top_up(self, after: str) -> None:
-        """Queue reads of the file-tier blocks that follow `after` in the ring's order, while slots last."""
+    def read_next(self, names: Sequence[str]) -> list[str]:
+        """After the ring's last block, read `names` (the blocks a re-plan will need first, in its order: the
+        next expert's) instead of the ring's first ones again; [] stops it. Reads start as slots free up (at
+        once, if some are free), so the first `BOUNCE_SLOTS` of them are read while the ring finishes; the
+        rest follow as the re-plan takes them. Returns the file-tier blocks among the first ones."""
+        self._then = [n for n in names if n in self._blocks]
+        self._top_up(self._order[-1] if self._order else "")
+        return self._then[:BOUNCE_SLOTS]
+
+    @property
+    def queued(self) -> list[str]:
+        """Blocks whose reads are queued or done, waiting for their copy (the ring's order)."""
+        return [p.name for p in self._queue]
+
+    def _keep_leading(self, names: Sequence[str]) -> None:
+        """Keep the queued reads that are the first of `names`, in order; wait for and drop the others."""
+        kept: deque[_Pending] = deque()
+        while self._queue:
+            p = self._queue.popleft()
+            if len(kept) < len(names) and p.name == names[len(kept)]:
+                kept.append(p)
+            else:
+                wait(p.futures)
+        self._queue = kept
+
+    def _ahead(self, after: str) -> list[str]:
+        """The blocks to read after `after`: the ring's next ones, then `read_next`'s, else the ring's again."""
         names = self._order
-        if not names or self._pool is None:
+        if after in self._position:
+            at = self._position[after]
+            return names[at + 1:] + (self._then or names[: at + 1])
+        if after in self._then:  # a re-plan reading them: the next ones (its ring's come with `order`)
+            return self._then[self._then.index(after) + 1:]
+        return list(self._then)
+
+    def _top_up(self, after: str) -> None:
+        """Queue reads of the file-tier blocks that follow `after` (`_ahead`), while slots last."""
+        if self._pool is None:
             return
         queued = {p.name for p in self._queue}
-        at = self._position.get(after, -1)
-        for k in range(1, len(names) + 1):
+        for name in self._ahead(after):
             if len(self._queue) >= BOUNCE_SLOTS:
                 break
-            name = names[(at + k) % len(names)]
             if name not in queued:
                 self._queue.append(self._submit(name))
                 queued.add(name)

@@ -5,8 +5,18 @@ blocks; the streamer holds both experts' masters and rings through the running o
 forward pre-hook on each expert notices when the pipeline calls the one that is not running — diffusers'
 boundary step, whatever `boundary_ratio` it was built with — and re-plans the streamer there, inside the
 request, before that expert's first block: the old expert's resident blocks are released, the new one's
-copied from their pinned masters, and the ring rebuilt over the new expert's streamed blocks. One
-`ExpertSwitched` event says what moved and how long it took.
+copied from their masters (pinned, or read from their files), and the ring rebuilt over the new expert's
+streamed blocks. One `ExpertSwitched` event says what moved and how long it took.
+
+Read ahead: an expert's blocks may live in the page cache or on disk (`Plan.tiers`, chosen under
+`--ram-budget`), never pinned, read through the streamer's bounce ring when they run or become resident.
+So that the switch does not wait for those reads, the hook on the running expert also spots the last
+forward before a switch, from the pipeline's own schedule (`pipe.scheduler.timesteps`, its `boundary_ratio`,
+one forward per step or two with classifier-free guidance): the last of the boundary step's predecessor,
+or the request's last (the first expert comes back after it). There it asks the streamer to read the next
+expert's first blocks instead of the running ring's first ones again (`read_ahead_for`), while the running
+expert computes, and publishes `ExpertPrefetch`. A wrong guess costs only the reads: the ring reads what
+it misses.
 
 Policy between requests: `restore()` (called by the engine when a request ends, ok or not) puts the
 first expert back, so every request starts as the load left it, with one switch at its boundary step;
@@ -22,7 +32,7 @@ import torch
 from ...offload.events import EventBus
 from ...offload.module_hooks import Hooks, Listeners
 from ...offload.streamer import LayerwiseStreamer
-from ..events import ExpertSwitched
+from ..events import ExpertPrefetch, ExpertSwitched
 from ..planning.experts import Expert, streamer_residency
 
 
@@ -36,6 +46,9 @@ class ExpertSwitch:
         self.request_id: int | None = None
         self.switches = 0
         self.changed = Listeners()  # called after each switch (the residency watch publishes)
+        self.pipe: Any = None  # the running request's pipeline (its schedule tells the last forward before a switch)
+        self._seen: tuple[float | None, int] = (None, 0)  # the last forward's timestep and its count at that timestep
+        self._armed: tuple[int, list[str]] | None = None  # the expert read ahead for, the blocks being read
         self._hooks = Hooks()
         for i, m in enumerate(modules):
             self._hooks.before(m, self._hook(i), with_kwargs=True)
@@ -46,11 +59,42 @@ class ExpertSwitch:
 
     def _hook(self, index: int) -> Any:
         def hook(_module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            timestep = _first_value(kwargs.get("timestep", args[1] if len(args) > 1 else None))
             if index != self.active:
-                timestep = kwargs.get("timestep", args[1] if len(args) > 1 else None)
-                self.switch_to(index, "boundary", _first_value(timestep))
+                self.switch_to(index, "boundary", timestep)
+            self._read_ahead(timestep)
 
         return hook
+
+    def _read_ahead(self, timestep: float | None) -> None:
+        """On the running expert's last forward before a switch, read the next expert's first blocks ahead."""
+        t, count = self._seen
+        self._seen = (timestep, count + 1 if timestep == t else 1)
+        following = next_expert(self.pipe, timestep, self._seen[1]) if timestep is not None else None
+        if following is None or following == self.active:
+            self._disarm()  # the schedule went another way
+            return
+        if self._armed is not None and self._armed[0] == following:
+            return  # the step's other forward: already reading
+        residency, active = streamer_residency(self.experts, following, self.streamer.residency.num_blocks)
+        names = self.streamer.read_ahead_for(residency, active)
+        self._armed = (following, names)
+        if names:
+            self.bus.publish(ExpertPrefetch(request_id=self.request_id, to_expert=self.experts[following].name,
+                                            timestep=timestep, blocks=len(names),
+                                            nbytes=self.streamer.region_bytes(names)))
+
+    def begin_request(self, request_id: int, pipe: Any) -> None:
+        """A request starts on `pipe`: its schedule tells the last forward before each switch."""
+        self.request_id, self.pipe = request_id, pipe
+        self._seen = (None, 0)
+        self._disarm()
+
+    def _disarm(self) -> None:
+        """No switch is coming (a request ended or was cancelled before it): the ring reads its own blocks again."""
+        if self._armed is not None:
+            self.streamer.read_ahead_for(None)
+            self._armed = None
 
     def switch_to(self, index: int, reason: str, timestep: float | None = None) -> ExpertSwitched:
         """Release the running expert's resident blocks, place expert `index`'s; publish and return the event."""
@@ -61,11 +105,16 @@ class ExpertSwitch:
 
     def _switch(self, index: int, reason: str, timestep: float | None) -> ExpertSwitched:
         residency, active = streamer_residency(self.experts, index, self.streamer.residency.num_blocks)
+        prefetched = 0
+        if self._armed is not None and self._armed[0] == index:  # read (or being read) before the switch
+            ready = set(self.streamer.queued_reads)
+            prefetched = self.streamer.region_bytes([n for n in self._armed[1] if n in ready])
+        self._armed = None
         stats = self.streamer.replan(residency, active=active)
         event = ExpertSwitched(request_id=self.request_id, from_expert=self.experts[self.active].name,
                                to_expert=self.experts[index].name, reason=reason, timestep=timestep,
                                copied_bytes=stats.copied_bytes, freed_bytes=stats.freed_bytes,
-                               ring_bytes=stats.ring_bytes, seconds=stats.seconds)
+                               ring_bytes=stats.ring_bytes, seconds=stats.seconds, prefetched_bytes=prefetched)
         self.active = index
         self.switches += 1
         self.bus.publish(event)
@@ -74,6 +123,8 @@ class ExpertSwitch:
     def restore(self) -> ExpertSwitched | None:
         """Put the first expert back (the next request starts as the load left it); None when it runs."""
         if self.active == 0 or not self.streamer.attached:
+            if self.streamer.attached:
+                self._disarm()  # a request that ended before its switch
             return None
         return self.switch_to(0, "request end")
 
@@ -88,3 +139,26 @@ def _first_value(timestep: Any) -> float | None:
     if isinstance(timestep, (int, float)):
         return float(timestep)
     return None
+
+
+def next_expert(pipe: Any, timestep: float, count: int) -> int | None:
+    """The expert that runs after this forward (`count`: forwards so far at `timestep`), when it is its step's
+    last: 1 below the boundary, 0 above it or after the request's last step (the first comes back); None when
+    it is not the step's last forward, or the pipeline's schedule is not known (no read ahead then)."""
+    scheduler = getattr(pipe, "scheduler", None)
+    timesteps = getattr(scheduler, "timesteps", None)
+    config = getattr(pipe, "config", None)
+    ratio = config.get("boundary_ratio") if hasattr(config, "get") else None
+    train = getattr(getattr(scheduler, "config", None), "num_train_timesteps", None)
+    if timesteps is None or ratio is None or train is None:
+        return None
+    if count < (2 if getattr(pipe, "do_classifier_free_guidance", False) else 1):
+        return None
+    values = [float(x) for x in (timesteps.tolist() if isinstance(timesteps, torch.Tensor) else timesteps)]
+    at = [i for i, v in enumerate(values) if abs(v - timestep) <= 1e-6 * max(1.0, abs(v))]
+    if not at:
+        return None
+    pos = at[-1]
+    if pos + 1 == len(values):
+        return 0
+    return 0 if values[pos + 1] >= ratio * train else 1

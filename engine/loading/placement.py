@@ -185,7 +185,7 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
 
         streamer_cls, streamer_kwargs = AllGatherStreamer, {"group": group, "stream_options": options.stream_options}
     if not plan.tiers.all_pinned and plan.tiers.blocks:
-        if keep_masters or group is not None:
+        if placement.live or group is not None:  # two experts read their file-tier blocks (resident ones too)
             raise ConfigError(unsupported_tiers(plan, live=placement.live, ranks=group is not None)
                               or "the page-cache and disk tiers do not apply to this load")
         streamer_kwargs["tiers"] = tuple(plan.tiers.block(i) for i in range(len(plan.blocks)))
@@ -211,7 +211,8 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
     if s.bounce_bytes:
         by_tier = s.tier_bytes()
         bus.publish(LogEvent(level="info", message=(
-            f"host tiers of the streamed blocks: pinned {by_tier['pinned']:,} bytes, page cache "
+            f"host tiers of the {'blocks of both experts' if plan.experts else 'streamed blocks'}: pinned "
+            f"{by_tier['pinned']:,} bytes, page cache "
             f"{by_tier['page_cache']:,}, disk {by_tier['disk']:,}; read through a bounce ring of "
             f"{s.bounce_bytes:,} bytes")))
 

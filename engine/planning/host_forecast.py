@@ -87,21 +87,20 @@ def decoded_output_bytes(request: RequestSize | None) -> int:
 
 def block_bytes(plan: Plan, keep_masters: bool) -> tuple[int, int]:
     """(pinned, largest file-tier) bytes of the block arena's blocks. `Plan.tiers.blocks` is indexed over
-    every block of `Plan.blocks` (execution order, as the streamer takes it); resident blocks kept as masters
-    are always pinned."""
+    every block of `Plan.blocks` (execution order, as the streamer takes it; two experts: the first's, then
+    the second's); a resident block kept as a master is in its tier too (two experts read it from its file
+    at the switch; live re-plan masters are always pinned: `tier_support`)."""
     pinned = file_tier = largest_file = 0
     for i, b in enumerate(plan.blocks):
-        if b.streamed:
+        if b.streamed or keep_masters:
             tier = plan.tiers.block(i)
-        elif keep_masters:
-            tier = "pinned"
         else:
             continue
         if tier == "pinned":
             pinned += b.nbytes
         else:
-            file_tier += b.nbytes
-            largest_file = max(largest_file, b.nbytes)
+            file_tier += b.read_nbytes
+            largest_file = max(largest_file, b.read_nbytes)  # the bounce slot holds the file's bytes
     return pinned, largest_file
 
 

@@ -81,6 +81,12 @@ class StreamedBlock:
     upcast_elems: int = 0  # fp8 storage: elements upcast to the compute dtype each forward (offload/upcast.py)
     kept_upcast: bool = False  # resident, kept in the compute dtype: converted once at load, never per forward
     compute_itemsize: int = 2  # fp8 storage: bytes per element of the compute dtype (`compute_itemsize`)
+    file_nbytes: int = 0  # bytes in its weight files when not `nbytes` (fp8 storage of a 16-bit checkpoint)
+
+    @property
+    def read_nbytes(self) -> int:
+        """Bytes a page-cache or disk read of it brings from its files (converted on the host after it)."""
+        return self.file_nbytes or self.nbytes
 
     @property
     def upcast_extra_bytes(self) -> int:
@@ -183,8 +189,9 @@ def execution_blocks(model: ModelInfo, residency: BlockResidency, experts: tuple
             elems = block_list.upcast_elements(modulation) if fp8 else (0,) * block_list.count
             for i, nbytes in enumerate(block_list.stored_bytes(fp8, modulation)):
                 n = len(blocks)
+                in_file = block_list.block_bytes[i]
                 blocks.append(StreamedBlock(dit.name, block_list.attr, i, nbytes, not flags[n], elems[i], kept[n],
-                                            width))
+                                            width, in_file if in_file != nbytes else 0))
     return blocks
 
 

@@ -2,10 +2,12 @@
 
 Torch-free. A plan's host items (tier_cost.HostItem), indexed as `HostTiers` is (offload/tiers.py):
 - every DiT/UNet block that the host keeps, by its index in `Plan.blocks` (execution order): the streamed ones
-  (read every forward: hot), with two experts every block of both (the resident ones move at the switch: cold
-  unless streamed), with live re-plan masters (the console) every block. Their bytes are as stored: with fp8
-  storage (`--stream-dtype`, an fp8 checkpoint) the fp8 bytes, half a 16-bit checkpoint's, so fp8 storage halves
-  what the budget must hold. A block the host does not keep is given "pinned" (no file tier to read);
+  (read every forward: hot), with two experts every block of both, the second expert's after the first's as
+  the streamer runs them (an expert's resident ones are read once at each switch to it: cold, so the idle
+  expert need not be pinned). Their bytes are as stored: with fp8 storage (`--stream-dtype`, an fp8
+  checkpoint) the fp8 bytes, half a 16-bit checkpoint's, so fp8 storage halves what the budget must hold
+  pinned; a page-cache or disk read brings the file's bytes (`HostItem.file_bytes`: a 16-bit checkpoint's,
+  twice the fp8 ones; an fp8 checkpoint's, the same). A block the host does not keep is given "pinned";
 - every staged encoder/VAE (not with live re-plan masters: the console keeps every encoder/VAE's), by component
   name: cold (read once per stage from a file tier: offload/file_stager.py, offload/layer_stage.py).
 
@@ -30,18 +32,20 @@ Key = tuple[Literal["block", "component"], int | str]
 
 def host_items(plan: Plan, live: bool = False) -> tuple[list[HostItem], list[Key]]:
     """The host items of `plan` that a load can read from a file tier, and what each one is: the streamed
-    blocks of a `run` load with one DiT, and its staged encoders/VAEs (cold: read once per stage; a layer-streamed
-    encoder a layer per bounce slot). What the runtime keeps pinned whatever the tier (engine/planning/
-    tier_support.py: live re-plan masters, two experts' blocks) is in the fixed share instead."""
+    blocks of a `run` load with one DiT; with two experts every block of both, each read by its own expert's
+    forwards (its resident ones cold: read once at each switch to it, offload/streamer.py `_make_resident`); and
+    its staged encoders/VAEs (cold: read once per stage; a layer-streamed encoder a layer per bounce slot). What
+    the runtime keeps pinned whatever the tier (engine/planning/tier_support.py: live re-plan masters) is in the
+    fixed share instead."""
     items: list[HostItem] = []
     keys: list[Key] = []
     if live:
         return items, keys
-    if plan.experts:  # their blocks stay pinned (tier_support.py); their encoders/VAEs are staged as any others
-        return staged_items(plan, items, keys)
+    expert_of = {n: i for i, e in enumerate(plan.experts) for n in range(e.start, e.stop)}
     for n, block in enumerate(plan.blocks):
-        if block.streamed:
-            items.append(HostItem(block.nbytes, hot=True))
+        if block.streamed or n in expert_of:
+            items.append(HostItem(block.nbytes, hot=block.streamed, forward=expert_of.get(n, 0),
+                                  read_nbytes=block.file_nbytes, whole=True))
             keys.append(("block", n))
     return staged_items(plan, items, keys)
 
@@ -112,6 +116,32 @@ def _check_load_phase(plan: Plan, tiers: HostTiers, budget: int, size: RequestSi
                               f"so the load peaks at {format_bytes(load)}")
 
 
+def _block_groups(plan: Plan) -> list[tuple[str, list[tuple[int, int]]]]:
+    """The plan's blocks as its decision lines group them: one line per expert (the idle one's tier is what a
+    small host needs to see), else one."""
+    kind = plan.model.block_kind
+    if plan.experts:
+        return [(f"{e.name} ({'first' if i == 0 else 'second'} expert) {kind} blocks", [(e.start, e.stop)])
+                for i, e in enumerate(plan.experts)]
+    return [(f"{kind} blocks", [(0, len(plan.blocks))])]
+
+
+def _switch_reads(plan: Plan, items: list[HostItem], tiers: tuple[Tier, ...], rates: TierRates) -> list[str]:
+    """Per expert: what a switch to it reads from files (its resident blocks in the page cache or on disk) and
+    how long at the tiers' rates; its first blocks are read ahead during the forward before it."""
+    lines = []
+    for i, e in enumerate(plan.experts):
+        filed = [(item, t) for item, t in zip(items, tiers, strict=True)
+                 if item.forward == i and not item.hot and t != "pinned"]
+        if filed:
+            seconds = sum(max(item.file_bytes / (rates.rate(t) or 1.0), item.nbytes / (rates.link or 1.0))
+                          for item, t in filed)
+            read = format_bytes(sum(item.file_bytes for item, _ in filed))
+            lines.append(f"a switch to {e.name} reads its {len(filed)} resident blocks from files ({read}, about "
+                         f"{format_seconds(seconds)}; the first ones read ahead during the forward before it)")
+    return lines
+
+
 def ram_plan(plan: Plan, budget: int, rates: TierRates, compute_s: float | None = None, live: bool = False,
              rate_notes: dict[str, str] | None = None, cap: int | None = None, size: RequestSize | None = None,
              on_cpu: bool = False) -> RamPlan:
@@ -130,14 +160,15 @@ def ram_plan(plan: Plan, budget: int, rates: TierRates, compute_s: float | None 
     lines.append(f"pin cap {format_bytes(choice.pin_cap)}: max(40 %, min(90 %, budget - 4 GiB)) of the budget "
                  "(ComfyUI's Linux rule: page-locked memory cannot be reclaimed, the kernel keeps room for the "
                  "page cache)")
-    kept = [what for what, on in (("live re-plan masters", live), ("both experts' blocks", bool(plan.experts))) if on]
     lines.append(f"fixed host bytes {format_bytes(fixed)}: the host forecast without the file-tier candidates "
-                 "(the process and its transients" + (f", and what stays pinned: {', '.join(kept)}" if kept else "")
+                 "(the process and its transients" + (", and what stays pinned: live re-plan masters" if live else "")
                  + ")")
-    block_tiers = [(t, i.nbytes) for i, k, t in zip(items, keys, choice.tiers, strict=True) if k[0] == "block"]
-    if block_tiers:
-        fp8 = f" (stored {plan.stream_dtype}: half the host bytes)" if plan.stream_dtype else ""
-        lines.append(_count_line(f"{plan.model.block_kind} blocks{fp8}", block_tiers))
+    fp8 = f" (stored {plan.stream_dtype}: half the host bytes)" if plan.stream_dtype else ""
+    for label, spans in _block_groups(plan):
+        block_tiers = [(t, i.nbytes) for i, k, t in zip(items, keys, choice.tiers, strict=True)
+                       if k[0] == "block" and any(a <= int(k[1]) < b for a, b in spans)]
+        if block_tiers:
+            lines.append(_count_line(f"{label}{fp8}", block_tiers))
     for (kind, name), item, tier in zip(keys, items, choice.tiers, strict=True):
         if kind == "component" and tier == "pinned":
             lines.append(f"{name} master ({format_bytes(item.nbytes)}): pinned")
@@ -145,6 +176,7 @@ def ram_plan(plan: Plan, budget: int, rates: TierRates, compute_s: float | None 
             rate = min(r.rate(tier) or 1.0, r.link or 1.0)
             lines.append(f"{name} ({format_bytes(item.nbytes)}): {tier.replace('_', ' ')}, no host master; each "
                          f"stage reads it in about {format_seconds(item.nbytes / rate)} at {format_rate(rate)}")
+    lines.extend(_switch_reads(plan, items, choice.tiers, r))
     if cost.ring_bytes:
         lines.append(f"bounce ring: {format_bytes(cost.ring_bytes)} pinned, what the page-cache and disk tiers "
                      "read through")

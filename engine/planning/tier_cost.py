@@ -7,9 +7,13 @@ Items are what the host keeps between uses: streamed blocks (`hot`: read once pe
 switch or re-plan). Rules:
 - pinned items count in the process's host peak (RSS) and against the pin cap;
 - page-cache and disk items are read through pinned bounce rings (offload/tiers.py): the streamer's, whose slots
-  hold the largest file-tier hot block, and the staged components' (offload/file_stager.py), whose slots hold
-  the largest file-tier cold item's chunk (`HostItem.chunk`: a whole component is read in `stage_chunk_bytes`, a
-  layer-streamed encoder's layers a layer at a time); each ring costs nothing when nothing is read through it;
+  hold the largest file-tier block's read (a hot block, or an expert's resident block read whole at a switch:
+  `HostItem.whole`), and the staged components' (offload/file_stager.py), whose slots hold the largest file-tier
+  cold item's chunk (`HostItem.chunk`: a whole component is read in `stage_chunk_bytes`, a layer-streamed
+  encoder's layers a layer at a time); each ring costs nothing when nothing is read through it;
+- a file tier holds and reads the file's bytes (`HostItem.file_bytes`): with fp8 storage of a 16-bit
+  checkpoint the pinned tier holds the fp8 bytes, the page cache and disk the 16-bit ones (converted on the
+  host after each read, offload/tier_filler.py);
 - page-cache items are not the process's memory, but the kernel's cache must hold them or every read is a
   disk read: fixed + pinned + ring + page cache <= the budget;
 - the step's transfer: every streamed byte crosses the link whatever its tier, while the file tiers' reads run
@@ -25,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...offload.tiers import COLD_CHUNK, Tier, TierRates, bounce_ring_bytes, stage_chunk_bytes  # noqa: F401
+from ...offload.tiers import Tier, TierRates, bounce_ring_bytes, stage_chunk_bytes
 
 GIB = 2**30
 # rates used where nothing was measured yet (bytes/s): PCIe 4 x16 pinned copies, one-stream reads of cached
@@ -36,17 +40,38 @@ DEFAULT_RATES = TierRates(link=20e9, page_cache=3.5e9, disk=2.5e9)
 @dataclass(frozen=True, slots=True)
 class HostItem:
     """One thing the host keeps: its bytes as stored (fp8 storage: the fp8 bytes), whether it is read every
-    forward, and which forward reads it (two experts: 0 or 1)."""
+    forward, and which forward reads it (two experts: 0 or 1).
+
+    `read_nbytes`: what a page-cache or disk read of it brings from its file, and the page cache holds (0: its
+    `nbytes`); more where the file stores a wider dtype that the read converts on the host (a 16-bit
+    checkpoint under `--stream-dtype fp8`: twice an fp8 linear's bytes; an fp8 checkpoint: the same). `whole`:
+    a cold item read whole through one slot of the streamer's ring (an expert's resident block,
+    offload/streamer.py), not in `chunk` pieces through the staged components' ring (a staged component)."""
 
     nbytes: int
     hot: bool = True
     forward: int = 0
     chunk: int = 0  # a cold item's bytes per bounce slot (a layer-streamed encoder: its largest layer); 0: default
+    read_nbytes: int = 0
+    whole: bool = False
 
     @property
-    def cold_chunk(self) -> int:
-        """What one bounce slot of the staged components' ring holds of this cold item."""
-        return self.chunk or min(self.nbytes, stage_chunk_bytes(self.nbytes))
+    def file_bytes(self) -> int:
+        """Bytes one read from its file moves (and the page cache holds)."""
+        return self.read_nbytes or self.nbytes
+
+    @property
+    def in_streamer_ring(self) -> bool:
+        """Read through the streamer's ring (a block); else through the staged components' ring."""
+        return self.hot or self.whole
+
+    @property
+    def slot_basis(self) -> int:
+        """What one bounce slot of its ring must hold to read it: the whole read, or one chunk of a staged
+        component."""
+        if self.in_streamer_ring:
+            return self.file_bytes
+        return self.chunk or min(self.file_bytes, stage_chunk_bytes(self.file_bytes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +105,11 @@ def known_rates(rates: TierRates) -> TierRates:
 
 
 def ring_basis(items: Sequence[HostItem], tiers: Sequence[Tier]) -> tuple[int, int]:
-    """The bytes one bounce slot of each ring must hold: (the largest file-tier hot block, the largest file-tier
-    cold item's chunk); 0 where nothing is read through that ring."""
-    hot = [i.nbytes for i, t in zip(items, tiers, strict=True) if t != "pinned" and i.hot]
-    cold = [i.cold_chunk for i, t in zip(items, tiers, strict=True) if t != "pinned" and not i.hot]
-    return max(hot, default=0), max(cold, default=0)
+    """The bytes one bounce slot of each ring must hold: (the streamer's: the largest file-tier block's read, the
+    staged components': the largest file-tier cold item's chunk); 0 where nothing is read through that ring."""
+    filed = [i for i, t in zip(items, tiers, strict=True) if t != "pinned"]
+    return (max((i.slot_basis for i in filed if i.in_streamer_ring), default=0),
+            max((i.slot_basis for i in filed if not i.in_streamer_ring), default=0))
 
 
 def rings_bytes(hot_basis: int, cold_basis: int) -> int:
@@ -100,15 +125,16 @@ def tier_cost(items: Sequence[HostItem], tiers: Sequence[Tier], rates: TierRates
     forwards: dict[int, list[float]] = {}
     cold = 0.0
     for item, tier in zip(items, tiers, strict=True):
-        by[tier] += item.nbytes
+        read = item.nbytes if tier == "pinned" else item.file_bytes  # a file tier holds and reads the file's
+        by[tier] += read
         rate = r.rate(tier)
         assert rate
         if item.hot:
             link_s, file_s = forwards.setdefault(item.forward, [0.0, 0.0])
             forwards[item.forward] = [link_s + item.nbytes / r.link,
-                                      file_s + (item.nbytes / rate if tier != "pinned" else 0.0)]
+                                      file_s + (read / rate if tier != "pinned" else 0.0)]
         else:  # read once, from its tier and over the link: the slower of the two
-            cold += item.nbytes / min(rate, r.link)
+            cold += max(read / rate, item.nbytes / r.link)
     ring = rings_bytes(*ring_basis(items, tiers))
     link_s = max((f[0] for f in forwards.values()), default=0.0)
     file_s = max((f[1] for f in forwards.values()), default=0.0)

@@ -1,10 +1,11 @@
 """`--ram-budget`: choose each host item's tier (pinned, page cache, disk) for the fastest step within the budget.
 
 Torch-free. The costs are tier_cost.py's. The search:
-- the bounce rings' slots are sized by the largest file-tier hot block and cold chunk (two rings: the
-  streamer's and the staged components'), so the candidates are every pair (largest file-tier hot size L,
-  largest file-tier cold chunk C), 0 meaning none: items larger than their bound are pinned, the others may be
-  read from files;
+- the bounce rings' slots are sized by the largest file-tier block read (the streamer's: hot blocks, and an
+  expert's resident blocks read whole) and the largest file-tier staged component's chunk (the staged
+  components' ring; `HostItem.slot_basis`), so the candidates are every pair (largest file-tier block size L,
+  largest file-tier chunk C), 0 meaning none: items larger than their bound are pinned, the others may be read
+  from files;
 - within a candidate: hot blocks are pinned first (largest first, then any smaller one that still fits: a pinned
   byte is never slower than a file byte and takes no more of the budget than the page cache would), then hot
   blocks go to the page cache while the kernel's share of the budget holds them (only if the page cache reads
@@ -56,10 +57,6 @@ def step_seconds(cost: TierCost, compute_s: float | None) -> float:
     return max(compute_s or 0.0, cost.transfer_seconds)
 
 
-def _cold_basis(item: HostItem) -> int:
-    return item.cold_chunk
-
-
 def _thinned(sizes: list[int]) -> list[int]:
     """At most MAX_RING_SIZES of the sorted `sizes`: all when few; else the largest quarter's worth and the
     rest spread evenly (a UNet's units come in hundreds of sizes; the search stays under a second)."""
@@ -72,14 +69,14 @@ def _thinned(sizes: list[int]) -> list[int]:
 
 
 def _candidates(items: Sequence[HostItem]) -> list[tuple[int, int]]:
-    hot = _thinned(sorted({i.nbytes for i in items if i.hot} | {0}))
-    cold = _thinned(sorted({_cold_basis(i) for i in items if not i.hot} | {0}))
+    hot = _thinned(sorted({i.slot_basis for i in items if i.in_streamer_ring} | {0}))
+    cold = _thinned(sorted({i.slot_basis for i in items if not i.in_streamer_ring} | {0}))
     return [(h, c) for h in hot for c in cold]
 
 
 def _forced(item: HostItem, hot_bound: int, cold_bound: int) -> bool:
     """Must be pinned under this candidate: larger than what the ring's slot may hold."""
-    return item.nbytes > hot_bound if item.hot else _cold_basis(item) > cold_bound
+    return item.slot_basis > (hot_bound if item.in_streamer_ring else cold_bound)
 
 
 def evenly(count: int, positions: Sequence[int]) -> list[int]:
@@ -127,10 +124,14 @@ def _assign(items: Sequence[HostItem], hot_bound: int, cold_bound: int, budget: 
             for n in g:
                 if n not in spread:
                     tiers[n] = "pinned"
-        cached = _fill({s: len(g) for s, g in filed.items()}, cache_room) if page_cache_first else {}
+        reads: dict[int, list[int]] = {}  # the page cache holds what a read brings: regrouped by that
+        for g in filed.values():
+            for n in g:
+                reads.setdefault(items[n].file_bytes, []).append(n)
+        cached = _fill({s: len(g) for s, g in reads.items()}, cache_room) if page_cache_first else {}
         cache_room -= sum(s * k for s, k in cached.items())
-        for s, g in filed.items():  # among them, the disk ones spread evenly
-            disk = set(evenly(len(g) - cached.get(s, 0), g))
+        for s, g in reads.items():  # among them, the disk ones spread evenly
+            disk = set(evenly(len(g) - cached.get(s, 0), sorted(g)))
             for n in g:
                 tiers[n] = "disk" if n in disk else "page_cache"
     assert all(t is not None for t in tiers)

@@ -11,8 +11,9 @@ from .plan import Plan
 def unsupported_tiers(plan: Plan, *, live: bool, ranks: bool) -> str | None:
     """Why the plan's page-cache/disk items cannot be carried out by this load (None: they can).
 
-    A live re-plan and two experts move blocks between device and host from pinned masters; an
-    AllGather rank reads its shard into its own arena. Neither reads blocks from their files yet. A component
+    A live re-plan moves blocks between device and host from pinned masters; an AllGather rank reads its
+    shard into its own arena. Neither reads blocks from their files yet. Two experts do: a block of either in
+    a file tier is read from its file when its expert runs (resident or streamed), none is pinned. A component
     is read from its files only where it is staged, on one GPU, without live re-plan masters."""
     files = [name for name, tier in plan.tiers.components if tier != "pinned"]
     if files:
@@ -29,8 +30,6 @@ def unsupported_tiers(plan: Plan, *, live: bool, ranks: bool) -> str | None:
         return None
     if ranks:
         return "blocks read from the page cache or disk are not streamed across several GPUs yet: use one GPU"
-    if plan.experts:
-        return "two experts keep pinned masters of their blocks: the page-cache and disk tiers do not apply yet"
     if live:
         return "a live re-plan keeps pinned masters of every block: the page-cache and disk tiers do not apply"
     return None

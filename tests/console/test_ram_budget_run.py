@@ -88,7 +88,7 @@ def test_a_budget_that_fits_only_with_the_encoders_on_disk_runs_and_draws_the_sa
     cold = [i for i in items if not i.hot]
     assert {k[1] for k in keys if k[0] == "component"} >= {"text_encoder", "text_encoder_2", "vae"}
     # every block pinned and the staged components' ring, but no staged master: they must go to a file tier
-    budget = fixed + hot + rings_bytes(0, max(i.cold_chunk for i in cold)) + min(i.nbytes for i in cold) // 2
+    budget = fixed + hot + rings_bytes(0, max(i.slot_basis for i in cold)) + min(i.nbytes for i in cold) // 2
     pinned = _run(demo_model_dir, tmp_path / "pinned.png", capsys)
     done = subprocess.run([sys.executable, "-m", "omni_console.console.cli", "run", "--model", str(demo_model_dir),
                            *REQUEST, "--output", str(tmp_path / "tiered.png"), "--json", "--ram-budget", f"{budget}B"],

@@ -3,6 +3,7 @@ masters, and the tiers as `HostTiers` indexes them."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -90,13 +91,35 @@ def test_fp8_storage_halves_the_blocks_host_bytes_and_the_planner_counts_it(long
     assert any("half the host bytes" in line for line in ram_plan(fp8, budget, RATES, cap=budget).reasons)
 
 
-def test_two_experts_keep_every_block_pinned_until_the_runtime_reads_them_from_files(tmp_path: Path):
+def test_two_experts_offer_every_block_of_both_each_read_by_its_own_experts_forwards(tmp_path: Path):
     from tiny_families_experts import build_tiny_wan22_a14b
 
     plan = make_plan(discover_model(build_tiny_wan22_a14b(tmp_path / "wan22")), build_policy({"default": True}, 1))
+    per = plan.experts[0].count
     items, keys = host_items(plan)
-    # engine/planning/tier_support.py: two experts keep pinned masters; their encoders/VAEs may go to a file tier
-    assert keys == [("component", c.info.name) for c in plan.components
-                    if c.residency == "staged" and c.info.has_weights]
-    assert fixed_host_bytes(plan) + sum(i.nbytes for i in items) == host_forecast(plan).peak_bytes
-    assert host_forecast(plan).part("pinned blocks") == sum(b.nbytes for b in plan.blocks)
+    staged = [("component", c.info.name) for c in plan.components if c.residency == "staged" and c.info.has_weights]
+    # HostTiers: the first expert's blocks, then the second's; the staged encoders/VAEs after them
+    assert keys == [("block", n) for n in range(len(plan.blocks))] + staged
+    items = items[:len(plan.blocks)]
+    assert [i.forward for i in items] == [0] * per + [1] * per
+    # the resident ones are cold (read once at each switch to their expert), and read whole through one slot
+    assert [i.hot for i in items] == [b.streamed for b in plan.blocks] and not all(i.hot for i in items)
+    assert all(i.whole for i in items if not i.hot)
+    all_items, _ = host_items(plan)
+    assert sum(i.nbytes for i in all_items) + fixed_host_bytes(plan) == host_forecast(plan).peak_bytes
+    # a budget that cannot hold both experts pinned: the blocks that stay pinned are fewer than one expert's
+    fixed = fixed_host_bytes(plan)
+    largest = max(i.nbytes for i in items)
+    budget = smallest_peak(all_items, fixed) + largest
+    chosen = ram_plan(plan, budget, RATES, cap=budget)
+    pinned = [n for n in range(len(plan.blocks)) if chosen.tiers.block(n) == "pinned"]
+    assert len(pinned) < per and chosen.choice.cost.host_peak_bytes <= budget
+    # the forecast the run is checked against counts the bounce ring, not the blocks in files
+    tiered = host_forecast(dataclasses.replace(plan, tiers=chosen.tiers))
+    assert tiered.part("pinned blocks") == sum(plan.blocks[n].nbytes for n in pinned)
+    assert tiered.part("bounce ring") == chosen.choice.cost.ring_bytes
+    lines = [line for line in chosen.reasons if "expert) DiT blocks" in line]
+    assert [line.split(" ")[0] for line in lines] == ["transformer", "transformer_2"]
+    cold_in_files = [n for n, i in enumerate(items) if not i.hot and chosen.tiers.block(n) != "pinned"]
+    switch = [line for line in chosen.reasons if line.startswith("a switch to transformer_2 reads its")]
+    assert bool(switch) == any(items[n].forward == 1 for n in cold_in_files) and switch  # read at the switch, said
