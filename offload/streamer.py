@@ -41,6 +41,7 @@ from .devices import as_device, is_cuda, move_preserving_aliases, placeholder, r
 from .events import EventBus, LogEvent, NullBus
 from .module_hooks import Hooks
 from .options import DEFAULT_LOAD, LoadOptions
+from .pin_fallback import PinFallback
 from .residency import BlockResidency
 from .resident_blocks import copy_resident, drop_resident, restore_to_arena
 from .slot_filler import HostCopyFiller, SlotFiller
@@ -112,7 +113,7 @@ class LayerwiseStreamer:
         self.active = self._check_active(active)
         self._streamed = self._ring_blocks()
         self._bus = bus or NullBus()
-        self._pin = pin and self._cuda
+        self._pin = pin and (self._cuda or load_options.page_locker is not None)
         self._progress = progress
         self._attached = False
         self._released = False
@@ -129,9 +130,11 @@ class LayerwiseStreamer:
         if tiers and len(tiers) != len(self._blocks):
             raise ValueError(f"tiers cover {len(tiers)} blocks, the block lists hold {len(self._blocks)}")
         named = {b.name: t for b, t in zip(self._blocks, tiers, strict=False) if not b.resident and t != "pinned"}
-        if not named:
+        # blocks read from their files can go to the page cache if the host refuses to page-lock them
+        falls_back = self._pin and self._weights is not None and not self.keep_masters
+        if not named and not falls_back:
             return HostCopyFiller(self.device, self._ledger, load_options)
-        if self.keep_masters:
+        if named and self.keep_masters:
             raise ValueError("blocks read from the page cache or disk keep no master: load without live re-plan "
                              "(or with every block pinned)")
         for name, tier in named.items():
@@ -204,14 +207,14 @@ class LayerwiseStreamer:
     def host_bytes(self) -> int:
         """Host bytes the streamer holds: the arena of pinned-tier blocks and any bounce ring."""
         arena = self.filler.arena
-        held = arena.nbytes if arena is not None and not arena.closed else 0
+        held = arena.held_bytes if arena is not None else 0  # less what a refused page-lock gave back
         return held + self.bounce_bytes
 
     @property
     def pinned_bytes(self) -> int:
         arena = self.filler.arena
         bounce = self.filler.bounce if isinstance(self.filler, TieredFiller) else None
-        pinned = arena.pinned_bytes if arena is not None and arena.pinned else 0
+        pinned = arena.pinned_bytes if arena is not None else 0  # what is registered (partial: some blocks)
         return pinned + (bounce.pinned_bytes if bounce is not None and bounce.pinned else 0)
 
     @property
@@ -226,6 +229,11 @@ class LayerwiseStreamer:
         for b in self._streamed:
             out[files.get(b.name, "pinned")] += b.tensor_bytes
         return out
+
+    @property
+    def pin_fallback(self) -> PinFallback | None:
+        """Set when the host refused to page-lock some blocks and they went to the page cache instead."""
+        return self.filler.pin_fallback if isinstance(self.filler, TieredFiller) else None
 
     @property
     def pin_failure_reason(self) -> str | None:
