@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from .planning.model_configs import default_size
     from .planning.plan import ComponentPlan, Plan, make_plan
     from .planning.ram_budget import auto_ram_budget
+    from .planning.ram_plan import RamPlan
     from .planning.request_forecast import RequestForecast
     from .planning.request_profile import RequestSize, device_name_for_plan
     from .ranks.group_engine import GroupEngine
@@ -113,6 +114,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".model_dir.fp8_names": ("storage_note",),
     ".planning.auto_budget": ("auto_budget",),
     ".planning.ram_budget": ("auto_ram_budget",),
+    ".planning.ram_plan": ("RamPlan",),
     ".planning.device_footprint": ("DeviceOverhead", "device_overhead", "record_context"),
     ".planning.export": ("plan_to_dict", "vllm_flags", "vllm_gaps", "vllm_python_call", "vllm_serve_command"),
     ".planning.documents": ("Document", "PlanDocument", "PolicyDoc"),
