@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..engine.api import EngineHandle, Plan, RamPlan, RequestSize
+    from ..offload.tiers import HostTiers
     from .host import ConsoleHost
 
 
@@ -50,6 +51,21 @@ def ram_plan_of(plan: Plan, size: RequestSize, bandwidth: float | None, budget: 
         return planned.plan, planned.ram
 
     return compute
+
+
+def load_tiers_of(plan: Plan, size: RequestSize, bandwidth: float | None, budget: int
+                  ) -> Callable[[EngineHandle], HostTiers]:
+    """The host tiers a load under `--ram-budget` carries out, planned on the engine thread as the plan screen
+    shows them (a budget nothing fits raises its one line: the load fails before anything is read)."""
+    plan_ram = ram_plan_of(plan, size, bandwidth, budget)
+
+    def tiers(engine: EngineHandle) -> HostTiers:
+        answer = plan_ram(engine)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer[0].tiers
+
+    return tiers
 
 
 class PlanCommands:

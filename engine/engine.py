@@ -259,7 +259,7 @@ class Engine(Lifecycle):
             old = self.plan.policy
             if (policy.stream_dtype, policy.fp8_modulation) != (old.stream_dtype, old.fp8_modulation):
                 raise PolicyError("changing the stream dtype is a new load: the weights are cast as they are read")
-            plan = self.make_plan(policy)
+            plan = self.make_plan(policy, self.plan.tiers)  # the masters stay where the load put them
             event = apply_replan(self.placement, self.plan, plan, self.device)
             self.plan = plan
             self._announce_plan()  # PlanReady: the console's live screen and editor follow the engine's plan

@@ -129,14 +129,17 @@ class LayerwiseStreamer:
         (a resident block's is not used); empty: all pinned."""
         if tiers and len(tiers) != len(self._blocks):
             raise ValueError(f"tiers cover {len(tiers)} blocks, the block lists hold {len(self._blocks)}")
-        named = {b.name: t for b, t in zip(self._blocks, tiers, strict=False) if not b.resident and t != "pinned"}
+        # with masters (live re-plan) a resident block's tier is where its master lives: read from there when
+        # it is made resident
+        named = {b.name: t for b, t in zip(self._blocks, tiers, strict=False)
+                 if (self.keep_masters or not b.resident) and t != "pinned"}
         # blocks read from their files can go to the page cache if the host refuses to page-lock them
-        falls_back = self._pin and self._weights is not None and not self.keep_masters
+        falls_back = self._pin and self._weights is not None and all(self.active)
         if not named and not falls_back:
             return HostCopyFiller(self.device, self._ledger, load_options)
-        if named and self.keep_masters:
-            raise ValueError("blocks read from the page cache or disk keep no master: load without live re-plan "
-                             "(or with every block pinned)")
+        if named and not all(self.active):
+            raise ValueError("parked blocks (two experts) keep pinned masters: the page-cache and disk tiers do not "
+                             "apply to them yet")
         for name, tier in named.items():
             self._ledger.tiers[name] = tier
         return TieredFiller(self.device, self._ledger, named, load_options,
@@ -289,7 +292,8 @@ class LayerwiseStreamer:
             self.ring.close()
 
     def replan(self, residency: BlockResidency, active: Sequence[bool] | None = None) -> ReplanStats:
-        """Carry out another residency between requests, from the arena's masters (no disk, no repacking).
+        """Carry out another residency between requests, from the masters: the arena's, or (a block whose
+        master is in a page-cache or disk tier) read from its files; no repacking.
 
         Blocks that become resident get a device copy of their region; blocks that become streamed
         free theirs and join the ring; the ring is rebuilt with the new depth. Needs `keep_masters`.
@@ -313,10 +317,14 @@ class LayerwiseStreamer:
             if b.resident and (not resident or b.name in upcast):
                 freed += self._drop_resident(b)
                 b.resident = False
+        files = file_bytes = 0
         for b, resident in pairs:
             if resident and not b.resident:
                 b.resident = True
-                copied += self._make_resident(b)
+                n = self._make_resident(b)
+                copied += n
+                if self._from_files(b):
+                    files, file_bytes = files + 1, file_bytes + n
         self.active = self._check_active(active)
         self._streamed = self._ring_blocks()
         self.residency = residency
@@ -325,7 +333,7 @@ class LayerwiseStreamer:
         self._build_ring()
         synchronize(self.device)
         return ReplanStats(copied_bytes=copied, freed_bytes=freed, ring_bytes=self._ledger.h2d_bytes - ring_before,
-                           seconds=time.perf_counter() - start)
+                           seconds=time.perf_counter() - start, file_blocks=files, file_bytes=file_bytes)
 
     @property
     def block_names(self) -> list[str]:
@@ -417,10 +425,19 @@ class LayerwiseStreamer:
             ring_hooks(self._hooks, b.module, self.ring, k)
         self.ring.open(self.residency.slots)
 
+    def _from_files(self, b: Block) -> bool:
+        """Whether block b's master is in its files (a page-cache or disk tier), not in the arena."""
+        return isinstance(self.filler, TieredFiller) and b.name in self.filler.file_blocks
+
     def _make_resident(self, b: Block) -> int:
-        """Give a packed block its own device copy of its region and bind it there; returns bytes copied."""
-        assert self.filler.arena is not None
-        n = copy_resident(b, self.filler.arena, self.device, self._ledger.clock)
+        """Give a packed block its own device copy of its region (from the arena, or read from its files) and
+        bind it there; returns bytes copied."""
+        if self._from_files(b):
+            assert isinstance(self.filler, TieredFiller)
+            n = self.filler.copy_resident(b)
+        else:
+            assert self.filler.arena is not None
+            n = copy_resident(b, self.filler.arena, self.device, self._ledger.clock)
         if self._upcast is not None:
             self._upcast.hold(b)  # resident fp8: upcast before each forward (or once, if kept upcast)
         return n

@@ -27,7 +27,8 @@ from typing import Any
 
 import torch
 
-from .block_packing import Block, plan_block, reject_shared_ranges, unique_tensors
+from .address_phase import device_bytes, place_like
+from .block_packing import Block, bind_region, plan_block, reject_shared_ranges, unique_tensors
 from .copy_ledger import CopyLedger
 from .deferred_weights import DeferredWeights
 from .devices import current_stream, placeholder, rebind, stream_context
@@ -309,6 +310,15 @@ class TieredFiller(HostCopyFiller):
     def _settle_queue(self) -> None:
         while self._queue:
             wait(self._queue.popleft().futures)
+
+    def copy_resident(self, b: Block) -> int:
+        """Read file-tier block b into a device buffer of its own and bind it there (a live re-plan makes it
+        resident; its master is its files); returns bytes copied."""
+        buffer = place_like(device_bytes, b.region_nbytes, self.device, 0)  # CPU: on a page, as its region
+        n, _ = self.fill(b, buffer, sync=True, previous=None)
+        b.device_buffer = buffer
+        bind_region(b, buffer)
+        return n
 
     # ------------------------------------------------------------------ filling a slot
     def fill(self, b: Block, out: torch.Tensor, *, sync: bool, previous: Any) -> tuple[int, Any]:

@@ -56,8 +56,8 @@ class HostPanel(Vertical, can_focus=True):
         yield tiers
 
     def on_mount(self) -> None:
-        if self.tier_lines:
-            self.show_tiers(self.tier_lines)
+        if self.tier_lines:  # fed before mount (is_mounted turns True after on_mount)
+            self._apply_tiers()
         if self.snapshot is not None:  # fed before mount; is_mounted turns True after on_mount
             self.call_after_refresh(self.update_snapshot, self.snapshot)
         else:
@@ -67,9 +67,12 @@ class HostPanel(Vertical, can_focus=True):
         """The host tiers' lines (none: hidden, every byte pinned)."""
         self.tier_lines = lines
         if self.is_mounted:
-            box = self.query_one("#host-tiers", Static)
-            set_text(box, "\n".join(lines))
-            box.display = bool(lines)
+            self._apply_tiers()
+
+    def _apply_tiers(self) -> None:
+        box = self.query_one("#host-tiers", Static)
+        set_text(box, "\n".join(self.tier_lines))
+        box.display = bool(self.tier_lines)
 
     def row(self, key: str) -> MetricRow:
         return self.query_one("#" + _row_id(key), MetricRow)

@@ -4,7 +4,8 @@ DiT blocks: `LayerwiseStreamer.replan` (newly resident blocks copied to the devi
 ones freed, the ring rebuilt for the new placement and depth). Encoders/VAEs: their stagers are held
 on the device (resident) or released to staging. VAE tiling/slicing and feed-forward chunking are
 switched on the modules; streaming the text encoders layer by layer is a new load (refused here).
-Nothing is read from disk.
+Nothing is read from disk, except the blocks whose masters a `--ram-budget` left in their files (the page
+cache or disk tier): a block made resident is read from there, and the summary says how many and how much.
 """
 
 from __future__ import annotations
@@ -50,10 +51,14 @@ def apply_replan(placement: Placement, old: Plan, new: Plan, device: torch.devic
     if placement.relean is not None:
         placement.relean(new)  # VAE tiling/slicing, feed-forward chunking: flags on the modules
     copied = freed = ring = 0
+    from_files = ""
     streamer = placement.streamer
     if streamer is not None and (streamer.residency != new.residency or old.experts != new.experts):
         stats = streamer.replan(new.residency, active=new.active_blocks)
         copied, freed, ring = stats.copied_bytes, stats.freed_bytes, stats.ring_bytes
+        if stats.file_blocks:  # masters the --ram-budget left in the page cache or on disk
+            from_files = (f" · {stats.file_blocks} blocks ({format_bytes(stats.file_bytes)}) read from the page cache "
+                          "or disk")
     if placement.experts is not None:
         placement.experts.set_experts(new.experts)  # between requests the first expert runs
     for c in new.components:
@@ -69,5 +74,5 @@ def apply_replan(placement: Placement, old: Plan, new: Plan, device: torch.devic
     seconds = time.perf_counter() - start
     summary = _describe(old, new)
     return Replanned(summary=f"re-plan: {summary} · copied {format_bytes(copied)}, freed {format_bytes(freed)} "
-                             f"in {format_seconds(seconds)}",
+                             f"in {format_seconds(seconds)}{from_files}",
                      copied_bytes=copied, freed_bytes=freed, ring_bytes=ring, seconds=seconds)

@@ -29,16 +29,17 @@ Key = tuple[Literal["block", "component"], int | str]
 
 def host_items(plan: Plan, live: bool = False) -> tuple[list[HostItem], list[Key]]:
     """The host items of `plan` that a load can read from a file tier, and what each one is: the streamed
-    blocks of a `run` load with one DiT (see the module docstring). What the runtime keeps pinned whatever the
-    tier (offload/tier_support.py: live re-plan masters, two experts' blocks, staged encoder/VAE masters,
-    which read from their files only in a later change) is in the fixed share instead."""
+    blocks of a load with one DiT, and with live re-plan masters (the console) the resident ones too (cold:
+    read only when a re-plan makes them resident). What the runtime keeps pinned whatever the tier
+    (offload/tier_support.py: two experts' blocks, staged encoder/VAE masters, which read from their files only
+    in a later change) is in the fixed share instead."""
     items: list[HostItem] = []
     keys: list[Key] = []
-    if live or plan.experts:
+    if plan.experts:
         return items, keys
     for n, block in enumerate(plan.blocks):
-        if block.streamed:
-            items.append(HostItem(block.nbytes, hot=True))
+        if block.streamed or live:
+            items.append(HostItem(block.nbytes, hot=block.streamed))
             keys.append(("block", n))
     return items, keys
 
