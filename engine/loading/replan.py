@@ -39,6 +39,23 @@ def _describe(old: Plan, new: Plan) -> str:
     return "; ".join(parts) or "nothing changed"
 
 
+def file_read_forecast(old: Plan, new: Plan, device: torch.device) -> float | None:
+    """Seconds the re-plan from `old` to `new` should spend reading blocks from their files: each newly resident
+    block whose master is in the page cache or on disk, at that tier's cached rate (an unmeasured one at its
+    default: engine/planning/tier_cost.py); None when none is read."""
+    from ..planning.request_profile import device_name
+    from ..planning.tier_cost import known_rates
+    from ..planning.tier_rates import measured_rates, tier_rates
+
+    newly = [i for i, (was, now) in enumerate(zip(old.residency.resident, new.residency.resident, strict=True))
+             if now and not was and new.tiers.block(i) != "pinned"]
+    if not newly:
+        return None
+    cached = measured_rates(new.model.path, device_name(device), probe=False)
+    rates = known_rates(tier_rates(cached, None)[0])
+    return sum(new.blocks[i].nbytes / (rates.rate(new.tiers.block(i)) or 1.0) for i in newly)
+
+
 def apply_replan(placement: Placement, old: Plan, new: Plan, device: torch.device) -> Replanned:
     """Move what differs between `old` and `new` (both plans of the loaded model); returns the event."""
     if old.policy.lean_on("stream_encoders") != new.policy.lean_on("stream_encoders"):
@@ -47,6 +64,7 @@ def apply_replan(placement: Placement, old: Plan, new: Plan, device: torch.devic
         if isinstance(placement.stagers.get(c.info.name), LayerStage) and c.residency == "resident":
             raise PolicyError(f"{c.info.name} streams layer by layer: keeping it resident is a new load: unload (u), "
                               "load (l)")
+    expected = file_read_forecast(old, new, device)
     start = time.perf_counter()
     if placement.relean is not None:
         placement.relean(new)  # VAE tiling/slicing, feed-forward chunking: flags on the modules
@@ -57,8 +75,9 @@ def apply_replan(placement: Placement, old: Plan, new: Plan, device: torch.devic
         stats = streamer.replan(new.residency, active=new.active_blocks)
         copied, freed, ring = stats.copied_bytes, stats.freed_bytes, stats.ring_bytes
         if stats.file_blocks:  # masters the --ram-budget left in the page cache or on disk
+            forecast = f", forecast ~{format_seconds(expected)}" if expected is not None else ""
             from_files = (f" · {stats.file_blocks} blocks ({format_bytes(stats.file_bytes)}) read from the page cache "
-                          "or disk")
+                          f"or disk{forecast}")
     if placement.experts is not None:
         placement.experts.set_experts(new.experts)  # between requests the first expert runs
     for c in new.components:
