@@ -147,6 +147,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         worker: EngineWorker | None = None,
         prompt: str = DEFAULT_PROMPT,
         save_partial: bool = False,
+        ram_budget: int | None = None,
     ) -> None:
         """Validate everything that can be wrong (theme, policy) before the app ever runs.
 
@@ -156,7 +157,8 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         test (`app.sampler.sample_now(publish=True)` then `app.drain_events()`).
         `save_partial`: also save the image of a request that returned before its last step (by default
         a half-denoised image is not saved: it is not a result). esc never returns one: it stops the
-        request between two blocks and keeps nothing.
+        request between two blocks and keeps nothing. `ram_budget`: `--ram-budget`'s bytes (the plan screen
+        shows the host tiers it chooses for each policy).
         """
         self.initial_theme = theme_or_error(theme)
         editor = PolicyEditor(engine.model, policy)  # PolicyError before anything runs
@@ -168,6 +170,8 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         self.worker = worker or EngineWorker(engine)
         self.plan_forecasts = self.engine_answers("plan")  # the plan screen's request forecast
         self.dialog_forecasts = self.engine_answers("dialog")  # the generate dialog's (a new one per dialog)
+        self.ram_budget = ram_budget  # --ram-budget: the plan screen shows its tiers for the plan on screen
+        self.ram_plans = self.engine_answers("ram")
         self.sub = engine.bus.subscribe()
         if sampler is None:
             real = sources is None

@@ -74,7 +74,7 @@ def build_app(args: argparse.Namespace, step: Callable[[str], None] = lambda tex
         planned = plan_for(engine, policy, budget, RequestSize(), forecast=False, ram_budget=ram_budget, live=True)
         if budget is not None:
             policy = planned.plan.policy
-        return OmniConsoleApp(engine, policy, theme=args.theme, telemetry_hz=hz)
+        return OmniConsoleApp(engine, policy, theme=args.theme, telemetry_hz=hz, ram_budget=ram_budget)
     except BaseException:
         engine.close()
         raise

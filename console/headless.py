@@ -223,6 +223,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
                      "streamed_bytes_per_forward": plan.forecast.streamed_bytes_per_forward},
         "load_seconds": load.seconds, "load_phases": dict(load.phases),
         "load_milestones": dict(load.milestones), "pinned_bytes": load.pinned_bytes,
+        "pin_fallback_blocks": load.pin_fallback_blocks, "pin_fallback_bytes": load.pin_fallback_bytes,
         "copied_bytes_per_forward": load.streamed_copy_bytes,
         "request_seconds": result.seconds, "peak_allocated_bytes": result.peak_allocated_bytes,
         "peak_reserved_bytes": result.peak_reserved_bytes,
@@ -297,6 +298,9 @@ def _print_report(r: dict[str, Any], console: Console, kind: str = "DiT") -> Non
     for key, seconds in r.get("load_phases", {}).items():
         table.add_row(f"  {key}", format_seconds(seconds))
     table.add_row("pinned host memory", "none (CPU)" if on_cpu else format_bytes(r["pinned_bytes"]))
+    if r.get("pin_fallback_blocks"):
+        table.add_row("  page cache (page-lock refused)",
+                      f"{r['pin_fallback_blocks']} blocks, {format_bytes(r['pin_fallback_bytes'])}")
     table.add_row("request time", format_seconds(r["request_seconds"]))
     for key, seconds in r["phases"].items():
         table.add_row(f"  {PHASE_LABELS.get(key, key)}", format_seconds(seconds))

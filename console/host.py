@@ -44,6 +44,10 @@ class ConsoleHost(Protocol):
     plan_forecasts: EngineAnswers
     """The plan screen's request forecast, computed on the engine thread."""
     dialog_forecasts: EngineAnswers
+    ram_plans: EngineAnswers
+    """The plan screen's `--ram-budget` tiers, planned on the engine thread."""
+    ram_budget: int | None
+    """`--ram-budget`'s bytes (None: no host budget)."""
     """The generate dialog's forecasts, computed on the engine thread (a new one per dialog)."""
     router: EventRouter
     device_info: DeviceInfo
@@ -74,6 +78,7 @@ class ConsoleHost(Protocol):
 
     # ---- the command groups' own, which they call across groups
     def refresh_plan_views(self) -> None: ...
+    def _show_ram(self) -> None: ...
     def request_forecast(self) -> RequestForecast | None: ...
     @property
     def forecast_pending(self) -> bool: ...

@@ -16,6 +16,7 @@ from ..engine.api import LoadCancelled
 from ..engine.errors import PolicyError
 from ..offload.units import format_bytes, format_seconds
 from .command_done import CommandDone
+from .plan_commands import load_tiers_of
 from .screens import LiveScreen
 
 if TYPE_CHECKING:
@@ -44,7 +45,10 @@ class LoadCommands:
         self.live_screen.show_plan(plan)
         self.router.start_load(self.live_screen)
         self.plan_screen.load_started()
-        return self._track("load", self.worker.load(session.policy))
+        tiers = None  # --ram-budget: where each block master lives (pinned, page cache, disk) for this policy
+        if self.ram_budget is not None:
+            tiers = load_tiers_of(plan, session.request_size, session.bandwidth, self.ram_budget)
+        return self._track("load", self.worker.load(session.policy, tiers))
 
     def action_unload(self: ConsoleHost) -> Future | None:
         """u: unload (memory released) and return to the plan screen."""
@@ -68,6 +72,8 @@ class LoadCommands:
             self.plan_screen.load_ended(None)
             live = self.live_screen
             assert live is not None
+            if self.session.planned is not None:  # the plan the engine carries out: its host tiers too
+                live.show_plan(self.session.planned.plan)
             self._live_status()
             self.push_screen(live)
             pinned = f" · pinned host {format_bytes(report.pinned_bytes)}" if report.pinned_bytes else ""

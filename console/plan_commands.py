@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..engine.api import RequestForecast, plan_for
+from ..engine.errors import ConfigError
 from ..offload.units import format_bytes
 from .command_done import CommandDone, EngineAnswered
 from .engine_answers import PENDING, EngineAnswers
@@ -23,7 +24,7 @@ from .session import READ_ONLY
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..engine.api import EngineHandle, Plan, RequestSize
+    from ..engine.api import EngineHandle, HostTiers, Plan, RamPlan, RequestSize
     from .host import ConsoleHost
 
 
@@ -33,6 +34,37 @@ def request_forecast_of(size: RequestSize, plan: Plan | None, bandwidth: float |
     alike (`plan` None: the loaded one): `Engine.forecast`, the same `forecast_for` that `plan` prints,
     with the same inputs, so the console and `plan` give one figure for one request."""
     return lambda engine: engine.forecast(size, plan=plan, probe_bandwidth=bandwidth)
+
+
+def ram_plan_of(plan: Plan, size: RequestSize, bandwidth: float | None, budget: int
+                ) -> Callable[[EngineHandle], tuple[Plan, RamPlan] | ConfigError]:
+    """`--ram-budget`'s tiers for `plan` as the engine thread plans them (`plan_for`, as `plan` does, for the
+    load this engine makes: with live re-plan masters in the console); a budget nothing fits is the answer."""
+    def compute(engine: EngineHandle) -> tuple[Plan, RamPlan] | ConfigError:
+        try:
+            planned = plan_for(engine, plan, None, size, bandwidth=bandwidth, forecast=False, ram_budget=budget,
+                               live=engine.live_replan)
+        except ConfigError as exc:  # NothingFitsHost: the smallest possible host peak, in one line
+            return exc
+        assert planned.ram is not None
+        return planned.plan, planned.ram
+
+    return compute
+
+
+def load_tiers_of(plan: Plan, size: RequestSize, bandwidth: float | None, budget: int
+                  ) -> Callable[[EngineHandle], HostTiers]:
+    """The host tiers a load under `--ram-budget` carries out, planned on the engine thread as the plan screen
+    shows them (a budget nothing fits raises its one line: the load fails before anything is read)."""
+    plan_ram = ram_plan_of(plan, size, bandwidth, budget)
+
+    def tiers(engine: EngineHandle) -> HostTiers:
+        answer = plan_ram(engine)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer[0].tiers
+
+    return tiers
 
 
 class PlanCommands:
@@ -142,6 +174,8 @@ class PlanCommands:
             self.say(f"request forecast failed: {type(exc).__name__}: {exc}", "warning")
         if message.kind == "plan" and answers is self.plan_forecasts:
             self._plan_forecast_answered()
+        elif answers is self.ram_plans:
+            self._show_ram()
         elif answers is self.dialog_forecasts and isinstance(self.screen, GenerateDialog):
             self.screen.show_forecast()
 
@@ -169,7 +203,19 @@ class PlanCommands:
         self._link_shown = (link, plan.policy, self.snapshot)
         forecast = self.request_forecast()
         self.plan_screen.show_plan(plan, link, self._header(forecast), forecast, self.forecast_pending)
+        self._show_ram()
         self._settled_if_forecast()
+
+    def _show_ram(self: ConsoleHost) -> None:
+        """The plan screen's `--ram-budget` panel for the plan on screen (asked of the engine thread once per
+        policy, size and link rate)."""
+        budget = self.ram_budget
+        if budget is None:
+            return
+        session = self.session
+        plan, size, bandwidth = session.plan, session.request_size, session.bandwidth
+        answer = self.ram_plans.get((plan.policy, size, bandwidth, budget), ram_plan_of(plan, size, bandwidth, budget))
+        self.plan_screen.show_ram(None if answer is PENDING else answer, self.ram_plans.pending)
 
     def _refresh_link(self: ConsoleHost) -> None:
         """After a telemetry sample: re-render forecast and header only when what they show changed."""

@@ -121,6 +121,9 @@ class RunReport(Document):
                                               "block byte read), dits_placed (blocks read into their arena and "
                                               "page-locked), others_built (encoders, VAEs), pipeline_built")
     pinned_bytes: int = Field(ge=0, description="pinned host memory held after the load")
+    pin_fallback_blocks: int = Field(0, ge=0, description="streamed blocks the host refused to page-lock, read "
+                                     "from the page cache instead (0: every block it was asked to lock)")
+    pin_fallback_bytes: int = Field(0, ge=0, description="their weight bytes")
     copied_bytes_per_forward: int = Field(0, ge=0, description=COPIED_DESCRIPTION)
     request_seconds: float
     peak_allocated_bytes: int | None

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from ..offload.process_memory import ProcessPeakMeter, bound_allocator, context_bytes
     from ..offload.telemetry import TelemetrySampler, default_sources, validate_hz
     from ..offload.telemetry_types import DEFAULT_HZ, HostMemory, NvmlMemory, Source, TelemetrySnapshot, TorchMemory
+    from ..offload.tiers import TIERS, HostTiers, Tier
     from .demo.demo_model import DEMO_GENERATION, build_demo_model, ensure_demo_model, is_demo_model
     from .engine import Engine, default_device
     from .handle import EngineHandle
@@ -51,6 +52,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from .planning.model_configs import default_size
     from .planning.plan import ComponentPlan, Plan, make_plan
     from .planning.ram_budget import auto_ram_budget
+    from .planning.ram_plan import RamPlan
     from .planning.request_forecast import RequestForecast
     from .planning.request_profile import RequestSize, device_name_for_plan
     from .ranks.group_engine import GroupEngine
@@ -107,6 +109,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".planning.plan": ("ComponentPlan", "Plan", "make_plan"),
     ".planning.request_forecast": ("RequestForecast",),
     ".planning.host_forecast": ("HostForecast",),
+    "..offload.tiers": ("TIERS", "HostTiers", "Tier"),
     ".planning.request_profile": ("RequestSize", "device_name_for_plan"),
     ".running.profiler": ("request_size",),
     ".planning.experts": ("blocks_per_forward",),
@@ -114,6 +117,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".model_dir.fp8_names": ("storage_note",),
     ".planning.auto_budget": ("auto_budget",),
     ".planning.ram_budget": ("auto_ram_budget",),
+    ".planning.ram_plan": ("RamPlan",),
     ".planning.device_footprint": ("DeviceOverhead", "device_overhead", "record_context"),
     ".planning.export": ("plan_to_dict", "vllm_flags", "vllm_gaps", "vllm_python_call", "vllm_serve_command"),
     ".planning.documents": ("Document", "PlanDocument", "PolicyDoc"),

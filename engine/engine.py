@@ -229,6 +229,7 @@ class Engine(Lifecycle):
             self._residency.attach()
             self._set_state(EngineState.READY)
             streamer = self.placement.streamer
+            fallback = streamer.pin_fallback if streamer else None
             seconds = time.perf_counter() - start
             register_s = register_seconds_total() - registered
             read_s = max(milestones["dits_placed"], milestones.get("others_built", 0.0))  # the last read's end
@@ -241,6 +242,8 @@ class Engine(Lifecycle):
                 streamed_bytes=streamer.streamed_bytes if streamer else 0,
                 streamed_copy_bytes=streamer.copy_bytes if streamer else 0,
                 block_host_bytes=streamer.host_bytes if streamer else 0,
+                pin_fallback_blocks=fallback.blocks if fallback else 0,
+                pin_fallback_bytes=fallback.nbytes if fallback else 0,
                 device_allocated_bytes=torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else None,
             )
 
@@ -262,7 +265,7 @@ class Engine(Lifecycle):
             old = self.plan.policy
             if (policy.stream_dtype, policy.fp8_modulation) != (old.stream_dtype, old.fp8_modulation):
                 raise PolicyError("changing the stream dtype is a new load: the weights are cast as they are read")
-            plan = self.make_plan(policy)
+            plan = self.make_plan(policy, self.plan.tiers)  # the masters stay where the load put them
             event = apply_replan(self.placement, self.plan, plan, self.device)
             self.plan = plan
             self._announce_plan()  # PlanReady: the console's live screen and editor follow the engine's plan

@@ -11,8 +11,12 @@ variant builds other options (`dataclasses.replace(options, ...)`) instead of pa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..offload.options import LoadOptions, StreamOptions
+
+if TYPE_CHECKING:
+    from ..offload.pinned import PageLocker
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,9 @@ class EngineOptions:
     """Threads page-locking the blocks' batches as they land."""
     use_huge_pages: bool = LoadOptions.use_huge_pages
     """Large host arenas advised to use transparent huge pages (`offload.pinned`)."""
+    page_locker: PageLocker | None = None
+    """What page-locks the streamed blocks (None: CUDA's `cudaHostRegister`); a test's double refuses part
+    way to check the fallback to the page cache (`offload.pin_fallback`)."""
     shard_buffers: int = StreamOptions.shard_buffers
     """AllGather: shard buffers a rank cycles through (`offload.allgather_streamer`)."""
     gather_in_place: bool = StreamOptions.gather_in_place
@@ -66,7 +73,8 @@ class EngineOptions:
     def load_options(self) -> LoadOptions:
         """The part the offload layer's arenas, fills and stagers take."""
         return LoadOptions(batch_bytes=self.batch_bytes, read_ahead_batches=self.read_ahead_batches,
-                           register_threads=self.register_threads, use_huge_pages=self.use_huge_pages)
+                           register_threads=self.register_threads, use_huge_pages=self.use_huge_pages,
+                           page_locker=self.page_locker)
 
     @property
     def stream_options(self) -> StreamOptions:

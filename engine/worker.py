@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from ..offload.policy import OffloadPolicy
+from ..offload.tiers import HostTiers
 from .handle import EngineHandle
 from .results import GenerateResult, LoadReport
 from .running.runner import GenerateRequest
@@ -80,8 +81,13 @@ class EngineWorker:
 
     # ------------------------------------------------------------------ commands
 
-    def load(self, policy: OffloadPolicy) -> Future[LoadReport]:
-        return self._submit(lambda cancel: self.engine.load(policy, cancel))
+    def load(self, policy: OffloadPolicy, tiers: Callable[[EngineHandle], HostTiers] | None = None
+             ) -> Future[LoadReport]:
+        """`tiers`: the host tiers to load with, planned on this thread first (`--ram-budget`; its refusal fails
+        the load in one line)."""
+        if tiers is None:
+            return self._submit(lambda cancel: self.engine.load(policy, cancel))
+        return self._submit(lambda cancel: self.engine.load(policy, cancel, tiers=tiers(self.engine)))
 
     def generate(self, request: GenerateRequest) -> Future[GenerateResult]:
         return self._submit(lambda cancel: self.engine.generate(request, cancel))

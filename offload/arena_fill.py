@@ -26,9 +26,10 @@ from .pinned import ALIGNMENT, PAGE, HostArena, align_up
 
 
 def lay_out(packed: list[Block], device: torch.device, *, pin: bool, weights: DeferredWeights | None,
-            options: LoadOptions = DEFAULT_LOAD) -> HostArena:
+            options: LoadOptions = DEFAULT_LOAD, partial: bool = False) -> HostArena:
     """Plan every block's region (`Block.region_offset`) and allocate the arena that holds them all
-    (on huge pages unless `options.use_huge_pages` is off)."""
+    (on huge pages unless `options.use_huge_pages` is off; `partial`: blocks that page-locked stay
+    locked when later ones cannot be, see `HostArena`)."""
     claims: list[tuple[Any, int, int, str]] = []
     knows = weights.knows if weights is not None else None
     # CPU only: tensors read from their files keep the file's address phase (`offload.address_phase`)
@@ -44,7 +45,9 @@ def lay_out(packed: list[Block], device: torch.device, *, pin: bool, weights: De
     for b in packed:
         b.region_offset = cursor
         cursor = align_up(cursor + b.region_nbytes, step)
-    return HostArena(cursor, pin=False, huge_pages=options.use_huge_pages)  # pinned once filled: see HostArena.pin
+    # pinned once filled: see HostArena.pin
+    return HostArena(cursor, pin=False, huge_pages=options.use_huge_pages, locker=options.page_locker,
+                     partial=partial)
 
 
 def fill(packed: list[Block], arena: HostArena, device: torch.device, *, pin: bool,

@@ -191,6 +191,13 @@ class DeferredWeights:
             self._sources.pop(id(target), None)
             self._via.pop(id(target), None)
 
+    def source_of(self, t: torch.Tensor) -> tuple[Source, torch.dtype]:
+        """Where `t`'s bytes are and the dtype its read converts through, `t` still waiting (a block the host
+        could not page-lock after its read is read from its files again: `offload.pin_fallback`)."""
+        if not self.knows(t):
+            raise ValueError("only a tensor waiting for its file has a source")
+        return self._sources[id(t)][1], self._via.get(id(t), t.dtype)
+
     def take_source(self, t: torch.Tensor) -> tuple[Source, torch.dtype]:
         """Where `t`'s bytes are and the dtype its read converts through; `t` stops waiting (a file-tier
         block reads its tensors from their files at each use: `offload.tier_filler`)."""

@@ -14,6 +14,7 @@ blocks' tensors overlap, and the storage is page-locked or the ring was not aske
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,10 @@ class SharedArena(HostArena):
         self._nbytes = tensor.numel()
         self._tensor = tensor
         self._registered = []
+        self._unpinned = []
+        self._released = 0
+        self._partial = False
+        self._registry_lock = threading.Lock()
         self._pin_failure_reason = None
         self._shared_pinned = tensor.is_pinned()
         self.huge_pages = False

@@ -10,6 +10,10 @@ default here is what loads and streams use when nobody says otherwise.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .pinned import PageLocker
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,10 @@ class LoadOptions:
     use_huge_pages: bool = True
     """Large arenas advised to use transparent huge pages (`offload.pinned`); the load benchmark turns
     this off to measure what they buy."""
+    page_locker: PageLocker | None = None
+    """What page-locks the streamed blocks' arena and bounce ring (None: CUDA's `cudaHostRegister`, on
+    CUDA only). A test passes a double that refuses part way, on any device, to check that the blocks it
+    refused are read from the page cache instead (`offload.tier_filler`)."""
 
     def __post_init__(self) -> None:
         if self.batch_bytes < 1:

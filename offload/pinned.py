@@ -21,11 +21,13 @@ whole DiT block (or a whole component) is one contiguous region that one memcpy 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
 import mmap
 import threading
 import time
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -86,22 +88,61 @@ def _cuda_error_name(code: object) -> str:
     return getattr(code, "name", None) or str(code)
 
 
+class PageLocker(Protocol):
+    """What page-locks a host range in place: CUDA's `cudaHostRegister` (`CUDA_LOCKER`); a test passes a
+    double that fails where it says, to exercise what a load does when page-locking stops part way."""
+
+    def register(self, ptr: int, nbytes: int) -> str | None:
+        """Page-lock `nbytes` at `ptr`; None when locked, else why not (one line)."""
+
+    def unregister(self, ptr: int) -> None:
+        """Undo a registration that succeeded."""
+
+
+class CudaPageLocker:
+    """`cudaHostRegister` / `cudaHostUnregister` (0: cudaHostRegisterDefault)."""
+
+    def register(self, ptr: int, nbytes: int) -> str | None:
+        if not torch.cuda.is_available():
+            return "CUDA is not available"
+        try:
+            rc = torch.cuda.cudart().cudaHostRegister(ptr, nbytes, 0)
+        except Exception as exc:  # driver/runtime trouble: stay pageable, say why
+            return f"cudaHostRegister raised {type(exc).__name__}: {exc}"
+        return None if int(rc) == 0 else f"cudaHostRegister failed: {_cuda_error_name(rc)}"  # 0: cudaSuccess
+
+    def unregister(self, ptr: int) -> None:
+        torch.cuda.cudart().cudaHostUnregister(ptr)
+
+
+CUDA_LOCKER = CudaPageLocker()
+
+
 class HostArena:
     """One uint8 CPU tensor of exactly `nbytes`, page-locked in place when asked and possible.
 
     Pinning failure is not an error: the arena stays pageable (copies from it are then synchronous
-    and slower) and `pin_failure_reason` says why, so an operator can see it.
+    and slower) and `pin_failure_reason` says why, so an operator can see it. With `partial`, a range
+    that fails does not undo the others: the ranges that locked stay locked, those that did not are
+    listed (`unpinned_ranges`) so that their owner can read their bytes from elsewhere and give the
+    memory back (`release_range`) instead of holding it pageable, where the kernel would swap it.
     """
 
-    def __init__(self, nbytes: int, *, pin: bool, huge_pages: bool = True) -> None:
-        """`huge_pages=False`: never advised to use huge pages (`offload.options.LoadOptions.use_huge_pages`)."""
+    def __init__(self, nbytes: int, *, pin: bool, huge_pages: bool = True, locker: PageLocker | None = None,
+                 partial: bool = False) -> None:
+        """`huge_pages=False`: never advised to use huge pages (`offload.options.LoadOptions.use_huge_pages`);
+        `locker`: what page-locks (default `CUDA_LOCKER`)."""
         if nbytes < 0:
             raise ValueError(f"arena size must be >= 0, got {nbytes}")
         self._nbytes = int(nbytes)
         buffer, self.huge_pages = _page_aligned_buffer(self._nbytes, huge_pages)
         self._tensor: torch.Tensor | None = torch.from_numpy(buffer)
         _add_arena(self._nbytes)
-        self._registered: list[tuple[int, int]] = []  # (pointer, bytes) of each cudaHostRegister
+        self._locker = locker or CUDA_LOCKER
+        self._partial = partial
+        self._registered: list[tuple[int, int]] = []  # (pointer, bytes) of each registration
+        self._unpinned: list[tuple[int, int]] = []  # partial: [lo, hi) ranges that could not be locked
+        self._released = 0  # bytes given back to the kernel (`release_range`)
         self._pin_failure_reason: str | None = None
         self._registry_lock = threading.Lock()  # loaders register ranges from several threads at once
         if pin:
@@ -114,7 +155,7 @@ class HostArena:
         faults in every page at once, so pinning first would hold the arena and all the source
         tensors in RAM together, where filling first frees each source as it is copied.
         """
-        if not self._registered and self._tensor is not None:
+        if not self._registered and not self._unpinned and self._tensor is not None:
             return self.pin_ranges([(0, self._nbytes)])
         return self.pinned
 
@@ -124,40 +165,42 @@ class HostArena:
 
         Ranges must not share a page (start them on page boundaries). A copy must stay inside one
         range to run asynchronously. On any failure every registration is undone, the arena stays
-        pageable and `pin_failure_reason` says why; returns `pinned`."""
-        if self._tensor is None or self._pin_failure_reason is not None:
+        pageable and `pin_failure_reason` says why; returns `pinned`. With `partial`, the failed range
+        and every later one are listed in `unpinned_ranges` (no further registration is tried: a
+        driver out of lockable memory would refuse each one, slowly) and the locked ones stay."""
+        if self._tensor is None or (self._pin_failure_reason is not None and not self._partial):
             return False
         for lo, hi in ranges:
-            reason = self._register(self._tensor.data_ptr() + lo, hi - lo)
-            if reason is not None:
-                with self._registry_lock:
-                    self._pin_failure_reason = self._pin_failure_reason or reason
+            reason = self._pin_failure_reason or self._register(self._tensor.data_ptr() + lo, hi - lo)
+            if reason is None:
+                continue
+            with self._registry_lock:
+                self._pin_failure_reason = self._pin_failure_reason or reason
+                if self._partial:
+                    self._unpinned.append((lo, hi))
+            if not self._partial:
                 self._unregister_all()
                 return False
         return self.pinned
 
     def _register(self, ptr: int, nbytes: int) -> str | None:
-        if not torch.cuda.is_available():
-            return "CUDA is not available"
         if nbytes <= 0:
             return "empty arena" if self._nbytes == 0 else None
         start = time.perf_counter()
         try:
-            rc = torch.cuda.cudart().cudaHostRegister(ptr, nbytes, 0)  # 0: cudaHostRegisterDefault
-            ok = int(rc) == 0  # cudaSuccess
-        except Exception as exc:  # driver/runtime trouble: stay pageable, say why
-            return f"cudaHostRegister raised {type(exc).__name__}: {exc}"
+            reason = self._locker.register(ptr, nbytes)
         finally:
             _add_register_seconds(time.perf_counter() - start)
-        if not ok:
-            return f"cudaHostRegister failed: {_cuda_error_name(rc)}"
+        if reason is not None:
+            return reason
         with self._registry_lock:
-            failed_meanwhile = self._pin_failure_reason is not None  # another thread's range failed
-            if not failed_meanwhile:
+            # another thread's range failed meanwhile: without `partial` this one is undone too
+            undo = self._pin_failure_reason is not None and not self._partial
+            if not undo:
                 self._registered.append((ptr, nbytes))
                 _add_held(nbytes)
-        if failed_meanwhile:
-            torch.cuda.cudart().cudaHostUnregister(ptr)
+        if undo:
+            self._locker.unregister(ptr)
         return None
 
     def _unregister_all(self) -> None:
@@ -165,9 +208,42 @@ class HostArena:
             registered, self._registered = self._registered, []
         for ptr, nbytes in registered:
             try:
-                torch.cuda.cudart().cudaHostUnregister(ptr)
+                self._locker.unregister(ptr)
             finally:
                 _add_held(-nbytes)
+
+    @property
+    def unpinned_ranges(self) -> list[tuple[int, int]]:
+        """`partial`: the ranges asked for that could not be page-locked and still hold their bytes."""
+        with self._registry_lock:
+            return sorted(self._unpinned)
+
+    def release_range(self, lo: int, hi: int) -> int:
+        """Give an unpinned range's pages back to the kernel (its owner reads those bytes from elsewhere
+        now; reading them here again gives zeros). Returns the bytes given back: the whole pages inside
+        `[lo, hi)`, or 0 where the kernel refused."""
+        with self._registry_lock:
+            if (lo, hi) not in self._unpinned or self._tensor is None:
+                raise ValueError(f"[{lo}, {hi}) is not an unpinned range of this arena")
+            self._unpinned.remove((lo, hi))
+            base = self._tensor.data_ptr()
+        start = -(base + lo) % PAGE + lo
+        end = hi - (base + hi) % PAGE if hi < self._nbytes else hi
+        if end - start < PAGE:
+            return 0
+        nbytes = (end - start) // PAGE * PAGE
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.madvise(ctypes.c_void_p(base + start), ctypes.c_size_t(nbytes), ctypes.c_int(mmap.MADV_DONTNEED)):
+            return 0
+        with self._registry_lock:
+            self._released += nbytes
+        _add_arena(-nbytes)
+        return nbytes
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes the arena still holds: its size less what `release_range` gave back."""
+        return 0 if self._tensor is None else self._nbytes - self._released
 
     @property
     def tensor(self) -> torch.Tensor:
@@ -181,7 +257,10 @@ class HostArena:
 
     @property
     def pinned(self) -> bool:
-        """Page-locked (the whole arena, or every range a loader asked for, without a failure)."""
+        """Page-locked (the whole arena, or every range a loader asked for, without a failure; with
+        `partial`, every range that still holds bytes)."""
+        if self._partial:
+            return bool(self._registered) and not self._unpinned
         return bool(self._registered) and self._pin_failure_reason is None
 
     @property
@@ -204,7 +283,7 @@ class HostArena:
         """
         self._unregister_all()
         if self._tensor is not None:
-            _add_arena(-self._nbytes)
+            _add_arena(-(self._nbytes - self._released))
         self._tensor = None
 
     def __del__(self) -> None:

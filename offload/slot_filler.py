@@ -51,6 +51,8 @@ class SlotFiller(Protocol):
 class HostCopyFiller:
     """Each block's packed region copied from the (pinned) arena into the slot, one memcpy."""
 
+    partial_pins = False  # a filler that can read refused blocks from elsewhere keeps the locked ones
+
     def __init__(self, device: torch.device, ledger: CopyLedger, load_options: LoadOptions = DEFAULT_LOAD) -> None:
         self.device = device
         self.cuda = is_cuda(device)
@@ -63,8 +65,13 @@ class HostCopyFiller:
     def pack(self, packed: list[Block], *, pin: bool, weights: DeferredWeights | None,
              progress: Callable[[int, int], None] | None) -> None:
         options = self._load_options
-        self.arena = arena_fill.lay_out(packed, self.device, pin=pin, weights=weights, options=options)
+        self.arena = arena_fill.lay_out(packed, self.device, pin=pin, weights=weights, options=options,
+                                        partial=self.partial_pins)
+        self._laid_out(packed, weights)
         arena_fill.fill(packed, self.arena, self.device, pin=pin, weights=weights, progress=progress, options=options)
+
+    def _laid_out(self, packed: list[Block], weights: DeferredWeights | None) -> None:
+        """Each block's pieces are planned and nothing is read yet (a subclass notes where they come from)."""
 
     def slot_nbytes(self, streamed: list[Block]) -> int:
         return max((b.region_nbytes for b in streamed), default=0)

@@ -14,6 +14,8 @@ class ReplanStats:
     freed_bytes: int
     ring_bytes: int
     seconds: float
+    file_blocks: int = 0  # newly resident blocks read from their files (their master in a page-cache/disk tier)
+    file_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from .devices import as_device, is_cuda, move_preserving_aliases, placeholder, r
 from .events import EventBus, LogEvent, NullBus
 from .module_hooks import Hooks
 from .options import DEFAULT_LOAD, LoadOptions
+from .pin_fallback import PinFallback
 from .residency import BlockResidency
 from .resident_blocks import copy_resident, drop_resident, read_resident, restore_to_arena
 from .slot_filler import HostCopyFiller, SlotFiller
@@ -112,7 +113,7 @@ class LayerwiseStreamer:
         self.active = self._check_active(active)
         self._streamed = self._ring_blocks()
         self._bus = bus or NullBus()
-        self._pin = pin and self._cuda
+        self._pin = pin and (self._cuda or load_options.page_locker is not None)
         self._progress = progress
         self._attached = False
         self._released = False
@@ -128,10 +129,13 @@ class LayerwiseStreamer:
         (a resident block's is not used); empty: all pinned."""
         if tiers and len(tiers) != len(self._blocks):
             raise ValueError(f"tiers cover {len(tiers)} blocks, the block lists hold {len(self._blocks)}")
-        # with masters (two experts) a resident block may be in a file tier too: `_make_resident` reads it
+        # with masters (two experts, live re-plan) a resident block's tier is where its master lives:
+        # `_make_resident` reads it from there
         named = {b.name: t for b, t in zip(self._blocks, tiers, strict=False)
                  if t != "pinned" and (self.keep_masters or not b.resident)}
-        if not named:
+        # blocks read from their files can go to the page cache if the host refuses to page-lock them
+        falls_back = self._pin and self._weights is not None and all(self.active)
+        if not named and not falls_back:
             return HostCopyFiller(self.device, self._ledger, load_options)
         for name, tier in named.items():
             self._ledger.tiers[name] = tier
@@ -203,14 +207,14 @@ class LayerwiseStreamer:
     def host_bytes(self) -> int:
         """Host bytes the streamer holds: the arena of pinned-tier blocks and any bounce ring."""
         arena = self.filler.arena
-        held = arena.nbytes if arena is not None and not arena.closed else 0
+        held = arena.held_bytes if arena is not None else 0  # less what a refused page-lock gave back
         return held + self.bounce_bytes
 
     @property
     def pinned_bytes(self) -> int:
         arena = self.filler.arena
         bounce = self.filler.bounce if isinstance(self.filler, TieredFiller) else None
-        pinned = arena.pinned_bytes if arena is not None and arena.pinned else 0
+        pinned = arena.pinned_bytes if arena is not None else 0  # what is registered (partial: some blocks)
         return pinned + (bounce.pinned_bytes if bounce is not None and bounce.pinned else 0)
 
     @property
@@ -226,6 +230,11 @@ class LayerwiseStreamer:
         for b in self._blocks if self.keep_masters else self._streamed:
             out[files.get(b.name, "pinned")] += b.tensor_bytes
         return out
+
+    @property
+    def pin_fallback(self) -> PinFallback | None:
+        """Set when the host refused to page-lock some blocks and they went to the page cache instead."""
+        return self.filler.pin_fallback if isinstance(self.filler, TieredFiller) else None
 
     @property
     def pin_failure_reason(self) -> str | None:
@@ -281,7 +290,8 @@ class LayerwiseStreamer:
             self.ring.close()
 
     def replan(self, residency: BlockResidency, active: Sequence[bool] | None = None) -> ReplanStats:
-        """Carry out another residency between requests, from the arena's masters (no disk, no repacking).
+        """Carry out another residency between requests, from the masters: the arena's, or (a block whose
+        master is in a page-cache or disk tier) read from its files; no repacking.
 
         Blocks that become resident get a device copy of their region; blocks that become streamed
         free theirs and join the ring; the ring is rebuilt with the new depth. Needs `keep_masters`.
@@ -305,10 +315,14 @@ class LayerwiseStreamer:
             if b.resident and (not resident or b.name in upcast):
                 freed += self._drop_resident(b)
                 b.resident = False
+        files = file_bytes = 0
         for b, resident in pairs:
             if resident and not b.resident:
                 b.resident = True
-                copied += self._make_resident(b)
+                n = self._make_resident(b)
+                copied += n
+                if self._from_files(b):
+                    files, file_bytes = files + 1, file_bytes + n
         self.active = self._check_active(active)
         self._streamed = self._ring_blocks()
         self.residency = residency
@@ -317,7 +331,7 @@ class LayerwiseStreamer:
         self._build_ring()
         synchronize(self.device)
         return ReplanStats(copied_bytes=copied, freed_bytes=freed, ring_bytes=self._ledger.h2d_bytes - ring_before,
-                           seconds=time.perf_counter() - start)
+                           seconds=time.perf_counter() - start, file_blocks=files, file_bytes=file_bytes)
 
     def read_ahead_for(self, residency: BlockResidency | None, active: Sequence[bool] | None = None) -> list[str]:
         """Start reading, from their files, the first blocks that `replan(residency, active)` will take (the
@@ -436,15 +450,18 @@ class LayerwiseStreamer:
             ring_hooks(self._hooks, b.module, self.ring, k)
         self.ring.open(self.residency.slots)
 
+    def _from_files(self, b: Block) -> bool:
+        """Whether block b's master is in its files (a page-cache or disk tier), not in the arena."""
+        return isinstance(self.filler, TieredFiller) and b.name in self.filler.file_blocks
+
     def _make_resident(self, b: Block) -> int:
-        """Give a packed block its own device copy of its region and bind it there; returns bytes copied.
-        A block in a file tier (its master is its file) is read through the bounce ring, as the ring would."""
-        filler = self.filler
-        if isinstance(filler, TieredFiller) and b.name in filler.file_blocks:
-            n = read_resident(b, filler, self.device)
+        """Give a packed block its own device copy of its region (from the arena, or read from its files
+        through the bounce ring, as the ring would) and bind it there; returns bytes copied."""
+        if self._from_files(b):
+            n = read_resident(b, self.filler, self.device)
         else:
-            assert filler.arena is not None
-            n = copy_resident(b, filler.arena, self.device, self._ledger.clock)
+            assert self.filler.arena is not None
+            n = copy_resident(b, self.filler.arena, self.device, self._ledger.clock)
         if self._upcast is not None:
             self._upcast.hold(b)  # resident fp8: upcast before each forward (or once, if kept upcast)
         return n

@@ -33,12 +33,16 @@ from .deferred_weights import DeferredWeights
 from .devices import current_stream, placeholder, rebind, stream_context
 from .file_spans import Extent, Run, chunks, plan_runs
 from .options import DEFAULT_LOAD, LoadOptions
+from .pin_fallback import NotedPiece, PinFallback, from_files, note_pieces, refused_blocks
 from .pinned import HostArena, typed_view
 from .slot_filler import HostCopyFiller
 from .tier_files import TierFiles
 from .tiers import BOUNCE_SLOTS, Tier
 
 READERS = 2 * BOUNCE_SLOTS  # reader threads: every bounce slot's reads, two chunks each, in flight
+
+
+_Stored = tuple[Any, torch.dtype, int, int, torch.dtype]  # a tensor's file range, via, region offset, bytes, dtype
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +89,10 @@ class TierReadStats:
 
 
 class TieredFiller(HostCopyFiller):
-    """Fills slots from the pinned arena or from the weight files, as each block's tier says."""
+    """Fills slots from the pinned arena or from the weight files, as each block's tier says; blocks the host
+    refuses to page-lock go to the page-cache tier (`offload.pin_fallback`)."""
+
+    partial_pins = True
 
     def __init__(self, device: torch.device, ledger: CopyLedger, tiers: dict[str, Tier],
                  load_options: LoadOptions = DEFAULT_LOAD, log: Callable[[str], None] = lambda _line: None) -> None:
@@ -105,6 +112,8 @@ class TieredFiller(HostCopyFiller):
         self.stats = TierReadStats()
         self._stats_lock = threading.Lock()
         self._counted_until: dict[str, float] = {"page_cache": 0.0, "disk": 0.0}
+        self._noted: dict[str, list[NotedPiece]] = {}
+        self.pin_fallback: PinFallback | None = None  # set when page-locking stopped part way
 
     # ------------------------------------------------------------------ packing
     def pack(self, packed: list[Block], *, pin: bool, weights: DeferredWeights | None,
@@ -122,9 +131,10 @@ class TieredFiller(HostCopyFiller):
                 if progress is not None:
                     progress(done + in_files, total + in_files)
             super().pack(held, pin=pin, weights=weights, progress=report)
+            self._fall_back(held)
         elif progress is not None:
             progress(in_files, in_files)
-        if files:
+        if self._blocks:
             self._open_bounce(pin)
 
     def _readable(self, files: list[Block], weights: DeferredWeights | None) -> list[Block]:
@@ -153,15 +163,13 @@ class TieredFiller(HostCopyFiller):
 
     def _file_block(self, b: Block, weights: DeferredWeights) -> _FileBlock:
         tier = self.tiers[b.name]
-        extents: list[Extent] = []
-        stored: list[tuple[Any, torch.dtype, int, int]] = []  # (source, via, region offset, nbytes)
+        stored: list[_Stored] = []
         extras: list[tuple[int, torch.Tensor]] = []
         for p in b.pieces:
             if p.deferred:
                 assert p.binding is not None
                 source, via = weights.take_source(p.binding.target)
-                extents.append(Extent(self._files.add(source.fd, direct=tier == "disk"), source.offset, source.nbytes))
-                stored.append((source, via, p.offset, p.nbytes))
+                stored.append((source, via, p.offset, p.nbytes, p.binding.dtype))
             elif p.raw:
                 extras.append((p.offset, p.source.clone()))
             else:
@@ -170,16 +178,56 @@ class TieredFiller(HostCopyFiller):
                 value = torch.empty(p.nbytes, dtype=torch.uint8)
                 typed_view(value, 0, x.dtype, x.shape, x.stride).copy_(p.source.detach())
                 extras.append((p.offset, value))
+        return self._build(tier, stored, extras)
+
+    def _build(self, tier: Tier, stored: list[_Stored], extras: list[tuple[int, torch.Tensor]]) -> _FileBlock:
+        """A file-tier block from its tensors' file ranges (source, via, region offset, bytes, dtype)."""
+        extents = [Extent(self._files.add(source.fd, direct=tier == "disk"), source.offset, source.nbytes)
+                   for source, *_ in stored]
         runs, where, used = plan_runs(extents)
-        copies = [_Copy(at, s.nbytes, s.dtype, via, off, bd.dtype, n)
-                  for at, (s, via, off, n), bd in zip(where, stored, [p.binding for p in b.pieces if p.deferred],
-                                                       strict=True)]
+        copies = [_Copy(at, s.nbytes, s.dtype, via, off, dtype, n)
+                  for at, (s, via, off, n, dtype) in zip(where, stored, strict=True)]
         reads = [c for r in runs for c in chunks(r)]
         return _FileBlock(tier, reads, copies, extras, used)
 
+    # ------------------------------------------------------------------ blocks the host refused to page-lock
+    def _laid_out(self, packed: list[Block], weights: DeferredWeights | None) -> None:
+        self._noted = note_pieces(packed, weights)  # the reads forget where the bytes came from
+
+    def _fall_back(self, held: list[Block]) -> None:
+        """Move the held blocks the host refused to page-lock to the page-cache tier (`offload.pin_fallback`)."""
+        noted, self._noted = self._noted, {}
+        arena = self.arena
+        unpinned = arena.unpinned_ranges if arena is not None else []
+        if arena is None or not unpinned:
+            return
+        refused = refused_blocks(held, unpinned)
+        moved = [b for b in refused if from_files(noted.get(b.name))]
+        for b in moved:
+            base = b.region_offset
+            stored: list[_Stored] = []
+            extras: list[tuple[int, torch.Tensor]] = []
+            for p in noted[b.name]:
+                if p.source is not None:
+                    assert p.via is not None and p.dtype is not None
+                    stored.append((p.source, p.via, p.offset, p.nbytes, p.dtype))
+                else:  # bytes no file holds: taken from the arena before its pages go
+                    extras.append((p.offset, arena.tensor[base + p.offset : base + p.offset + p.nbytes].clone()))
+            self._blocks[b.name] = self._build("page_cache", stored, extras)
+            self.tiers[b.name] = self._ledger.tiers[b.name] = "page_cache"
+        kept = [b for b in refused if b not in moved]
+        released = 0
+        for lo, hi in unpinned:
+            if not any(lo < b.region_offset + b.region_nbytes and b.region_offset < hi for b in kept):
+                released += arena.release_range(lo, hi)
+        self.pin_fallback = PinFallback(blocks=len(moved), nbytes=sum(b.tensor_bytes for b in moved),
+                                        released=released, kept=len(kept), pinned_blocks=len(held) - len(refused),
+                                        reason=arena.pin_failure_reason or "refused")
+        self._log(self.pin_fallback.line())
+
     def _open_bounce(self, pin: bool) -> None:
         self._slot_bytes = max(fb.slot_bytes for fb in self._blocks.values())
-        self.bounce = HostArena(BOUNCE_SLOTS * self._slot_bytes, pin=False)
+        self.bounce = HostArena(BOUNCE_SLOTS * self._slot_bytes, pin=False, locker=self._load_options.page_locker)
         if pin:
             self.bounce.pin()  # a failure leaves it pageable (slower, synchronous copies), said by the streamer
         self._pool = ThreadPoolExecutor(READERS, thread_name_prefix="tier-read")

@@ -25,6 +25,7 @@ from ...engine.api import Plan, TelemetrySnapshot, plain_lines
 from ...engine.events import Event, ForecastCheck, RequestPhases, StepTiming
 from ..event_text import forecast_check_text
 from ..rank_stats import RankStats
+from ..tier_traffic import TierTraffic, tier_lines
 from ..widgets import AllocatorPanel, HostPanel, ResidencyPanel, StagingLog, StepTimings
 from ..widgets.fitted_text import FittedText
 from ..widgets.gpu_group_panel import GpuGroupPanel
@@ -112,6 +113,7 @@ class LiveScreen(Screen[None]):
         self.live_policy = live_policy  # the engine was loaded with live re-plan: the policy keys apply
         self.allocator = AllocatorPanel(id="allocator")
         self.host = HostPanel(id="host")
+        self.tiers = TierTraffic()  # the host panel's tier figures (planned, read, rates)
         self.residency = ResidencyPanel(id="residency")
         self.steps = StepTimings(id="steps", on_cpu=on_cpu)
         self.staging = StagingLog(id="staging", on_cpu=on_cpu)
@@ -179,6 +181,8 @@ class LiveScreen(Screen[None]):
 
     def show_plan(self, plan: Plan) -> None:
         self.policy_panel.show_plan(plan, readonly=not self.live_policy, live=self.live_policy)
+        self.tiers.show_plan(plan)
+        self._show_tiers()
 
     def watch_status_text(self) -> None:
         self._show_status()
@@ -221,6 +225,11 @@ class LiveScreen(Screen[None]):
 
     def add_log(self, events: list[Event]) -> None:
         self.staging.add_events(events)
+        if self.tiers.add(events):
+            self._show_tiers()
+
+    def _show_tiers(self) -> None:
+        self.host.show_tiers(tier_lines(self.tiers) if self.tiers.uses_files else [])
 
     def show_dropped(self, dropped: int) -> None:
         self.staging.set_dropped(dropped)

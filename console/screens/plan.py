@@ -23,6 +23,7 @@ from ..widgets.load_progress import LoadProgressPanel
 from ..widgets.plan_blocks import BlockListPanel
 from ..widgets.plan_forecast import ForecastPanel
 from ..widgets.plan_policy import PolicyPanel
+from ..widgets.plan_ram import RamPlanPanel
 from ..widgets.plan_table import ComponentTable
 from ..widgets.steady_footer import SteadyFooter
 
@@ -82,6 +83,7 @@ class PlanScreen(Screen[None]):
         self.table = ComponentTable(id="components")
         self.policy_panel = PolicyPanel(id="policy")
         self.forecast = ForecastPanel(id="forecast")
+        self.ram = RamPlanPanel(id="ram-plan")  # --ram-budget's decisions (hidden without one)
         self.blocks = BlockListPanel(id="block-lists")
         self.progress = LoadProgressPanel(id="load-progress")
         self.header = Static("", id="plan-header", markup=False)
@@ -112,6 +114,7 @@ class PlanScreen(Screen[None]):
             yield self.progress
             yield self.load_log
             yield self.forecast  # before the rest: at 80x24 it fits under the table without scrolling
+            yield self.ram
             yield self.blocks
             yield self.policy_panel
         yield SteadyFooter(compact=True, show_command_palette=False)  # ^p is in the help (?)
@@ -138,6 +141,10 @@ class PlanScreen(Screen[None]):
         request forecast is still on its way from the engine thread."""
         self.forecast.show(plan, link, request, forecasting)
         self.header.update(plain_lines(header))
+
+    def show_ram(self, answer: object, pending: bool = False) -> None:
+        """`--ram-budget`'s tiers for the plan on screen ((plan, RamPlan), the refusal, or None: no budget)."""
+        self.ram.show(answer, pending)  # type: ignore[arg-type]
 
     def set_status(self, text: str, severity: str = "") -> None:
         self.status = text

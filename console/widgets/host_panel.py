@@ -1,4 +1,5 @@
-"""Host memory panel: process RSS, engine-held pinned bytes, RAM total/available.
+"""Host memory panel: process RSS, engine-held pinned bytes, RAM total/available, and where the streamed
+bytes come from when a page-cache or disk tier is in use (bytes per tier, read rates: console/tier_traffic.py).
 
 Pinned pages often do not show in RSS, and a container's cgroup limit can be far below the
 machine's RAM, so both are shown explicitly.
@@ -31,6 +32,7 @@ class HostPanel(Vertical, can_focus=True):
     HostPanel { height: auto; border: round $secondary; padding: 0 1; }
     HostPanel > .unavailable { color: $warning; height: auto; }
     HostPanel > .notes { color: $text-muted; height: auto; }
+    HostPanel > #host-tiers { height: auto; }
     """
 
     def __init__(
@@ -40,6 +42,7 @@ class HostPanel(Vertical, can_focus=True):
         self._history = history
         self.border_title = f"host memory ({UNITS_NOTE})"
         self.snapshot: TelemetrySnapshot | None = None
+        self.tier_lines: list[str] = []
 
     def compose(self) -> ComposeResult:
         yield Static(
@@ -48,12 +51,28 @@ class HostPanel(Vertical, can_focus=True):
         for key in HOST_KEYS:
             yield MetricRow(key, LABELS[key], history=self._history, id=_row_id(key))
         yield Static("", id="host-notes", classes="notes", markup=False)
+        tiers = Static("", id="host-tiers", markup=False)
+        tiers.display = False
+        yield tiers
 
     def on_mount(self) -> None:
+        if self.tier_lines:  # fed before mount (is_mounted turns True after on_mount)
+            self._apply_tiers()
         if self.snapshot is not None:  # fed before mount; is_mounted turns True after on_mount
             self.call_after_refresh(self.update_snapshot, self.snapshot)
         else:
             self._show("no telemetry yet")
+
+    def show_tiers(self, lines: list[str]) -> None:
+        """The host tiers' lines (none: hidden, every byte pinned)."""
+        self.tier_lines = lines
+        if self.is_mounted:
+            self._apply_tiers()
+
+    def _apply_tiers(self) -> None:
+        box = self.query_one("#host-tiers", Static)
+        set_text(box, "\n".join(self.tier_lines))
+        box.display = bool(self.tier_lines)
 
     def row(self, key: str) -> MetricRow:
         return self.query_one("#" + _row_id(key), MetricRow)

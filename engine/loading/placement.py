@@ -185,7 +185,7 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
 
         streamer_cls, streamer_kwargs = AllGatherStreamer, {"group": group, "stream_options": options.stream_options}
     if not plan.tiers.all_pinned and plan.tiers.blocks:
-        if placement.live or group is not None:  # two experts read their file-tier blocks (resident ones too)
+        if group is not None:
             raise ConfigError(unsupported_tiers(plan, live=placement.live, ranks=group is not None)
                               or "the page-cache and disk tiers do not apply to this load")
         streamer_kwargs["tiers"] = tuple(plan.tiers.block(i) for i in range(len(plan.blocks)))

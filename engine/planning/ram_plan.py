@@ -4,7 +4,8 @@ Torch-free. A plan's host items (tier_cost.HostItem), indexed as `HostTiers` is 
 - every DiT/UNet block that the host keeps, by its index in `Plan.blocks` (execution order): the streamed ones
   (read every forward: hot), with two experts every block of both, the second expert's after the first's as
   the streamer runs them (an expert's resident ones are read once at each switch to it: cold, so the idle
-  expert need not be pinned). Their bytes are as stored: with fp8 storage (`--stream-dtype`, an fp8
+  expert need not be pinned), with live re-plan masters (the console) every block (the resident ones cold: read
+  when a re-plan makes them resident). Their bytes are as stored: with fp8 storage (`--stream-dtype`, an fp8
   checkpoint) the fp8 bytes, half a 16-bit checkpoint's, so fp8 storage halves what the budget must hold
   pinned; a page-cache or disk read brings the file's bytes (`HostItem.file_bytes`: a 16-bit checkpoint's,
   twice the fp8 ones; an fp8 checkpoint's, the same). A block the host does not keep is given "pinned";
@@ -32,22 +33,21 @@ Key = tuple[Literal["block", "component"], int | str]
 
 def host_items(plan: Plan, live: bool = False) -> tuple[list[HostItem], list[Key]]:
     """The host items of `plan` that a load can read from a file tier, and what each one is: the streamed
-    blocks of a `run` load with one DiT; with two experts every block of both, each read by its own expert's
-    forwards (its resident ones cold: read once at each switch to it, offload/streamer.py `_make_resident`); and
-    its staged encoders/VAEs (cold: read once per stage; a layer-streamed encoder a layer per bounce slot). What
-    the runtime keeps pinned whatever the tier (engine/planning/tier_support.py: live re-plan masters) is in the
-    fixed share instead."""
+    blocks of a load with one DiT; with live re-plan masters (the console) the resident ones too (cold: read
+    whole only when a re-plan makes them resident, offload/streamer.py `_make_resident`); with two experts every
+    block of both, each read by its own expert's forwards (its resident ones cold: read once at each switch to
+    it); and, without live re-plan masters, its staged encoders/VAEs (cold: read once per stage; a layer-streamed
+    encoder a layer per bounce slot). What the runtime keeps pinned whatever the tier (the console's
+    encoder/VAE masters) is in the fixed share instead."""
     items: list[HostItem] = []
     keys: list[Key] = []
-    if live:
-        return items, keys
     expert_of = {n: i for i, e in enumerate(plan.experts) for n in range(e.start, e.stop)}
     for n, block in enumerate(plan.blocks):
-        if block.streamed or n in expert_of:
+        if block.streamed or live or n in expert_of:
             items.append(HostItem(block.nbytes, hot=block.streamed, forward=expert_of.get(n, 0),
                                   read_nbytes=block.file_nbytes, whole=True))
             keys.append(("block", n))
-    return staged_items(plan, items, keys)
+    return (items, keys) if live else staged_items(plan, items, keys)
 
 
 def staged_items(plan: Plan, items: list[HostItem], keys: list[Key]) -> tuple[list[HostItem], list[Key]]:
@@ -161,8 +161,8 @@ def ram_plan(plan: Plan, budget: int, rates: TierRates, compute_s: float | None 
                  "(ComfyUI's Linux rule: page-locked memory cannot be reclaimed, the kernel keeps room for the "
                  "page cache)")
     lines.append(f"fixed host bytes {format_bytes(fixed)}: the host forecast without the file-tier candidates "
-                 "(the process and its transients" + (", and what stays pinned: live re-plan masters" if live else "")
-                 + ")")
+                 "(the process and its transients"
+                 + (", and what stays pinned: the encoder/VAE masters a live re-plan keeps" if live else "") + ")")
     fp8 = f" (stored {plan.stream_dtype}: half the host bytes)" if plan.stream_dtype else ""
     for label, spans in _block_groups(plan):
         block_tiers = [(t, i.nbytes) for i, k, t in zip(items, keys, choice.tiers, strict=True)

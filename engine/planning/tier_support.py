@@ -11,9 +11,9 @@ from .plan import Plan
 def unsupported_tiers(plan: Plan, *, live: bool, ranks: bool) -> str | None:
     """Why the plan's page-cache/disk items cannot be carried out by this load (None: they can).
 
-    A live re-plan moves blocks between device and host from pinned masters; an AllGather rank reads its
-    shard into its own arena. Neither reads blocks from their files yet. Two experts do: a block of either in
-    a file tier is read from its file when its expert runs (resident or streamed), none is pinned. A component
+    An AllGather rank reads its shard into its own arena, not from the files. Two experts read a block of either
+    in a file tier from its file when its expert runs (resident or streamed); a live re-plan reads a block whose
+    master is in a file tier from its files when it makes it resident (offload/streamer.py). A component
     is read from its files only where it is staged, on one GPU, without live re-plan masters."""
     files = [name for name, tier in plan.tiers.components if tier != "pinned"]
     if files:
@@ -30,6 +30,4 @@ def unsupported_tiers(plan: Plan, *, live: bool, ranks: bool) -> str | None:
         return None
     if ranks:
         return "blocks read from the page cache or disk are not streamed across several GPUs yet: use one GPU"
-    if live:
-        return "a live re-plan keeps pinned masters of every block: the page-cache and disk tiers do not apply"
     return None

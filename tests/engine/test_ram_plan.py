@@ -50,13 +50,15 @@ def test_the_host_items_are_the_streamed_blocks_and_the_rest_is_the_host_forecas
     assert sum(i.nbytes for i in items) + fixed_host_bytes(plan) == host_forecast(plan).peak_bytes
 
 
-def test_live_replan_masters_stay_pinned_so_nothing_is_a_file_tier_candidate(model):
+def test_live_replan_masters_of_every_block_are_file_tier_candidates_the_resident_ones_cold(model):
     plan = make_plan(model, build_policy({"default": False}, 1))  # nothing staged, one block resident
-    items, _ = host_items(plan, live=True)
-    assert items == []
-    assert fixed_host_bytes(plan, live=True) == host_forecast(plan, live_replan=True).peak_bytes
-    assert host_forecast(plan, live_replan=True).part("pinned blocks") == plan.forecast.pinned_host_bytes_live \
+    items, keys = host_items(plan, live=True)
+    assert keys == [("block", n) for n in range(len(plan.blocks))]
+    assert [i.hot for i in items] == [b.streamed for b in plan.blocks]  # a resident block is read only by a re-plan
+    blocks = host_forecast(plan, live_replan=True).part("pinned blocks")
+    assert blocks == sum(i.nbytes for i in items) == plan.forecast.pinned_host_bytes_live \
         - sum(c.info.nbytes for c in plan.components if c.info.role in ("encoder", "vae") and c.info.has_weights)
+    assert fixed_host_bytes(plan, live=True) + blocks == host_forecast(plan, live_replan=True).peak_bytes
 
 
 def test_a_tight_budget_reads_blocks_from_files_and_the_tiers_index_plan_blocks(long_model):

@@ -187,3 +187,53 @@ def test_huge_pages_are_not_asked_for_when_free_memory_is_short(monkeypatch):
     arena.tensor.fill_(1)
     assert int(arena.tensor.sum()) == 3 * HUGE_PAGE
     arena.close()
+
+
+class CountingLocker:
+    """A page-locker double: locks the first `allow` ranges, refuses the rest (a driver out of lockable memory)."""
+
+    def __init__(self, allow: int) -> None:
+        self.allow = allow
+        self.asked: list[tuple[int, int]] = []
+        self.unregistered: list[int] = []
+
+    def register(self, ptr: int, nbytes: int) -> str | None:
+        self.asked.append((ptr, nbytes))
+        return None if len(self.asked) <= self.allow else "cudaHostRegister failed: cudaErrorMemoryAllocation"
+
+    def unregister(self, ptr: int) -> None:
+        self.unregistered.append(ptr)
+
+
+def test_a_partial_arena_keeps_the_ranges_that_locked_and_lists_the_rest():
+    from omni_console.offload.pinned import PAGE, arena_bytes_held
+
+    locker = CountingLocker(allow=2)
+    before, held = pinned_bytes_held(), arena_bytes_held()
+    arena = HostArena(6 * PAGE, pin=False, locker=locker, partial=True)
+    arena.tensor.fill_(7)
+    ranges = [(i * PAGE, (i + 1) * PAGE) for i in range(6)]
+    assert not arena.pin_ranges(ranges[:3])  # the third is refused
+    assert not arena.pin_ranges(ranges[3:])
+    assert len(locker.asked) == 3  # after a refusal nothing more is asked of the driver
+    assert arena.pinned_bytes == 2 * PAGE and pinned_bytes_held() == before + 2 * PAGE
+    assert arena.unpinned_ranges == ranges[2:] and "cudaErrorMemoryAllocation" in (arena.pin_failure_reason or "")
+    for lo, hi in ranges[2:]:
+        assert arena.release_range(lo, hi) == PAGE
+    assert arena.pinned and arena.held_bytes == 2 * PAGE  # every range still holding bytes is locked
+    assert arena_bytes_held() == held + 2 * PAGE
+    assert torch.all(arena.tensor[: 2 * PAGE] == 7)  # the locked ranges keep their bytes
+    with pytest.raises(ValueError, match="not an unpinned range"):
+        arena.release_range(*ranges[0])
+    arena.close()
+    assert len(locker.unregistered) == 2 and pinned_bytes_held() == before and arena_bytes_held() == held
+
+
+def test_without_partial_one_refusal_still_undoes_every_range():
+    from omni_console.offload.pinned import PAGE
+
+    locker = CountingLocker(allow=2)
+    arena = HostArena(4 * PAGE, pin=False, locker=locker)
+    assert not arena.pin_ranges([(i * PAGE, (i + 1) * PAGE) for i in range(4)])
+    assert arena.pinned_bytes == 0 and len(locker.unregistered) == 2 and arena.unpinned_ranges == []
+    arena.close()
