@@ -96,6 +96,11 @@ class EngineWorker:
     def call(self, fn: Callable[[EngineHandle], Any]) -> Future[Any]:
         return self._submit(lambda _cancel: fn(self.engine))
 
+    def command(self, fn: Callable[[threading.Event], T]) -> Future[T]:
+        """Any work, in order with the other commands; `fn` gets the cancel event (the request service's
+        run-and-write of one request)."""
+        return self._submit(fn)
+
     def cancel(self) -> None:
         """Ask the command in flight to stop at its next safe point."""
         self._cancel.set()
