@@ -58,10 +58,8 @@ from ..engine.api import (
 from ..engine.errors import ConfigError
 from ..offload.units import format_seconds
 from ..themes import CSS_PATH, DEFAULT_THEME, THEMES, register_themes
-from .bandwidth import measure_h2d_bandwidth
 from .command_done import CommandDone
 from .commands import console_commands
-from .device_info import read_device_info
 from .event_router import EventRouter
 from .first_paint import FirstPaint
 from .focus_title import show_focus
@@ -178,6 +176,8 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
             self.start_telemetry = bool(start_telemetry)
         self.sampler = sampler
         self.release = EngineRelease(self.worker, sampler, self.sub)
+        from ..engine.api import read_device_info  # the probe imports torch: only once an app is built
+
         self.device_info = read_device_info(engine.device)
         self.router = EventRouter(on_cpu=not self.device_info.is_cuda, history=HISTORY_SAMPLES)
         self.out_dir = Path(out_dir) if out_dir is not None else DEFAULT_OUT_DIR
@@ -232,6 +232,8 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         # (a class that cannot be imported fails that load, with its one line)
         self.worker.prepare()  # one GPU: imports; several: the rank processes start (and import)
         if self.session.bandwidth is None and self.device_info.is_cuda:
+            from ..engine.api import measure_h2d_bandwidth
+
             future = self.worker.call(lambda engine: measure_h2d_bandwidth(engine.device))
             future.add_done_callback(lambda f: self._post_from_worker(CommandDone("bandwidth", f)))
 

@@ -13,9 +13,8 @@ import argparse
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -25,6 +24,7 @@ from ..engine.api import (
     EngineHandle,
     EngineOptions,
     OffloadPolicy,
+    RunMemory,
     SignalGuard,
     TelemetrySampler,
     check_output_place,
@@ -37,8 +37,10 @@ from ..engine.api import (
     pause_point,
     plain,
     plan_for,
+    prefer_expandable_segments,
     request_size,
     schedule_steps,
+    step_down_docs,
     validate_hz,
     write_notes,
     write_result,
@@ -52,12 +54,14 @@ from .host_check import host_check_doc, host_check_row
 from .interrupts import Interrupted, InterruptGuard
 from .request_defaults import default_request
 from .run_flags import OptionFlags, parse_option_flags
-from .run_memory import RunMemory, prefer_expandable_segments, step_down_docs
 from .run_progress import RunProgress
 from .run_report import RunReport
 from .run_request import REQUEST_FLAGS, CheckedRun, checked_request
 from .run_totals import summarize, telemetry_peaks
 from .telemetry_text import describe_snapshot
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["run_headless", "default_request", "summarize", "telemetry_peaks", "check_run_flags", "RunFlags",
            "REQUEST_FLAGS"]

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from ..offload.telemetry import TelemetrySampler, default_sources, validate_hz
     from ..offload.telemetry_types import DEFAULT_HZ, HostMemory, NvmlMemory, Source, TelemetrySnapshot, TorchMemory
     from .demo.demo_model import DEMO_GENERATION, build_demo_model, ensure_demo_model, is_demo_model
+    from .device_probes import DeviceInfo, import_runtime, measure_h2d_bandwidth, read_device_info
     from .engine import Engine, default_device
     from .handle import EngineHandle
     from .lifecycle import EngineState, EngineStateError
@@ -74,6 +75,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from .running.profiler import request_size
     from .running.request_checks import SEED_MAX, check_request
     from .running.request_limits import check_limits, schedule_steps
+    from .running.run_memory import RunMemory, prefer_expandable_segments, step_down_docs
     from .running.runner import GenerateRequest, RequestCancelled, total_steps_of
     from .running.signal_guard import (
         SignalGuard,
@@ -97,6 +99,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".results": ("GenerateResult", "LoadReport"),
     ".worker": ("EngineWorker",),
     ".loading.loader": ("LoadCancelled", "pipeline_class", "pipeline_init_values"),
+    # device probes: what a face asks of the machine (no console module imports torch)
+    ".device_probes": ("DeviceInfo", "import_runtime", "measure_h2d_bandwidth", "read_device_info"),
+    ".running.run_memory": ("RunMemory", "prefer_expandable_segments", "step_down_docs"),
     # the model directory
     ".model_dir.discovery": ("ModelInfo", "discover_model"),
     ".model_dir.call_source": ("makes_still_images",),

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTRACTS = ("layers", "no-textual-below-console", "console-front-door", "console-state-without-textual",
-             "console-acyclic", "engine-flow")
+CONTRACTS = ("layers", "no-textual-below-console", "console-front-door", "console-without-torch",
+             "console-state-without-textual", "console-acyclic", "engine-flow")
 PARTS = ("console", "engine", "offload", "themes")
 
 LINT = (
@@ -69,6 +69,7 @@ def planted_copy(tmp_path: Path, modules: dict[str, str]) -> Path:
     ({"engine/model_dir/_planted.py": "from ..running import runner\n"}, "engine-flow"),
     ({"offload/_planted.py": "from ..engine import plan\n"}, "layers"),
     ({"console/_planted.py": "from ..engine.running import runner\n"}, "console-front-door"),
+    ({"console/_planted.py": "def later():\n    import torch\n"}, "console-without-torch"),
     ({"engine/running/_planted.py": "from ..service import queue\n"}, "engine-flow"),
     ({"console/session.py": "from . import _planted\n", "console/_planted.py": "def later():\n    import textual\n"},
      "console-state-without-textual"),
