@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -20,17 +19,17 @@ from rich.table import Table
 from rich.text import Text
 
 from ..engine.api import (
-    DEFAULT_FPS,
     EngineHandle,
     EngineOptions,
     OffloadPolicy,
+    RequestService,
     RunMemory,
-    SignalGuard,
     TelemetrySampler,
     check_output_place,
     default_device,
     default_sources,
     frame_size,
+    frames_of,
     loads_live,
     open_engine,
     parse_device,
@@ -42,8 +41,6 @@ from ..engine.api import (
     schedule_steps,
     step_down_docs,
     validate_hz,
-    write_notes,
-    write_result,
 )
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
 from ..offload.units import copied_text, format_bytes, format_rate, format_seconds
@@ -175,13 +172,21 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
     progress.start()
     sampler.start()
     memory = RunMemory.start(engine.device, engine.device_name, flags.budget, flags.overhead)
+    # the request goes through the engine's request service; its files are written here, on the main
+    # thread, where a signal during the write unwinds it (write_in_caller)
+    service = RequestService(engine, write_in_caller=True)
     stage, failure, result = "load", None, None
     try:
         load = guard.run(engine.load, flags.policy, guard.cancel, plan.tiers)
         stage = "generation"
-        result = guard.run(engine.generate, run.request, guard.cancel)
+        ticket = service.submit(run)
+        outcome = guard.run(service.wait, ticket, guard.cancel)
+        if outcome.state == "failed":
+            raise outcome.exception or RuntimeError(outcome.error)
+        result = outcome.result
         final = sampler.sample_now(publish=True)
     except Interrupted:
+        service.close()
         raise
     except Exception as exc:  # a load or run failure (a ModelDirError too: loading had begun): one line, exit 1
         what = str(exc) if isinstance(exc, OPERATOR_ERRORS) else f"{type(exc).__name__}: {exc}"
@@ -193,27 +198,18 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         progress.stop.set()
         progress.join()  # its last lines come before the failure's, which must be the last one
     if failure is not None or result is None:
+        service.close()
         _fail(err, failure or "generation failed: no result")
         return EXIT_FAILED
     engine.close()  # the frames are in host memory: release the device before writing and reporting
     guard.check()
-    frames = list(result.frames) or ([result.image] if result.image is not None else [])
-    video = run.video or result.is_video
-    fps, fps_source = _frame_rate(flags.options.fps, result.fps) if video else (None, None)
-    files: list[Path] = []
-    notes: list[str] = []
-    if frames:
-        try:
-            with SignalGuard():  # Ctrl+C too now removes what is being written, or waits until it is complete
-                guard.check()
-                notes = write_notes(frames, run.output, fps=fps, audio=result.audio)
-                files = write_result(frames, run.output, fps=fps, audio=result.audio)
-        except OSError as exc:
-            _fail(err, f"cannot write {exc.filename or run.output.path}: {exc.strerror or exc}")
-            return EXIT_FAILED
-        except ValueError as exc:  # frames the writers cannot take (mixed sizes, not RGB)
-            _fail(err, f"cannot write {run.output.path}: {_one_line(str(exc))}")
-            return EXIT_FAILED
+    outcome = service.write(ticket, outcome, before=guard.check)  # Ctrl+C now removes what is being written
+    service.close()
+    if outcome.state == "failed":
+        _fail(err, outcome.error)
+        return EXIT_FAILED
+    written = outcome.written
+    frames, files, notes, video = frames_of(result), written.files, written.notes, written.video
     pause_point("after-write")
     guard.check()  # Ctrl+C after the write: the line said the output is complete; the exit says 130
     totals = progress.totals
@@ -235,8 +231,8 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         "frames": len(frames),
         "rendered_size": frame_size(frames[0]) if frames else None,
         "is_video": video,
-        "fps": DEFAULT_FPS if video and fps is None else fps,
-        "fps_source": fps_source,
+        "fps": written.fps,
+        "fps_source": written.fps_source,
         "latent_shape": list(result.latent_shape) if result.latent_shape is not None else None,
         "phases": dict(result.phases),
         "vae_decode_peak_bytes": result.vae_decode_peak_bytes,
@@ -271,15 +267,6 @@ def _check_doc(check: Any) -> dict[str, Any] | None:
 
 def _fail(err: Console, line: str) -> None:
     err.print(f"omni-console: {plain(line)}", markup=False, highlight=False, soft_wrap=True)
-
-
-def _frame_rate(flag: float | None, pipeline: float | None) -> tuple[float | None, str]:
-    """(rate to write at, where it came from); None: neither says, the writers' DEFAULT_FPS applies."""
-    if flag is not None:
-        return flag, "--fps"
-    if pipeline is not None:
-        return pipeline, "pipeline"
-    return None, "default"
 
 
 class _PlainTable(Table):

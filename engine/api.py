@@ -87,6 +87,10 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
         pause_point,
     )
     from .running.text_length import check_text_length
+    from .service.checks import CheckedRun, check_model_request, check_run
+    from .service.history import History, HistoryEntry
+    from .service.outputs import Written, frames_of, write_outputs
+    from .service.service import Outcome, RequestService, Ticket, request_of
     from .worker import EngineWorker
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
@@ -98,6 +102,11 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".options": ("EngineOptions",),
     ".results": ("GenerateResult", "LoadReport"),
     ".worker": ("EngineWorker",),
+    # the request service: checks, queue, runs, writes and remembers requests
+    ".service.service": ("Outcome", "RequestService", "Ticket", "request_of"),
+    ".service.checks": ("CheckedRun", "check_model_request", "check_run"),
+    ".service.history": ("History", "HistoryEntry"),
+    ".service.outputs": ("Written", "frames_of", "write_outputs"),
     ".loading.loader": ("LoadCancelled", "pipeline_class", "pipeline_init_values"),
     # device probes: what a face asks of the machine (no console module imports torch)
     ".device_probes": ("DeviceInfo", "import_runtime", "measure_h2d_bandwidth", "read_device_info"),

@@ -58,6 +58,7 @@ class Outcome:
     written: Written | None = None
     error: str = ""  # one line, for `failed`
     stage: str = "generation"  # where it failed: generation or write
+    exception: BaseException | None = None  # what the run raised (a face may word some in its own way)
 
 
 @dataclass(eq=False)
@@ -124,6 +125,15 @@ class RequestService:
         self.bus.publish(RequestQueued(ticket=ticket.number, position=position, prompt=run.request.prompt))
         self._dispatch()
         return ticket
+
+    def wait(self, ticket: Ticket, cancel: threading.Event | None = None, poll_s: float = 0.05) -> Outcome:
+        """Block until `ticket` ends (or is `generated`); `cancel` set meanwhile cancels it (a CLI's Ctrl+C)."""
+        while True:
+            try:
+                return ticket.future.result(timeout=poll_s)
+            except TimeoutError:
+                if cancel is not None and cancel.is_set():
+                    self.cancel(ticket.number)
 
     def cancel(self, number: int) -> bool:
         """Cancel a waiting request (removed at once) or the running one (stops at its next safe point)."""
@@ -222,7 +232,7 @@ class RequestService:
         if done.cancelled():
             outcome = Outcome("cancelled")
         elif (exc := done.exception()) is not None:
-            outcome = Outcome("failed", error=failure_line(exc))
+            outcome = Outcome("failed", error=failure_line(exc), exception=exc)
         else:
             outcome = done.result()
         if outcome.state == "generated":  # the caller writes, then calls `finish`
