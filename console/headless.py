@@ -21,6 +21,7 @@ from rich.text import Text
 from ..engine.api import (
     EngineHandle,
     EngineOptions,
+    History,
     OffloadPolicy,
     RequestService,
     RunMemory,
@@ -174,7 +175,10 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
     memory = RunMemory.start(engine.device, engine.device_name, flags.budget, flags.overhead)
     # the request goes through the engine's request service; its files are written here, on the main
     # thread, where a signal during the write unwinds it (write_in_caller)
-    service = RequestService(engine, write_in_caller=True)
+    history = History()  # the cache's history.json: this run is kept in it (a bad file: one note, started anew)
+    if history.note:
+        err.print(plain(f"note: {history.note}"), markup=False, highlight=False, soft_wrap=True)
+    service = RequestService(engine, write_in_caller=True, history=history)
     stage, failure, result = "load", None, None
     try:
         load = guard.run(engine.load, flags.policy, guard.cancel, plan.tiers)
@@ -204,8 +208,9 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
     engine.close()  # the frames are in host memory: release the device before writing and reporting
     guard.check()
     outcome = service.write(ticket, outcome, before=guard.check)  # Ctrl+C now removes what is being written
-    service.close()
     if outcome.state == "failed":
+        service.finish(ticket, outcome)
+        service.close()
         _fail(err, outcome.error)
         return EXIT_FAILED
     written = outcome.written
@@ -248,6 +253,8 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         "events_dropped": progress.sub.dropped,
         "telemetry": {**totals.telemetry_peaks(), "final": describe_snapshot(final)},
     }).to_json_dict()
+    service.finish(ticket, outcome, report)  # kept in the history with its report
+    service.close()
     if args.json:
         print(json.dumps(report, indent=2))
     else:
