@@ -113,12 +113,13 @@ class EngineWorker:
 
     # ------------------------------------------------------------------ shutdown
 
-    def request_shutdown(self) -> Future[None]:
+    def request_shutdown(self, release: bool = True) -> Future[None]:
         """Never blocks: cancel what runs, drop what is queued, queue the release, stop accepting commands.
 
         Returns the release's future (idempotent: the same future every time). The release
         (`engine.close()`) runs on the worker thread right after the command in flight returns,
-        then the thread ends.
+        then the thread ends. `release=False`: the engine is its owner's to close (a request service's
+        own worker); the thread just ends.
         """
         with self._lock:
             if self._released is not None:
@@ -127,7 +128,7 @@ class EngineWorker:
             self._cancel.set()
             released: Future[None] = Future()
             self._released = released
-            self._queue.put((released, lambda _cancel: self.engine.close()))
+            self._queue.put((released, (lambda _cancel: self.engine.close()) if release else (lambda _cancel: None)))
             self._queue.put(None)
         return released
 

@@ -35,6 +35,7 @@ class CheckedRun:
     request: GenerateRequest
     output: OutputTarget
     video: bool
+    fps: float | None = None  # the operator's frame rate (videos); None: the pipeline's, else the default
 
 
 def frames_parameter(model: ModelInfo) -> str | None:
@@ -77,4 +78,4 @@ def check_run(model: ModelInfo, request: GenerateRequest, output: Path, *, overw
         raise ConfigError(f"{fps_name}: {model.pipeline_class} makes still images (no frame rate)")
     target = check_output(output, overwrite=overwrite, flag=output_name, video=video,
                           frames=expected_frames(model, request))
-    return CheckedRun(request, target, video)
+    return CheckedRun(request, target, video, fps)

@@ -67,7 +67,6 @@ class Ticket:
 
     number: int
     run: CheckedRun
-    fps: float | None
     state: State = "queued"
     forecast: Any = None  # what a face attached for its queue view (the service does not read it)
     future: Future[Outcome] = field(default_factory=Future)
@@ -75,6 +74,10 @@ class Ticket:
     @property
     def request(self) -> GenerateRequest:
         return self.run.request
+
+    @property
+    def fps(self) -> float | None:
+        return self.run.fps
 
 
 class RequestService:
@@ -117,7 +120,7 @@ class RequestService:
             if output is None:
                 raise ValueError("submit: an output path is needed with a request")
             run = self.check(request, output, overwrite=overwrite, fps=fps)
-        ticket = Ticket(next(self._numbers), run, fps)
+        ticket = Ticket(next(self._numbers), run)
         with self._lock:
             if self._closed:
                 raise RuntimeError("the request service is closed")
@@ -182,8 +185,9 @@ class RequestService:
             return replace(outcome, state="failed", stage="write",
                            error=f"cannot write {exc.filename or ticket.run.output.path}: {exc.strerror or exc}")
         except ValueError as exc:  # frames the writers cannot take (mixed sizes, not RGB)
+            lines = str(exc).strip().splitlines()
             return replace(outcome, state="failed", stage="write",
-                           error=f"cannot write {ticket.run.output.path}: {failure_line(exc)}")
+                           error=f"cannot write {ticket.run.output.path}: {lines[0] if lines else type(exc).__name__}")
         return replace(outcome, state="done", written=written)
 
     def finish(self, ticket: Ticket, outcome: Outcome, report: dict[str, Any] | None = None) -> None:
@@ -192,7 +196,8 @@ class RequestService:
         self._dispatch()
 
     def close(self) -> None:
-        """Cancel what waits and what runs; shut the worker down if it is the service's own."""
+        """Cancel what waits and what runs; end the worker if it is the service's own (the engine stays
+        open: it is its owner's to close)."""
         with self._lock:
             self._closed = True
             running = self._running
@@ -200,7 +205,7 @@ class RequestService:
         if running is not None:
             self.worker.cancel()
         if self._own_worker:
-            self.worker.request_shutdown()
+            self.worker.request_shutdown(release=False)
 
     # ---------------------------------------------------------------- on the worker
 

@@ -43,6 +43,7 @@ class GatedEngine:
         self.ran: list[str] = []
         self.gates: dict[str, threading.Event] = {}
         self.started = threading.Event()
+        self.closed = 0
 
     def gate(self, prompt: str) -> threading.Event:
         return self.gates.setdefault(prompt, threading.Event())
@@ -60,7 +61,7 @@ class GatedEngine:
                                seconds=0.5, steps=[SimpleNamespace(wall_s=0.25)], peak_allocated_bytes=1000)
 
     def close(self) -> None:
-        pass
+        self.closed += 1
 
 
 def checked(tmp_path: Path, prompt: str) -> CheckedRun:
@@ -125,6 +126,9 @@ def test_cancelling_the_running_request_stops_it_and_the_next_one_runs(tmp_path)
     assert not (tmp_path / "one.png").exists() and (tmp_path / "two.png").exists()
     assert service.clear() == 0
     service.close()
+    assert service.worker.join(5) and engine.closed == 0  # its own worker ends; the engine is its owner's to close
+    with pytest.raises(RuntimeError, match="closed"):
+        service.submit(checked(tmp_path, "late"))
 
 
 def test_a_failed_request_is_one_line_and_the_queue_goes_on(tmp_path):
