@@ -29,8 +29,6 @@ from ..engine.api import (
     check_output_place,
     default_device,
     default_sources,
-    frame_size,
-    frames_of,
     loads_live,
     open_engine,
     parse_device,
@@ -39,8 +37,8 @@ from ..engine.api import (
     plan_for,
     prefer_expandable_segments,
     request_size,
+    run_report,
     schedule_steps,
-    step_down_docs,
     validate_hz,
 )
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
@@ -48,20 +46,18 @@ from ..offload.units import copied_text, format_bytes, format_rate, format_secon
 from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args, resolve_model_path
 from .event_text import PHASE_LABELS
 from .event_text import one_line as _one_line
-from .host_check import host_check_doc, host_check_row
+from .host_check import host_check_row
 from .interrupts import Interrupted, InterruptGuard
 from .request_defaults import default_request
 from .run_flags import OptionFlags, parse_option_flags
 from .run_progress import RunProgress
-from .run_report import RunReport
 from .run_request import REQUEST_FLAGS, CheckedRun, checked_request
-from .run_totals import summarize, telemetry_peaks
 from .telemetry_text import describe_snapshot
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["run_headless", "default_request", "summarize", "telemetry_peaks", "check_run_flags", "RunFlags",
+__all__ = ["run_headless", "default_request", "check_run_flags", "RunFlags",
            "REQUEST_FLAGS"]
 
 EXIT_FAILED = 1
@@ -146,16 +142,6 @@ def _live(flags: RunFlags) -> bool:
     return loads_live(flags.budget, flags.ram_budget)
 
 
-def _ram_doc(ram: Any) -> dict[str, Any] | None:
-    """`--ram-budget`'s answer as the report holds it (None without one)."""
-    if ram is None:
-        return None
-    c = ram.choice
-    return {"budget_bytes": c.budget, "pin_cap_bytes": c.pin_cap, "host_peak_bytes": c.cost.host_peak_bytes,
-            "page_cache_bytes": c.cost.page_cache_bytes, "disk_bytes": c.cost.disk_bytes,
-            "block_tiers": list(ram.tiers.blocks), "reasons": list(ram.reasons)}
-
-
 def _lean_lines(forecast: Any, say: bool) -> list[str]:
     """The lean phases the plan applies (its forecast's), each with its cost; printed (stderr) unless
     the budget's reasons already said them."""
@@ -213,46 +199,15 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         service.close()
         _fail(err, outcome.error)
         return EXIT_FAILED
-    written = outcome.written
-    frames, files, notes, video = frames_of(result), written.files, written.notes, written.video
     pause_point("after-write")
     guard.check()  # Ctrl+C after the write: the line said the output is complete; the exit says 130
     totals = progress.totals
-    report = RunReport.model_validate({  # checked against the published schema's model as it is built
-        "model": str(engine.model.path), "device": str(engine.device),
-        "policy": json.loads(flags.policy.model_dump_json()),
-        "forecast": {"peak_device_weight_bytes": plan.forecast.peak_device_weight_bytes,
-                     "pinned_host_bytes": plan.forecast.pinned_host_bytes,
-                     "streamed_bytes_per_forward": plan.forecast.streamed_bytes_per_forward},
-        "load_seconds": load.seconds, "load_phases": dict(load.phases),
-        "load_milestones": dict(load.milestones), "pinned_bytes": load.pinned_bytes,
-        "copied_bytes_per_forward": load.streamed_copy_bytes,
-        "request_seconds": result.seconds, "peak_allocated_bytes": result.peak_allocated_bytes,
-        "peak_reserved_bytes": result.peak_reserved_bytes,
-        "steps": [{"step": s.step, "wall_s": s.wall_s, "stall_s": s.stall_s, "h2d_bytes": s.h2d_bytes}
-                  for s in result.steps],
-        "output": str(run.output.path) if files else None,
-        "files": [str(f) for f in files],
-        "frames": len(frames),
-        "rendered_size": frame_size(frames[0]) if frames else None,
-        "is_video": video,
-        "fps": written.fps,
-        "fps_source": written.fps_source,
-        "latent_shape": list(result.latent_shape) if result.latent_shape is not None else None,
-        "phases": dict(result.phases),
-        "vae_decode_peak_bytes": result.vae_decode_peak_bytes,
-        "forecast_check": _check_doc(result.check),
-        "auto_plan": {"budget_bytes": flags.budget, "reasons": flags.reasons} if flags.budget is not None else None,
-        "ram_plan": _ram_doc(flags.ram),
-        **measured, **memory.predicted(result.check, measured["process_peak_bytes"]),
-        "oom_step_downs": step_down_docs(result),
-        **host_check_doc(result.check),
-        "lean_phases": flags.lean,
-        "notes": notes,
-        **totals.summary(),
-        "events_dropped": progress.sub.dropped,
-        "telemetry": {**totals.telemetry_peaks(), "final": describe_snapshot(final)},
-    }).to_json_dict()
+    report = run_report(model=str(engine.model.path), device=str(engine.device), policy=flags.policy, plan=plan,
+                        load=load, result=result, ticket=ticket, written=outcome.written,
+                        memory={**measured, **memory.predicted(result.check, measured["process_peak_bytes"])},
+                        totals=totals.summary(), events_dropped=progress.sub.dropped,
+                        telemetry={**totals.telemetry_peaks(), "final": describe_snapshot(final)},
+                        budget=flags.budget, reasons=flags.reasons, ram=flags.ram, lean=flags.lean)
     service.finish(ticket, outcome, report)  # kept in the history with its report
     service.close()
     if args.json:
@@ -260,16 +215,6 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
     else:
         _print_report(report, Console(), plan.model.block_kind)
     return 0
-
-
-def _check_doc(check: Any) -> dict[str, Any] | None:
-    if check is None:
-        return None
-    return {"predicted_peak_bytes": check.predicted_peak, "measured_peak_bytes": check.measured_peak,
-            "peak_error": check.peak_error, "peak_source": check.peak_source,
-            "predicted_step_s": check.predicted_step_s, "measured_step_s": check.measured_step_s,
-            "step_error": check.step_error, "step_source": check.step_source,
-            "peak_basis": getattr(check, "peak_basis", ""), "step_basis": getattr(check, "step_basis", "")}
 
 
 def _fail(err: Console, line: str) -> None:
