@@ -163,7 +163,8 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
     # thread, where a signal during the write unwinds it (write_in_caller)
     history = History()  # the cache's history.json: this run is kept in it (a bad file: one note, started anew)
     if history.note:
-        err.print(plain(f"note: {history.note}"), markup=False, highlight=False, soft_wrap=True)
+        with guard.output_lock:  # between the progress lines, never inside one
+            err.print(plain(f"note: {history.note}"), markup=False, highlight=False, soft_wrap=True)
     service = RequestService(engine, write_in_caller=True, history=history)
     stage, failure, result = "load", None, None
     try:
