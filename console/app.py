@@ -68,7 +68,7 @@ from .load_commands import LoadCommands
 from .plan_commands import PlanCommands
 from .policy_edits import PolicyEditor
 from .request_commands import RequestCommands
-from .screens import CopyCommandScreen, HelpScreen, LiveScreen, NoticeLogScreen, PlanScreen
+from .screens import CopyCommandScreen, HelpScreen, HistoryScreen, LiveScreen, NoticeLogScreen, PlanScreen
 from .session import ConsoleSession
 from .shutdown import EngineRelease, stop_key_reader
 from .toasts import NARROW_WIDTH, drop_toast, max_visible_for, toast_text, toasts_replaced_by
@@ -410,6 +410,14 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         """n: every notice of the session with its time (a toast is gone in seconds)."""
         if not isinstance(self.screen, NoticeLogScreen):
             self.push_screen(NoticeLogScreen(self.notices, self.notice_times))
+
+    def action_history(self) -> None:
+        """The request history, read from the cache when asked (bounded: at most the history's size)."""
+        from ..engine.api import History
+
+        if not isinstance(self.screen, HistoryScreen):
+            history = History()
+            self.push_screen(HistoryScreen(history.entries, history.note))
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

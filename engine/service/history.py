@@ -43,7 +43,7 @@ class HistoryRequest(BaseModel):
     frames: int | None = Field(None, ge=1, le=1_000_000)
     negative_prompt: str | None = Field(None, max_length=65536)
     max_sequence_length: int | None = Field(None, ge=1, le=1_000_000)
-    image: str | None = _Text
+    image: str | None = Field(None, max_length=4096)
     params: dict[str, Any] = Field(default_factory=dict)
     output: str = _Text
     overwrite: bool = False
@@ -59,7 +59,7 @@ class HistoryEntry(BaseModel):
     request: HistoryRequest
     policy: dict[str, Any] = Field(default_factory=dict)
     status: Status
-    error: str = _Text
+    error: str = Field("", max_length=4096)
     seconds: float | None = Field(None, ge=0, allow_inf_nan=False)
     step_s: float | None = Field(None, ge=0, allow_inf_nan=False, description="median step")
     peak_bytes: int | None = Field(None, ge=0)
