@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from omni_console.console.bandwidth import measure_h2d_bandwidth
+from omni_console.engine.device_probes import measure_h2d_bandwidth
 from omni_console.engine.loading.stream_dtype import STREAM_DTYPES, apply_storage_hooks, cast_for_storage
 from omni_console.engine.planning.stream_choice import TIE, choose_streaming, evaluate, profile_from_timings
 from omni_console.engine.planning.stream_search import StreamTable

@@ -58,10 +58,8 @@ from ..engine.api import (
 from ..engine.errors import ConfigError
 from ..offload.units import format_seconds
 from ..themes import CSS_PATH, DEFAULT_THEME, THEMES, register_themes
-from .bandwidth import measure_h2d_bandwidth
 from .command_done import CommandDone
 from .commands import console_commands
-from .device_info import read_device_info
 from .event_router import EventRouter
 from .first_paint import FirstPaint
 from .focus_title import show_focus
@@ -70,7 +68,7 @@ from .load_commands import LoadCommands
 from .plan_commands import PlanCommands
 from .policy_edits import PolicyEditor
 from .request_commands import RequestCommands
-from .screens import CopyCommandScreen, HelpScreen, LiveScreen, NoticeLogScreen, PlanScreen
+from .screens import CopyCommandScreen, HelpScreen, HistoryScreen, LiveScreen, NoticeLogScreen, PlanScreen
 from .session import ConsoleSession
 from .shutdown import EngineRelease, stop_key_reader
 from .toasts import NARROW_WIDTH, drop_toast, max_visible_for, toast_text, toasts_replaced_by
@@ -182,6 +180,8 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
             self.start_telemetry = bool(start_telemetry)
         self.sampler = sampler
         self.release = EngineRelease(self.worker, sampler, self.sub)
+        from ..engine.api import read_device_info  # the probe imports torch: only once an app is built
+
         self.device_info = read_device_info(engine.device)
         self.router = EventRouter(on_cpu=not self.device_info.is_cuda, history=HISTORY_SAMPLES)
         self.out_dir = Path(out_dir) if out_dir is not None else DEFAULT_OUT_DIR
@@ -236,6 +236,8 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         # (a class that cannot be imported fails that load, with its one line)
         self.worker.prepare()  # one GPU: imports; several: the rank processes start (and import)
         if self.session.bandwidth is None and self.device_info.is_cuda:
+            from ..engine.api import measure_h2d_bandwidth
+
             future = self.worker.call(lambda engine: measure_h2d_bandwidth(engine.device))
             future.add_done_callback(lambda f: self._post_from_worker(CommandDone("bandwidth", f)))
 
@@ -412,6 +414,14 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         """n: every notice of the session with its time (a toast is gone in seconds)."""
         if not isinstance(self.screen, NoticeLogScreen):
             self.push_screen(NoticeLogScreen(self.notices, self.notice_times))
+
+    def action_history(self) -> None:
+        """The request history, read from the cache when asked (bounded: at most the history's size)."""
+        from ..engine.api import History
+
+        if not isinstance(self.screen, HistoryScreen):
+            history = History()
+            self.push_screen(HistoryScreen(history.entries, history.note))
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -59,7 +59,9 @@ def build_app(args: argparse.Namespace, step: Callable[[str], None] = lambda tex
     if args.theme is not None and args.theme not in THEMES:
         raise ConfigError(f"unknown theme {args.theme!r}; valid themes: {', '.join(sorted(THEMES))}")
     step("importing torch")
-    import torch  # noqa: F401  (its own step: the longest one on a small machine)
+    from ..engine.api import import_runtime  # its own step: the longest one on a small machine
+
+    import_runtime()
 
     step("reading the model (headers only)")
     engine = _engine_for(args, layout)

@@ -21,6 +21,7 @@ def console_commands(app: ConsoleHost) -> Iterator[SystemCommand]:
         ("Copy vLLM-Omni command", "copy the equivalent vllm serve line (c)", app.action_copy_command),
         ("Next theme", "cycle the omni themes (t)", app.action_cycle_theme),
         ("Help", "list every key binding (?)", app.action_help),
+        ("Request history", "the requests served so far, newest first (run's too)", app.action_history),
     ]
     for title, help_text, callback in entries:
         yield SystemCommand(title, help_text, callback)

@@ -12,54 +12,48 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from ..engine.api import (
-    DEFAULT_FPS,
     EngineHandle,
     EngineOptions,
+    History,
     OffloadPolicy,
-    SignalGuard,
+    RequestService,
+    RunMemory,
     TelemetrySampler,
     check_output_place,
     default_device,
     default_sources,
-    frame_size,
     loads_live,
     open_engine,
     parse_device,
     pause_point,
     plain,
     plan_for,
+    prefer_expandable_segments,
     request_size,
+    run_report,
     schedule_steps,
     validate_hz,
-    write_notes,
-    write_result,
 )
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
-from ..offload.units import copied_text, format_bytes, format_rate, format_seconds
 from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args, resolve_model_path
-from .event_text import PHASE_LABELS
 from .event_text import one_line as _one_line
-from .host_check import host_check_doc, host_check_row
 from .interrupts import Interrupted, InterruptGuard
 from .request_defaults import default_request
 from .run_flags import OptionFlags, parse_option_flags
-from .run_memory import RunMemory, prefer_expandable_segments, step_down_docs
 from .run_progress import RunProgress
-from .run_report import RunReport, rendered_size_notes
 from .run_request import REQUEST_FLAGS, CheckedRun, checked_request
-from .run_totals import summarize, telemetry_peaks
+from .run_text import print_report
 from .telemetry_text import describe_snapshot
 
-__all__ = ["run_headless", "default_request", "summarize", "telemetry_peaks", "check_run_flags", "RunFlags",
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["run_headless", "default_request", "check_run_flags", "RunFlags",
            "REQUEST_FLAGS"]
 
 EXIT_FAILED = 1
@@ -144,17 +138,6 @@ def _live(flags: RunFlags) -> bool:
     return loads_live(flags.budget, flags.ram_budget)
 
 
-def _ram_doc(ram: Any) -> dict[str, Any] | None:
-    """`--ram-budget`'s answer as the report holds it (None without one)."""
-    if ram is None:
-        return None
-    c = ram.choice
-    return {"budget_bytes": c.budget, "pin_cap_bytes": c.pin_cap, "host_peak_bytes": c.cost.host_peak_bytes,
-            "page_cache_bytes": c.cost.page_cache_bytes, "disk_bytes": c.cost.disk_bytes,
-            "block_tiers": list(ram.tiers.blocks), "component_tiers": dict(ram.tiers.components),
-            "reasons": list(ram.reasons)}
-
-
 def _lean_lines(forecast: Any, say: bool) -> list[str]:
     """The lean phases the plan applies (its forecast's), each with its cost; printed (stderr) unless
     the budget's reasons already said them."""
@@ -172,13 +155,25 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
     progress.start()
     sampler.start()
     memory = RunMemory.start(engine.device, engine.device_name, flags.budget, flags.overhead)
+    # the request goes through the engine's request service; its files are written here, on the main
+    # thread, where a signal during the write unwinds it (write_in_caller)
+    history = History()  # the cache's history.json: this run is kept in it (a bad file: one note, started anew)
+    if history.note:
+        with guard.output_lock:  # between the progress lines, never inside one
+            err.print(plain(f"note: {history.note}"), markup=False, highlight=False, soft_wrap=True)
+    service = RequestService(engine, write_in_caller=True, history=history)
     stage, failure, result = "load", None, None
     try:
         load = guard.run(engine.load, flags.policy, guard.cancel, plan.tiers)
         stage = "generation"
-        result = guard.run(engine.generate, run.request, guard.cancel)
+        ticket = service.submit(run)
+        outcome = guard.run(service.wait, ticket, guard.cancel)
+        if outcome.state == "failed":
+            raise outcome.exception or RuntimeError(outcome.error)
+        result = outcome.result
         final = sampler.sample_now(publish=True)
     except Interrupted:
+        service.close()
         raise
     except Exception as exc:  # a load or run failure (a ModelDirError too: loading had begun): one line, exit 1
         what = str(exc) if isinstance(exc, OPERATOR_ERRORS) else f"{type(exc).__name__}: {exc}"
@@ -190,192 +185,34 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         progress.stop.set()
         progress.join()  # its last lines come before the failure's, which must be the last one
     if failure is not None or result is None:
+        service.close()
         _fail(err, failure or "generation failed: no result")
         return EXIT_FAILED
     engine.close()  # the frames are in host memory: release the device before writing and reporting
     guard.check()
-    frames = list(result.frames) or ([result.image] if result.image is not None else [])
-    video = run.video or result.is_video
-    fps, fps_source = _frame_rate(flags.options.fps, result.fps) if video else (None, None)
-    files: list[Path] = []
-    notes: list[str] = []
-    if frames:
-        try:
-            with SignalGuard():  # Ctrl+C too now removes what is being written, or waits until it is complete
-                guard.check()
-                notes = write_notes(frames, run.output, fps=fps, audio=result.audio)
-                notes += rendered_size_notes(run.request.width, run.request.height, frame_size(frames[0]))
-                files = write_result(frames, run.output, fps=fps, audio=result.audio)
-        except OSError as exc:
-            _fail(err, f"cannot write {exc.filename or run.output.path}: {exc.strerror or exc}")
-            return EXIT_FAILED
-        except ValueError as exc:  # frames the writers cannot take (mixed sizes, not RGB)
-            _fail(err, f"cannot write {run.output.path}: {_one_line(str(exc))}")
-            return EXIT_FAILED
+    outcome = service.write(ticket, outcome, before=guard.check)  # Ctrl+C now removes what is being written
+    if outcome.state == "failed":
+        service.finish(ticket, outcome)
+        service.close()
+        _fail(err, outcome.error)
+        return EXIT_FAILED
     pause_point("after-write")
     guard.check()  # Ctrl+C after the write: the line said the output is complete; the exit says 130
     totals = progress.totals
-    report = RunReport.model_validate({  # checked against the published schema's model as it is built
-        "model": str(engine.model.path), "device": str(engine.device),
-        "policy": json.loads(flags.policy.model_dump_json()),
-        "forecast": {"peak_device_weight_bytes": plan.forecast.peak_device_weight_bytes,
-                     "pinned_host_bytes": plan.forecast.pinned_host_bytes,
-                     "streamed_bytes_per_forward": plan.forecast.streamed_bytes_per_forward},
-        "load_seconds": load.seconds, "load_phases": dict(load.phases),
-        "load_milestones": dict(load.milestones), "pinned_bytes": load.pinned_bytes,
-        "pin_fallback_blocks": load.pin_fallback_blocks, "pin_fallback_bytes": load.pin_fallback_bytes,
-        "copied_bytes_per_forward": load.streamed_copy_bytes,
-        "request_seconds": result.seconds, "peak_allocated_bytes": result.peak_allocated_bytes,
-        "peak_reserved_bytes": result.peak_reserved_bytes,
-        "steps": [{"step": s.step, "wall_s": s.wall_s, "stall_s": s.stall_s, "h2d_bytes": s.h2d_bytes}
-                  for s in result.steps],
-        "output": str(run.output.path) if files else None,
-        "files": [str(f) for f in files],
-        "frames": len(frames),
-        "rendered_size": frame_size(frames[0]) if frames else None,
-        "guidance": result.guidance,
-        "is_video": video,
-        "fps": DEFAULT_FPS if video and fps is None else fps,
-        "fps_source": fps_source,
-        "latent_shape": list(result.latent_shape) if result.latent_shape is not None else None,
-        "phases": dict(result.phases),
-        "vae_decode_peak_bytes": result.vae_decode_peak_bytes,
-        "forecast_check": _check_doc(result.check),
-        "auto_plan": {"budget_bytes": flags.budget, "reasons": flags.reasons} if flags.budget is not None else None,
-        "ram_plan": _ram_doc(flags.ram),
-        **measured, **memory.predicted(result.check, measured["process_peak_bytes"]),
-        "oom_step_downs": step_down_docs(result),
-        **host_check_doc(result.check),
-        "lean_phases": flags.lean,
-        "notes": notes,
-        **totals.summary(),
-        "events_dropped": progress.sub.dropped,
-        "telemetry": {**totals.telemetry_peaks(), "final": describe_snapshot(final)},
-    }).to_json_dict()
+    report = run_report(model=str(engine.model.path), device=str(engine.device), policy=flags.policy, plan=plan,
+                        load=load, result=result, ticket=ticket, written=outcome.written,
+                        memory={**measured, **memory.predicted(result.check, measured["process_peak_bytes"])},
+                        totals=totals.summary(), events_dropped=progress.sub.dropped,
+                        telemetry={**totals.telemetry_peaks(), "final": describe_snapshot(final)},
+                        budget=flags.budget, reasons=flags.reasons, ram=flags.ram, lean=flags.lean)
+    service.finish(ticket, outcome, report)  # kept in the history with its report
+    service.close()
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        _print_report(report, Console(), plan.model.block_kind)
+        print_report(report, Console(), plan.model.block_kind)
     return 0
-
-
-def _check_doc(check: Any) -> dict[str, Any] | None:
-    if check is None:
-        return None
-    return {"predicted_peak_bytes": check.predicted_peak, "measured_peak_bytes": check.measured_peak,
-            "peak_error": check.peak_error, "peak_source": check.peak_source,
-            "predicted_step_s": check.predicted_step_s, "measured_step_s": check.measured_step_s,
-            "step_error": check.step_error, "step_source": check.step_source,
-            "peak_basis": getattr(check, "peak_basis", ""), "step_basis": getattr(check, "step_basis", "")}
 
 
 def _fail(err: Console, line: str) -> None:
     err.print(f"omni-console: {plain(line)}", markup=False, highlight=False, soft_wrap=True)
-
-
-def _frame_rate(flag: float | None, pipeline: float | None) -> tuple[float | None, str]:
-    """(rate to write at, where it came from); None: neither says, the writers' DEFAULT_FPS applies."""
-    if flag is not None:
-        return flag, "--fps"
-    if pipeline is not None:
-        return pipeline, "pipeline"
-    return None, "default"
-
-
-class _PlainTable(Table):
-    """A table whose cells are shown as written: a path or name from data is never markup or control."""
-
-    def add_row(self, *renderables: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        super().add_row(*(Text(plain(r)) if isinstance(r, str) else r for r in renderables), **kwargs)
-
-
-def _print_report(r: dict[str, Any], console: Console, kind: str = "DiT") -> None:
-    table = _PlainTable(title=Text(plain(f"run — {r['model']} on {r['device']}")), show_header=False)
-    table.add_column("what")
-    table.add_column("value", justify="right")
-    on_cpu = r["device"].startswith("cpu")  # no device link: copies are host memory copies, nothing pinned
-    table.add_row("load time", format_seconds(r["load_seconds"]))
-    for key, seconds in r.get("load_phases", {}).items():
-        table.add_row(f"  {key}", format_seconds(seconds))
-    table.add_row("pinned host memory", "none (CPU)" if on_cpu else format_bytes(r["pinned_bytes"]))
-    if r.get("pin_fallback_blocks"):
-        table.add_row("  page cache (page-lock refused)",
-                      f"{r['pin_fallback_blocks']} blocks, {format_bytes(r['pin_fallback_bytes'])}")
-    table.add_row("request time", format_seconds(r["request_seconds"]))
-    for key, seconds in r["phases"].items():
-        table.add_row(f"  {PHASE_LABELS.get(key, key)}", format_seconds(seconds))
-    if "vae_decode" in r["phases"]:
-        table.add_row("  VAE decode peak (torch)", format_bytes(r["vae_decode_peak_bytes"]))
-    latents = f" (latents {'x'.join(map(str, r['latent_shape']))})" if r["latent_shape"] else ""
-    table.add_row("frames", f"{r['frames']}{latents}")
-    if r.get("guidance") is not None:  # as `plan` shows it: the flag's, the call's default or the guider's
-        table.add_row("guidance scale", f"{r['guidance']:g}")
-    if r["is_video"]:
-        table.add_row("frame rate", f"{r['fps']:g} fps ({r['fps_source']})")
-    if r["copied_bytes_per_forward"]:  # the plan names the weights; the copies carry padding too
-        table.add_row(f"copied per {kind} forward",
-                      copied_text(r["copied_bytes_per_forward"], r["forecast"]["streamed_bytes_per_forward"]))
-    for s in r["steps"]:
-        table.add_row(f"step {s['step']}", f"{format_seconds(s['wall_s'])} (stall {format_seconds(s['stall_s'])}, "
-                                           f"copied {format_bytes(s['h2d_bytes'])})")
-    st = r["staging"]
-    if on_cpu:
-        table.add_row("host copies (CPU: no device link)", f"{st['h2d_transfers']}, {format_bytes(st['h2d_bytes'])}")
-    else:
-        table.add_row("host→device transfers", f"{st['h2d_transfers']} ({st['sync_transfers']} synchronous)")
-        table.add_row("host→device bytes", format_bytes(st["h2d_bytes"]))
-        table.add_row("host→device bandwidth (mean)", format_rate(st["h2d_bytes_per_s"]))
-    table.add_row("peak allocated (torch)", format_bytes(r["peak_allocated_bytes"]))
-    if not on_cpu:
-        table.add_row("device memory of the process (NVML peak)", format_bytes(r["process_peak_bytes"])
-                      if r["process_peak_bytes"] is not None else f"N/A: {r['process_peak_note']}")
-        if r.get("predicted_process_peak_bytes") is not None:
-            error = r["process_peak_error"]
-            table.add_row("  forecast (allocated + context + margin)",
-                          format_bytes(r["predicted_process_peak_bytes"])
-                          + (f" ({error * 100:+.1f}%, context {r['context_source']})" if error is not None else ""))
-    if r["allocator_cap_bytes"] is not None:
-        table.add_row("allocator cap (budget − CUDA context)", format_bytes(r["allocator_cap_bytes"]))
-    for s in r["oom_step_downs"]:
-        table.add_row(f"out of memory in {PHASE_LABELS.get(s['phase'], s['phase'])}", s["action"])
-    check = r.get("forecast_check")
-    if check:
-        rows = (("step", "predicted_step_s", "measured_step_s", format_seconds),
-                ("peak", "predicted_peak_bytes", "measured_peak_bytes", format_bytes))
-        for name, predicted_key, measured_key, shown in rows:
-            predicted, measured, error = check[predicted_key], check[measured_key], check[f"{name}_error"]
-            if measured is None:  # a CPU has no device allocator: there is no peak to predict or check
-                text = "not measurable on this device"
-            elif predicted is None:
-                text = "no forecast yet (cached for the next run)"
-            elif error is None:
-                text = f"{shown(predicted)} (not measurable here)"
-            else:
-                text = f"{shown(predicted)} vs {shown(measured)} ({error * 100:+.1f}%, {check[f'{name}_source']})"
-            table.add_row(f"{name}: forecast vs measured", text)
-    table.add_row("cache decisions", f"{r['cache_decisions_total']} ({r['cache_releases']} releases)")
-    t = r["telemetry"]
-    table.add_row("telemetry samples", str(t["samples"]))
-    table.add_row("peak torch reserved / NVML used", f"{format_bytes(t['torch_reserved_peak'])} / "
-                                                     f"{format_bytes(t['nvml_used_peak'])}")
-    if on_cpu:
-        table.add_row("peak RSS (host)", format_bytes(t["host_rss_peak"]))
-    else:
-        table.add_row("peak RSS / pinned (host)",
-                      f"{format_bytes(t['host_rss_peak'])} / {format_bytes(t['pinned_peak'])}")
-    if (host := host_check_row(r)) is not None:
-        table.add_row(*host)
-    if r["events_dropped"]:
-        table.add_row("events dropped (totals are partial)", str(r["events_dropped"]))
-    console.print(table)
-    console.print("\n".join(plain(line) for line in t["final"]), markup=False, highlight=False)
-    # after the table, unwrapped: paths an operator copies
-    console.print(plain(f"wrote {_files_line(r['files'])}"), markup=False, highlight=False, soft_wrap=True)
-    for note in r["notes"]:
-        console.print(plain(f"note: {note}"), markup=False, highlight=False, soft_wrap=True)
-
-
-def _files_line(files: list[str]) -> str:
-    if len(files) <= 2:
-        return ", ".join(files) or "nothing"
-    return f"{len(files)} files: {files[0]} … {files[-1]}"

@@ -32,6 +32,7 @@ from ..engine.api import (
     LoadReport,
     RankFailed,
     RankLayout,
+    RequestService,
     SignalGuard,
     default_device,
     open_engine,
@@ -129,16 +130,21 @@ def _load_generate_report(args: argparse.Namespace, guard: InterruptGuard, layou
                            line_for=rank_line)
     progress.start()
     failure = None
+    service = RequestService(engine, write_in_caller=True)  # each rank's image is written below, by rank
     try:
         try:
             guard.check()
             load = guard.run(engine.load, flags.policy, guard.cancel)
-            result = guard.run(engine.generate, runs[0].request, guard.cancel)
+            outcome = guard.run(service.wait, service.submit(runs[0]), guard.cancel)
+            if outcome.state == "failed":
+                raise outcome.exception or RuntimeError(outcome.error)
+            result = outcome.result
         except RankFailed as exc:  # the group is stopped already: every rank's memory gone with its process
             failure = plain(exc)
         else:
             engine.close()  # the frames are in host memory: the ranks release theirs (and say so) before the writes
     finally:
+        service.close()
         progress.finish()  # every rank's lines come before the failure's, which must be the last one
     if failure is not None:
         err.print(f"omni-console: {failure}", markup=False, highlight=False, soft_wrap=True)

@@ -17,8 +17,15 @@ if TYPE_CHECKING:
     from textual.message import Message
     from textual.screen import Screen
 
-    from ..engine.api import EngineHandle, EngineWorker, GenerateRequest, ModelInfo, RequestForecast, TelemetrySnapshot
-    from .device_info import DeviceInfo
+    from ..engine.api import (
+        DeviceInfo,
+        EngineHandle,
+        EngineWorker,
+        GenerateRequest,
+        ModelInfo,
+        RequestForecast,
+        TelemetrySnapshot,
+    )
     from .engine_answers import EngineAnswers
     from .event_router import EventRouter
     from .first_paint import FirstPaint
@@ -97,3 +104,5 @@ class ConsoleHost(Protocol):
     def action_copy_command(self) -> None: ...
     def action_cycle_theme(self) -> None: ...
     def action_help(self) -> None: ...
+
+    def action_history(self) -> None: ...

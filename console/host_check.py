@@ -1,18 +1,11 @@
-"""`run`'s host memory line: the measured peak RSS against the host forecast (issue 35)."""
+"""`run`'s host memory line: the measured peak RSS against the host forecast (issue 35); the report's keys
+are the engine's (`engine/service/report.py`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..offload.units import format_bytes
-
-
-def host_check_doc(check: Any) -> dict[str, Any]:
-    """The run report's host keys from the engine's `ForecastCheck` (empty without one)."""
-    if check is None:
-        return {}
-    return {"host_peak_bytes": check.measured_host_peak, "predicted_host_peak_bytes": check.predicted_host_peak,
-            "host_peak_error": check.host_error, "host_forecast_source": check.host_source}
 
 
 def host_check_row(r: dict[str, Any]) -> tuple[str, str] | None:

@@ -7,10 +7,13 @@ the operator edits the policy) and fall back to what was read at startup.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..engine.api import ModelInfo, TelemetrySnapshot
+
+if TYPE_CHECKING:  # the probe's module imports torch; the plan screen's text needs only the value
+    from ..engine.api import DeviceInfo
 from ..offload.units import format_bytes
-from .device_info import DeviceInfo
 
 
 @dataclass(frozen=True, slots=True)

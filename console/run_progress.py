@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 from rich.console import Console
 
+from ..engine.api import RunTotals
 from ..engine.events import EngineStateChanged, ErrorEvent, Event, Subscription
 from .event_text import one_line, progress_line
-from .run_totals import RunTotals
 
 Line = tuple[str, str]  # (text, style)
 

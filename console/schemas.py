@@ -12,8 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from ..engine.api import PlanDocument
-from .run_report import RunReport
+from ..engine.api import PlanDocument, RunReport
 
 SCHEMAS: dict[str, type[BaseModel]] = {
     "plan.schema.json": PlanDocument,

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from ..offload.telemetry_types import DEFAULT_HZ, HostMemory, NvmlMemory, Source, TelemetrySnapshot, TorchMemory
     from ..offload.tiers import TIERS, HostTiers, Tier
     from .demo.demo_model import DEMO_GENERATION, build_demo_model, ensure_demo_model, is_demo_model
+    from .device_probes import DeviceInfo, import_runtime, measure_h2d_bandwidth, read_device_info
     from .engine import Engine, default_device
     from .handle import EngineHandle
     from .lifecycle import EngineState, EngineStateError
@@ -77,6 +78,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from .running.profiler import request_size
     from .running.request_checks import SEED_MAX, check_request
     from .running.request_limits import check_limits, schedule_steps
+    from .running.run_memory import RunMemory, prefer_expandable_segments, step_down_docs
     from .running.runner import GenerateRequest, RequestCancelled, total_steps_of
     from .running.signal_guard import (
         SignalGuard,
@@ -88,6 +90,13 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
         pause_point,
     )
     from .running.text_length import check_text_length
+    from .service.checks import CheckedRun, check_model_request, check_run
+    from .service.history import History, HistoryEntry
+    from .service.outputs import Written, frames_of, write_outputs
+    from .service.report import run_report
+    from .service.run_report import RunReport
+    from .service.run_totals import RunTotals
+    from .service.service import Outcome, RequestService, Ticket, request_of
     from .worker import EngineWorker
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
@@ -99,7 +108,18 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".options": ("EngineOptions",),
     ".results": ("GenerateResult", "LoadReport"),
     ".worker": ("EngineWorker",),
+    # the request service: checks, queue, runs, writes and remembers requests
+    ".service.service": ("Outcome", "RequestService", "Ticket", "request_of"),
+    ".service.checks": ("CheckedRun", "check_model_request", "check_run"),
+    ".service.history": ("History", "HistoryEntry"),
+    ".service.outputs": ("Written", "frames_of", "write_outputs"),
+    ".service.report": ("run_report",),
+    ".service.run_report": ("RunReport",),
+    ".service.run_totals": ("RunTotals",),
     ".loading.loader": ("LoadCancelled", "pipeline_class", "pipeline_init_values"),
+    # device probes: what a face asks of the machine (no console module imports torch)
+    ".device_probes": ("DeviceInfo", "import_runtime", "measure_h2d_bandwidth", "read_device_info"),
+    ".running.run_memory": ("RunMemory", "prefer_expandable_segments", "step_down_docs"),
     # the model directory
     ".model_dir.discovery": ("ModelInfo", "discover_model"),
     ".model_dir.call_source": ("makes_still_images",),

@@ -25,7 +25,10 @@ if TYPE_CHECKING:
 @runtime_checkable
 class EngineHandle(Protocol):
     """An engine serving one model: plan, load, run, re-plan and release; everything else it says
-    arrives as events on `bus`. Methods block: the console calls them on its worker thread."""
+    arrives as events on `bus`. Methods block: the console calls them on its worker thread.
+
+    The loaded pipeline and placement are not part of it: they are the engine's own (in this process
+    only), and a face learns what they hold from events (`ResidencySnapshot`, `PlanReady`)."""
 
     model: ModelInfo
     bus: EventBus
@@ -51,16 +54,6 @@ class EngineHandle(Protocol):
 
     @property
     def fps(self) -> float | None: ...
-
-    @property
-    def pipe(self) -> Any:
-        """The loaded pipeline in this process; None when there is none here (not loaded, or a rank group)."""
-        ...
-
-    @property
-    def placement(self) -> Any:
-        """What the loaded plan placed in this process; None when nothing is (not loaded, or a rank group)."""
-        ...
 
     def make_plan(self, policy: OffloadPolicy) -> Plan: ...
 

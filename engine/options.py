@@ -10,8 +10,9 @@ variant builds other options (`dataclasses.replace(options, ...)`) instead of pa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..offload.options import LoadOptions, StreamOptions
 
@@ -62,6 +63,10 @@ class EngineOptions:
     """AllGather: each rank's shard copied into its place in the slot and gathered in place."""
     comm_priority: int = StreamOptions.comm_priority
     """AllGather: the gathers' CUDA stream priority (0: as compute; -1: ahead of compute's kernels)."""
+    lean_decode: Callable[[Any], str | None] | None = None
+    """For a VAE decode that ran out of device memory with nothing left to move (`running.oom_guard`):
+    given the pipeline, switch its VAE to a leaner decode (tiled or sliced) and say what changed (a note
+    that tiling changes pixels belongs there), or None when it has none. None: no leaner decode is tried."""
 
     def __post_init__(self) -> None:
         if self.read_threads is not None and self.read_threads < 1:

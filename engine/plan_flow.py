@@ -94,7 +94,7 @@ def plan_for(model_or_engine: ModelInfo | EngineHandle, policy: OffloadPolicy | 
     if not forecast:
         return PlanResult(plan, None, list(auto.reasons) if auto else [], None, auto, ram)
     request = forecast_for(plan, size, device, live_replan=live)  # the host as the load will hold it
-    if budget is not None:  # the run caps the allocator inside the budget (console/run_memory.py)
+    if budget is not None:  # the run caps the allocator inside the budget (engine/running/run_memory.py)
         request = replace(request, budget=budget)
     ranks = None
     if distributed:

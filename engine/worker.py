@@ -102,6 +102,11 @@ class EngineWorker:
     def call(self, fn: Callable[[EngineHandle], Any]) -> Future[Any]:
         return self._submit(lambda _cancel: fn(self.engine))
 
+    def command(self, fn: Callable[[threading.Event], T]) -> Future[T]:
+        """Any work, in order with the other commands; `fn` gets the cancel event (the request service's
+        run-and-write of one request)."""
+        return self._submit(fn)
+
     def cancel(self) -> None:
         """Ask the command in flight to stop at its next safe point."""
         self._cancel.set()
@@ -114,12 +119,13 @@ class EngineWorker:
 
     # ------------------------------------------------------------------ shutdown
 
-    def request_shutdown(self) -> Future[None]:
+    def request_shutdown(self, release: bool = True) -> Future[None]:
         """Never blocks: cancel what runs, drop what is queued, queue the release, stop accepting commands.
 
         Returns the release's future (idempotent: the same future every time). The release
         (`engine.close()`) runs on the worker thread right after the command in flight returns,
-        then the thread ends.
+        then the thread ends. `release=False`: the engine is its owner's to close (a request service's
+        own worker); the thread just ends.
         """
         with self._lock:
             if self._released is not None:
@@ -128,7 +134,7 @@ class EngineWorker:
             self._cancel.set()
             released: Future[None] = Future()
             self._released = released
-            self._queue.put((released, lambda _cancel: self.engine.close()))
+            self._queue.put((released, (lambda _cancel: self.engine.close()) if release else (lambda _cancel: None)))
             self._queue.put(None)
         return released
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..model_dir.discovery import ComponentInfo
 from ..model_dir.fp8_names import storage_note
 from ..model_dir.roles import DENOISER_ROLES
-from ..ranks.rank_forecast import RankForecast
-from ..ranks.rank_layout import RankLayout
 from .documents import (
     PLAN_SCHEMA,
     AutoPlanDoc,
@@ -32,6 +30,10 @@ from .lean import LABELS
 from .plan import ComponentPlan, Plan
 from .ram_plan import RamPlan
 from .request_forecast import RequestForecast
+
+if TYPE_CHECKING:  # types only: a plan's document names the rank layout it was made for (ranks sit above planning)
+    from ..ranks.rank_forecast import RankForecast
+    from ..ranks.rank_layout import RankLayout
 
 __all__ = ["PLAN_SCHEMA", "plan_document", "plan_to_dict", "ranks_doc", "vllm_flags", "vllm_gaps", "vllm_python_call",
            "vllm_serve_command"]

@@ -6,7 +6,7 @@ half of one with guidance), the VAE's `decode` (VAE decode). On `torch.OutOfMemo
 them it lets the failed call unwind (its tensors are freed with its frames), collects garbage and
 empties the allocator cache, steps the policy down (`lower_policy`: fewer resident DiT blocks, then
 a two-slot ring, then the encoders and VAEs staged; for the decode every resident block goes at
-once, the DiT has finished, and a leaner decode too when `LEAN_DECODE` is set),
+once, the DiT has finished, and a leaner decode too when `EngineOptions.lean_decode` is set),
 publishes an `OomStepDown` event, and calls the same function again with the same arguments. A
 denoiser's forward and an encoder's are pure functions of their inputs, so the retried call gives
 what an unfaulted run at the stepped-down policy gives (bit-identical on a CPU, where every policy
@@ -36,12 +36,6 @@ if TYPE_CHECKING:
     from ...offload.policy import OffloadPolicy
     from ..engine import Engine
     from ..planning.plan import Plan
-
-LEAN_DECODE: Callable[[Any], str | None] | None = None
-"""The lean phases' hook for a decode that ran out of memory with nothing left to move: given the
-pipeline, switch its VAE to a leaner decode (tiled or sliced) and say what changed (a note that
-tiling changes pixels belongs there), or None when it has none. Set by the lean-phase module."""
-
 
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
@@ -121,7 +115,8 @@ def step_down(engine: Engine, phase: str) -> str:
         streamer.set_slots(2)
         done.append(f"prefetch ring {before}→2 slots (resident blocks stay: loaded without live re-plan)")
     # the decode is the one phase a leaner variant of helps directly (and the DiT has finished)
-    if phase == "vae_decode" and LEAN_DECODE is not None and (lean := LEAN_DECODE(engine.pipe)):
+    lean_decode = engine.options.lean_decode
+    if phase == "vae_decode" and lean_decode is not None and (lean := lean_decode(engine.pipe)):
         done.append(lean)
     if done:
         return "; ".join(done)

@@ -304,7 +304,8 @@ def test_policy_edits_never_put_a_dit_in_the_policy(engine):
 def test_bandwidth_sources_for_the_forecast():
     import torch
 
-    from omni_console.console.bandwidth import ObservedBandwidth, measure_h2d_bandwidth
+    from omni_console.console.bandwidth import ObservedBandwidth
+    from omni_console.engine.api import measure_h2d_bandwidth
     from omni_console.offload.events import StagingEvent
 
     assert measure_h2d_bandwidth(torch.device("cpu")) is None  # CPU: no device link

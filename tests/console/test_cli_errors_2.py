@@ -16,7 +16,6 @@ import pytest
 from cli_helpers import one_error_line
 from no_pickle_guard import no_unpickling  # noqa: F401  (fixture)
 
-from omni_console.console import headless
 from omni_console.console.cli import main
 from omni_console.engine.engine import Engine
 from omni_console.engine.running.runner import GenerateRequest, RequestCancelled
@@ -162,13 +161,15 @@ def test_a_model_file_refused_during_the_load_is_exit_1(demo_model_dir, tmp_path
 
 
 def test_ctrl_c_while_the_output_is_written_exits_130(demo_model_dir, tmp_path, capsys, monkeypatch):
-    original = headless.write_result
+    from omni_console.engine.service import outputs
+
+    original = outputs.write_result
 
     def write_then_interrupt(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGINT)  # the guard's handler runs on this (main) thread
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(headless, "write_result", write_then_interrupt)
+    monkeypatch.setattr(outputs, "write_result", write_then_interrupt)  # run's write, through the service
     assert main(["run", "--model", str(demo_model_dir), "--device", "cpu", "--output", str(tmp_path / "o.png")]) == 130
     assert capsys.readouterr().err.strip().endswith("omni-console: interrupted (SIGINT); nothing written")
     assert os.listdir(tmp_path) == []  # nothing of the output, no temporary file

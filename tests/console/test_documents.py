@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 
 from omni_console.console.cli import main
-from omni_console.console.run_report import RunReport
 from omni_console.console.schemas import SCHEMAS, schema_text
 from omni_console.engine.planning.documents import PlanDocument
+from omni_console.engine.service.run_report import RunReport
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "docs" / "schemas"
 

@@ -19,7 +19,7 @@ def test_an_ordinary_message_is_its_first_line():
 def test_frames_of_another_size_than_asked_get_a_note():
     """A pipeline whose VAE upsamples by another factor than the pipeline assumes (a tiny Kandinsky 5 at
     1024x1024 decodes 256x256) writes what it rendered, and `run` says so."""
-    from omni_console.console.run_report import rendered_size_notes
+    from omni_console.engine.service.run_report import rendered_size_notes
 
     assert rendered_size_notes(1024, 1024, [256, 256]) == [
         "the pipeline rendered 256x256, not the 1024x1024 asked (written as rendered)"]

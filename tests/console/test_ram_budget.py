@@ -112,7 +112,7 @@ def test_auto_is_read_once_per_command(monkeypatch: pytest.MonkeyPatch):
 
 @pytest.mark.slow
 def test_run_reports_the_host_tiers_and_its_image_is_the_same(demo_model_dir: Path, tmp_path: Path, capsys):
-    from omni_console.console.run_report import RunReport
+    from omni_console.engine.service.run_report import RunReport
 
     common = ["run", "--model", str(demo_model_dir), "--device", "cpu", "--steps", "2", "--height", "64",
               "--width", "64", "--json"]

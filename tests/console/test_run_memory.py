@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from omni_console.console.run_memory import ALLOC_CONF, RunMemory, prefer_expandable_segments
 from omni_console.engine.planning.device_footprint import DeviceOverhead, margin_for
+from omni_console.engine.running.run_memory import ALLOC_CONF, RunMemory, prefer_expandable_segments
 
 GB = 10**9
 
@@ -79,7 +79,7 @@ class _Source:
     (8 * GB, int(8.5 * GB), 10 * GB, None)])  # the samples saw more: they stand
 def test_the_process_peak_is_at_least_the_context_plus_torchs_peak_when_samples_missed_it(
         monkeypatch: pytest.MonkeyPatch, allocated: int, reserved: int | None, expected: int, note: str | None):
-    from omni_console.console import run_memory
+    from omni_console.engine.running import run_memory
 
     monkeypatch.setattr(run_memory, "context_bytes", lambda device, source: GB)
     monkeypatch.setattr(run_memory, "record_context", lambda device, context: None)

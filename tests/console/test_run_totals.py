@@ -11,8 +11,8 @@ from rich.console import Console
 
 from omni_console.console.event_text import progress_line
 from omni_console.console.run_progress import RunProgress
-from omni_console.console.run_totals import KEEP_CACHE_DECISIONS, KEEP_LOG_LINES, RunTotals
 from omni_console.console.theme_colors import resolve_default
+from omni_console.engine.service.run_totals import KEEP_CACHE_DECISIONS, KEEP_LOG_LINES, RunTotals
 from omni_console.offload.events import (
     CacheDecision,
     ErrorEvent,

@@ -13,7 +13,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tiny_families import FAMILY_GENERATION
 
-from omni_console.console.run_memory import RunMemory
 from omni_console.engine.engine import Engine
 from omni_console.engine.events import ForecastCheck
 from omni_console.engine.model_dir.discovery import discover_model
@@ -27,6 +26,7 @@ from omni_console.engine.planning.request_forecast import forecast_for
 from omni_console.engine.planning.request_profile import RequestSize, save_profile
 from omni_console.engine.planning.slack_config import plan_key
 from omni_console.engine.running import runner
+from omni_console.engine.running.run_memory import RunMemory
 from omni_console.engine.running.runner import GenerateRequest, RunOutput
 from omni_console.offload.policy import build_policy
 

@@ -153,18 +153,14 @@ def test_lower_policy_steps_down_blocks_then_ring_then_resident_components(demo_
 
 
 @pytest.mark.slow
-def test_a_decode_oom_also_asks_the_lean_phases_hook_for_a_leaner_decode(demo_model_dir: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch):
-    from omni_console.engine.running import oom_guard
-
+def test_a_decode_oom_also_asks_the_lean_phases_hook_for_a_leaner_decode(demo_model_dir: Path):
     asked = []
 
     def lean_decode(pipe) -> str:
         asked.append(pipe)
         return "VAE decode sliced (test double: nothing changed)"
 
-    monkeypatch.setattr(oom_guard, "LEAN_DECODE", lean_decode)
-    engine = Engine(demo_model_dir, device="cpu", options=EngineOptions(live_replan=True))
+    engine = Engine(demo_model_dir, device="cpu", options=EngineOptions(live_replan=True, lean_decode=lean_decode))
     engine.load(POLICY)
     fault = OomAt(inside(engine, "vae_decode"), 1)
     result = engine.generate(REQUEST)

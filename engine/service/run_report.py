@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from ..engine.api import Document, PolicyDoc
-from ..offload.units import COPIED_DESCRIPTION, STREAMED_DESCRIPTION
+from ...offload.units import COPIED_DESCRIPTION, STREAMED_DESCRIPTION
+from ..planning.documents import Document, PolicyDoc
 
 RUN_REPORT_SCHEMA = "omni-console.run-report/1"
 

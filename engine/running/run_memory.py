@@ -17,16 +17,9 @@ from typing import Any
 
 import torch
 
-from ..engine.api import (
-    DeviceOverhead,
-    NvmlSource,
-    ProcessPeakMeter,
-    bound_allocator,
-    context_bytes,
-    device_overhead,
-    nvml_target_for,
-    record_context,
-)
+from ...offload.nvml_source import NvmlSource, nvml_target_for
+from ...offload.process_memory import ProcessPeakMeter, bound_allocator, context_bytes
+from ..planning.device_footprint import DeviceOverhead, device_overhead, record_context
 
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 

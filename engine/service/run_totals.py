@@ -11,7 +11,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..engine.events import CacheDecision, Event, LogEvent, StagingEvent, TelemetryEvent
+from ..events import CacheDecision, Event, LogEvent, StagingEvent, TelemetryEvent
 
 KEEP_CACHE_DECISIONS = 256
 KEEP_LOG_LINES = 256

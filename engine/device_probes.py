@@ -1,15 +1,51 @@
-"""What the plan screen's header says about the machine: device name and memory, host RAM.
+"""The device probes a face asks for: the machine's device and host memory (`read_device_info`, read once
+at startup, cheap, no allocation; live figures come from telemetry), the host→device link's rate
+(`measure_h2d_bandwidth`), and the runtime's import as its own start-up step (`import_runtime`).
 
-Read once at startup (cheap, no allocation); live free-memory figures come from telemetry.
+They live below the console so that no console module imports torch (an import-linter contract).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
 
 from ..offload.units import format_bytes
+
+MEASURE_BYTES = 256 * 1024 * 1024
+REPEATS = 4
+
+
+def import_runtime() -> None:
+    """Import torch now (the console shows it as a start-up step: the longest one on a small machine);
+    importing this module already did."""
+
+
+def measure_h2d_bandwidth(device: torch.device, nbytes: int = MEASURE_BYTES) -> float | None:
+    """Bytes per second of one pinned host→device copy of `nbytes`; None on CPU.
+
+    Copied the way the streamer copies (asynchronously, from page-locked memory), the best of several
+    copies after a full-size warm-up: a single first copy pays for mapping the buffer and reads about a
+    third of the link's rate. Run it on the engine's worker so a UI never waits on it."""
+    if device.type != "cuda":
+        return None
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    try:
+        dev.copy_(host, non_blocking=True)  # warm-up at full size: context, copy engine, page mapping
+        torch.cuda.synchronize(device)
+        seconds = float("inf")
+        for _ in range(REPEATS):
+            start = time.perf_counter()
+            dev.copy_(host, non_blocking=True)
+            torch.cuda.synchronize(device)
+            seconds = min(seconds, time.perf_counter() - start)
+    finally:
+        del host, dev
+        torch.cuda.empty_cache()
+    return nbytes / seconds if seconds > 0 else None
 
 
 @dataclass(frozen=True, slots=True)
