@@ -21,7 +21,8 @@ async def test_placement_and_ring_depth_keys_replan_and_show_in_the_forecast(app
         assert "spread" in app.notices[-1][0]
         await pilot.press("right_square_bracket")
         assert app.policy.prefetch_slots == 3 and app.plan.forecast.streaming_slots == 3
-        assert "3 resident (spread), 3 slots" in app.plan_screen.forecast._shown[3][2]
+        streamed = [note for label, _, note in app.plan_screen.forecast._shown if label.startswith("streamed")]
+        assert len(streamed) == 1 and "3 resident (spread), 3 slots" in streamed[0]
         assert "no vLLM-Omni spelling" in " ".join(app.plan_screen.policy_panel.flags.splitlines()) or \
             app.plan.residency.placement == "spread"
         for _ in range(5):
