@@ -46,7 +46,9 @@ from ..engine.api import (
     DEFAULT_HZ,
     EngineHandle,
     EngineWorker,
+    History,
     OffloadPolicy,
+    RequestService,
     Source,
     TelemetrySampler,
     TelemetrySnapshot,
@@ -67,8 +69,11 @@ from .key_help import help_sections
 from .load_commands import LoadCommands
 from .plan_commands import PlanCommands
 from .policy_edits import PolicyEditor
+from .queue_commands import QueueCommands
 from .request_commands import RequestCommands
-from .screens import CopyCommandScreen, HelpScreen, HistoryScreen, LiveScreen, NoticeLogScreen, PlanScreen
+from .request_queue import QueueRows
+from .request_report import RequestReporter
+from .screens import CopyCommandScreen, HelpScreen, LiveScreen, NoticeLogScreen, PlanScreen
 from .session import ConsoleSession
 from .shutdown import EngineRelease, stop_key_reader
 from .toasts import NARROW_WIDTH, drop_toast, max_visible_for, toast_text, toasts_replaced_by
@@ -103,7 +108,7 @@ def theme_or_error(name: str | None) -> str:
     return name
 
 
-class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
+class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands, App[int]):
     """The operator console. `run()` returns 0 after a clean quit."""
 
     CSS_PATH = CSS_PATH
@@ -180,6 +185,13 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
             self.start_telemetry = bool(start_telemetry)
         self.sampler = sampler
         self.release = EngineRelease(self.worker, sampler, self.sub)
+        # requests go through the engine's request service (the queue `run` uses too), on this worker; the
+        # console writes each one through it on the engine thread (`_write_then_finish`) and keeps its report
+        # in the cache's history (a history file that cannot be used: one note, through the event stream)
+        self.reporter = RequestReporter(engine, lambda: sampler.sample_now())
+        self.service = RequestService(engine, worker=self.worker, history=History(), write_in_caller=True)
+        self.queue_rows = QueueRows()
+        self.submitted = 0  # requests submitted: the next output name's number
         from ..engine.api import read_device_info  # the probe imports torch: only once an app is built
 
         self.device_info = read_device_info(engine.device)
@@ -256,8 +268,9 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
             self.post_message(message)
 
     def begin_shutdown(self) -> Future[None]:
-        """Never waits for the engine: stop telemetry, cancel, queue the release (idempotent)."""
+        """Never waits for the engine: stop telemetry, cancel what waits and runs, queue the release (idempotent)."""
         self._closed = True
+        self.service.close()
         return self.release.begin()
 
     def shutdown(self, timeout: float | None = QUIT_RELEASE_WAIT_S) -> bool:
@@ -351,7 +364,9 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
                 self.live_screen.show_dropped(self.sub.dropped)
             return 0  # the common idle tick: touch no other widget
         loading = self.session.phase == "loading"
+        self.reporter.fold()  # the reports' event totals, bounded however long the console idles
         with self.batch_update():
+            self.follow_requests(events)  # before the router: a request that starts resets its number
             routed = router.route(events, loading=loading, dropped=self.sub.dropped)
             self.session.follow(routed.engine)  # the engine's plan and state, before anything shows them
             if loading and (routed.load_lines or routed.load_progress):
@@ -414,14 +429,6 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         """n: every notice of the session with its time (a toast is gone in seconds)."""
         if not isinstance(self.screen, NoticeLogScreen):
             self.push_screen(NoticeLogScreen(self.notices, self.notice_times))
-
-    def action_history(self) -> None:
-        """The request history, read from the cache when asked (bounded: at most the history's size)."""
-        from ..engine.api import History
-
-        if not isinstance(self.screen, HistoryScreen):
-            history = History()
-            self.push_screen(HistoryScreen(history.entries, history.note))
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

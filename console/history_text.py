@@ -33,8 +33,9 @@ def policy_text(policy: dict[str, Any]) -> str:
     return f"dlo r{policy.get('resident_layers', '?')} k{policy.get('prefetch_slots', '?')}"
 
 
-def history_table(entries: Sequence[Any]) -> Table | Text:
-    """Newest first; `no requests yet` when there are none."""
+def history_table(entries: Sequence[Any], selected: int | None = None) -> Table | Text:
+    """Newest first; `no requests yet` when there are none. `selected`: the row (0: the newest) shown
+    highlighted, the one `enter` re-runs."""
     if not entries:
         return Text("no requests yet")
     table = Table(box=None, padding=(0, 1), expand=True, header_style="bold")
@@ -42,11 +43,12 @@ def history_table(entries: Sequence[Any]) -> Table | Text:
                           ("policy", {}), ("step", {"justify": "right"}), ("peak", {"justify": "right"}),
                           ("output", {"ratio": 3})):
         table.add_column(name, no_wrap=True, overflow="ellipsis", **options)
-    for e in reversed(entries):
+    for row, e in enumerate(reversed(entries)):
         output = e.files[0] if e.files else (e.error or "—")
         table.add_row(str(e.ticket), Text(e.status, style=STATUS_STYLE.get(e.status, "")),
                       Text(plain(e.request.prompt)), size_text(e.request), policy_text(e.policy),
                       format_seconds(e.step_s) if e.step_s is not None else "—",
                       format_bytes(e.peak_bytes) if e.peak_bytes is not None else "—",
-                      Text(plain(output) + (f" (+{len(e.files) - 1})" if len(e.files) > 1 else "")))
+                      Text(plain(output) + (f" (+{len(e.files) - 1})" if len(e.files) > 1 else "")),
+                      style="reverse" if row == selected else "")
     return table

@@ -24,11 +24,14 @@ if TYPE_CHECKING:
         GenerateRequest,
         ModelInfo,
         RequestForecast,
+        RequestService,
         TelemetrySnapshot,
     )
     from .engine_answers import EngineAnswers
     from .event_router import EventRouter
     from .first_paint import FirstPaint
+    from .request_queue import QueueRows
+    from .request_report import RequestReporter
     from .screens import LiveScreen, PlanScreen
     from .session import ConsoleSession
 
@@ -62,6 +65,11 @@ class ConsoleHost(Protocol):
     first_paint: FirstPaint
     """Holds the app's paints until the plan screen has its request forecast (console/first_paint.py)."""
     live_screen: LiveScreen | None
+    service: RequestService
+    """The engine's request service: the queue every request goes through (created on this worker)."""
+    reporter: RequestReporter
+    queue_rows: QueueRows
+    submitted: int
     out_dir: Path
     save_partial: bool
     _link_shown: object
@@ -95,6 +103,11 @@ class ConsoleHost(Protocol):
     def action_edit(self, what: str, value: object = None) -> bool: ...
     def request_forecast_line(self, request: GenerateRequest) -> str: ...
     def start_generate(self, request: GenerateRequest | None) -> Future | None: ...
+    def ask_queue_forecast(self, ticket: Any) -> None: ...
+    def show_queue(self) -> None: ...
+    def _queued_request_started(self, number: int) -> None: ...
+    def _write_then_finish(self, ticket: Any, done: Future) -> None: ...
+    def _save_rank_results(self, result: Any) -> None: ...
 
     # ---- the actions the command palette offers
     def action_load(self) -> Future | None: ...

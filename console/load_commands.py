@@ -48,7 +48,9 @@ class LoadCommands:
         tiers = None  # --ram-budget: where each block master lives (pinned, page cache, disk) for this policy
         if self.ram_budget is not None:
             tiers = load_tiers_of(plan, session.request_size, session.bandwidth, self.ram_budget)
-        return self._track("load", self.worker.load(session.policy, tiers))
+        future = self.worker.load(session.policy, tiers)
+        future.add_done_callback(self.reporter.load_done)  # on the engine thread, before the UI hears of it
+        return self._track("load", future)
 
     def action_unload(self: ConsoleHost) -> Future | None:
         """u: unload (memory released) and return to the plan screen."""

@@ -1,31 +1,63 @@
-"""Requests: the live screen's `g`, the generate dialog's request on the worker, and its outcome.
+"""Requests: the live screen's `g`, the generate dialog's request through the engine's request service, and
+its outcome.
 
 Part of `OmniConsoleApp` (a mixin over the `ConsoleHost` protocol: the session's phase, the live
-screen, the worker). The image or
-video is saved on the engine thread as soon as the request returns; the outcome (toast, request
-line, event-log line) is worded by `request_outcome`.
+screen, the service). `g` while a request runs adds to the service's queue (the queue panel shows it). The
+image or video is written by the service on the engine thread as soon as the request returns, its report
+kept in the history (`request_report`); the outcome (toast, request line, event-log line) is worded by
+`request_outcome`.
 """
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import Future
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..engine.api import EngineState, GenerateRequest, RequestCancelled, request_size
+from ..engine.api import (
+    EngineState,
+    GenerateRequest,
+    GenerateResult,
+    RequestCancelled,
+    Ticket,
+    Written,
+    makes_still_images,
+    request_size,
+)
+from ..engine.errors import OPERATOR_ERRORS
 from ..engine.events import LogEvent
 from . import request_outcome
 from .command_done import CommandDone
 from .engine_answers import PENDING
+from .event_text import one_line
 from .generate_form import RequestForm, expected_frames
-from .outputs import save_result
+from .outputs import MAX_SUFFIX, VIDEO_SUFFIX, output_stem, save_result
 from .plan_commands import request_forecast_of
 from .request_defaults import FORECASTING_LINE, default_request, forecast_line, small_request
 from .screens import GenerateDialog
 
 if TYPE_CHECKING:
     from .host import ConsoleHost
+
+
+def failure_line(exc: BaseException) -> str:
+    return one_line(f"{type(exc).__name__}: {exc}")
+
+
+def free_output(out_dir: Path, pipeline_class: str, number: int) -> Path:
+    """A name for request `number`'s output that no file has now (`YYYYmmdd-HHMMSS-request-N.png`, `-2`, …;
+    `.mp4` for a video pipeline). The write itself is exclusive: a file that appears meanwhile is never
+    replaced (the request then fails its write in one line)."""
+    extension = VIDEO_SUFFIX if makes_still_images(pipeline_class) is False else ".png"
+    stem = output_stem(number)
+    for suffix in range(1, MAX_SUFFIX + 1):
+        path = out_dir / (f"{stem}{extension}" if suffix == 1 else f"{stem}-{suffix}{extension}")
+        if not os.path.lexists(path):
+            return path.resolve()
+    raise FileExistsError(f"no free name for {stem}{extension} in {out_dir} after {MAX_SUFFIX} tries")
 
 
 class RequestCommands:
@@ -63,48 +95,101 @@ class RequestCommands:
         return FORECASTING_LINE if forecast is PENDING else forecast_line(forecast, steps)
 
     def start_generate(self: ConsoleHost, request: GenerateRequest | None) -> Future | None:
-        """Run one request on the worker; the image is saved on the worker thread when it is done."""
+        """Submit one request to the engine's request service (it queues behind a running one).
+
+        Checked here against the model and its output name (one line refused, nothing queued); the
+        returned future ends with the engine's result (or its exception; cancelled: removed from the queue
+        before it ran) once the output is written on the engine thread (`_write_then_finish`)."""
         session = self.session
-        if request is None or session.phase != "live" or session.generating:
+        if request is None or session.phase != "live":
             return None
+        service = self.service
+        idle = service.running is None and not service.waiting()
+        try:
+            run = service.check(request, free_output(self.out_dir, self.model.pipeline_class, self.submitted + 1))
+        except (*OPERATOR_ERRORS, OSError) as exc:
+            self.say(f"request refused: {exc}", "error", timeout=10)
+            return None
+        self.submitted += 1
         session.request_started(request, str(self.model.path), request_size(request))
-        self.router.request_id = None
-        if self.live_screen is not None:
-            self.live_screen.set_generation(f"request: {request.prompt!r} · queued", 0, request.steps or 1)
-            self.live_screen.show_request_frames(expected_frames(self.model, request))
-        future = session.track("generate", self.worker.generate(request))
-        future.add_done_callback(self._save_then_report)
-        return future
+        if idle:  # the live line says what runs; a queued request's line comes with its RequestRunning event
+            self.router.request_id = None
+            if self.live_screen is not None:
+                self.live_screen.set_generation(f"request: {request.prompt!r} · queued", 0, request.steps or 1)
+                self.live_screen.show_request_frames(expected_frames(self.model, request))
+        ticket = service.submit(run)
+        self.queue_rows.added(ticket.number, request)
+        self.ask_queue_forecast(ticket)
+        done: Future = Future()
+        session.track("generate", done)
+        ticket.future.add_done_callback(lambda _f: self._write_then_finish(ticket, done))
+        return done
 
-    def _save_then_report(self: ConsoleHost, future: Future) -> None:
-        """Runs on the engine thread (or here if already done): save the image, then report.
+    def _write_then_finish(self: ConsoleHost, ticket: Ticket, done: Future) -> None:
+        """Runs on the engine thread (the service hands a `generated` request back to its face): write the
+        output through the service (atomic, never over a file), keep the report in the history, let the next
+        request run, then tell the UI thread.
 
-        Every image or video goes to a new file (`outputs.save_result`: timestamped, created exclusively);
-        a request cancelled before its last step is not saved unless `save_partial`.
-        """
+        A request cancelled before its last step is not saved unless `save_partial`; data-parallel ranks'
+        images (their own seeds) are saved beside it under new names."""
+        outcome = ticket.future.result()
         output: Path | None = None
         save_error: str | None = None
-        if not future.cancelled() and future.exception() is None:
-            result = future.result()
+        if outcome.state == "generated":
+            result = outcome.result
             if request_outcome.should_save(result, self.save_partial):
                 try:
-                    output = save_result(result, self.out_dir, result.request_id)
-                    for rank, other in enumerate(result.rank_results, start=1):  # data-parallel ranks' seeds
-                        path = save_result(other, self.out_dir, result.request_id)
-                        self.engine.bus.publish(LogEvent(level="info", message=f"rank {rank}: saved {path}"))
-                except Exception as exc:  # a full disk must not take the console down
-                    output, save_error = output, f"{type(exc).__name__}: {exc}"
-        self._post_from_worker(CommandDone("generate", future, output, save_error))
+                    outcome = self.service.write(ticket, outcome)
+                except Exception as exc:  # noqa: BLE001 - a write must not take the console down
+                    outcome = replace(outcome, state="failed", stage="write", error=failure_line(exc))
+                if outcome.state == "failed":
+                    save_error = outcome.error
+                elif outcome.written is not None and outcome.written.files:
+                    output = outcome.written.files[0]
+                    self._save_rank_results(result)
+            else:
+                partial = request_outcome.is_partial(result)
+                outcome = replace(outcome, state="cancelled" if partial else "done", written=Written())
+            report = None
+            if outcome.state == "done":
+                try:
+                    report = self.reporter.build(ticket, outcome)
+                except Exception as exc:  # noqa: BLE001 - a report that cannot be built costs the history its report
+                    self.engine.bus.publish(LogEvent(level="warning", message=f"report: {failure_line(exc)}"))
+            self.service.finish(ticket, outcome, report)
+        if outcome.result is not None:
+            done.set_result(outcome.result)
+        elif outcome.exception is not None:
+            done.set_exception(outcome.exception)
+        elif outcome.state == "cancelled":
+            done.cancel()  # removed from the queue before it ran
+        else:
+            done.set_exception(RuntimeError(outcome.error or "the request did not run"))
+        self._post_from_worker(CommandDone("generate", done, output, save_error))
+
+    def _save_rank_results(self: ConsoleHost, result: GenerateResult) -> None:
+        """A data-parallel group's other ranks' images, under new names beside the request's."""
+        for rank, other in enumerate(result.rank_results, start=1):
+            try:
+                path = save_result(other, self.out_dir, result.request_id)
+            except Exception as exc:  # noqa: BLE001 - a full disk must not take the console down
+                self.engine.bus.publish(LogEvent(level="warning", message=f"rank {rank}: not saved: {exc}"))
+                continue
+            self.engine.bus.publish(LogEvent(level="info", message=f"rank {rank}: saved {path}"))
 
     def _generate_done(self: ConsoleHost, message: CommandDone) -> None:
         session = self.session
+        future = message.future
+        if future.cancelled():  # removed from the queue before it ran: the running request goes on
+            session.generating = self.service.running is not None or bool(self.service.waiting())
+            self.say("a queued request was cancelled before it ran", "warning", timeout=5)
+            return
         if self.live_screen is not None:
             self.live_screen.cancelling = False
-        future = message.future
-        exc = None if future.cancelled() else future.exception()
-        if future.cancelled() or exc is not None:
-            error = "cancelled before it started" if exc is None else f"{type(exc).__name__}: {exc}"
-            session.request_ended(error)
+        exc = future.exception()
+        if exc is not None:
+            error = f"{type(exc).__name__}: {exc}"
+            session.request_ended(error, queued=self.service.running is not None or bool(self.service.waiting()))
             if self.live_screen is not None:
                 self.live_screen.show_request_frames(None)  # no phases follow a failed request
             if isinstance(exc, RequestCancelled):
@@ -116,7 +201,8 @@ class RequestCommands:
                                   "error")
             return
         result = future.result()
-        session.request_ended(output=message.output)
+        session.request_ended(output=message.output,
+                              queued=self.service.running is not None or bool(self.service.waiting()))
         done, total = request_outcome.steps_done(result)
         self._show_outcome(request_outcome.finished(result, message.output, message.save_error), done, total)
 

@@ -43,7 +43,7 @@ class ConsoleSession:
         self.live_replan = live_replan
         self.phase: Phase = "plan"
         self.generating = False
-        """A request is running (from its start until its outcome is shown)."""
+        """A request is running or queued (from the first's start until the last's outcome is shown)."""
         self.busy: Future | None = None
         """The worker command in flight that the app started last (None once it is done)."""
         self.last_command: dict[str, Future] = {}
@@ -125,14 +125,13 @@ class ConsoleSession:
         if self.phase != "live":
             return "nothing loaded", "warning"
         if self.generating:
-            return "a request is running; esc cancels it first", "warning"
+            return "a request is running or queued; esc cancels it, the queue panel's X clears the rest", "warning"
         return None
 
     def refuse_generate(self) -> Refusal | None:
+        """`g` while a request runs is not refused: the request joins the engine's queue."""
         if self.phase != "live":
             return "load the model first (l)", "warning"
-        if self.generating:
-            return "a request is running; esc cancels it", "warning"
         return None
 
     def refuse_budget(self) -> Refusal | None:
@@ -187,8 +186,9 @@ class ConsoleSession:
         self.request_size = size
         self.generating = True
 
-    def request_ended(self, error: str | None = None, output: Path | None = None) -> None:
-        self.generating = False
+    def request_ended(self, error: str | None = None, output: Path | None = None, queued: bool = False) -> None:
+        """A request's outcome is shown; `queued`: others still run or wait (the session stays generating)."""
+        self.generating = queued
         if error is not None:
             self.last_error = error
         if output is not None:

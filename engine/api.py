@@ -90,6 +90,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
         pause_point,
     )
     from .running.text_length import check_text_length
+    from .service import request_events
     from .service.checks import CheckedRun, check_model_request, check_run
     from .service.history import History, HistoryEntry
     from .service.outputs import Written, frames_of, write_outputs
@@ -110,6 +111,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".worker": ("EngineWorker",),
     # the request service: checks, queue, runs, writes and remembers requests
     ".service.service": ("Outcome", "RequestService", "Ticket", "request_of"),
+    ".service": ("request_events",),  # the service's typed events, as one namespace (wt-queue)
     ".service.checks": ("CheckedRun", "check_model_request", "check_run"),
     ".service.history": ("History", "HistoryEntry"),
     ".service.outputs": ("Written", "frames_of", "write_outputs"),

@@ -1,5 +1,6 @@
 """The live screen (after load): memory, residency, staging events, step timings, generation, and
-for a video request its frames, latent size and where its time went (two lines under the request line).
+for a video request its frames, latent size and where its time went (two lines under the request line),
+and the request queue while requests run or wait (`QueuePanel`: cancel, reorder, clear).
 
 An engine that runs as a group of ranks (`engine.world > 1`) adds the GPU group panel (one line per
 rank) and the `r` key that narrows the staging log to one rank; a single engine's screen has neither.
@@ -12,7 +13,7 @@ arrive while the model is still loading (before this screen is shown) are kept, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -25,12 +26,14 @@ from ...engine.api import Plan, TelemetrySnapshot, plain_lines
 from ...engine.events import Event, ForecastCheck, RequestPhases, StepTiming
 from ..event_text import forecast_check_text
 from ..rank_stats import RankStats
+from ..request_queue import QueueRow
 from ..tier_traffic import TierTraffic, tier_lines
 from ..widgets import AllocatorPanel, HostPanel, ResidencyPanel, StagingLog, StepTimings
 from ..widgets.fitted_text import FittedText
 from ..widgets.gpu_group_panel import GpuGroupPanel
 from ..widgets.key_numbers import KeyNumbers
 from ..widgets.plan_policy import PolicyPanel
+from ..widgets.queue_panel import QueuePanel
 from ..widgets.request_phases import RequestPhasesLine
 from ..widgets.residency_panel import ResidencyRow
 from ..widgets.steady_footer import SteadyFooter
@@ -127,6 +130,7 @@ class LiveScreen(Screen[None]):
         self.key_numbers = KeyNumbers(id="key-numbers")
         self.world = max(world, 1)
         self.gpu_group = GpuGroupPanel(id="gpu-group")
+        self.queue = QueuePanel(id="queue")
 
     def compose(self) -> ComposeResult:
         if self.world > 1:
@@ -144,6 +148,7 @@ class LiveScreen(Screen[None]):
             yield self.gen_label
             yield self.gen_progress
         yield self.phases
+        yield self.queue
         if self.world > 1:
             yield self.gpu_group
         with ScrollableContainer(id="live-columns") as columns:
@@ -205,6 +210,10 @@ class LiveScreen(Screen[None]):
     def show_request_frames(self, frames: int | None) -> None:
         """A request starts: its frame count for a video pipeline (None hides the phase lines)."""
         self.phases.show_pending(frames)
+
+    def show_queue(self, rows: Sequence[QueueRow]) -> None:
+        """The request queue (the running request, then the waiting ones); hidden when empty."""
+        self.queue.show(rows)
 
     def show_phases(self, event: RequestPhases) -> None:
         """A request ended: frames, latent size, text encoding / denoise / VAE decode times."""

@@ -5,3 +5,7 @@ engine's worker, write its outputs atomically (`outputs`), keep a bounded histor
 (`history`), and publish every state change as a typed event (`events`). `service.RequestService` ties
 them together; the TUI and `run` are faces over it.
 """
+
+from . import events as request_events  # the front door's one name for the service's events (engine.api)
+
+__all__ = ["request_events"]

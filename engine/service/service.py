@@ -24,6 +24,7 @@ from typing import Any, Literal
 from ..errors import OPERATOR_ERRORS
 from ..handle import EngineHandle
 from ..running.runner import GenerateRequest
+from ..running.runner import RequestCancelled as StoppedBetweenBlocks
 from ..worker import EngineWorker
 from .checks import CALL_NAMES, CheckedRun, Names, check_run
 from .events import (
@@ -236,7 +237,9 @@ class RequestService:
     def _ran(self, ticket: Ticket, done: Future[Outcome]) -> None:
         if done.cancelled():
             outcome = Outcome("cancelled")
-        elif (exc := done.exception()) is not None:
+        elif isinstance(exc := done.exception(), StoppedBetweenBlocks):  # stopped between two blocks: a cancel
+            outcome = Outcome("cancelled", exception=exc)
+        elif exc is not None:
             outcome = Outcome("failed", error=failure_line(exc), exception=exc)
         else:
             outcome = done.result()
