@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from ..engine.api import RunMemory, RunTotals, request_size, run_report
+from ..engine.api import RunMemory, RunTotals, served_report
 from .telemetry_text import describe_snapshot
 
 if TYPE_CHECKING:
@@ -52,10 +52,9 @@ class RequestReporter:
         self._memory = RunMemory.start(engine.device, engine.device_name, None, None)
 
     def build(self, ticket: Ticket, outcome: Outcome) -> dict[str, Any] | None:
-        """The report of a request that ran and was written (None without a load or a result)."""
-        engine, result, written = self.engine, outcome.result, outcome.written
-        plan, load = engine.plan, self.load
-        if result is None or written is None or plan is None or load is None:
+        """The report of a request that ran and was written (engine thread; None without a load or a result)."""
+        result = outcome.result
+        if result is None or self.load is None:
             return None
         with self._lock:
             self._totals.add_all(self.sub.drain())
@@ -64,13 +63,9 @@ class RequestReporter:
         measured = memory.finish(result.peak_allocated_bytes, result.peak_reserved_bytes) if memory else {}
         predicted = memory.predicted(result.check, measured.get("process_peak_bytes")) if memory else {}
         self._restart_memory()
-        forecast = engine.forecast(request_size(ticket.request), plan=plan)
-        return run_report(model=str(engine.model.path), device=str(engine.device), policy=plan.policy, plan=plan,
-                          load=load, result=result, ticket=ticket, written=written,
-                          memory={**measured, **predicted}, totals=totals.summary(),
-                          events_dropped=self.sub.dropped,
-                          telemetry={**totals.telemetry_peaks(), "final": describe_snapshot(self.sample())},
-                          lean=[c.line for c in forecast.lean] if forecast is not None else [])
+        return served_report(self.engine, ticket, outcome, load=self.load, memory={**measured, **predicted},
+                             totals=totals.summary(), events_dropped=self.sub.dropped,
+                             telemetry={**totals.telemetry_peaks(), "final": describe_snapshot(self.sample())})
 
     def close(self) -> None:
         self.sub.close()

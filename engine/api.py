@@ -94,7 +94,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from .service.checks import CheckedRun, check_model_request, check_run
     from .service.history import History, HistoryEntry
     from .service.outputs import Written, frames_of, write_outputs
-    from .service.report import run_report
+    from .service.report import run_report, served_report
     from .service.run_report import RunReport
     from .service.run_totals import RunTotals
     from .service.service import Outcome, RequestService, Ticket, request_of
@@ -115,7 +115,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".service.checks": ("CheckedRun", "check_model_request", "check_run"),
     ".service.history": ("History", "HistoryEntry"),
     ".service.outputs": ("Written", "frames_of", "write_outputs"),
-    ".service.report": ("run_report",),
+    ".service.report": ("run_report", "served_report"),
     ".service.run_report": ("RunReport",),
     ".service.run_totals": ("RunTotals",),
     ".loading.loader": ("LoadCancelled", "pipeline_class", "pipeline_init_values"),

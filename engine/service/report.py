@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from ..running.pipeline_output import frame_size
+from ..running.profiler import request_size
 from ..running.run_memory import step_down_docs
 from .outputs import Written, frames_of
 from .run_report import RunReport
@@ -87,3 +88,18 @@ def run_report(*, model: str, device: str, policy: Any, plan: Any, load: Any, re
         "events_dropped": events_dropped,
         "telemetry": telemetry,
     }).to_json_dict()
+
+
+def served_report(engine: Any, ticket: Ticket, outcome: Any, *, load: Any, memory: dict[str, Any],
+                  totals: dict[str, Any], telemetry: dict[str, Any], events_dropped: int) -> dict[str, Any] | None:
+    """`run_report` for a face whose request the service ran on a loaded engine (the console): the policy and
+    plan the engine carries out, and the lean phases its forecast of the request applies, read here on the
+    engine thread (a face's UI thread never reads them). None when nothing was run or written."""
+    plan = engine.plan
+    if plan is None or outcome.result is None or outcome.written is None:
+        return None
+    forecast = engine.forecast(request_size(ticket.request), plan=plan)
+    return run_report(model=str(engine.model.path), device=str(engine.device), policy=plan.policy, plan=plan,
+                      load=load, result=outcome.result, ticket=ticket, written=outcome.written, memory=memory,
+                      totals=totals, telemetry=telemetry, events_dropped=events_dropped,
+                      lean=[c.line for c in forecast.lean] if forecast is not None else [])

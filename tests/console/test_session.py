@@ -67,20 +67,23 @@ def test_a_load_moves_plan_loading_live_and_each_phase_allows_its_keys():
     assert session.phase == "plan" and session.planned is None and session.engine_state == "unloaded"
 
 
-def test_a_request_blocks_g_and_u_until_its_outcome_and_is_remembered_per_model():
+def test_a_request_blocks_u_not_g_until_its_outcome_and_is_remembered_per_model():
     session = make()
     assert session.refuse_generate() == ("load the model first (l)", "warning")
     loaded(session)
     request = GenerateRequest(prompt="a red fox", steps=3, height=64, width=64, seed=7)
     session.request_started(request, "/models/demo", "the size")
     assert session.generating and session.may_cancel()
-    assert session.refuse_generate() == ("a request is running; esc cancels it", "warning")
-    assert session.refuse_unload() == ("a request is running; esc cancels it first", "warning")
+    assert session.refuse_generate() is None  # g while a request runs queues the next (the engine's service)
+    assert session.refuse_unload() == ("a request is running or queued; esc cancels it, the queue panel's X "
+                                       "clears the rest", "warning")
     assert session.last_requests == {"/models/demo": request} and session.prompt == "a red fox"
     assert session.request_size == "the size"
     session.request_ended("RuntimeError: boom")
     assert not session.generating and session.last_error == "RuntimeError: boom" and session.last_output is None
     session.request_started(request, "/models/demo", "the size")
+    session.request_ended(output=Path("out/1.png"), queued=True)  # another request still waits
+    assert session.generating and session.refuse_unload() is not None
     session.request_ended(output=Path("out/1.png"))
     assert session.last_output == Path("out/1.png") and session.last_error == "RuntimeError: boom"
     assert session.refuse_generate() is None and session.refuse_unload() is None
