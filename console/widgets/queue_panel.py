@@ -54,8 +54,7 @@ class QueuePanel(Static, can_focus=True):
         self.selected = tickets.index(keep) if keep in tickets else min(self.selected, max(len(self.rows) - 1, 0))
         self.set_class(bool(self.rows), "-shown")
         waiting = sum(r.state != "running" for r in self.rows)
-        self.border_title = f"queue: {waiting} waiting" + (" · x cancel · [ ] move · X clear" if self.has_focus
-                                                            else "")
+        self.border_title = f"queue: {waiting} waiting"  # its keys are in the footer while it is focused
         self.update(self._table())
 
     def selected_ticket(self) -> int | None:
