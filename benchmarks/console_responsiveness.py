@@ -4,10 +4,10 @@
    before and after the app (the mean of the two medians is the baseline, against drift).
 2. App, idle operator: the console app (headless Textual, real telemetry sources at --hz) loads the
    model and runs the same request; step wall times → overhead ratio app / headless (target ≤ 1.01).
-3. App, busy operator: while requests with many steps run, press a key (`p`, pause/resume the staging
-   log) --presses times and measure key → state changed (the binding ran) and key → the first frame
-   that shows the change (the status line says paused, or no longer; checked on the composed screen
-   as each frame goes out), p50/p95/max in ms. Notifications are on, as on a terminal.
+3. App, busy operator: while requests with many steps run (and --queued N more wait in the queue), press
+   a key (`p`, pause/resume the staging log) --presses times and measure key → state changed (the binding
+   ran) and key → the first frame that shows the change (the status line says paused, or no longer;
+   checked on the composed screen as each frame goes out), p50/p95/max in ms. Notifications are on, as on a terminal.
 4. --replan N: live re-plans 0 → N → 0 → N → 0 resident layers (the engine is loaded for live re-plan),
    with the same key presses while each re-plan runs on the engine thread; each re-plan's seconds and
    bytes (its `Replanned` event) and the key latencies during re-plans.
@@ -238,6 +238,8 @@ async def run_app(model: Path, device: str, policy: OffloadPolicy, args: argpars
             while len(state_ms) + failures < args.presses:
                 running = app.start_generate(make_request(engine, args, args.key_steps))
                 assert running is not None
+                # --queued N: N more requests wait in the engine's queue (the queue panel shows them)
+                waiting = [app.start_generate(make_request(engine, args, args.steps)) for _ in range(args.queued)]
                 await wait_for(lambda f=running: f.done() or app.engine.state.value == "running", 30)
                 while not running.done() and len(state_ms) + failures < args.presses:
                     timed = await press_and_time(app, clock, args.key)
@@ -248,6 +250,9 @@ async def run_app(model: Path, device: str, policy: OffloadPolicy, args: argpars
                         frame_ms.append(timed[1])
                     await asyncio.sleep(args.gap_ms / 1e3)
                 busy.append(await asyncio.wrap_future(running))
+                for queued in waiting:
+                    assert queued is not None
+                    await asyncio.wrap_future(queued)
                 while app.generating:
                     await asyncio.sleep(0.001)
             elapsed = time.perf_counter() - t_start
@@ -278,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--height", type=int, default=None)
     parser.add_argument("--width", type=int, default=None)
     parser.add_argument("--presses", type=int, default=60)
+    parser.add_argument("--queued", type=int, default=0, metavar="N",
+                        help="requests waiting in the queue while the keys are pressed (the console's queue panel)")
     parser.add_argument("--replan", type=int, default=None, metavar="N",
                         help="also re-plan live 0 -> N -> 0 -> N -> 0 resident layers while keys are pressed")
     parser.add_argument("--key", default="p", help="live-screen key to press (p: pause/resume the staging log)")
@@ -313,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
         "device_name": torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor(),
         "torch": torch.__version__, "textual": textual.__version__, "torch_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
-        "steps": args.steps, "key_steps": args.key_steps, "repeats": args.repeats, "telemetry_hz": args.hz,
+        "steps": args.steps, "key_steps": args.key_steps, "queued": args.queued, "repeats": args.repeats,
+        "telemetry_hz": args.hz,
         "headless": headless, **app,
         "overhead_ratio_idle": ratio, "overhead_ratio_idle_mean": mean_ratio, "overhead_ratio_busy": busy_ratio,
         "overhead_target": 1.01,
