@@ -271,6 +271,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands,
         """Never waits for the engine: stop telemetry, cancel what waits and runs, queue the release (idempotent)."""
         self._closed = True
         self.service.close()
+        self.reporter.close()
         return self.release.begin()
 
     def shutdown(self, timeout: float | None = QUIT_RELEASE_WAIT_S) -> bool:

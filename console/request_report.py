@@ -10,6 +10,7 @@ report to this one (`RunMemory`: NVML's per-process peak on a GPU; nothing to me
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -48,8 +49,17 @@ class RequestReporter:
         self._restart_memory()
 
     def _restart_memory(self) -> None:
+        self._stop_memory()
         engine = self.engine
         self._memory = RunMemory.start(engine.device, engine.device_name, None, None)
+
+    def _stop_memory(self) -> None:
+        """End the previous sampling (a meter's thread and NVML handle) if `finish` did not."""
+        memory, self._memory = self._memory, None
+        if memory is not None and memory.meter is not None and memory.source is not None:
+            with contextlib.suppress(Exception):  # already stopped by `finish`
+                memory.meter.stop()
+                memory.source.close()
 
     def build(self, ticket: Ticket, outcome: Outcome) -> dict[str, Any] | None:
         """The report of a request that ran and was written (engine thread; None without a load or a result)."""
@@ -59,7 +69,7 @@ class RequestReporter:
         with self._lock:
             self._totals.add_all(self.sub.drain())
             totals, self._totals = self._totals, RunTotals()
-        memory = self._memory
+        memory, self._memory = self._memory, None  # finished here
         measured = memory.finish(result.peak_allocated_bytes, result.peak_reserved_bytes) if memory else {}
         predicted = memory.predicted(result.check, measured.get("process_peak_bytes")) if memory else {}
         self._restart_memory()
@@ -68,4 +78,5 @@ class RequestReporter:
                              telemetry={**totals.telemetry_peaks(), "final": describe_snapshot(self.sample())})
 
     def close(self) -> None:
+        self._stop_memory()
         self.sub.close()
