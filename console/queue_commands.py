@@ -93,10 +93,13 @@ class QueueCommands:
     # ---- the queue panel's keys (the panel names the request; the service acts on its queue)
 
     def queue_cancel(self: ConsoleHost, number: int) -> None:
+        running = self.service.running
+        is_running = running is not None and running.number == number
         if self.service.cancel(number):
-            running = self.service.running
-            self.say(f"cancelling request {number}…" if running is not None and running.number == number
-                     else f"request {number} removed from the queue", "warning", timeout=4)
+            if is_running and self.live_screen is not None:
+                self.live_screen.cancelling = True  # as esc: said until the request ends
+            self.say(f"cancelling request {number}…" if is_running else f"request {number} removed from the queue",
+                     "warning", timeout=4)
 
     def queue_move(self: ConsoleHost, number: int, delta: int) -> None:
         waiting = [t.number for t in self.service.waiting()]
