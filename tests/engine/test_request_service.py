@@ -270,3 +270,25 @@ def test_the_service_serves_the_demo_model_as_the_engine_does(tmp_path, demo_mod
     assert np.array_equal(np.asarray(Image.open(tmp_path / "fox.png")), expected)
     service.close()
     engine.close()
+
+
+def test_a_request_stopped_between_two_blocks_is_cancelled_not_failed(tmp_path):
+    from omni_console.engine.running.runner import RequestCancelled as StoppedBetweenBlocks
+
+    engine = GatedEngine(tmp_path)
+
+    def stopped(request, cancel=None):
+        raise StoppedBetweenBlocks(1, 4)  # the runner's cancel between blocks: 1 of 4 steps done
+
+    engine.generate = stopped
+    sub = engine.bus.subscribe()
+    service = RequestService(engine, history=History(tmp_path / "cache" / "history.json"))
+    try:
+        outcome = service.wait(service.submit(checked(tmp_path, "stopped")))
+    finally:
+        service.close()
+    assert outcome.state == "cancelled" and isinstance(outcome.exception, StoppedBetweenBlocks)
+    assert [(type(e).__name__, getattr(e, "running", None)) for e in events_of(sub, (RequestCancelled, RequestFailed))
+            ] == [("RequestCancelled", True)]
+    assert [e.status for e in service.history.entries] == ["cancelled"]
+    assert not (tmp_path / "stopped.png").exists()
