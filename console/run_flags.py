@@ -22,6 +22,7 @@ from ..engine.errors import ConfigError
 from .args import budget_from_args, policy_from_args, ram_budget_from_args
 
 DEMO_PIPELINE = "FluxPipeline"  # the embedded demo's pipeline (engine/demo/demo_model.py; a test holds it)
+MAX_STEPS, MAX_FRAMES = 10_000, 4096  # engine.running.request_limits' (a test holds them equal)
 SEED_MAX = 2**64 - 1  # engine.running.request_checks' (torch.Generator's unsigned 64-bit seed; a test holds it)
 MIN_FPS, MAX_FPS = 0.01, 1000.0  # 100 s to 1 ms a frame: what MP4 time bases and GIF/WebP durations hold
 _DEVICE = re.compile(r"([a-z]+)(?::(0|[1-9]\d{0,3}))?")  # as torch.device spells them (engine.loading.device_choice)
@@ -77,9 +78,15 @@ def check_fps(fps: float | None) -> float | None:
 
 
 def check_run_counts(args: argparse.Namespace) -> None:
-    """`--steps` at least 1, `--seed` in torch's range (the same lines `check_request` gives)."""
+    """`--steps` 1 to MAX_STEPS, `--frames` at most MAX_FRAMES, `--seed` in torch's range (the same lines
+    `check_request` and `check_limits` give)."""
     if args.steps is not None and args.steps < 1:
         raise ConfigError(f"--steps {args.steps}: must be at least 1")
+    if args.steps is not None and args.steps > MAX_STEPS:
+        raise ConfigError(f"--steps {args.steps}: at most {MAX_STEPS} steps")
+    frames = getattr(args, "frames", None)
+    if frames is not None and frames > MAX_FRAMES:
+        raise ConfigError(f"--frames {frames}: at most {MAX_FRAMES} frames in one request")
     if not 0 <= args.seed <= SEED_MAX:
         raise ConfigError(f"--seed {args.seed}: must be between 0 and 2**64-1 ({SEED_MAX})")
 
