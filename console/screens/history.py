@@ -15,6 +15,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
+from ...engine.api import plain
 from ..history_text import history_table
 
 
@@ -35,7 +36,7 @@ class HistoryScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         if self.note:
-            yield Static(self.note, id="history-note", markup=False)
+            yield Static(plain(self.note), id="history-note", markup=False)  # it names a path (data)
         with VerticalScroll() as scroll:
             scroll.border_title = f"request history ({len(self.entries)}, newest first; esc closes)"
             yield Static(history_table(self.entries), id="history-rows")
