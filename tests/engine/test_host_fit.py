@@ -42,6 +42,7 @@ def test_a_config_default_size_past_the_hosts_memory_is_refused_before_load(tmp_
                    out)
     assert "24000x24000, the pipeline's default size, set by its config (no --height, --width given), needs " in err
     assert "of host memory at its vae decode (forecast), more than this host's" in err
+    assert _refused(capsys, ["plan", "--model", str(root), "--device", "cpu"], out) == err  # plan says the same
 
 
 @pytest.mark.slow  # a one-step run
