@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from omni_console.console.cli import main
-from omni_console.engine.planning.host_forecast import HostForecast
+from omni_console.engine.planning.host_forecast import HostForecast, HostPart
 from omni_console.engine.planning.request_forecast import RequestForecast
 from omni_console.engine.planning.request_profile import RequestSize
 from omni_console.engine.running.host_fit import check_fits_host
@@ -54,22 +54,24 @@ def test_a_size_asked_for_past_the_hosts_memory_is_refused_and_one_that_fits_run
     assert main([*base, "--height", "32", "--width", "32"]) == 0 and out.is_file()
 
 
-def _forecast(device_peak: int, host_peak: int) -> RequestForecast:
-    host = HostForecast(phase_peaks={"vae_decode": host_peak}, peak_bytes=host_peak, peak_phase="vae_decode",
-                        parts=())
+def _forecast(device_peak: int, decoded: int, pinned: int = 0) -> RequestForecast:
+    parts = (HostPart("decoded output", decoded, ("vae_decode",)), HostPart("pinned blocks", pinned))
+    host = HostForecast(phase_peaks={"vae_decode": decoded + pinned}, peak_bytes=decoded + pinned,
+                        peak_phase="vae_decode", parts=parts)
     return RequestForecast(size=RequestSize(height=64, width=64), peak_bytes=device_peak, peak_phase="denoise",
                            peak_source="estimated", phase_peaks={"denoise": device_peak}, step_s=None,
                            floor_s=None, step_source="unknown", bandwidth=None, bandwidth_source="unknown", host=host)
 
 
-@pytest.mark.parametrize(("device", "device_peak", "host_peak", "refused"), [
-    ("cpu", 9 * GB, 1 * GB, True),    # on the CPU the device's activations are host memory
-    ("cuda", 9 * GB, 1 * GB, False),  # on a GPU they are not (the device's own OOM line covers them)
-    ("cuda", 1 * GB, 9 * GB, True),   # the decoded frames are on the host whatever the device
-    ("cpu", 8 * GB, 8 * GB, False),   # exactly the host's memory: not refused on a forecast
+@pytest.mark.parametrize(("device", "device_peak", "decoded", "pinned", "refused"), [
+    ("cpu", 9 * GB, 1 * GB, 0, True),    # on the CPU the device's activations are host memory
+    ("cuda", 9 * GB, 1 * GB, 0, False),  # on a GPU they are not (the device's own OOM line covers them)
+    ("cuda", 1 * GB, 9 * GB, 0, True),   # the decoded frames are on the host whatever the device
+    ("cuda", 1 * GB, 1 * GB, 9 * GB, False),  # pinned blocks: --ram-budget's to plan, not refused here
+    ("cpu", 8 * GB, 8 * GB, 0, False),   # exactly the host's memory: not refused on a forecast
 ])
-def test_what_counts_against_the_hosts_memory(device, device_peak, host_peak, refused):
-    forecast = _forecast(device_peak, host_peak)
+def test_what_counts_against_the_hosts_memory(device, device_peak, decoded, pinned, refused):
+    forecast = _forecast(device_peak, decoded, pinned)
     if refused:
         with pytest.raises(Exception, match="more than this host's 8.0 GB"):
             check_fits_host(forecast, device, host=8 * GB)
