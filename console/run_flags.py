@@ -16,6 +16,7 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..engine.errors import ConfigError
@@ -95,18 +96,30 @@ def check_existing_output(args: argparse.Namespace) -> None:
     """An `--output` that exists, refused without --overwrite where the result is surely that file: an
     .mp4/.gif/.webp (always one file), or any suffix when the pipeline makes still images. A video's
     numbered frames are checked after the import, when its frame count is known."""
-    from ..engine.api import check_output, discover_model, makes_still_images
+    from ..engine.api import check_output, makes_still_images
 
     if args.overwrite or not os.path.lexists(args.output):  # only the output itself is checked here
         return
     kind = check_output(args.output, overwrite=True, frames=1).kind  # the suffix's kind; nothing refused yet
     still = None
     if kind == "still":
-        name = DEMO_PIPELINE if args.model is None else discover_model(args.model, args.variant).pipeline_class
-        still = makes_still_images(name)
+        name = DEMO_PIPELINE if args.model is None else pipeline_class_name(Path(args.model))
+        still = makes_still_images(name) if name is not None else None
         if not still:
             return
     check_output(args.output, overwrite=False, video=False if still else None, frames=1)
+
+
+def pipeline_class_name(model: Path) -> str | None:
+    """`model_index.json`'s `_class_name`, read alone (no weight headers: reading them imports numpy, 0.3 s);
+    None where it cannot be read here (discovery says why, after)."""
+    from ..engine.model_dir.weights import load_json
+
+    try:
+        name = load_json(model.expanduser() / "model_index.json").get("_class_name")
+    except Exception:  # discovery reads it again and says why
+        return None
+    return name if isinstance(name, str) else None
 
 
 @dataclass(frozen=True, slots=True)

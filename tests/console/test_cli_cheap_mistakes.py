@@ -125,6 +125,18 @@ def test_the_seed_bound_is_the_engines():
     assert run_flags.SEED_MAX == SEED_MAX
 
 
+def test_an_existing_output_is_refused_from_the_pipeline_class_alone(demo_model_dir, tmp_path, monkeypatch):
+    """No weight header is read for it (reading them imports numpy: 0.3 s of the answer on this machine); a
+    folder without a readable index is left to discovery, which says why."""
+    from omni_console.engine.model_dir import weights
+
+    monkeypatch.setattr(weights, "read_header", lambda path: pytest.fail(f"read the header of {path}"))
+    (tmp_path / "shot.png").write_bytes(b"the user's file")
+    with pytest.raises(ConfigError, match="exists; pass --overwrite"):
+        check_existing_output(_args(demo_model_dir, tmp_path / "shot.png"))
+    check_existing_output(_args(tmp_path, tmp_path / "shot.png"))  # no model_index.json here: not refused early
+
+
 def test_a_video_models_png_output_that_exists_is_left_to_the_full_check(wan_model_dir, tmp_path):
     """A video writes NAME-0001.png, …: an existing NAME.png is no reason to refuse before the frame count is
     known; an existing NAME.mp4 is (the video is that one file)."""
