@@ -271,6 +271,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     planned = plan_for(model, policy, budget, size, device, layout,  # the layout checked, then the budgets
                        ram_budget=ram_budget)
     plan, forecast, reasons, ranks = planned.plan, planned.forecast, planned.reasons, planned.ranks
+    from ..engine.running.host_fit import check_fits_host
+
+    check_fits_host(forecast, "cpu" if device == "cpu" else "cuda")  # as `run` refuses it, with its line
     if args.json:
         print(json.dumps(plan_to_dict(plan, forecast, device, budget, reasons, ranks, planned.ram), indent=2))
     else:

@@ -40,6 +40,7 @@ from ..engine.api import (
     validate_hz,
 )
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
+from ..engine.running.host_fit import check_fits_host
 from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args, resolve_model_path
 from .event_text import one_line as _one_line
 from .interrupts import Interrupted, InterruptGuard
@@ -117,6 +118,7 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
         # with a budget, before load: nothing fits is one line and exit 2
         planned = plan_for(engine, plan, flags.budget, request_size(run.request), ram_budget=flags.ram_budget,
                            live=_live(flags))
+        check_fits_host(planned.forecast, engine.device.type)  # before load: past the host's memory is one line
         plan = planned.plan
         if planned.auto is not None:
             flags = replace(flags, policy=plan.policy, overhead=planned.auto.overhead)

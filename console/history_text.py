@@ -26,11 +26,11 @@ def size_text(request: Any) -> str:
 
 
 def policy_text(policy: dict[str, Any]) -> str:
-    """`dlo r1 k2` (resident blocks, ring slots) or the mode alone."""
-    mode = str(policy.get("mode", "?"))
+    """`dlo r1 k2` (resident blocks, ring slots) or the mode alone; its values are the history file's (data)."""
+    mode = plain(policy.get("mode", "?"))
     if mode != "dlo":
         return mode
-    return f"dlo r{policy.get('resident_layers', '?')} k{policy.get('prefetch_slots', '?')}"
+    return plain(f"dlo r{policy.get('resident_layers', '?')} k{policy.get('prefetch_slots', '?')}")
 
 
 def history_table(entries: Sequence[Any], selected: int | None = None) -> Table | Text:
@@ -46,7 +46,7 @@ def history_table(entries: Sequence[Any], selected: int | None = None) -> Table 
     for row, e in enumerate(reversed(entries)):
         output = e.files[0] if e.files else (e.error or "—")
         table.add_row(str(e.ticket), Text(e.status, style=STATUS_STYLE.get(e.status, "")),
-                      Text(plain(e.request.prompt)), size_text(e.request), policy_text(e.policy),
+                      Text(plain(e.request.prompt)), size_text(e.request), Text(policy_text(e.policy)),
                       format_seconds(e.step_s) if e.step_s is not None else "—",
                       format_bytes(e.peak_bytes) if e.peak_bytes is not None else "—",
                       Text(plain(output) + (f" (+{len(e.files) - 1})" if len(e.files) > 1 else "")),

@@ -16,12 +16,14 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..engine.errors import ConfigError
 from .args import budget_from_args, policy_from_args, ram_budget_from_args
 
 DEMO_PIPELINE = "FluxPipeline"  # the embedded demo's pipeline (engine/demo/demo_model.py; a test holds it)
+MAX_STEPS, MAX_FRAMES = 10_000, 4096  # engine.running.request_limits' (a test holds them equal)
 SEED_MAX = 2**64 - 1  # engine.running.request_checks' (torch.Generator's unsigned 64-bit seed; a test holds it)
 MIN_FPS, MAX_FPS = 0.01, 1000.0  # 100 s to 1 ms a frame: what MP4 time bases and GIF/WebP durations hold
 _DEVICE = re.compile(r"([a-z]+)(?::(0|[1-9]\d{0,3}))?")  # as torch.device spells them (engine.loading.device_choice)
@@ -77,9 +79,15 @@ def check_fps(fps: float | None) -> float | None:
 
 
 def check_run_counts(args: argparse.Namespace) -> None:
-    """`--steps` at least 1, `--seed` in torch's range (the same lines `check_request` gives)."""
+    """`--steps` 1 to MAX_STEPS, `--frames` at most MAX_FRAMES, `--seed` in torch's range (the same lines
+    `check_request` and `check_limits` give)."""
     if args.steps is not None and args.steps < 1:
         raise ConfigError(f"--steps {args.steps}: must be at least 1")
+    if args.steps is not None and args.steps > MAX_STEPS:
+        raise ConfigError(f"--steps {args.steps}: at most {MAX_STEPS} steps")
+    frames = getattr(args, "frames", None)
+    if frames is not None and frames > MAX_FRAMES:
+        raise ConfigError(f"--frames {frames}: at most {MAX_FRAMES} frames in one request")
     if not 0 <= args.seed <= SEED_MAX:
         raise ConfigError(f"--seed {args.seed}: must be between 0 and 2**64-1 ({SEED_MAX})")
 
@@ -88,18 +96,30 @@ def check_existing_output(args: argparse.Namespace) -> None:
     """An `--output` that exists, refused without --overwrite where the result is surely that file: an
     .mp4/.gif/.webp (always one file), or any suffix when the pipeline makes still images. A video's
     numbered frames are checked after the import, when its frame count is known."""
-    from ..engine.api import check_output, discover_model, makes_still_images
+    from ..engine.api import check_output, makes_still_images
 
     if args.overwrite or not os.path.lexists(args.output):  # only the output itself is checked here
         return
     kind = check_output(args.output, overwrite=True, frames=1).kind  # the suffix's kind; nothing refused yet
     still = None
     if kind == "still":
-        name = DEMO_PIPELINE if args.model is None else discover_model(args.model, args.variant).pipeline_class
-        still = makes_still_images(name)
+        name = DEMO_PIPELINE if args.model is None else pipeline_class_name(Path(args.model))
+        still = makes_still_images(name) if name is not None else None
         if not still:
             return
     check_output(args.output, overwrite=False, video=False if still else None, frames=1)
+
+
+def pipeline_class_name(model: Path) -> str | None:
+    """`model_index.json`'s `_class_name`, read alone (no weight headers: reading them imports numpy, 0.3 s);
+    None where it cannot be read here (discovery says why, after)."""
+    from ..engine.model_dir.weights import load_json
+
+    try:
+        name = load_json(model.expanduser() / "model_index.json").get("_class_name")
+    except Exception:  # discovery reads it again and says why
+        return None
+    return name if isinstance(name, str) else None
 
 
 @dataclass(frozen=True, slots=True)

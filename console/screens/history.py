@@ -17,6 +17,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
+from ...engine.api import plain
 from ..history_text import history_table
 
 
@@ -45,7 +46,7 @@ class HistoryScreen(Screen[Any]):
 
     def compose(self) -> ComposeResult:
         if self.note:
-            yield Static(self.note, id="history-note", markup=False)
+            yield Static(plain(self.note), id="history-note", markup=False)  # it names a path (data)
         with VerticalScroll() as scroll:
             scroll.border_title = (f"request history ({len(self.entries)}, newest first; "
                                    "enter runs again, esc closes)")

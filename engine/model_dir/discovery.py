@@ -242,10 +242,11 @@ def unstreamed_denoiser_notes(name: str, role: str, library: str | None, class_n
     return []
 
 
-def _check_block_count(where: Path, count: int) -> None:
+def _check_block_count(where: Path, count: int, kind: str = "DiT") -> None:
+    """At most MAX_DIT_BLOCKS streamed blocks; `kind` ("DiT" or "UNet") names them as the plan does."""
     if count > MAX_DIT_BLOCKS:
-        raise ModelDirError(f"{where}: {count} DiT blocks, more than the {MAX_DIT_BLOCKS} omni-console plans for "
-                            "(no real DiT has that many)")
+        raise ModelDirError(f"{where}: {count} {kind} blocks, more than the {MAX_DIT_BLOCKS} omni-console plans for "
+                            f"(no real {kind} has that many)")
 
 
 def discover_model(path: str | Path, variant: str | None = None) -> ModelInfo:
@@ -276,6 +277,9 @@ def discover_model(path: str | Path, variant: str | None = None) -> ModelInfo:
                             "omni-console plans for (no real pipeline has that many)")
     components = tuple(discover_component(root, name, library, class_name, variant)
                        for name, library, class_name in entries)
-    _check_block_count(root, sum(c.num_blocks for c in components if c.role in DENOISER_ROLES))
+    denoisers = [c for c in components if c.role in DENOISER_ROLES]
+    kind = "UNet" if any(c.num_blocks for c in denoisers) and all(  # as ModelInfo.block_kind names them
+        c.role == "unet" for c in denoisers if c.num_blocks) else "DiT"
+    _check_block_count(root, sum(c.num_blocks for c in denoisers), kind)
     notes = tuple(root_notes) + tuple(n for c in components for n in c.notes)
     return ModelInfo(root, pipeline, components, notes, values)

@@ -20,6 +20,15 @@ from ..errors import ConfigError
 # Parameters the engine sets itself: a --param may not replace them (`call_options` refuses them).
 ENGINE_PARAMETERS = frozenset({"prompt", "generator", "output_type", "return_dict", "callback_on_step_end",
                                "callback_on_step_end_tensor_inputs", "callback", "callback_steps"})
+# Pipeline parameters a flag of its own sets -> (that flag's request field, what it is): `call_options`
+# refuses them as a --param with the same line (a test holds the two tables equal).
+DEDICATED_PARAMETERS: dict[str, tuple[str, str]] = {
+    "num_inference_steps": ("steps", "number of steps"), "height": ("height", "height"),
+    "width": ("width", "width"), "guidance_scale": ("guidance", "guidance scale"),
+    **{name: ("frames", "number of frames") for name in ("num_frames", "video_length", "frames")},
+    "negative_prompt": ("negative_prompt", "negative prompt"),
+    "max_sequence_length": ("max_sequence_length", "max sequence length"), "image": ("image", "conditioning image"),
+}
 
 
 def parse_param(text: str) -> tuple[str, Any]:
@@ -88,3 +97,6 @@ def check_parameter_names(model_path: Path, params: Mapping[str, Any], label: st
     for key in keys:
         if key not in parameters:
             raise ConfigError(unknown_parameter_line(name, key, parameters, label))
+        if key in DEDICATED_PARAMETERS:
+            option, noun = DEDICATED_PARAMETERS[key]
+            raise ConfigError(f"{label} {key}: use --{option.replace('_', '-')} for {noun}")

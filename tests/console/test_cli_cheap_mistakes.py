@@ -39,6 +39,8 @@ def cli(tmp_path: Path, *argv: str) -> tuple[int, str, str]:
     (["--output", "taken.png"], "--output 'taken.png' exists; pass --overwrite to replace it"),
     (["--output", "taken.mp4"], "--output 'taken.mp4' exists; pass --overwrite to replace it"),
     (["--output", "new.png", "--steps", "0"], "--steps 0: must be at least 1"),
+    (["--output", "new.png", "--steps", "10001"], "--steps 10001: at most 10000 steps"),
+    (["--output", "new.png", "--frames", "4097"], "--frames 4097: at most 4096 frames in one request"),
     (["--output", "new.xyz"], "--output 'new.xyz': no image writer for '.xyz'"),
     (["--output", "new.png", "--seed", "-1"], "--seed -1: must be between 0 and 2**64-1"),
     (["--output", "new.png", "--fps", "0"], "--fps 0.0: must be a positive finite number"),
@@ -123,6 +125,18 @@ def test_the_seed_bound_is_the_engines():
     assert run_flags.SEED_MAX == SEED_MAX
 
 
+def test_an_existing_output_is_refused_from_the_pipeline_class_alone(demo_model_dir, tmp_path, monkeypatch):
+    """No weight header is read for it (reading them imports numpy: 0.3 s of the answer on this machine); a
+    folder without a readable index is left to discovery, which says why."""
+    from omni_console.engine.model_dir import weights
+
+    monkeypatch.setattr(weights, "read_header", lambda path: pytest.fail(f"read the header of {path}"))
+    (tmp_path / "shot.png").write_bytes(b"the user's file")
+    with pytest.raises(ConfigError, match="exists; pass --overwrite"):
+        check_existing_output(_args(demo_model_dir, tmp_path / "shot.png"))
+    check_existing_output(_args(tmp_path, tmp_path / "shot.png"))  # no model_index.json here: not refused early
+
+
 def test_a_video_models_png_output_that_exists_is_left_to_the_full_check(wan_model_dir, tmp_path):
     """A video writes NAME-0001.png, …: an existing NAME.png is no reason to refuse before the frame count is
     known; an existing NAME.mp4 is (the video is that one file)."""
@@ -166,6 +180,25 @@ def test_a_parameter_the_pipeline_has_not_is_answered_before_torch(demo_model_di
     assert (code, heavy, err) == (2, "", f"omni-console: error: {line}\n")
 
 
+@pytest.mark.slow
+def test_a_parameter_a_flag_of_its_own_sets_is_answered_before_torch(demo_model_dir, tmp_path):
+    """`--param guidance_scale=…` was refused only after the import (5 s); the same line, now at once."""
+    code, heavy, err = cli(tmp_path, "run", "--model", str(demo_model_dir), "--output", "new.png",
+                           "--param", "guidance_scale=nan")
+    assert (code, heavy, err) == (2, "", "omni-console: error: --param guidance_scale: use --guidance for "
+                                         "guidance scale\n")
+
+
+def test_the_early_limits_and_dedicated_parameters_are_the_engines():
+    from omni_console.engine.running import request_limits
+    from omni_console.engine.running.call_options import OPTION_NOUNS, OPTION_PARAMETERS
+    from omni_console.engine.running.param_syntax import DEDICATED_PARAMETERS
+
+    assert (run_flags.MAX_STEPS, run_flags.MAX_FRAMES) == (request_limits.MAX_STEPS, request_limits.MAX_FRAMES)
+    engine = {p: (option, OPTION_NOUNS[option]) for option, params in OPTION_PARAMETERS.items() for p in params}
+    assert engine == DEDICATED_PARAMETERS
+
+
 def test_the_early_parameter_check_leaves_what_it_cannot_read_to_the_full_check(tmp_path):
     """No model_index.json, an unknown class, or a key the call has: nothing to say early."""
     from omni_console.engine.running.param_syntax import check_parameter_names
@@ -176,7 +209,9 @@ def test_the_early_parameter_check_leaves_what_it_cannot_read_to_the_full_check(
     (tmp_path / "model_index.json").write_text('{"_class_name": "ClassifierFreeGuidance"}')  # has a __call__
     check_parameter_names(tmp_path, {"x": 1}, "--param")  # not a pipeline: discovery's line, not this one
     (tmp_path / "model_index.json").write_text('{"_class_name": "FluxPipeline"}')
-    check_parameter_names(tmp_path, {"guidance_scale": 1.0, "callback": 1}, "--param")  # callback: the engine's
+    check_parameter_names(tmp_path, {"joint_attention_kwargs": {}, "callback": 1}, "--param")  # callback: later
+    with pytest.raises(ConfigError, match="guidance_scale: use --guidance for guidance scale$"):
+        check_parameter_names(tmp_path, {"guidance_scale": 1.0}, "--param")
     with pytest.raises(ConfigError, match="FluxPipeline has no parameter x$"):
         check_parameter_names(tmp_path, {"x": 1}, "--param")
 

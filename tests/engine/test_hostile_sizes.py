@@ -42,6 +42,9 @@ DEMO_CASES: dict[str, tuple[Callable[[Path], None], tuple[str, ...]]] = {
     "t5 relative_attention_num_buckets 1e9": (
         _set("text_encoder_2/config.json", "relative_attention_num_buckets", 10**9),
         ("text_encoder_2/config.json", "'relative_attention_num_buckets'", "refused before load")),
+    "flux num_layers 1e8": (_set("transformer/config.json", "num_layers", 10**8),
+                            ("transformer/config.json", "num_layers = 100000000 but the weights hold 2",
+                             "config and tensors disagree")),
     "flux axes_dims_rope 1e6": (_set("transformer/config.json", "axes_dims_rope", [10**6, 6, 6]),
                                 ("transformer/config.json", "'axes_dims_rope' = 1000000")),
     "clip max_position_embeddings 1e9": (_set("text_encoder/config.json", "max_position_embeddings", 10**9),

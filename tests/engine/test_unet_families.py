@@ -225,3 +225,16 @@ def test_sdxl_on_cuda_matches_plain_diffusers_and_streams_ahead(sdxl_dir: Path):
             assert not [e for copies in per_step for e in copies if e.sync], (comps, layers, mode, placement, slots)
     finally:
         engine.close()
+
+
+def test_too_many_unet_blocks_are_called_unet_blocks(sd15_dir: Path, monkeypatch, capsys):
+    """The block-count refusal names the blocks as the plan does: a UNet's are never called "DiT blocks"."""
+    from omni_console.console.cli import main
+    from omni_console.engine.model_dir import discovery
+
+    blocks = discover_model(sd15_dir).num_dit_blocks
+    monkeypatch.setattr(discovery, "MAX_DIT_BLOCKS", blocks - 1)
+    assert main(["plan", "--model", str(sd15_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f": {blocks} UNet blocks, more than the {blocks - 1}" in err, err
+    assert "DiT" not in err
