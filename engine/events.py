@@ -94,6 +94,10 @@ class StepTiming(Event):
     stall_s: float
     h2d_bytes: int = 0
     sync_fetches: int = 0
+    cache_forwards: int = 0  # --cache: DiT forwards whose cache decided this step (cond and uncond count apart)
+    cache_hits: int = 0  # ... of which the cache skipped the blocks after its probe block
+    skipped_blocks: int = 0  # streamed blocks the cache skipped: no copy issued for them
+    skipped_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

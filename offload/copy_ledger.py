@@ -27,6 +27,8 @@ class CopyLedger:
         self.h2d_bytes = 0
         self.transfers = 0
         self.sync_fetches = 0
+        self.skipped_blocks = 0  # streamed blocks a step cache skipped: no copy issued for them
+        self.skipped_bytes = 0
         self.async_bytes = 0  # resolved asynchronous copies: the link's rate as streamed
         self.async_seconds = 0.0
         self.tiers: dict[str, Tier] = {}  # block name → its host tier when not pinned (staging events carry it)
@@ -52,6 +54,11 @@ class CopyLedger:
                                  t=m.t, tier=self.tiers.get(m.target, "pinned"))
                 )
 
+    def skipped(self, nbytes: int) -> None:
+        """A streamed block the step cache skipped: its region was not copied for this forward."""
+        self.skipped_blocks += 1
+        self.skipped_bytes += nbytes
+
     def settle(self) -> None:
         """Resolve every measurement (the device has been synchronized: nothing is left in flight)."""
         self.absorb(self.clock.drain() if self.cuda else self.clock.poll())
@@ -59,6 +66,8 @@ class CopyLedger:
     def take(self, wait: bool = False) -> StepStats:
         """Totals since the previous call; `wait` resolves copies still running (teardown, tests)."""
         self.absorb(self.clock.drain() if self.cuda and wait else self.clock.poll())
-        stats = StepStats(self.stall_s, self.h2d_bytes, self.transfers, self.sync_fetches)
+        stats = StepStats(self.stall_s, self.h2d_bytes, self.transfers, self.sync_fetches, self.skipped_blocks,
+                          self.skipped_bytes)
         self.stall_s, self.h2d_bytes, self.transfers, self.sync_fetches = 0.0, 0, 0, 0
+        self.skipped_blocks = self.skipped_bytes = 0
         return stats
