@@ -133,6 +133,11 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
     lean.add_argument("--ff-chunking", choices=LEAN_MODES, default="auto",
                       help="chunk the denoiser's feed-forward over the batch where its class supports it; "
                            "never chosen by auto")
+    parser.add_argument("--cache", metavar="KIND[:key=value,...]",
+                        help="diffusers' step cache on the DiT: first-block, mag, taylorseer, faster, pab, sea or "
+                             "off (default), its parameters under the config's own names (e.g. "
+                             "first-block:threshold=0.2); with first-block and mag the streamer copies only the "
+                             "blocks a step runs")
     parser.add_argument("--mode", choices=("dlo", "resident"), default="dlo",
                         help="dlo: stream DiT blocks (default); resident: no offload (baseline)")
     parser.add_argument("--gpus", type=whole_number, default=1, metavar="N",
@@ -251,13 +256,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ..engine.api import pause_point
 
     pause_point("imports")
-    from ..engine.api import RequestSize, device_name_for_plan, discover_model, plan_for, plan_to_dict
+    from ..engine.api import RequestSize, device_name_for_plan, discover_model, parse_cache, plan_for, plan_to_dict
     from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args, resolve_model_path
     from .run_flags import check_device_name, check_sizes
 
     policy = policy_from_args(args)  # build-time checks first: no disk access for a bad flag
     budget = budget_from_args(args)
     ram_budget = ram_budget_from_args(args)
+    cache = parse_cache(args.cache)
     check_device_name(args.device)
     check_sizes(args)  # as `run` checks them, in the same words
     layout = layout_from_args(args)
@@ -267,6 +273,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .plan_request import check_plan_request
 
     check_plan_request(model, size)  # as `run` would refuse it, with its line
+    if cache is not None:  # diffusers takes the kind for this family (imports diffusers: only with --cache)
+        from ..engine.api import check_cache_support
+
+        check_cache_support(model, cache)
     device = device_name_for_plan(args.device)
     planned = plan_for(model, policy, budget, size, device, layout,  # the layout checked, then the budgets
                        ram_budget=ram_budget)

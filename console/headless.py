@@ -24,6 +24,7 @@ from ..engine.api import (
     RequestService,
     RunMemory,
     TelemetrySampler,
+    check_cache_support,
     check_output_place,
     default_device,
     default_sources,
@@ -113,6 +114,8 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
                                   width=args.width, seed=args.seed, guidance=args.guidance, frames=args.frames,
                                   negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,
                                   image=args.image, params=flags.options.params)
+        request = replace(request, cache=flags.options.cache)
+        check_cache_support(engine.model, request.cache)  # the family's DiT takes the kind: before load
         run = checked_request(engine.model, request, flags.options, args.output, overwrite=args.overwrite)
         # with a budget, before load: nothing fits is one line and exit 2
         planned = plan_for(engine, plan, flags.budget, request_size(run.request), ram_budget=flags.ram_budget,

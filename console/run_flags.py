@@ -16,10 +16,13 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..engine.errors import ConfigError
 from .args import budget_from_args, policy_from_args, ram_budget_from_args
+
+if TYPE_CHECKING:
+    from ..engine.api import CacheSpec
 
 DEMO_PIPELINE = "FluxPipeline"  # the embedded demo's pipeline (engine/demo/demo_model.py; a test holds it)
 SEED_MAX = 2**64 - 1  # engine.running.request_checks' (torch.Generator's unsigned 64-bit seed; a test holds it)
@@ -108,6 +111,7 @@ class OptionFlags:
 
     params: dict[str, Any]
     fps: float | None
+    cache: CacheSpec | None = None  # --cache (None: off)
 
 
 def parse_params(texts: Sequence[str]) -> dict[str, Any]:
@@ -139,10 +143,12 @@ def check_param_fps(params: dict[str, Any]) -> None:
 
 
 def parse_option_flags(args: argparse.Namespace) -> OptionFlags:
+    from ..engine.api import parse_cache  # torch-free (engine/running/cache_spec.py)
+
     params, fps = parse_params(args.param or ()), check_fps(args.fps)
     if fps is None:
         check_param_fps(params)
-    return OptionFlags(params, fps)
+    return OptionFlags(params, fps, parse_cache(getattr(args, "cache", None)))
 
 
 def precheck_run(args: argparse.Namespace) -> None:

@@ -63,6 +63,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from .ranks.rank_layout import RankLayout, rank_layout
     from .results import GenerateResult, LoadReport
     from .running.atomic_write import publish_new, remove_pending, scratch_folder
+    from .running.cache_spec import CacheSpec, parse_cache
     from .running.call_options import (
         accepted_options,
         call_signature,
@@ -89,6 +90,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
         held,
         pause_point,
     )
+    from .running.step_cache import check_cache_support
     from .running.text_length import check_text_length
     from .service.checks import CheckedRun, check_model_request, check_run
     from .service.history import History, HistoryEntry
@@ -157,6 +159,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "option_parameter",
     ),
     ".running.param_syntax": ("check_finite", "check_parameter_names", "parse_param"),
+    ".running.cache_spec": ("CacheSpec", "parse_cache"),  # --cache's text, torch-free
+    ".running.step_cache": ("check_cache_support",),
     ".running.request_checks": ("SEED_MAX", "check_request"),
     ".running.request_limits": ("check_limits", "schedule_steps"),
     ".running.text_length": ("check_text_length",),

@@ -25,13 +25,24 @@ def _timestep_of(pipe: Any) -> Callable[[], Any]:
     return lambda: getattr(pipe, "current_timestep", None) if pipe is not None else 0
 
 
-def _typed(name: str, value: Any, default: Any) -> Any:
+def _typed(kind: str, name: str, value: Any, default: Any) -> Any:
+    """The value as the config's field takes it (its default's type); a value of another kind: ConfigError."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    label = f"--cache {kind}: {name}={value}"
+    if isinstance(default, bool) and not isinstance(value, bool):
+        raise ConfigError(f"{label}: takes true or false")
+    if isinstance(default, float) and not number:
+        raise ConfigError(f"{label}: takes a number")
+    if isinstance(default, int) and not isinstance(default, bool) and not (number and isinstance(value, int)):
+        raise ConfigError(f"{label}: takes a whole number")
+    if isinstance(default, float):
+        return float(value)
     if isinstance(default, tuple) and isinstance(value, list):
         return tuple(value)
     if (isinstance(default, torch.dtype) or name.endswith("dtype")) and isinstance(value, str):
         dtype = getattr(torch, value, None)
         if not isinstance(dtype, torch.dtype):
-            raise ConfigError(f"--cache {name}={value}: not a torch dtype (e.g. bfloat16, float32)")
+            raise ConfigError(f"{label}: not a torch dtype (e.g. bfloat16, float32)")
         return dtype
     return value
 
@@ -53,7 +64,7 @@ def cache_config(spec: CacheSpec, pipe: Any = None) -> Any:
             names = ", ".join(n for n in fields if not n.startswith("_") and not n.endswith("_callback"))
             raise ConfigError(f"--cache {spec.kind}: {cls.__name__} has no parameter {key} (it has {names})")
         default = field.default if field.default is not dataclasses.MISSING else None
-        kwargs[key] = _typed(key, value, default)
+        kwargs[key] = _typed(spec.kind, key, value, default)
     if "current_timestep_callback" in fields:
         kwargs["current_timestep_callback"] = _timestep_of(pipe)
     try:
