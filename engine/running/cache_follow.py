@@ -44,7 +44,7 @@ class SkipFollower:
                 head, block = _hook(module, head_name), _hook(module, block_name)
                 if head is not None:
                     self._manager = head.state_manager
-                    hooks.after(module, self._decided)
+                    hooks.after(module, self._decided, prepend=True)  # before the ring's post-hook
                 if block is not None and head is None:
                     self._followers.add(id(module))
             if self._manager is not None:
