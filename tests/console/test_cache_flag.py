@@ -1,0 +1,90 @@
+"""`--cache` in `plan` and `run`: a bad kind, parameter or value, or a kind diffusers does not support for the
+family, is one line on stderr and exit 2 before anything loads; the parser never fails any other way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from omni_console.console.cli import main
+from omni_console.engine.errors import ConfigError
+from omni_console.engine.running.cache_spec import CACHE_KINDS, CacheSpec, parse_cache
+
+
+def _run(capsys, model: Path, cache: str, tmp_path: Path, command: str = "run") -> tuple[int, list[str]]:
+    capsys.readouterr()
+    args = ["--model", str(model), "--cache", cache]
+    if command == "run":
+        args += ["--prompt", "x", "--output", str(tmp_path / "o.png")]
+    code = main([command, *args])
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+@pytest.mark.parametrize(("cache", "line"), [
+    ("bogus", "--cache 'bogus': not a cache kind (use one of first-block, mag, taylorseer, faster, pab, sea, off)"),
+    ("first-block:threshold", "--cache first-block: 'threshold' is not key=value"),
+    ("first-block:threshold=0.1,threshold=0.2", "--cache first-block: threshold given twice"),
+    ("off:threshold=1", "--cache off: takes no parameters"),
+    ("first-block:nope=1", "--cache first-block: FirstBlockCacheConfig has no parameter nope (it has threshold)"),
+    ("first-block:threshold=nan", "--cache first-block: threshold=nan: takes a number"),
+    ("mag:max_skip_steps=2.5", "--cache mag: max_skip_steps=2.5: takes a whole number"),
+    ("pab:current_timestep_callback=1", "--cache pab: current_timestep_callback is set by the engine (the "
+                                        "pipeline's current timestep)"),
+])
+@pytest.mark.parametrize("command", ["run", "plan"])
+def test_a_bad_cache_is_one_line_and_exit_2_before_load(demo_model_dir, tmp_path, capsys, loads, cache, line,
+                                                         command):
+    code, err = _run(capsys, demo_model_dir, cache, tmp_path, command)
+    assert code == 2 and loads == [] and err == [f"omni-console: error: {line}"]
+    assert not (tmp_path / "o.png").exists()
+
+
+@pytest.mark.slow  # builds two tiny families and their DiTs on the meta device, once per kind
+def test_a_kind_the_family_does_not_take_names_the_kinds_that_work(tmp_path, capsys, loads):
+    """SkyReels-V2's block class is not in diffusers' block registry (First-Block Cache and MagCache cannot hook
+    it); Lumina-Next's DiT has no `enable_cache` at all."""
+    from tiny_families_more import build_tiny_more_family
+
+    path = build_tiny_more_family("skyreels_v2", tmp_path / "skyreels")
+    code, err = _run(capsys, path, "first-block:threshold=0.1", tmp_path, "plan")
+    assert code == 2 and loads == [] and len(err) == 1
+    head = ("omni-console: error: --cache first-block: diffusers does not support it for transformer "
+            "(SkyReelsV2Transformer3DModel); kinds that work: ")
+    assert err[0].startswith(head), err
+    works = err[0][len(head):].split(", ")
+    assert works and "first-block" not in works and "mag" not in works and set(works) <= set(CACHE_KINDS)
+    for kind in works:  # each named kind passes the same check
+        code, err = _run(capsys, path, kind, tmp_path, "plan")
+        assert code == 0, (kind, err)
+    lumina = build_tiny_more_family("lumina", tmp_path / "lumina")
+    code, err = _run(capsys, lumina, "taylorseer", tmp_path, "plan")
+    assert code == 2 and err == ["omni-console: error: --cache taylorseer: diffusers does not support it for "
+                                 "transformer (LuminaNextDiT2DModel); no --cache kind works for it"]
+
+
+_KEYS = st.sampled_from(["threshold", "max_skip_steps", "calibrate", "cache_interval", "x_y"])
+_VALUES = st.one_of(st.integers(-10**6, 10**6), st.floats(allow_nan=False, allow_infinity=False, width=32),
+                    st.booleans(), st.lists(st.integers(0, 1000), max_size=3), st.sampled_from(["bfloat16", "float32"]))
+
+
+@given(kind=st.sampled_from(list(CACHE_KINDS)), params=st.dictionaries(_KEYS, _VALUES, max_size=4))
+def test_a_spec_reads_back_from_its_own_text(kind, params):
+    spec = CacheSpec(kind, tuple(params.items()))
+    back = parse_cache(spec.text())
+    assert back is not None and back.kind == kind
+    assert [k for k, _ in back.params] == list(params)
+    for (_, got), want in zip(back.params, params.values(), strict=True):
+        assert got == want or (isinstance(want, str) and got == want)
+
+
+@given(st.text(max_size=80))
+def test_any_text_parses_or_is_refused_in_one_line(text):
+    try:
+        spec = parse_cache(text)
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("--cache")
+        return
+    assert spec is None or spec.kind in CACHE_KINDS
