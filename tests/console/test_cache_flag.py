@@ -88,3 +88,24 @@ def test_any_text_parses_or_is_refused_in_one_line(text):
         assert "\n" not in str(exc) and str(exc).startswith("--cache")
         return
     assert spec is None or spec.kind in CACHE_KINDS
+
+
+@pytest.mark.slow  # one run end to end
+def test_run_json_carries_the_hit_rate_and_the_bytes_skipped_and_moved(demo_model_dir, tmp_path, capsys):
+    import json
+
+    from omni_console.engine.service.run_report import RunReport
+
+    capsys.readouterr()
+    code = main(["run", "--model", str(demo_model_dir), "--prompt", "a red fox", "--seed", "3", "--steps", "5",
+                 "--cache", "first-block:threshold=0.5", "--output", str(tmp_path / "o.png"), "--json"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    RunReport.model_validate(report)
+    cache, steps = report["cache"], report["steps"]
+    assert cache["cache"] == "first-block:threshold=0.5"
+    assert [s["cache_hits"] for s in steps] == [0, 1, 1, 0, 1]  # the demo's pattern at this seed (engine test)
+    assert (cache["forwards"], cache["hits"], cache["hit_rate"]) == (5, 3, 0.6)
+    assert cache["bytes_skipped"] == sum(s["skipped_bytes"] for s in steps) > 0
+    assert cache["bytes_moved"] == sum(s["h2d_bytes"] for s in steps)
+    assert all(s["skipped_bytes"] > 0 for s in steps if s["cache_hits"])
