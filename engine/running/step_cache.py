@@ -76,12 +76,18 @@ def cache_config(spec: CacheSpec, pipe: Any = None) -> Any:
 
 def _takes(model: torch.nn.Module, config: Any) -> bool:
     """Whether diffusers' `enable_cache(config)` takes this model (its block classes registered, ...)."""
+    import diffusers.utils.logging as diffusers_logging
+
     if not hasattr(model, "enable_cache"):
         return False
+    level = diffusers_logging.get_verbosity()
+    diffusers_logging.set_verbosity_error()  # its notes on defaults it picks are for the run, not this check
     try:
         model.enable_cache(config)
     except Exception:  # diffusers says no in its own words (ValueError, KeyError, ...): the kind does not work
         return False
+    finally:
+        diffusers_logging.set_verbosity(level)
     model.disable_cache()
     return True
 

@@ -109,3 +109,15 @@ def test_run_json_carries_the_hit_rate_and_the_bytes_skipped_and_moved(demo_mode
     assert cache["bytes_skipped"] == sum(s["skipped_bytes"] for s in steps) > 0
     assert cache["bytes_moved"] == sum(s["h2d_bytes"] for s in steps)
     assert all(s["skipped_bytes"] > 0 for s in steps if s["cache_hits"])
+
+
+def test_plan_gives_the_cached_step_as_a_range(demo_model_dir, capsys):
+    capsys.readouterr()
+    assert main(["plan", "--model", str(demo_model_dir), "--cache", "first-block:threshold=0.2"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip().splitlines()[-1] == (  # no profile yet (a fresh cache): the uncached step is not known
+        "--cache first-block:threshold=0.2: step time is a range, not a forecast: no hits (the uncached step, "
+        "unknown until measured) down to a hit step running 1 of 6 blocks") and err == ""
+    assert main(["plan", "--model", str(demo_model_dir), "--cache", "pab"]) == 0
+    out, err = capsys.readouterr()
+    assert "every block is still copied" in out.strip().splitlines()[-1] and err == ""
