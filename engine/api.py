@@ -45,7 +45,6 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from .plain_text import plain, plain_lines
     from .plan_flow import PlanResult, loads_live, plan_for
     from .planning.auto_budget import auto_budget
-    from .planning.cache_range import cache_step_range
     from .planning.device_footprint import DeviceOverhead, device_overhead, record_context
     from .planning.documents import Document, PlanDocument, PolicyDoc
     from .planning.experts import blocks_per_forward
@@ -64,6 +63,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from .ranks.rank_layout import RankLayout, rank_layout
     from .results import GenerateResult, LoadReport
     from .running.atomic_write import publish_new, remove_pending, scratch_folder
+    from .running.cache_range import cache_step_range
     from .running.cache_spec import CacheSpec, parse_cache
     from .running.call_options import (
         accepted_options,
@@ -162,7 +162,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".running.param_syntax": ("check_finite", "check_parameter_names", "parse_param"),
     ".running.cache_spec": ("CacheSpec", "parse_cache"),  # --cache's text, torch-free
     ".running.step_cache": ("check_cache_support",),
-    ".planning.cache_range": ("cache_step_range",),
+    ".running.cache_range": ("cache_step_range",),
     ".running.request_checks": ("SEED_MAX", "check_request"),
     ".running.request_limits": ("check_limits", "schedule_steps"),
     ".running.text_length": ("check_text_length",),

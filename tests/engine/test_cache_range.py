@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from omni_console.engine.planning.cache_range import cache_step_range
+from omni_console.engine.running.cache_range import cache_step_range
 from omni_console.engine.running.cache_spec import CACHE_KINDS, CacheSpec
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..running.cache_spec import CacheSpec
+from .cache_spec import CacheSpec
 
 # blocks of N a hit forward still copies and runs, per kind that skips whole blocks
 _RUN_ON_HIT = {"first-block": 1, "mag": 1}
