@@ -289,9 +289,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         render_plan(plan, forecast=forecast, reasons=reasons, ranks=ranks, on_cpu=device == "cpu",
                     ram_reasons=planned.ram.reasons if planned.ram else None)
         if cache is not None:
-            from ..engine.api import cache_step_range
+            from ..engine.api import cache_step_range, measured_hits
 
-            print(plain(cache_step_range(cache, plan.model.num_dit_blocks, forecast.step_s).line))
+            measured = measured_hits(model.pipeline_class, cache)
+            print(plain(cache_step_range(cache, plan.model.num_dit_blocks, forecast.step_s, measured).line))
     return 0
 
 

@@ -63,6 +63,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from .ranks.rank_layout import RankLayout, rank_layout
     from .results import GenerateResult, LoadReport
     from .running.atomic_write import publish_new, remove_pending, scratch_folder
+    from .running.cache_hits import measured_hits
     from .running.cache_range import cache_step_range
     from .running.cache_spec import CacheSpec, parse_cache
     from .running.call_options import (
@@ -163,6 +164,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".running.cache_spec": ("CacheSpec", "parse_cache"),  # --cache's text, torch-free
     ".running.step_cache": ("check_cache_support",),
     ".running.cache_range": ("cache_step_range",),
+    ".running.cache_hits": ("measured_hits",),
     ".running.request_checks": ("SEED_MAX", "check_request"),
     ".running.request_limits": ("check_limits", "schedule_steps"),
     ".running.text_length": ("check_text_length",),
