@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from ..engine.api import plain
 from ..engine.events import (
     BlockOrderCorrected,
+    BlocksSkipped,
     CacheDecision,
     EngineStateChanged,
     ErrorEvent,
@@ -78,6 +79,10 @@ def _event_line(event: Event, t0: float, *, on_cpu: bool) -> str | None:
     ts = stamp(event, t0)
     if isinstance(event, StagingEvent):
         return f"{ts} {format_staging(event, on_cpu=on_cpu)}"
+    if isinstance(event, BlocksSkipped):
+        span = event.first if event.blocks == 1 else f"{event.first} .. {event.last}"
+        return (f"{ts} SKIP {span}  {event.blocks} block{'s' if event.blocks != 1 else ''}, "
+                f"{format_bytes(event.nbytes)} not copied (step cache hit)")
     if isinstance(event, CacheDecision):
         nums = [
             f"{name} {format_bytes(value)}"

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..offload.events import (  # the offload layer's own events, re-exported: the console imports events from here
+    BlocksSkipped,
     CacheDecision,
     ErrorEvent,
     Event,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BlockOrderCorrected",
+    "BlocksSkipped",
     "CacheDecision",
     "ErrorEvent",
     "Event",

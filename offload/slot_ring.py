@@ -101,10 +101,12 @@ class SlotRing:
             self._absorb(self._clock.poll())
         b = self.streamed[k]
         self._cursor = k
-        if self.skip is not None and self.skip(k):  # the cache skips it: its bytes never cross the link
-            self._ledger.skipped(b.region_nbytes)
-            self._fill_window(k)
-            return
+        if self.skip is not None:
+            if self.skip(k):  # the cache skips it: its bytes never cross the link
+                self._ledger.skipped(b.name, b.region_nbytes)
+                self._fill_window(k)
+                return
+            self._ledger.end_skips()
         synced = False
         if b.slot is None or self._owner[b.slot] != k:
             held = self._slot_of(k)

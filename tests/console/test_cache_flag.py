@@ -127,3 +127,15 @@ def test_plan_gives_the_cached_step_as_a_range(demo_model_dir, capsys):
     assert main(["plan", "--model", str(demo_model_dir), "--cache", "pab"]) == 0
     out, err = capsys.readouterr()
     assert "every block is still copied" in out.strip().splitlines()[-1] and err == ""
+
+
+def test_a_bad_cache_is_answered_before_torch_is_imported(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom omni_console.console.cli import main\n"
+            f"rc = main(['run', '--prompt', 'x', '--output', {str(tmp_path / 'o.png')!r}, '--cache', 'mag:x'])\n"
+            "print(rc, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["2", "False"]
+    assert done.stderr.strip() == "omni-console: error: --cache mag: 'x' is not key=value"

@@ -103,3 +103,25 @@ def test_a_skipped_block_never_crosses_the_link(demo_model_dir: Path):
 def test_cache_off_and_no_flag_run_no_cache():
     assert parse_cache(None) is None and parse_cache("off") is None and parse_cache(" OFF ") is None
     assert demo_request("off").cache is None
+
+
+@pytest.mark.slow  # one request
+def test_the_staging_log_shows_each_run_of_skipped_blocks_once(demo_model_dir: Path):
+    from omni_console.console.event_text import format_event
+    from omni_console.engine.events import BlocksSkipped
+
+    engine = Engine(demo_model_dir, device="cpu")
+    try:
+        engine.load(build_policy({}, 0))
+        engine.generate(demo_request(None))  # the block order, as the first forward ran it
+        names = engine.placement.streamer.block_names
+        sub = engine.bus.subscribe()
+        engine.generate(demo_request(HITS))
+        events = sub.drain()
+    finally:
+        engine.close()
+    skips = [e for e in events if isinstance(e, BlocksSkipped)]
+    assert [(e.first, e.last, e.blocks) for e in skips] == [(names[1], names[-1], len(names) - 1)] * 3  # 3 hits
+    lines = [format_event(e, on_cpu=True) for e in skips]
+    assert all(f"SKIP {names[1]} .. {names[-1]}  {len(names) - 1} blocks, " in line for line in lines)
+    assert all(line.endswith("not copied (step cache hit)") for line in lines)
