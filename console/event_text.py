@@ -152,6 +152,9 @@ def _progress_line(event: object) -> tuple[str, str] | None:
         return f"state {event.old} → {event.new} {event.reason}".rstrip(), "dim"
     if isinstance(event, StepTiming):
         missed = f", {event.sync_fetches} blocks fetched synchronously" if event.sync_fetches else ""
+        if event.cache_forwards:
+            missed += (f", cache hit {event.cache_hits}/{event.cache_forwards}, skipped "
+                       f"{format_bytes(event.skipped_bytes)}")
         return (f"step {event.step}/{event.total_steps} {format_seconds(event.wall_s)} "
                 f"(stall {format_seconds(event.stall_s)}{missed})"), "dim"
     if isinstance(event, BlockOrderCorrected):

@@ -139,3 +139,17 @@ def test_a_bad_cache_is_answered_before_torch_is_imported(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["2", "False"]
     assert done.stderr.strip() == "omni-console: error: --cache mag: 'x' is not key=value"
+
+
+def test_the_step_panel_and_progress_line_show_hits_and_skipped_bytes():
+    from omni_console.console.event_text import progress_line
+    from omni_console.console.widgets.step_timings import copied_cell
+    from omni_console.engine.events import StepTiming
+
+    hit = StepTiming(request_id=1, step=2, total_steps=5, wall_s=0.1, stall_s=0.0, h2d_bytes=0, cache_forwards=2,
+                     cache_hits=1, skipped_blocks=5, skipped_bytes=3 * 2**20)
+    plain_step = StepTiming(request_id=1, step=2, total_steps=5, wall_s=0.1, stall_s=0.0, h2d_bytes=2**20)
+    assert copied_cell(hit) == "0 bytes (hit 1/2, skipped 3.1 MB)"
+    assert copied_cell(plain_step) == "1.0 MB"  # no cache: as before
+    assert progress_line(hit)[0].endswith("(stall 0.0 ms, cache hit 1/2, skipped 3.1 MB)")
+    assert "cache" not in progress_line(plain_step)[0]
