@@ -153,3 +153,13 @@ def test_the_step_panel_and_progress_line_show_hits_and_skipped_bytes():
     assert copied_cell(plain_step) == "1.0 MB"  # no cache: as before
     assert progress_line(hit)[0].endswith("(stall 0.0 ms, cache hit 1/2, skipped 3.1 MB)")
     assert "cache" not in progress_line(plain_step)[0]
+
+
+@pytest.mark.slow  # the rank layout's device checks
+def test_a_cache_on_several_ranks_is_refused_before_anything_starts(demo_model_dir, tmp_path, capsys, loads):
+    capsys.readouterr()
+    code = main(["run", "--model", str(demo_model_dir), "--prompt", "x", "--gpus", "2", "--device", "cpu",
+                 "--cache", "first-block", "--output", str(tmp_path / "o.png")])
+    assert code == 2 and loads == []
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "omni-console: error: --cache with --gpus N > 1 is not supported yet: run a cached request on one GPU"]
