@@ -133,11 +133,6 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
     lean.add_argument("--ff-chunking", choices=LEAN_MODES, default="auto",
                       help="chunk the denoiser's feed-forward over the batch where its class supports it; "
                            "never chosen by auto")
-    parser.add_argument("--cache", metavar="KIND[:key=value,...]",
-                        help="diffusers' step cache on the DiT: first-block, mag, taylorseer, faster, pab, sea or "
-                             "off (default), its parameters under the config's own names (e.g. "
-                             "first-block:threshold=0.2); with first-block and mag the streamer copies only the "
-                             "blocks a step runs")
     parser.add_argument("--mode", choices=("dlo", "resident"), default="dlo",
                         help="dlo: stream DiT blocks (default); resident: no offload (baseline)")
     parser.add_argument("--gpus", type=whole_number, default=1, metavar="N",
@@ -151,6 +146,15 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parallel", choices=("dp", "cfg"), default="dp",
                         help="with --gpus N > 1: dp runs N prompts or seeds at once (default); cfg runs the two "
                              "guidance branches of one request on 2 ranks")
+
+
+def _cache_flag(parser: argparse.ArgumentParser) -> None:
+    """`--cache`, for `plan` and `run` (the console app has no cached request yet)."""
+    parser.add_argument("--cache", metavar="KIND[:key=value,...]",
+                        help="diffusers' step cache on the DiT: first-block, mag, taylorseer, faster, pab, sea or "
+                             "off (default), its parameters under the config's own names (e.g. "
+                             "first-block:threshold=0.2); with first-block and mag the streamer copies only the "
+                             "blocks a step runs")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -174,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "terminal: tables whose long names wrap. Piped or redirected: plain "
                                       "tab-separated rows (a header row per table, every value complete).")
     _policy_flags(plan)
+    _cache_flag(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON (schema omni-console.plan/1)")
     for name in ("--height", "--width", "--frames", "--max-sequence-length"):
         plan.add_argument(name, type=whole_number, default=None, help="request size the forecast is for (default: the "
@@ -183,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="load, generate one image or video and report, without the UI")
     _policy_flags(run)
+    _cache_flag(run)
     run.add_argument("--headless", action="store_true", help="accepted for compatibility: run is always headless")
     run.add_argument("--prompt", default="a lighthouse on a cliff at dusk")
     run.add_argument("--steps", type=whole_number, default=None, help="denoise steps (default: the model's)")
