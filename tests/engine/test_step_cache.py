@@ -18,6 +18,8 @@ from omni_console.offload.events import StagingEvent
 from omni_console.offload.policy import build_policy
 
 HITS = "first-block:threshold=0.5"  # the demo's hit pattern at seed 3, 5 steps: miss, hit, hit, miss, hit
+# MagCache with flat ratios: after its one retained step it skips up to two steps in a row (miss, hit, hit, miss, hit)
+MAG = "mag:mag_ratios=[1.0,1.0,1.0,1.0,1.0],num_inference_steps=5,threshold=0.5,max_skip_steps=2"
 
 
 def demo_request(cache: str | None, steps: int = 5) -> GenerateRequest:
@@ -38,7 +40,7 @@ def plain_output(path: Path, request: GenerateRequest) -> np.ndarray:
 
 
 @pytest.mark.slow  # a plain call and four engine requests per kind
-@pytest.mark.parametrize("cache", [HITS, "first-block:threshold=0", "mag", "taylorseer:cache_interval=2",
+@pytest.mark.parametrize("cache", [HITS, "first-block:threshold=0", "mag", MAG, "taylorseer:cache_interval=2",
                                    "pab:spatial_attention_block_skip_range=2", "off"])
 def test_cached_output_is_bit_identical_to_plain_enable_cache(demo_model_dir: Path, cache: str):
     request = demo_request(cache)
@@ -125,3 +127,17 @@ def test_the_staging_log_shows_each_run_of_skipped_blocks_once(demo_model_dir: P
     lines = [format_event(e, on_cpu=True) for e in skips]
     assert all(f"SKIP {names[1]} .. {names[-1]}  {len(names) - 1} blocks, " in line for line in lines)
     assert all(line.endswith("not copied (step cache hit)") for line in lines)
+
+
+@pytest.mark.slow  # one request
+def test_magcache_skips_are_followed_too(demo_model_dir: Path):
+    engine = Engine(demo_model_dir, device="cpu")
+    try:
+        engine.load(build_policy({}, 0))
+        steps, _ = _steps_and_copies(engine, demo_request(MAG))
+        names = engine.placement.streamer.block_names
+    finally:
+        engine.close()
+    assert [s.cache_hits for s in steps] == [0, 1, 1, 0, 1]
+    assert [s.skipped_blocks for s in steps] == [0, len(names) - 1, len(names) - 1, 0, len(names) - 1]
+    assert steps[2].h2d_bytes == 0 and all(s.sync_fetches == 0 for s in steps)
