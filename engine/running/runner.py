@@ -250,8 +250,8 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
     components = getattr(pipe, "components", None) or {}
     others = [m for m in components.values() if isinstance(m, torch.nn.Module) and all(m is not d for d in dits)]
     watch_cancel(hooks, [*dits, *others], cancel)
-    clock.cache = start_cache(request.cache, pipe, dits, streamer)  # diffusers' hooks, followed by the ring
     try:
+        clock.cache = start_cache(request.cache, pipe, dits, streamer)  # diffusers' hooks, followed by the ring
         sync(device)
         call_start = time.perf_counter()
         with guided(pipe, request.guidance):

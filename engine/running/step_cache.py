@@ -135,11 +135,16 @@ class StepCache:
         self._dits: list[torch.nn.Module] = []
         self._hooks = Hooks()
         self._streamer = streamer
-        for dit in dits:
-            if getattr(dit, "is_cache_enabled", False):
-                dit.disable_cache()
-            dit.enable_cache(cache_config(spec, pipe))
-            self._dits.append(dit)
+        self.followers: list[SkipFollower] = []
+        try:
+            for dit in dits:
+                if getattr(dit, "is_cache_enabled", False):
+                    dit.disable_cache()
+                self._dits.append(dit)
+                dit.enable_cache(cache_config(spec, pipe))
+        except BaseException:  # the DiTs enabled so far go back as they were
+            self.remove()
+            raise
         retarget: list[Callable[[], None]] = []
         self.followers = [SkipFollower(d, self._hooks, lambda: retarget[0]() if retarget else None)
                           for d in self._dits]

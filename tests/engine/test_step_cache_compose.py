@@ -63,3 +63,22 @@ def test_a_live_replan_between_cached_requests_keeps_the_ring_following(demo_mod
     after = steps[5:]
     assert all(s.skipped_blocks > 0 for s in after if s.cache_hits)  # the re-planned ring still skips
     assert sum(s.skipped_blocks for s in after) < sum(s.skipped_blocks for s in steps[:5])  # fewer streamed now
+
+
+def test_a_cache_that_fails_mid_request_leaves_nothing_behind(demo_model_dir: Path):
+    """FasterCache on the guidance-distilled demo fails at its first block as plain diffusers does; the engine is
+    ready again, the cache is off the DiT, the ring follows nothing, and the next request is the uncached one."""
+    from test_step_cache import plain_output
+
+    engine = Engine(demo_model_dir, device="cpu")
+    try:
+        engine.load(build_policy({}, 0))
+        with pytest.raises(IndexError):
+            engine.generate(demo_request("faster"))
+        assert not engine.pipe.transformer.is_cache_enabled
+        assert engine.placement.streamer.ring.skip is None
+        got = np.asarray(engine.generate(demo_request(None)).image)[None]
+    finally:
+        engine.close()
+    expected = plain_output(demo_model_dir, demo_request(None))
+    assert np.array_equal(got.reshape(expected.shape), expected)
