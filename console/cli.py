@@ -148,6 +148,15 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
                              "guidance branches of one request on 2 ranks")
 
 
+def _cache_flag(parser: argparse.ArgumentParser) -> None:
+    """`--cache`, for `plan` and `run` (the console app has no cached request yet)."""
+    parser.add_argument("--cache", metavar="KIND[:key=value,...]",
+                        help="diffusers' step cache on the DiT: first-block, mag, taylorseer, faster, pab, sea or "
+                             "off (default), its parameters under the config's own names (e.g. "
+                             "first-block:threshold=0.2); with first-block and mag the streamer copies only the "
+                             "blocks a step runs")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="omni-console",
@@ -169,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "terminal: tables whose long names wrap. Piped or redirected: plain "
                                       "tab-separated rows (a header row per table, every value complete).")
     _policy_flags(plan)
+    _cache_flag(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON (schema omni-console.plan/1)")
     for name in ("--height", "--width", "--frames", "--max-sequence-length"):
         plan.add_argument(name, type=whole_number, default=None, help="request size the forecast is for (default: the "
@@ -178,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="load, generate one image or video and report, without the UI")
     _policy_flags(run)
+    _cache_flag(run)
     run.add_argument("--headless", action="store_true", help="accepted for compatibility: run is always headless")
     run.add_argument("--prompt", default="a lighthouse on a cliff at dusk")
     run.add_argument("--steps", type=whole_number, default=None, help="denoise steps (default: the model's)")
@@ -251,13 +262,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ..engine.api import pause_point
 
     pause_point("imports")
-    from ..engine.api import RequestSize, device_name_for_plan, discover_model, plan_for, plan_to_dict
+    from ..engine.api import RequestSize, device_name_for_plan, discover_model, parse_cache, plan_for, plan_to_dict
     from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args, resolve_model_path
     from .run_flags import check_device_name, check_sizes
 
     policy = policy_from_args(args)  # build-time checks first: no disk access for a bad flag
     budget = budget_from_args(args)
     ram_budget = ram_budget_from_args(args)
+    cache = parse_cache(args.cache)
     check_device_name(args.device)
     check_sizes(args)  # as `run` checks them, in the same words
     layout = layout_from_args(args)
@@ -267,11 +279,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .plan_request import check_plan_request
 
     check_plan_request(model, size)  # as `run` would refuse it, with its line
+    if cache is not None:  # diffusers takes the kind for this family (imports diffusers: only with --cache)
+        from ..engine.api import check_cache_support
+
+        check_cache_support(model, cache)
     device = device_name_for_plan(args.device)
     planned = plan_for(model, policy, budget, size, device, layout,  # the layout checked, then the budgets
                        ram_budget=ram_budget)
     plan, forecast, reasons, ranks = planned.plan, planned.forecast, planned.reasons, planned.ranks
-    from ..engine.running.host_fit import check_fits_host
+    from ..engine.api import check_fits_host
 
     check_fits_host(forecast, "cpu" if device == "cpu" else "cuda")  # as `run` refuses it, with its line
     if args.json:
@@ -281,6 +297,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         render_plan(plan, forecast=forecast, reasons=reasons, ranks=ranks, on_cpu=device == "cpu",
                     ram_reasons=planned.ram.reasons if planned.ram else None)
+        if cache is not None:
+            from ..engine.api import cache_step_range, measured_hits
+
+            measured = measured_hits(model.pipeline_class, cache)
+            print(plain(cache_step_range(cache, plan.model.num_dit_blocks, forecast.step_s, measured).line))
     return 0
 
 

@@ -30,6 +30,7 @@ from typing import Protocol
 
 from ..engine.api import TelemetrySnapshot
 from ..engine.events import (
+    BlocksSkipped,
     CacheDecision,
     EngineStateChanged,
     ErrorEvent,
@@ -61,7 +62,8 @@ HEAVY_UI_S = 0.5
 HEAVY_UI_BUSY_S = 1.0
 """Staging log, memory panels, step table, residency and GPU group redraw at most this often (idle / while a
 request runs); no sample, step or event is skipped, they are applied in groups."""
-LOG_EVENTS = (StagingEvent, CacheDecision, OomRetry, OomStepDown, LogEvent, ErrorEvent, Replanned, ExpertSwitched)
+LOG_EVENTS = (StagingEvent, BlocksSkipped, CacheDecision, OomRetry, OomStepDown, LogEvent, ErrorEvent, Replanned,
+              ExpertSwitched)
 
 
 class LiveView(Protocol):

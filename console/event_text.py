@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from ..engine.api import plain
 from ..engine.events import (
     BlockOrderCorrected,
+    BlocksSkipped,
     CacheDecision,
     EngineStateChanged,
     ErrorEvent,
@@ -78,6 +79,10 @@ def _event_line(event: Event, t0: float, *, on_cpu: bool) -> str | None:
     ts = stamp(event, t0)
     if isinstance(event, StagingEvent):
         return f"{ts} {format_staging(event, on_cpu=on_cpu)}"
+    if isinstance(event, BlocksSkipped):
+        span = event.first if event.blocks == 1 else f"{event.first} .. {event.last}"
+        return (f"{ts} SKIP {span}  {event.blocks} block{'s' if event.blocks != 1 else ''}, "
+                f"{format_bytes(event.nbytes)} not copied (step cache hit)")
     if isinstance(event, CacheDecision):
         nums = [
             f"{name} {format_bytes(value)}"
@@ -147,6 +152,9 @@ def _progress_line(event: object) -> tuple[str, str] | None:
         return f"state {event.old} → {event.new} {event.reason}".rstrip(), "dim"
     if isinstance(event, StepTiming):
         missed = f", {event.sync_fetches} blocks fetched synchronously" if event.sync_fetches else ""
+        if event.cache_forwards:
+            missed += (f", cache hit {event.cache_hits}/{event.cache_forwards}, skipped "
+                       f"{format_bytes(event.skipped_bytes)}")
         return (f"step {event.step}/{event.total_steps} {format_seconds(event.wall_s)} "
                 f"(stall {format_seconds(event.stall_s)}{missed})"), "dim"
     if isinstance(event, BlockOrderCorrected):

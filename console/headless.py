@@ -24,6 +24,8 @@ from ..engine.api import (
     RequestService,
     RunMemory,
     TelemetrySampler,
+    check_cache_support,
+    check_fits_host,
     check_output_place,
     default_device,
     default_sources,
@@ -40,7 +42,6 @@ from ..engine.api import (
     validate_hz,
 )
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
-from ..engine.running.host_fit import check_fits_host
 from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args, resolve_model_path
 from .event_text import one_line as _one_line
 from .interrupts import Interrupted, InterruptGuard
@@ -114,6 +115,8 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
                                   width=args.width, seed=args.seed, guidance=args.guidance, frames=args.frames,
                                   negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,
                                   image=args.image, params=flags.options.params)
+        request = replace(request, cache=flags.options.cache)
+        check_cache_support(engine.model, request.cache)  # the family's DiT takes the kind: before load
         run = checked_request(engine.model, request, flags.options, args.output, overwrite=args.overwrite)
         # with a budget, before load: nothing fits is one line and exit 2
         planned = plan_for(engine, plan, flags.budget, request_size(run.request), ram_budget=flags.ram_budget,

@@ -99,6 +99,8 @@ def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayou
         raise ConfigError("--vram-budget with --gpus: plan one rank's budget with `plan --gpus`, then pass its policy")
     if flags.ram_budget is not None:
         raise ConfigError(RAM_WITH_RANKS)
+    if flags.options.cache is not None:  # each rank's cache state and its split of the batch: not yet followed
+        raise ConfigError("--cache with --gpus N > 1 is not supported yet: run a cached request on one GPU")
     model_path = resolve_model_path(args.model)
     guard.check()
     # the console's handle: discovery and the layout's checks here, no rank started yet (they start at the load)

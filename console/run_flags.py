@@ -17,10 +17,13 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..engine.errors import ConfigError
 from .args import budget_from_args, policy_from_args, ram_budget_from_args
+
+if TYPE_CHECKING:
+    from ..engine.api import CacheSpec
 
 DEMO_PIPELINE = "FluxPipeline"  # the embedded demo's pipeline (engine/demo/demo_model.py; a test holds it)
 MAX_STEPS, MAX_FRAMES = 10_000, 4096  # engine.running.request_limits' (a test holds them equal)
@@ -113,7 +116,7 @@ def check_existing_output(args: argparse.Namespace) -> None:
 def pipeline_class_name(model: Path) -> str | None:
     """`model_index.json`'s `_class_name`, read alone (no weight headers: reading them imports numpy, 0.3 s);
     None where it cannot be read here (discovery says why, after)."""
-    from ..engine.model_dir.weights import load_json
+    from ..engine.api import load_json
 
     try:
         name = load_json(model.expanduser() / "model_index.json").get("_class_name")
@@ -128,6 +131,7 @@ class OptionFlags:
 
     params: dict[str, Any]
     fps: float | None
+    cache: CacheSpec | None = None  # --cache (None: off)
 
 
 def parse_params(texts: Sequence[str]) -> dict[str, Any]:
@@ -159,10 +163,12 @@ def check_param_fps(params: dict[str, Any]) -> None:
 
 
 def parse_option_flags(args: argparse.Namespace) -> OptionFlags:
+    from ..engine.api import parse_cache  # torch-free (engine/running/cache_spec.py)
+
     params, fps = parse_params(args.param or ()), check_fps(args.fps)
     if fps is None:
         check_param_fps(params)
-    return OptionFlags(params, fps)
+    return OptionFlags(params, fps, parse_cache(getattr(args, "cache", None)))
 
 
 def precheck_run(args: argparse.Namespace) -> None:

@@ -51,9 +51,16 @@ def print_report(r: dict[str, Any], console: Console, kind: str = "DiT") -> None
     if r["copied_bytes_per_forward"]:  # the plan names the weights; the copies carry padding too
         table.add_row(f"copied per {kind} forward",
                       copied_text(r["copied_bytes_per_forward"], r["forecast"]["streamed_bytes_per_forward"]))
+    cache = r.get("cache")
     for s in r["steps"]:
+        hits = (f", cache hit {s['cache_hits']}/{s['cache_forwards']}, skipped {format_bytes(s['skipped_bytes'])}"
+                if cache and s.get("cache_forwards") else "")
         table.add_row(f"step {s['step']}", f"{format_seconds(s['wall_s'])} (stall {format_seconds(s['stall_s'])}, "
-                                           f"copied {format_bytes(s['h2d_bytes'])})")
+                                           f"copied {format_bytes(s['h2d_bytes'])}{hits})")
+    if cache:
+        rate = f"{cache['hits']}/{cache['forwards']} forwards hit" if cache["forwards"] else "no block skipped"
+        table.add_row(f"step cache {cache['cache']}", f"{rate}, skipped {format_bytes(cache['bytes_skipped'])}, "
+                                                     f"copied {format_bytes(cache['bytes_moved'])}")
     st = r["staging"]
     if on_cpu:
         table.add_row("host copies (CPU: no device link)", f"{st['h2d_transfers']}, {format_bytes(st['h2d_bytes'])}")

@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from .model_dir.call_source import makes_still_images
     from .model_dir.discovery import ModelInfo, discover_model
     from .model_dir.fp8_names import storage_note
+    from .model_dir.weights import load_json
     from .options import EngineOptions
     from .plain_text import plain, plain_lines
     from .plan_flow import PlanResult, loads_live, plan_for
@@ -63,6 +64,9 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from .ranks.rank_layout import RankLayout, rank_layout
     from .results import GenerateResult, LoadReport
     from .running.atomic_write import publish_new, remove_pending, scratch_folder
+    from .running.cache_hits import measured_hits
+    from .running.cache_range import cache_step_range
+    from .running.cache_spec import CacheSpec, parse_cache
     from .running.call_options import (
         accepted_options,
         call_signature,
@@ -72,6 +76,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
         option_parameter,
     )
     from .running.group_write import GroupOutput, write_results
+    from .running.host_fit import check_fits_host
     from .running.outputs import DEFAULT_FPS, OutputTarget, check_output, check_output_place, write_notes, write_result
     from .running.param_syntax import check_finite, check_parameter_names, parse_param
     from .running.pipeline_output import frame_size
@@ -89,6 +94,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
         held,
         pause_point,
     )
+    from .running.step_cache import check_cache_support
     from .running.text_length import check_text_length
     from .service import request_events
     from .service.checks import CheckedRun, check_model_request, check_run
@@ -124,6 +130,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".running.run_memory": ("RunMemory", "prefer_expandable_segments", "step_down_docs"),
     # the model directory
     ".model_dir.discovery": ("ModelInfo", "discover_model"),
+    ".model_dir.weights": ("load_json",),
     ".model_dir.call_source": ("makes_still_images",),
     ".demo.demo_model": ("DEMO_GENERATION", "build_demo_model", "ensure_demo_model", "is_demo_model"),
     # planning and forecasting
@@ -159,6 +166,11 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "option_parameter",
     ),
     ".running.param_syntax": ("check_finite", "check_parameter_names", "parse_param"),
+    ".running.cache_spec": ("CacheSpec", "parse_cache"),  # --cache's text, torch-free
+    ".running.step_cache": ("check_cache_support",),
+    ".running.cache_range": ("cache_step_range",),
+    ".running.cache_hits": ("measured_hits",),
+    ".running.host_fit": ("check_fits_host",),
     ".running.request_checks": ("SEED_MAX", "check_request"),
     ".running.request_limits": ("check_limits", "schedule_steps"),
     ".running.text_length": ("check_text_length",),

@@ -40,6 +40,7 @@ from .planning.request_forecast import RequestForecast, forecast_for
 from .planning.request_profile import RequestSize, device_name
 from .planning.tier_support import unsupported_tiers
 from .results import GenerateResult, LoadReport, run_peak
+from .running.cache_hits import keep_hits
 from .running.call_defaults import with_call_defaults
 from .running.call_options import default_fps, requested_fps
 from .running.oom_guard import guarded_request
@@ -355,6 +356,9 @@ class Engine(Lifecycle):
             if profile is not None and self.plan is not None:
                 profile = with_host_peak(profile, self.plan, host_peak, live_replan=self.live_replan)
             stepped = tuple(guard.events) if guard is not None else ()
+            if request.cache is not None:  # its steps skipped blocks: not the model's times, only its hit rate
+                profile = None
+                keep_hits(self.model.pipeline_class, request.cache, run.steps)
             if profile is not None and not stepped and not (cancel is not None and cancel.is_set()):
                 problem = save_quietly(profile)
                 if problem:

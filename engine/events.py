@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..offload.events import (  # the offload layer's own events, re-exported: the console imports events from here
+    BlocksSkipped,
     CacheDecision,
     ErrorEvent,
     Event,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BlockOrderCorrected",
+    "BlocksSkipped",
     "CacheDecision",
     "ErrorEvent",
     "Event",
@@ -94,6 +96,10 @@ class StepTiming(Event):
     stall_s: float
     h2d_bytes: int = 0
     sync_fetches: int = 0
+    cache_forwards: int = 0  # --cache: DiT forwards whose cache decided this step (cond and uncond count apart)
+    cache_hits: int = 0  # ... of which the cache skipped the blocks after its probe block
+    skipped_blocks: int = 0  # streamed blocks the cache skipped: no copy issued for them
+    skipped_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,6 +14,7 @@ forward's first units arrive during this one's tail. The slot filler moves the b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -54,6 +55,7 @@ class ByteRing:
         self._clock = ledger.clock
         self._absorb = ledger.absorb
         self._upcast = upcast
+        self.skip: Callable[[int], bool] | None = None  # not followed: a byte ring copies every unit (UNets)
 
     @property
     def num_slots(self) -> int:
@@ -88,6 +90,9 @@ class ByteRing:
         self._load_unit(0, sync=True)
         self._admit()
         self._all_fit = self._layout.disjoint
+
+    def retarget(self) -> None:
+        """A step cache's decision: a byte ring does not follow it (it admits units in order)."""
 
     def close(self) -> None:
         """Wait for every copy, account it, unbind every unit and free the buffer (hooks stay)."""

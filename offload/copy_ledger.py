@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .events import EventBus, StagingEvent
+from .events import BlocksSkipped, EventBus, StagingEvent
 from .stream_stats import StepStats
 from .tiers import Tier
 from .transfer_timing import Measured, TransferClock
@@ -27,6 +27,9 @@ class CopyLedger:
         self.h2d_bytes = 0
         self.transfers = 0
         self.sync_fetches = 0
+        self.skipped_blocks = 0  # streamed blocks a step cache skipped: no copy issued for them
+        self.skipped_bytes = 0
+        self._run: list[tuple[str, int]] = []  # the run of skipped blocks not yet published
         self.async_bytes = 0  # resolved asynchronous copies: the link's rate as streamed
         self.async_seconds = 0.0
         self.tiers: dict[str, Tier] = {}  # block name → its host tier when not pinned (staging events carry it)
@@ -52,13 +55,29 @@ class CopyLedger:
                                  t=m.t, tier=self.tiers.get(m.target, "pinned"))
                 )
 
+    def skipped(self, name: str, nbytes: int) -> None:
+        """A streamed block the step cache skipped: its region was not copied for this forward."""
+        self.skipped_blocks += 1
+        self.skipped_bytes += nbytes
+        self._run.append((name, nbytes))
+
+    def end_skips(self) -> None:
+        """A block runs (or the step ends): the run of skipped blocks before it is one event."""
+        if self._run:
+            run, self._run = self._run, []
+            self.bus.publish(BlocksSkipped(first=run[0][0], last=run[-1][0], blocks=len(run),
+                                           nbytes=sum(n for _, n in run)))
+
     def settle(self) -> None:
         """Resolve every measurement (the device has been synchronized: nothing is left in flight)."""
         self.absorb(self.clock.drain() if self.cuda else self.clock.poll())
 
     def take(self, wait: bool = False) -> StepStats:
         """Totals since the previous call; `wait` resolves copies still running (teardown, tests)."""
+        self.end_skips()
         self.absorb(self.clock.drain() if self.cuda and wait else self.clock.poll())
-        stats = StepStats(self.stall_s, self.h2d_bytes, self.transfers, self.sync_fetches)
+        stats = StepStats(self.stall_s, self.h2d_bytes, self.transfers, self.sync_fetches, self.skipped_blocks,
+                          self.skipped_bytes)
         self.stall_s, self.h2d_bytes, self.transfers, self.sync_fetches = 0.0, 0, 0, 0
+        self.skipped_blocks = self.skipped_bytes = 0
         return stats

@@ -39,6 +39,17 @@ class Event:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BlocksSkipped(Event):
+    """A run of streamed blocks a step cache skipped in one forward, in execution order: none of them was copied
+    (one event per run, not per block)."""
+
+    first: str
+    last: str
+    blocks: int
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StagingEvent(Event):
     """One host<->device transfer of a staged component or a streamed DiT block.
 

@@ -68,10 +68,11 @@ class Hooks:
         self._handles.append(module.register_forward_pre_hook(fn, with_kwargs=with_kwargs, prepend=prepend))
 
     def after(self, module: torch.nn.Module, fn: Callable[..., Any], *, with_kwargs: bool = False,
-              always_call: bool = False) -> None:
+              always_call: bool = False, prepend: bool = False) -> None:
         """`fn(module, args, [kwargs,] output)` after each forward of `module` (`always_call`: also when
-        it raises)."""
-        self._handles.append(module.register_forward_hook(fn, with_kwargs=with_kwargs, always_call=always_call))
+        it raises; `prepend`: before the post-hooks already there)."""
+        self._handles.append(module.register_forward_hook(fn, with_kwargs=with_kwargs, always_call=always_call,
+                                                          prepend=prepend))
 
     def wrap(self, obj: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
         """Replace `obj.name` (a bound method, or an earlier wrapper) by `make(current)` on the instance."""

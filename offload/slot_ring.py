@@ -8,12 +8,18 @@ copy event, or copying synchronously when the ring missed it), and its post-hook
 slot and refills it at once with the block k slots ahead, on the copy stream, so copies run ahead
 of compute, cyclically across steps.
 
+A step cache (diffusers' First-Block Cache, MagCache) can decide that blocks of a forward will not run;
+`skip(k)` (set by the streamer from engine/running/cache_follow.py) says so. The ring then never copies
+them: its window holds the next blocks that will run, `before(k)` of a skipped block issues nothing, and
+`retarget()` (called when the decision is made) refills the window past the skipped range.
+
 `ByteRing` (offload/byte_ring.py) is the same protocol over one byte buffer, for units of very
 different sizes; the streamer builds one or the other as the residency says.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -55,6 +61,8 @@ class SlotRing:
         self._clock = ledger.clock
         self._absorb = ledger.absorb
         self._upcast = upcast
+        self.skip: Callable[[int], bool] | None = None  # block k will not run in this forward (a step cache's)
+        self._cursor = 0  # the next block the ring expects to run: where `retarget` refills from
 
     @property
     def num_slots(self) -> int:
@@ -92,6 +100,13 @@ class SlotRing:
         if self.cuda:
             self._absorb(self._clock.poll())
         b = self.streamed[k]
+        self._cursor = k
+        if self.skip is not None:
+            if self.skip(k):  # the cache skips it: its bytes never cross the link
+                self._ledger.skipped(b.name, b.region_nbytes)
+                self._fill_window(k)
+                return
+            self._ledger.end_skips()
         synced = False
         if b.slot is None or self._owner[b.slot] != k:
             held = self._slot_of(k)
@@ -121,14 +136,24 @@ class SlotRing:
         scheduler step, the next forward's embeddings and any resident prefix run — the link would
         otherwise idle there once per step.
         """
+        self._cursor = (k + 1) % len(self.streamed)
         if len(self.streamed) > len(self.slots):
             self._unbind(k)
-            self._fill_window((k + 1) % len(self.streamed))
+            self._fill_window(self._cursor)
+
+    def retarget(self) -> None:
+        """A step cache has just decided which blocks run: refill the window from the next block that will."""
+        if self.slots:
+            self._fill_window(self._cursor)
 
     def _window(self, base: int) -> list[int]:
-        """The streamed blocks the ring should hold from `base` on: base and the next k-1 (cyclic)."""
+        """The streamed blocks the ring should hold from `base` on: base and the next k-1 (cyclic), leaving
+        out the blocks a step cache skips (`skip`)."""
         n = len(self.streamed)
-        return [(base + d) % n for d in range(min(len(self.slots), n))]
+        if self.skip is None:
+            return [(base + d) % n for d in range(min(len(self.slots), n))]
+        ahead = [(base + d) % n for d in range(n)]
+        return [j for j in ahead if not self.skip(j)][:len(self.slots)]
 
     def _slot_of(self, k: int) -> int | None:
         return next((s for s, owner in enumerate(self._owner) if owner == k), None)
@@ -178,9 +203,11 @@ class Ring(Protocol):
     """What the streamer drives: `SlotRing`, or `ByteRing` (offload/byte_ring.py)."""
 
     slots: list[torch.Tensor]
+    skip: Callable[[int], bool] | None
 
     @property
     def num_slots(self) -> int: ...
+    def retarget(self) -> None: ...
     def open(self, nslots: int) -> None: ...
     def close(self) -> None: ...
     def before(self, k: int) -> None: ...

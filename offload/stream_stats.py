@@ -31,3 +31,5 @@ class StepStats:
     h2d_bytes: int
     transfers: int
     sync_fetches: int = 0
+    skipped_blocks: int = 0  # streamed blocks a step cache skipped (no copy issued for them)
+    skipped_bytes: int = 0  # their regions' bytes

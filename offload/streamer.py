@@ -122,6 +122,7 @@ class LayerwiseStreamer:
         self.ring: Ring | None = None  # built over the streamed blocks (`_build_ring`)
         self._hooks = Hooks()
         self._resident_bytes = 0
+        self._skips: Callable[[torch.nn.Module], bool] | None = None  # a step cache's skip decision (`follow_skips`)
 
     def _filler_for(self, tiers: tuple[Tier, ...], load_options: LoadOptions) -> SlotFiller:
         """`HostCopyFiller` when every block is pinned; else a `TieredFiller` that reads the page-cache and
@@ -388,6 +389,24 @@ class LayerwiseStreamer:
             self._build_ring()
         return self.residency
 
+    def follow_skips(self, skips: Callable[[torch.nn.Module], bool] | None) -> Callable[[], None]:
+        """Let a step cache's decision drive the ring: `skips(module)` is True when that block will not run in
+        the current forward (engine/running/cache_follow.py). Returns `retarget`, to call once the decision is made.
+        None stops following. Kept across re-plans and reorders (each ring is built with it)."""
+        self._skips = skips
+        self._apply_skips()
+        return self._retarget
+
+    def _retarget(self) -> None:
+        if self.ring is not None:
+            self.ring.retarget()
+
+    def _apply_skips(self) -> None:
+        if self.ring is None:
+            return
+        skips, streamed = self._skips, self._streamed
+        self.ring.skip = None if skips is None else (lambda k: skips(streamed[k].module))
+
     def take_step_stats(self, wait: bool = False) -> StepStats:
         """Totals since the previous call (or since attach); emits every resolved StagingEvent.
 
@@ -449,6 +468,7 @@ class LayerwiseStreamer:
         for k, b in enumerate(self._streamed):
             ring_hooks(self._hooks, b.module, self.ring, k)
         self.ring.open(self.residency.slots)
+        self._apply_skips()
 
     def _from_files(self, b: Block) -> bool:
         """Whether block b's master is in its files (a page-cache or disk tier), not in the arena."""

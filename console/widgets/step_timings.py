@@ -48,6 +48,14 @@ def summarize(steps: list[StepTiming], *, on_cpu: bool = False) -> str:
     )
 
 
+def copied_cell(s: StepTiming) -> str:
+    """The step's copied bytes; with a step cache, its hits and the bytes it skipped (never copied) beside them."""
+    if not s.cache_forwards:
+        return format_bytes(s.h2d_bytes)
+    hits = f"hit {s.cache_hits}/{s.cache_forwards}"
+    return f"{format_bytes(s.h2d_bytes)} ({hits}, skipped {format_bytes(s.skipped_bytes)})"
+
+
 class StepTimings(Vertical):
     """Summary line, wall/stall sparklines and a bounded table of recent steps."""
 
@@ -146,7 +154,7 @@ class StepTimings(Vertical):
             format_seconds(s.stall_s),
             f"{pct:.0f}",
             f"{rate:.2f}",
-            format_bytes(s.h2d_bytes),
+            copied_cell(s),
         )
         self._row_keys.append(key)
         while len(self._row_keys) > self._max_rows:

@@ -29,10 +29,12 @@ from ...offload.streamer import LayerwiseStreamer
 from ..errors import ConfigError
 from ..events import StepTiming
 from .audio_track import AudioTrack, first_item_audio
+from .cache_spec import CacheSpec
 from .guider_guidance import guidance_used, guided, pipe_takes_guider_guidance
 from .pipeline_defaults import default_steps
 from .pipeline_output import check_frames, first_item_frames
 from .request_phases import DecodeMeter, phase_seconds, sync, sync_compute
+from .step_cache import start_cache
 
 # Request fields the engine maps onto a pipeline's own parameter names, in the order tried.
 FRAME_PARAMETERS = ("num_frames", "video_length", "frames")  # Latte: video_length; SanaVideo: frames
@@ -69,6 +71,7 @@ class GenerateRequest:
     params: dict[str, Any] = field(default_factory=dict)  # --param KEY=VALUE, already typed; merged last
     output_type: str = "pil"  # "np" for exactness tests
     extra: dict[str, Any] = field(default_factory=dict)  # built-in defaults (demo); params win
+    cache: CacheSpec | None = None  # --cache: diffusers' step cache for this request (None: off)
 
     def explicit_kwargs(self, accepted: Mapping[str, Any]) -> dict[str, Any]:
         """The pipeline keyword for each field the request sets (values as given; the image as its path).
@@ -157,6 +160,7 @@ class StepClock:
         self.latent_shape: tuple[int, ...] | None = None
         self.text_peak: int | None = None  # device allocator peak before the first DiT forward (CUDA)
         self.text_reserved: int | None = None  # the caching allocator's reserved peak then (CUDA)
+        self.cache: Any = None  # the request's step cache (`step_cache.StepCache`), whose hits each step reports
 
     def on_dit_forward(self, *_: Any, **__: Any) -> None:
         if self.started is None:
@@ -179,9 +183,12 @@ class StepClock:
         if isinstance(latents, torch.Tensor):
             self.latent_shape = tuple(latents.shape)
         stats = self.streamer.take_step_stats() if self.streamer is not None else None
+        forwards, hits = self.cache.take_step() if self.cache is not None else (0, 0)
         timing = StepTiming(request_id=self.request_id, step=step + 1, total_steps=self.total_steps, wall_s=wall,
                             stall_s=stats.stall_s if stats else 0.0, h2d_bytes=stats.h2d_bytes if stats else 0,
-                            sync_fetches=stats.sync_fetches if stats else 0)
+                            sync_fetches=stats.sync_fetches if stats else 0, cache_forwards=forwards,
+                            cache_hits=hits, skipped_blocks=stats.skipped_blocks if stats else 0,
+                            skipped_bytes=stats.skipped_bytes if stats else 0)
         self.steps.append(timing)
         self.bus.publish(timing)
         self.started = None
@@ -244,6 +251,7 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
     others = [m for m in components.values() if isinstance(m, torch.nn.Module) and all(m is not d for d in dits)]
     watch_cancel(hooks, [*dits, *others], cancel)
     try:
+        clock.cache = start_cache(request.cache, pipe, dits, streamer)  # diffusers' hooks, followed by the ring
         sync(device)
         call_start = time.perf_counter()
         with guided(pipe, request.guidance):
@@ -254,6 +262,8 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
         raise RequestCancelled(len(clock.steps), clock.total_steps) from None
     finally:
         hooks.remove()
+        if clock.cache is not None:
+            clock.cache.remove()
     frames, is_video = first_item_frames(output)
     if cancel is None or not cancel.is_set():  # a cancelled request keeps nothing and says so, not this
         check_frames(frames, type(pipe).__name__)

@@ -16,9 +16,11 @@ import threading
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..cache_dir import CacheFileError, cache_root, read_cache_file
+from ..errors import ConfigError
+from ..running.cache_spec import parse_cache
 
 MAX_ENTRIES = 200
 MAX_BYTES = 8 * 2**20
@@ -48,6 +50,18 @@ class HistoryRequest(BaseModel):
     output: str = _Text
     overwrite: bool = False
     fps: float | None = Field(None, gt=0, allow_inf_nan=False)
+    cache: str | None = Field(None, max_length=4096, description="--cache as given (kind:key=value,...); null: off")
+
+    @field_validator("cache")
+    @classmethod
+    def _cache_parses(cls, value: str | None) -> str | None:
+        """A history file is cache input: a --cache text that does not parse makes the entry invalid."""
+        if value is not None:
+            try:
+                parse_cache(value)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
 
 class HistoryEntry(BaseModel):

@@ -46,6 +46,16 @@ def ram_doc(ram: Any) -> dict[str, Any] | None:
             "reasons": list(ram.reasons)}
 
 
+def cache_doc(spec: Any, steps: Any) -> dict[str, Any] | None:
+    """The request's step cache: its setting, hit rate, bytes skipped and moved (None: no cache)."""
+    if spec is None:
+        return None
+    forwards, hits = sum(s.cache_forwards for s in steps), sum(s.cache_hits for s in steps)
+    return {"cache": spec.text(), "forwards": forwards, "hits": hits,
+            "hit_rate": hits / forwards if forwards else None,
+            "bytes_skipped": sum(s.skipped_bytes for s in steps), "bytes_moved": sum(s.h2d_bytes for s in steps)}
+
+
 def run_report(*, model: str, device: str, policy: Any, plan: Any, load: Any, result: Any, ticket: Ticket,
                written: Written, memory: dict[str, Any], totals: dict[str, Any], telemetry: dict[str, Any],
                events_dropped: int, budget: int | None = None, reasons: list[str] | None = None, ram: Any = None,
@@ -65,8 +75,10 @@ def run_report(*, model: str, device: str, policy: Any, plan: Any, load: Any, re
         "pin_fallback_blocks": load.pin_fallback_blocks, "pin_fallback_bytes": load.pin_fallback_bytes,
         "request_seconds": result.seconds, "peak_allocated_bytes": result.peak_allocated_bytes,
         "peak_reserved_bytes": result.peak_reserved_bytes,
-        "steps": [{"step": s.step, "wall_s": s.wall_s, "stall_s": s.stall_s, "h2d_bytes": s.h2d_bytes}
+        "steps": [{"step": s.step, "wall_s": s.wall_s, "stall_s": s.stall_s, "h2d_bytes": s.h2d_bytes,
+                   "cache_forwards": s.cache_forwards, "cache_hits": s.cache_hits, "skipped_bytes": s.skipped_bytes}
                   for s in result.steps],
+        "cache": cache_doc(ticket.run.request.cache, result.steps),
         "output": str(ticket.run.output.path) if written.files else None,
         "files": [str(p) for p in written.files],
         "frames": len(frames),

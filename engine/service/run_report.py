@@ -32,6 +32,21 @@ class StepReport(Document):
     stall_s: float = Field(description="time compute waited on weight transfers in the step")
     h2d_bytes: int = Field(ge=0, description="bytes copied to the device (host copies on a CPU) in the step: "
                            "copied_bytes_per_forward for each forward that streamed")
+    cache_forwards: int = Field(0, ge=0, description="--cache: DiT forwards whose step cache decided in the step")
+    cache_hits: int = Field(0, ge=0, description="... of which the cache skipped the blocks after its probe block")
+    skipped_bytes: int = Field(0, ge=0, description="bytes of the streamed blocks the cache skipped: never copied")
+
+
+class CacheReport(Document):
+    """`--cache`: diffusers' step cache the request ran with and what it saved the link."""
+
+    cache: str = Field(description="the --cache setting (kind and parameters)")
+    forwards: int = Field(ge=0, description="DiT forwards whose cache decided whether the later blocks run "
+                          "(0: a kind that skips no whole blocks, e.g. pab, taylorseer)")
+    hits: int = Field(ge=0, description="forwards that skipped the blocks after the probe block")
+    hit_rate: float | None = Field(description="hits / forwards; null when no forward decided")
+    bytes_skipped: int = Field(ge=0, description="bytes of streamed blocks the cache skipped: never copied")
+    bytes_moved: int = Field(ge=0, description="bytes copied to the device over the request's steps")
 
 
 class StagingTotals(Document):
@@ -130,6 +145,7 @@ class RunReport(Document):
     peak_reserved_bytes: int | None = Field(None, description="torch's caching allocator: its reserved peak over "
                                             "the request (allocated + cache + fragmentation; null off CUDA)")
     steps: list[StepReport]
+    cache: CacheReport | None = Field(None, description="--cache's step cache and its hit rate; null: no cache")
     output: str | None = Field(description="--output when something was written, else null")
     files: list[str] = Field(description="every file written (several for frames written as images)")
     frames: int = Field(ge=0)

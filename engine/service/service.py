@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from ..errors import OPERATOR_ERRORS
 from ..handle import EngineHandle
+from ..running.cache_spec import parse_cache
 from ..running.runner import GenerateRequest
 from ..running.runner import RequestCancelled as StoppedBetweenBlocks
 from ..worker import EngineWorker
@@ -295,7 +296,7 @@ def history_entry(engine: EngineHandle, ticket: Ticket, outcome: Outcome, report
                                image=str(r.image) if r.image is not None else None,
                                params=json.loads(json.dumps(r.params, default=str)),
                                output=str(ticket.run.output.path), overwrite=ticket.run.output.overwrite,
-                               fps=ticket.fps),
+                               fps=ticket.fps, cache=r.cache.text() if r.cache is not None else None),
         policy=json.loads(plan.policy.model_dump_json()) if plan is not None else {},
         status="failed" if outcome.state == "failed" else outcome.state,  # type: ignore[arg-type]
         error=(f"{outcome.stage} failed: {outcome.error}" if outcome.error else "")[:4096],
@@ -312,4 +313,5 @@ def request_of(entry: HistoryEntry) -> GenerateRequest:
     return GenerateRequest(prompt=q.prompt, steps=q.steps, height=q.height, width=q.width, seed=q.seed,
                            guidance=q.guidance, frames=q.frames, negative_prompt=q.negative_prompt,
                            max_sequence_length=q.max_sequence_length,
-                           image=Path(q.image) if q.image is not None else None, params=dict(q.params))
+                           image=Path(q.image) if q.image is not None else None, params=dict(q.params),
+                           cache=parse_cache(q.cache))

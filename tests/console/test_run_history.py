@@ -49,3 +49,19 @@ def test_a_corrupt_history_is_one_note_and_the_run_goes_on(demo_model_dir, tmp_p
     again = History(cache / "history.json")  # replaced by a valid file holding this run only
     assert again.note is None
     assert [(e.status, e.request.prompt) for e in again.entries] == [("done", "a lighthouse on a cliff at dusk")]
+
+
+@pytest.mark.slow
+def test_a_cached_run_is_kept_with_its_cache_and_submitted_again_with_it(demo_model_dir, tmp_path, cache, capsys):
+    from omni_console.engine.api import parse_cache, request_of
+
+    assert main(["run", "--model", str(demo_model_dir), "--output", str(tmp_path / "o.png"), *FAST,
+                 "--cache", "first-block:threshold=0.2"]) == 0
+    (entry,) = History(cache / "history.json").entries
+    assert entry.request.cache == "first-block:threshold=0.2"
+    assert request_of(entry).cache == parse_cache("first-block:threshold=0.2")
+    text = (cache / "history.json").read_text().replace('"first-block:threshold=0.2"', '"bogus"')
+    (cache / "history.json").write_text(text)  # a tampered --cache makes the file invalid, never a request
+    again = History(cache / "history.json")
+    assert again.entries == []
+    assert again.note == f"history {cache / 'history.json'} ignored: is not a valid history file"

@@ -1,0 +1,201 @@
+"""Step caches on a streamed DiT (issue 37): every block streamed, diffusers' own cache enabled, the ring following
+it, against the uncached stream at the same budget, in one run.
+
+A transformer of the preset's size (random weights) runs `--steps` forwards. Random weights make hit rates
+arbitrary, so the hit pattern is chosen: the input changes every `--miss-every` steps (a miss: the probe block's
+residual moved) and repeats in between (a hit under any positive First-Block threshold). Runs:
+  resident cached      the model on the device with the same cache: the compute of the blocks each step runs
+  streamed uncached    every block streamed through `--slots` slots, no cache
+  streamed cached      the same, with the cache and the ring following it
+Per run: mean step, bytes moved per step, bytes skipped, exposed stall, hit pattern. Ratios: cached step against
+the floor max(compute of the blocks run, bytes moved / measured link rate) (the issue asks <= 1.05), speed-up
+over the uncached stream, bytes moved against the bytes of the blocks run, and PSNR of the cached output
+against the uncached one (a sanity figure, not a target). `--dtype fp8` streams fp8 storage (diffusers' rule).
+Usage:
+  python -m benchmarks.cache_stream --out cache_stream.json [--preset flux|wan|flux-small|wan-small]
+      [--dtype bf16|fp8] [--cache first-block:threshold=0.05] [--steps 8] [--miss-every 2] [--slots 2]
+  python -m benchmarks.cache_stream --cpu       (the tiny preset on a CPU: a smoke run of the script itself)
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from omni_console.engine.loading.stream_dtype import cast_for_storage
+from omni_console.engine.running.cache_spec import parse_cache
+from omni_console.engine.running.step_cache import StepCache
+from omni_console.offload.residency import BlockResidency
+from omni_console.offload.streamer import LayerwiseStreamer
+from omni_console.offload.upcast import module_upcast
+
+from . import harness
+from .budget_sweep import BLOCK_ATTRS, MODELS, build, inputs_for
+
+BF16, FP8 = torch.bfloat16, torch.float8_e4m3fn
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def step_inputs(base: dict[str, Any], steps: int, miss_every: int) -> list[dict[str, Any]]:
+    """Per step: the base input moved by a new offset every `miss_every` steps (a miss), else repeated (a hit)."""
+    out, hidden = [], base["hidden_states"]
+    gen = torch.Generator(hidden.device.type).manual_seed(7)
+    moved = hidden
+    for s in range(steps):
+        if s % miss_every == 0:
+            moved = hidden + torch.randn(hidden.shape, generator=gen, device=hidden.device, dtype=hidden.dtype)
+        out.append({**base, "hidden_states": moved})
+    return out
+
+
+def run_steps(model: torch.nn.Module, inputs: list[dict[str, Any]], device: torch.device,
+              streamer: LayerwiseStreamer | None, cache: StepCache | None) -> dict[str, Any]:
+    """Time each step (one forward in a cache context, as a pipeline calls it) and take its transfer totals."""
+    times, moved, skipped, stalls, hits = [], [], [], [], []
+    out = None
+    if streamer is not None:
+        streamer.take_step_stats(wait=True)
+    with torch.no_grad():
+        for step in inputs:
+            sync(device)
+            t0 = time.perf_counter()
+            with model.cache_context("cond"):
+                out = model(**step)[0]
+            sync(device)
+            times.append(time.perf_counter() - t0)
+            stats = streamer.take_step_stats(wait=True) if streamer is not None else None
+            moved.append(stats.h2d_bytes if stats else 0)
+            skipped.append(stats.skipped_bytes if stats else 0)
+            stalls.append(stats.stall_s if stats else 0.0)
+            hits.append(cache.take_step()[1] if cache is not None else 0)
+    timed = times[1:] or times  # the first step warms up
+    return {"step_s": statistics.mean(timed), "times": times, "h2d_bytes": moved, "skipped_bytes": skipped,
+            "stall_s": stalls, "hits": hits, "out": out}
+
+
+def psnr(a: torch.Tensor, b: torch.Tensor) -> float | None:
+    mse = torch.mean((a.float() - b.float()) ** 2).item()
+    peak = max(b.float().abs().max().item(), 1e-12)
+    return None if mse == 0 else 10 * math.log10(peak * peak / mse)
+
+
+def prepared(spec: dict[str, Any], device: torch.device, dtype: str) -> torch.nn.Module:
+    model = build(spec, device)
+    if dtype == "fp8":
+        cast_for_storage(model, FP8)
+        for name, child in model.named_children():
+            if name not in BLOCK_ATTRS[spec["kind"]]:
+                module_upcast(child, BF16)  # resident non-block layers upcast once, as placement does
+    return model
+
+
+def streamed(spec: dict[str, Any], inputs: list[dict[str, Any]], device: torch.device, dtype: str, slots: int,
+             cache_text: str | None) -> dict[str, Any]:
+    model = prepared(spec, device, dtype)
+    attrs = BLOCK_ATTRS[spec["kind"]]
+    for a in attrs:
+        getattr(model, a).to("cpu")
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    blocks = [(a, list(getattr(model, a))) for a in attrs]
+    n = sum(len(m) for _, m in blocks)
+    streamer = LayerwiseStreamer(blocks, device, residency=BlockResidency.leading(n, 0, min(slots, n)),
+                                 compute_dtype=BF16 if dtype == "fp8" else None)
+    streamer.attach()
+    names = streamer.block_names
+    regions = [streamer.region_bytes([name]) for name in names]
+    cache = StepCache(parse_cache(cache_text), None, [model], streamer) if cache_text else None
+    try:
+        result = run_steps(model, inputs, device, streamer, cache)
+    finally:
+        if cache is not None:
+            cache.remove()
+        streamer.detach()
+    result["block_bytes"], result["copy_bytes_per_forward"] = regions, sum(regions)
+    rate = streamer.observed_bandwidth
+    result["link_bytes_per_s"] = rate
+    del model
+    gc.collect()
+    return result
+
+
+def resident(spec: dict[str, Any], inputs: list[dict[str, Any]], device: torch.device, dtype: str,
+             cache_text: str) -> dict[str, Any]:
+    model = prepared(spec, device, dtype)
+    if dtype == "fp8":
+        model.enable_layerwise_casting(storage_dtype=FP8, compute_dtype=BF16)
+    cache = StepCache(parse_cache(cache_text), None, [model], None)
+    try:
+        return run_steps(model, inputs, device, None, cache)
+    finally:
+        cache.remove()
+        del model
+        gc.collect()
+
+
+def figures(res: dict[str, Any], cached: dict[str, Any], uncached: dict[str, Any]) -> dict[str, Any]:
+    """The issue's ratios, from the three runs (steps after the first)."""
+    regions = cached["block_bytes"]
+    head, total = regions[0], sum(regions)
+    ran = [head if h else total for h in cached["hits"][1:]]  # bytes of the blocks each step runs
+    rate = uncached["link_bytes_per_s"]
+    floors = [max(c, b / rate if rate else 0.0) for c, b in zip(res["times"][1:], ran, strict=True)]
+    floor = statistics.mean(floors) if floors else None
+    moved = sum(cached["h2d_bytes"][1:])
+    return {
+        "hit_pattern": cached["hits"],
+        "hit_rate": sum(cached["hits"]) / len(cached["hits"]),
+        "cached_step_s": cached["step_s"], "uncached_step_s": uncached["step_s"],
+        "resident_cached_step_s": res["step_s"], "floor_s": floor,
+        "step_over_floor": harness.ratio(cached["step_s"], floor),
+        "speedup_over_uncached": harness.ratio(uncached["step_s"], cached["step_s"]),
+        "bytes_moved": moved, "bytes_of_blocks_run": sum(ran),
+        "bytes_moved_over_run": harness.ratio(moved, sum(ran)),
+        "bytes_skipped": sum(cached["skipped_bytes"][1:]),
+        "stall_s_per_step": statistics.mean(cached["stall_s"][1:] or [0.0]),
+        "psnr_cached_vs_uncached_db": psnr(cached["out"], uncached["out"]),
+        "link_bytes_per_s": rate,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = harness.parser(__doc__, device=harness.AUTO)
+    p.add_argument("--preset", choices=sorted(MODELS), default="flux")
+    p.add_argument("--dtype", choices=("bf16", "fp8"), default="bf16")
+    p.add_argument("--cache", default="first-block:threshold=0.05")
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--miss-every", type=int, default=2)
+    p.add_argument("--slots", type=int, default=2)
+    p.add_argument("--cpu", action="store_true", help="the tiny flux preset on a CPU (a smoke run)")
+    args = p.parse_args(argv)
+    if args.cpu:
+        args.device, args.preset = "cpu", "flux-small"
+    device = torch.device(args.device)
+    spec = MODELS[args.preset]
+    inputs = step_inputs(inputs_for(spec, device), args.steps, args.miss_every)
+    res = resident(spec, inputs, device, args.dtype, args.cache)
+    uncached = streamed(spec, inputs, device, args.dtype, args.slots, None)
+    cached = streamed(spec, inputs, device, args.dtype, args.slots, args.cache)
+    report = {"preset": args.preset, "dtype": args.dtype, "cache": args.cache, "steps": args.steps,
+              "miss_every": args.miss_every, "slots": args.slots, **figures(res, cached, uncached),
+              "runs": {name: {k: v for k, v in r.items() if k != "out"}
+                       for name, r in (("resident_cached", res), ("uncached", uncached), ("cached", cached))}}
+    for key in ("hit_pattern", "step_over_floor", "speedup_over_uncached", "bytes_moved_over_run",
+                "psnr_cached_vs_uncached_db"):
+        print(f"{key}: {report[key]}")
+    harness.write(report, args)
+    return report
+
+
+if __name__ == "__main__":
+    main()
