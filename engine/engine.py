@@ -23,6 +23,7 @@ import torch
 from ..offload.deferred_weights import DeferredWeights
 from ..offload.errors import PolicyError
 from ..offload.events import EventBus, LogEvent
+from ..offload.lora_merge import MergeOnUpload
 from ..offload.pinned import HostArena, register_seconds_total
 from ..offload.policy import OffloadPolicy
 from ..offload.tiers import HostTiers
@@ -30,6 +31,8 @@ from .events import LoadProgress, Replanned, RequestFinished, RequestPhases, Req
 from .lifecycle import EngineState, EngineStateError, Lifecycle
 from .loading.file_sources import FileTierLoad
 from .loading.loader import LoadCancelled, pipeline_class, start_loading
+from .loading.lora_apply import apply_loras
+from .loading.lora_files import check_loras
 from .loading.placement import Placement, begin_placement, place_others, place_streamed
 from .model_dir.discovery import ModelInfo, discover_model
 from .model_dir.quant_layouts import check_fp8_device
@@ -73,6 +76,8 @@ class Engine(Lifecycle):
         if self.device.type == "cuda":  # a layout the GPU would run only with a kernel from the network
             check_fp8_device(self.model.components, torch.cuda.get_device_capability(self.device))
         self.bus = bus or EventBus()
+        self.loras = check_loras(self.model, options.loras)  # a bad --lora: one line before anything loads
+        self._lora_merge: MergeOnUpload | None = None
         # encoders and VAEs read in parallel into arenas and built on a thread beside the DiTs' reads;
         # default on CUDA only: on a CPU the library's own loader keeps the addresses address_phase needs
         aux = options.aux_in_place
@@ -212,6 +217,7 @@ class Engine(Lifecycle):
                 place_others(self.pipe, plan, self.placement, self.bus, progress=self._progress("place"),
                              cancel=cancel, weights=weights, host_arenas=arenas, options=options,
                              files=file_tiers.found)
+                self._lora_merge = apply_loras(self.pipe, self.placement, self.loras, options.lora_mode)
             except BaseException as exc:
                 for arena in arenas.values():
                     arena.close()
@@ -300,6 +306,7 @@ class Engine(Lifecycle):
             self.placement.release()
             self.placement = None
         self.pipe = None
+        self._lora_merge = None
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

@@ -1,0 +1,131 @@
+"""Apply checked LoRAs to a placed pipeline, as diffusers applies them, with the streamed blocks still streaming.
+
+diffusers' `load_lora_weights` injects PEFT layers around each target module; the base module and its
+Parameters stay the same objects, so the streamer's bindings keep working. Its checks read each base
+weight's shape, which a streamed block's zero-element placeholder does not have: while it runs, those
+placeholders stand in at their true shape (`shaped_placeholders`, no memory). PEFT puts the A/B matrices on
+the base weight's device: the LoRA is then resident there.
+
+- `sidecar`: A/B applied in the forward as PEFT applies them (`set_adapters` with the scales).
+- `merge`: each LoRA layer's scaling multiplied by its scale as `fuse_lora(lora_scale=)` does; resident
+  modules merged once now (PEFT's `merge`, what `fuse_lora` calls), streamed blocks merged into their slot
+  each time they arrive (offload/lora_merge.py), after the fp8 upcast; the host masters are never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from ...offload.devices import placeholder, rebind
+from ...offload.lora_merge import MergeOnUpload
+from ...offload.streamer import LayerwiseStreamer
+from ...offload.upcast import is_float8
+from .lora_files import LoraFile
+from .placement import Placement
+
+LORA_MODES = ("sidecar", "merge", "auto")
+
+
+def auto_mode() -> str:
+    """`--lora-mode auto`: merge. Merging costs one B·A product per streamed linear per forward (rank·in·out
+    multiply-adds); the sidecar costs 2·tokens·rank·(in+out) per linear per forward, more whenever a forward's
+    tokens exceed in·out / (2·(in+out)) (768 for Flux's 3072-wide linears; a 1024² Flux image has 4,608)."""
+    return "merge"
+
+
+def adapter_names(loras: list[LoraFile]) -> list[str]:
+    return [f"lora{i}" for i in range(len(loras))]
+
+
+def apply_loras(pipe: Any, placement: Placement, loras: list[LoraFile], mode: str) -> MergeOnUpload | None:
+    """Load every LoRA into `pipe` (diffusers' own loader) and apply it in `mode`; returns the merge hook."""
+    if not loras:
+        return None
+    names = adapter_names(loras)
+    streamer = placement.streamer
+    with shaped_placeholders(streamer):
+        for lora, name in zip(loras, names, strict=True):
+            pipe.load_lora_weights(dict(lora.tensors), adapter_name=name)
+    if mode == "auto":
+        mode = auto_mode()
+    if mode != "merge":
+        pipe.set_adapters(names, [lora.scale for lora in loras])
+        return None
+    return _merge(pipe, streamer, loras, names)
+
+
+def _merge(pipe: Any, streamer: LayerwiseStreamer | None, loras: list[LoraFile], names: list[str]
+           ) -> MergeOnUpload | None:
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    scales = dict(zip(names, (lora.scale for lora in loras), strict=True))
+    streamed = {b.module: b.name for b in streamer.streamed_blocks} if streamer is not None else {}
+    per_block: dict[str, list[Callable[[], None]]] = {}
+    for component in _lora_components(pipe):
+        for module, block in _tuner_layers(component, streamed, BaseTunerLayer):
+            for name, scale in scales.items():
+                if name in module.scaling and scale != 1.0:
+                    module.scaling[name] *= scale  # what `fuse_lora(lora_scale=)`'s `scale_layer` does
+            merge = _merger(module, names)
+            if block is None:
+                merge()  # resident: merged once, as fuse_lora merges it
+            else:
+                per_block.setdefault(block, []).append(merge)
+    if streamer is None or not per_block:
+        return None
+    hook = MergeOnUpload(per_block)
+    streamer.watch_ring(hook.watch)
+    return hook
+
+
+def _merger(module: Any, names: list[str]) -> Callable[[], None]:
+    """PEFT's own merge (as `fuse_lora` calls it: `safe_merge=False`) into the weight as it is bound now."""
+    wanted = [n for n in names if n in module.scaling]
+
+    def merge() -> None:
+        module.merged_adapters.clear()  # the slot holds the unmerged bytes again
+        module.merge(safe_merge=False, adapter_names=wanted)
+
+    return merge
+
+
+def _lora_components(pipe: Any) -> Iterator[torch.nn.Module]:
+    for value in pipe.components.values():
+        if isinstance(value, torch.nn.Module):
+            yield value
+
+
+def _tuner_layers(component: torch.nn.Module, streamed: dict[torch.nn.Module, str], kind: type
+                  ) -> Iterator[tuple[Any, str | None]]:
+    """Each PEFT layer of `component` with the streamed block it lies in (None: not in a streamed block)."""
+    def walk(module: torch.nn.Module, block: str | None) -> Iterator[tuple[Any, str | None]]:
+        block = streamed.get(module, block)
+        if isinstance(module, kind):
+            yield module, block
+            return
+        for child in module.children():
+            yield from walk(child, block)
+
+    yield from walk(component, None)
+
+
+@contextlib.contextmanager
+def shaped_placeholders(streamer: LayerwiseStreamer | None) -> Iterator[None]:
+    """Streamed tensors not in a slot now stand in at their true shape (a broadcast zero: no memory)."""
+    swapped = []
+    compute = streamer.compute_dtype if streamer is not None else None
+    for binding in streamer.unbound_bindings() if streamer is not None else ():
+        target, shape, dtype = binding.target, binding.shape, binding.dtype
+        if compute is not None and is_float8(dtype):
+            dtype = compute  # fp8 storage: PEFT keeps A/B in the dtype the block computes in
+        rebind(target, lambda t=target, s=shape, d=dtype: torch.zeros((), dtype=d, device=t.device).expand(s))
+        swapped.append(binding)
+    try:
+        yield
+    finally:
+        for binding in swapped:
+            rebind(binding.target, lambda b=binding: placeholder(b.dtype, b.target.device))
