@@ -24,6 +24,7 @@ from ..engine.api import DEFAULT_HZ, LEAN_MODES, plain
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
 from .flag_types import check_cache_dir, path_name, real_number, short_words, whole_number
 from .help_overview import overview
+from .lora_flags import add_lora_flags, lora_documents, lora_lines
 
 SUBCOMMANDS = ("console", "plan", "run", "demo-model")
 EXIT_USAGE = 2
@@ -146,6 +147,7 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parallel", choices=("dp", "cfg"), default="dp",
                         help="with --gpus N > 1: dp runs N prompts or seeds at once (default); cfg runs the two "
                              "guidance branches of one request on 2 ranks")
+    add_lora_flags(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -267,17 +269,25 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .plan_request import check_plan_request
 
     check_plan_request(model, size)  # as `run` would refuse it, with its line
+    from ..engine.api import check_loras
+
+    loras = check_loras(model, tuple(args.lora))  # as `run` refuses a bad one: before anything loads
     device = device_name_for_plan(args.device)
     planned = plan_for(model, policy, budget, size, device, layout,  # the layout checked, then the budgets
                        ram_budget=ram_budget)
     plan, forecast, reasons, ranks = planned.plan, planned.forecast, planned.reasons, planned.ranks
     if args.json:
-        print(json.dumps(plan_to_dict(plan, forecast, device, budget, reasons, ranks, planned.ram), indent=2))
+        document = plan_to_dict(plan, forecast, device, budget, reasons, ranks, planned.ram)
+        if loras:
+            document["loras"] = lora_documents(loras, args.lora_mode)
+        print(json.dumps(document, indent=2))
     else:
         from .plan_view import render_plan
 
         render_plan(plan, forecast=forecast, reasons=reasons, ranks=ranks, on_cpu=device == "cpu",
                     ram_reasons=planned.ram.reasons if planned.ram else None)
+        for line in lora_lines(loras, args.lora_mode):
+            print(line)
     return 0
 
 
@@ -311,6 +321,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_console(args: argparse.Namespace) -> int:
+    if args.lora:
+        raise UsageError("--lora: the console app does not apply LoRAs yet (plan and run do)")
     from .app_main import run_app
 
     return run_app(args)
