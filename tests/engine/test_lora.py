@@ -113,6 +113,7 @@ def test_wan_lora_is_bit_identical_to_diffusers(wan_model_dir: Path, wan_loadabl
     assert_same(outs, expected)
 
 
+@pytest.mark.slow  # a load and a request
 def test_merge_leaves_the_host_masters_as_they_were(demo_model_dir: Path, tmp_path: Path):
     """Merging writes only device slots: every streamed block's bytes in the host arena are unchanged."""
     lora = write_peft_lora(tmp_path / "m.safetensors", demo_model_dir / "transformer", "transformer",
