@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -24,6 +25,7 @@ from ...offload.devices import placeholder, rebind
 from ...offload.lora_merge import MergeOnUpload
 from ...offload.streamer import LayerwiseStreamer
 from ...offload.upcast import is_float8
+from ..errors import ConfigError
 from .lora_files import LoraFile
 from .placement import Placement
 
@@ -41,27 +43,63 @@ def adapter_names(loras: list[LoraFile]) -> list[str]:
     return [f"lora{i}" for i in range(len(loras))]
 
 
-def apply_loras(pipe: Any, placement: Placement, loras: list[LoraFile], mode: str) -> MergeOnUpload | None:
-    """Load every LoRA into `pipe` (diffusers' own loader) and apply it in `mode`; returns the merge hook."""
+@dataclass
+class AppliedLoras:
+    """What `apply_loras` did, so that `remove_loras` can undo it exactly between requests."""
+
+    names: list[str] = field(default_factory=list)
+    merge: MergeOnUpload | None = None  # the streamed blocks' merge on upload (stays watching the ring)
+    restore: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # resident merged: (weight, copy)
+
+
+def apply_loras(pipe: Any, placement: Placement, loras: list[LoraFile], mode: str,
+                applied: AppliedLoras | None = None) -> AppliedLoras:
+    """Load every LoRA into `pipe` (diffusers' own loader) and apply it in `mode`. `applied`: a previous
+    state already removed (`remove_loras`), whose ring watcher is reused."""
+    applied = applied if applied is not None else AppliedLoras()
+    applied.names = adapter_names(loras)
+    if applied.merge is not None:
+        applied.merge.merges = {}
     if not loras:
-        return None
-    names = adapter_names(loras)
+        return applied
     streamer = placement.streamer
     with shaped_placeholders(streamer):
-        for lora, name in zip(loras, names, strict=True):
+        for lora, name in zip(loras, applied.names, strict=True):
             pipe.load_lora_weights(dict(lora.tensors), adapter_name=name)
     if mode == "auto":
         mode = auto_mode()
     if mode != "merge":
-        pipe.set_adapters(names, [lora.scale for lora in loras])
-        return None
-    return _merge(pipe, streamer, loras, names)
+        pipe.set_adapters(applied.names, [lora.scale for lora in loras])
+        return applied
+    _merge(pipe, streamer, loras, applied)
+    return applied
 
 
-def _merge(pipe: Any, streamer: LayerwiseStreamer | None, loras: list[LoraFile], names: list[str]
-           ) -> MergeOnUpload | None:
+def remove_loras(pipe: Any, placement: Placement, applied: AppliedLoras) -> None:
+    """Undo `apply_loras` without reloading any base weight: resident merged weights get their saved bytes
+    back, the PEFT layers go (diffusers' `unload_lora_weights`), and the ring refills its slots from the host
+    masters, which were never written (a slot may hold a merged block)."""
+    if not applied.names and not applied.restore:
+        return
+    for weight, saved in applied.restore:
+        if weight.shape == saved.shape:  # else a re-plan has streamed it since: its master is clean
+            weight.data.copy_(saved)
+    applied.restore.clear()
+    if applied.names:
+        with shaped_placeholders(placement.streamer):
+            pipe.unload_lora_weights()
+    applied.names = []
+    if applied.merge is not None:
+        applied.merge.merges = {}
+    streamer = placement.streamer
+    if streamer is not None and streamer.attached and streamer.num_streamed:
+        streamer.set_slots(streamer.residency.slots)  # every slot refilled from its master
+
+
+def _merge(pipe: Any, streamer: LayerwiseStreamer | None, loras: list[LoraFile], applied: AppliedLoras) -> None:
     from peft.tuners.tuners_utils import BaseTunerLayer
 
+    names = applied.names
     scales = dict(zip(names, (lora.scale for lora in loras), strict=True))
     streamed = {b.module: b.name for b in streamer.streamed_blocks} if streamer is not None else {}
     per_block: dict[str, list[Callable[[], None]]] = {}
@@ -71,15 +109,25 @@ def _merge(pipe: Any, streamer: LayerwiseStreamer | None, loras: list[LoraFile],
                 if name in module.scaling and scale != 1.0:
                     module.scaling[name] *= scale  # what `fuse_lora(lora_scale=)`'s `scale_layer` does
             merge = _merger(module, names)
-            if block is None:
-                merge()  # resident: merged once, as fuse_lora merges it
+            if block is None:  # resident: merged once, as fuse_lora merges it; its bytes kept to unmerge exactly
+                base = module.get_base_layer()
+                if is_float8(base.weight.dtype):
+                    raise ConfigError("--lora-mode merge: a resident block kept in fp8 would be merged in fp8 "
+                                      "storage (use --lora-mode sidecar, or --upcast-resident to keep it upcast)")
+                for t in (base.weight, getattr(base, "bias", None)):
+                    if t is not None:
+                        applied.restore.append((t, t.detach().to("cpu", copy=True)))
+                merge()
             else:
                 per_block.setdefault(block, []).append(merge)
     if streamer is None or not per_block:
-        return None
-    hook = MergeOnUpload(per_block)
-    streamer.watch_ring(hook.watch)
-    return hook
+        return
+    if applied.merge is None:
+        applied.merge = MergeOnUpload(per_block)
+        streamer.watch_ring(applied.merge.watch)
+    else:
+        applied.merge.merges = per_block
+        streamer.set_slots(streamer.residency.slots)  # refilled: each block merged on its next arrival
 
 
 def _merger(module: Any, names: list[str]) -> Callable[[], None]:

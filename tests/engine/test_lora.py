@@ -64,7 +64,7 @@ def engine_outputs(path: Path, request: GenerateRequest, loras: list[tuple[Path,
             for _ in range(2):
                 result = engine.generate(request)
                 got = np.stack(result.frames) if result.is_video else np.asarray(result.image)[None]
-                merge = engine._lora_merge
+                merge = engine._loras_applied.merge
                 outs.append((policy, got, merge.merged_blocks if merge is not None else 0))
             engine.unload()
     finally:
@@ -124,7 +124,7 @@ def test_merge_leaves_the_host_masters_as_they_were(demo_model_dir: Path, tmp_pa
         arena = engine.placement.streamer.filler.arena
         before = arena.tensor.clone()
         engine.generate(GenerateRequest(prompt=PROMPT, steps=1, height=64, width=64, seed=0, output_type="np"))
-        assert engine._lora_merge.merged_blocks >= 6
+        assert engine._loras_applied.merge.merged_blocks >= 6
         assert torch.equal(arena.tensor, before)
     finally:
         engine.close()
