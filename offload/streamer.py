@@ -364,9 +364,9 @@ class LayerwiseStreamer:
         """The blocks the ring cycles through, in its order."""
         return list(self._streamed)
 
-    def unbound_bindings(self) -> list:
-        """Bindings of streamed blocks whose tensors are placeholders now (not in a slot)."""
-        return [x for b in self._streamed for x in b.bindings if x.target.numel() == 0 and any(x.shape)]
+    def streamed_bindings(self) -> list:
+        """Every tensor binding of the streamed blocks (its target, stored dtype and true shape)."""
+        return [x for b in self._streamed for x in b.bindings]
 
     def watch_ring(self, watch: Callable[[Ring], None]) -> None:
         """Call `watch` on every ring built from now on (before its hooks and first fills), and rebuild the

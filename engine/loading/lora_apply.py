@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ...offload.devices import placeholder, rebind
+from ...offload.devices import rebind
 from ...offload.lora_merge import MergeOnUpload
 from ...offload.streamer import LayerwiseStreamer
 from ...offload.upcast import is_float8
@@ -63,7 +63,7 @@ def apply_loras(pipe: Any, placement: Placement, loras: list[LoraFile], mode: st
     if not loras:
         return applied
     streamer = placement.streamer
-    with shaped_placeholders(streamer):
+    with shaped_placeholders(pipe, streamer):
         for lora, name in zip(loras, applied.names, strict=True):
             pipe.load_lora_weights(dict(lora.tensors), adapter_name=name)
     if mode == "auto":
@@ -86,7 +86,7 @@ def remove_loras(pipe: Any, placement: Placement, applied: AppliedLoras) -> None
             weight.data.copy_(saved)
     applied.restore.clear()
     if applied.names:
-        with shaped_placeholders(placement.streamer):
+        with shaped_placeholders(pipe, placement.streamer):
             pipe.unload_lora_weights()
     applied.names = []
     if applied.merge is not None:
@@ -162,18 +162,32 @@ def _tuner_layers(component: torch.nn.Module, streamed: dict[torch.nn.Module, st
 
 
 @contextlib.contextmanager
-def shaped_placeholders(streamer: LayerwiseStreamer | None) -> Iterator[None]:
-    """Streamed tensors not in a slot now stand in at their true shape (a broadcast zero: no memory)."""
-    swapped = []
+def shaped_placeholders(pipe: Any, streamer: LayerwiseStreamer | None) -> Iterator[None]:
+    """While diffusers injects or removes its PEFT layers: each streamed tensor (a zero-element placeholder, or
+    bound in a slot) and each fp8-stored one stands in at its true shape in the dtype its block computes in (a
+    broadcast zero: no memory), so that diffusers' shape checks see the module and PEFT keeps A/B in the compute
+    dtype, never in fp8; every tensor gets its own storage back afterwards."""
     compute = streamer.compute_dtype if streamer is not None else None
-    for binding in streamer.unbound_bindings() if streamer is not None else ():
-        target, shape, dtype = binding.target, binding.shape, binding.dtype
-        if compute is not None and is_float8(dtype):
-            dtype = compute  # fp8 storage: PEFT keeps A/B in the dtype the block computes in
-        rebind(target, lambda t=target, s=shape, d=dtype: torch.zeros((), dtype=d, device=t.device).expand(s))
-        swapped.append(binding)
+    saved: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def stand_in(target: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        if is_float8(dtype):
+            dtype = compute or torch.float32
+        saved.append((target, target.data))
+        rebind(target, lambda: torch.zeros((), dtype=dtype, device=target.device).expand(shape))
+
+    done: set[int] = set()
+    for binding in streamer.streamed_bindings() if streamer is not None else ():
+        if binding.target.numel() == 0 or is_float8(binding.target.dtype):
+            stand_in(binding.target, binding.shape, binding.dtype)
+        done.add(id(binding.target))
+    for component in _lora_components(pipe):
+        for t in component.parameters():
+            if id(t) not in done and is_float8(t.dtype):
+                stand_in(t, tuple(t.shape), t.dtype)
+                done.add(id(t))
     try:
         yield
     finally:
-        for binding in swapped:
-            rebind(binding.target, lambda b=binding: placeholder(b.dtype, b.target.device))
+        for target, data in reversed(saved):
+            rebind(target, lambda data=data: data)
