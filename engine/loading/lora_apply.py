@@ -50,6 +50,7 @@ class AppliedLoras:
     names: list[str] = field(default_factory=list)
     merge: MergeOnUpload | None = None  # the streamed blocks' merge on upload (stays watching the ring)
     restore: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # resident merged: (weight, copy)
+    hooks: list[Any] = field(default_factory=list)  # staged components' per-call merges
 
 
 def apply_loras(pipe: Any, placement: Placement, loras: list[LoraFile], mode: str,
@@ -66,13 +67,26 @@ def apply_loras(pipe: Any, placement: Placement, loras: list[LoraFile], mode: st
     with shaped_placeholders(pipe, streamer):
         for lora, name in zip(loras, applied.names, strict=True):
             pipe.load_lora_weights(dict(lora.tensors), adapter_name=name)
+    _to_device(pipe, placement.device)
     if mode == "auto":
         mode = auto_mode()
     if mode != "merge":
         pipe.set_adapters(applied.names, [lora.scale for lora in loras])
         return applied
-    _merge(pipe, streamer, loras, applied)
+    _merge(pipe, streamer, loras, applied, frozenset(placement.stagers))
     return applied
+
+
+def _to_device(pipe: Any, device: torch.device) -> None:
+    """A/B on the device for every component: PEFT put them beside the base weight as it was at injection,
+    which for a staged encoder between its calls is the host master."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    for component in _lora_components(pipe):
+        for module in component.modules():
+            if isinstance(module, BaseTunerLayer):
+                for name in ("lora_A", "lora_B"):
+                    getattr(module, name).to(device)
 
 
 def remove_loras(pipe: Any, placement: Placement, applied: AppliedLoras) -> None:
@@ -81,6 +95,9 @@ def remove_loras(pipe: Any, placement: Placement, applied: AppliedLoras) -> None
     masters, which were never written (a slot may hold a merged block)."""
     if not applied.names and not applied.restore:
         return
+    for handle in applied.hooks:
+        handle.remove()
+    applied.hooks.clear()
     for weight, saved in applied.restore:
         if weight.shape == saved.shape:  # else a re-plan has streamed it since: its master is clean
             weight.data.copy_(saved)
@@ -96,20 +113,27 @@ def remove_loras(pipe: Any, placement: Placement, applied: AppliedLoras) -> None
         streamer.set_slots(streamer.residency.slots)  # every slot refilled from its master
 
 
-def _merge(pipe: Any, streamer: LayerwiseStreamer | None, loras: list[LoraFile], applied: AppliedLoras) -> None:
+def _merge(pipe: Any, streamer: LayerwiseStreamer | None, loras: list[LoraFile], applied: AppliedLoras,
+           staged: frozenset[str]) -> None:
+    """Streamed blocks: merged on each arrival; staged components (an encoder): merged on each call, into the
+    device copy the stager made (its master untouched); everything resident: merged once, its bytes saved."""
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     names = applied.names
     scales = dict(zip(names, (lora.scale for lora in loras), strict=True))
     streamed = {b.module: b.name for b in streamer.streamed_blocks} if streamer is not None else {}
     per_block: dict[str, list[Callable[[], None]]] = {}
-    for component in _lora_components(pipe):
+    for key, component in pipe.components.items():
+        if not isinstance(component, torch.nn.Module):
+            continue
         for module, block in _tuner_layers(component, streamed, BaseTunerLayer):
             for name, scale in scales.items():
                 if name in module.scaling and scale != 1.0:
                     module.scaling[name] *= scale  # what `fuse_lora(lora_scale=)`'s `scale_layer` does
             merge = _merger(module, names)
-            if block is None:  # resident: merged once, as fuse_lora merges it; its bytes kept to unmerge exactly
+            if key in staged:
+                applied.hooks.append(module.register_forward_pre_hook(lambda _m, _a, merge=merge: merge()))
+            elif block is None:  # resident: merged once, as fuse_lora merges it; its bytes kept to unmerge exactly
                 base = module.get_base_layer()
                 if is_float8(base.weight.dtype):
                     raise ConfigError("--lora-mode merge: a resident block kept in fp8 would be merged in fp8 "

@@ -1,7 +1,9 @@
 """LoRAs through the engine against plain diffusers set up the same way.
 
 sidecar: bit-identical to `DiffusionPipeline.from_pretrained(dir)` + `load_lora_weights(file)` + `set_adapters`
-with the same scale; merge: to the same pipeline after `fuse_lora(lora_scale=)`. Every policy the family tests
+with the same scale; merge: to the same pipeline after `fuse_lora(components=<every LoRA-loadable component>,
+lora_scale=)` (Flux's `fuse_lora` fuses only the transformer by default, leaving a text encoder's LoRA unfused
+at scale 1; the engine merges every component at the operator's scale). Every policy the family tests
 use, plus one whose ring holds every streamed block (a block then stays in its slot between forwards and must
 not be merged twice), and two requests per load (the second finds the slots as the first left them).
 """
@@ -42,12 +44,12 @@ def plain_output(path: Path, request: GenerateRequest, loras: list[tuple[Path, f
         pipe.load_lora_weights(str(file), adapter_name=name)
     if not loras:
         pass
-    elif mode == "merge" and len(loras) == 1:
-        pipe.fuse_lora(lora_scale=loras[0][1])
+    elif mode == "merge" and len(loras) == 1:  # every component with LoRA layers (Flux's default: the transformer)
+        pipe.fuse_lora(components=list(pipe._lora_loadable_modules), lora_scale=loras[0][1])
     else:
         pipe.set_adapters(names, [scale for _, scale in loras])
         if mode == "merge":
-            pipe.fuse_lora()
+            pipe.fuse_lora(components=list(pipe._lora_loadable_modules))
     out = pipe(**request.call_kwargs(pipe))
     return np.asarray(out.frames[0] if hasattr(out, "frames") else out.images)
 
@@ -126,5 +128,32 @@ def test_merge_leaves_the_host_masters_as_they_were(demo_model_dir: Path, tmp_pa
         engine.generate(GenerateRequest(prompt=PROMPT, steps=1, height=64, width=64, seed=0, output_type="np"))
         assert engine._loras_applied.merge.merged_blocks >= 6
         assert torch.equal(arena.tensor, before)
+    finally:
+        engine.close()
+
+
+@pytest.mark.slow  # two loads, four requests, two plain pipelines
+@pytest.mark.parametrize("mode", ["sidecar", "merge"])
+def test_text_encoder_keys_apply_as_diffusers_applies_them(demo_model_dir: Path, tmp_path: Path, mode: str):
+    """A LoRA on the transformer and the CLIP text encoder (staged: its weights go to the device per call)."""
+    from safetensors.torch import load_file, save_file
+
+    dit = write_peft_lora(tmp_path / "dit.safetensors", demo_model_dir / "transformer", "transformer",
+                          pattern=r"attn\.to_", seed=7)
+    te = write_peft_lora(tmp_path / "te.safetensors", demo_model_dir / "text_encoder", "text_encoder",
+                         pattern=r"self_attn\.(q|v)_proj", seed=8)
+    both = tmp_path / "both.safetensors"
+    save_file({**load_file(str(dit)), **load_file(str(te))}, str(both))
+    expected = plain_output(demo_model_dir, FLUX_REQUEST, [(both, 0.7)], mode)
+    assert not np.array_equal(expected, plain_output(demo_model_dir, FLUX_REQUEST, [(dit, 0.7)], mode))
+    options = EngineOptions(loras=((str(both), 0.7),), lora_mode=mode)
+    engine = Engine(demo_model_dir, device="cpu", options=options)
+    try:
+        assert sorted(engine.loras[0].components) == ["text_encoder", "transformer"]
+        for policy in (build_policy({}, 0), build_policy({"default": False}, 1)):  # encoder staged, then resident
+            engine.load(policy)
+            got = np.asarray(engine.generate(FLUX_REQUEST).image)[None]
+            assert np.array_equal(got.reshape(expected.shape), expected), policy
+            engine.unload()
     finally:
         engine.close()
