@@ -73,4 +73,6 @@ def lora_lines(loras: list[Any], mode: str) -> list[str]:
              for f in loras]
     total = sum(f.nbytes for f in loras)
     lines.append(f"LoRA mode {_mode_words(mode)} ({format_bytes(total)} of A/B on the device)")
+    lines.append("LoRA in the vLLM-Omni export: not expressed (the flags above name no LoRA; this export knows no "
+                 "vLLM-Omni LoRA flag)")
     return lines

@@ -108,6 +108,7 @@ def test_plan_shows_each_lora_and_its_bytes(demo_model_dir: Path, tmp_path: Path
     out = capsys.readouterr().out
     assert f"LoRA style.safetensors: {nbytes / 1e3:.1f} kB at scale 0.8 on transformer" in out
     assert "LoRA mode sidecar: A/B kept on the device" in out
+    assert "LoRA in the vLLM-Omni export: not expressed" in out
     assert main(["plan", "--model", str(demo_model_dir), "--device", "cpu", "--json", "--lora", str(lora)]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["loras"] == [{"path": str(lora), "bytes": nbytes, "scale": 1.0, "components": ["transformer"],
