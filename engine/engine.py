@@ -30,7 +30,7 @@ from .events import LoadProgress, Replanned, RequestFinished, RequestPhases, Req
 from .lifecycle import EngineState, EngineStateError, Lifecycle
 from .loading.file_sources import FileTierLoad
 from .loading.loader import LoadCancelled, pipeline_class, start_loading
-from .loading.lora_apply import AppliedLoras, apply_loras, remove_loras
+from .loading.lora_apply import AppliedLoras, apply_loras, merge_refusal, remove_loras
 from .loading.lora_files import check_loras
 from .loading.placement import Placement, begin_placement, place_others, place_streamed
 from .model_dir.discovery import ModelInfo, discover_model
@@ -105,6 +105,9 @@ class Engine(Lifecycle):
         if tiers is not None:
             plan = replace(plan, tiers=tiers)
         why = unsupported_tiers(plan, live=self.options.live_replan, ranks=self.world > 1)
+        if why is not None:
+            raise PolicyError(why)
+        why = merge_refusal(plan, bool(self.loras), self.options.lora_mode)
         if why is not None:
             raise PolicyError(why)
         return plan

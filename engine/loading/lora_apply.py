@@ -39,6 +39,18 @@ def auto_mode() -> str:
     return "merge"
 
 
+def merge_refusal(plan: Any, loras: bool, mode: str) -> str | None:
+    """Why `plan` cannot merge LoRAs (None: it can): a resident block stored in fp8 and upcast per forward would
+    be merged into its fp8 storage, which corrupts it (the peers' bug); said when the plan is made, before load."""
+    if not loras or mode == "sidecar" or plan.policy.stream_dtype is None:
+        return None
+    residency = plan.residency
+    if any(r and not u for r, u in zip(residency.resident, residency.upcast_flags, strict=True)):
+        return ("--lora-mode merge with fp8 resident blocks upcast per forward would merge into fp8 storage: use "
+                "--lora-mode sidecar or --upcast-resident auto|N")
+    return None
+
+
 def adapter_names(loras: list[LoraFile]) -> list[str]:
     return [f"lora{i}" for i in range(len(loras))]
 
