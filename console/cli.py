@@ -24,6 +24,7 @@ from ..engine.api import DEFAULT_HZ, LEAN_MODES, plain
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
 from .flag_types import check_cache_dir, path_name, real_number, short_words, whole_number
 from .help_overview import overview
+from .lora_flags import add_lora_flags, lora_documents, lora_lines
 
 SUBCOMMANDS = ("console", "plan", "run", "demo-model")
 EXIT_USAGE = 2
@@ -146,6 +147,7 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parallel", choices=("dp", "cfg"), default="dp",
                         help="with --gpus N > 1: dp runs N prompts or seeds at once (default); cfg runs the two "
                              "guidance branches of one request on 2 ranks")
+    add_lora_flags(parser)
 
 
 def _cache_flag(parser: argparse.ArgumentParser) -> None:
@@ -283,6 +285,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from ..engine.api import check_cache_support
 
         check_cache_support(model, cache)
+    loras: list = []
+    if args.lora:  # as `run` refuses a bad one: before anything loads (reading them imports torch)
+        from ..engine.api import check_loras
+
+        loras = check_loras(model, tuple(args.lora))
     device = device_name_for_plan(args.device)
     planned = plan_for(model, policy, budget, size, device, layout,  # the layout checked, then the budgets
                        ram_budget=ram_budget)
@@ -291,7 +298,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     check_fits_host(forecast, "cpu" if device == "cpu" else "cuda")  # as `run` refuses it, with its line
     if args.json:
-        print(json.dumps(plan_to_dict(plan, forecast, device, budget, reasons, ranks, planned.ram), indent=2))
+        document = plan_to_dict(plan, forecast, device, budget, reasons, ranks, planned.ram)
+        if loras:
+            document["loras"] = lora_documents(loras, args.lora_mode)
+        print(json.dumps(document, indent=2))
     else:
         from .plan_view import render_plan
 
@@ -302,6 +312,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
             measured = measured_hits(model.pipeline_class, cache)
             print(plain(cache_step_range(cache, plan.model.num_dit_blocks, forecast.step_s, measured).line))
+        for line in lora_lines(loras, args.lora_mode):
+            print(line)
     return 0
 
 
@@ -335,6 +347,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_console(args: argparse.Namespace) -> int:
+    if args.lora:
+        raise UsageError("--lora: the console app does not apply LoRAs yet (plan and run do)")
     from .app_main import run_app
 
     return run_app(args)

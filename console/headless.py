@@ -45,6 +45,7 @@ from ..engine.errors import OPERATOR_ERRORS, ConfigError
 from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args, resolve_model_path
 from .event_text import one_line as _one_line
 from .interrupts import Interrupted, InterruptGuard
+from .lora_flags import lora_options
 from .request_defaults import default_request
 from .run_flags import OptionFlags, parse_option_flags
 from .run_progress import RunProgress
@@ -96,6 +97,8 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
     flags = check_run_flags(args)
     layout = layout_from_args(args)
     if layout.distributed:
+        if args.lora:
+            raise ConfigError("--lora with --gpus N > 1: the rank group does not apply LoRAs yet (one GPU does)")
         from .headless_ranks import run_ranks
 
         return run_ranks(args, guard, layout, flags)
@@ -107,7 +110,7 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
         prefer_expandable_segments()  # before CUDA's allocator starts (run_memory)
     # with a budget, live re-plan: an out-of-memory step-down can then move resident blocks (oom_guard)
     engine = guard.run(lambda: open_engine(model_path, device=flags.device, variant=args.variant,
-                                           options=EngineOptions(live_replan=_live(flags))))
+                                           options=EngineOptions(live_replan=_live(flags), **lora_options(args))))
     try:
         plan = engine.make_plan(flags.policy)  # policy against the model, before anything is allocated
         steps = schedule_steps(args.steps, flags.options.params)  # a sigmas/timesteps list sets the count

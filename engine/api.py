@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for type checkers (tests/engi
     from .loading.bus_error import install_bus_error_line
     from .loading.device_choice import parse_device
     from .loading.loader import LoadCancelled, pipeline_class, pipeline_init_values
+    from .loading.lora_files import check_loras
     from .model_dir.call_source import makes_still_images
     from .model_dir.discovery import ModelInfo, discover_model
     from .model_dir.fp8_names import storage_note
@@ -125,6 +126,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".service.run_report": ("RunReport",),
     ".service.run_totals": ("RunTotals",),
     ".loading.loader": ("LoadCancelled", "pipeline_class", "pipeline_init_values"),
+    ".loading.lora_files": ("check_loras",),
     # device probes: what a face asks of the machine (no console module imports torch)
     ".device_probes": ("DeviceInfo", "import_runtime", "measure_h2d_bandwidth", "read_device_info"),
     ".running.run_memory": ("RunMemory", "prefer_expandable_segments", "step_down_docs"),

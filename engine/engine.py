@@ -30,6 +30,8 @@ from .events import LoadProgress, Replanned, RequestFinished, RequestPhases, Req
 from .lifecycle import EngineState, EngineStateError, Lifecycle
 from .loading.file_sources import FileTierLoad
 from .loading.loader import LoadCancelled, pipeline_class, start_loading
+from .loading.lora_apply import AppliedLoras, apply_loras, merge_refusal, remove_loras
+from .loading.lora_files import check_loras
 from .loading.placement import Placement, begin_placement, place_others, place_streamed
 from .model_dir.discovery import ModelInfo, discover_model
 from .model_dir.quant_layouts import check_fp8_device
@@ -74,6 +76,8 @@ class Engine(Lifecycle):
         if self.device.type == "cuda":  # a layout the GPU would run only with a kernel from the network
             check_fp8_device(self.model.components, torch.cuda.get_device_capability(self.device))
         self.bus = bus or EventBus()
+        self.loras = check_loras(self.model, options.loras)  # a bad --lora: one line before anything loads
+        self._loras_applied = AppliedLoras()
         # encoders and VAEs read in parallel into arenas and built on a thread beside the DiTs' reads;
         # default on CUDA only: on a CPU the library's own loader keeps the addresses address_phase needs
         aux = options.aux_in_place
@@ -102,6 +106,9 @@ class Engine(Lifecycle):
         if tiers is not None:
             plan = replace(plan, tiers=tiers)
         why = unsupported_tiers(plan, live=self.options.live_replan, ranks=self.world > 1)
+        if why is not None:
+            raise PolicyError(why)
+        why = merge_refusal(plan, bool(self.loras), self.options.lora_mode)
         if why is not None:
             raise PolicyError(why)
         return plan
@@ -213,6 +220,7 @@ class Engine(Lifecycle):
                 place_others(self.pipe, plan, self.placement, self.bus, progress=self._progress("place"),
                              cancel=cancel, weights=weights, host_arenas=arenas, options=options,
                              files=file_tiers.found)
+                self._loras_applied = apply_loras(self.pipe, self.placement, self.loras, options.lora_mode)
             except BaseException as exc:
                 for arena in arenas.values():
                     arena.close()
@@ -267,12 +275,30 @@ class Engine(Lifecycle):
             if (policy.stream_dtype, policy.fp8_modulation) != (old.stream_dtype, old.fp8_modulation):
                 raise PolicyError("changing the stream dtype is a new load: the weights are cast as they are read")
             plan = self.make_plan(policy, self.plan.tiers)  # the masters stay where the load put them
+            remove_loras(self.pipe, self.placement, self._loras_applied)  # resident merged bytes back first
             event = apply_replan(self.placement, self.plan, plan, self.device)
+            self._loras_applied = apply_loras(self.pipe, self.placement, self.loras, self.options.lora_mode,
+                                              self._loras_applied)  # merged again where the blocks now are
             self.plan = plan
             self._announce_plan()  # PlanReady: the console's live screen and editor follow the engine's plan
             self.bus.publish(event)
             self._residency.attach()  # the re-planned rows (and the stagers it may have replaced)
             return event
+
+    def set_loras(self, loras: tuple[tuple[str, float], ...], mode: str | None = None) -> float:
+        """Between requests: apply other LoRAs (add, remove, re-scale; `mode` default: the loaded one) without
+        reloading any base weight; returns the seconds it took. A bad LoRA is refused before anything changes."""
+        with self._lock:
+            checked = check_loras(self.model, tuple(loras))
+            if self.state != EngineState.READY or self.placement is None:
+                raise EngineStateError(f"set_loras needs a loaded model (state {self.state.value})")
+            start = time.perf_counter()
+            mode = mode or self.options.lora_mode
+            remove_loras(self.pipe, self.placement, self._loras_applied)
+            self._loras_applied = apply_loras(self.pipe, self.placement, checked, mode, self._loras_applied)
+            self.loras = checked
+            self.options = replace(self.options, loras=tuple(loras), lora_mode=mode)
+            return time.perf_counter() - start
 
     def _progress(self, phase: str):
         def report(component: str, done: int, total: int) -> None:
@@ -301,6 +327,7 @@ class Engine(Lifecycle):
             self.placement.release()
             self.placement = None
         self.pipe = None
+        self._loras_applied = AppliedLoras()
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

@@ -26,6 +26,11 @@ class EngineOptions:
 
     pin: bool = True
     """Page-lock the host masters (block arena, stagers); CUDA only."""
+    loras: tuple[tuple[str, float], ...] = ()
+    """`--lora PATH[:SCALE]` files, in order (engine/loading/lora_files.py checks them when the engine opens)."""
+    lora_mode: str = "sidecar"
+    """How they apply: `sidecar` (A/B on the device, PEFT's forward), `merge` (into each block's slot on
+    upload), `auto` (engine/loading/lora_apply.py)."""
     live_replan: bool = False
     """Keep pinned masters of everything a re-plan may move (host memory = the whole model), so that
     `Engine.replan` can change the policy between requests."""

@@ -123,6 +123,7 @@ class LayerwiseStreamer:
         self._hooks = Hooks()
         self._resident_bytes = 0
         self._skips: Callable[[torch.nn.Module], bool] | None = None  # a step cache's skip decision (`follow_skips`)
+        self._ring_watchers: list[Callable[[Ring], None]] = []  # e.g. LoRA merge on upload (offload/lora_merge.py)
 
     def _filler_for(self, tiers: tuple[Tier, ...], load_options: LoadOptions) -> SlotFiller:
         """`HostCopyFiller` when every block is pinned; else a `TieredFiller` that reads the page-cache and
@@ -360,6 +361,24 @@ class LayerwiseStreamer:
         return self.filler.queued if isinstance(self.filler, TieredFiller) else []
 
     @property
+    def streamed_blocks(self) -> list[Block]:
+        """The blocks the ring cycles through, in its order."""
+        return list(self._streamed)
+
+    def streamed_bindings(self) -> list:
+        """Every tensor binding of the streamed blocks (its target, stored dtype and true shape)."""
+        return [x for b in self._streamed for x in b.bindings]
+
+    def watch_ring(self, watch: Callable[[Ring], None]) -> None:
+        """Call `watch` on every ring built from now on (before its hooks and first fills), and rebuild the
+        current one so that it sees it too (between requests)."""
+        self._ring_watchers.append(watch)
+        if self._attached and self._streamed:
+            self._clear_ring()
+            self._remove_hooks()
+            self._build_ring()
+
+    @property
     def block_names(self) -> list[str]:
         """Every block (`LIST.i`, as the block lists were given), in the order the ring runs them."""
         return [b.name for b in self._blocks]
@@ -465,6 +484,8 @@ class LayerwiseStreamer:
             self.filler.order(self._streamed)  # reads run ahead in the ring's order
         kind = ByteRing if self.residency.byte_ring else SlotRing
         self.ring = kind(self._streamed, self.device, self.filler, self._ledger, self._upcast)
+        for watch in self._ring_watchers:
+            watch(self.ring)
         for k, b in enumerate(self._streamed):
             ring_hooks(self._hooks, b.module, self.ring, k)
         self.ring.open(self.residency.slots)

@@ -1,0 +1,228 @@
+"""Apply checked LoRAs to a placed pipeline, as diffusers applies them, with the streamed blocks still streaming.
+
+diffusers' `load_lora_weights` injects PEFT layers around each target module; the base module and its
+Parameters stay the same objects, so the streamer's bindings keep working. Its checks read each base
+weight's shape, which a streamed block's zero-element placeholder does not have: while it runs, those
+placeholders stand in at their true shape (`shaped_placeholders`, no memory). PEFT puts the A/B matrices on
+the base weight's device: the LoRA is then resident there.
+
+- `sidecar`: A/B applied in the forward as PEFT applies them (`set_adapters` with the scales).
+- `merge`: each LoRA layer's scaling multiplied by its scale as `fuse_lora(lora_scale=)` does; resident
+  modules merged once now (PEFT's `merge`, what `fuse_lora` calls), streamed blocks merged into their slot
+  each time they arrive (offload/lora_merge.py), after the fp8 upcast; the host masters are never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ...offload.devices import rebind
+from ...offload.lora_merge import MergeOnUpload
+from ...offload.module_hooks import Hooks
+from ...offload.streamer import LayerwiseStreamer
+from ...offload.upcast import is_float8
+from ..errors import ConfigError
+from .lora_files import LoraFile
+from .placement import Placement
+
+LORA_MODES = ("sidecar", "merge", "auto")
+
+
+def auto_mode() -> str:
+    """`--lora-mode auto`: merge. Merging costs one B·A product per streamed linear per forward (rank·in·out
+    multiply-adds); the sidecar costs 2·tokens·rank·(in+out) per linear per forward, more whenever a forward's
+    tokens exceed in·out / (2·(in+out)) (768 for Flux's 3072-wide linears; a 1024² Flux image has 4,608)."""
+    return "merge"
+
+
+def merge_refusal(plan: Any, loras: bool, mode: str) -> str | None:
+    """Why `plan` cannot merge LoRAs (None: it can): a resident block stored in fp8 and upcast per forward would
+    be merged into its fp8 storage, which corrupts it (the peers' bug); said when the plan is made, before load."""
+    if not loras or mode == "sidecar" or plan.policy.stream_dtype is None:
+        return None
+    residency = plan.residency
+    if any(r and not u for r, u in zip(residency.resident, residency.upcast_flags, strict=True)):
+        return ("--lora-mode merge with fp8 resident blocks upcast per forward would merge into fp8 storage: use "
+                "--lora-mode sidecar or --upcast-resident auto|N")
+    return None
+
+
+def adapter_names(loras: list[LoraFile]) -> list[str]:
+    return [f"lora{i}" for i in range(len(loras))]
+
+
+@dataclass
+class AppliedLoras:
+    """What `apply_loras` did, so that `remove_loras` can undo it exactly between requests."""
+
+    names: list[str] = field(default_factory=list)
+    merge: MergeOnUpload | None = None  # the streamed blocks' merge on upload (stays watching the ring)
+    restore: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # resident merged: (weight, copy)
+    hooks: Hooks = field(default_factory=Hooks)  # staged components' per-call merges (offload/module_hooks.py)
+
+
+def apply_loras(pipe: Any, placement: Placement, loras: list[LoraFile], mode: str,
+                applied: AppliedLoras | None = None) -> AppliedLoras:
+    """Load every LoRA into `pipe` (diffusers' own loader) and apply it in `mode`. `applied`: a previous
+    state already removed (`remove_loras`), whose ring watcher is reused."""
+    applied = applied if applied is not None else AppliedLoras()
+    applied.names = adapter_names(loras)
+    if applied.merge is not None:
+        applied.merge.merges = {}
+    if not loras:
+        return applied
+    streamer = placement.streamer
+    with shaped_placeholders(pipe, streamer):
+        for lora, name in zip(loras, applied.names, strict=True):
+            pipe.load_lora_weights(dict(lora.tensors), adapter_name=name)
+    _to_device(pipe, placement.device)
+    if mode == "auto":
+        mode = auto_mode()
+    if mode != "merge":
+        pipe.set_adapters(applied.names, [lora.scale for lora in loras])
+        return applied
+    _merge(pipe, streamer, loras, applied, frozenset(placement.stagers))
+    return applied
+
+
+def _to_device(pipe: Any, device: torch.device) -> None:
+    """A/B on the device for every component: PEFT put them beside the base weight as it was at injection,
+    which for a staged encoder between its calls is the host master."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    for component in _lora_components(pipe):
+        for module in component.modules():
+            if isinstance(module, BaseTunerLayer):
+                for name in ("lora_A", "lora_B"):
+                    getattr(module, name).to(device)
+
+
+def remove_loras(pipe: Any, placement: Placement, applied: AppliedLoras) -> None:
+    """Undo `apply_loras` without reloading any base weight: resident merged weights get their saved bytes
+    back, the PEFT layers go (diffusers' `unload_lora_weights`), and the ring refills its slots from the host
+    masters, which were never written (a slot may hold a merged block)."""
+    if not applied.names and not applied.restore:
+        return
+    applied.hooks.remove()
+    for weight, saved in applied.restore:
+        if weight.shape == saved.shape:  # else a re-plan has streamed it since: its master is clean
+            weight.data.copy_(saved)
+    applied.restore.clear()
+    if applied.names:
+        with shaped_placeholders(pipe, placement.streamer):
+            pipe.unload_lora_weights()
+    applied.names = []
+    if applied.merge is not None:
+        applied.merge.merges = {}
+    streamer = placement.streamer
+    if streamer is not None and streamer.attached and streamer.num_streamed:
+        streamer.set_slots(streamer.residency.slots)  # every slot refilled from its master
+
+
+def _merge(pipe: Any, streamer: LayerwiseStreamer | None, loras: list[LoraFile], applied: AppliedLoras,
+           staged: frozenset[str]) -> None:
+    """Streamed blocks: merged on each arrival; staged components (an encoder): merged on each call, into the
+    device copy the stager made (its master untouched); everything resident: merged once, its bytes saved."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    names = applied.names
+    scales = dict(zip(names, (lora.scale for lora in loras), strict=True))
+    streamed = {b.module: b.name for b in streamer.streamed_blocks} if streamer is not None else {}
+    per_block: dict[str, list[Callable[[], None]]] = {}
+    for key, component in pipe.components.items():
+        if not isinstance(component, torch.nn.Module):
+            continue
+        for module, block in _tuner_layers(component, streamed, BaseTunerLayer):
+            for name, scale in scales.items():
+                if name in module.scaling and scale != 1.0:
+                    module.scaling[name] *= scale  # what `fuse_lora(lora_scale=)`'s `scale_layer` does
+            merge = _merger(module, names)
+            if key in staged:
+                applied.hooks.before(module, lambda _m, _a, merge=merge: merge())
+            elif block is None:  # resident: merged once, as fuse_lora merges it; its bytes kept to unmerge exactly
+                base = module.get_base_layer()
+                if is_float8(base.weight.dtype):
+                    raise ConfigError("--lora-mode merge: a resident block kept in fp8 would be merged in fp8 "
+                                      "storage (use --lora-mode sidecar, or --upcast-resident to keep it upcast)")
+                for t in (base.weight, getattr(base, "bias", None)):
+                    if t is not None:
+                        applied.restore.append((t, t.detach().to("cpu", copy=True)))
+                merge()
+            else:
+                per_block.setdefault(block, []).append(merge)
+    if streamer is None or not per_block:
+        return
+    if applied.merge is None:
+        applied.merge = MergeOnUpload(per_block)
+        streamer.watch_ring(applied.merge.watch)
+    else:
+        applied.merge.merges = per_block
+        streamer.set_slots(streamer.residency.slots)  # refilled: each block merged on its next arrival
+
+
+def _merger(module: Any, names: list[str]) -> Callable[[], None]:
+    """PEFT's own merge (as `fuse_lora` calls it: `safe_merge=False`) into the weight as it is bound now."""
+    wanted = [n for n in names if n in module.scaling]
+
+    def merge() -> None:
+        module.merged_adapters.clear()  # the slot holds the unmerged bytes again
+        module.merge(safe_merge=False, adapter_names=wanted)
+
+    return merge
+
+
+def _lora_components(pipe: Any) -> Iterator[torch.nn.Module]:
+    for value in pipe.components.values():
+        if isinstance(value, torch.nn.Module):
+            yield value
+
+
+def _tuner_layers(component: torch.nn.Module, streamed: dict[torch.nn.Module, str], kind: type
+                  ) -> Iterator[tuple[Any, str | None]]:
+    """Each PEFT layer of `component` with the streamed block it lies in (None: not in a streamed block)."""
+    def walk(module: torch.nn.Module, block: str | None) -> Iterator[tuple[Any, str | None]]:
+        block = streamed.get(module, block)
+        if isinstance(module, kind):
+            yield module, block
+            return
+        for child in module.children():
+            yield from walk(child, block)
+
+    yield from walk(component, None)
+
+
+@contextlib.contextmanager
+def shaped_placeholders(pipe: Any, streamer: LayerwiseStreamer | None) -> Iterator[None]:
+    """While diffusers injects or removes its PEFT layers: each streamed tensor (a zero-element placeholder, or
+    bound in a slot) and each fp8-stored one stands in at its true shape in the dtype its block computes in (a
+    broadcast zero: no memory), so that diffusers' shape checks see the module and PEFT keeps A/B in the compute
+    dtype, never in fp8; every tensor gets its own storage back afterwards."""
+    compute = streamer.compute_dtype if streamer is not None else None
+    saved: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def stand_in(target: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        if is_float8(dtype):
+            dtype = compute or torch.float32
+        saved.append((target, target.data))
+        rebind(target, lambda: torch.zeros((), dtype=dtype, device=target.device).expand(shape))
+
+    done: set[int] = set()
+    for binding in streamer.streamed_bindings() if streamer is not None else ():
+        if binding.target.numel() == 0 or is_float8(binding.target.dtype):
+            stand_in(binding.target, binding.shape, binding.dtype)
+        done.add(id(binding.target))
+    for component in _lora_components(pipe):
+        for t in component.parameters():
+            if id(t) not in done and is_float8(t.dtype):
+                stand_in(t, tuple(t.shape), t.dtype)
+                done.add(id(t))
+    try:
+        yield
+    finally:
+        for target, data in reversed(saved):
+            rebind(target, lambda data=data: data)

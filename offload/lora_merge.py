@@ -1,0 +1,49 @@
+"""Merge on upload: a LoRA's delta added into a streamed block's slot after the block arrives, before it runs.
+
+The ring's fill copies a block's clean bytes from its host master into a slot; fp8 storage is then
+upcast into the scratch the block's tensors point at. This hook runs right after that (inside the ring's
+`before(k)`, so after the copy's wait and the upcast) and calls the block's merge functions (the engine's:
+PEFT's `merge`, as `fuse_lora` calls it), once per arrival: a block that stays in its slot between two
+forwards is not merged twice, and a block upcast from fp8 is merged after every upcast (each one
+rewrites the scratch). The host masters are never written, so nothing has to be restored on the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .block_packing import Block
+from .upcast import is_float8
+
+
+class MergeOnUpload:
+    """Per streamed block (by name), the functions that merge its LoRA layers into their bound weights."""
+
+    def __init__(self, merges: dict[str, list[Callable[[], None]]]) -> None:
+        self.merges = merges
+        self._fresh: set[str] = set()  # blocks whose slot holds unmerged bytes
+        self.merged_blocks = 0  # merges done since load (tests, the report)
+
+    def watch(self, ring: Any) -> None:
+        """Wrap a new ring's fill and `before` (the streamer calls this for each ring it builds)."""
+        fill, before = ring._fill, ring.before
+        streamed: list[Block] = ring.streamed
+
+        def filled(b: Block, out: Any, **kwargs: Any) -> Any:
+            self._fresh.add(b.name)
+            return fill(b, out, **kwargs)
+
+        def ready(k: int) -> None:
+            before(k)
+            b = streamed[k]
+            upcast = any(is_float8(x.dtype) for x in b.bindings)
+            if b.name in self.merges and (upcast or b.name in self._fresh):
+                for merge in self.merges[b.name]:
+                    merge()
+                self.merged_blocks += 1
+            self._fresh.discard(b.name)
+
+        ring._fill = filled
+        ring.before = ready
+        self._fresh.clear()  # a new ring refills every slot it uses

@@ -1,0 +1,54 @@
+"""Switching LoRAs between requests (`Engine.set_loras`): add, re-scale, change mode, remove, with no reload of
+any base weight; each request equals plain diffusers set up the same way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from lora_writers import write_kohya_flux_lora, write_peft_lora
+from test_lora import FLUX_REQUEST, plain_output
+
+from omni_console.engine.engine import Engine
+from omni_console.engine.errors import ConfigError
+from omni_console.engine.options import EngineOptions
+from omni_console.offload.policy import build_policy
+
+
+@pytest.mark.slow  # two loads, ten requests, seven plain pipelines
+@pytest.mark.parametrize("policy", [build_policy({}, 2), build_policy({}, 0, prefetch_slots=6)],
+                         ids=["two-resident", "every-slot-held"])
+def test_switching_loras_between_requests_matches_diffusers(demo_model_dir: Path, tmp_path: Path, policy):
+    a = write_peft_lora(tmp_path / "a.safetensors", demo_model_dir / "transformer", "transformer",
+                        pattern=r"attn\.(to_|add_)|ff", seed=1)
+    b = write_kohya_flux_lora(tmp_path / "b.safetensors", double=2, single=4, inner=64, mlp=256, seed=2)
+    steps = [  # (loras, mode)
+        (((a, 0.7),), "merge"),
+        (((b, 0.5),), "merge"),
+        (((a, 0.75), (b, 0.5)), "sidecar"),
+        (((a, 0.25),), "merge"),
+        ((), "merge"),
+    ]
+    engine = Engine(demo_model_dir, device="cpu", options=EngineOptions(loras=((str(a), 0.7),), lora_mode="merge"))
+    try:
+        engine.load(policy)
+        arena = engine.placement.streamer.filler.arena
+        for i, (loras, mode) in enumerate(steps):
+            if i:
+                seconds = engine.set_loras(tuple((str(f), s) for f, s in loras), mode)
+                assert seconds < 0.5
+            got = np.asarray(engine.generate(FLUX_REQUEST).image)[None]
+            expected = plain_output(demo_model_dir, FLUX_REQUEST, [(f, s) for f, s in loras], mode)
+            assert np.array_equal(got.reshape(expected.shape), expected), (i, loras, mode)
+        assert engine.placement.streamer.filler.arena is arena  # the base weights were never read again
+    finally:
+        engine.close()
+
+
+def test_a_bad_lora_switch_changes_nothing(demo_model_dir: Path, tmp_path: Path):
+    engine = Engine(demo_model_dir, device="cpu")
+    (tmp_path / "bad.safetensors").write_bytes(b"\x00" * 3)
+    with pytest.raises(ConfigError, match="shorter than its header length"):
+        engine.set_loras(((str(tmp_path / "bad.safetensors"), 1.0),))
+    assert engine.loras == []
