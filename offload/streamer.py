@@ -22,6 +22,7 @@ ledger (offload/copy_ledger.py). This module owns the blocks, attach/detach, re-
 
 On CPU there is no asynchrony: copies are plain synchronous copies, so all copy time is exposed
 stall (a CPU cannot overlap them with compute); the protocol and the bit-exact results are the same.
+Its figures (counts and bytes) are offload/streamer_figures.py's.
 """
 
 from __future__ import annotations
@@ -34,25 +35,25 @@ from dataclasses import replace
 import torch
 
 from .block_packing import Block, distinct_bytes, unique_tensors
-from .byte_ring import ByteRing, ring_capacity
+from .byte_ring import ByteRing
 from .copy_ledger import CopyLedger
 from .deferred_weights import DeferredWeights
 from .devices import as_device, is_cuda, move_preserving_aliases, placeholder, rebind, synchronize, unview_buffers
 from .events import EventBus, LogEvent, NullBus
 from .module_hooks import Hooks
 from .options import DEFAULT_LOAD, LoadOptions
-from .pin_fallback import PinFallback
 from .residency import BlockResidency
 from .resident_blocks import copy_resident, drop_resident, read_resident, restore_to_arena
 from .slot_filler import HostCopyFiller, SlotFiller
 from .slot_ring import Ring, SlotRing, ring_hooks
 from .stream_stats import ReplanStats, StepStats
+from .streamer_figures import StreamerFigures
 from .tier_filler import TieredFiller
 from .tiers import Tier
 from .upcast import BlockUpcast
 
 
-class LayerwiseStreamer:
+class LayerwiseStreamer(StreamerFigures):
     """Streams the blocks of one or more block lists (execution order) through its device slots.
 
     `residency` (one flag per block, in execution order, and the slot count) is the plan's
@@ -145,107 +146,6 @@ class LayerwiseStreamer:
                             log=lambda line: self._bus.publish(LogEvent(level="info", message=line)))
 
     # ------------------------------------------------------------------ public API
-
-    @property
-    def attached(self) -> bool:
-        return self._attached
-
-    @property
-    def num_streamed(self) -> int:
-        return len(self._streamed)
-
-    @property
-    def num_resident(self) -> int:
-        return sum(1 for b in self._blocks if b.resident)
-
-    @property
-    def num_parked(self) -> int:
-        """Blocks left out of the ring (`active` False, not resident): only their masters exist."""
-        return len(self._blocks) - self.num_resident - len(self._streamed)
-
-    @property
-    def streamed_bytes(self) -> int:
-        """Weight bytes of the streamed blocks (what the planner calls streamed per forward)."""
-        return sum(b.tensor_bytes for b in self._streamed)
-
-    @property
-    def copy_bytes(self) -> int:
-        """Bytes one forward's copies move: each streamed block's packed region, its weights plus the
-        alignment padding between and after its tensors (`block_packing`), so a step's copied bytes
-        are this, not `streamed_bytes`, per forward."""
-        return sum(b.region_nbytes for b in self._streamed)
-
-    @property
-    def largest_block_bytes(self) -> int:
-        return max((b.region_nbytes for b in self._streamed), default=0)
-
-    @property
-    def slot_bytes(self) -> int:
-        """Device bytes held by the slots (`residency.slots` of them while attached)."""
-        return sum(s.numel() for s in self.ring.slots) if self.ring is not None else 0
-
-    @property
-    def num_slots(self) -> int:
-        """Device slots allocated now (`residency.slots` while attached, 0 otherwise); a byte ring counts
-        the slots its bytes stand for."""
-        return self.ring.num_slots if self.ring is not None else 0
-
-    def ring_capacity(self, slots: int) -> int:
-        """Bytes of a byte ring standing for `slots` slots (see offload/byte_ring.py)."""
-        return ring_capacity(slots, self.filler.slot_nbytes(self._streamed), self._cuda)
-
-    @property
-    def observed_bandwidth(self) -> float | None:
-        """Bytes per second of the block copies resolved so far (None before any), see `CopyLedger`."""
-        return self._ledger.observed_bandwidth
-
-    def block_states(self) -> list[tuple[str, str, int]]:
-        """(name, state, bytes) per block; state is resident / device / in_flight / host."""
-        if self.ring is not None:
-            return self.ring.block_states(self._blocks)
-        return [(b.name, "resident" if b.resident else "host", b.tensor_bytes) for b in self._blocks]
-
-    @property
-    def host_bytes(self) -> int:
-        """Host bytes the streamer holds: the arena of pinned-tier blocks and any bounce ring."""
-        arena = self.filler.arena
-        held = arena.held_bytes if arena is not None else 0  # less what a refused page-lock gave back
-        return held + self.bounce_bytes
-
-    @property
-    def pinned_bytes(self) -> int:
-        arena = self.filler.arena
-        bounce = self.filler.bounce if isinstance(self.filler, TieredFiller) else None
-        pinned = arena.pinned_bytes if arena is not None else 0  # what is registered (partial: some blocks)
-        return pinned + (bounce.pinned_bytes if bounce is not None and bounce.pinned else 0)
-
-    @property
-    def bounce_bytes(self) -> int:
-        """Host bytes of the bounce ring that page-cache and disk blocks are read through (0: none)."""
-        return self.filler.bounce_bytes if isinstance(self.filler, TieredFiller) else 0
-
-    def tier_bytes(self) -> dict[Tier, int]:
-        """Bytes of the blocks the host keeps per tier (pinned: in the arena; page_cache, disk: in files): the
-        streamed ones; with masters (two experts) every block, the idle expert's and resident ones too."""
-        out: dict[Tier, int] = {"pinned": 0, "page_cache": 0, "disk": 0}
-        files = self.filler.file_blocks if isinstance(self.filler, TieredFiller) else {}
-        for b in self._blocks if self.keep_masters else self._streamed:
-            out[files.get(b.name, "pinned")] += b.tensor_bytes
-        return out
-
-    @property
-    def pin_fallback(self) -> PinFallback | None:
-        """Set when the host refused to page-lock some blocks and they went to the page cache instead."""
-        return self.filler.pin_fallback if isinstance(self.filler, TieredFiller) else None
-
-    @property
-    def pin_failure_reason(self) -> str | None:
-        arena = self.filler.arena
-        return arena.pin_failure_reason if arena is not None else None
-
-    @property
-    def resident_bytes(self) -> int:
-        return self._resident_bytes
 
     def attach(self) -> None:
         """Pack streamed blocks into the host arena, allocate slots, install hooks, warm block 0."""
