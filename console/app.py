@@ -42,19 +42,7 @@ from textual.notifications import Notify
 from textual.screen import Screen
 from textual.timer import Timer
 
-from ..engine.api import (
-    DEFAULT_HZ,
-    EngineHandle,
-    EngineWorker,
-    OffloadPolicy,
-    Source,
-    TelemetrySampler,
-    TelemetrySnapshot,
-    default_sources,
-    plain,
-    plain_lines,
-    vllm_serve_command,
-)
+from ..engine.api import EngineHandle, OffloadPolicy, TelemetrySnapshot, plain, plain_lines, planner, probes, service
 from ..engine.errors import ConfigError
 from ..offload.units import format_seconds
 from ..themes import CSS_PATH, DEFAULT_THEME, THEMES, register_themes
@@ -135,14 +123,14 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         engine: EngineHandle,
         policy: OffloadPolicy,
         *,
-        sampler: TelemetrySampler | None = None,
-        sources: Sequence[Source] | None = None,
-        telemetry_hz: float = DEFAULT_HZ,
+        sampler: probes.TelemetrySampler | None = None,
+        sources: Sequence[probes.Source] | None = None,
+        telemetry_hz: float = probes.DEFAULT_HZ,
         start_telemetry: bool | None = None,
         theme: str | None = None,
         bandwidth: float | None = None,
         out_dir: Path | str | None = None,
-        worker: EngineWorker | None = None,
+        worker: service.EngineWorker | None = None,
         prompt: str = DEFAULT_PROMPT,
         save_partial: bool = False,
         ram_budget: int | None = None,
@@ -165,7 +153,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         self.model, self.engine_device = engine.model, str(engine.device)
         self.session = ConsoleSession(editor, live_replan=engine.live_replan, engine_state=engine.state.value,
                                       prompt=prompt, bandwidth=bandwidth)
-        self.worker = worker or EngineWorker(engine)
+        self.worker = worker or service.EngineWorker(engine)
         self.plan_forecasts = self.engine_answers("plan")  # the plan screen's request forecast
         self.dialog_forecasts = self.engine_answers("dialog")  # the generate dialog's (a new one per dialog)
         self.ram_budget = ram_budget  # --ram-budget: the plan screen shows its tiers for the plan on screen
@@ -173,16 +161,14 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         self.sub = engine.bus.subscribe()
         if sampler is None:
             real = sources is None
-            srcs = list(default_sources(engine.device)) if real else list(sources or [])
-            sampler = TelemetrySampler(*srcs, bus=engine.bus, hz=telemetry_hz)
+            srcs = list(probes.default_sources(engine.device)) if real else list(sources or [])
+            sampler = probes.TelemetrySampler(*srcs, bus=engine.bus, hz=telemetry_hz)
             self.start_telemetry = real if start_telemetry is None else start_telemetry
         else:
             self.start_telemetry = bool(start_telemetry)
         self.sampler = sampler
         self.release = EngineRelease(self.worker, sampler, self.sub)
-        from ..engine.api import read_device_info  # the probe imports torch: only once an app is built
-
-        self.device_info = read_device_info(engine.device)
+        self.device_info = probes.read_device_info(engine.device)
         self.router = EventRouter(on_cpu=not self.device_info.is_cuda, history=HISTORY_SAMPLES)
         self.out_dir = Path(out_dir) if out_dir is not None else DEFAULT_OUT_DIR
         self.save_partial = save_partial
@@ -236,9 +222,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         # (a class that cannot be imported fails that load, with its one line)
         self.worker.prepare()  # one GPU: imports; several: the rank processes start (and import)
         if self.session.bandwidth is None and self.device_info.is_cuda:
-            from ..engine.api import measure_h2d_bandwidth
-
-            future = self.worker.call(lambda engine: measure_h2d_bandwidth(engine.device))
+            future = self.worker.call(lambda engine: probes.measure_h2d_bandwidth(engine.device))
             future.add_done_callback(lambda f: self._post_from_worker(CommandDone("bandwidth", f)))
 
     def _display(self, screen: Screen, renderable: Any) -> None:
@@ -398,7 +382,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
         Nothing reports whether the terminal accepted it (tmux, ssh and many terminals drop OSC 52),
         so the notice says how it was sent and shows the whole line to select by hand.
         """
-        command = vllm_serve_command(self.plan)
+        command = planner.vllm_serve_command(self.plan)
         self.copy_to_clipboard(command)
         self._keep_notice(f"{COPY_NOTICE}\n{command}", "information")
         if not isinstance(self.screen, CopyCommandScreen):  # whole words only: a toast would fold a path
@@ -417,10 +401,10 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, App[int]):
 
     def action_history(self) -> None:
         """The request history, read from the cache when asked (bounded: at most the history's size)."""
-        from ..engine.api import History
+        from ..engine.api import service
 
         if not isinstance(self.screen, HistoryScreen):
-            history = History()
+            history = service.History()
             self.push_screen(HistoryScreen(history.entries, history.note))
 
     def action_help(self) -> None:

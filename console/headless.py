@@ -16,29 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from ..engine.api import (
-    EngineHandle,
-    EngineOptions,
-    History,
-    OffloadPolicy,
-    RequestService,
-    RunMemory,
-    TelemetrySampler,
-    check_output_place,
-    default_device,
-    default_sources,
-    loads_live,
-    open_engine,
-    parse_device,
-    pause_point,
-    plain,
-    plan_for,
-    prefer_expandable_segments,
-    request_size,
-    run_report,
-    schedule_steps,
-    validate_hz,
-)
+from ..engine.api import EngineHandle, EngineOptions, OffloadPolicy, checks, plain, planner, probes, service, writes
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
 from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args, resolve_model_path
 from .event_text import one_line as _one_line
@@ -46,7 +24,7 @@ from .interrupts import Interrupted, InterruptGuard
 from .request_defaults import default_request
 from .run_flags import OptionFlags, parse_option_flags
 from .run_progress import RunProgress
-from .run_request import REQUEST_FLAGS, CheckedRun, checked_request
+from .run_request import REQUEST_FLAGS, checked_request
 from .run_text import print_report
 from .telemetry_text import describe_snapshot
 
@@ -80,12 +58,12 @@ def check_run_flags(args: argparse.Namespace) -> RunFlags:
     policy = policy_from_args(args)
     budget = budget_from_args(args)
     try:
-        hz = validate_hz(args.telemetry_hz)
+        hz = probes.validate_hz(args.telemetry_hz)
     except ValueError as exc:
         raise ConfigError(f"--telemetry-hz: {exc}") from None
-    device = parse_device(args.device)
+    device = probes.parse_device(args.device)
     options = parse_option_flags(args)
-    check_output_place(args.output)  # which files it writes depends on the model: checked after discovery
+    checks.check_output_place(args.output)  # which files it writes depends on the model: checked after discovery
     return RunFlags(policy, budget, hz, device, options, ram_budget=ram_budget_from_args(args))
 
 
@@ -101,22 +79,22 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
     # thread can; a signal meanwhile removes the unfinished build and ends the run (exit_signals).
     model_path = resolve_model_path(args.model)
     guard.check()
-    if flags.budget is not None and (flags.device or default_device()).type == "cuda":
-        prefer_expandable_segments()  # before CUDA's allocator starts (run_memory)
+    if flags.budget is not None and (flags.device or probes.default_device()).type == "cuda":
+        probes.prefer_expandable_segments()  # before CUDA's allocator starts (run_memory)
     # with a budget, live re-plan: an out-of-memory step-down can then move resident blocks (oom_guard)
-    engine = guard.run(lambda: open_engine(model_path, device=flags.device, variant=args.variant,
+    engine = guard.run(lambda: service.open_engine(model_path, device=flags.device, variant=args.variant,
                                            options=EngineOptions(live_replan=_live(flags))))
     try:
         plan = engine.make_plan(flags.policy)  # policy against the model, before anything is allocated
-        steps = schedule_steps(args.steps, flags.options.params)  # a sigmas/timesteps list sets the count
+        steps = checks.schedule_steps(args.steps, flags.options.params)  # a sigmas/timesteps list sets the count
         request = default_request(engine, prompt=args.prompt, steps=steps, height=args.height,
                                   width=args.width, seed=args.seed, guidance=args.guidance, frames=args.frames,
                                   negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,
                                   image=args.image, params=flags.options.params)
         run = checked_request(engine.model, request, flags.options, args.output, overwrite=args.overwrite)
         # with a budget, before load: nothing fits is one line and exit 2
-        planned = plan_for(engine, plan, flags.budget, request_size(run.request), ram_budget=flags.ram_budget,
-                           live=_live(flags))
+        planned = planner.plan_for(engine, plan, flags.budget, checks.request_size(run.request),
+                                   ram_budget=flags.ram_budget, live=_live(flags))
         plan = planned.plan
         if planned.auto is not None:
             flags = replace(flags, policy=plan.policy, overhead=planned.auto.overhead)
@@ -135,7 +113,7 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
 
 def _live(flags: RunFlags) -> bool:
     """Whether `run` loads with live re-plan masters (the engine's one rule, `loads_live`)."""
-    return loads_live(flags.budget, flags.ram_budget)
+    return planner.loads_live(flags.budget, flags.ram_budget)
 
 
 def _lean_lines(forecast: Any, say: bool) -> list[str]:
@@ -148,32 +126,32 @@ def _lean_lines(forecast: Any, say: bool) -> list[str]:
 
 
 def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: EngineHandle, plan: Any,
-                          run: CheckedRun, guard: InterruptGuard) -> int:
+                          run: service.CheckedRun, guard: InterruptGuard) -> int:
     err = Console(stderr=True)
     progress = RunProgress(engine.bus.subscribe(), err, muted=lambda: guard.interrupted, lock=guard.output_lock)
-    sampler = TelemetrySampler(*default_sources(engine.device), bus=engine.bus, hz=flags.telemetry_hz)
+    sampler = probes.TelemetrySampler(*probes.default_sources(engine.device), bus=engine.bus, hz=flags.telemetry_hz)
     progress.start()
     sampler.start()
-    memory = RunMemory.start(engine.device, engine.device_name, flags.budget, flags.overhead)
+    memory = probes.RunMemory.start(engine.device, engine.device_name, flags.budget, flags.overhead)
     # the request goes through the engine's request service; its files are written here, on the main
     # thread, where a signal during the write unwinds it (write_in_caller)
-    history = History()  # the cache's history.json: this run is kept in it (a bad file: one note, started anew)
+    history = service.History()  # the cache's history.json: this run is kept in it (a bad file: one note, started anew)
     if history.note:
         with guard.output_lock:  # between the progress lines, never inside one
             err.print(plain(f"note: {history.note}"), markup=False, highlight=False, soft_wrap=True)
-    service = RequestService(engine, write_in_caller=True, history=history)
+    queue = service.RequestService(engine, write_in_caller=True, history=history)
     stage, failure, result = "load", None, None
     try:
         load = guard.run(engine.load, flags.policy, guard.cancel, plan.tiers)
         stage = "generation"
-        ticket = service.submit(run)
-        outcome = guard.run(service.wait, ticket, guard.cancel)
+        ticket = queue.submit(run)
+        outcome = guard.run(queue.wait, ticket, guard.cancel)
         if outcome.state == "failed":
             raise outcome.exception or RuntimeError(outcome.error)
         result = outcome.result
         final = sampler.sample_now(publish=True)
     except Interrupted:
-        service.close()
+        queue.close()
         raise
     except Exception as exc:  # a load or run failure (a ModelDirError too: loading had begun): one line, exit 1
         what = str(exc) if isinstance(exc, OPERATOR_ERRORS) else f"{type(exc).__name__}: {exc}"
@@ -185,28 +163,28 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         progress.stop.set()
         progress.join()  # its last lines come before the failure's, which must be the last one
     if failure is not None or result is None:
-        service.close()
+        queue.close()
         _fail(err, failure or "generation failed: no result")
         return EXIT_FAILED
     engine.close()  # the frames are in host memory: release the device before writing and reporting
     guard.check()
-    outcome = service.write(ticket, outcome, before=guard.check)  # Ctrl+C now removes what is being written
+    outcome = queue.write(ticket, outcome, before=guard.check)  # Ctrl+C now removes what is being written
     if outcome.state == "failed":
-        service.finish(ticket, outcome)
-        service.close()
+        queue.finish(ticket, outcome)
+        queue.close()
         _fail(err, outcome.error)
         return EXIT_FAILED
-    pause_point("after-write")
+    writes.pause_point("after-write")
     guard.check()  # Ctrl+C after the write: the line said the output is complete; the exit says 130
     totals = progress.totals
-    report = run_report(model=str(engine.model.path), device=str(engine.device), policy=flags.policy, plan=plan,
+    report = service.run_report(model=str(engine.model.path), device=str(engine.device), policy=flags.policy, plan=plan,
                         load=load, result=result, ticket=ticket, written=outcome.written,
                         memory={**measured, **memory.predicted(result.check, measured["process_peak_bytes"])},
                         totals=totals.summary(), events_dropped=progress.sub.dropped,
                         telemetry={**totals.telemetry_peaks(), "final": describe_snapshot(final)},
                         budget=flags.budget, reasons=flags.reasons, ram=flags.ram, lean=flags.lean)
-    service.finish(ticket, outcome, report)  # kept in the history with its report
-    service.close()
+    queue.finish(ticket, outcome, report)  # kept in the history with its report
+    queue.close()
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -25,29 +25,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..engine.api import (
-    EngineHandle,
-    GenerateResult,
-    GroupOutput,
-    LoadReport,
-    RankFailed,
-    RankLayout,
-    RequestService,
-    SignalGuard,
-    default_device,
-    open_engine,
-    pause_point,
-    plain,
-    plan_for,
-    write_results,
-)
+from ..engine.api import EngineHandle, RankLayout, plain, planner, probes, service, writes
 from ..engine.errors import ConfigError
 from ..offload.units import format_bytes, format_seconds
 from .args import resolve_model_path
 from .interrupts import InterruptGuard
 from .request_defaults import default_request
 from .run_progress import RunProgress, rank_line
-from .run_request import CheckedRun, checked_request
+from .run_request import checked_request
 
 EXIT_FAILED = 1
 
@@ -94,7 +79,7 @@ RAM_WITH_RANKS = ("--ram-budget with --gpus: the ranks share the host's memory, 
 
 def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayout, flags: Any) -> int:
     """`flags`: the checked `RunFlags` of `console.headless` (policy, device, options)."""
-    device = flags.device or default_device()  # the ranks' devices were counted by layout_from_args
+    device = flags.device or probes.default_device()  # the ranks' devices were counted by layout_from_args
     if flags.budget is not None:
         raise ConfigError("--vram-budget with --gpus: plan one rank's budget with `plan --gpus`, then pass its policy")
     if flags.ram_budget is not None:
@@ -102,10 +87,10 @@ def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayou
     model_path = resolve_model_path(args.model)
     guard.check()
     # the console's handle: discovery and the layout's checks here, no rank started yet (they start at the load)
-    engine = guard.run(lambda: open_engine(model_path, device=device, layout=layout, variant=args.variant,
+    engine = guard.run(lambda: service.open_engine(model_path, device=device, layout=layout, variant=args.variant,
                                            telemetry_hz=None))
     try:
-        plan_for(engine, flags.policy, layout=layout, forecast=False)  # the policy against the model
+        planner.plan_for(engine, flags.policy, layout=layout, forecast=False)  # the policy against the model
         request = default_request(engine, prompt=args.prompt, steps=args.steps, height=args.height,
                                   width=args.width, seed=args.seed, guidance=args.guidance, frames=args.frames,
                                   negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,
@@ -123,28 +108,28 @@ def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayou
 
 
 def _load_generate_report(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayout, flags: Any,
-                          engine: EngineHandle, runs: list[CheckedRun], model: str) -> int:
+                          engine: EngineHandle, runs: list[service.CheckedRun], model: str) -> int:
     """Load on every rank, run the request (each rank its own, `RankLayout.rank_requests`), write, report."""
     err = Console(stderr=True)
     progress = RunProgress(engine.bus.subscribe(), err, muted=lambda: guard.interrupted, lock=guard.output_lock,
                            line_for=rank_line)
     progress.start()
     failure = None
-    service = RequestService(engine, write_in_caller=True)  # each rank's image is written below, by rank
+    queue = service.RequestService(engine, write_in_caller=True)  # each rank's image is written below, by rank
     try:
         try:
             guard.check()
             load = guard.run(engine.load, flags.policy, guard.cancel)
-            outcome = guard.run(service.wait, service.submit(runs[0]), guard.cancel)
+            outcome = guard.run(queue.wait, queue.submit(runs[0]), guard.cancel)
             if outcome.state == "failed":
                 raise outcome.exception or RuntimeError(outcome.error)
             result = outcome.result
-        except RankFailed as exc:  # the group is stopped already: every rank's memory gone with its process
+        except service.RankFailed as exc:  # the group is stopped already: every rank's memory gone with its process
             failure = plain(exc)
         else:
             engine.close()  # the frames are in host memory: the ranks release theirs (and say so) before the writes
     finally:
-        service.close()
+        queue.close()
         progress.finish()  # every rank's lines come before the failure's, which must be the last one
     if failure is not None:
         err.print(f"omni-console: {failure}", markup=False, highlight=False, soft_wrap=True)
@@ -173,28 +158,29 @@ def _load_generate_report(args: argparse.Namespace, guard: InterruptGuard, layou
     return 0
 
 
-def _rank_output(run: CheckedRun, image: GenerateResult, flags: Any) -> GroupOutput | None:
+def _rank_output(run: service.CheckedRun, image: service.GenerateResult, flags: Any) -> writes.GroupOutput | None:
     """What a rank with an image of its own writes (CFG: rank 0 only); None: no frames."""
     frames = list(image.frames) or ([image.image] if image.image is not None else [])
     video = run.video or image.is_video
     fps = (flags.options.fps if flags.options.fps is not None else image.fps) if video else None
-    return GroupOutput(frames, run.output, fps, image.audio) if frames else None
+    return writes.GroupOutput(frames, run.output, fps, image.audio) if frames else None
 
 
-def _write_held(guard: InterruptGuard, outputs: list[GroupOutput]) -> list[list[Path]]:
+def _write_held(guard: InterruptGuard, outputs: list[writes.GroupOutput]) -> list[list[Path]]:
     """Every rank's output as one (`write_results`), under the rule a single run's write follows: a signal
     before they are all in place leaves none of them, one after says all are complete (exit 130/143/129)."""
     if not outputs:
         return []
-    with SignalGuard():  # Ctrl+C too now removes what is being written, or waits until all is complete
+    with writes.SignalGuard():  # Ctrl+C too now removes what is being written, or waits until all is complete
         guard.check()
-        written = write_results(outputs)
-    pause_point("after-write")
+        written = writes.write_results(outputs)
+    writes.pause_point("after-write")
     guard.check()  # Ctrl+C after the write: the line said the output is complete; the exit says 130
     return written
 
 
-def _rank_row(rank: int, run: CheckedRun, load: LoadReport, result: GenerateResult, files: list[Path]) -> RankRun:
+def _rank_row(rank: int, run: service.CheckedRun, load: service.LoadReport, result: service.GenerateResult,
+              files: list[Path]) -> RankRun:
     """One rank's figures, with the files its own image was written to (CFG: rank 0 only)."""
     steps = result.steps
     return RankRun(rank=rank, seed=run.request.seed, load_seconds=load.seconds, load_phases=dict(load.phases),

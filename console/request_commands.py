@@ -13,8 +13,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..engine.api import EngineState, GenerateRequest, RequestCancelled, request_size
-from ..engine.events import LogEvent
+from ..engine import events
+from ..engine.api import GenerateRequest, checks, service
 from . import request_outcome
 from .command_done import CommandDone
 from .engine_answers import PENDING
@@ -58,7 +58,7 @@ class RequestCommands:
         planned = self.session.planned  # the loaded pipeline's default step count, from the engine's PlanReady
         if steps is None and planned is not None:
             steps = planned.steps or None
-        size = request_size(request)
+        size = checks.request_size(request)
         forecast = self.dialog_forecasts.get(size, request_forecast_of(size, None, self.session.bandwidth))
         return FORECASTING_LINE if forecast is PENDING else forecast_line(forecast, steps)
 
@@ -67,7 +67,7 @@ class RequestCommands:
         session = self.session
         if request is None or session.phase != "live" or session.generating:
             return None
-        session.request_started(request, str(self.model.path), request_size(request))
+        session.request_started(request, str(self.model.path), checks.request_size(request))
         self.router.request_id = None
         if self.live_screen is not None:
             self.live_screen.set_generation(f"request: {request.prompt!r} · queued", 0, request.steps or 1)
@@ -91,7 +91,7 @@ class RequestCommands:
                     output = save_result(result, self.out_dir, result.request_id)
                     for rank, other in enumerate(result.rank_results, start=1):  # data-parallel ranks' seeds
                         path = save_result(other, self.out_dir, result.request_id)
-                        self.engine.bus.publish(LogEvent(level="info", message=f"rank {rank}: saved {path}"))
+                        self.engine.bus.publish(events.LogEvent(level="info", message=f"rank {rank}: saved {path}"))
                 except Exception as exc:  # a full disk must not take the console down
                     output, save_error = output, f"{type(exc).__name__}: {exc}"
         self._post_from_worker(CommandDone("generate", future, output, save_error))
@@ -107,11 +107,11 @@ class RequestCommands:
             session.request_ended(error)
             if self.live_screen is not None:
                 self.live_screen.show_request_frames(None)  # no phases follow a failed request
-            if isinstance(exc, RequestCancelled):
+            if isinstance(exc, service.RequestCancelled):
                 self._show_outcome(request_outcome.cancelled(self.router.request_id, exc.steps_done, exc.total_steps))
             else:
                 self._show_outcome(request_outcome.failed(self.router.request_id, error))
-            if session.engine_state == EngineState.FAILED:  # a rank group stopped: nothing is loaded any more
+            if session.engine_state == service.EngineState.FAILED:  # a rank group stopped: nothing is loaded any more
                 self.back_to_plan(f"{session.failure}; every rank's memory released — press l to load again",
                                   "error")
             return
