@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from ..engine.api import EngineHandle, EngineOptions, OffloadPolicy, checks, plain, planner, probes, service, writes
+from ..engine.api import EngineHandle, OffloadPolicy, checks, plain, probes, service, writes
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
 from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args, resolve_model_path
 from .event_text import one_line as _one_line
@@ -46,11 +46,7 @@ class RunFlags:
     telemetry_hz: float
     device: torch.device | None
     options: OptionFlags  # --param values and --fps
-    reasons: list[str] = field(default_factory=list)  # --vram-budget's decisions, one line each
-    overhead: Any = None  # --vram-budget: the device's footprint outside torch (engine.planning.device_footprint)
-    lean: list[str] = field(default_factory=list)  # lean phases in effect, each with its cost (engine/planning/lean.py)
     ram_budget: int | None = None  # --ram-budget: the host tiers are planned within it (engine/planning/ram_plan.py)
-    ram: Any = None  # --ram-budget's answer (engine/planning/ram_plan.RamPlan)
 
 
 def check_run_flags(args: argparse.Namespace) -> RunFlags:
@@ -81,9 +77,8 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
     guard.check()
     if flags.budget is not None and (flags.device or probes.default_device()).type == "cuda":
         probes.prefer_expandable_segments()  # before CUDA's allocator starts (run_memory)
-    # with a budget, live re-plan: an out-of-memory step-down can then move resident blocks (oom_guard)
     engine = guard.run(lambda: service.open_engine(model_path, device=flags.device, variant=args.variant,
-                                           options=EngineOptions(live_replan=_live(flags))))
+                                                   options=service.run_options(flags.budget, flags.ram_budget)))
     try:
         plan = engine.make_plan(flags.policy)  # policy against the model, before anything is allocated
         steps = checks.schedule_steps(args.steps, flags.options.params)  # a sigmas/timesteps list sets the count
@@ -93,46 +88,24 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
                                   image=args.image, params=flags.options.params)
         run = checked_request(engine.model, request, flags.options, args.output, overwrite=args.overwrite)
         # with a budget, before load: nothing fits is one line and exit 2
-        planned = planner.plan_for(engine, plan, flags.budget, checks.request_size(run.request),
-                                   ram_budget=flags.ram_budget, live=_live(flags))
-        plan = planned.plan
-        if planned.auto is not None:
-            flags = replace(flags, policy=plan.policy, overhead=planned.auto.overhead)
-            flags.reasons.extend(planned.reasons)
-            for line in planned.reasons:  # stderr, like all progress: stdout holds only the report
-                Console(stderr=True).print(plain(f"--vram-budget: {line}"), markup=False, highlight=False)
-        flags = replace(flags, ram=planned.ram)
-        for line in planned.ram.reasons if planned.ram else ():
-            Console(stderr=True).print(plain(f"--ram-budget: {line}"), markup=False, highlight=False)
-        flags.lean.extend(_lean_lines(planned.forecast, flags.budget is None))
+        planned = service.plan_run(engine, plan, flags.budget, flags.ram_budget, run.request)
+        for line in planned.notes:  # stderr, like all progress: stdout holds only the report
+            Console(stderr=True).print(plain(line), markup=False, highlight=False)
         guard.check()
-        return _load_generate_report(args, flags, engine, plan, run, guard)
+        return _load_generate_report(args, flags, engine, planned, run, guard)
     finally:
         engine.close()
 
 
-def _live(flags: RunFlags) -> bool:
-    """Whether `run` loads with live re-plan masters (the engine's one rule, `loads_live`)."""
-    return planner.loads_live(flags.budget, flags.ram_budget)
-
-
-def _lean_lines(forecast: Any, say: bool) -> list[str]:
-    """The lean phases the plan applies (its forecast's), each with its cost; printed (stderr) unless
-    the budget's reasons already said them."""
-    lines = [c.line for c in forecast.lean]
-    for line in lines if say else ():
-        Console(stderr=True).print(plain(f"lean phase: {line}"), markup=False, highlight=False)
-    return lines
-
-
-def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: EngineHandle, plan: Any,
-                          run: service.CheckedRun, guard: InterruptGuard) -> int:
+def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: EngineHandle,
+                          planned: service.RunPlan, run: service.CheckedRun, guard: InterruptGuard) -> int:
+    plan = planned.plan
     err = Console(stderr=True)
     progress = RunProgress(engine.bus.subscribe(), err, muted=lambda: guard.interrupted, lock=guard.output_lock)
     sampler = probes.TelemetrySampler(*probes.default_sources(engine.device), bus=engine.bus, hz=flags.telemetry_hz)
     progress.start()
     sampler.start()
-    memory = probes.RunMemory.start(engine.device, engine.device_name, flags.budget, flags.overhead)
+    memory = probes.RunMemory.start(engine.device, engine.device_name, flags.budget, planned.overhead)
     # the request goes through the engine's request service; its files are written here, on the main
     # thread, where a signal during the write unwinds it (write_in_caller)
     history = service.History()  # the cache's history.json: this run is kept in it (a bad file: one note, started anew)
@@ -142,7 +115,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
     queue = service.RequestService(engine, write_in_caller=True, history=history)
     stage, failure, result = "load", None, None
     try:
-        load = guard.run(engine.load, flags.policy, guard.cancel, plan.tiers)
+        load = guard.run(engine.load, planned.policy, guard.cancel, plan.tiers)
         stage = "generation"
         ticket = queue.submit(run)
         outcome = guard.run(queue.wait, ticket, guard.cancel)
@@ -177,12 +150,13 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
     writes.pause_point("after-write")
     guard.check()  # Ctrl+C after the write: the line said the output is complete; the exit says 130
     totals = progress.totals
-    report = service.run_report(model=str(engine.model.path), device=str(engine.device), policy=flags.policy, plan=plan,
-                        load=load, result=result, ticket=ticket, written=outcome.written,
-                        memory={**measured, **memory.predicted(result.check, measured["process_peak_bytes"])},
-                        totals=totals.summary(), events_dropped=progress.sub.dropped,
-                        telemetry={**totals.telemetry_peaks(), "final": describe_snapshot(final)},
-                        budget=flags.budget, reasons=flags.reasons, ram=flags.ram, lean=flags.lean)
+    report = service.run_report(
+        model=str(engine.model.path), device=str(engine.device), policy=planned.policy, plan=plan, load=load,
+        result=result, ticket=ticket, written=outcome.written,
+        memory={**measured, **memory.predicted(result.check, measured["process_peak_bytes"])},
+        totals=totals.summary(), events_dropped=progress.sub.dropped,
+        telemetry={**totals.telemetry_peaks(), "final": describe_snapshot(final)},
+        budget=flags.budget, reasons=planned.reasons, ram=planned.ram, lean=planned.lean)
     queue.finish(ticket, outcome, report)  # kept in the history with its report
     queue.close()
     if args.json:

@@ -22,7 +22,9 @@ if TYPE_CHECKING:  # the same names as `EXPORTS` (tests/engine/test_api.py holds
     from ..service.checks import CheckedRun, check_model_request, check_run
     from ..service.history import History, HistoryEntry
     from ..service.outputs import Written, frames_of, write_outputs
+    from ..service.rank_report import RankRun, RanksReport, rank_outputs, ranks_report, seeded_path
     from ..service.report import run_report
+    from ..service.run_plan import RunPlan, plan_run, run_options
     from ..service.run_report import RunReport
     from ..service.run_totals import RunTotals
     from ..service.service import Outcome, RequestService, Ticket, request_of
@@ -38,7 +40,9 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "..service.history": ("History", "HistoryEntry"),
     "..service.outputs": ("Written", "frames_of", "write_outputs"),
     "..service.report": ("run_report",),
+    "..service.run_plan": ("RunPlan", "plan_run", "run_options"),
     "..service.run_report": ("RunReport",),
+    "..service.rank_report": ("RankRun", "RanksReport", "rank_outputs", "ranks_report", "seeded_path"),
     "..service.run_totals": ("RunTotals",),
     "..results": ("GenerateResult", "LoadReport"),
     "..loading.loader": ("LoadCancelled",),
