@@ -42,21 +42,7 @@ from textual.notifications import Notify
 from textual.screen import Screen
 from textual.timer import Timer
 
-from ..engine.api import (
-    DEFAULT_HZ,
-    EngineHandle,
-    EngineWorker,
-    History,
-    OffloadPolicy,
-    RequestService,
-    Source,
-    TelemetrySampler,
-    TelemetrySnapshot,
-    default_sources,
-    plain,
-    plain_lines,
-    vllm_serve_command,
-)
+from ..engine.api import EngineHandle, OffloadPolicy, TelemetrySnapshot, plain, plain_lines, planner, probes, service
 from ..engine.errors import ConfigError
 from ..offload.units import format_seconds
 from ..themes import CSS_PATH, DEFAULT_THEME, THEMES, register_themes
@@ -140,14 +126,14 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands,
         engine: EngineHandle,
         policy: OffloadPolicy,
         *,
-        sampler: TelemetrySampler | None = None,
-        sources: Sequence[Source] | None = None,
-        telemetry_hz: float = DEFAULT_HZ,
+        sampler: probes.TelemetrySampler | None = None,
+        sources: Sequence[probes.Source] | None = None,
+        telemetry_hz: float = probes.DEFAULT_HZ,
         start_telemetry: bool | None = None,
         theme: str | None = None,
         bandwidth: float | None = None,
         out_dir: Path | str | None = None,
-        worker: EngineWorker | None = None,
+        worker: service.EngineWorker | None = None,
         prompt: str = DEFAULT_PROMPT,
         save_partial: bool = False,
         ram_budget: int | None = None,
@@ -170,7 +156,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands,
         self.model, self.engine_device = engine.model, str(engine.device)
         self.session = ConsoleSession(editor, live_replan=engine.live_replan, engine_state=engine.state.value,
                                       prompt=prompt, bandwidth=bandwidth)
-        self.worker = worker or EngineWorker(engine)
+        self.worker = worker or service.EngineWorker(engine)
         self.plan_forecasts = self.engine_answers("plan")  # the plan screen's request forecast
         self.dialog_forecasts = self.engine_answers("dialog")  # the generate dialog's (a new one per dialog)
         self.ram_budget = ram_budget  # --ram-budget: the plan screen shows its tiers for the plan on screen
@@ -178,8 +164,8 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands,
         self.sub = engine.bus.subscribe()
         if sampler is None:
             real = sources is None
-            srcs = list(default_sources(engine.device)) if real else list(sources or [])
-            sampler = TelemetrySampler(*srcs, bus=engine.bus, hz=telemetry_hz)
+            srcs = list(probes.default_sources(engine.device)) if real else list(sources or [])
+            sampler = probes.TelemetrySampler(*srcs, bus=engine.bus, hz=telemetry_hz)
             self.start_telemetry = real if start_telemetry is None else start_telemetry
         else:
             self.start_telemetry = bool(start_telemetry)
@@ -189,12 +175,11 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands,
         # console writes each one through it on the engine thread (`_write_then_finish`) and keeps its report
         # in the cache's history (a history file that cannot be used: one note, through the event stream)
         self.reporter = RequestReporter(engine, lambda: sampler.sample_now())
-        self.service = RequestService(engine, worker=self.worker, history=History(), write_in_caller=True)
+        self.service = service.RequestService(engine, worker=self.worker, history=service.History(),
+                                              write_in_caller=True)
         self.queue_rows = QueueRows()
         self.submitted = 0  # requests submitted: the next output name's number
-        from ..engine.api import read_device_info  # the probe imports torch: only once an app is built
-
-        self.device_info = read_device_info(engine.device)
+        self.device_info = probes.read_device_info(engine.device)  # the probe imports torch: once an app is built
         self.router = EventRouter(on_cpu=not self.device_info.is_cuda, history=HISTORY_SAMPLES)
         self.out_dir = Path(out_dir) if out_dir is not None else DEFAULT_OUT_DIR
         self.save_partial = save_partial
@@ -248,9 +233,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands,
         # (a class that cannot be imported fails that load, with its one line)
         self.worker.prepare()  # one GPU: imports; several: the rank processes start (and import)
         if self.session.bandwidth is None and self.device_info.is_cuda:
-            from ..engine.api import measure_h2d_bandwidth
-
-            future = self.worker.call(lambda engine: measure_h2d_bandwidth(engine.device))
+            future = self.worker.call(lambda engine: probes.measure_h2d_bandwidth(engine.device))
             future.add_done_callback(lambda f: self._post_from_worker(CommandDone("bandwidth", f)))
 
     def _display(self, screen: Screen, renderable: Any) -> None:
@@ -414,7 +397,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands,
         Nothing reports whether the terminal accepted it (tmux, ssh and many terminals drop OSC 52),
         so the notice says how it was sent and shows the whole line to select by hand.
         """
-        command = vllm_serve_command(self.plan)
+        command = planner.vllm_serve_command(self.plan)
         self.copy_to_clipboard(command)
         self._keep_notice(f"{COPY_NOTICE}\n{command}", "information")
         if not isinstance(self.screen, CopyCommandScreen):  # whole words only: a toast would fold a path

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # torch: imported while the start-up frame is shown, not befo
 def build_app(args: argparse.Namespace, step: Callable[[str], None] = lambda text: None):
     """The configured app (raises ConfigError for anything invalid); the CLI runs it. `step` is told what
     loads next (the start-up frame shows it)."""
-    from ..engine.api import validate_hz
+    from ..engine.api import probes
     from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args
 
     step("checking the flags")
@@ -51,7 +51,7 @@ def build_app(args: argparse.Namespace, step: Callable[[str], None] = lambda tex
         raise ConfigError("--ram-budget with --gpus: the ranks share the host's memory, which the host plan does not "
                           "split yet; leave it out")
     try:
-        hz = validate_hz(args.telemetry_hz)
+        hz = probes.validate_hz(args.telemetry_hz)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     from ..themes import THEMES  # Textual, not torch
@@ -59,21 +59,22 @@ def build_app(args: argparse.Namespace, step: Callable[[str], None] = lambda tex
     if args.theme is not None and args.theme not in THEMES:
         raise ConfigError(f"unknown theme {args.theme!r}; valid themes: {', '.join(sorted(THEMES))}")
     step("importing torch")
-    from ..engine.api import import_runtime  # its own step: the longest one on a small machine
+    from ..engine.api import probes
 
-    import_runtime()
+    probes.import_runtime()
 
     step("reading the model (headers only)")
     engine = _engine_for(args, layout)
     step("planning and building the console")
-    from ..engine.api import RequestSize, plan_for
+    from ..engine.api import RequestSize, planner
     from .app import OmniConsoleApp
 
     try:
         # post-discovery checks (DiT names, resident layers > blocks); with a budget the planner's choice
         # (for the pipeline's default request) becomes the starting policy; nothing fits: exit 2. With a host
         # budget, the live re-plan masters are planned within it too (a master that does not fit stays on disk)
-        planned = plan_for(engine, policy, budget, RequestSize(), forecast=False, ram_budget=ram_budget, live=True)
+        planned = planner.plan_for(engine, policy, budget, RequestSize(), forecast=False, ram_budget=ram_budget,
+                                   live=True)
         if budget is not None:
             policy = planned.plan.policy
         return OmniConsoleApp(engine, policy, theme=args.theme, telemetry_hz=hz, ram_budget=ram_budget)
@@ -85,15 +86,15 @@ def build_app(args: argparse.Namespace, step: Callable[[str], None] = lambda tex
 def _engine_for(args: argparse.Namespace, layout: RankLayout) -> EngineHandle:
     """One GPU: the in-process engine, loaded for live re-plan. Several: a rank group (its processes
     start when the operator loads)."""
-    from ..engine.api import EngineOptions, open_engine
+    from ..engine.api import EngineOptions, service
     from .args import resolve_model_path
 
     if not layout.distributed:
-        return open_engine(resolve_model_path(args.model), variant=args.variant,
+        return service.open_engine(resolve_model_path(args.model), variant=args.variant,
                            options=EngineOptions(live_replan=True))
     from platformdirs import user_log_path
 
-    return open_engine(resolve_model_path(args.model), layout=layout, variant=args.variant,
+    return service.open_engine(resolve_model_path(args.model), layout=layout, variant=args.variant,
                        log_dir=user_log_path("omni-console"))  # the app owns the terminal: not the ranks' output
 
 
@@ -126,9 +127,9 @@ def quit_on_signals(app) -> Iterator[None]:
 def exit_now(code: int) -> NoReturn:
     """End the process without waiting for the engine thread (see the module docstring); an image
     or video still being written on that thread leaves no temporary file (`remove_pending`)."""
-    from ..engine.api import remove_pending
+    from ..engine.api import writes
 
-    remove_pending()
+    writes.remove_pending()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()

@@ -9,28 +9,29 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..engine.api import LEAN_FIELDS, OffloadPolicy, RankLayout, build_policy, parse_components_json, rank_layout
+from ..engine.api import OffloadPolicy, RankLayout, planner
 
 
 def resolve_model_path(model: Path | None) -> Path:
     """`--model`, else the embedded demo model (built into the cache on first use)."""
     if model is not None:
         return model
-    from ..engine.api import ensure_demo_model  # builds a model: only when no --model is given
+    from ..engine.api import models
 
-    return ensure_demo_model()
+    return models.ensure_demo_model()
 
 
 def policy_from_args(args: argparse.Namespace) -> OffloadPolicy:
     """The build-time-checked policy from `--dlo-offload-components`, `--resident-layers`, `--mode`,
     `--placement`, `--prefetch-slots`, `--stream-dtype`, `--fp8-modulation`, `--upcast-resident` and the lean phases
     (`--stream-encoders`, `--vae-tiling`, `--vae-slicing`, `--ff-chunking`)."""
-    return build_policy(parse_components_json(args.dlo_offload_components), args.resident_layers, args.mode,
+    components = planner.parse_components_json(args.dlo_offload_components)
+    return planner.build_policy(components, args.resident_layers, args.mode,
                         getattr(args, "placement", "leading"), getattr(args, "prefetch_slots", 2),
                         stream_dtype=getattr(args, "stream_dtype", None),
                         fp8_modulation=getattr(args, "fp8_modulation", False),
                         upcast_resident=getattr(args, "upcast_resident", "auto"),
-                        **{name: getattr(args, name, "auto") or "auto" for name in LEAN_FIELDS})
+                        **{name: getattr(args, name, "auto") or "auto" for name in planner.LEAN_FIELDS})
 
 
 def budget_from_args(args: argparse.Namespace) -> int | None:
@@ -52,9 +53,9 @@ def ram_budget_from_args(args: argparse.Namespace) -> int | None:
     if known is not None:
         return known
     if text.strip().lower() == "auto":
-        from ..engine.api import auto_ram_budget
+        from ..engine.api import planner
 
-        value: int = auto_ram_budget()
+        value: int = planner.auto_ram_budget()
     else:
         from .size_arg import parse_size
 
@@ -67,9 +68,9 @@ def parse_budget(text: str, device: str | None, flag: str = "--vram-budget") -> 
     """A size (`size_arg.parse_size`), or `auto`: what `device` has free now less a margin
     (`engine.planning.auto_budget`, its note the plan's first line); `auto` on a CPU is one line, exit 2."""
     if text.strip().lower() == "auto":
-        from ..engine.api import auto_budget
+        from ..engine.api import planner
 
-        return auto_budget(device, f"{flag} auto")
+        return planner.auto_budget(device, f"{flag} auto")
     from .size_arg import parse_size
 
     return parse_size(text, flag)
@@ -78,9 +79,9 @@ def parse_budget(text: str, device: str | None, flag: str = "--vram-budget") -> 
 def layout_from_args(args: argparse.Namespace) -> RankLayout:
     """`--gpus`, `--dlo-use-allgather` / `--dlo-no-use-allgather` and `--parallel`, checked against the flags
     and the devices `--device` (or its default) has, before anything loads (ConfigError, one line)."""
-    from ..engine.api import check_rank_devices
+    from ..engine.api import planner
 
-    layout = rank_layout(getattr(args, "gpus", None), getattr(args, "dlo_use_allgather", None),
+    layout = planner.rank_layout(getattr(args, "gpus", None), getattr(args, "dlo_use_allgather", None),
                          getattr(args, "parallel", None))
-    check_rank_devices(layout, getattr(args, "device", None))
+    planner.check_rank_devices(layout, getattr(args, "device", None))
     return layout

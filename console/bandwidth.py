@@ -7,7 +7,7 @@ the measurement could not run.
 
 from __future__ import annotations
 
-from ..engine.events import StagingEvent
+from ..engine import events
 
 MIN_OBSERVED_BYTES = 1 << 20  # small copies are latency-bound and would understate the link
 
@@ -19,7 +19,7 @@ class ObservedBandwidth:
         self.bytes = 0
         self.seconds = 0.0
 
-    def observe(self, event: StagingEvent) -> None:
+    def observe(self, event: events.StagingEvent) -> None:
         if event.direction == "h2d" and not event.sync and event.seconds > 0 and event.nbytes >= MIN_OBSERVED_BYTES:
             self.bytes += event.nbytes
             self.seconds += event.seconds

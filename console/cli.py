@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from ..engine.api import DEFAULT_HZ, LEAN_MODES, plain
+from ..engine.api import plain, planner, probes
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
 from .flag_types import check_cache_dir, path_name, real_number, short_words, whole_number
 from .help_overview import overview
@@ -124,14 +124,14 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
                              "available now less a margin; each streamed block and staged encoder/VAE is then "
                              "pinned, read from the page cache or read from disk (O_DIRECT), for the fastest step")
     lean = parser.add_argument_group("lean phases (auto: only where --vram-budget needs them; on: always; off: never)")
-    lean.add_argument("--stream-encoders", choices=LEAN_MODES, default="auto",
+    lean.add_argument("--stream-encoders", choices=planner.LEAN_MODES, default="auto",
                       help="stream staged text encoders layer by layer through 2 slots (exact)")
-    lean.add_argument("--vae-tiling", choices=LEAN_MODES, default="auto",
+    lean.add_argument("--vae-tiling", choices=planner.LEAN_MODES, default="auto",
                       help="decode in overlapping tiles (diffusers' enable_tiling): far less memory, more time, "
                            "pixels differ")
-    lean.add_argument("--vae-slicing", choices=LEAN_MODES, default="auto",
+    lean.add_argument("--vae-slicing", choices=planner.LEAN_MODES, default="auto",
                       help="decode a batch one sample at a time (diffusers' enable_slicing); never chosen by auto")
-    lean.add_argument("--ff-chunking", choices=LEAN_MODES, default="auto",
+    lean.add_argument("--ff-chunking", choices=planner.LEAN_MODES, default="auto",
                       help="chunk the denoiser's feed-forward over the batch where its class supports it; "
                            "never chosen by auto")
     parser.add_argument("--mode", choices=("dlo", "resident"), default="dlo",
@@ -172,8 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     _policy_flags(app)
     theme = app.add_argument("--theme", metavar="NAME", help="colour theme (press t in the app to cycle)")
     theme.fill_help = _theme_help  # type: ignore[attr-defined]  # names filled in when help is printed
-    app.add_argument("--telemetry-hz", type=real_number, default=DEFAULT_HZ,
-                     help=f"telemetry sampling rate (default {DEFAULT_HZ:g})")
+    app.add_argument("--telemetry-hz", type=real_number, default=probes.DEFAULT_HZ,
+                     help=f"telemetry sampling rate (default {probes.DEFAULT_HZ:g})")
 
     plan = sub.add_parser("plan", help="show components, residency and the forecast without loading",
                           description="Show components, residency and the forecast without loading. On a "
@@ -215,8 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     run.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: cuda if available)")
     run.add_argument("--json", action="store_true", help="print the report as JSON")
-    run.add_argument("--telemetry-hz", type=real_number, default=DEFAULT_HZ,
-                     help=f"telemetry sampling rate (default {DEFAULT_HZ:g})")
+    run.add_argument("--telemetry-hz", type=real_number, default=probes.DEFAULT_HZ,
+                     help=f"telemetry sampling rate (default {probes.DEFAULT_HZ:g})")
 
     demo = sub.add_parser("demo-model", help="write the tiny random-weight Flux demo model to PATH")
     demo.add_argument("path", type=path_name)
@@ -261,44 +261,43 @@ def _refuse_dash_dash_values(argv: Sequence[str]) -> list[str]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from ..engine.api import pause_point
+    from ..engine.api import RequestSize, checks, models, planner, writes
 
-    pause_point("imports")
-    from ..engine.api import RequestSize, device_name_for_plan, discover_model, parse_cache, plan_for, plan_to_dict
+    writes.pause_point("imports")
     from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args, resolve_model_path
     from .run_flags import check_device_name, check_sizes
 
     policy = policy_from_args(args)  # build-time checks first: no disk access for a bad flag
     budget = budget_from_args(args)
     ram_budget = ram_budget_from_args(args)
-    cache = parse_cache(args.cache)
+    cache = checks.parse_cache(args.cache)
     check_device_name(args.device)
     check_sizes(args)  # as `run` checks them, in the same words
     layout = layout_from_args(args)
     size = RequestSize(height=args.height, width=args.width, frames=args.frames,
                        max_sequence_length=args.max_sequence_length, guidance=args.guidance)
-    model = discover_model(resolve_model_path(args.model), args.variant)
+    model = models.discover_model(resolve_model_path(args.model), args.variant)
     from .plan_request import check_plan_request
 
     check_plan_request(model, size)  # as `run` would refuse it, with its line
     if cache is not None:  # diffusers takes the kind for this family (imports diffusers: only with --cache)
-        from ..engine.api import check_cache_support
+        from ..engine.api import checks
 
-        check_cache_support(model, cache)
+        checks.check_cache_support(model, cache)
     loras: list = []
     if args.lora:  # as `run` refuses a bad one: before anything loads (reading them imports torch)
-        from ..engine.api import check_loras
+        from ..engine.api import checks
 
-        loras = check_loras(model, tuple(args.lora))
-    device = device_name_for_plan(args.device)
-    planned = plan_for(model, policy, budget, size, device, layout,  # the layout checked, then the budgets
+        loras = checks.check_loras(model, tuple(args.lora))
+    device = planner.device_name_for_plan(args.device)
+    planned = planner.plan_for(model, policy, budget, size, device, layout,  # the layout checked, then the budgets
                        ram_budget=ram_budget)
     plan, forecast, reasons, ranks = planned.plan, planned.forecast, planned.reasons, planned.ranks
-    from ..engine.api import check_fits_host
+    from ..engine.api import checks
 
-    check_fits_host(forecast, "cpu" if device == "cpu" else "cuda")  # as `run` refuses it, with its line
+    checks.check_fits_host(forecast, "cpu" if device == "cpu" else "cuda")  # as `run` refuses it, with its line
     if args.json:
-        document = plan_to_dict(plan, forecast, device, budget, reasons, ranks, planned.ram)
+        document = planner.plan_to_dict(plan, forecast, device, budget, reasons, ranks, planned.ram)
         if loras:
             document["loras"] = lora_documents(loras, args.lora_mode)
         print(json.dumps(document, indent=2))
@@ -308,26 +307,26 @@ def cmd_plan(args: argparse.Namespace) -> int:
         render_plan(plan, forecast=forecast, reasons=reasons, ranks=ranks, on_cpu=device == "cpu",
                     ram_reasons=planned.ram.reasons if planned.ram else None)
         if cache is not None:
-            from ..engine.api import cache_step_range, measured_hits
+            from ..engine.api import planner
 
-            measured = measured_hits(model.pipeline_class, cache)
-            print(plain(cache_step_range(cache, plan.model.num_dit_blocks, forecast.step_s, measured).line))
+            measured = planner.measured_hits(model.pipeline_class, cache)
+            print(plain(planner.cache_step_range(cache, plan.model.num_dit_blocks, forecast.step_s, measured).line))
         for line in lora_lines(loras, args.lora_mode):
             print(line)
     return 0
 
 
 def cmd_demo_model(args: argparse.Namespace) -> int:
-    from ..engine.api import pause_point
+    from ..engine.api import writes
     from .run_flags import SEED_MAX  # torch-free: a bad seed is answered before the build imports torch
 
-    pause_point("imports")
+    writes.pause_point("imports")
 
     if not 0 <= args.seed <= SEED_MAX:
         raise ConfigError(f"--seed {args.seed}: must be between 0 and 2**64-1 ({SEED_MAX})")
-    from ..engine.api import build_demo_model
+    from ..engine.api import models
 
-    path = build_demo_model(args.path, seed=args.seed)
+    path = models.build_demo_model(args.path, seed=args.seed)
     print(f"demo model written to {plain(path)}")
     return 0
 
@@ -336,11 +335,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .interrupts import InterruptGuard
 
     with InterruptGuard() as guard:  # before the heavy imports: Ctrl+C from here on is one line, 130
-        from ..engine.api import pause_point
+        from ..engine.api import writes
         from .run_flags import precheck_run
 
         precheck_run(args)  # torch-free: a cheap mistake is answered before the imports below
-        pause_point("imports")
+        writes.pause_point("imports")
         from .headless import run_headless
 
         return run_headless(args, guard)
@@ -370,13 +369,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None, say, exit_code) -> int:
     import signal
 
-    from ..engine.api import SignalStop
+    from ..engine.api import writes
     from .interrupts import EXIT_INTERRUPTED, Interrupted
 
     if argv is None and _normalise_argv(sys.argv[1:])[0] != "console":  # the command line, not the app
-        from ..engine.api import install_bus_error_line
+        from ..engine.api import probes
 
-        install_bus_error_line()
+        probes.install_bus_error_line()
     for stream in (sys.stdout, sys.stderr):  # PYTHONIOENCODING=ascii: "→" and names print escaped, never raise
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
@@ -395,7 +394,7 @@ def _main(argv: Sequence[str] | None, say, exit_code) -> int:
     except KeyboardInterrupt:  # Ctrl+C inside a write or a build: what it was writing is gone
         say(signal.SIGINT)
         return EXIT_INTERRUPTED
-    except SignalStop as stop:  # SIGTERM / SIGHUP inside a write or a build, likewise
+    except writes.SignalStop as stop:  # SIGTERM / SIGHUP inside a write or a build, likewise
         say(stop.signum)
         return exit_code(stop.signum)
 

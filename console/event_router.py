@@ -28,29 +28,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..engine import events
 from ..engine.api import TelemetrySnapshot
-from ..engine.events import (
-    BlocksSkipped,
-    CacheDecision,
-    EngineStateChanged,
-    ErrorEvent,
-    Event,
-    ExpertSwitched,
-    ForecastCheck,
-    LoadProgress,
-    LogEvent,
-    OomRetry,
-    OomStepDown,
-    PlanReady,
-    Replanned,
-    RequestFinished,
-    RequestPhases,
-    RequestStarted,
-    ResidencySnapshot,
-    StagingEvent,
-    StepTiming,
-    TelemetryEvent,
-)
 from ..offload.units import format_seconds
 from .bandwidth import ObservedBandwidth
 from .event_text import loading_line
@@ -62,8 +41,8 @@ HEAVY_UI_S = 0.5
 HEAVY_UI_BUSY_S = 1.0
 """Staging log, memory panels, step table, residency and GPU group redraw at most this often (idle / while a
 request runs); no sample, step or event is skipped, they are applied in groups."""
-LOG_EVENTS = (StagingEvent, BlocksSkipped, CacheDecision, OomRetry, OomStepDown, LogEvent, ErrorEvent, Replanned,
-              ExpertSwitched)
+LOG_EVENTS = (events.StagingEvent, events.BlocksSkipped, events.CacheDecision, events.OomRetry, events.OomStepDown,
+              events.LogEvent, events.ErrorEvent, events.Replanned, events.ExpertSwitched)
 
 
 class LiveView(Protocol):
@@ -72,15 +51,15 @@ class LiveView(Protocol):
     telemetry_ready: bool
     """False until the screen has replayed the telemetry history; samples are queued only after that."""
 
-    def add_log(self, events: list[Event]) -> None: ...
+    def add_log(self, events: list[events.Event]) -> None: ...
     def show_dropped(self, dropped: int) -> None: ...
     def show_snapshots(self, snapshots: list[TelemetrySnapshot]) -> None: ...
-    def add_steps(self, steps: list[StepTiming]) -> None: ...
-    def show_step_progress(self, step: StepTiming) -> None: ...
+    def add_steps(self, steps: list[events.StepTiming]) -> None: ...
+    def show_step_progress(self, step: events.StepTiming) -> None: ...
     def set_generation(self, text: str, done: int | None = None, total: int | None = None) -> None: ...
-    def show_phases(self, event: RequestPhases) -> None: ...
+    def show_phases(self, event: events.RequestPhases) -> None: ...
 
-    def show_check(self, event: ForecastCheck) -> None: ...
+    def show_check(self, event: events.ForecastCheck) -> None: ...
     def show_residency(self, rows: tuple[tuple[str, str, int], ...]) -> None: ...
     def show_ranks(self, ranks: Mapping[int, RankStats]) -> None: ...
 
@@ -94,9 +73,9 @@ class Routed:
     """A new telemetry sample arrived (the plan screen's header and forecast may change)."""
     state_changed: bool = False
     """The engine changed state (the live screen's status line names it)."""
-    engine: list[Event] = field(default_factory=list)
+    engine: list[events.Event] = field(default_factory=list)
     """This process's engine's own news for the session, in order: its `PlanReady` and `EngineStateChanged`."""
-    load_progress: dict[str, LoadProgress] = field(default_factory=dict)
+    load_progress: dict[str, events.LoadProgress] = field(default_factory=dict)
     """The newest progress per component, while loading."""
     load_lines: list[str] = field(default_factory=list)
     """The loading log's new lines, while loading."""
@@ -122,11 +101,11 @@ class EventRouter:
         self._heavy_at = [0.0] * 5  # log, memory, steps, ranks, residency: when each was last redrawn
         self._ranks_changed = False
         self._light_at = 0.0
-        self._progress: StepTiming | None = None
+        self._progress: events.StepTiming | None = None
         self._generation: str | None = None
         self._snapshots: list[TelemetrySnapshot] = []
-        self._steps: list[StepTiming] = []
-        self._log: list[Event] = []
+        self._steps: list[events.StepTiming] = []
+        self._log: list[events.Event] = []
         self.residency: tuple[tuple[str, str, int], ...] | None = None
         """The engine's latest residency rows (its ResidencySnapshot); None until one arrives after a load."""
         self._residency_pending = False
@@ -151,13 +130,13 @@ class EventRouter:
 
     # ---- events ------------------------------------------------------------------------------
 
-    def route(self, events: Iterable[Event], *, loading: bool, dropped: int = 0) -> Routed:
+    def route(self, batch: Iterable[events.Event], *, loading: bool, dropped: int = 0) -> Routed:
         """Apply every event: state here, queues for the live screen, loading rows for the plan screen."""
         routed = Routed()
         live = self.live
         if live is not None:
             live.show_dropped(dropped)
-        for event in events:
+        for event in batch:
             routed.count += 1
             self._apply(event, routed, loading)
         return routed
@@ -169,26 +148,26 @@ class EventRouter:
         self._ranks_changed = True
         return stats
 
-    def _apply_rank(self, event: Event, rank: int) -> bool:
+    def _apply_rank(self, event: events.Event, rank: int) -> bool:
         """A rank's own telemetry and steps (its stats); True when nothing else is to be done with it."""
-        if isinstance(event, TelemetryEvent):
+        if isinstance(event, events.TelemetryEvent):
             if isinstance(event.snapshot, TelemetrySnapshot):
                 self._rank(rank).snapshot = event.snapshot
             return True  # a rank's sample is not the console's: no memory panel, no history
-        if isinstance(event, StepTiming):
+        if isinstance(event, events.StepTiming):
             self._rank(rank).add_step(event)
-        elif isinstance(event, RequestStarted):
+        elif isinstance(event, events.RequestStarted):
             self._rank(rank).start_request(event.request_id)
         # the request's line, progress and load progress: rank 0 speaks for the group
-        return rank != 0 and isinstance(event, (StepTiming, RequestStarted, RequestFinished, RequestPhases,
-                                                ForecastCheck, LoadProgress))
+        return rank != 0 and isinstance(event, (events.StepTiming, events.RequestStarted, events.RequestFinished,
+                                                events.RequestPhases, events.ForecastCheck, events.LoadProgress))
 
-    def _apply(self, event: Event, routed: Routed, loading: bool) -> None:
+    def _apply(self, event: events.Event, routed: Routed, loading: bool) -> None:
         live = self.live
         rank = event.rank
         if rank is not None and self._apply_rank(event, rank):
             return
-        if isinstance(event, TelemetryEvent):
+        if isinstance(event, events.TelemetryEvent):
             snapshot = event.snapshot
             if isinstance(snapshot, TelemetrySnapshot):
                 self.snapshot = snapshot
@@ -198,45 +177,45 @@ class EventRouter:
                 routed.telemetry = True
             return
         if loading:
-            if isinstance(event, LoadProgress):
+            if isinstance(event, events.LoadProgress):
                 routed.load_progress[event.component] = event
             if self._t0 is None:
                 self._t0 = event.t
             line = loading_line(event, self._t0, on_cpu=self.on_cpu)
             if line is not None:
                 routed.load_lines.append(line if rank is None else f"r{rank} {line}")
-        if isinstance(event, PlanReady):
+        if isinstance(event, events.PlanReady):
             if rank is None:  # a group's ranks each run the plan the group announced
                 routed.engine.append(event)
             return
-        if isinstance(event, ResidencySnapshot):
+        if isinstance(event, events.ResidencySnapshot):
             if rank is None:  # this process's engine (a group's ranks keep theirs: no rows, as before)
                 self.residency = event.rows
                 self._residency_pending = live is not None
             return
         if isinstance(event, LOG_EVENTS):
-            if isinstance(event, StagingEvent) and not self.on_cpu:
+            if isinstance(event, events.StagingEvent) and not self.on_cpu:
                 self.observed.observe(event)
             if live is not None:
                 self._log.append(event)
-        elif isinstance(event, StepTiming):
+        elif isinstance(event, events.StepTiming):
             if live is not None:
                 self._steps.append(event)
                 self._progress = event
             self._set_generation(f"request {event.request_id}: step {event.step}/{event.total_steps} · "
                                  f"last step {format_seconds(event.wall_s)} (stall {format_seconds(event.stall_s)})")
-        elif isinstance(event, RequestStarted):
+        elif isinstance(event, events.RequestStarted):
             self.request_id = event.request_id
             self._set_generation(f"request {event.request_id}: {event.prompt!r} · started")
-        elif isinstance(event, RequestPhases):
+        elif isinstance(event, events.RequestPhases):
             if live is not None:
                 live.show_phases(event)  # once per request: applied at once, not batched
-        elif isinstance(event, ForecastCheck):
+        elif isinstance(event, events.ForecastCheck):
             if live is not None:
                 live.show_check(event)
-        elif isinstance(event, RequestFinished) and not event.ok:
+        elif isinstance(event, events.RequestFinished) and not event.ok:
             self._set_generation(f"request {event.request_id} failed: {event.error}")
-        elif isinstance(event, EngineStateChanged):
+        elif isinstance(event, events.EngineStateChanged):
             routed.state_changed = True
             if rank is None:
                 routed.engine.append(event)
@@ -295,8 +274,8 @@ class EventRouter:
         """The staging log (the residency rows the same moves changed follow as their own group)."""
         if not self._log:
             return False
-        events, self._log = self._log, []
-        live.add_log(events)
+        batch, self._log = self._log, []
+        live.add_log(batch)
         return True
 
     def _flush_memory(self, live: LiveView) -> bool:

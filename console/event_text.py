@@ -9,25 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..engine import events
 from ..engine.api import plain
-from ..engine.events import (
-    BlockOrderCorrected,
-    BlocksSkipped,
-    CacheDecision,
-    EngineStateChanged,
-    ErrorEvent,
-    Event,
-    ExpertSwitched,
-    ForecastCheck,
-    LoadProgress,
-    LogEvent,
-    OomRetry,
-    OomStepDown,
-    Replanned,
-    RequestPhases,
-    StagingEvent,
-    StepTiming,
-)
 from ..offload.units import format_bytes, format_seconds
 from .theme_colors import resolve_default
 
@@ -37,12 +20,12 @@ WARNING_STYLE = "$warning"
 PHASE_LABELS = {"text_encoding": "text encoding", "denoise": "denoise", "vae_decode": "VAE decode"}
 
 
-def stamp(event: Event, t0: float) -> str:
+def stamp(event: events.Event, t0: float) -> str:
     """`+    1.234s`: the event's time since `t0`, aligned for a log column."""
     return f"+{event.t - t0:9.3f}s"
 
 
-def format_staging(event: StagingEvent, *, on_cpu: bool = False) -> str:
+def format_staging(event: events.StagingEvent, *, on_cpu: bool = False) -> str:
     """What one transfer really did, without the timestamp.
 
     An offload moves no bytes on any device (the component is re-pointed to its host master copy),
@@ -66,7 +49,7 @@ def format_staging(event: StagingEvent, *, on_cpu: bool = False) -> str:
     )
 
 
-def format_event(event: Event, t0: float = 0.0, *, on_cpu: bool = False) -> str | None:
+def format_event(event: events.Event, t0: float = 0.0, *, on_cpu: bool = False) -> str | None:
     """One log line for an event the staging log shows; None for other event types.
 
     Names and messages in events come from data (component names, library errors): the line is
@@ -75,15 +58,15 @@ def format_event(event: Event, t0: float = 0.0, *, on_cpu: bool = False) -> str 
     return None if line is None else plain(line)
 
 
-def _event_line(event: Event, t0: float, *, on_cpu: bool) -> str | None:
+def _event_line(event: events.Event, t0: float, *, on_cpu: bool) -> str | None:
     ts = stamp(event, t0)
-    if isinstance(event, StagingEvent):
+    if isinstance(event, events.StagingEvent):
         return f"{ts} {format_staging(event, on_cpu=on_cpu)}"
-    if isinstance(event, BlocksSkipped):
+    if isinstance(event, events.BlocksSkipped):
         span = event.first if event.blocks == 1 else f"{event.first} .. {event.last}"
         return (f"{ts} SKIP {span}  {event.blocks} block{'s' if event.blocks != 1 else ''}, "
                 f"{format_bytes(event.nbytes)} not copied (step cache hit)")
-    if isinstance(event, CacheDecision):
+    if isinstance(event, events.CacheDecision):
         nums = [
             f"{name} {format_bytes(value)}"
             for name, value in (
@@ -102,26 +85,26 @@ def _event_line(event: Event, t0: float, *, on_cpu: bool) -> str | None:
         return f"{ts} CACHE {event.action}{forced}: {event.reason}" + (
             f"  [{', '.join(nums)}]" if nums else ""
         )
-    if isinstance(event, OomRetry):
+    if isinstance(event, events.OomRetry):
         msg = f": {event.message}" if event.message else ""
         size = format_bytes(event.nbytes)
         return f"{ts} OOM {event.component} {size} — cache released, attempt {event.attempt}{msg}"
-    if isinstance(event, OomStepDown):
+    if isinstance(event, events.OomStepDown):
         phase = PHASE_LABELS.get(event.phase, event.phase)
         why = f" ({one_line(event.message)})" if event.message else ""
         return f"{ts} OOM {phase} ({event.component}) — {describe_step_down(event)}{why}"
-    if isinstance(event, LogEvent):
+    if isinstance(event, events.LogEvent):
         return f"{ts} {event.level.upper()} {event.message}"
-    if isinstance(event, Replanned):
+    if isinstance(event, events.Replanned):
         return f"{ts} REPLAN {event.summary.removeprefix('re-plan: ')}"
-    if isinstance(event, ExpertSwitched):
+    if isinstance(event, events.ExpertSwitched):
         return f"{ts} EXPERT {describe_switch(event)}"
-    if isinstance(event, ErrorEvent):
+    if isinstance(event, events.ErrorEvent):
         return f"{ts} ERROR {event.where}: {event.message}"
     return None
 
 
-def describe_switch(event: ExpertSwitched) -> str:
+def describe_switch(event: events.ExpertSwitched) -> str:
     """`transformer → transformer_2 at timestep 857 (boundary): copied 1.2 GB, freed 1.2 GB in 25 ms`."""
     when = f" at timestep {event.timestep:g}" if event.timestep is not None else ""
     return (f"{event.from_expert} → {event.to_expert}{when} ({event.reason}): copied "
@@ -129,12 +112,12 @@ def describe_switch(event: ExpertSwitched) -> str:
             f"in {format_seconds(event.seconds)}")
 
 
-def loading_line(event: Event, t0: float, *, on_cpu: bool = False) -> str | None:
+def loading_line(event: events.Event, t0: float, *, on_cpu: bool = False) -> str | None:
     """A loading-screen log line: state changes and finished components, then what `format_event` says
     (`on_cpu`: transfers are host copies, worded as such and without a rate)."""
-    if isinstance(event, EngineStateChanged):
+    if isinstance(event, events.EngineStateChanged):
         return plain(f"{stamp(event, t0)} STATE {event.old} → {event.new} {event.reason}".rstrip())
-    if isinstance(event, LoadProgress):
+    if isinstance(event, events.LoadProgress):
         if event.done_bytes < event.total_bytes:
             return None
         return plain(f"{stamp(event, t0)} LOAD {event.component} {event.phase} {format_bytes(event.total_bytes)}")
@@ -148,37 +131,37 @@ def progress_line(event: object) -> tuple[str, str] | None:
 
 
 def _progress_line(event: object) -> tuple[str, str] | None:
-    if isinstance(event, EngineStateChanged):
+    if isinstance(event, events.EngineStateChanged):
         return f"state {event.old} → {event.new} {event.reason}".rstrip(), "dim"
-    if isinstance(event, StepTiming):
+    if isinstance(event, events.StepTiming):
         missed = f", {event.sync_fetches} blocks fetched synchronously" if event.sync_fetches else ""
         if event.cache_forwards:
             missed += (f", cache hit {event.cache_hits}/{event.cache_forwards}, skipped "
                        f"{format_bytes(event.skipped_bytes)}")
         return (f"step {event.step}/{event.total_steps} {format_seconds(event.wall_s)} "
                 f"(stall {format_seconds(event.stall_s)}{missed})"), "dim"
-    if isinstance(event, BlockOrderCorrected):
+    if isinstance(event, events.BlockOrderCorrected):
         return event.summary, resolve_default(WARNING_STYLE)
-    if isinstance(event, LoadProgress) and event.done_bytes == event.total_bytes and event.total_bytes:
+    if isinstance(event, events.LoadProgress) and event.done_bytes == event.total_bytes and event.total_bytes:
         return f"load {event.component} {format_bytes(event.total_bytes)} ({event.phase})", "dim"
-    if isinstance(event, Replanned):
+    if isinstance(event, events.Replanned):
         return event.summary, "dim"
-    if isinstance(event, ExpertSwitched):
+    if isinstance(event, events.ExpertSwitched):
         return f"expert {describe_switch(event)}", "dim"
-    if isinstance(event, RequestPhases):
+    if isinstance(event, events.RequestPhases):
         return f"request {event.request_id}: {describe_phases(event.frames, event.latent_shape, event.phases)}", "dim"
-    if isinstance(event, ErrorEvent):
+    if isinstance(event, events.ErrorEvent):
         return f"{event.where} failed: {one_line(event.message)}", resolve_default(FAILURE_STYLE)
-    if isinstance(event, OomRetry):
+    if isinstance(event, events.OomRetry):
         return (f"out of device memory loading {event.component} ({format_bytes(event.nbytes)}): "
                 f"allocator cache released, retrying once"), resolve_default(FAILURE_STYLE)
-    if isinstance(event, OomStepDown):
+    if isinstance(event, events.OomStepDown):
         return (f"out of device memory in {PHASE_LABELS.get(event.phase, event.phase)} ({event.component}): "
                 f"{describe_step_down(event)}"), resolve_default(FAILURE_STYLE)
     return None
 
 
-def describe_step_down(event: OomStepDown) -> str:
+def describe_step_down(event: events.OomStepDown) -> str:
     """`cache released, stepped down: DiT 8→4 resident …, retrying the phase once`."""
     return f"cache released, stepped down: {one_line(event.action)}; retrying the phase once"
 
@@ -204,7 +187,7 @@ def one_line(text: str) -> str:
     return lines[0]
 
 
-def forecast_check_text(check: ForecastCheck) -> str:
+def forecast_check_text(check: events.ForecastCheck) -> str:
     """Predicted vs measured after a request, in one line: step time, then peak."""
 
     def part(name: str, predicted: str | None, measured: str | None, error: float | None, source: str) -> str:

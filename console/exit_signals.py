@@ -43,7 +43,7 @@ CONSOLE_OUTCOME = "every saved output is complete, nothing half-written is left"
 def line(signum: int, outcome: str | None = None) -> str:
     """The one line for `signum` now: the signal and whether the output is complete or nothing was written
     (`outcome`: what to say instead, for the console, whose saves are many)."""
-    from ..engine.api import completed_outputs, plain
+    from ..engine.api import plain, writes
 
     try:
         name = signal.Signals(signum).name
@@ -51,7 +51,7 @@ def line(signum: int, outcome: str | None = None) -> str:
         name = f"signal {signum}"
     if outcome is not None:
         return f"omni-console: interrupted ({name}); {outcome}"
-    done = completed_outputs()
+    done = writes.completed_outputs()
     if not done:
         return f"omni-console: interrupted ({name}); nothing written"
     shown = plain(str(done[0])) if len(done) == 1 else \
@@ -68,12 +68,12 @@ def say(signum: int, outcome: str | None = None) -> None:
 
 def stop(signum: int, _frame: FrameType | None = None) -> NoReturn:
     """End the process now: put the terminal back, remove unfinished files, say the line, exit 128 + signum."""
-    from ..engine.api import remove_pending
+    from ..engine.api import writes
 
     for hook in list(_stop_hooks):
         with contextlib.suppress(Exception):
             hook()
-    remove_pending()
+    writes.remove_pending()
     _end_children()
     say(signum)
     with contextlib.suppress(Exception):
@@ -115,9 +115,9 @@ def remove_stop_hook(hook: Callable[[], None]) -> None:
 def install_early() -> None:
     """The rule's handlers from the console script's first import on (before `main()` runs), so a signal
     during the imports is one line too; `installed()` then takes over for `main()`."""
-    from ..engine.api import deferrable
+    from ..engine.api import writes
 
-    handler = deferrable(stop)
+    handler = writes.deferrable(stop)
     for signum in SIGNALS:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, handler)
@@ -126,12 +126,12 @@ def install_early() -> None:
 @contextlib.contextmanager
 def installed() -> Iterator[None]:
     """The rule's handlers for the block (main thread only; the previous ones come back afterwards)."""
-    from ..engine.api import deferrable, forget_outputs
+    from ..engine.api import writes
 
-    forget_outputs()
+    writes.forget_outputs()
     previous: dict[int, object] = {}
     if threading.current_thread() is threading.main_thread():
-        handler = deferrable(stop)
+        handler = writes.deferrable(stop)
         for signum in SIGNALS:
             if signal.getsignal(signum) is not signal.SIG_IGN:  # nohup's choice stays
                 previous[signum] = signal.signal(signum, handler)

@@ -17,15 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..engine.api import (
-    GenerateRequest,
-    ModelInfo,
-    accepted_options,
-    call_signature,
-    check_call,
-    check_request,
-    option_parameter,
-)
+from ..engine.api import GenerateRequest, ModelInfo, checks
 
 MakeRequest = Callable[..., GenerateRequest]
 """`default_request`-like: keyword prompt, steps, height, width, seed, guidance → a full request."""
@@ -51,7 +43,7 @@ class FormField:
 
 def _default_of(signature: Mapping[str, inspect.Parameter], option: str) -> Any:
     """The default of the pipeline parameter an option sets (None: no parameter, or no default)."""
-    name = option_parameter(signature, option)
+    name = checks.option_parameter(signature, option)
     if name is None:
         return None
     default = signature[name].default
@@ -162,8 +154,8 @@ def build_request(values: Mapping[str, str], make_request: MakeRequest) -> Gener
 
 def check(model: ModelInfo, request: GenerateRequest) -> None:
     """Everything `run` checks before load, named as the dialog names its fields (ConfigError)."""
-    check_call(model, request, labels=PLAIN_LABELS)
-    check_request(model, request, labels=PLAIN_LABELS)
+    checks.check_call(model, request, labels=PLAIN_LABELS)
+    checks.check_request(model, request, labels=PLAIN_LABELS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,8 +171,8 @@ class RequestForm:
     @classmethod
     def for_model(cls, model: ModelInfo, defaults: GenerateRequest, make_request: MakeRequest) -> RequestForm:
         pipeline = model.pipeline_class
-        return cls(model, defaults, make_request, frozenset(accepted_options(pipeline, model)),
-                   call_signature(pipeline))
+        return cls(model, defaults, make_request, frozenset(checks.accepted_options(pipeline, model)),
+                   checks.call_signature(pipeline))
 
     def fields(self) -> list[FormField]:
         return form_fields(self.accepted, self.defaults, self.signature)
@@ -211,4 +203,4 @@ def frames_of(request: GenerateRequest, accepted: set[str] | frozenset[str],
 def expected_frames(model: ModelInfo, request: GenerateRequest) -> int | None:
     """`frames_of` for the model's pipeline (what the live screen announces when a request starts)."""
     pipeline = model.pipeline_class
-    return frames_of(request, accepted_options(pipeline), call_signature(pipeline))
+    return frames_of(request, checks.accepted_options(pipeline), checks.call_signature(pipeline))

@@ -11,36 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from ..engine.api import (
-    EngineHandle,
-    EngineOptions,
-    History,
-    OffloadPolicy,
-    RequestService,
-    RunMemory,
-    TelemetrySampler,
-    check_cache_support,
-    check_fits_host,
-    check_output_place,
-    default_device,
-    default_sources,
-    loads_live,
-    open_engine,
-    parse_device,
-    pause_point,
-    plain,
-    plan_for,
-    prefer_expandable_segments,
-    request_size,
-    run_report,
-    schedule_steps,
-    validate_hz,
-)
+from ..engine.api import EngineHandle, OffloadPolicy, checks, plain, probes, service, writes
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
 from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args, resolve_model_path
 from .event_text import one_line as _one_line
@@ -49,7 +25,7 @@ from .lora_flags import lora_options
 from .request_defaults import default_request
 from .run_flags import OptionFlags, parse_option_flags
 from .run_progress import RunProgress
-from .run_request import REQUEST_FLAGS, CheckedRun, checked_request
+from .run_request import REQUEST_FLAGS, checked_request
 from .run_text import print_report
 from .telemetry_text import describe_snapshot
 
@@ -71,11 +47,7 @@ class RunFlags:
     telemetry_hz: float
     device: torch.device | None
     options: OptionFlags  # --param values and --fps
-    reasons: list[str] = field(default_factory=list)  # --vram-budget's decisions, one line each
-    overhead: Any = None  # --vram-budget: the device's footprint outside torch (engine.planning.device_footprint)
-    lean: list[str] = field(default_factory=list)  # lean phases in effect, each with its cost (engine/planning/lean.py)
     ram_budget: int | None = None  # --ram-budget: the host tiers are planned within it (engine/planning/ram_plan.py)
-    ram: Any = None  # --ram-budget's answer (engine/planning/ram_plan.RamPlan)
 
 
 def check_run_flags(args: argparse.Namespace) -> RunFlags:
@@ -83,12 +55,12 @@ def check_run_flags(args: argparse.Namespace) -> RunFlags:
     policy = policy_from_args(args)
     budget = budget_from_args(args)
     try:
-        hz = validate_hz(args.telemetry_hz)
+        hz = probes.validate_hz(args.telemetry_hz)
     except ValueError as exc:
         raise ConfigError(f"--telemetry-hz: {exc}") from None
-    device = parse_device(args.device)
+    device = probes.parse_device(args.device)
     options = parse_option_flags(args)
-    check_output_place(args.output)  # which files it writes depends on the model: checked after discovery
+    checks.check_output_place(args.output)  # which files it writes depends on the model: checked after discovery
     return RunFlags(policy, budget, hz, device, options, ram_budget=ram_budget_from_args(args))
 
 
@@ -106,82 +78,59 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
     # thread can; a signal meanwhile removes the unfinished build and ends the run (exit_signals).
     model_path = resolve_model_path(args.model)
     guard.check()
-    if flags.budget is not None and (flags.device or default_device()).type == "cuda":
-        prefer_expandable_segments()  # before CUDA's allocator starts (run_memory)
-    # with a budget, live re-plan: an out-of-memory step-down can then move resident blocks (oom_guard)
-    engine = guard.run(lambda: open_engine(model_path, device=flags.device, variant=args.variant,
-                                           options=EngineOptions(live_replan=_live(flags), **lora_options(args))))
+    if flags.budget is not None and (flags.device or probes.default_device()).type == "cuda":
+        probes.prefer_expandable_segments()  # before CUDA's allocator starts (run_memory)
+    engine = guard.run(lambda: service.open_engine(model_path, device=flags.device, variant=args.variant,
+                                                   options=replace(service.run_options(flags.budget, flags.ram_budget),
+                                                                   **lora_options(args))))
     try:
         plan = engine.make_plan(flags.policy)  # policy against the model, before anything is allocated
-        steps = schedule_steps(args.steps, flags.options.params)  # a sigmas/timesteps list sets the count
+        steps = checks.schedule_steps(args.steps, flags.options.params)  # a sigmas/timesteps list sets the count
         request = default_request(engine, prompt=args.prompt, steps=steps, height=args.height,
                                   width=args.width, seed=args.seed, guidance=args.guidance, frames=args.frames,
                                   negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,
                                   image=args.image, params=flags.options.params)
         request = replace(request, cache=flags.options.cache)
-        check_cache_support(engine.model, request.cache)  # the family's DiT takes the kind: before load
+        checks.check_cache_support(engine.model, request.cache)  # the family's DiT takes the kind: before load
         run = checked_request(engine.model, request, flags.options, args.output, overwrite=args.overwrite)
         # with a budget, before load: nothing fits is one line and exit 2
-        planned = plan_for(engine, plan, flags.budget, request_size(run.request), ram_budget=flags.ram_budget,
-                           live=_live(flags))
-        check_fits_host(planned.forecast, engine.device.type)  # before load: past the host's memory is one line
-        plan = planned.plan
-        if planned.auto is not None:
-            flags = replace(flags, policy=plan.policy, overhead=planned.auto.overhead)
-            flags.reasons.extend(planned.reasons)
-            for line in planned.reasons:  # stderr, like all progress: stdout holds only the report
-                Console(stderr=True).print(plain(f"--vram-budget: {line}"), markup=False, highlight=False)
-        flags = replace(flags, ram=planned.ram)
-        for line in planned.ram.reasons if planned.ram else ():
-            Console(stderr=True).print(plain(f"--ram-budget: {line}"), markup=False, highlight=False)
-        flags.lean.extend(_lean_lines(planned.forecast, flags.budget is None))
+        planned = service.plan_run(engine, plan, flags.budget, flags.ram_budget, run.request)
+        for line in planned.notes:  # stderr, like all progress: stdout holds only the report
+            Console(stderr=True).print(plain(line), markup=False, highlight=False)
         guard.check()
-        return _load_generate_report(args, flags, engine, plan, run, guard)
+        return _load_generate_report(args, flags, engine, planned, run, guard)
     finally:
         engine.close()
 
 
-def _live(flags: RunFlags) -> bool:
-    """Whether `run` loads with live re-plan masters (the engine's one rule, `loads_live`)."""
-    return loads_live(flags.budget, flags.ram_budget)
-
-
-def _lean_lines(forecast: Any, say: bool) -> list[str]:
-    """The lean phases the plan applies (its forecast's), each with its cost; printed (stderr) unless
-    the budget's reasons already said them."""
-    lines = [c.line for c in forecast.lean]
-    for line in lines if say else ():
-        Console(stderr=True).print(plain(f"lean phase: {line}"), markup=False, highlight=False)
-    return lines
-
-
-def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: EngineHandle, plan: Any,
-                          run: CheckedRun, guard: InterruptGuard) -> int:
+def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: EngineHandle,
+                          planned: service.RunPlan, run: service.CheckedRun, guard: InterruptGuard) -> int:
+    plan = planned.plan
     err = Console(stderr=True)
     progress = RunProgress(engine.bus.subscribe(), err, muted=lambda: guard.interrupted, lock=guard.output_lock)
-    sampler = TelemetrySampler(*default_sources(engine.device), bus=engine.bus, hz=flags.telemetry_hz)
+    sampler = probes.TelemetrySampler(*probes.default_sources(engine.device), bus=engine.bus, hz=flags.telemetry_hz)
     progress.start()
     sampler.start()
-    memory = RunMemory.start(engine.device, engine.device_name, flags.budget, flags.overhead)
+    memory = probes.RunMemory.start(engine.device, engine.device_name, flags.budget, planned.overhead)
     # the request goes through the engine's request service; its files are written here, on the main
     # thread, where a signal during the write unwinds it (write_in_caller)
-    history = History()  # the cache's history.json: this run is kept in it (a bad file: one note, started anew)
+    history = service.History()  # the cache's history.json: this run is kept in it (a bad file: one note, started anew)
     if history.note:
         with guard.output_lock:  # between the progress lines, never inside one
             err.print(plain(f"note: {history.note}"), markup=False, highlight=False, soft_wrap=True)
-    service = RequestService(engine, write_in_caller=True, history=history)
+    queue = service.RequestService(engine, write_in_caller=True, history=history)
     stage, failure, result = "load", None, None
     try:
-        load = guard.run(engine.load, flags.policy, guard.cancel, plan.tiers)
+        load = guard.run(engine.load, planned.policy, guard.cancel, plan.tiers)
         stage = "generation"
-        ticket = service.submit(run)
-        outcome = guard.run(service.wait, ticket, guard.cancel)
+        ticket = queue.submit(run)
+        outcome = guard.run(queue.wait, ticket, guard.cancel)
         if outcome.state == "failed":
             raise outcome.exception or RuntimeError(outcome.error)
         result = outcome.result
         final = sampler.sample_now(publish=True)
     except Interrupted:
-        service.close()
+        queue.close()
         raise
     except Exception as exc:  # a load or run failure (a ModelDirError too: loading had begun): one line, exit 1
         what = str(exc) if isinstance(exc, OPERATOR_ERRORS) else f"{type(exc).__name__}: {exc}"
@@ -193,28 +142,29 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         progress.stop.set()
         progress.join()  # its last lines come before the failure's, which must be the last one
     if failure is not None or result is None:
-        service.close()
+        queue.close()
         _fail(err, failure or "generation failed: no result")
         return EXIT_FAILED
     engine.close()  # the frames are in host memory: release the device before writing and reporting
     guard.check()
-    outcome = service.write(ticket, outcome, before=guard.check)  # Ctrl+C now removes what is being written
+    outcome = queue.write(ticket, outcome, before=guard.check)  # Ctrl+C now removes what is being written
     if outcome.state == "failed":
-        service.finish(ticket, outcome)
-        service.close()
+        queue.finish(ticket, outcome)
+        queue.close()
         _fail(err, outcome.error)
         return EXIT_FAILED
-    pause_point("after-write")
+    writes.pause_point("after-write")
     guard.check()  # Ctrl+C after the write: the line said the output is complete; the exit says 130
     totals = progress.totals
-    report = run_report(model=str(engine.model.path), device=str(engine.device), policy=flags.policy, plan=plan,
-                        load=load, result=result, ticket=ticket, written=outcome.written,
-                        memory={**measured, **memory.predicted(result.check, measured["process_peak_bytes"])},
-                        totals=totals.summary(), events_dropped=progress.sub.dropped,
-                        telemetry={**totals.telemetry_peaks(), "final": describe_snapshot(final)},
-                        budget=flags.budget, reasons=flags.reasons, ram=flags.ram, lean=flags.lean)
-    service.finish(ticket, outcome, report)  # kept in the history with its report
-    service.close()
+    report = service.run_report(
+        model=str(engine.model.path), device=str(engine.device), policy=planned.policy, plan=plan, load=load,
+        result=result, ticket=ticket, written=outcome.written,
+        memory={**measured, **memory.predicted(result.check, measured["process_peak_bytes"])},
+        totals=totals.summary(), events_dropped=progress.sub.dropped,
+        telemetry={**totals.telemetry_peaks(), "final": describe_snapshot(final)},
+        budget=flags.budget, reasons=planned.reasons, ram=planned.ram, lean=planned.lean)
+    queue.finish(ticket, outcome, report)  # kept in the history with its report
+    queue.close()
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -18,14 +18,13 @@ if TYPE_CHECKING:
     from textual.screen import Screen
 
     from ..engine.api import (
-        DeviceInfo,
         EngineHandle,
-        EngineWorker,
         GenerateRequest,
         ModelInfo,
         RequestForecast,
-        RequestService,
         TelemetrySnapshot,
+        probes,
+        service,
     )
     from .engine_answers import EngineAnswers
     from .event_router import EventRouter
@@ -50,7 +49,7 @@ class ConsoleHost(Protocol):
     def world(self) -> int:
         """GPUs (ranks) serving the model (a constant of the engine handle)."""
         ...
-    worker: EngineWorker
+    worker: service.EngineWorker
     plan_forecasts: EngineAnswers
     """The plan screen's request forecast, computed on the engine thread."""
     dialog_forecasts: EngineAnswers
@@ -60,12 +59,12 @@ class ConsoleHost(Protocol):
     """`--ram-budget`'s bytes (None: no host budget)."""
     """The generate dialog's forecasts, computed on the engine thread (a new one per dialog)."""
     router: EventRouter
-    device_info: DeviceInfo
+    device_info: probes.DeviceInfo
     plan_screen: PlanScreen
     first_paint: FirstPaint
     """Holds the app's paints until the plan screen has its request forecast (console/first_paint.py)."""
     live_screen: LiveScreen | None
-    service: RequestService
+    service: service.RequestService
     """The engine's request service: the queue every request goes through (created on this worker)."""
     reporter: RequestReporter
     queue_rows: QueueRows

@@ -67,10 +67,10 @@ class InterruptGuard:
 
     def _on_sigint(self, _signum: int, _frame: FrameType | None) -> None:
         if self._interrupted:  # the second Ctrl+C: do not wait for a safe point
-            from ..engine.api import remove_pending
+            from ..engine.api import writes
 
             self._announce()
-            remove_pending()
+            writes.remove_pending()
             os._exit(EXIT_INTERRUPTED)
         self._interrupted = True
         self.cancel.set()

@@ -12,7 +12,7 @@ import gc
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from ..engine.api import LoadCancelled
+from ..engine.api import service
 from ..engine.errors import PolicyError
 from ..offload.units import format_bytes, format_seconds
 from .command_done import CommandDone
@@ -83,7 +83,7 @@ class LoadCommands:
             split = f" ({split})" if split else ""
             self.say(f"loaded in {format_seconds(report.seconds)}{split}{pinned} · g generates, u unloads")
             return
-        cancelled = isinstance(exc, LoadCancelled)
+        cancelled = isinstance(exc, service.LoadCancelled)
         reason = self.session.load_failed(exc)
         self._drop_live_screen()
         self.plan_screen.load_ended(reason, cancelled=cancelled)

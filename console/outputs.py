@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..engine.api import check_output, publish_new, scratch_folder, write_result
+from ..engine.api import checks, writes
 
 MAX_SUFFIX = 1000
 """Collisions tried within one second before giving up (a real directory never gets near)."""
@@ -60,8 +60,8 @@ def save_video(frames: Sequence[Any], out_dir: Path, request_id: int, fps: float
     this call's own claim and scratch files are removed.
     """
     def write(scratch: Path) -> Path:
-        return write_result(list(frames), check_output(scratch / f"video{VIDEO_SUFFIX}", video=True), fps=fps,
-                            audio=audio)[0]
+        target = checks.check_output(scratch / f"video{VIDEO_SUFFIX}", video=True)
+        return writes.write_result(list(frames), target, fps=fps, audio=audio)[0]
 
     return _save_new(out_dir, output_stem(request_id, when), VIDEO_SUFFIX, write)
 
@@ -79,12 +79,12 @@ def _save_new(out_dir: Path, stem: str, extension: str, write: Callable[[Path], 
     """Write once into a scratch folder beside the names (`write` returns the finished file), then give
     it `stem{extension}` (or `stem-2{extension}`, …), the first name that does not exist."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    with scratch_folder(out_dir / stem) as scratch:
+    with writes.scratch_folder(out_dir / stem) as scratch:
         done = write(scratch)
         for suffix in range(1, MAX_SUFFIX + 1):
             path = out_dir / (f"{stem}{extension}" if suffix == 1 else f"{stem}-{suffix}{extension}")
             try:
-                publish_new(done, path)
+                writes.publish_new(done, path)
             except FileExistsError:
                 continue
             return path.resolve()

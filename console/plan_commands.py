@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..engine.api import RequestForecast, plan_for
+from ..engine.api import RequestForecast, planner
 from ..engine.errors import ConfigError
 from ..offload.units import format_bytes
 from .command_done import CommandDone, EngineAnswered
@@ -24,7 +24,7 @@ from .session import READ_ONLY
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..engine.api import EngineHandle, HostTiers, Plan, RamPlan, RequestSize
+    from ..engine.api import EngineHandle, Plan, RequestSize, planner
     from .host import ConsoleHost
 
 
@@ -37,12 +37,12 @@ def request_forecast_of(size: RequestSize, plan: Plan | None, bandwidth: float |
 
 
 def ram_plan_of(plan: Plan, size: RequestSize, bandwidth: float | None, budget: int
-                ) -> Callable[[EngineHandle], tuple[Plan, RamPlan] | ConfigError]:
+                ) -> Callable[[EngineHandle], tuple[Plan, planner.RamPlan] | ConfigError]:
     """`--ram-budget`'s tiers for `plan` as the engine thread plans them (`plan_for`, as `plan` does, for the
     load this engine makes: with live re-plan masters in the console); a budget nothing fits is the answer."""
-    def compute(engine: EngineHandle) -> tuple[Plan, RamPlan] | ConfigError:
+    def compute(engine: EngineHandle) -> tuple[Plan, planner.RamPlan] | ConfigError:
         try:
-            planned = plan_for(engine, plan, None, size, bandwidth=bandwidth, forecast=False, ram_budget=budget,
+            planned = planner.plan_for(engine, plan, None, size, bandwidth=bandwidth, forecast=False, ram_budget=budget,
                                live=engine.live_replan)
         except ConfigError as exc:  # NothingFitsHost: the smallest possible host peak, in one line
             return exc
@@ -53,12 +53,12 @@ def ram_plan_of(plan: Plan, size: RequestSize, bandwidth: float | None, budget: 
 
 
 def load_tiers_of(plan: Plan, size: RequestSize, bandwidth: float | None, budget: int
-                  ) -> Callable[[EngineHandle], HostTiers]:
+                  ) -> Callable[[EngineHandle], planner.HostTiers]:
     """The host tiers a load under `--ram-budget` carries out, planned on the engine thread as the plan screen
     shows them (a budget nothing fits raises its one line: the load fails before anything is read)."""
     plan_ram = ram_plan_of(plan, size, bandwidth, budget)
 
-    def tiers(engine: EngineHandle) -> HostTiers:
+    def tiers(engine: EngineHandle) -> planner.HostTiers:
         answer = plan_ram(engine)
         if isinstance(answer, Exception):
             raise answer
@@ -102,7 +102,7 @@ class PlanCommands:
         budget, self.session.last_budget = entered
         session = self.session
         plan, size, bandwidth = session.plan, session.request_size, session.bandwidth
-        future = self.worker.call(lambda engine: plan_for(engine, plan, budget, size, bandwidth=bandwidth,
+        future = self.worker.call(lambda engine: planner.plan_for(engine, plan, budget, size, bandwidth=bandwidth,
                                                           forecast=False))
         self.say(f"planning for {format_bytes(budget)}…", timeout=2)
         future.add_done_callback(lambda f: self._post_from_worker(CommandDone("budget", f)))

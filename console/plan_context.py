@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from ..engine.api import ModelInfo, TelemetrySnapshot
 
 if TYPE_CHECKING:  # the probe's module imports torch; the plan screen's text needs only the value
-    from ..engine.api import DeviceInfo
+    from ..engine.api import probes
 from ..offload.units import format_bytes
 
 
@@ -28,7 +28,7 @@ class LinkInfo:
     live_replan: bool = False  # the engine loads with every master kept (host memory = whole model)
 
 
-def link_info(device: DeviceInfo, snapshot: TelemetrySnapshot | None, bandwidth: float | None,
+def link_info(device: probes.DeviceInfo, snapshot: TelemetrySnapshot | None, bandwidth: float | None,
               bandwidth_source: str, observed_rate: float | None, live_replan: bool = False) -> LinkInfo:
     """Bandwidth (given or measured, else the mean of observed copies) and the best free-memory figure."""
     if not device.is_cuda:
@@ -45,7 +45,7 @@ def link_info(device: DeviceInfo, snapshot: TelemetrySnapshot | None, bandwidth:
     return LinkInfo(True, bandwidth, bandwidth_source, free, free_source, live_replan)
 
 
-def header_text(model: ModelInfo, device: DeviceInfo, snapshot: TelemetrySnapshot | None,
+def header_text(model: ModelInfo, device: probes.DeviceInfo, snapshot: TelemetrySnapshot | None,
                 host_peak: int | None = None) -> str:
     """Two lines: the model (path, pipeline, weight bytes), then the device and host memory; `host_peak`:
     the host forecast's peak RSS, shown next to the RAM it must fit in."""

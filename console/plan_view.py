@@ -27,20 +27,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..engine.api import (
-    ComponentPlan,
-    HostForecast,
-    Plan,
-    RankForecast,
-    RankLayout,
-    RequestForecast,
-    plain,
-    storage_note,
-    vllm_flags,
-    vllm_gaps,
-    vllm_python_call,
-    vllm_serve_command,
-)
+from ..engine.api import Plan, RankLayout, RequestForecast, plain, planner
 from ..offload.units import STREAMED_NAME, format_bytes, format_rate
 from .table_fit import fit_widths
 from .theme_colors import default_variables, resolve
@@ -66,7 +53,7 @@ class Sheet:
     styles: dict[tuple[int, int], str] = field(default_factory=dict)  # (row, column) → style with $theme names
 
 
-def blocks_cell(c: ComponentPlan) -> str:
+def blocks_cell(c: planner.ComponentPlan) -> str:
     """The blocks column: the block count, split per block list when there are several ("40 (30+10)")."""
     lists = c.info.block_lists
     if not lists:
@@ -139,7 +126,7 @@ def experts_caption(plan: Plan) -> str | None:
             "is idle, its blocks parked in host memory, until the boundary step hands it the budget")
 
 
-def order_caption(dits: list[ComponentPlan]) -> str | None:
+def order_caption(dits: list[planner.ComponentPlan]) -> str | None:
     """Where each DiT's block-list order comes from: its class's source (a guess the first forward checks)
     or a real forward (the engine corrects the order when the two differ)."""
     parts = [f"{c.info.name}: order seen in a real forward" if c.info.order_observed else
@@ -179,7 +166,8 @@ def forecast_sheet(plan: Plan, on_cpu: bool = False) -> Sheet:
         caption += (f"; two experts ({' → '.join(e.name for e in plan.experts)}), one on the device at a time: "
                     "the budget changes hands at the boundary step")
     if plan.stream_dtype is not None:
-        caption += ". " + (storage_note(plan.stream_dtype, plan.policy.fp8_modulation, plan.model.block_kind) or "")
+        note = planner.storage_note(plan.stream_dtype, plan.policy.fp8_modulation, plan.model.block_kind)
+        caption += ". " + (note or "")
     return Sheet("forecast (from safetensors headers)", ("forecast", "bytes"), rows, right=frozenset({"bytes"}),
                  show_header=False, caption=caption)
 
@@ -221,7 +209,7 @@ def request_sheet(forecast: RequestForecast, on_cpu: bool = False) -> Sheet:
 HOST_PHASES = {"load": "load", "text_encoding": "text encoding", "denoise": "denoise", "vae_decode": "VAE decode"}
 
 
-def host_sheet(host: HostForecast) -> Sheet:
+def host_sheet(host: planner.HostForecast) -> Sheet:
     """The process's host memory (RSS) per phase and its parts: what a machine's RAM must hold."""
     source = "learned from a request" if host.baseline_source == "cached" else "default baseline"
     rows = [(f"host peak RSS ({HOST_PHASES.get(host.peak_phase, host.peak_phase)})", format_bytes(host.peak_bytes),
@@ -241,7 +229,7 @@ def _seconds(value: float | None) -> str:
     return "unknown" if value is None else f"{value:.3f} s"
 
 
-def ranks_sheet(ranks: RankForecast, kind: str = "DiT") -> Sheet:
+def ranks_sheet(ranks: planner.RankForecast, kind: str = "DiT") -> Sheet:
     """`--gpus N`: one rank's pinned memory, device peak and traffic (every rank holds the same sizes)."""
     layout, n = ranks.layout, ranks.layout.gpus
     held = f"1/{n} of each streamed block" if layout.sharded else "whole streamed blocks"
@@ -267,9 +255,10 @@ def vllm_lines(plan: Plan, layout: RankLayout | None = None) -> list[str]:
     if plan.policy.mode == "resident":
         first = "mode=resident: no offload (baseline); vLLM-Omni without DLO flags"
     else:
-        first = f"flags: {vllm_flags(plan)}"
-    return [first, f"serve: {vllm_serve_command(plan, layout)}", f"python: {vllm_python_call(plan, layout)}",
-            *(f"note: {gap}" for gap in vllm_gaps(plan, layout))]
+        first = f"flags: {planner.vllm_flags(plan)}"
+    return [first, f"serve: {planner.vllm_serve_command(plan, layout)}",
+            f"python: {planner.vllm_python_call(plan, layout)}",
+            *(f"note: {gap}" for gap in planner.vllm_gaps(plan, layout))]
 
 
 BORDERED_GAP = 3
@@ -333,7 +322,8 @@ def tsv_rows(sheet: Sheet) -> list[str]:
 
 
 def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Sequence[str] = (),
-              ranks: RankForecast | None = None, on_cpu: bool = False, ram_reasons: Sequence[str] | None = None) -> str:
+              ranks: planner.RankForecast | None = None, on_cpu: bool = False,
+              ram_reasons: Sequence[str] | None = None) -> str:
     """The whole plan as plain lines for a pipe or a file (see the module docstring)."""
     sections: list[Sequence[str]] = [[_plain(f"model: {plan.model.path} ({plan.model.pipeline_class})")],
                                      tsv_rows(component_sheet(plan))]
@@ -369,7 +359,7 @@ def plan_text(plan: Plan, request: RequestForecast | None = None, reasons: Seque
 
 def render_plan(plan: Plan, console: Console | None = None, forecast: RequestForecast | None = None,
                 reasons: Sequence[str] = (), variables: Mapping[str, str] | None = None,
-                ranks: RankForecast | None = None, on_cpu: bool = False,
+                ranks: planner.RankForecast | None = None, on_cpu: bool = False,
                 ram_reasons: Sequence[str] | None = None) -> None:
     """Rich tables on a terminal; plain tab-separated rows when the output is a pipe or a file.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..engine.api import DEFAULT_KEY, ModelInfo, OffloadPolicy, Plan, blocks_per_forward, build_policy, make_plan
+from ..engine.api import ModelInfo, OffloadPolicy, Plan, planner
 from ..engine.errors import PolicyError
 
 DIT_REFUSAL = "{name} is a DiT: DLO always owns DiT offload (use +/- for resident layers)"
@@ -71,9 +71,9 @@ def toggle_default(policy: OffloadPolicy) -> Edit:
     """Flip the "default" entry; absent means True, so the first press sets it to False."""
     if policy.mode == "resident":
         return Edit(None, RESIDENT_MODE_REFUSAL)
-    current = policy.dlo_offload_components.get(DEFAULT_KEY)
+    current = policy.dlo_offload_components.get(planner.DEFAULT_KEY)
     value = False if current is None else not current
-    return Edit(policy.with_component(DEFAULT_KEY, value),
+    return Edit(policy.with_component(planner.DEFAULT_KEY, value),
                 f'"default": {str(value).lower()} — components without an entry are {_residency_word(value)}')
 
 
@@ -81,7 +81,7 @@ def change_resident_layers(model: ModelInfo, policy: OffloadPolicy, delta: int) 
     """Move resident leading DiT (or UNet) layers by `delta`, clamped to 0..number of their blocks."""
     if policy.mode == "resident":
         return Edit(None, RESIDENT_MODE_REFUSAL)
-    limit = blocks_per_forward(model)  # with two experts: per expert (engine/planning/experts.py)
+    limit = planner.blocks_per_forward(model)  # with two experts: per expert (engine/planning/experts.py)
     n = min(max(policy.resident_layers + delta, 0), limit)
     if n == policy.resident_layers:
         bound = "0" if delta < 0 else f"{limit} (every {model.block_kind} block)"
@@ -121,10 +121,10 @@ def switch_mode(policy: OffloadPolicy, stash: OffloadPolicy | None,
     rather than lost. Returns the edit and the new stash.
     """
     if policy.mode == "dlo":
-        resident = build_policy(None, 0, "resident", stream_dtype=policy.stream_dtype,
+        resident = planner.build_policy(None, 0, "resident", stream_dtype=policy.stream_dtype,
                                 fp8_modulation=policy.fp8_modulation)  # the same weights, resident
         return Edit(resident, "mode=resident: no offload (baseline); m switches back"), policy
-    restored = stash if stash is not None else build_policy(None, 0, "dlo", stream_dtype=policy.stream_dtype,
+    restored = stash if stash is not None else planner.build_policy(None, 0, "dlo", stream_dtype=policy.stream_dtype,
                                                             fp8_modulation=policy.fp8_modulation)
     return Edit(restored, f"mode=dlo: {kind} blocks streamed, encoders/VAEs by policy"), None
 
@@ -155,7 +155,7 @@ class PolicyEditor:
 
     def make_plan(self, policy: OffloadPolicy) -> Plan:
         """`policy` planned for the model (PolicyError when it does not apply); allocates and reads nothing."""
-        return make_plan(self.model, policy)
+        return planner.make_plan(self.model, policy)
 
     def replan(self) -> Plan:
         """Plan the current policy again (the engine's model may have changed since: a corrected block order)."""

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
-from ..engine.api import HistoryEntry, Ticket, plain, request_events, request_of, request_size
-from ..engine.events import Event
+from ..engine import events
+from ..engine.api import checks, plain, service
 from .engine_answers import PENDING
 from .generate_form import expected_frames
 from .plan_commands import request_forecast_of
@@ -25,7 +25,7 @@ from .screens import HistoryScreen
 if TYPE_CHECKING:
     from .host import ConsoleHost
 
-SERVICE_EVENTS = request_events.SERVICE_EVENTS
+SERVICE_EVENTS = service.request_events.SERVICE_EVENTS
 
 
 class QueueForecast(Message):
@@ -40,10 +40,10 @@ class QueueForecast(Message):
 class QueueCommands:
     """The queue panel's actions, the service's events and the history's re-run."""
 
-    def ask_queue_forecast(self: ConsoleHost, ticket: Ticket) -> None:
+    def ask_queue_forecast(self: ConsoleHost, ticket: service.Ticket) -> None:
         """The request's forecast: the generate dialog's answer when it has one for this size, else asked of
         the engine thread (it answers between requests: a request in flight holds that thread)."""
-        size = request_size(ticket.request)
+        size = checks.request_size(ticket.request)
         compute = request_forecast_of(size, None, self.session.bandwidth)
         known = self.dialog_forecasts.get(size, compute)
         if known is not PENDING:
@@ -62,16 +62,16 @@ class QueueCommands:
         self.queue_rows.forecast(message.ticket, forecast)
         self.show_queue()
 
-    def follow_requests(self: ConsoleHost, events: Iterable[Event]) -> None:
+    def follow_requests(self: ConsoleHost, events: Iterable[events.Event]) -> None:
         """The service's events among a drained batch: the queue panel's rows, the history's note, the live
         line of a queued request that starts."""
         mine = [e for e in events if isinstance(e, SERVICE_EVENTS)]
         if not mine:
             return
         for event in mine:
-            if isinstance(event, request_events.HistoryNote):
+            if isinstance(event, service.request_events.HistoryNote):
                 self.say(f"note: {event.message}", "warning", timeout=10)
-            elif isinstance(event, request_events.RequestRunning):
+            elif isinstance(event, service.request_events.RequestRunning):
                 self._queued_request_started(event.ticket)
         if self.queue_rows.apply(mine):
             self.show_queue()
@@ -122,7 +122,7 @@ class QueueCommands:
             note = history.note if history is not None else None
             self.push_screen(HistoryScreen(entries, note), self.rerun)
 
-    def rerun(self: ConsoleHost, entry: HistoryEntry | None) -> Any:
+    def rerun(self: ConsoleHost, entry: service.HistoryEntry | None) -> Any:
         """A history row's request, submitted again (its prompt, size, steps, seed, …; a new output name)."""
         if entry is None:
             return None
@@ -130,7 +130,7 @@ class QueueCommands:
         if refusal is not None:
             self.say(*refusal)
             return None
-        future = self.start_generate(request_of(entry))
+        future = self.start_generate(service.request_of(entry))
         if future is not None:
             self.say(f"queued again: {plain(entry.request.prompt)[:60]}", timeout=4)
         return future

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..engine import events
 from ..engine.api import TelemetrySnapshot
-from ..engine.events import StepTiming
 
 
 @dataclass
@@ -36,7 +36,7 @@ class RankStats:
         self.steps_seen = 0
         self.wall_sum_s = self.stall_sum_s = 0.0
 
-    def add_step(self, event: StepTiming) -> None:
+    def add_step(self, event: events.StepTiming) -> None:
         """One step's timing; a step of another request starts that request's means."""
         if event.request_id != self.request_id:
             self.start_request(event.request_id)

@@ -17,18 +17,9 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..engine.api import (
-    EngineState,
-    GenerateRequest,
-    GenerateResult,
-    RequestCancelled,
-    Ticket,
-    Written,
-    makes_still_images,
-    request_size,
-)
+from ..engine import events
+from ..engine.api import GenerateRequest, checks, models, service
 from ..engine.errors import OPERATOR_ERRORS
-from ..engine.events import LogEvent
 from . import request_outcome
 from .command_done import CommandDone
 from .engine_answers import PENDING
@@ -51,7 +42,7 @@ def free_output(out_dir: Path, pipeline_class: str, number: int) -> Path:
     """A name for request `number`'s output that no file has now (`YYYYmmdd-HHMMSS-request-N.png`, `-2`, …;
     `.mp4` for a video pipeline). The write itself is exclusive: a file that appears meanwhile is never
     replaced (the request then fails its write in one line)."""
-    extension = VIDEO_SUFFIX if makes_still_images(pipeline_class) is False else ".png"
+    extension = VIDEO_SUFFIX if models.makes_still_images(pipeline_class) is False else ".png"
     stem = output_stem(number)
     for suffix in range(1, MAX_SUFFIX + 1):
         path = out_dir / (f"{stem}{extension}" if suffix == 1 else f"{stem}-{suffix}{extension}")
@@ -90,7 +81,7 @@ class RequestCommands:
         planned = self.session.planned  # the loaded pipeline's default step count, from the engine's PlanReady
         if steps is None and planned is not None:
             steps = planned.steps or None
-        size = request_size(request)
+        size = checks.request_size(request)
         forecast = self.dialog_forecasts.get(size, request_forecast_of(size, None, self.session.bandwidth))
         return FORECASTING_LINE if forecast is PENDING else forecast_line(forecast, steps)
 
@@ -103,21 +94,21 @@ class RequestCommands:
         session = self.session
         if request is None or session.phase != "live":
             return None
-        service = self.service
-        idle = service.running is None and not service.waiting()
+        queue = self.service
+        idle = queue.running is None and not queue.waiting()
         try:
-            run = service.check(request, free_output(self.out_dir, self.model.pipeline_class, self.submitted + 1))
+            run = queue.check(request, free_output(self.out_dir, self.model.pipeline_class, self.submitted + 1))
         except (*OPERATOR_ERRORS, OSError) as exc:
             self.say(f"request refused: {exc}", "error", timeout=10)
             return None
         self.submitted += 1
-        session.request_started(request, str(self.model.path), request_size(request))
+        session.request_started(request, str(self.model.path), checks.request_size(request))
         if idle:  # the live line says what runs; a queued request's line comes with its RequestRunning event
             self.router.request_id = None
             if self.live_screen is not None:
                 self.live_screen.set_generation(f"request: {request.prompt!r} · queued", 0, request.steps or 1)
                 self.live_screen.show_request_frames(expected_frames(self.model, request))
-        ticket = service.submit(run)
+        ticket = queue.submit(run)
         self.queue_rows.added(ticket.number, request)
         self.ask_queue_forecast(ticket)
         done: Future = Future()
@@ -125,7 +116,7 @@ class RequestCommands:
         ticket.future.add_done_callback(lambda _f: self._write_then_finish(ticket, done))
         return done
 
-    def _write_then_finish(self: ConsoleHost, ticket: Ticket, done: Future) -> None:
+    def _write_then_finish(self: ConsoleHost, ticket: service.Ticket, done: Future) -> None:
         """Runs on the engine thread (the service hands a `generated` request back to its face): write the
         output through the service (atomic, never over a file), keep the report in the history, let the next
         request run, then tell the UI thread.
@@ -149,13 +140,13 @@ class RequestCommands:
                     self._save_rank_results(result)
             else:
                 partial = request_outcome.is_partial(result)
-                outcome = replace(outcome, state="cancelled" if partial else "done", written=Written())
+                outcome = replace(outcome, state="cancelled" if partial else "done", written=service.Written())
             report = None
             if outcome.state == "done":
                 try:
                     report = self.reporter.build(ticket, outcome)
                 except Exception as exc:  # noqa: BLE001 - a report that cannot be built costs the history its report
-                    self.engine.bus.publish(LogEvent(level="warning", message=f"report: {failure_line(exc)}"))
+                    self.engine.bus.publish(events.LogEvent(level="warning", message=f"report: {failure_line(exc)}"))
             self.service.finish(ticket, outcome, report)
         if outcome.result is not None:
             done.set_result(outcome.result)
@@ -167,15 +158,15 @@ class RequestCommands:
             done.set_exception(RuntimeError(outcome.error or "the request did not run"))
         self._post_from_worker(CommandDone("generate", done, output, save_error))
 
-    def _save_rank_results(self: ConsoleHost, result: GenerateResult) -> None:
+    def _save_rank_results(self: ConsoleHost, result: service.GenerateResult) -> None:
         """A data-parallel group's other ranks' images, under new names beside the request's."""
         for rank, other in enumerate(result.rank_results, start=1):
             try:
                 path = save_result(other, self.out_dir, result.request_id)
             except Exception as exc:  # noqa: BLE001 - a full disk must not take the console down
-                self.engine.bus.publish(LogEvent(level="warning", message=f"rank {rank}: not saved: {exc}"))
+                self.engine.bus.publish(events.LogEvent(level="warning", message=f"rank {rank}: not saved: {exc}"))
                 continue
-            self.engine.bus.publish(LogEvent(level="info", message=f"rank {rank}: saved {path}"))
+            self.engine.bus.publish(events.LogEvent(level="info", message=f"rank {rank}: saved {path}"))
 
     def _generate_done(self: ConsoleHost, message: CommandDone) -> None:
         session = self.session
@@ -192,11 +183,11 @@ class RequestCommands:
             session.request_ended(error, queued=self.service.running is not None or bool(self.service.waiting()))
             if self.live_screen is not None:
                 self.live_screen.show_request_frames(None)  # no phases follow a failed request
-            if isinstance(exc, RequestCancelled):
+            if isinstance(exc, service.RequestCancelled):
                 self._show_outcome(request_outcome.cancelled(self.router.request_id, exc.steps_done, exc.total_steps))
             else:
                 self._show_outcome(request_outcome.failed(self.router.request_id, error))
-            if session.engine_state == EngineState.FAILED:  # a rank group stopped: nothing is loaded any more
+            if session.engine_state == service.EngineState.FAILED:  # a rank group stopped: nothing is loaded any more
                 self.back_to_plan(f"{session.failure}; every rank's memory released — press l to load again",
                                   "error")
             return

@@ -10,8 +10,8 @@ from ..engine.api import GenerateRequest, RequestForecast
 from ..offload.units import format_seconds
 
 if TYPE_CHECKING:
+    from ..engine import events
     from ..engine.api import ModelInfo
-    from ..engine.events import PlanReady
 
 
 class HasModel(Protocol):
@@ -28,11 +28,11 @@ def default_request(engine: HasModel, *, prompt: str, steps: int | None = None, 
                     params: dict[str, Any] | None = None) -> GenerateRequest:
     """A request; for the demo model, unset fields take the demo's working defaults (64 px, 2 steps).
     Fields left None are not sent: the pipeline's own default applies."""
-    from ..engine.api import DEMO_GENERATION, is_demo_model
+    from ..engine.api import models
 
     extra: dict[str, Any] = {}
-    if is_demo_model(engine.model.path):
-        d = DEMO_GENERATION
+    if models.is_demo_model(engine.model.path):
+        d = models.DEMO_GENERATION
         steps = steps if steps is not None else int(d["num_inference_steps"])
         height = height if height is not None else int(d["height"])
         width = width if width is not None else int(d["width"])
@@ -50,16 +50,16 @@ CPU_FRAMES = 9
 pipeline's own defaults (LTX: 704x512, 161 frames, 50 steps) take hours; the operator can raise them."""
 
 
-def small_request(engine: HasModel, prompt: str, planned: PlanReady | None = None) -> GenerateRequest:
+def small_request(engine: HasModel, prompt: str, planned: events.PlanReady | None = None) -> GenerateRequest:
     """The dialog's first request on a CPU: the pipeline's defaults (from the engine's `PlanReady`, when a
     pipeline is loaded), capped to a small size."""
-    from ..engine.api import frames_rule
+    from ..engine.api import checks
 
     request = default_request(engine, prompt=prompt)
     steps = request.steps if request.steps is not None else (planned.steps if planned else None) or None
     height = request.height or (planned.height if planned else None)
     width = request.width or (planned.width if planned else None)
-    rule = frames_rule(engine.model)
+    rule = checks.frames_rule(engine.model)
     frames = request.frames
     if rule is not None and frames is None:
         frames = 1 + rule.step * -(-(CPU_FRAMES - 1) // rule.step)  # the smallest count it renders exactly ≥ 9

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..engine.api import GenerateResult
-from ..engine.events import ErrorEvent, Event, LogEvent
+from ..engine import events
+from ..engine.api import service
 from ..offload.units import format_seconds
 
 Severity = Literal["information", "warning", "error"]
@@ -25,24 +25,24 @@ class Outcome:
     severity: Severity
     status: str
     """The live screen's request line."""
-    log: Event | None = None
+    log: events.Event | None = None
     """A line for the event log (failures, cancellations, save errors); None for a plain success."""
 
 
-def steps_done(result: GenerateResult) -> tuple[int, int]:
+def steps_done(result: service.GenerateResult) -> tuple[int, int]:
     """(denoise steps run, steps asked for); (0, 0) when the pipeline reported no steps."""
     if not result.steps:
         return 0, 0
     return len(result.steps), result.steps[-1].total_steps
 
 
-def is_partial(result: GenerateResult) -> bool:
+def is_partial(result: service.GenerateResult) -> bool:
     """Cancelled before its last step (the image is half-denoised), or while it was being decoded."""
     done, total = steps_done(result)
     return result.cancelled or (total > 0 and done < total)
 
 
-def should_save(result: GenerateResult, save_partial: bool) -> bool:
+def should_save(result: service.GenerateResult, save_partial: bool) -> bool:
     image = result.image
     return image is not None and hasattr(image, "save") and (save_partial or not is_partial(result))
 
@@ -51,17 +51,17 @@ def cancelled(request_id: int | None, done: int, total: int) -> Outcome:
     """esc stopped the request between two blocks: nothing of it is kept (no image, no profile)."""
     where = "request" if request_id is None else f"request {request_id}"
     said = f"{where} cancelled after {done}/{total} steps; nothing saved"
-    return Outcome(said, "warning", said, LogEvent(level="warning", message=said))
+    return Outcome(said, "warning", said, events.LogEvent(level="warning", message=said))
 
 
 def failed(request_id: int | None, reason: str) -> Outcome:
     """The request raised (or never started): error toast, and the reason in the event log."""
     where = "request" if request_id is None else f"request {request_id}"
     return Outcome(f"request failed: {reason}", "error", f"request failed: {reason}",
-                   ErrorEvent(where=where, message=f"failed: {reason}"))
+                   events.ErrorEvent(where=where, message=f"failed: {reason}"))
 
 
-def finished(result: GenerateResult, output: Path | None, save_error: str | None) -> Outcome:
+def finished(result: service.GenerateResult, output: Path | None, save_error: str | None) -> Outcome:
     """The request returned: saved (where), not saved (why), or cancelled after k/n steps."""
     done, total = steps_done(result)
     rid = result.request_id
@@ -73,12 +73,12 @@ def finished(result: GenerateResult, output: Path | None, save_error: str | None
             where = f"{what} not saved: {save_error}" if save_error else "nothing saved"
         said = f"request {rid} cancelled after {done}/{total} steps; {where}"
         return Outcome(said, "warning", f"{said} ({format_seconds(result.seconds)})",
-                       LogEvent(level="warning", message=said))
+                       events.LogEvent(level="warning", message=said))
     median = statistics.median(s.wall_s for s in result.steps) if result.steps else 0.0
     head = f"request {rid}: {done} steps in {format_seconds(result.seconds)} (median step {format_seconds(median)})"
     if output is not None:
         return Outcome(f"{what} saved: {output}", "information", f"{head} · saved {output}")
     if save_error:
         where = f"{what} not saved: {save_error}"
-        return Outcome(where, "warning", f"{head} · {where}", ErrorEvent(where=f"request {rid}", message=where))
+        return Outcome(where, "warning", f"{head} · {where}", events.ErrorEvent(where=f"request {rid}", message=where))
     return Outcome("no image", "information", f"{head} · no image")

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..engine.api import plain, request_events
-from ..engine.events import Event
+from ..engine import events
+from ..engine.api import plain, service
 from ..offload.units import format_bytes, format_seconds
 
 
@@ -54,15 +54,15 @@ class QueueRows:
             self.rows[ticket] = replace(row, step_s=getattr(forecast, "step_s", None),
                                         peak=getattr(forecast, "peak_bytes", None), forecast_known=True)
 
-    def apply(self, events: Iterable[Event]) -> bool:
+    def apply(self, events: Iterable[events.Event]) -> bool:
         """Take the service's events; True when the rows changed."""
         changed = False
         for event in events:
             changed |= self._apply(event)
         return changed
 
-    def _apply(self, event: Event) -> bool:
-        ev = request_events
+    def _apply(self, event: events.Event) -> bool:
+        ev = service.request_events
         if isinstance(event, ev.RequestQueued):
             self.rows.setdefault(event.ticket, QueueRow(event.ticket, plain(event.prompt), "?"))
             if event.ticket not in self.order and event.ticket != self.running:

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from ..engine.api import RunMemory, RunTotals, served_report
+from ..engine.api import probes, service
 from .telemetry_text import describe_snapshot
 
 if TYPE_CHECKING:
-    from ..engine.api import EngineHandle, LoadReport, Outcome, Ticket
+    from ..engine.api import EngineHandle, service
 
 
 class RequestReporter:
@@ -31,9 +31,9 @@ class RequestReporter:
         self.engine = engine
         self.sample = sample
         self.sub = engine.bus.subscribe()
-        self.load: LoadReport | None = None  # the load the requests run on (set when it succeeds)
-        self._totals = RunTotals()
-        self._memory: RunMemory | None = None
+        self.load: service.LoadReport | None = None  # the load the requests run on (set when it succeeds)
+        self._totals = service.RunTotals()
+        self._memory: probes.RunMemory | None = None
         self._lock = threading.Lock()
 
     def fold(self) -> None:
@@ -51,7 +51,7 @@ class RequestReporter:
     def _restart_memory(self) -> None:
         self._stop_memory()
         engine = self.engine
-        self._memory = RunMemory.start(engine.device, engine.device_name, None, None)
+        self._memory = probes.RunMemory.start(engine.device, engine.device_name, None, None)
 
     def _stop_memory(self) -> None:
         """End the previous sampling (a meter's thread and NVML handle) if `finish` did not."""
@@ -61,19 +61,19 @@ class RequestReporter:
                 memory.meter.stop()
                 memory.source.close()
 
-    def build(self, ticket: Ticket, outcome: Outcome) -> dict[str, Any] | None:
+    def build(self, ticket: service.Ticket, outcome: service.Outcome) -> dict[str, Any] | None:
         """The report of a request that ran and was written (engine thread; None without a load or a result)."""
         result = outcome.result
         if result is None or self.load is None:
             return None
         with self._lock:
             self._totals.add_all(self.sub.drain())
-            totals, self._totals = self._totals, RunTotals()
+            totals, self._totals = self._totals, service.RunTotals()
         memory, self._memory = self._memory, None  # finished here
         measured = memory.finish(result.peak_allocated_bytes, result.peak_reserved_bytes) if memory else {}
         predicted = memory.predicted(result.check, measured.get("process_peak_bytes")) if memory else {}
         self._restart_memory()
-        return served_report(self.engine, ticket, outcome, load=self.load, memory={**measured, **predicted},
+        return service.served_report(self.engine, ticket, outcome, load=self.load, memory={**measured, **predicted},
                              totals=totals.summary(), events_dropped=self.sub.dropped,
                              telemetry={**totals.telemetry_peaks(), "final": describe_snapshot(self.sample())})
 

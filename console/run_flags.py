@@ -23,7 +23,7 @@ from ..engine.errors import ConfigError
 from .args import budget_from_args, policy_from_args, ram_budget_from_args
 
 if TYPE_CHECKING:
-    from ..engine.api import CacheSpec
+    from ..engine.api import checks
 
 DEMO_PIPELINE = "FluxPipeline"  # the embedded demo's pipeline (engine/demo/demo_model.py; a test holds it)
 MAX_STEPS, MAX_FRAMES = 10_000, 4096  # engine.running.request_limits' (a test holds them equal)
@@ -99,27 +99,27 @@ def check_existing_output(args: argparse.Namespace) -> None:
     """An `--output` that exists, refused without --overwrite where the result is surely that file: an
     .mp4/.gif/.webp (always one file), or any suffix when the pipeline makes still images. A video's
     numbered frames are checked after the import, when its frame count is known."""
-    from ..engine.api import check_output, makes_still_images
+    from ..engine.api import checks, models
 
     if args.overwrite or not os.path.lexists(args.output):  # only the output itself is checked here
         return
-    kind = check_output(args.output, overwrite=True, frames=1).kind  # the suffix's kind; nothing refused yet
+    kind = checks.check_output(args.output, overwrite=True, frames=1).kind  # the suffix's kind; nothing refused yet
     still = None
     if kind == "still":
         name = DEMO_PIPELINE if args.model is None else pipeline_class_name(Path(args.model))
-        still = makes_still_images(name) if name is not None else None
+        still = models.makes_still_images(name) if name is not None else None
         if not still:
             return
-    check_output(args.output, overwrite=False, video=False if still else None, frames=1)
+    checks.check_output(args.output, overwrite=False, video=False if still else None, frames=1)
 
 
 def pipeline_class_name(model: Path) -> str | None:
     """`model_index.json`'s `_class_name`, read alone (no weight headers: reading them imports numpy, 0.3 s);
     None where it cannot be read here (discovery says why, after)."""
-    from ..engine.api import load_json
+    from ..engine.api import models
 
     try:
-        name = load_json(model.expanduser() / "model_index.json").get("_class_name")
+        name = models.load_json(model.expanduser() / "model_index.json").get("_class_name")
     except Exception:  # discovery reads it again and says why
         return None
     return name if isinstance(name, str) else None
@@ -131,23 +131,23 @@ class OptionFlags:
 
     params: dict[str, Any]
     fps: float | None
-    cache: CacheSpec | None = None  # --cache (None: off)
+    cache: checks.CacheSpec | None = None  # --cache (None: off)
 
 
 def parse_params(texts: Sequence[str]) -> dict[str, Any]:
     """`--param KEY=VALUE` flags → {key: typed value}; a key given twice is refused (which one would win?)."""
-    from ..engine.api import check_finite, parse_param  # torch-free (engine/running/param_syntax.py)
+    from ..engine.api import checks
 
     params: dict[str, Any] = {}
     for text in texts:
         try:
-            key, value = parse_param(text)
+            key, value = checks.parse_param(text)
         except ConfigError as exc:
             raise ConfigError(f"--param {exc}") from None
         if key in params:
             raise ConfigError(f"--param {key}: given twice")
         params[key] = value
-    check_finite(params, "--param")  # the line `check_call` gives after the import
+    checks.check_finite(params, "--param")  # the line `check_call` gives after the import
     return params
 
 
@@ -163,33 +163,33 @@ def check_param_fps(params: dict[str, Any]) -> None:
 
 
 def parse_option_flags(args: argparse.Namespace) -> OptionFlags:
-    from ..engine.api import parse_cache  # torch-free (engine/running/cache_spec.py)
+    from ..engine.api import checks
 
     params, fps = parse_params(args.param or ()), check_fps(args.fps)
     if fps is None:
         check_param_fps(params)
-    return OptionFlags(params, fps, parse_cache(getattr(args, "cache", None)))
+    return OptionFlags(params, fps, checks.parse_cache(getattr(args, "cache", None)))
 
 
 def precheck_run(args: argparse.Namespace) -> None:
     """Every `run` mistake the flags decide, then an existing output (see the module docstring)."""
-    from ..engine.api import check_output_place, rank_layout, validate_hz
+    from ..engine.api import checks, planner, probes
 
     policy_from_args(args)
     budget_from_args(args)
     ram_budget_from_args(args)
     try:
-        validate_hz(args.telemetry_hz)
+        probes.validate_hz(args.telemetry_hz)
     except ValueError as exc:
         raise ConfigError(f"--telemetry-hz: {exc}") from None
-    rank_layout(args.gpus, args.dlo_use_allgather, args.parallel)  # the flags together; the devices after import
+    planner.rank_layout(args.gpus, args.dlo_use_allgather, args.parallel)  # the flags together; devices after import
     check_run_counts(args)
     check_device_name(args.device)  # its syntax; whether this machine has it needs torch (after the import)
     check_sizes(args)
     options = parse_option_flags(args)  # --param syntax and numbers, --fps
-    check_output_place(args.output)
+    checks.check_output_place(args.output)
     check_existing_output(args)
     if args.model is not None and options.params:  # a --param the pipeline's call has not (a typo)
-        from ..engine.api import check_parameter_names
+        from ..engine.api import checks
 
-        check_parameter_names(args.model, options.params, "--param")
+        checks.check_parameter_names(args.model, options.params, "--param")

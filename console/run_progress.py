@@ -9,22 +9,22 @@ from collections.abc import Callable
 
 from rich.console import Console
 
-from ..engine.api import RunTotals
-from ..engine.events import EngineStateChanged, ErrorEvent, Event, Subscription
+from ..engine import events
+from ..engine.api import service
 from .event_text import one_line, progress_line
 
 Line = tuple[str, str]  # (text, style)
 
 
-def engine_line(event: Event) -> Line | None:
+def engine_line(event: events.Event) -> Line | None:
     """One GPU's line: every progress line but a failure's (the run ends with its own one line, never several)."""
-    if isinstance(event, ErrorEvent) or (isinstance(event, EngineStateChanged) and event.new == "failed"):
+    if isinstance(event, events.ErrorEvent) or (isinstance(event, events.EngineStateChanged) and event.new == "failed"):
         return None
     line = progress_line(event)
     return None if line is None else (one_line(line[0]), line[1])
 
 
-def rank_line(event: Event) -> Line | None:
+def rank_line(event: events.Event) -> Line | None:
     """A rank group's line: each rank's own events, as `[rank N] …` (its failure too: which rank said
     what); the leader's events (no rank: the group's state, its summaries) are not printed."""
     if event.rank is None:
@@ -38,13 +38,14 @@ class RunProgress(threading.Thread):
     once `muted` (after Ctrl+C the one "interrupted" line says it all). Join it before a failure's line,
     which must be the last."""
 
-    def __init__(self, sub: Subscription, console: Console, muted: Callable[[], bool] = lambda: False,
-                 lock: threading.Lock | None = None, line_for: Callable[[Event], Line | None] = engine_line) -> None:
+    def __init__(self, sub: events.Subscription, console: Console, muted: Callable[[], bool] = lambda: False,
+                 lock: threading.Lock | None = None,
+                 line_for: Callable[[events.Event], Line | None] = engine_line) -> None:
         super().__init__(daemon=True, name="omni-progress")
         self.sub, self.console, self.muted, self.line_for = sub, console, muted, line_for
         self.lock = lock or threading.Lock()  # shared with the interrupt line, which must come last
         self.stop = threading.Event()
-        self.totals = RunTotals()
+        self.totals = service.RunTotals()
 
     def run(self) -> None:
         while not self.stop.wait(0.1):

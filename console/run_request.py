@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..engine.api import CheckedRun, GenerateRequest, ModelInfo, check_model_request, check_run
+from ..engine.api import GenerateRequest, ModelInfo, service
 from .run_flags import OptionFlags
 
-__all__ = ["CALL_FLAGS", "REQUEST_FLAGS", "CheckedRun", "check_model_request", "checked_request"]
+__all__ = ["CALL_FLAGS", "REQUEST_FLAGS", "checked_request"]
 
 REQUEST_FLAGS = {"steps": "--steps", "height": "--height", "width": "--width", "seed": "--seed",
                  "guidance": "--guidance"}
@@ -23,6 +23,6 @@ CALL_FLAGS = {**REQUEST_FLAGS, "frames": "--frames", "negative_prompt": "--negat
 
 
 def checked_request(model: ModelInfo, request: GenerateRequest, options: OptionFlags, output: Path, *,
-                    overwrite: bool) -> CheckedRun:
+                    overwrite: bool) -> service.CheckedRun:
     """Refuse (ConfigError, one line naming the flag) what this pipeline cannot run or the output cannot hold."""
-    return check_run(model, request, output, overwrite=overwrite, fps=options.fps, names=CALL_FLAGS)
+    return service.check_run(model, request, output, overwrite=overwrite, fps=options.fps, names=CALL_FLAGS)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from ..engine.api import PlanDocument, RunReport
+from ..engine.api import planner, service
 
 SCHEMAS: dict[str, type[BaseModel]] = {
-    "plan.schema.json": PlanDocument,
-    "run-report.schema.json": RunReport,
+    "plan.schema.json": planner.PlanDocument,
+    "run-report.schema.json": service.RunReport,
 }
 
 

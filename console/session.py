@@ -18,8 +18,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from ..engine import events
 from ..engine.api import RequestSize
-from ..engine.events import EngineStateChanged, Event, PlanReady
 
 if TYPE_CHECKING:
     from ..engine.api import GenerateRequest, OffloadPolicy, Plan
@@ -61,7 +61,7 @@ class ConsoleSession:
         self.engine_state = engine_state
         self.failure: str | None = None
         """Why the engine last failed (its `failed` state change's reason), until a load starts."""
-        self.planned: PlanReady | None = None
+        self.planned: events.PlanReady | None = None
         """The plan the engine carries out now and its pipeline's defaults; None while nothing is loaded."""
 
     @property
@@ -80,15 +80,15 @@ class ConsoleSession:
 
     # ---- the engine's events -------------------------------------------------------------
 
-    def follow(self, events: Iterable[Event]) -> None:
+    def follow(self, batch: Iterable[events.Event]) -> None:
         """Take this process's engine's `PlanReady` and `EngineStateChanged` events (in order)."""
-        for event in events:
+        for event in batch:
             if event.rank is not None:
                 continue  # a rank's own engine: the group speaks for it
-            if isinstance(event, PlanReady):
+            if isinstance(event, events.PlanReady):
                 self.planned = event
                 self.editor.model = event.plan.model  # the engine's model: a corrected block order included
-            elif isinstance(event, EngineStateChanged):
+            elif isinstance(event, events.EngineStateChanged):
                 self.engine_state = event.new
                 if event.new == "failed":
                     self.failure = event.reason

@@ -19,7 +19,7 @@ import gc
 from concurrent.futures import Future
 from typing import Any
 
-from ..engine.api import EngineWorker, TelemetrySampler
+from ..engine.api import probes, service
 
 SAMPLER_STOP_S = 0.3
 
@@ -27,7 +27,7 @@ SAMPLER_STOP_S = 0.3
 class EngineRelease:
     """Stops telemetry and queues the engine's release, once (every later call returns the same future)."""
 
-    def __init__(self, worker: EngineWorker, sampler: TelemetrySampler, subscription: Any) -> None:
+    def __init__(self, worker: service.EngineWorker, sampler: probes.TelemetrySampler, subscription: Any) -> None:
         self.worker = worker
         self.sampler = sampler
         self.subscription = subscription
@@ -83,7 +83,8 @@ def release_wait_s(engine: Any, wait_s: float) -> float:
     was 0.8 s of a 1 s quit on an idle console. A rank group always gets the wait (its release stops
     the rank processes), as does an engine that is loading or loaded.
     """
-    from ..engine.api import EngineState
+    from ..engine.api import service
 
-    holds_nothing = engine.state in (EngineState.DISCOVERED, EngineState.UNLOADED, EngineState.FAILED)
+    state = service.EngineState
+    holds_nothing = engine.state in (state.DISCOVERED, state.UNLOADED, state.FAILED)
     return 0.0 if holds_nothing and engine.world <= 1 else wait_s

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.api import HostMemory, NvmlMemory, TelemetrySnapshot, TorchMemory
+from ..engine.api import TelemetrySnapshot, probes
 from ..offload.units import NA, format_bytes, format_rate
 
 UNITS_NOTE = "GB = 10^9 bytes"
@@ -72,7 +72,7 @@ def _reading(key: str, value: int | float | None, text: str, group: Any, field_n
     return Reading(key, LABELS[key], None if value is None else float(value), text, reason)
 
 
-def torch_readings(m: TorchMemory) -> list[Reading]:
+def torch_readings(m: probes.TorchMemory) -> list[Reading]:
     """The torch allocator rows, in display order."""
     rows = [
         ("torch.allocated", "allocated", m.allocated, format_bytes(m.allocated)),
@@ -90,7 +90,7 @@ def torch_readings(m: TorchMemory) -> list[Reading]:
     return [_reading(k, v, t, m, f) for k, f, v, t in rows]
 
 
-def nvml_readings(m: NvmlMemory) -> list[Reading]:
+def nvml_readings(m: probes.NvmlMemory) -> list[Reading]:
     """The NVML rows, in display order."""
     pct = [NA if v is None else f"{v} %" for v in (m.gpu_util_pct, m.mem_util_pct)]
     rows = [
@@ -122,7 +122,7 @@ def free_for_us_reading(s: TelemetrySnapshot) -> Reading:
     return Reading("free_for_us", LABELS["free_for_us"], as_float, text, reason)
 
 
-def host_readings(m: HostMemory) -> list[Reading]:
+def host_readings(m: probes.HostMemory) -> list[Reading]:
     """The host rows, in display order; a cgroup limit is noted on the total."""
     total_text = format_bytes(m.total)
     if m.cgroup_limit is not None and m.total is not None:

@@ -13,18 +13,18 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..engine.api import TIERS, Plan, Tier
-from ..engine.events import Event, StagingEvent
+from ..engine import events
+from ..engine.api import Plan, planner
 from ..offload.units import format_bytes, format_rate
 
 WINDOW_S = 2.0
 """Seconds of staging events a read rate covers (its events' own times)."""
-LABELS: dict[Tier, str] = {"pinned": "pinned", "page_cache": "page cache", "disk": "disk"}
+LABELS: dict[planner.Tier, str] = {"pinned": "pinned", "page_cache": "page cache", "disk": "disk"}
 
 
-def planned_tier_bytes(plan: Plan) -> dict[Tier, int]:
+def planned_tier_bytes(plan: Plan) -> dict[planner.Tier, int]:
     """Bytes of the streamed blocks and staged masters per host tier, as `plan` places them."""
-    held: dict[Tier, int] = dict.fromkeys(TIERS, 0)
+    held: dict[planner.Tier, int] = dict.fromkeys(planner.TIERS, 0)
     for i, block in enumerate(plan.blocks):
         if block.streamed:
             held[plan.tiers.block(i)] += block.nbytes
@@ -39,18 +39,18 @@ class TierTraffic:
     """The host panel's tier figures: `held` (planned bytes per tier), `read` (bytes staged from each tier since
     the load) and the recent events the read rates come from."""
 
-    held: dict[Tier, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))
-    read: dict[Tier, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))
-    _recent: deque[tuple[float, Tier, int]] = field(default_factory=deque)
+    held: dict[planner.Tier, int] = field(default_factory=lambda: dict.fromkeys(planner.TIERS, 0))
+    read: dict[planner.Tier, int] = field(default_factory=lambda: dict.fromkeys(planner.TIERS, 0))
+    _recent: deque[tuple[float, planner.Tier, int]] = field(default_factory=deque)
 
     def show_plan(self, plan: Plan) -> None:
         self.held = planned_tier_bytes(plan)
 
-    def add(self, events: Iterable[Event]) -> bool:
+    def add(self, batch: Iterable[events.Event]) -> bool:
         """Count the host→device staging events; True when any was counted."""
         counted = False
-        for e in events:
-            if isinstance(e, StagingEvent) and e.direction == "h2d":
+        for e in batch:
+            if isinstance(e, events.StagingEvent) and e.direction == "h2d":
                 self.read[e.tier] += e.nbytes
                 self._recent.append((e.t, e.tier, e.nbytes))
                 counted = True
@@ -60,7 +60,7 @@ class TierTraffic:
                 self._recent.popleft()
         return counted
 
-    def rate(self, tier: Tier) -> float | None:
+    def rate(self, tier: planner.Tier) -> float | None:
         """Bytes per second staged from `tier` over the last `WINDOW_S` seconds of events (or the time since
         the first of them, when shorter); None before two events span any time."""
         if not self._recent:
@@ -78,8 +78,8 @@ class TierTraffic:
 
 def tier_lines(traffic: TierTraffic) -> list[str]:
     """The host panel's tier lines: held per tier, read per tier, the file tiers' read rates."""
-    def row(values: dict[Tier, int]) -> str:
-        return " · ".join(f"{LABELS[t]} {format_bytes(values[t])}" for t in TIERS)
+    def row(values: dict[planner.Tier, int]) -> str:
+        return " · ".join(f"{LABELS[t]} {format_bytes(values[t])}" for t in planner.TIERS)
 
     rates = [f"{LABELS[t]} {format_rate(r)}" for t in ("page_cache", "disk") if (r := traffic.rate(t)) is not None]
     return [f"tiers    {row(traffic.held)}",

@@ -36,9 +36,10 @@ from .loading.placement import Placement, begin_placement, place_others, place_s
 from .model_dir.discovery import ModelInfo, discover_model
 from .model_dir.quant_layouts import check_fp8_device
 from .options import EngineOptions
+from .plan_flow import plan_for
 from .planning.host_profile import peak_rss, with_host_peak
 from .planning.plan import Plan, make_plan
-from .planning.request_forecast import RequestForecast, forecast_for
+from .planning.request_forecast import RequestForecast
 from .planning.request_profile import RequestSize, device_name
 from .planning.tier_support import unsupported_tiers
 from .results import GenerateResult, LoadReport, run_peak
@@ -129,13 +130,15 @@ class Engine(Lifecycle):
 
     def forecast(self, size: RequestSize, plan: Plan | None = None, probe_bandwidth: float | None = None
                  ) -> RequestForecast | None:
-        """The request forecast for `plan` (default: the loaded one) at `size` on this device."""
+        """The request forecast for `plan` (default: the loaded one) at `size` on this device, through
+        `plan_for` (the one way to a forecast), with the link rate this engine's streamer has seen."""
         plan = plan or self.plan
         if plan is None:
             return None
         streamer = self.placement.streamer if self.placement else None
         observed = streamer.observed_bandwidth if streamer is not None else None
-        return forecast_for(plan, size, self.device_name, observed, probe_bandwidth, live_replan=self.live_replan)
+        return plan_for(self, plan, size=size, device=self.device_name, live=self.live_replan,
+                        observed_bandwidth=observed, probe_bandwidth=probe_bandwidth).forecast
 
     # ---------------------------------------------------------------- load / unload
     def prepare(self, cancel: threading.Event | None = None) -> float:

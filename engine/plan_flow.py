@@ -1,4 +1,5 @@
-"""`plan_for`: the one home of plan → `--vram-budget` auto plan → forecast → per-rank figures.
+"""`plan_for`: the one home of plan → `--vram-budget` auto plan → forecast → per-rank figures, and the one
+way to a request forecast (`Engine.forecast` asks it too).
 
 `plan`, `run` (one GPU and `--gpus`), the console's start and its budget dialog all plan through
 here, each for its own request size (the caller's: `plan`'s flags, `run`'s checked request, the
@@ -54,12 +55,15 @@ def loads_live(budget: int | None, ram_budget: int | None) -> bool:
 def plan_for(model_or_engine: ModelInfo | EngineHandle, policy: OffloadPolicy | Plan, budget: int | None = None,
              size: RequestSize | None = None, device: str | None = None, layout: RankLayout | None = None, *,
              bandwidth: float | None = None, forecast: bool = True, ram_budget: int | None = None,
-             live: bool | None = None) -> PlanResult:
+             live: bool | None = None, observed_bandwidth: float | None = None,
+             probe_bandwidth: float | None = None) -> PlanResult:
     """Plan `policy` for the model (an engine plans with its own model and device name); a `Plan` made
     already is taken as it is. With `budget`, the auto-planner's choice replaces it (`NothingFits`:
     exit 2), `bandwidth` (bytes/s) the link rate it assumes, else the profile's. `forecast`: also
     forecast the chosen plan at `size` on `device`, and with a distributed `layout` per rank.
     `live`: whether the load keeps live re-plan masters; None: as `run` loads (`loads_live`).
+    `observed_bandwidth` / `probe_bandwidth`: the link rates a loaded engine has seen or measured
+    (`Engine.forecast` passes them; `forecast_for` says which rate wins).
     A distributed `layout` is checked against the pipeline first (`check_parallel`)."""
     engine = None if isinstance(model_or_engine, ModelInfo) else model_or_engine
     live = loads_live(budget, ram_budget) if live is None else live
@@ -93,7 +97,8 @@ def plan_for(model_or_engine: ModelInfo | EngineHandle, policy: OffloadPolicy | 
         plan, ram = ram_plan_for(plan, ram_budget, size, device, live, bandwidth)
     if not forecast:
         return PlanResult(plan, None, list(auto.reasons) if auto else [], None, auto, ram)
-    request = forecast_for(plan, size, device, live_replan=live)  # the host as the load will hold it
+    # the host as the load will hold it
+    request = forecast_for(plan, size, device, observed_bandwidth, probe_bandwidth, live_replan=live)
     if budget is not None:  # the run caps the allocator inside the budget (engine/running/run_memory.py)
         request = replace(request, budget=budget)
     ranks = None

@@ -14,7 +14,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from ...engine.api import plain
+from ...engine.api import plain, planner
 from ...engine.errors import ConfigError
 from ..args import parse_budget
 from ..widgets.plain_input import PlainInput
@@ -22,11 +22,10 @@ from ..widgets.plain_input import PlainInput
 
 def auto_text(device: str | None) -> str:
     """What `auto` gives on `device` now (free memory less the margin), or why it gives nothing."""
-    from ...engine.api import auto_budget
     from ...offload.units import format_bytes
 
     try:
-        return f"auto now: {format_bytes(auto_budget(device, 'auto'))} (free less a margin)"
+        return f"auto now: {format_bytes(planner.auto_budget(device, 'auto'))} (free less a margin)"
     except ConfigError as exc:
         return f"auto now: none — {plain(str(exc).removeprefix('auto: ').split('; ')[0])}"
 

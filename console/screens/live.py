@@ -22,8 +22,8 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Header, ProgressBar
 
+from ...engine import events
 from ...engine.api import Plan, TelemetrySnapshot, plain_lines
-from ...engine.events import Event, ForecastCheck, RequestPhases, StepTiming
 from ..event_text import forecast_check_text
 from ..rank_stats import RankStats
 from ..request_queue import QueueRow
@@ -215,26 +215,26 @@ class LiveScreen(Screen[None]):
         """The request queue (the running request, then the waiting ones); hidden when empty."""
         self.queue.show(rows)
 
-    def show_phases(self, event: RequestPhases) -> None:
+    def show_phases(self, event: events.RequestPhases) -> None:
         """A request ended: frames, latent size, text encoding / denoise / VAE decode times."""
         self.phases.show_phases(event)
 
-    def show_check(self, event: ForecastCheck) -> None:
+    def show_check(self, event: events.ForecastCheck) -> None:
         """A request ended: its forecast (made before it) against what it measured, in the step panel."""
         self.steps.show_check(forecast_check_text(event))
 
-    def add_steps(self, steps: list[StepTiming]) -> None:
+    def add_steps(self, steps: list[events.StepTiming]) -> None:
         self.steps.add_steps(steps)
         last = steps[-1]
         self.key_numbers.show_step(last)
         self.show_step_progress(last)
 
-    def show_step_progress(self, step: StepTiming) -> None:
+    def show_step_progress(self, step: events.StepTiming) -> None:
         self.gen_progress.update(total=max(step.total_steps, 1), progress=step.step)
 
-    def add_log(self, events: list[Event]) -> None:
-        self.staging.add_events(events)
-        if self.tiers.add(events):
+    def add_log(self, batch: list[events.Event]) -> None:
+        self.staging.add_events(batch)
+        if self.tiers.add(batch):
             self._show_tiers()
 
     def _show_tiers(self) -> None:

@@ -16,8 +16,8 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Header, Log, Static
 
+from ...engine import events
 from ...engine.api import Plan, RequestForecast, plain_lines
-from ...engine.events import LoadProgress
 from ..plan_context import LinkInfo
 from ..widgets.load_progress import LoadProgressPanel
 from ..widgets.plan_blocks import BlockListPanel
@@ -163,7 +163,7 @@ class PlanScreen(Screen[None]):
         self.busy = True
         self.refresh_bindings()
 
-    def load_events(self, progress: list[LoadProgress], lines: list[str]) -> None:
+    def load_events(self, progress: list[events.LoadProgress], lines: list[str]) -> None:
         """One drained batch: the latest progress per component and the event lines."""
         for event in progress:
             self.progress.add_progress(event)

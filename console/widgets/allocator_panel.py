@@ -19,8 +19,8 @@ from omni_console.console.telemetry_text import (
     nvml_readings,
     torch_readings,
 )
-from omni_console.engine.api import NvmlMemory, TelemetrySnapshot, TorchMemory
 
+from ...engine.api import TelemetrySnapshot, probes
 from .metric_row import HISTORY_SAMPLES, MetricRow
 from .text_update import set_text
 
@@ -48,7 +48,7 @@ def _row_id(key: str) -> str:
     return "m-" + key.replace(".", "-").replace("_", "-")
 
 
-def _notes(readings: list[Reading], group: TorchMemory | NvmlMemory) -> str:
+def _notes(readings: list[Reading], group: probes.TorchMemory | probes.NvmlMemory) -> str:
     """One line listing why individual fields are N/A (the value cells only say N/A)."""
     missing = [f"{r.label.split(' (')[0]}: {r.reason}" for r in readings if r.value is None and r.reason]
     return ("N/A — " + "; ".join(missing)) if missing and not group.unavailable else ""

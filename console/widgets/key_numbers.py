@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
+from ...engine import events
 from ...engine.api import TelemetrySnapshot
-from ...engine.events import StepTiming
 from ...offload.units import format_bytes, format_seconds
 from .text_update import set_text
 
@@ -38,7 +38,7 @@ class KeyNumbers(Static):
         self.values.update(allocated=_bytes(torch.allocated), reserved=_bytes(torch.reserved), free=_bytes(free))
         self._draw()
 
-    def show_step(self, step: StepTiming) -> None:
+    def show_step(self, step: events.StepTiming) -> None:
         self.values["last step"] = f"{format_seconds(step.wall_s)} (stall {format_seconds(step.stall_s)})"
         self._draw()
 

@@ -7,8 +7,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, ProgressBar
 
+from ...engine import events
 from ...engine.api import plain
-from ...engine.events import LoadProgress
 from ...offload.units import format_bytes
 
 
@@ -48,7 +48,7 @@ class LoadProgressPanel(Vertical):
     def set_status(self, text: str) -> None:
         self.query_one("#lp-status", Label).update(Text(plain(text)))
 
-    def add_progress(self, event: LoadProgress) -> None:
+    def add_progress(self, event: events.LoadProgress) -> None:
         """Create or advance the component's bar; weightless components (tokenizers) get none."""
         if event.total_bytes <= 0:
             return

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from ...engine.api import Plan, RequestForecast, plain, storage_note
+from ...engine.api import Plan, RequestForecast, plain, planner
 from ...offload.units import STREAMED_NAME, format_bytes, format_rate, format_seconds
 from ..plan_context import LinkInfo
 from ..theme_colors import follow_theme, resolve, widget_variables
@@ -74,7 +74,7 @@ def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = 
     if plan.stream_dtype is not None:  # fp8 storage: the byte figures above are at it
         kind = plan.model.block_kind
         rows.append((f"{kind} weights stored in", plan.stream_dtype,
-                     storage_note(plan.stream_dtype, plan.policy.fp8_modulation, kind) or ""))
+                     planner.storage_note(plan.stream_dtype, plan.policy.fp8_modulation, kind) or ""))
         if plan.residency.num_upcast:  # resident blocks kept in the compute dtype (--upcast-resident)
             extra = sum(b.device_bytes - b.nbytes for b in plan.blocks if b.kept_upcast)
             rows.append(("kept upcast", f"{plan.residency.num_upcast} of {plan.residency.num_resident}",

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from ...engine.api import LEAN_FIELDS, Plan, plain, vllm_flags, vllm_serve_command
+from ...engine.api import Plan, plain, planner
 
 
 class PolicyPanel(Static, can_focus=True):
@@ -34,8 +34,8 @@ class PolicyPanel(Static, can_focus=True):
         policy = plan.policy
         self.readonly = readonly
         self.components_json = policy.components_json()
-        self.flags = vllm_flags(plan)
-        self.command = vllm_serve_command(plan)
+        self.flags = planner.vllm_flags(plan)
+        self.command = planner.vllm_serve_command(plan)
         self.set_class(readonly, "-readonly")
         self.border_title = "policy (vLLM-Omni)" + (" — read-only while loaded; u unloads" if readonly else "") + (
             " — live: + - o [ ] d b re-plan between requests" if live else "")
@@ -48,7 +48,7 @@ class PolicyPanel(Static, can_focus=True):
         if policy.mode == "dlo" and (policy.placement != "leading" or policy.prefetch_slots != 2):
             grid.add_row("streaming", f"{policy.placement} placement, {policy.prefetch_slots} prefetch slots")
         lean = [f"{name.replace('_', '-')} {getattr(policy, name)}"
-                f"{' (for the budget)' if name in policy.lean_auto else ''}" for name in LEAN_FIELDS
+                f"{' (for the budget)' if name in policy.lean_auto else ''}" for name in planner.LEAN_FIELDS
                 if getattr(policy, name) != "auto"]
         if lean:  # the operator's or the budget's choice; "auto" ones are left to --vram-budget
             grid.add_row("lean phases", ", ".join(lean))

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from ...engine.api import TIERS, Plan, RamPlan, plain
+from ...engine.api import Plan, plain, planner
 from ...offload.units import format_bytes
 from ..tier_traffic import LABELS
 
@@ -21,11 +21,11 @@ PLANNING = "planning the host tiers…"
 TITLE = "host tiers (--ram-budget)"
 
 
-def ram_rows(plan: Plan, ram: RamPlan) -> list[tuple[str, str]]:
+def ram_rows(plan: Plan, ram: planner.RamPlan) -> list[tuple[str, str]]:
     """(label, value) rows: budget, pin cap, streamed blocks per tier, predicted host peak."""
     choice, cost = ram.choice, ram.choice.cost
     streamed = [plan.tiers.block(i) for i, b in enumerate(plan.blocks) if b.streamed]
-    counts = " · ".join(f"{streamed.count(t)} {LABELS[t]}" for t in TIERS if streamed.count(t) or t == "pinned")
+    counts = " · ".join(f"{streamed.count(t)} {LABELS[t]}" for t in planner.TIERS if streamed.count(t) or t == "pinned")
     return [
         ("host budget", format_bytes(choice.budget)),
         ("pin cap", format_bytes(choice.pin_cap)),
@@ -46,7 +46,7 @@ class RamPlanPanel(Static):
     def on_mount(self) -> None:
         self.border_title = TITLE
 
-    def show(self, answer: tuple[Plan, RamPlan] | Exception | None, pending: bool = False) -> None:
+    def show(self, answer: tuple[Plan, planner.RamPlan] | Exception | None, pending: bool = False) -> None:
         """The tiers for the plan on screen; an exception: the budget refused it; None and not `pending`: no
         `--ram-budget` (hidden)."""
         self.set_class(answer is not None or pending, "-shown")

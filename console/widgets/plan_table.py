@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ...engine.api import ComponentPlan, Plan, plain
+from ...engine.api import Plan, plain, planner
 from ...offload.units import format_bytes
 from ..plan_view import RESIDENCY_LABEL, RESIDENCY_STYLE, blocks_cell
 from ..theme_colors import follow_theme, resolve, widget_variables
@@ -22,14 +22,14 @@ COLUMNS = (("component", "name"), ("residency", "residency"), ("source", "source
 SOURCES = {"explicit", "default", "implicit"}
 
 
-def residency_text(c: ComponentPlan) -> str:
+def residency_text(c: planner.ComponentPlan) -> str:
     label = RESIDENCY_LABEL[c.residency]
     if c.residency == "streamed" and c.resident_layers:
         label += f" ({c.resident_layers} resident)"
     return label
 
 
-def source_text(c: ComponentPlan) -> str:
+def source_text(c: planner.ComponentPlan) -> str:
     """explicit / default / implicit for policy-controlled rows; what decided it otherwise."""
     if c.why in SOURCES:
         return c.why
@@ -37,7 +37,7 @@ def source_text(c: ComponentPlan) -> str:
             "no-blocks": "no block lists"}.get(c.why, c.why)
 
 
-def row_cells(c: ComponentPlan, readonly: bool, variables: Mapping[str, str]) -> list:
+def row_cells(c: planner.ComponentPlan, readonly: bool, variables: Mapping[str, str]) -> list:
     """The row's cells; the residency is coloured with `variables` (the active theme's)."""
     style = "dim" if readonly else resolve(RESIDENCY_STYLE[c.residency], variables)
     info = c.info

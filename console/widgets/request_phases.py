@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
-from omni_console.engine.events import RequestPhases
 from omni_console.offload.units import format_bytes
 
+from ...engine import events
 from .text_update import set_text
 
 PHASE_LABELS = (("text_encoding", "text encoding"), ("denoise", "denoise"), ("vae_decode", "VAE decode"))
@@ -39,7 +39,7 @@ def frames_word(frames: int) -> str:
     return f"{frames} frame" if frames == 1 else f"{frames} frames"
 
 
-def describe_phases(event: RequestPhases) -> tuple[str, str]:
+def describe_phases(event: events.RequestPhases) -> tuple[str, str]:
     """(what was made, where the time went): the two lines the live screen shows.
 
     Shares are of the measured phases together (what the operator can shift between them); a phase
@@ -57,7 +57,7 @@ def describe_phases(event: RequestPhases) -> tuple[str, str]:
     return head, " · ".join(parts)
 
 
-def is_video(event: RequestPhases) -> bool:
+def is_video(event: events.RequestPhases) -> bool:
     """A request that made more than one frame (an image request is fully told by the step panel)."""
     return event.frames > 1
 
@@ -79,7 +79,7 @@ class RequestPhasesLine(Static):
         self.set_class(bool(text), "-shown")
         set_text(self, text)
 
-    def show_phases(self, event: RequestPhases) -> None:
+    def show_phases(self, event: events.RequestPhases) -> None:
         """The finished request's breakdown (video requests only; an image request hides the lines)."""
         self._show("\n".join(describe_phases(event)) if is_video(event) else "")
 

@@ -26,8 +26,8 @@ from textual.message import Message
 from textual.widgets import Log
 
 from omni_console.console.event_text import format_event
-from omni_console.engine.events import Event
 
+from ...engine import events as engine_events
 from .filter_bar import FilterBar
 
 SHOWN_LINES = 5000
@@ -41,7 +41,7 @@ RANK_PREFIX = re.compile(r"r(\d+) ")
 """A rank's lines start with `r{rank} `; this process's lines start with their time stamp (`+`)."""
 
 
-def event_line(event: Event, t0: float, *, on_cpu: bool = False) -> str | None:
+def event_line(event: engine_events.Event, t0: float, *, on_cpu: bool = False) -> str | None:
     """The log line for an event (None: not a staging-log event), prefixed `r{rank} ` when a rank sent it."""
     line = format_event(event, t0, on_cpu=on_cpu)
     rank = getattr(event, "rank", None)
@@ -231,7 +231,7 @@ class StagingLog(Vertical):
 
     # ---- feeding ---------------------------------------------------------------------------
 
-    def add_event(self, event: Event) -> bool:
+    def add_event(self, event: engine_events.Event) -> bool:
         """Add one event; False when it is not a staging-log event type."""
         if self._t0 is None:
             self._t0 = event.t
@@ -241,7 +241,7 @@ class StagingLog(Vertical):
         self.add_line(line)
         return True
 
-    def add_events(self, events: list[Event]) -> int:
+    def add_events(self, events: list[engine_events.Event]) -> int:
         """Add a drained batch (one write to the log); returns how many were staging-log events."""
         lines: list[str] = []
         for event in events:

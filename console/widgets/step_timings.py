@@ -15,9 +15,9 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Sparkline, Static
 
-from omni_console.engine.events import StepTiming
 from omni_console.offload.units import format_bytes, format_rate, format_seconds
 
+from ...engine import events
 from .metric_row import HISTORY_SAMPLES
 from .text_update import set_text
 from .zero_sparkline import ZeroSparkline
@@ -26,7 +26,7 @@ TABLE_ROWS = 500
 MEDIAN_WINDOW = 10
 
 
-def summarize(steps: list[StepTiming], *, on_cpu: bool = False) -> str:
+def summarize(steps: list[events.StepTiming], *, on_cpu: bool = False) -> str:
     """The summary line over the last steps: the median of up to MEDIAN_WINDOW (a slow first step or
     a hiccup does not move it), named as such; the header shows the last step, the forecast line the
     forecast, each under its own name and all in `format_seconds`."""
@@ -48,7 +48,7 @@ def summarize(steps: list[StepTiming], *, on_cpu: bool = False) -> str:
     )
 
 
-def copied_cell(s: StepTiming) -> str:
+def copied_cell(s: events.StepTiming) -> str:
     """The step's copied bytes; with a step cache, its hits and the bytes it skipped (never copied) beside them."""
     if not s.cache_forwards:
         return format_bytes(s.h2d_bytes)
@@ -80,7 +80,7 @@ class StepTimings(Vertical):
         classes: str | None = None,
     ) -> None:
         super().__init__(id=id, classes=classes)
-        self.steps: deque[StepTiming] = deque(maxlen=history)
+        self.steps: deque[events.StepTiming] = deque(maxlen=history)
         self._max_rows = max_rows
         self.on_cpu = on_cpu
         self._row_keys: deque = deque()
@@ -110,7 +110,7 @@ class StepTimings(Vertical):
         set_text(line, self.check_text)
         line.display = bool(self.check_text)
 
-    def add_step(self, step: StepTiming) -> None:
+    def add_step(self, step: events.StepTiming) -> None:
         """Append one step (oldest table rows and history points fall off when full)."""
         self.steps.append(step)
         if not self.is_mounted:
@@ -118,7 +118,7 @@ class StepTimings(Vertical):
         self._add_row(step)
         self._refresh_summary()
 
-    def add_steps(self, steps: list[StepTiming]) -> None:
+    def add_steps(self, steps: list[events.StepTiming]) -> None:
         """Append a drained batch with one summary/sparkline refresh."""
         self.steps.extend(steps)
         if not self.is_mounted or not steps:
@@ -143,7 +143,7 @@ class StepTimings(Vertical):
             self._redraw()
             self._show_check_line()
 
-    def _add_row(self, s: StepTiming, move: bool = True) -> None:
+    def _add_row(self, s: events.StepTiming, move: bool = True) -> None:
         table = self.query_one(DataTable)
         pct = 100.0 * s.stall_s / s.wall_s if s.wall_s > 0 else 0.0
         rate = 1.0 / s.wall_s if s.wall_s > 0 else 0.0

@@ -305,7 +305,7 @@ def test_bandwidth_sources_for_the_forecast():
     import torch
 
     from omni_console.console.bandwidth import ObservedBandwidth
-    from omni_console.engine.api import measure_h2d_bandwidth
+    from omni_console.engine.device_probes import measure_h2d_bandwidth
     from omni_console.offload.events import StagingEvent
 
     assert measure_h2d_bandwidth(torch.device("cpu")) is None  # CPU: no device link

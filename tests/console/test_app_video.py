@@ -223,7 +223,7 @@ def test_an_image_request_hides_the_phase_lines_and_a_failed_write_leaves_nothin
         target.path.write_bytes(b"half a video")
         raise OSError("No space left on device")
 
-    monkeypatch.setattr(outputs, "write_result", broken_writer)
+    monkeypatch.setattr("omni_console.engine.running.outputs.write_result", broken_writer)  # served by the door
     (tmp_path / "keep.mp4").write_bytes(b"earlier")
     with pytest.raises(OSError, match="No space left"):
         outputs.save_video([object()] * 5, tmp_path, 2, fps=16.0, when=PINNED_TIME)

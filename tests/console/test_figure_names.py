@@ -41,7 +41,7 @@ def test_forecast_line_names_forecast_and_measured_in_one_format():
 
 
 def test_request_outcome_gives_the_median_step():
-    from omni_console.engine.api import GenerateResult
+    from omni_console.engine.results import GenerateResult
 
     result = GenerateResult(request_id=3, image=None, seconds=1.5, steps=_steps(0.1, 0.1, 1.0))
     outcome = finished(result, output=None, save_error=None)

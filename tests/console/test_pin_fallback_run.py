@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from omni_console.console import headless
 from omni_console.console.cli import main
 from omni_console.engine.options import EngineOptions
+from omni_console.engine.service import run_plan
 
 REQUEST = ["--device", "cpu", "--steps", "2", "--height", "64", "--width", "64", "--seed", "3"]
 
@@ -40,13 +40,13 @@ def test_run_reports_the_blocks_a_refused_page_lock_moved_and_draws_the_same_ima
     assert main(["run", "--model", str(demo_model_dir), *REQUEST, "--output", str(tmp_path / "a.png"), "--json"]) == 0
     plain = json.loads(capsys.readouterr().out)
     assert plain["pin_fallback_blocks"] == 0 and plain["pin_fallback_bytes"] == 0
-    monkeypatch.setattr(headless, "EngineOptions", functools.partial(EngineOptions, page_locker=RefusingLocker(1)))
+    monkeypatch.setattr(run_plan, "EngineOptions", functools.partial(EngineOptions, page_locker=RefusingLocker(1)))
     assert main(["run", "--model", str(demo_model_dir), *REQUEST, "--output", str(tmp_path / "b.png"), "--json"]) == 0
     refused = json.loads(capsys.readouterr().out)
     assert refused["pin_fallback_blocks"] > 0 and refused["pin_fallback_bytes"] > 0
     a, b = (np.asarray(Image.open(tmp_path / name)) for name in ("a.png", "b.png"))
     assert a.shape == (64, 64, 3) and np.array_equal(a, b)
-    monkeypatch.setattr(headless, "EngineOptions", functools.partial(EngineOptions, page_locker=RefusingLocker(1)))
+    monkeypatch.setattr(run_plan, "EngineOptions", functools.partial(EngineOptions, page_locker=RefusingLocker(1)))
     assert main(["run", "--model", str(demo_model_dir), *REQUEST, "--output", str(tmp_path / "c.png")]) == 0
     table = capsys.readouterr().out
     line = next(x for x in table.splitlines() if "page cache (page-lock refused)" in x)

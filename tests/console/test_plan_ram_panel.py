@@ -9,7 +9,7 @@ import pytest
 from app_helpers import make_app, screen_text, until
 from test_snapshots import settle_plan, stable_engine  # noqa: F401  (a fixture)
 
-from omni_console.engine.api import plan_for
+from omni_console.engine.plan_flow import plan_for
 from omni_console.engine.planning import ram_flow
 from omni_console.engine.planning.tier_rates import CachedRates
 from omni_console.offload.units import format_bytes

@@ -38,7 +38,7 @@ def test_the_process_waits_for_the_release_only_when_there_is_something_to_relea
     from types import SimpleNamespace
 
     from omni_console.console.shutdown import release_wait_s
-    from omni_console.engine.api import EngineState
+    from omni_console.engine.lifecycle import EngineState
 
     def wait(state: EngineState, world: int = 1) -> float:
         return release_wait_s(SimpleNamespace(state=state, world=world), 0.8)

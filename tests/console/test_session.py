@@ -130,7 +130,8 @@ def test_the_editor_plans_on_the_engines_model_once_its_plan_ready_says_it(demo_
     from dataclasses import replace
 
     from omni_console.console.policy_edits import PolicyEditor
-    from omni_console.engine.api import discover_model, make_plan
+    from omni_console.engine.model_dir.discovery import discover_model
+    from omni_console.engine.planning.plan import make_plan
 
     model = discover_model(demo_model_dir)
     editor = PolicyEditor(model, build_policy({}, 0))
