@@ -52,11 +52,7 @@ def print_report(r: dict[str, Any], console: Console, kind: str = "DiT") -> None
         table.add_row(f"copied per {kind} forward",
                       copied_text(r["copied_bytes_per_forward"], r["forecast"]["streamed_bytes_per_forward"]))
     cache = r.get("cache")
-    for s in r["steps"]:
-        hits = (f", cache hit {s['cache_hits']}/{s['cache_forwards']}, skipped {format_bytes(s['skipped_bytes'])}"
-                if cache and s.get("cache_forwards") else "")
-        table.add_row(f"step {s['step']}", f"{format_seconds(s['wall_s'])} (stall {format_seconds(s['stall_s'])}, "
-                                           f"copied {format_bytes(s['h2d_bytes'])}{hits})")
+    table.add_row("steps", f"{len(r['steps'])} (each in the table below)")
     if cache:
         rate = f"{cache['hits']}/{cache['forwards']} forwards hit" if cache["forwards"] else "no block skipped"
         table.add_row(f"step cache {cache['cache']}", f"{rate}, skipped {format_bytes(cache['bytes_skipped'])}, "
@@ -111,11 +107,27 @@ def print_report(r: dict[str, Any], console: Console, kind: str = "DiT") -> None
     if r["events_dropped"]:
         table.add_row("events dropped (totals are partial)", str(r["events_dropped"]))
     console.print(table)
+    if r["steps"]:
+        console.print(_steps_table(r["steps"], bool(cache)))
     console.print("\n".join(plain(line) for line in t["final"]), markup=False, highlight=False)
     # after the table, unwrapped: paths an operator copies
     console.print(plain(f"wrote {_files_line(r['files'])}"), markup=False, highlight=False, soft_wrap=True)
     for note in r["notes"]:
         console.print(plain(f"note: {note}"), markup=False, highlight=False, soft_wrap=True)
+
+
+def _steps_table(steps: list[dict[str, Any]], cached: bool) -> Table:
+    """One row per denoise step, a figure per column: readable at 80 columns (the main table's two columns
+    would wrap a step's four figures)."""
+    table = Table(show_edge=True, box=None, padding=(0, 1))
+    for name in ("step", "time", "stall", "copied", *(("cache hits", "skipped") if cached else ())):
+        table.add_column(name, justify="right", no_wrap=True)
+    for s in steps:
+        hits = ((f"{s['cache_hits']}/{s['cache_forwards']}", format_bytes(s["skipped_bytes"]))
+                if cached and s.get("cache_forwards") else (("-", "-") if cached else ()))
+        table.add_row(str(s["step"]), format_seconds(s["wall_s"]), format_seconds(s["stall_s"]),
+                      format_bytes(s["h2d_bytes"]), *hits)
+    return table
 
 
 def _files_line(files: list[str]) -> str:

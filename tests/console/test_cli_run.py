@@ -55,14 +55,21 @@ def test_headless_run_text_report(demo_model_dir: Path, tmp_path: Path, capsys):
     assert main(["run", "--headless", "--model", str(demo_model_dir), "--output", str(tmp_path / "o.png"),
                  "--resident-layers", "1"]) == 0
     captured = capsys.readouterr()
-    for label in ("load time", "step 1", "cache decisions", "peak RSS"):
+    for label in ("load time", "steps", "cache decisions", "peak RSS"):
         assert label in captured.out
     # the copied bytes are labelled against the weights `plan` names (never two unlabelled figures)
     copied = re.search(r"copied per DiT forward\s*│\s*(\S+ \S+) \((\S+ \S+) of weights \+", captured.out)
     assert copied, captured.out
     plan_out = _plan_text(demo_model_dir, capsys)
     assert re.search(rf"streamed per DiT forward \(5 blocks\)\t{re.escape(copied[2])}\n", plan_out), plan_out
-    assert all(f"copied {copied[1]})" in line for line in captured.out.splitlines() if "│ step " in line)
+    # the steps' own table, a figure per column: each step copied what a forward copies (one forward a step)
+    header = next(n for n, line in enumerate(captured.out.splitlines()) if line.split()[:4] == ["step", "time",
+                                                                                            "stall", "copied"])
+    rows = [line.split() for line in captured.out.splitlines()[header + 1:header + 3]]
+    assert [row[0] for row in rows] == ["1", "2"]
+    assert all(" ".join(row[-2:]) == copied[1] for row in rows), rows
+    tables = [line for line in captured.out.splitlines() if line[:1] in "│┌└├" or line.split()[:1] in (["1"], ["2"])]
+    assert max(map(len, tables)) <= 80  # the tables fit the terminal (only paths, after them, may be wider)
     if not torch.cuda.is_available():  # CPU words on a CPU: no link, no rate, no pinned memory
         assert "host copies (CPU: no device link)" in captured.out
         for gpu_word in ("host→device", "H2D", "GB/s", "MB/s"):
