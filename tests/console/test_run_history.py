@@ -53,7 +53,9 @@ def test_a_corrupt_history_is_one_note_and_the_run_goes_on(demo_model_dir, tmp_p
 
 @pytest.mark.slow
 def test_a_cached_run_is_kept_with_its_cache_and_submitted_again_with_it(demo_model_dir, tmp_path, cache, capsys):
-    from omni_console.engine.api import parse_cache, request_of
+    from omni_console.engine.api import checks, service
+
+    parse_cache, request_of = checks.parse_cache, service.request_of
 
     assert main(["run", "--model", str(demo_model_dir), "--output", str(tmp_path / "o.png"), *FAST,
                  "--cache", "first-block:threshold=0.2"]) == 0
