@@ -50,8 +50,10 @@ def test_a_symlinked_file_is_not_followed(tmp_path):
 
 @pytest.mark.slow  # two runs and three plans of the demo model
 def test_the_next_plan_uses_the_measured_hit_rate_and_a_cached_run_keeps_no_profile(demo_model_dir, tmp_path,
-                                                                                        capsys):
-    (cache_root() / FILE).unlink(missing_ok=True)
+                                                                                        capsys, monkeypatch):
+    # a cache of its own: another test's run of the demo model would have left step times measured
+    monkeypatch.setenv("OMNI_CONSOLE_CACHE_DIR", str(tmp_path / "cache"))
+    assert not (cache_root() / FILE).exists()
     cache = ["--cache", "first-block:threshold=0.5"]
     out = str(tmp_path / "o.png")
 
