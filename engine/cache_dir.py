@@ -71,3 +71,20 @@ def read_cache_file(path: Path, max_bytes: int) -> bytes | None:
         raise CacheFileError(f"cannot be read ({(exc.strerror or str(exc)).lower()})") from None
     finally:
         os.close(fd)
+
+
+def write_cache_file(path: Path, text: str, prefix: str) -> Path:
+    """Replace the cache file `path` with `text` atomically (a temporary `prefix`…`.tmp` beside it, then
+    renamed over it): a reader never sees half a file, and a failed write leaves no temporary behind."""
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

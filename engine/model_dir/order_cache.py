@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
-from ..cache_dir import cache_root
+from ..cache_dir import cache_root, write_cache_file
 from .blocks import BlockList
 from .weights import ModelDirError, load_json
 
@@ -75,13 +73,5 @@ def save_observed_order(model_root: Path, dit: str, class_name: str | None, list
                         order: Sequence[str]) -> Path:
     """Keep `order` (block-list names, as the forward ran them) for this DiT; written atomically."""
     path = order_path(model_root, dit, class_name, lists)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".order-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({"version": ORDER_VERSION, "dit": dit, "class": class_name, "order": list(order)}, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    document = {"version": ORDER_VERSION, "dit": dit, "class": class_name, "order": list(order)}
+    return write_cache_file(path, json.dumps(document), ".order-")

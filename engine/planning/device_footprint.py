@@ -21,15 +21,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Literal
 
 from ...offload.units import format_bytes
-from ..cache_dir import CacheFileError, cache_root, read_cache_file
+from ..cache_dir import CacheFileError, cache_root, read_cache_file, write_cache_file
 
 DEFAULT_CONTEXT_BYTES = 1_000_000_000  # H200, torch 2.11: 0.79 GB measured in every real-card run (module docstring)
 MARGIN_FRACTION = 0.03  # fragmentation inside the allocator's cap (expandable segments keep it small)
@@ -163,13 +161,5 @@ def record_context(device: str, context_bytes: int) -> Path | None:
         previous = 0
     if previous >= context_bytes:
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".footprint-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({"version": FOOTPRINT_VERSION, "device": device, "context_bytes": int(context_bytes)}, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    document = {"version": FOOTPRINT_VERSION, "device": device, "context_bytes": int(context_bytes)}
+    return write_cache_file(path, json.dumps(document), ".footprint-")

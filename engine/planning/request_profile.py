@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..cache_dir import CacheFileError, cache_root, read_cache_file
+from ..cache_dir import CacheFileError, cache_root, read_cache_file, write_cache_file
 
 PROFILE_VERSION = 1
 MAX_PROFILE_BYTES = 4 << 20  # 100,000 blocks' timings fit; a profile is never larger
@@ -197,14 +195,7 @@ def any_profile(model: Path, model_bytes: int, device: str,
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".profile-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_cache_file(path, text, ".profile-")
 
 
 def save_profile(profile: RequestProfile) -> Path:

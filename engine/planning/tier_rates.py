@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ...offload.tiers import TierRates
-from ..cache_dir import CacheFileError, cache_root, read_cache_file
+from ..cache_dir import CacheFileError, cache_root, read_cache_file, write_cache_file
 from .io_probe import ProbeResult, probe_rates
 
 RATES_VERSION = 1
@@ -78,16 +77,7 @@ def load_rates(device: str, filesystem: str, notes: list[str] | None = None) -> 
 def save_rates(rates: CachedRates) -> Path:
     """Written atomically (a temp file beside it, then replaced)."""
     path = rates_path(rates.device, rates.filesystem)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".rates-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(rates.model_dump_json())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_cache_file(path, rates.model_dump_json(), ".rates-")
 
 
 def _from_probe(device: str, filesystem: str, found: ProbeResult) -> CachedRates:

@@ -10,15 +10,13 @@ is ignored with one note, and the history starts empty (the next save replaces i
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..cache_dir import CacheFileError, cache_root, read_cache_file
+from ..cache_dir import CacheFileError, cache_root, read_cache_file, write_cache_file
 from ..errors import ConfigError
 from ..running.cache_spec import parse_cache
 
@@ -142,12 +140,4 @@ class History:
         return HistoryFile(entries=self._entries).model_dump_json(by_alias=True)
 
     def _save(self, text: str) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".history-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_cache_file(self.path, text, ".history-")
