@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|cards|host-tiers-flux|host-tiers-wan|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|cards|host-tiers-flux|host-tiers-wan|before-after|all] [benchmark args...]
 # `tests` also runs benchmarks/cpu_exactness.py on the host CPU (the tiny families written by
 # tests/write_tiny_families.py). Benchmarks run from the repository root as modules: python3 -m benchmarks.NAME.
 set -uo pipefail
@@ -117,6 +117,15 @@ if [[ $what == host-tiers-wan ]]; then  # issue 35: Wan2.1-14B-size + UMT5-XXL o
   rm -rf /tmp/flux-size  # the disk holds one of the two checkpoints
   python3 -m benchmarks.host_tiers --presets wan32 --dir /tmp/wan-size --out "$OUT/host_tiers_wan.json" \
     "$@" 2>&1 | grep --line-buffered -v "kept in float32" > "$OUT/host_tiers_wan.log"
+fi
+if [[ $what == before-after ]]; then  # issue 36: `run` before the request service (.before/, carried) vs this tree
+  # .before/ is `git archive 17caf3e` (main before the service merged) without tests/docs; both share /tmp/site's libs
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site_before ./.before || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site_after . || exit 1
+  python3 -m benchmarks.engine_e2e --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5
+  python3 -m benchmarks.before_after --site-a /tmp/site_before --site-b /tmp/site_after --out "$OUT/before_after.json" \
+    "$@" -- --model /tmp/flux-size --device cuda:0 --height 1024 --width 1024 --steps 4 --resident-layers 0 \
+    --prompt "a red fox in the snow" --seed 3 2>&1 | grep -v "kept in float32" | tail -20 > "$OUT/before_after.log"
 fi
 if [[ $what == console ]]; then
   python3 -m benchmarks.console_responsiveness --device cuda --out "$OUT/console.json" "$@" 2>&1 \
