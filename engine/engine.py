@@ -361,7 +361,8 @@ class Engine(Lifecycle):
                         run = run_pipeline(
                             self.pipe, request, bus=self.bus, request_id=request_id, device=self.device,
                             dits=[getattr(self.pipe, d.name) for d in self.model.denoisers],
-                            streamer=self.placement.streamer if self.placement else None, cancel=cancel)
+                            streamer=self.placement.streamer if self.placement else None, cancel=cancel,
+                            step_previews=self.options.step_previews)
                 except BaseException:
                     if experts is not None:
                         with contextlib.suppress(Exception):  # the request's own error is the one to report
