@@ -70,6 +70,25 @@ def _image_frames(path: Path) -> list[Image.Image]:
         return frames
 
 
+MAX_OUTPUT_BYTES = 2 * 1024**3
+"""A larger file is not previewed (a history thumbnail never reads gigabytes)."""
+
+
+def thumbnail_path(files: list[str] | tuple[str, ...], out_dir: Path) -> Path | None:
+    """The history row's first output if it is a regular file inside the console's output folder (the history
+    is cache input: a path it names elsewhere is not opened), else None."""
+    if not files:
+        return None
+    try:
+        folder = Path(out_dir).resolve()
+        path = Path(files[0]).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+    if not path.is_relative_to(folder) or not path.is_file() or path.stat().st_size > MAX_OUTPUT_BYTES:
+        return None
+    return path
+
+
 def read_output(path: Path) -> OutputFrames:
     """The preview of one output file (raises OSError/ValueError when it cannot be read)."""
     path = Path(path)
