@@ -3,8 +3,6 @@ folder; a path the history names elsewhere (the history is cache input) is never
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from app_helpers import until
 from PIL import Image
 from textual.app import App
