@@ -31,7 +31,7 @@ def pixel_protocol_allowed(env: Mapping[str, str], stream: TextIO | None) -> boo
 
 def detect_protocol() -> str:
     """textual-image's answer for this terminal: SIXEL, TGP or HALFBLOCK (its query runs at import)."""
-    from textual_image import renderable
+    from textual_image import renderable, widget  # noqa: F401 - widget: caches the cell size while it can ask
 
     if renderable.Image is renderable.SixelImage:
         return SIXEL

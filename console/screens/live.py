@@ -111,7 +111,8 @@ class LiveScreen(Screen[None]):
     """esc on a running request: said in the status line until the request ends."""
 
     def __init__(self, *, on_cpu: bool = False, history: Iterable[TelemetrySnapshot] = (),
-                 live_policy: bool = False, world: int = 1, previews: bool = True) -> None:
+                 live_policy: bool = False, world: int = 1, previews: bool = True,
+                 preview_protocol: str = "halfblock") -> None:
         """`on_cpu`: transfers are host copies (said so, with no GB/s). `history`: the telemetry samples
         so far (replayed into the sparklines when shown, so they span the load). `world`: the engine's GPUs
         (ranks). The residency rows arrive as the engine's ResidencySnapshot events (`show_residency`)."""
@@ -136,7 +137,7 @@ class LiveScreen(Screen[None]):
         self.world = max(world, 1)
         self.gpu_group = GpuGroupPanel(id="gpu-group")
         self.queue = QueuePanel(id="queue")
-        self.preview = PreviewPanel(id="preview", enabled=previews)  # hidden until a preview or output arrives
+        self.preview = PreviewPanel(id="preview", enabled=previews, protocol=preview_protocol)  # hidden until a preview or output arrives
 
     def compose(self) -> ComposeResult:
         if self.world > 1:

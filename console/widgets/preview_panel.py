@@ -3,7 +3,10 @@
 Hidden until there is something to show (a step preview, a "no preview" note, an output), so a screen
 without requests looks as before. Step previews are the engine's small latents turned into RGB here
 (`latent_rgb`); the router hands only the newest one on (older ones are dropped when the UI is behind).
-An output preview is decoded off the UI thread (`output_frames`, in a thread worker) and drawn when read.
+An output preview is decoded off the UI thread (`output_frames`, in a thread worker) and drawn when read:
+in half-block cells, or where `--preview auto` found a pixel protocol (Sixel, Kitty's) by textual-image's
+widget for it (a new widget per output: replacing the image of one does not redraw under those protocols).
+Step previews stay half-block cells (they change every step).
 `v` (the live screen's key) turns previews off and on; while off nothing is converted or decoded.
 """
 
@@ -12,7 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PIL import Image
 from rich.text import Text
 from textual.widget import Widget
 
@@ -20,6 +22,7 @@ from ...engine import events
 from ...engine.api import plain
 from ..latent_rgb import latent_to_rgb
 from ..output_frames import OutputFrames, read_output, strip_and_middle
+from ..preview_mode import HALFBLOCK, SIXEL, TGP
 from .halfblock import HalfBlockImage
 
 PREVIEW_OFF = "previews off (v turns them on)"
@@ -32,9 +35,10 @@ class PreviewPanel(Widget):
     PreviewPanel { height: 10; border: round $primary; padding: 0 1; }
     """
 
-    def __init__(self, *, enabled: bool = True, id: str | None = None) -> None:
+    def __init__(self, *, enabled: bool = True, protocol: str = HALFBLOCK, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.enabled = enabled
+        self.enabled, self.protocol = enabled, protocol
+        self.pixels: Widget | None = None  # the pixel-protocol image of the last output (auto mode only)
         self.body: Any = Text("")
         self.step_previews = 0  # drawn this request (what the tests read back)
         self.output: OutputFrames | None = None
@@ -45,6 +49,9 @@ class PreviewPanel(Widget):
         return self.body
 
     def _show(self, title: str, body: Any) -> None:
+        if self.pixels is not None:
+            self.pixels.remove()
+            self.pixels = None
         self.border_title = title
         self.body = body
         self.display = True
@@ -84,7 +91,14 @@ class PreviewPanel(Widget):
         """Draw a read output: the image, or a video's middle frame above its strip."""
         self.output = frames
         what = f"{frames.frame_count} frames: middle and strip" if frames.is_video else "image"
-        self._show(f"output · {plain(frames.path.name)} · {what}", HalfBlockImage(strip_and_middle(frames)))
+        picture = strip_and_middle(frames)
+        pixel_widget = pixel_image_class(self.protocol)
+        if pixel_widget is None:
+            self._show(f"output · {plain(frames.path.name)} · {what}", HalfBlockImage(picture))
+            return
+        self._show(f"output · {plain(frames.path.name)} · {what}", Text(""))
+        self.pixels = pixel_widget(picture)
+        self.mount(self.pixels)
 
     def toggle(self) -> bool:
         """`v`: previews off (the panel says so) or on again (the next step or output shows); returns on/off."""
@@ -96,6 +110,10 @@ class PreviewPanel(Widget):
         return self.enabled
 
 
-def thumbnail_of(path: Path) -> Image.Image:
-    """A history row's thumbnail: its output's main image (read on a thread by the history screen)."""
-    return read_output(path).main
+def pixel_image_class(protocol: str) -> Any:
+    """textual-image's widget for a pixel protocol (SIXEL, TGP), or None for half-block cells."""
+    if protocol not in (SIXEL, TGP):
+        return None
+    from textual_image.widget import SixelImage, TGPImage
+
+    return SixelImage if protocol == SIXEL else TGPImage

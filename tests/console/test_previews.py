@@ -212,3 +212,32 @@ async def test_live_screen_shows_step_previews_then_the_output(preview_engine, t
             assert PREVIEW_OFF in screen_text(app)
     finally:
         app.shutdown()
+
+
+@pytest.mark.parametrize("protocol", ["tgp", "sixel"])
+async def test_auto_draws_an_output_with_the_terminals_pixel_protocol(tmp_path, protocol):
+    """Where `--preview auto` found Sixel or Kitty graphics, an output is textual-image's widget for it (a
+    fresh one per output); the next step preview is half-block cells again."""
+    from textual.app import App
+    from textual_image.widget import SixelImage, TGPImage
+
+    from omni_console.console.output_frames import OutputFrames
+    from omni_console.console.widgets.preview_panel import PreviewPanel
+
+    panel = PreviewPanel(protocol=protocol)
+
+    class Host(App):
+        def compose(self):
+            yield panel
+
+    async with Host().run_test(size=(80, 24)) as pilot:
+        panel.show_frames(OutputFrames(tmp_path / "a.png", Image.new("RGB", (16, 16), (255, 0, 0))))
+        await pilot.pause()
+        first = panel.pixels
+        assert isinstance(first, TGPImage if protocol == "tgp" else SixelImage)
+        panel.show_frames(OutputFrames(tmp_path / "b.png", Image.new("RGB", (16, 16), (0, 255, 0))))
+        await pilot.pause()
+        assert panel.pixels is not first and len(panel.children) == 1
+        panel.show_step(preview(1, 0.0))
+        await pilot.pause()
+        assert panel.pixels is None and not panel.children and isinstance(panel.body, HalfBlockImage)
