@@ -137,7 +137,8 @@ class LiveScreen(Screen[None]):
         self.world = max(world, 1)
         self.gpu_group = GpuGroupPanel(id="gpu-group")
         self.queue = QueuePanel(id="queue")
-        self.preview = PreviewPanel(id="preview", enabled=previews, protocol=preview_protocol)  # hidden until a preview or output arrives
+        # hidden until a step preview or an output arrives
+        self.preview = PreviewPanel(id="preview", enabled=previews, protocol=preview_protocol)
 
     def compose(self) -> ComposeResult:
         if self.world > 1:
