@@ -96,11 +96,17 @@ def _engine_for(args: argparse.Namespace, layout: RankLayout) -> EngineHandle:
     if not layout.distributed:
         return service.open_engine(resolve_model_path(args.model), variant=args.variant,
                            options=EngineOptions(live_replan=True,
-                                                 step_previews=getattr(args, "preview", "halfblock") != "off"))
+                                                 step_previews=getattr(args, "preview", "halfblock") != "off",
+                                                 preview_decoder=_preview_decoder(args)))
     from platformdirs import user_log_path
 
     return service.open_engine(resolve_model_path(args.model), layout=layout, variant=args.variant,
                        log_dir=user_log_path("omni-console"))  # the app owns the terminal: not the ranks' output
+
+
+def _preview_decoder(args: argparse.Namespace) -> str | None:
+    path = getattr(args, "preview_decoder", None)
+    return str(path) if path is not None and getattr(args, "preview", "halfblock") != "off" else None
 
 
 EXIT_RELEASE_WAIT_S = 0.2

@@ -279,8 +279,9 @@ class StepPreview(Event):
 
     `latent`: a float32 numpy array (channels, h, w), the first item's (a video's middle frame), average-pooled
     to at most 64 a side; the console maps it to RGB with `factors` (one (R, G, B) row per channel) and
-    `bias`, the published latent→RGB table of `latent_format`. `latent` None: no preview for this request,
-    `note` says why (one such event per request)."""
+    `bias`, the published latent→RGB table of `latent_format`. `rgb`: instead, the picture a
+    `--preview-decoder` decoded, uint8 (h, w, 3) (`latent_format` then names the decoder's file). Both None:
+    no preview for this request, `note` says why (one such event per request)."""
 
     request_id: int
     step: int
@@ -290,3 +291,4 @@ class StepPreview(Event):
     bias: tuple[float, float, float] = (0.0, 0.0, 0.0)
     latent_format: str = ""
     note: str = ""
+    rgb: Any = None

@@ -61,6 +61,11 @@ class PreviewPanel(Widget):
         """A step's latent (or the request's "no preview" note)."""
         if not self.enabled:
             return
+        if event.rgb is not None:  # a --preview-decoder's picture
+            self.step_previews += 1
+            title = f"step {event.step}/{event.total_steps} · {plain(event.latent_format)}"
+            self._show(title, HalfBlockImage(event.rgb))
+            return
         if event.latent is None:
             self._show(f"request {event.request_id} · step preview", Text(plain(event.note), style="dim"))
             return

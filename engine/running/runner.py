@@ -239,13 +239,14 @@ class RunOutput:
 
 def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_id: int, device: torch.device,
                  dits: list[torch.nn.Module], streamer: LayerwiseStreamer | None,
-                 cancel: threading.Event | None = None, step_previews: bool = False) -> RunOutput:
+                 cancel: threading.Event | None = None, step_previews: bool = False,
+                 preview_decoder: Any = None) -> RunOutput:
     """Call the pipeline once; returns every frame of the first batch item, step timings and phases.
-    `step_previews`: publish each step's latent, small (`step_preview`)."""
+    `step_previews`: publish each step's latent, small (`step_preview`), or what `preview_decoder` decodes."""
     clock = StepClock(bus, request_id, total_steps_of(pipe, request), device, streamer, cancel)
     kwargs = request.call_kwargs(pipe)
     if step_previews:
-        clock.preview = step_previewer(pipe, bus, request_id, clock.total_steps, device, kwargs)
+        clock.preview = step_previewer(pipe, bus, request_id, clock.total_steps, device, kwargs, preview_decoder)
     if "callback_on_step_end" in inspect.signature(pipe.__call__).parameters:
         kwargs["callback_on_step_end"] = clock.on_step_end
     decode = DecodeMeter(device)

@@ -9,7 +9,9 @@ On a CPU the small copy is made at once. The latent is only read: outputs are un
 them bit-identical with previews on and off).
 
 The console turns the latent into RGB with the format's factors (`latent_format`); a pipeline with
-none gets one `StepPreview` with `note` saying so, and nothing is copied.
+none gets one `StepPreview` with `note` saying so, and nothing is copied. With a `--preview-decoder`
+(`preview_decoder`) the latent, reduced to DECODER_SIDE a side, is decoded on the same side stream and
+the picture (uint8) is what is copied and published.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import torch.nn.functional as F
 
 from ...offload.events import EventBus
 from ..events import StepPreview
-from .latent_format import LatentFormat, latent_format_of, no_preview_reason
+from .latent_format import LatentFormat, latent_format_of, no_preview_reason, vae_channels
+from .preview_decoder import DECODER_SIDE, PreviewDecoder
 
 PREVIEW_SIDE = 64
 """Latent pixels on the preview's long side at most (the console shows it in fewer cells than that)."""
@@ -83,9 +86,10 @@ class StepPreviewer:
 
     def __init__(self, bus: EventBus, request_id: int, total_steps: int, device: torch.device,
                  fmt: LatentFormat | None, *, note: str = "", height: int | None = None,
-                 width: int | None = None, spatial_ratio: int | None = None) -> None:
+                 width: int | None = None, spatial_ratio: int | None = None,
+                 decoder: PreviewDecoder | None = None) -> None:
         self.bus, self.request_id, self.total_steps, self.device = bus, request_id, total_steps, device
-        self.fmt, self.note = fmt, note
+        self.fmt, self.note, self.decoder = fmt, note, decoder
         self.height, self.width, self.spatial_ratio = height, width, spatial_ratio
         self.published = 0
         self._said_none = False
@@ -97,31 +101,39 @@ class StepPreviewer:
 
     def capture(self, step: int, latents: Any) -> None:
         """Step `step` (1-based) ended with `latents`: hand its preview on (without waiting for the device)."""
-        if self.fmt is None or not isinstance(latents, torch.Tensor):
+        if (self.fmt is None and self.decoder is None) or self.note or not isinstance(latents, torch.Tensor):
             self._say_none(step, self.note or "no preview")
             return
         if self._stream is None:
-            image = latent_image(latents, self.fmt.channels, height=self.height, width=self.width,
-                                 spatial_ratio=self.spatial_ratio)
-            if image is None:
+            small = self._small(latents)
+            if small is None:
                 self._say_none(step, f"no preview: latents of shape {tuple(latents.shape)} not understood")
                 return
-            self._publish(step, shrink(image).clone().numpy())
+            self._publish(step, small.clone().numpy())
             return
         self._capture_cuda(step, latents)
+
+    def _small(self, latents: torch.Tensor) -> torch.Tensor | None:
+        """What is copied to the host: the latent reduced (factors), or the decoder's picture (uint8)."""
+        channels = self.decoder.channels if self.decoder is not None else self.fmt.channels  # type: ignore[union-attr]
+        image = latent_image(latents, channels, height=self.height, width=self.width,
+                             spatial_ratio=self.spatial_ratio)
+        if image is None:
+            return None
+        if self.decoder is not None:
+            return self.decoder.decode(shrink(image, DECODER_SIDE))
+        return shrink(image)
 
     def _capture_cuda(self, step: int, latents: torch.Tensor) -> None:
         stream = self._stream
         assert stream is not None
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
-            image = latent_image(latents, self.fmt.channels, height=self.height, width=self.width,  # type: ignore[union-attr]
-                                 spatial_ratio=self.spatial_ratio)
-            if image is None:
+            small = self._small(latents)
+            if small is None:
                 self._say_none(step, f"no preview: latents of shape {tuple(latents.shape)} not understood")
                 return
-            small = shrink(image)
-            host = torch.empty(small.shape, dtype=torch.float32, pin_memory=True)
+            host = torch.empty(small.shape, dtype=small.dtype, pin_memory=True)
             host.copy_(small, non_blocking=True)
             done = torch.cuda.Event()
             done.record(stream)
@@ -145,11 +157,15 @@ class StepPreviewer:
             done.synchronize()  # this thread waits for the copy; the compute stream never does
             self._publish(step, host.numpy().copy())
 
-    def _publish(self, step: int, latent: Any) -> None:
-        assert self.fmt is not None
-        self.bus.publish(StepPreview(request_id=self.request_id, step=step, total_steps=self.total_steps,
-                                     latent=latent, factors=self.fmt.factors, bias=self.fmt.bias,
-                                     latent_format=self.fmt.name))
+    def _publish(self, step: int, array: Any) -> None:
+        if self.decoder is not None:
+            self.bus.publish(StepPreview(request_id=self.request_id, step=step, total_steps=self.total_steps,
+                                         rgb=array, latent_format=self.decoder.path.name))
+        else:
+            assert self.fmt is not None
+            self.bus.publish(StepPreview(request_id=self.request_id, step=step, total_steps=self.total_steps,
+                                         latent=array, factors=self.fmt.factors, bias=self.fmt.bias,
+                                         latent_format=self.fmt.name))
         self.published += 1
 
     def _say_none(self, step: int, note: str) -> None:
@@ -168,15 +184,21 @@ class StepPreviewer:
 
 
 def step_previewer(pipe: Any, bus: EventBus, request_id: int, total_steps: int, device: torch.device,
-                   kwargs: dict[str, Any]) -> StepPreviewer:
-    """A previewer for this request on this pipeline (its latent format decided by its VAE)."""
+                   kwargs: dict[str, Any], decoder: PreviewDecoder | None = None) -> StepPreviewer:
+    """A previewer for this request on this pipeline (its latent format decided by its VAE, or `decoder`)."""
     fmt = latent_format_of(pipe)
+    note = "" if fmt else no_preview_reason(pipe)
+    if decoder is not None:
+        channels = vae_channels(getattr(pipe, "vae", None))
+        note = "" if channels == decoder.channels else (
+            f"no preview: {decoder.path.name} decodes {decoder.channels} latent channels, this model's VAE has "
+            f"{channels or '?'}")
     height, width = kwargs.get("height"), kwargs.get("width")
     sample, scale = getattr(pipe, "default_sample_size", None), getattr(pipe, "vae_scale_factor", None)
     if height is None and isinstance(sample, int) and isinstance(scale, int):
         height = width = sample * scale
     ratio = getattr(pipe, "vae_spatial_compression_ratio", None)
-    return StepPreviewer(bus, request_id, total_steps, device, fmt, note="" if fmt else no_preview_reason(pipe),
+    return StepPreviewer(bus, request_id, total_steps, device, fmt, note=note, decoder=decoder,
                          height=height if isinstance(height, int) else None,
                          width=width if isinstance(width, int) else None,
                          spatial_ratio=ratio if isinstance(ratio, int) else None)
