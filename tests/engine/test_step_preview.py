@@ -103,9 +103,22 @@ def test_family_with_factors_gets_previews(loading_family_dir, family, expected)
 
 
 @pytest.mark.slow
-def test_sd3_gets_previews(sd3_model_dir):
-    _, seen = run_with_previews(sd3_model_dir, request_of(FAMILY_GENERATION["sd3"]))
-    assert [e.latent_format for e in seen] == ["sd3", "sd3"]
+@pytest.mark.parametrize("fixture,family,expected", [
+    ("sd3_model_dir", "sd3", "sd3"),
+    ("pixart_model_dir", "pixart_sigma", "sdxl"),  # PixArt-Sigma runs in SDXL's latent space
+    ("wan_model_dir", "wan", "wan21"),
+])
+def test_more_families_get_previews(request, fixture, family, expected):
+    result, seen = run_with_previews(request.getfixturevalue(fixture), request_of(FAMILY_GENERATION[family]))
+    assert [e.latent_format for e in seen] == [expected] * len(result.steps)
+
+
+def test_every_table_is_reachable_from_a_vae():
+    from omni_console.engine.running.latent_format import VAE_RULES
+
+    assert {rule[-1] for rule in VAE_RULES} == set(LATENT_RGB)
+    for vae_class, channels, *_, name in VAE_RULES:
+        assert len(LATENT_RGB[name][0]) == channels, (vae_class, name)
 
 
 @pytest.mark.slow

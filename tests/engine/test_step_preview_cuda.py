@@ -63,3 +63,21 @@ def test_streamed_flux_output_is_bit_identical_with_previews_on_cuda(demo_model_
     assert not none
     assert seen and seen[-1].step == 4  # the last step is always published (close() waits for it)
     assert [e.step for e in seen] == sorted({e.step for e in seen})  # newest wins: maybe fewer, never out of order
+
+
+def test_a_preview_decoder_runs_on_the_side_stream_and_matches_the_cpu(tmp_path):
+    from test_preview_decoder import tiny_decoder_file
+
+    from omni_console.engine.running.preview_decoder import read_preview_decoder
+
+    path = tiny_decoder_file(tmp_path)
+    bus = EventBus()
+    subscription = bus.subscribe()
+    latents = torch.randn(1, 16, 24, 24, generator=torch.Generator().manual_seed(1))
+    cuda = StepPreviewer(bus, 1, 1, torch.device("cuda"), None, decoder=read_preview_decoder(path))
+    cuda.capture(1, latents.cuda())
+    cuda.close()
+    StepPreviewer(bus, 2, 1, torch.device("cpu"), None, decoder=read_preview_decoder(path)).capture(1, latents)
+    on_gpu, on_cpu = [e for e in subscription.drain() if isinstance(e, StepPreview)]
+    assert on_gpu.rgb.shape == on_cpu.rgb.shape == (192, 192, 3)
+    assert np.abs(on_gpu.rgb.astype(int) - on_cpu.rgb.astype(int)).max() <= 2  # TF32/cuDNN vs CPU rounding
