@@ -108,7 +108,9 @@ async def watched(model: Path, device: str, policy: OffloadPolicy, args: argpars
             if args.previews and app.live_screen is not None:
                 out["previews"] = {"drawn": app.live_screen.preview.step_previews,
                                    "dropped": app.router.previews_dropped,
-                                   "output_shown": app.live_screen.preview.output is not None}
+                                   "output_shown": app.live_screen.preview.output is not None,
+                                   "output_delay_ms": base.percentiles(
+                                       [d * 1e3 for d in app.live_screen.preview.output_delays])}
             state_ms: list[float] = []
             frame_ms: list[float] = []
             failures = 0
@@ -184,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         if "previews" in run:
             shown = run["previews"]
             print(f"{run['size']}: step previews drawn {shown['drawn']}, dropped {shown['dropped']} (UI behind), "
-                  f"output preview {'shown' if shown['output_shown'] else 'NOT shown'}")
+                  f"output preview {'shown' if shown['output_shown'] else 'NOT shown'}, file → drawn p95 "
+                  f"{shown['output_delay_ms']['p95'] or float('nan'):.1f} ms (target < 500)")
         if "esc" in run:
             print(console_cancel.summary(run["size"], run["esc"]))
     harness.write({"schema": "omni-console.bench.watched/1", "device": args.device, "model": str(model),

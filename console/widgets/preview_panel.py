@@ -12,6 +12,7 @@ Step previews stay half-block cells (they change every step).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,8 @@ class PreviewPanel(Widget):
         self.step_previews = 0  # drawn this request (what the tests read back)
         self.output: OutputFrames | None = None
         self.output_path: Path | None = None
+        self.output_requested_at: float | None = None  # time.monotonic() when the output was handed over
+        self.output_delays: list[float] = []  # handed over → drawn, seconds, per output (the benchmark reads them)
         self.display = False  # until there is something to show
 
     def render(self) -> Any:
@@ -78,6 +81,7 @@ class PreviewPanel(Widget):
         if not self.enabled:
             return
         self.output_path = Path(path)
+        self.output_requested_at = time.monotonic()
         self.run_worker(lambda: read_output(Path(path)), thread=True, group="output-preview", exclusive=True,
                         name="output-preview")
 
@@ -95,6 +99,9 @@ class PreviewPanel(Widget):
     def show_frames(self, frames: OutputFrames) -> None:
         """Draw a read output: the image, or a video's middle frame above its strip."""
         self.output = frames
+        if self.output_requested_at is not None:
+            self.output_delays.append(time.monotonic() - self.output_requested_at)
+            self.output_requested_at = None
         what = f"{frames.frame_count} frames: middle and strip" if frames.is_video else "image"
         picture = strip_and_middle(frames)
         pixel_widget = pixel_image_class(self.protocol)
