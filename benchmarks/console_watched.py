@@ -15,8 +15,12 @@ written to /dev/null, at the live screen's normal redraw rate, at each terminal 
 4. prints, per size, the watched/headless ratio of the median step (target ≤ 1.01) and the key→frame
    p95 (target < 100 ms), and writes JSON to --out.
 
+--previews: the watched engine publishes step previews (`EngineOptions.step_previews`) and the live screen
+draws them and each output (half-block cells), so the ratio is "watched with previews on" against the same
+headless baseline (previews off); it also prints the previews drawn and dropped (the UI behind).
+
 Usage: python -m benchmarks.console_watched [--model PATH] [--device cuda|cpu] [--steps N]
-       [--sizes 160x48,80x24] [--presses N] [--esc N] [--esc-delay-s S] [--out watched.json]
+       [--sizes 160x48,80x24] [--presses N] [--esc N] [--esc-delay-s S] [--previews] [--out watched.json]
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 from omni_console.console.app import OmniConsoleApp  # noqa: E402
 from omni_console.console.args import resolve_model_path  # noqa: E402
 from omni_console.engine.engine import Engine, GenerateResult  # noqa: E402
+from omni_console.engine.options import EngineOptions  # noqa: E402
 from omni_console.offload.policy import OffloadPolicy, build_policy, parse_components_json  # noqa: E402
 
 from . import console_cancel, harness
@@ -71,8 +76,9 @@ class TerminalClock(base.FrameClock):
 
 async def watched(model: Path, device: str, policy: OffloadPolicy, args: argparse.Namespace,
                   size: tuple[int, int]) -> dict[str, Any]:
-    engine = Engine(model, device=device, variant=args.variant)
-    app = OmniConsoleApp(engine, policy, telemetry_hz=args.hz, out_dir=Path(args.out_dir))
+    engine = Engine(model, device=device, variant=args.variant, options=EngineOptions(step_previews=args.previews))
+    app = OmniConsoleApp(engine, policy, telemetry_hz=args.hz, out_dir=Path(args.out_dir),
+                         preview="halfblock" if args.previews else "off")
     out: dict[str, Any] = {"size": f"{size[0]}x{size[1]}"}
     try:
         async with app.run_test(size=size, notifications=True) as pilot:
@@ -99,6 +105,12 @@ async def watched(model: Path, device: str, policy: OffloadPolicy, args: argpars
             out["frames_per_s"] = (clock.frames - frames0) / elapsed
             out["terminal_bytes_per_s"] = (clock.bytes - bytes0) / elapsed
             out["render_share_of_wall"] = (clock.render_s - render0) / elapsed
+            if args.previews and app.live_screen is not None:
+                out["previews"] = {"drawn": app.live_screen.preview.step_previews,
+                                   "dropped": app.router.previews_dropped,
+                                   "output_shown": app.live_screen.preview.output is not None,
+                                   "output_delay_ms": base.percentiles(
+                                       [d * 1e3 for d in app.live_screen.preview.output_delays])}
             state_ms: list[float] = []
             frame_ms: list[float] = []
             failures = 0
@@ -146,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hz", type=float, default=10.0)
     parser.add_argument("--sizes", default="160x48,80x24")
     parser.add_argument("--out-dir", default="omni-console-out")
+    parser.add_argument("--previews", action="store_true",
+                        help="step and output previews on in the watched app (the headless baseline has none)")
     console_cancel.add_arguments(parser)
     args = parser.parse_args(argv)
     args.replan = None
@@ -169,9 +183,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{'n/a' if p95 is None else f'{p95:.1f} ms'} (target < 100) · {run['frames_per_s']:.1f} frames/s, "
               f"{run['terminal_bytes_per_s'] / 1e3:.1f} kB/s to the terminal, "
               f"render {run['render_share_of_wall'] * 100:.1f} % of wall")
+        if "previews" in run:
+            shown = run["previews"]
+            print(f"{run['size']}: step previews drawn {shown['drawn']}, dropped {shown['dropped']} (UI behind), "
+                  f"output preview {'shown' if shown['output_shown'] else 'NOT shown'}, file → drawn p95 "
+                  f"{shown['output_delay_ms']['p95'] or float('nan'):.1f} ms (target < 500)")
         if "esc" in run:
             print(console_cancel.summary(run["size"], run["esc"]))
     harness.write({"schema": "omni-console.bench.watched/1", "device": args.device, "model": str(model),
+                   "previews": args.previews,
                    "headless_median_s": headless, "headless": {"before": before, "after": after}, "watched": runs},
                   args)
     return 0

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|cards|host-tiers-flux|host-tiers-wan|before-after|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|console-previews|cards|host-tiers-flux|host-tiers-wan|before-after|all] [benchmark args...]
 # `tests` also runs benchmarks/cpu_exactness.py on the host CPU (the tiny families written by
 # tests/write_tiny_families.py). Benchmarks run from the repository root as modules: python3 -m benchmarks.NAME.
 set -uo pipefail
@@ -66,6 +66,12 @@ if [[ $what == console-watched ]]; then  # issue 27: watched at 160x48 and 80x24
     --out "$OUT/console_watched.json" "$@" 2>&1 | tail -30 > "$OUT/console_watched.log"
   python3 -m benchmarks.startup --model /tmp/flux-size --runs 3 --busy-runs 3 --busy-steps 1000 --idle-s 3 \
     --out "$OUT/startup.json" 2>&1 | tail -10 > "$OUT/startup.log"
+fi
+if [[ $what == console-previews ]]; then  # issue 39: watched with step previews on, 160x48 and 80x24
+  python3 -m benchmarks.engine_e2e --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5
+  python3 -m benchmarks.console_watched --device cuda --model /tmp/flux-size --height 1024 --width 1024 \
+    --steps 20 --repeats 3 --key-steps 60 --presses 40 --sizes 160x48,80x24 --previews \
+    --out "$OUT/console_previews.json" "$@" 2>&1 | tail -30 > "$OUT/console_previews.log"
 fi
 if [[ $what == video ]]; then  # Wan2.1-14B-size, 81x480x832, through `run` to .mp4: DLO vs resident
   python3 -m benchmarks.video_e2e --dir /tmp/wan-size --out "$OUT/video_e2e.json" "$@" 2>&1 \

@@ -137,6 +137,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands,
         prompt: str = DEFAULT_PROMPT,
         save_partial: bool = False,
         ram_budget: int | None = None,
+        preview: str = "halfblock",
     ) -> None:
         """Validate everything that can be wrong (theme, policy) before the app ever runs.
 
@@ -147,8 +148,10 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands,
         `save_partial`: also save the image of a request that returned before its last step (by default
         a half-denoised image is not saved: it is not a result). esc never returns one: it stops the
         request between two blocks and keeps nothing. `ram_budget`: `--ram-budget`'s bytes (the plan screen
-        shows the host tiers it chooses for each policy).
+        shows the host tiers it chooses for each policy). `preview`: `--preview`'s mode resolved for this
+        terminal (console/preview_mode.py): off, halfblock, sixel or tgp.
         """
+        self.preview_mode = preview
         self.initial_theme = theme_or_error(theme)
         editor = PolicyEditor(engine.model, policy)  # PolicyError before anything runs
         super().__init__()

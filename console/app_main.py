@@ -77,7 +77,11 @@ def build_app(args: argparse.Namespace, step: Callable[[str], None] = lambda tex
                                    live=True)
         if budget is not None:
             policy = planned.plan.policy
-        return OmniConsoleApp(engine, policy, theme=args.theme, telemetry_hz=hz, ram_budget=ram_budget)
+        from .preview_mode import DEFAULT_PREVIEW, resolve_preview
+
+        preview = resolve_preview(getattr(args, "preview", DEFAULT_PREVIEW))  # before Textual owns the terminal
+        return OmniConsoleApp(engine, policy, theme=args.theme, telemetry_hz=hz, ram_budget=ram_budget,
+                              preview=preview)
     except BaseException:
         engine.close()
         raise
@@ -91,11 +95,18 @@ def _engine_for(args: argparse.Namespace, layout: RankLayout) -> EngineHandle:
 
     if not layout.distributed:
         return service.open_engine(resolve_model_path(args.model), variant=args.variant,
-                           options=EngineOptions(live_replan=True))
+                           options=EngineOptions(live_replan=True,
+                                                 step_previews=getattr(args, "preview", "halfblock") != "off",
+                                                 preview_decoder=_preview_decoder(args)))
     from platformdirs import user_log_path
 
     return service.open_engine(resolve_model_path(args.model), layout=layout, variant=args.variant,
                        log_dir=user_log_path("omni-console"))  # the app owns the terminal: not the ranks' output
+
+
+def _preview_decoder(args: argparse.Namespace) -> str | None:
+    path = getattr(args, "preview_decoder", None)
+    return str(path) if path is not None and getattr(args, "preview", "halfblock") != "off" else None
 
 
 EXIT_RELEASE_WAIT_S = 0.2

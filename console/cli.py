@@ -174,6 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
     theme.fill_help = _theme_help  # type: ignore[attr-defined]  # names filled in when help is printed
     app.add_argument("--telemetry-hz", type=real_number, default=probes.DEFAULT_HZ,
                      help=f"telemetry sampling rate (default {probes.DEFAULT_HZ:g})")
+    app.add_argument("--preview", choices=("off", "halfblock", "auto"), default="halfblock",
+                     help="step and output previews: half-block cells (default), auto (Sixel or Kitty graphics "
+                          "where the terminal answers for it, not inside tmux) or off (v toggles them)")
+    app.add_argument("--preview-decoder", type=path_name, default=None, metavar="PATH",
+                     help="step previews decoded by a tiny autoencoder (TAESD, TAESDXL, TAESD3, TAEF1: diffusers' "
+                          "AutoencoderTiny safetensors) instead of the latent→RGB factors")
 
     plan = sub.add_parser("plan", help="show components, residency and the forecast without loading",
                           description="Show components, residency and the forecast without loading. On a "

@@ -62,6 +62,7 @@ class LiveView(Protocol):
     def show_check(self, event: events.ForecastCheck) -> None: ...
     def show_residency(self, rows: tuple[tuple[str, str, int], ...]) -> None: ...
     def show_ranks(self, ranks: Mapping[int, RankStats]) -> None: ...
+    def show_step_preview(self, event: events.StepPreview) -> None: ...
 
 
 @dataclass
@@ -109,6 +110,9 @@ class EventRouter:
         self.residency: tuple[tuple[str, str, int], ...] | None = None
         """The engine's latest residency rows (its ResidencySnapshot); None until one arrives after a load."""
         self._residency_pending = False
+        self._preview: events.StepPreview | None = None
+        """The newest step preview not yet drawn (a newer one replaces it: only the newest is worth drawing)."""
+        self.previews_dropped = 0
 
     # ---- the live screen's life ------------------------------------------------------------
 
@@ -127,6 +131,7 @@ class EventRouter:
         self._snapshots, self._steps, self._log = [], [], []
         self._ranks_changed = False
         self._residency_pending = False
+        self._preview = None
 
     # ---- events ------------------------------------------------------------------------------
 
@@ -204,6 +209,10 @@ class EventRouter:
                 self._progress = event
             self._set_generation(f"request {event.request_id}: step {event.step}/{event.total_steps} · "
                                  f"last step {format_seconds(event.wall_s)} (stall {format_seconds(event.stall_s)})")
+        elif isinstance(event, events.StepPreview):
+            if live is not None:
+                self.previews_dropped += self._preview is not None
+                self._preview = event
         elif isinstance(event, events.RequestStarted):
             self.request_id = event.request_id
             self._set_generation(f"request {event.request_id}: {event.prompt!r} · started")
@@ -228,7 +237,7 @@ class EventRouter:
 
     def has_pending(self) -> bool:
         return bool(self._log or self._steps or self._snapshots or self._ranks_changed or self._residency_pending
-                    or self._progress is not None or self._generation is not None)
+                    or self._progress is not None or self._generation is not None or self._preview is not None)
 
     def flush(self, *, busy: bool, force: bool = False) -> None:
         """Redraw what is due (everything when `force`): the light widgets, then at most one heavy group."""
@@ -250,6 +259,9 @@ class EventRouter:
         if self._generation is not None:
             text, self._generation = self._generation, None
             live.set_generation(text)
+        if self._preview is not None:
+            preview, self._preview = self._preview, None
+            live.show_step_preview(preview)
 
     def _flush_heavy(self, live: LiveView, busy: bool, force: bool) -> None:
         """Staging log, memory panels (all pending samples), step table, residency, GPU group — staggered.

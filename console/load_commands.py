@@ -41,7 +41,9 @@ class LoadCommands:
         session.load_started()
         # fresh panels per load; it collects events until shown
         self.live_screen = LiveScreen(on_cpu=not self.device_info.is_cuda, history=self.router.telemetry_history,
-                                      live_policy=session.live_replan, world=self.world)
+                                      live_policy=session.live_replan, world=self.world,
+                                      previews=getattr(self, "preview_mode", "halfblock") != "off",
+                                      preview_protocol=getattr(self, "preview_mode", "halfblock"))
         self.live_screen.show_plan(plan)
         self.router.start_load(self.live_screen)
         self.plan_screen.load_started()

@@ -120,7 +120,7 @@ class QueueCommands:
             history = self.service.history
             entries = history.entries if history is not None else []
             note = history.note if history is not None else None
-            self.push_screen(HistoryScreen(entries, note), self.rerun)
+            self.push_screen(HistoryScreen(entries, note, out_dir=self.out_dir), self.rerun)
 
     def rerun(self: ConsoleHost, entry: service.HistoryEntry | None) -> Any:
         """A history row's request, submitted again (its prompt, size, steps, seed, …; a new output name)."""

@@ -194,6 +194,8 @@ class RequestCommands:
         result = future.result()
         session.request_ended(output=message.output,
                               queued=self.service.running is not None or bool(self.service.waiting()))
+        if self.live_screen is not None and message.output is not None:
+            self.live_screen.show_output_preview(message.output)
         done, total = request_outcome.steps_done(result)
         self._show_outcome(request_outcome.finished(result, message.output, message.save_error), done, total)
 

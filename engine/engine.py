@@ -48,6 +48,7 @@ from .running.call_defaults import with_call_defaults
 from .running.call_options import default_fps, requested_fps
 from .running.oom_guard import guarded_request
 from .running.order_watch import BlockOrderWatch, adopt_order, permute_profile
+from .running.preview_decoder import read_preview_decoder
 from .running.profiler import ProfileRecorder, forecast_check, request_size, save_quietly
 from .running.residency_snapshot import ResidencyWatch
 from .running.runner import GenerateRequest, run_pipeline
@@ -78,6 +79,7 @@ class Engine(Lifecycle):
             check_fp8_device(self.model.components, torch.cuda.get_device_capability(self.device))
         self.bus = bus or EventBus()
         self.loras = check_loras(self.model, options.loras)  # a bad --lora: one line before anything loads
+        self.preview_decoder = read_preview_decoder(options.preview_decoder) if options.preview_decoder else None
         self._loras_applied = AppliedLoras()
         # encoders and VAEs read in parallel into arenas and built on a thread beside the DiTs' reads;
         # default on CUDA only: on a CPU the library's own loader keeps the addresses address_phase needs
@@ -361,7 +363,8 @@ class Engine(Lifecycle):
                         run = run_pipeline(
                             self.pipe, request, bus=self.bus, request_id=request_id, device=self.device,
                             dits=[getattr(self.pipe, d.name) for d in self.model.denoisers],
-                            streamer=self.placement.streamer if self.placement else None, cancel=cancel)
+                            streamer=self.placement.streamer if self.placement else None, cancel=cancel,
+                            step_previews=self.options.step_previews, preview_decoder=self.preview_decoder)
                 except BaseException:
                     if experts is not None:
                         with contextlib.suppress(Exception):  # the request's own error is the one to report

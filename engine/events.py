@@ -7,7 +7,7 @@ console takes every event from this module.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..offload.events import (  # the offload layer's own events, re-exported: the console imports events from here
     BlocksSkipped,
@@ -50,6 +50,7 @@ __all__ = [
     "RequestPhases",
     "RequestStarted",
     "StepTiming",
+    "StepPreview",
 ]
 
 
@@ -270,3 +271,24 @@ class ForecastCheck(Event):
     @property
     def host_error(self) -> float | None:
         return self.error(self.predicted_host_peak, self.measured_host_peak)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepPreview(Event):
+    """One denoise step's latent, small, for the console's step preview (engine/running/step_preview.py).
+
+    `latent`: a float32 numpy array (channels, h, w), the first item's (a video's middle frame), average-pooled
+    to at most 64 a side; the console maps it to RGB with `factors` (one (R, G, B) row per channel) and
+    `bias`, the published latent→RGB table of `latent_format`. `rgb`: instead, the picture a
+    `--preview-decoder` decoded, uint8 (h, w, 3) (`latent_format` then names the decoder's file). Both None:
+    no preview for this request, `note` says why (one such event per request)."""
+
+    request_id: int
+    step: int
+    total_steps: int
+    latent: Any = None
+    factors: tuple[tuple[float, float, float], ...] = ()
+    bias: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    latent_format: str = ""
+    note: str = ""
+    rgb: Any = None

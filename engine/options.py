@@ -72,6 +72,11 @@ class EngineOptions:
     """For a VAE decode that ran out of device memory with nothing left to move (`running.oom_guard`):
     given the pipeline, switch its VAE to a leaner decode (tiled or sliced) and say what changed (a note
     that tiling changes pixels belongs there), or None when it has none. None: no leaner decode is tried."""
+    step_previews: bool = False
+    """Publish each denoise step's latent, small, as a `StepPreview` (the console's step preview; `run`: off)."""
+    preview_decoder: str | None = None
+    """`--preview-decoder PATH`: a TAESD-style decoder's safetensors (checked when the engine opens); step
+    previews are then its decoded pictures instead of the latent→RGB factors'."""
 
     def __post_init__(self) -> None:
         if self.read_threads is not None and self.read_threads < 1:

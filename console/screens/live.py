@@ -14,6 +14,7 @@ arrive while the model is still loading (before this screen is shown) are kept, 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -33,6 +34,7 @@ from ..widgets.fitted_text import FittedText
 from ..widgets.gpu_group_panel import GpuGroupPanel
 from ..widgets.key_numbers import KeyNumbers
 from ..widgets.plan_policy import PolicyPanel
+from ..widgets.preview_panel import PreviewPanel
 from ..widgets.queue_panel import QueuePanel
 from ..widgets.request_phases import RequestPhasesLine
 from ..widgets.residency_panel import ResidencyRow
@@ -78,6 +80,8 @@ class LiveScreen(Screen[None]):
                 tooltip="flip the default encoder/VAE residency, applied live"),
         Binding("b", "app.budget", "budget", id="live.budget", show=False,
                 tooltip="VRAM budget: the planner's policy, applied live"),
+        Binding("v", "toggle_preview", "preview", id="live.preview", show=False,
+                tooltip="step and output previews off / on"),
     ]
 
     DEFAULT_CSS = """
@@ -97,6 +101,7 @@ class LiveScreen(Screen[None]):
     LiveScreen.-narrow AllocatorPanel { max-height: 24; }
     LiveScreen #live-right ResidencyPanel { max-height: 40%; }
     LiveScreen.-narrow GpuGroupPanel { max-height: 6; }
+    LiveScreen.-wide PreviewPanel { height: 16; }
     LiveScreen.-wide ToastHolder { align-horizontal: left; }  /* over the policy, not the newest staging events */
     """
 
@@ -106,7 +111,8 @@ class LiveScreen(Screen[None]):
     """esc on a running request: said in the status line until the request ends."""
 
     def __init__(self, *, on_cpu: bool = False, history: Iterable[TelemetrySnapshot] = (),
-                 live_policy: bool = False, world: int = 1) -> None:
+                 live_policy: bool = False, world: int = 1, previews: bool = True,
+                 preview_protocol: str = "halfblock") -> None:
         """`on_cpu`: transfers are host copies (said so, with no GB/s). `history`: the telemetry samples
         so far (replayed into the sparklines when shown, so they span the load). `world`: the engine's GPUs
         (ranks). The residency rows arrive as the engine's ResidencySnapshot events (`show_residency`)."""
@@ -131,6 +137,8 @@ class LiveScreen(Screen[None]):
         self.world = max(world, 1)
         self.gpu_group = GpuGroupPanel(id="gpu-group")
         self.queue = QueuePanel(id="queue")
+        # hidden until a step preview or an output arrives
+        self.preview = PreviewPanel(id="preview", enabled=previews, protocol=preview_protocol)
 
     def compose(self) -> ComposeResult:
         if self.world > 1:
@@ -160,6 +168,7 @@ class LiveScreen(Screen[None]):
                 yield self.policy_panel
             with Vertical(id="live-right"):
                 yield self.residency
+                yield self.preview
                 yield self.steps
                 yield self.staging
         yield SteadyFooter(compact=True, show_command_palette=False)  # ^p is in the help (?)
@@ -251,6 +260,14 @@ class LiveScreen(Screen[None]):
         """The engine's latest residency rows (read on its thread; the UI never touches engine objects)."""
         self.residency.update_rows(rows)
 
+    def show_step_preview(self, event: events.StepPreview) -> None:
+        """The newest step's latent (the router drops older ones), or the request's "no preview" note."""
+        self.preview.show_step(event)
+
+    def show_output_preview(self, path: Path) -> None:
+        """A request's output was written: the panel reads it on a thread and shows it."""
+        self.preview.show_output(path)
+
     # ---- keys ------------------------------------------------------------------------------
 
     def action_filter(self) -> None:
@@ -259,6 +276,10 @@ class LiveScreen(Screen[None]):
     def action_rank_filter(self) -> None:
         if self.world > 1:
             self.staging.cycle_rank(self.world)  # the log's title and filter bar say which rank
+
+    def action_toggle_preview(self) -> None:
+        on = self.preview.toggle()
+        self.notify("previews on" if on else "previews off")
 
     def action_pause(self) -> None:
         paused = self.staging.toggle_pause()

@@ -35,6 +35,7 @@ from .pipeline_defaults import default_steps
 from .pipeline_output import check_frames, first_item_frames
 from .request_phases import DecodeMeter, phase_seconds, sync, sync_compute
 from .step_cache import start_cache
+from .step_preview import step_previewer
 
 # Request fields the engine maps onto a pipeline's own parameter names, in the order tried.
 FRAME_PARAMETERS = ("num_frames", "video_length", "frames")  # Latte: video_length; SanaVideo: frames
@@ -161,6 +162,7 @@ class StepClock:
         self.text_peak: int | None = None  # device allocator peak before the first DiT forward (CUDA)
         self.text_reserved: int | None = None  # the caching allocator's reserved peak then (CUDA)
         self.cache: Any = None  # the request's step cache (`step_cache.StepCache`), whose hits each step reports
+        self.preview: Any = None  # the request's `step_preview.StepPreviewer` (None: step previews off)
 
     def on_dit_forward(self, *_: Any, **__: Any) -> None:
         if self.started is None:
@@ -191,6 +193,8 @@ class StepClock:
                             skipped_bytes=stats.skipped_bytes if stats else 0)
         self.steps.append(timing)
         self.bus.publish(timing)
+        if self.preview is not None:  # after the step's timing: a side stream's copy (step_preview)
+            self.preview.capture(step + 1, latents)
         self.started = None
         if self.cancel is not None and self.cancel.is_set():
             pipe._interrupt = True
@@ -235,10 +239,14 @@ class RunOutput:
 
 def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_id: int, device: torch.device,
                  dits: list[torch.nn.Module], streamer: LayerwiseStreamer | None,
-                 cancel: threading.Event | None = None) -> RunOutput:
-    """Call the pipeline once; returns every frame of the first batch item, step timings and phases."""
+                 cancel: threading.Event | None = None, step_previews: bool = False,
+                 preview_decoder: Any = None) -> RunOutput:
+    """Call the pipeline once; returns every frame of the first batch item, step timings and phases.
+    `step_previews`: publish each step's latent, small (`step_preview`), or what `preview_decoder` decodes."""
     clock = StepClock(bus, request_id, total_steps_of(pipe, request), device, streamer, cancel)
     kwargs = request.call_kwargs(pipe)
+    if step_previews:
+        clock.preview = step_previewer(pipe, bus, request_id, clock.total_steps, device, kwargs, preview_decoder)
     if "callback_on_step_end" in inspect.signature(pipe.__call__).parameters:
         kwargs["callback_on_step_end"] = clock.on_step_end
     decode = DecodeMeter(device)
@@ -264,6 +272,8 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
         hooks.remove()
         if clock.cache is not None:
             clock.cache.remove()
+        if clock.preview is not None:
+            clock.preview.close()
     frames, is_video = first_item_frames(output)
     if cancel is None or not cancel.is_set():  # a cancelled request keeps nothing and says so, not this
         check_frames(frames, type(pipe).__name__)
