@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..engine.api import ModelInfo, RequestSize, checks, planner
 
-TEXT_FLAG = "--max-sequence-length"  # as `run` names it (run_request.CALL_FLAGS)
+TEXT_FLAG = "--max-sequence-length"  # as `run` names it (the service's checks.CALL_NAMES)
 
 
 def check_plan_request(model: ModelInfo, size: RequestSize) -> None:

@@ -1,17 +1,20 @@
-"""`run`'s progress on stderr while the engine works, one GPU or a rank group: one thread drains the
-engine's bus, prints a line for each event worth one (with --json too: the document goes to stdout
-alone) and folds every event into bounded running totals for the report."""
+"""`run`'s lines on stderr while the engine works, one GPU or a rank group: a line for each event worth one
+(with --json too: the document goes to stdout alone), none once Ctrl+C was pressed (the one "interrupted"
+line says it all, and comes last). The engine's progress thread (`service.EventDrain`) calls `event`."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from ..engine import events
-from ..engine.api import service
+from ..engine.api import plain
 from .event_text import one_line, progress_line
+
+if TYPE_CHECKING:
+    from .interrupts import InterruptGuard
 
 Line = tuple[str, str]  # (text, style)
 
@@ -33,37 +36,23 @@ def rank_line(event: events.Event) -> Line | None:
     return None if line is None else (f"[rank {event.rank}] {line[0]}", line[1])
 
 
-class RunProgress(threading.Thread):
-    """Prints `line_for(event)` to `console` for each event on `sub` until `stop`, then the rest; nothing
-    once `muted` (after Ctrl+C the one "interrupted" line says it all). Join it before a failure's line,
-    which must be the last."""
+class ProgressLines:
+    """Prints `line_for(event)` for each event, and the run's own lines, under the guard's output lock (the
+    interrupt line is never printed inside another)."""
 
-    def __init__(self, sub: events.Subscription, console: Console, muted: Callable[[], bool] = lambda: False,
-                 lock: threading.Lock | None = None,
+    def __init__(self, console: Console, guard: InterruptGuard,
                  line_for: Callable[[events.Event], Line | None] = engine_line) -> None:
-        super().__init__(daemon=True, name="omni-progress")
-        self.sub, self.console, self.muted, self.line_for = sub, console, muted, line_for
-        self.lock = lock or threading.Lock()  # shared with the interrupt line, which must come last
-        self.stop = threading.Event()
-        self.totals = service.RunTotals()
+        self.console, self.guard, self.line_for = console, guard, line_for
 
-    def run(self) -> None:
-        while not self.stop.wait(0.1):
-            self._flush()
-        self._flush()
-
-    def finish(self) -> None:
-        """Print what is left and end: every line of the work so far is out when this returns."""
-        self.stop.set()
-        self.join()
-
-    def _flush(self) -> None:
-        for event in self.sub.drain():
-            self.totals.add(event)
-            line = self.line_for(event)
-            if line is None:
-                continue
-            with self.lock:
-                if self.muted():
-                    continue
+    def event(self, event: events.Event) -> None:
+        line = self.line_for(event)
+        if line is None:
+            return
+        with self.guard.output_lock:
+            if not self.guard.interrupted:
                 self.console.print(line[0], style=line[1], markup=False, highlight=False, soft_wrap=True)
+
+    def say(self, text: str) -> None:
+        """A line of the run's own (a note, the failure): shown as written, unwrapped."""
+        with self.guard.output_lock:
+            self.console.print(plain(text), markup=False, highlight=False, soft_wrap=True)

@@ -21,11 +21,14 @@ if TYPE_CHECKING:  # the same names as `EXPORTS` (tests/engine/test_api.py holds
     from ..running.runner import RequestCancelled
     from ..service import request_events
     from ..service.checks import CheckedRun, check_model_request, check_run
+    from ..service.event_drain import EventDrain
     from ..service.history import History, HistoryEntry
     from ..service.outputs import Written, frames_of, write_outputs
     from ..service.rank_report import RankRun, RanksReport, rank_outputs, ranks_report, seeded_path
     from ..service.report import run_report, served_report
+    from ..service.run_once import CancelPoints, NoSignals, RunDone, RunFace, RunSpec, run_once
     from ..service.run_plan import RunPlan, plan_run, run_options
+    from ..service.run_ranks import run_ranks
     from ..service.run_report import RunReport
     from ..service.run_totals import RunTotals
     from ..service.service import Outcome, RequestService, Ticket, request_of
@@ -43,6 +46,9 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "..service.outputs": ("Written", "frames_of", "write_outputs"),
     "..service.report": ("run_report", "served_report"),
     "..service.run_plan": ("RunPlan", "plan_run", "run_options"),
+    "..service.run_once": ("CancelPoints", "NoSignals", "RunDone", "RunFace", "RunSpec", "run_once"),
+    "..service.run_ranks": ("run_ranks",),
+    "..service.event_drain": ("EventDrain",),
     "..service.run_report": ("RunReport",),
     "..service.rank_report": ("RankRun", "RanksReport", "rank_outputs", "ranks_report", "seeded_path"),
     "..service.run_totals": ("RunTotals",),

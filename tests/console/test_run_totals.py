@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import io
 import math
 import random
 
 import pytest
-from rich.console import Console
 
 from omni_console.console.event_text import progress_line
-from omni_console.console.run_progress import RunProgress
+from omni_console.console.run_progress import engine_line
 from omni_console.console.theme_colors import resolve_default
+from omni_console.engine.service.event_drain import EventDrain
 from omni_console.engine.service.run_totals import KEEP_CACHE_DECISIONS, KEEP_LOG_LINES, RunTotals
 from omni_console.offload.events import (
     CacheDecision,
@@ -52,12 +51,11 @@ def _events(seed: int = 0) -> list:
 def test_progress_memory_is_bounded_and_totals_exact():
     events = _events()
     bus = EventBus()
-    progress = RunProgress(bus.subscribe(), Console(file=io.StringIO()), muted=lambda: True)
+    progress = EventDrain(bus.subscribe(), engine_line)  # `run`'s progress thread, each event made a line
     progress.start()
     for event in events:
         bus.publish(event)
-    progress.stop.set()
-    progress.join()
+    progress.finish()
     assert progress.sub.dropped == 0
     totals = progress.totals
     assert totals.stored_items() <= KEEP_CACHE_DECISIONS + KEEP_LOG_LINES  # not ~100 000 events
