@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|console-previews|cards|host-tiers-flux|host-tiers-wan|before-after|run-path|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|console-previews|cards|host-tiers-flux|host-tiers-wan|before-after|all] [benchmark args...]
 # `tests` also runs benchmarks/cpu_exactness.py on the host CPU (the tiny families written by
 # tests/write_tiny_families.py). Benchmarks run from the repository root as modules: python3 -m benchmarks.NAME.
 set -uo pipefail
@@ -136,15 +136,5 @@ fi
 if [[ $what == console ]]; then
   python3 -m benchmarks.console_responsiveness --device cuda --out "$OUT/console.json" "$@" 2>&1 \
     | tail -40 > "$OUT/console.log"
-fi
-if [[ $what == run-path ]]; then  # issue 36 before/after: run's sequence moved into engine/service (~6 min)
-  # run on main and on this branch (each installed in its own directory), then compare the two JSONs:
-  # time to ready and the DLO step through `run` itself, and the engine's own (the front-door section's pair)
-  python3 -m benchmarks.engine_e2e --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5
-  python3 -m benchmarks.run_path --model /tmp/flux-size --res 512 --steps 8 --repeats 3 --out "$OUT/run_path.json" \
-    ${RUN_PATH_BEFORE:+--compare "$RUN_PATH_BEFORE"} 2>&1 | grep -v "kept in float32" > "$OUT/run_path.log"
-  timeout 200 python3 -m benchmarks.replan_load --dir /tmp/flux-size --threads 16 --quick --out "$OUT/replan.json" \
-    2>&1 | grep --line-buffered -v "kept in float32" | tail -30 > "$OUT/replan.log"
-  timeout 150 python3 -m benchmarks.dlo_stream --skip-diffusers --out "$OUT/dlo.json" 2>&1 | tail -30 > "$OUT/dlo.log"
 fi
 exit 0
