@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
-import os
 import types
 from pathlib import Path
 
@@ -112,7 +112,8 @@ def fake_nvml(*, v2: bool = True, fail: set[str] = frozenset(), init_error: str 
 
     mod.nvmlDeviceGetFieldValues = field_values
     mod.nvmlDeviceGetComputeRunningProcesses = lambda h: [
-        types.SimpleNamespace(pid=1, usedGpuMemory=5 * GB), types.SimpleNamespace(pid=os.getpid(), usedGpuMemory=3 * GB)]
+        types.SimpleNamespace(pid=1, usedGpuMemory=5 * GB),
+        types.SimpleNamespace(pid=os.getpid(), usedGpuMemory=3 * GB)]
     return mod
 
 
