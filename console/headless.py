@@ -61,6 +61,8 @@ def check_run_flags(args: argparse.Namespace) -> RunFlags:
     device = probes.parse_device(args.device)
     options = parse_option_flags(args)
     checks.check_output_place(args.output)  # which files it writes depends on the model: checked after discovery
+    if getattr(args, "trace", None) is not None:  # --trace: checked like an output, before anything loads
+        checks.check_trace_place(args.trace, overwrite=args.overwrite, output=args.output)
     return RunFlags(policy, budget, hz, device, options, ram_budget=ram_budget_from_args(args))
 
 
@@ -69,6 +71,8 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
     flags = check_run_flags(args)
     layout = layout_from_args(args)
     if layout.distributed:
+        if getattr(args, "trace", None) is not None:
+            raise ConfigError("--trace with --gpus N > 1: a rank group's trace is not written yet (one GPU's is)")
         if args.lora:
             raise ConfigError("--lora with --gpus N > 1: the rank group does not apply LoRAs yet (one GPU does)")
         from .headless_ranks import run_ranks
@@ -119,6 +123,7 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         with guard.output_lock:  # between the progress lines, never inside one
             err.print(plain(f"note: {history.note}"), markup=False, highlight=False, soft_wrap=True)
     queue = service.RequestService(engine, write_in_caller=True, history=history)
+    trace = service.TraceCapture(engine.bus) if getattr(args, "trace", None) is not None else None
     stage, failure, result = "load", None, None
     try:
         load = guard.run(engine.load, planned.policy, guard.cancel, plan.tiers)
@@ -155,6 +160,14 @@ def _load_generate_report(args: argparse.Namespace, flags: RunFlags, engine: Eng
         return EXIT_FAILED
     writes.pause_point("after-write")
     guard.check()  # Ctrl+C after the write: the line said the output is complete; the exit says 130
+    if trace is not None:  # --trace: the request's trace, beside its outputs (engine/service/trace.py)
+        try:
+            line = trace.write(args.trace, overwrite=args.overwrite)
+        except OSError as exc:  # e.g. a file appeared under its name meanwhile: never replaced
+            _fail(err, f"trace not written: {_one_line(str(exc))}")
+            return EXIT_FAILED
+        with guard.output_lock:
+            err.print(plain(line), markup=False, highlight=False, soft_wrap=True)
     totals = progress.totals
     report = service.run_report(
         model=str(engine.model.path), device=str(engine.device), policy=planned.policy, plan=plan, load=load,
