@@ -171,7 +171,7 @@ def request_spans(events: Iterable[Event]) -> tuple[list[Span], list[tuple[Span,
         for s in steps:
             start = min(max(s.t - s.wall_s, first), denoise_end)
             placed.append((Span(f"step {s.step}/{s.total_steps}", start, min(max(s.t, start), denoise_end)), s))
-        decode_start = last
+        decode_start = max(last, denoise_end)  # the two clocks differ by microseconds: no overlap
     else:
         decode_start = started.t if started is not None else 0.0
     if "vae_decode" in seconds:
