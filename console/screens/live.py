@@ -78,7 +78,7 @@ class LiveScreen(Screen[None]):
                 tooltip="flip the default encoder/VAE residency, applied live"),
         Binding("b", "app.budget", "budget", id="live.budget", show=False,
                 tooltip="VRAM budget: the planner's policy, applied live"),
-        Binding("v", "plots", "plots", id="live.plots",
+        Binding("v", "plots", "plots", id="live.plots", show=False,
                 tooltip="plots of the request: device memory, the link's rate and each step's stall, phases marked"),
         Binding("e", "app.write_trace", "trace", id="live.trace", show=False,
                 tooltip="write the request's Chrome/Perfetto trace (JSON) in the output folder"),
