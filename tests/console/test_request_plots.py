@@ -117,3 +117,13 @@ def test_the_trace_key_writes_a_new_file_each_time(tmp_path, finished):
     trace = json.loads(first.read_text())
     steps = [e for e in trace["traceEvents"] if e.get("cat") == "step"]
     assert [(s["name"], s["ts"], s["dur"]) for s in steps] == [("step 1/2", 1e6, 1e6), ("step 2/2", 2e6, 1e6)]
+
+
+def test_help_lists_the_plot_and_trace_keys():
+    from omni_console.console.key_help import help_sections
+
+    sections = dict(help_sections([], "ctrl+p", lambda b: b.key))
+    live = dict(sections["live screen (after load)"])
+    assert "plots of the request" in live["v"] and "trace" in live["e"]
+    plots = dict(sections["plots (after v)"])
+    assert "trace" in plots["e"] and set(plots) == {"e", "escape / v"}
