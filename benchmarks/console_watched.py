@@ -19,8 +19,12 @@ written to /dev/null, at the live screen's normal redraw rate, at each terminal 
 draws them and each output (half-block cells), so the ratio is "watched with previews on" against the same
 headless baseline (previews off); it also prints the previews drawn and dropped (the UI behind).
 
+With --plots the plot screen (`v`: memory, link rate and stalls over the request) is open while the
+warm-up and the timed requests run, redrawing as it does for an operator; it is closed (esc) before the
+key presses, which are the live screen's. The ratio is then the watched cost with the plots open.
+
 Usage: python -m benchmarks.console_watched [--model PATH] [--device cuda|cpu] [--steps N]
-       [--sizes 160x48,80x24] [--presses N] [--esc N] [--esc-delay-s S] [--previews] [--out watched.json]
+       [--sizes 160x48,80x24] [--presses N] [--esc N] [--esc-delay-s S] [--previews] [--plots] [--out watched.json]
 """
 
 from __future__ import annotations
@@ -97,6 +101,7 @@ async def watched(model: Path, device: str, policy: OffloadPolicy, args: argpars
                 assert fut is not None
                 return await asyncio.wrap_future(fut)
 
+            plots = await open_plots(pilot, app) if args.plots else None
             await generate(args.steps)  # warm-up
             frames0, bytes0, render0, t0 = clock.frames, clock.bytes, clock.render_s, time.perf_counter()
             results = [await generate(args.steps) for _ in range(args.repeats)]
@@ -111,6 +116,11 @@ async def watched(model: Path, device: str, policy: OffloadPolicy, args: argpars
                                    "output_shown": app.live_screen.preview.output is not None,
                                    "output_delay_ms": base.percentiles(
                                        [d * 1e3 for d in app.live_screen.preview.output_delays])}
+            if plots is not None:
+                out["plot_redraws_per_s"] = plots.count / elapsed  # includes the warm-up's: an upper bound
+                await pilot.press("escape")
+                if not await base.wait_for(lambda: app.screen is app.live_screen, 10):
+                    raise RuntimeError("esc did not close the plot screen")
             state_ms: list[float] = []
             frame_ms: list[float] = []
             failures = 0
@@ -142,6 +152,30 @@ async def watched(model: Path, device: str, policy: OffloadPolicy, args: argpars
     return out
 
 
+class RedrawCount:
+    """How many times the plot screen drew its plots (its `redraw` found the record changed)."""
+
+    def __init__(self, screen: Any) -> None:
+        self.count = 0
+        show = screen.memory.show  # called on each drawing (the screen's timer holds its own `redraw`)
+
+        def counted(record: Any) -> None:
+            self.count += 1
+            show(record)
+
+        screen.memory.show = counted
+
+
+async def open_plots(pilot: Any, app: OmniConsoleApp) -> RedrawCount:
+    """Press v on the live screen and wait for the plot screen; its redraws are counted from here."""
+    from omni_console.console.screens.plots import PlotScreen
+
+    await pilot.press("v")
+    if not await base.wait_for(lambda: isinstance(app.screen, PlotScreen), 10):
+        raise RuntimeError("v did not open the plot screen")
+    return RedrawCount(app.screen)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = harness.parser(__doc__.split("\n")[0], out=None, device=harness.AUTO)
     parser.add_argument("--model", type=Path, default=None)
@@ -160,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", default="omni-console-out")
     parser.add_argument("--previews", action="store_true",
                         help="step and output previews on in the watched app (the headless baseline has none)")
+    parser.add_argument("--plots", action="store_true", help="the plot screen (v) open while the requests run")
     console_cancel.add_arguments(parser)
     args = parser.parse_args(argv)
     args.replan = None
@@ -182,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{run['step_ratio']:.3f} (target ≤ 1.01) · key→frame p95 "
               f"{'n/a' if p95 is None else f'{p95:.1f} ms'} (target < 100) · {run['frames_per_s']:.1f} frames/s, "
               f"{run['terminal_bytes_per_s'] / 1e3:.1f} kB/s to the terminal, "
-              f"render {run['render_share_of_wall'] * 100:.1f} % of wall")
+              f"render {run['render_share_of_wall'] * 100:.1f} % of wall"
+              + (f" · plots open, {run['plot_redraws_per_s']:.1f} redraws/s" if "plot_redraws_per_s" in run else ""))
         if "previews" in run:
             shown = run["previews"]
             print(f"{run['size']}: step previews drawn {shown['drawn']}, dropped {shown['dropped']} (UI behind), "
@@ -191,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         if "esc" in run:
             print(console_cancel.summary(run["size"], run["esc"]))
     harness.write({"schema": "omni-console.bench.watched/1", "device": args.device, "model": str(model),
-                   "previews": args.previews,
+                   "previews": args.previews, "plots_open": args.plots,
                    "headless_median_s": headless, "headless": {"before": before, "after": after}, "watched": runs},
                   args)
     return 0

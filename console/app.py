@@ -63,6 +63,7 @@ from .screens import CopyCommandScreen, HelpScreen, LiveScreen, NoticeLogScreen,
 from .session import ConsoleSession
 from .shutdown import EngineRelease, stop_key_reader
 from .toasts import NARROW_WIDTH, drop_toast, max_visible_for, toast_text, toasts_replaced_by
+from .trace_commands import TraceCommands
 from .widgets import HISTORY_SAMPLES
 
 DEFAULT_PROMPT = "a lighthouse on a cliff at dusk"
@@ -94,7 +95,7 @@ def theme_or_error(name: str | None) -> str:
     return name
 
 
-class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands, App[int]):
+class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands, TraceCommands, App[int]):
     """The operator console. `run()` returns 0 after a clean quit."""
 
     CSS_PATH = CSS_PATH

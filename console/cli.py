@@ -218,9 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--output", type=path_name, default=Path("out.png"),
                      help="file to write; the suffix picks the format: .png/.jpg/… (several frames: NAME-0001.png, "
                           "…), .gif/.webp (animated), .mp4 (video) (default out.png)")
-    run.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    run.add_argument("--overwrite", action="store_true", help="replace --output (and --trace) if it exists")
     run.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: cuda if available)")
     run.add_argument("--json", action="store_true", help="print the report as JSON")
+    run.add_argument("--trace", type=path_name, default=None, metavar="PATH",
+                     help="write the request's Chrome/Perfetto trace (JSON) to PATH (--overwrite replaces it)")
     run.add_argument("--telemetry-hz", type=real_number, default=probes.DEFAULT_HZ,
                      help=f"telemetry sampling rate (default {probes.DEFAULT_HZ:g})")
 

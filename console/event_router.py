@@ -34,6 +34,7 @@ from ..offload.units import format_seconds
 from .bandwidth import ObservedBandwidth
 from .event_text import loading_line
 from .rank_stats import RankStats
+from .request_record import RequestRecord
 
 LIGHT_UI_S = 0.25
 """The request's progress bar and line redraw at most this often."""
@@ -113,6 +114,8 @@ class EventRouter:
         self._preview: events.StepPreview | None = None
         """The newest step preview not yet drawn (a newer one replaces it: only the newest is worth drawing)."""
         self.previews_dropped = 0
+        self.record = RequestRecord()
+        """The request running or last run: what the plot screen draws and the trace key writes."""
 
     # ---- the live screen's life ------------------------------------------------------------
 
@@ -141,9 +144,11 @@ class EventRouter:
         live = self.live
         if live is not None:
             live.show_dropped(dropped)
+        record = self.record
         for event in batch:
             routed.count += 1
             self._apply(event, routed, loading)
+            record.add(event)
         return routed
 
     def _rank(self, rank: int) -> RankStats:

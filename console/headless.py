@@ -64,6 +64,8 @@ def check_run_flags(args: argparse.Namespace) -> RunFlags:
 def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) -> int:
     guard = guard or InterruptGuard()
     flags = check_run_flags(args)
+    if args.trace is not None:  # --trace: checked like an output, before anything loads
+        checks.check_trace_place(args.trace, overwrite=args.overwrite, output=args.output)
     layout = layout_from_args(args)
     if layout.distributed:
         from .headless_ranks import check_rank_flags
@@ -86,7 +88,8 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
     spec = service.RunSpec(model=model_path, policy=flags.policy, output=args.output, request=request,
                            overwrite=args.overwrite, device=flags.device, variant=args.variant, budget=flags.budget,
                            ram_budget=flags.ram_budget, telemetry_hz=flags.telemetry_hz, fps=options.fps,
-                           open_options=lora_options(args), layout=layout if layout.distributed else None)
+                           open_options=lora_options(args), layout=layout if layout.distributed else None,
+                           trace=args.trace)
     lines = ProgressLines(Console(stderr=True), guard, rank_line if layout.distributed else engine_line)
     face = service.RunFace(event=lines.event, note=lines.say, final_lines=describe_snapshot)
     done = (service.run_ranks if layout.distributed else service.run_once)(spec, guard, face)

@@ -19,6 +19,8 @@ RAM_WITH_RANKS = ("--ram-budget with --gpus: the ranks share the host's memory, 
 
 def check_rank_flags(args: argparse.Namespace, flags: Any) -> None:
     """`flags`: the checked `RunFlags` of `console.headless`."""
+    if args.trace is not None:
+        raise ConfigError("--trace with --gpus N > 1: a rank group's trace is not written yet (one GPU's is)")
     if args.lora:
         raise ConfigError("--lora with --gpus N > 1: the rank group does not apply LoRAs yet (one GPU does)")
     if flags.budget is not None:

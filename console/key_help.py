@@ -36,6 +36,13 @@ def help_sections(app_bindings: Iterable[BindingType], palette_key: str,
         ("live screen (after load)", rows([*LiveScreen.BINDINGS, *([RANK_BINDING] if world > 1 else [])])),
         ("staging log filter (after /)", [*rows(FilterBar.BINDINGS), ("enter", "keep the filter, close the bar")]),
         ("generate dialog (after g)", [*rows(GenerateDialog.BINDINGS), ("enter", "run the request")]),
+        ("plots (after v)", rows(_plot_bindings())),
         ("notice log (after n)", [("pgup / pgdn, home / end", "scroll"), *rows(NoticeLogScreen.BINDINGS)]),
         ("this help", rows(HelpScreen.BINDINGS)),
     ]
+
+
+def _plot_bindings() -> list[BindingType]:
+    from .screens.plots import PlotScreen  # the plotting library loads when it is first needed
+
+    return list(PlotScreen.BINDINGS)

@@ -75,6 +75,16 @@ def save_result(result: Any, out_dir: Path, request_id: int, when: float | None 
     return save_image(result.image, out_dir, request_id, when)
 
 
+def save_trace(trace: dict[str, Any], out_dir: Path, request_id: int, when: float | None = None) -> Path:
+    """Write a request's trace (`RequestRecord.trace`) as `...-request-N-trace.json`, a new name like an image's."""
+    def write(scratch: Path) -> Path:
+        done = scratch / "trace.json"
+        writes.write_trace(done, trace)
+        return done
+
+    return _save_new(out_dir, f"{output_stem(request_id, when)}-trace", ".json", write)
+
+
 def _save_new(out_dir: Path, stem: str, extension: str, write: Callable[[Path], Path]) -> Path:
     """Write once into a scratch folder beside the names (`write` returns the finished file), then give
     it `stem{extension}` (or `stem-2{extension}`, …), the first name that does not exist."""

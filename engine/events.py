@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..offload.events import (  # the offload layer's own events, re-exported: the console imports events from here
     BlocksSkipped,
+    BlockTiming,
     CacheDecision,
     ErrorEvent,
     Event,
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BlockOrderCorrected",
     "BlocksSkipped",
+    "BlockTiming",
     "CacheDecision",
     "ErrorEvent",
     "Event",

@@ -9,8 +9,9 @@ unless asked to.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
-from .events import BlocksSkipped, EventBus, StagingEvent
+from .events import BlocksSkipped, BlockTiming, EventBus, StagingEvent
 from .stream_stats import StepStats
 from .tiers import Tier
 from .transfer_timing import Measured, TransferClock
@@ -44,7 +45,13 @@ class CopyLedger:
         """Account resolved measurements and publish the copies as staging events."""
         cuda = self.cuda
         for m in measured:
-            if m.kind == "stall" or m.sync or not cuda:
+            if m.kind != "copy":  # a block's compute, or the compute stream's wait for its copy (a stall)
+                if m.kind == "stall":
+                    self.stall_s += m.seconds
+                self.bus.publish(BlockTiming(target=m.target, kind=m.kind, seconds=m.seconds,
+                                             start=m.t if cuda else m.t - m.seconds))
+                continue
+            if m.sync or not cuda:
                 self.stall_s += m.seconds
             if m.kind == "copy" and (not m.sync or not cuda) and m.seconds > 0:  # on a CPU all are sync
                 self.async_bytes += m.nbytes
@@ -52,8 +59,16 @@ class CopyLedger:
             if m.kind == "copy":
                 self.bus.publish(
                     StagingEvent(target=m.target, direction="h2d", nbytes=m.nbytes, seconds=m.seconds, sync=m.sync,
-                                 t=m.t, tier=self.tiers.get(m.target, "pinned"))
+                                 t=m.t, tier=self.tiers.get(m.target, "pinned"), start=m.t if cuda else m.t - m.seconds)
                 )
+
+    def compute_started(self, stream: Any) -> Any:
+        """A streamed block's forward begins (after its copy's wait) on `stream`: the mark `compute_done` closes."""
+        return self.clock.start(stream)
+
+    def compute_done(self, mark: Any, name: str, stream: Any) -> None:
+        """The block's forward has been issued: its compute time resolves, and is published, like a copy's."""
+        self.clock.finish(mark, "compute", name, 0, stream=stream)
 
     def skipped(self, name: str, nbytes: int) -> None:
         """A streamed block the step cache skipped: its region was not copied for this forward."""

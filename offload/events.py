@@ -63,11 +63,25 @@ class StagingEvent(Event):
     seconds: float
     sync: bool = False
     tier: Tier = "pinned"  # where its bytes came from on the host (offload/tiers.py)
+    start: float | None = None  # monotonic time it began (CPU) or was issued on its stream (CUDA); None: unknown
 
     @property
     def gbps(self) -> float:
         """Decimal gigabytes per second; 0.0 when the duration is not measurable."""
         return self.nbytes / self.seconds / 1e9 if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockTiming(Event):
+    """A streamed block's forward on the compute stream (`kind` "compute"), or the compute stream's wait for
+    the block's copy before it (`kind` "stall", CUDA only): what a trace draws on the compute track.
+
+    `start`: monotonic time it began (CPU) or was issued (CUDA: the device runs it at that time or later)."""
+
+    target: str
+    kind: Literal["compute", "stall"]
+    seconds: float
+    start: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

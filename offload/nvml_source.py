@@ -146,6 +146,7 @@ class NvmlSource:
                 errors["pcie_rx"] = errors["pcie_tx"] = "PCIe sampling off"
             nvlink_rx, nvlink_tx = self._nvlink_rates(nv, h)
             util = q(["gpu_util", "mem_util"], lambda: nv.nvmlDeviceGetUtilizationRates(h))
+            process = q(["process_used"], lambda: _process_bytes(nv, h, os.getpid()))
             if name is None and mem is None and util is None:  # the device stopped answering (lost, reset)
                 return NvmlMemory(unavailable=f"NVML queries failed: {errors['total']}")
             return NvmlMemory(
@@ -161,6 +162,7 @@ class NvmlSource:
                 gpu_util_pct=int(util.gpu) if util is not None else None,
                 mem_util_pct=int(util.memory) if util is not None else None,
                 memory_api=api,
+                process_used=process,
                 errors=errors,
             )
 
@@ -220,3 +222,14 @@ class NvmlSource:
             self._initialized = False
             self._handle = None
             self._init_error = None
+
+
+def _process_bytes(nv: ModuleType, handle: Any, pid: int) -> int:
+    """Device bytes NVML counts for process `pid` (raises, with the reason, when it does not list or report it)."""
+    for p in nv.nvmlDeviceGetComputeRunningProcesses(handle):
+        if int(p.pid) == pid:
+            used = getattr(p, "usedGpuMemory", None)
+            if used is None or int(used) >= 2**63:  # NVML_VALUE_NOT_AVAILABLE (e.g. Windows WDDM)
+                raise RuntimeError("NVML does not report this process's memory")
+            return int(used)
+    raise RuntimeError(f"process {pid} not in NVML's list (a PID namespace hides it)")

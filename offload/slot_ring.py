@@ -215,17 +215,33 @@ class Ring(Protocol):
     def block_states(self, blocks: list[Block]) -> list[tuple[str, str, int]]: ...
 
 
-def ring_hooks(hooks: Hooks, module: torch.nn.Module, ring: Ring, k: int) -> None:
-    """Block k's pre-hook (`ring.before(k)`) and post-hook (`ring.after(k)`): one call each, no more."""
+def ring_hooks(hooks: Hooks, module: torch.nn.Module, ring: Ring, k: int, ledger: CopyLedger | None = None,
+               name: str = "", device: torch.device | None = None) -> None:
+    """Block k's pre-hook (`ring.before(k)`) and post-hook (`ring.after(k)`): one call each, no more.
+    With a `ledger`, the block's forward between them is timed on the compute stream (a trace's compute track)."""
     before, after = ring.before, ring.after
+    if ledger is None or device is None:
+        @torch.compiler.disable
+        def pre_hook(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+            before(k)
 
-    @torch.compiler.disable
-    def pre_hook(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
-        before(k)
+        @torch.compiler.disable
+        def post_hook(module: torch.nn.Module, args: Any, output: Any) -> None:
+            after(k)
+    else:
+        mark: list[Any] = [None]
 
-    @torch.compiler.disable
-    def post_hook(module: torch.nn.Module, args: Any, output: Any) -> None:
-        after(k)
+        @torch.compiler.disable
+        def pre_hook(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+            before(k)
+            mark[0] = ledger.compute_started(current_stream(device))
+
+        @torch.compiler.disable
+        def post_hook(module: torch.nn.Module, args: Any, output: Any) -> None:
+            if mark[0] is not None:
+                ledger.compute_done(mark[0], name, current_stream(device))
+                mark[0] = None
+            after(k)
 
     hooks.before(module, pre_hook, with_kwargs=True)
     hooks.after(module, post_hook)

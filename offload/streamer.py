@@ -387,7 +387,7 @@ class LayerwiseStreamer(StreamerFigures):
         for watch in self._ring_watchers:
             watch(self.ring)
         for k, b in enumerate(self._streamed):
-            ring_hooks(self._hooks, b.module, self.ring, k)
+            ring_hooks(self._hooks, b.module, self.ring, k, self._ledger, b.name, self.device)
         self.ring.open(self.residency.slots)
         self._apply_skips()
 

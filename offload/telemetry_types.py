@@ -48,6 +48,7 @@ class NvmlMemory:
     gpu_util_pct: int | None = None
     mem_util_pct: int | None = None
     memory_api: str | None = None
+    process_used: int | None = None  # device bytes NVML counts for this process (None: not listed, see errors)
     unavailable: str | None = None
     errors: Mapping[str, str] = field(default_factory=dict)
 

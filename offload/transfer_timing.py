@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import torch
 
-Kind = Literal["copy", "stall"]
+Kind = Literal["copy", "stall", "compute"]  # compute: a streamed block's forward (for traces)
 
 
 @dataclass(frozen=True, slots=True)

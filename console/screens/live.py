@@ -80,8 +80,12 @@ class LiveScreen(Screen[None]):
                 tooltip="flip the default encoder/VAE residency, applied live"),
         Binding("b", "app.budget", "budget", id="live.budget", show=False,
                 tooltip="VRAM budget: the planner's policy, applied live"),
-        Binding("v", "toggle_preview", "preview", id="live.preview", show=False,
+        Binding("i", "toggle_preview", "preview", id="live.preview", show=False,
                 tooltip="step and output previews off / on"),
+        Binding("v", "plots", "plots", id="live.plots", show=False,
+                tooltip="plots of the request: device memory, the link's rate and each step's stall, phases marked"),
+        Binding("e", "app.write_trace", "trace", id="live.trace", show=False,
+                tooltip="write the request's Chrome/Perfetto trace (JSON) in the output folder"),
     ]
 
     DEFAULT_CSS = """
@@ -272,6 +276,11 @@ class LiveScreen(Screen[None]):
 
     def action_filter(self) -> None:
         self.staging.open_filter()
+
+    def action_plots(self) -> None:
+        from .plots import PlotScreen  # the plotting library loads when the plots are first opened
+
+        self.app.push_screen(PlotScreen(self.app.router.record))  # type: ignore[attr-defined]
 
     def action_rank_filter(self) -> None:
         if self.world > 1:

@@ -7,7 +7,7 @@ An output preview is decoded off the UI thread (`output_frames`, in a thread wor
 in half-block cells, or where `--preview auto` found a pixel protocol (Sixel, Kitty's) by textual-image's
 widget for it (a new widget per output: replacing the image of one does not redraw under those protocols).
 Step previews stay half-block cells (they change every step).
-`v` (the live screen's key) turns previews off and on; while off nothing is converted or decoded.
+`i` (the live screen's key) turns previews off and on; while off nothing is converted or decoded.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class PreviewPanel(Widget):
         self.mount(self.pixels)
 
     def toggle(self) -> bool:
-        """`v`: previews off (the panel says so) or on again (the next step or output shows); returns on/off."""
+        """`i`: previews off (the panel says so) or on again (the next step or output shows); returns on/off."""
         self.enabled = not self.enabled
         if not self.enabled:
             self._show("preview", Text(PREVIEW_OFF, style="dim"))

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the same names as `EXPORTS` (tests/engine/test_api.py holds
     from ..running.runner import total_steps_of
     from ..running.step_cache import check_cache_support
     from ..running.text_length import check_text_length
+    from ..running.trace_file import check_trace_place
 
 EXPORTS: dict[str, tuple[str, ...]] = {
     "..running.host_fit": ("check_fits_host",),
@@ -41,6 +42,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
         "accepted_options", "call_signature", "check_call", "check_shape", "frames_rule", "option_parameter",
     ),
     "..running.text_length": ("check_text_length",),
+    "..running.trace_file": ("check_trace_place",),
     "..running.param_syntax": ("check_finite", "check_parameter_names", "parse_param"),
     "..running.request_limits": ("check_limits", "schedule_steps"),
     "..running.profiler": ("request_size",),

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the same names as `EXPORTS` (tests/engine/test_api.py holds
     from ..service.run_report import RunReport
     from ..service.run_totals import RunTotals
     from ..service.service import Outcome, RequestService, Ticket, request_of
+    from ..service.trace import TraceCapture
     from ..worker import EngineWorker
 
 EXPORTS: dict[str, tuple[str, ...]] = {
@@ -52,6 +53,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "..service.run_report": ("RunReport",),
     "..service.rank_report": ("RankRun", "RanksReport", "rank_outputs", "ranks_report", "seeded_path"),
     "..service.run_totals": ("RunTotals",),
+    "..service.trace": ("TraceCapture",),
     "..results": ("GenerateResult", "LoadReport"),
     "..loading.loader": ("LoadCancelled",),
     "..running.runner": ("RequestCancelled",),

@@ -24,11 +24,15 @@ if TYPE_CHECKING:  # the same names as `EXPORTS` (tests/engine/test_api.py holds
         held,
         pause_point,
     )
+    from ..running.trace_events import TraceRecorder, request_spans
+    from ..running.trace_file import write_trace
 
 EXPORTS: dict[str, tuple[str, ...]] = {
     "..running.outputs": ("DEFAULT_FPS", "OutputTarget", "write_notes", "write_result"),
     "..running.group_write": ("GroupOutput", "write_results"),
     "..running.pipeline_output": ("frame_size",),
+    "..running.trace_events": ("TraceRecorder", "request_spans"),
+    "..running.trace_file": ("write_trace",),
     "..running.atomic_write": ("publish_new", "remove_pending", "scratch_folder"),
     "..running.signal_guard": (
         "SignalGuard", "SignalStop", "completed_outputs", "deferrable", "forget_outputs", "held", "pause_point",

@@ -30,6 +30,7 @@ from .history import History
 from .report import run_report
 from .run_plan import RunPlan, plan_run, run_options
 from .service import RequestService
+from .trace import TraceCapture
 
 if TYPE_CHECKING:
     from ...offload.policy import OffloadPolicy
@@ -94,6 +95,7 @@ class RunSpec:
     names: Names = field(default_factory=lambda: CALL_NAMES)
     open_options: dict[str, Any] = field(default_factory=dict)  # more EngineOptions fields (the LoRAs)
     layout: RankLayout | None = None  # a rank group (`run_ranks`)
+    trace: Path | None = None  # --trace: the request's Chrome/Perfetto trace, written after its outputs
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,7 @@ def _serve(engine: EngineHandle, spec: RunSpec, planned: RunPlan, run: CheckedRu
         face.note(f"note: {history.note}")
     # written here, on the caller's thread, where a signal during the write unwinds it (write_in_caller)
     queue = RequestService(engine, write_in_caller=True, history=history)
+    trace = TraceCapture(engine.bus) if spec.trace is not None else None
     stage, failure, result = "load", None, None
     try:
         load = points.run(engine.load, planned.policy, points.cancel, plan.tiers)
@@ -183,6 +186,12 @@ def _serve(engine: EngineHandle, spec: RunSpec, planned: RunPlan, run: CheckedRu
         return RunDone(failure=outcome.error)
     pause_point("after-write")
     points.check()  # a signal after the write: the line says the output is complete
+    if trace is not None:  # beside the outputs (engine/service/trace.py); an existing file is never replaced
+        try:
+            face.note(trace.write(spec.trace, overwrite=spec.overwrite))
+        except OSError as exc:
+            queue.close()
+            return RunDone(failure=f"trace not written: {_one_line(str(exc))}")
     totals = drain.totals
     report = run_report(
         model=str(engine.model.path), device=str(engine.device), policy=planned.policy, plan=plan, load=load,

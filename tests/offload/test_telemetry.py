@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -110,6 +111,9 @@ def fake_nvml(*, v2: bool = True, fail: set[str] = frozenset(), init_error: str 
                 for v in (rx, tx)]
 
     mod.nvmlDeviceGetFieldValues = field_values
+    mod.nvmlDeviceGetComputeRunningProcesses = lambda h: [
+        types.SimpleNamespace(pid=1, usedGpuMemory=5 * GB),
+        types.SimpleNamespace(pid=os.getpid(), usedGpuMemory=3 * GB)]
     return mod
 
 
@@ -122,6 +126,7 @@ def test_nvlink_rates_come_from_two_samples_of_the_counters():
     assert second.nvlink_rx_bytes_per_s == 500_000 * 1024 * 2  # KiB over 0.5 s
     assert second.nvlink_tx_bytes_per_s == 1024 * 1024 * 2
     assert second.errors == {}
+    assert second.process_used == 3 * GB  # this process's row of NVML's process list, not the device's total
 
 
 def test_a_gpu_without_nvlink_is_asked_once_and_reports_none():
