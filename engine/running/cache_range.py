@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..planning.documents import CacheRangeDoc, MeasuredHitsDoc
 from .cache_hits import HitRate
 from .cache_spec import CacheSpec
 
@@ -23,21 +24,36 @@ class CacheRange:
     no_hits_s: float | None
     best_s: float | None
     line: str
+    spec: CacheSpec | None = None
+    num_blocks: int = 0
+    measured: HitRate | None = None
+    expected_s: float | None = None  # the step at the measured rate
+
+    def document(self) -> CacheRangeDoc:
+        """`plan --json`'s `cache`: the same range, field by field."""
+        assert self.spec is not None
+        m = self.measured
+        measured = MeasuredHitsDoc(forwards=m.forwards, hits=m.hits, steps=m.steps, hit_rate=m.rate,
+                                   expected_step_seconds=self.expected_s) if m is not None and m.forwards else None
+        return CacheRangeDoc(cache=self.spec.text(), kind=self.spec.kind, no_hits_step_seconds=self.no_hits_s,
+                             best_step_seconds=self.best_s, blocks_run_on_hit=_RUN_ON_HIT.get(self.spec.kind),
+                             num_blocks=self.num_blocks, measured=measured, line=self.line)
 
 
 def cache_step_range(spec: CacheSpec, num_blocks: int, step_s: float | None, measured: HitRate | None = None
                      ) -> CacheRange:
     """The step from no hits to the best case of `spec` (see the module docstring), and the plan's line; with a
     hit rate this family measured for the setting (`cache_hits`), the step that rate gives as well."""
-    found = _range(spec, num_blocks, step_s)
+    found = replace(_range(spec, num_blocks, step_s), spec=spec, num_blocks=num_blocks)
     if measured is None or measured.forwards == 0:
         return found
     seen = f"; measured here: {measured.hits} of {measured.forwards} forwards hit ({measured.rate:.0%}, at " \
            f"{measured.steps} steps)"
+    expected = None
     if found.no_hits_s is not None and found.best_s is not None:
         expected = found.no_hits_s + measured.rate * (found.best_s - found.no_hits_s)
         seen += f", about {expected:.3f} s a step at that rate"
-    return replace(found, line=found.line + seen)
+    return replace(found, line=found.line + seen, measured=measured, expected_s=expected)
 
 
 def _range(spec: CacheSpec, num_blocks: int, step_s: float | None) -> CacheRange:

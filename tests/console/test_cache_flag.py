@@ -3,6 +3,7 @@ family, is one line on stderr and exit 2 before anything loads; the parser never
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,25 @@ def test_a_cache_on_several_ranks_is_refused_before_anything_starts(demo_model_d
     assert code == 2 and loads == []
     assert capsys.readouterr().err.strip().splitlines() == [
         "omni-console: error: --cache with --gpus N > 1 is not supported yet: run a cached request on one GPU"]
+
+
+def test_plan_json_carries_the_cached_step_as_a_range(demo_model_dir, capsys):
+    from omni_console.engine.planning.documents import PlanDocument
+
+    capsys.readouterr()
+    assert main(["plan", "--model", str(demo_model_dir), "--cache", "first-block:threshold=0.2", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert PlanDocument.model_validate(document).to_json_dict() == document
+    cache = document["cache"]
+    assert (cache["cache"], cache["kind"], cache["is_range"]) == ("first-block:threshold=0.2", "first-block", True)
+    assert (cache["blocks_run_on_hit"], cache["num_blocks"]) == (1, 6)
+    assert cache["line"].startswith("--cache first-block:threshold=0.2: step time is a range, not a forecast: ")
+    if cache["no_hits_step_seconds"] is None:  # nothing measured for the demo in this cache yet
+        assert cache["best_step_seconds"] is None
+    else:
+        assert cache["best_step_seconds"] == pytest.approx(cache["no_hits_step_seconds"] / 6)
+    assert main(["plan", "--model", str(demo_model_dir), "--cache", "pab", "--json"]) == 0
+    pab = json.loads(capsys.readouterr().out)["cache"]
+    assert pab["blocks_run_on_hit"] is None and pab["best_step_seconds"] == pab["no_hits_step_seconds"]
+    assert main(["plan", "--model", str(demo_model_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cache"] is None
