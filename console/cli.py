@@ -151,7 +151,7 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _cache_flag(parser: argparse.ArgumentParser) -> None:
-    """`--cache`, for `plan` and `run` (the console app has no cached request yet)."""
+    """`--cache`, for `plan`, `run` and the console app (its first request's; `s` changes it between requests)."""
     parser.add_argument("--cache", metavar="KIND[:key=value,...]",
                         help="diffusers' step cache on the DiT: first-block, mag, taylorseer, faster, pab, sea or "
                              "off (default), its parameters under the config's own names (e.g. "
@@ -170,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     app = sub.add_parser("console", help="open the Textual console (default)")
     _policy_flags(app)
+    _cache_flag(app)
     theme = app.add_argument("--theme", metavar="NAME", help="colour theme (press t in the app to cycle)")
     theme.fill_help = _theme_help  # type: ignore[attr-defined]  # names filled in when help is printed
     app.add_argument("--telemetry-hz", type=real_number, default=probes.DEFAULT_HZ,

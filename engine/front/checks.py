@@ -28,13 +28,13 @@ if TYPE_CHECKING:  # the same names as `EXPORTS` (tests/engine/test_api.py holds
     from ..running.request_checks import SEED_MAX, check_request
     from ..running.request_limits import check_limits, schedule_steps
     from ..running.runner import total_steps_of
-    from ..running.step_cache import check_cache_support
+    from ..running.step_cache import check_cache_support, supported_kinds
     from ..running.text_length import check_text_length
 
 EXPORTS: dict[str, tuple[str, ...]] = {
     "..running.host_fit": ("check_fits_host",),
     "..running.cache_spec": ("CacheSpec", "parse_cache"),  # --cache's text, torch-free
-    "..running.step_cache": ("check_cache_support",),
+    "..running.step_cache": ("check_cache_support", "supported_kinds"),
     "..loading.lora_files": ("check_loras",),
     "..running.request_checks": ("SEED_MAX", "check_request"),
     "..running.call_options": (

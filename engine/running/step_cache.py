@@ -126,6 +126,17 @@ def check_cache_support(model: Any, spec: CacheSpec | None) -> None:
                           f"({comp.class_name}); {hint}")
 
 
+def supported_kinds(model: Any) -> list[str]:
+    """The `--cache` kinds diffusers takes on every denoiser of `model` (the discovered `ModelInfo`), each
+    built on the meta device from its config (no weights read): the console's toggle cycles through them."""
+    works = list(CACHE_KINDS)
+    for comp in model.denoisers:
+        built = _meta_model(comp.class_name, comp.folder)
+        found = kinds_that_work(built) if built is not None else []
+        works = [kind for kind in works if kind in found]
+    return works
+
+
 class StepCache:
     """The cache enabled on a request's DiTs, the ring following its skips, and its hit counts."""
 
