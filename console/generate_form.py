@@ -105,7 +105,7 @@ def form_fields(accepted: set[str] | frozenset[str], defaults: GenerateRequest,
 def cache_field(defaults: GenerateRequest, kinds: tuple[str, ...]) -> FormField:
     """`KIND[:key=value,...]` as `--cache` takes it; empty or `off`: no cache."""
     return FormField("cache", "step cache", defaults.cache.text() if defaults.cache is not None else "",
-                     f"off, or {', '.join(kinds)}[:key=value]")
+                     f"off · {'/'.join(kinds)}")
 
 
 def parse_cache_field(values: Mapping[str, str]) -> Any:

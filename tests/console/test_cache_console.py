@@ -53,7 +53,7 @@ def test_the_dialog_takes_a_cache_as_run_does_and_names_the_field_when_it_is_bad
 
     form = RequestForm.for_model(model, make(prompt="a fox"), make, kinds)
     field = next(f for f in form.fields() if f.id == "cache")
-    assert (field.label, field.value) == ("step cache", "") and field.placeholder.startswith("off, or first-block")
+    assert (field.label, field.value) == ("step cache", "") and field.placeholder.startswith("off · first-block/mag/")
     values = {f.id: f.value for f in form.fields()}
     assert form.build(values).cache is None
     set_here = "first-block:threshold=0.3"
