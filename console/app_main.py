@@ -54,7 +54,8 @@ def build_app(args: argparse.Namespace, step: Callable[[str], None] = lambda tex
 
     cache = checks.parse_cache(getattr(args, "cache", None))  # torch-free: a typo is answered before the imports
     if layout.distributed and cache is not None:
-        raise ConfigError("--cache with --gpus N > 1 is not supported yet: run a cached request on one GPU")
+        raise ConfigError("--cache with --gpus N > 1: the console's rank group runs its requests without a cache; "
+                          "`run --gpus N --dlo-no-use-allgather --cache ...` takes one, or the console on one GPU")
     try:
         hz = probes.validate_hz(args.telemetry_hz)
     except ValueError as exc:

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from ..engine.api import EngineHandle, RankLayout, plain, planner, probes, service, writes
+from ..engine.api import EngineHandle, RankLayout, checks, plain, planner, probes, service, writes
 from ..engine.errors import ConfigError
 from .args import resolve_model_path
 from .interrupts import InterruptGuard
@@ -44,8 +45,7 @@ def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayou
         raise ConfigError("--vram-budget with --gpus: plan one rank's budget with `plan --gpus`, then pass its policy")
     if flags.ram_budget is not None:
         raise ConfigError(RAM_WITH_RANKS)
-    if flags.options.cache is not None:  # each rank's cache state and its split of the batch: not yet followed
-        raise ConfigError("--cache with --gpus N > 1 is not supported yet: run a cached request on one GPU")
+    checks.check_cache_ranks(layout, flags.options.cache)  # only where each rank's cache decides as one GPU's would
     model_path = resolve_model_path(args.model)
     guard.check()
     # the console's handle: discovery and the layout's checks here, no rank started yet (they start at the load)
@@ -57,6 +57,9 @@ def run_ranks(args: argparse.Namespace, guard: InterruptGuard, layout: RankLayou
                                   width=args.width, seed=args.seed, guidance=args.guidance, frames=args.frames,
                                   negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,
                                   image=args.image, params=flags.options.params)
+        if flags.options.cache is not None:  # the family's DiT takes the kind: before any rank starts
+            request = replace(request, cache=flags.options.cache)
+            checks.check_cache_support(engine.model, request.cache)
         if layout.parallel == "cfg":  # one request, both ranks: the image once, at --output
             runs = [checked_request(engine.model, request, flags.options, args.output,
                                     overwrite=args.overwrite)] * layout.gpus
