@@ -286,8 +286,9 @@ class CacheRangeDoc(Document):
     no_hits_step_seconds: float | None = Field(description="the uncached step (null: not measured yet)")
     best_step_seconds: float | None = Field(description="every forward a hit: only the blocks a hit still runs "
                                                         "are copied and computed (null: not measured yet)")
-    blocks_run_on_hit: int | None = Field(description="blocks a hit forward still copies and runs (null: the kind "
-                                                      "skips inside blocks, every block is copied)")
+    blocks_run_on_hit: int | None = Field(description="blocks a hit forward still copies and runs (0: TaylorSeer "
+                                                      "lite predicts every block; null: the kind skips inside "
+                                                      "blocks, every block is copied)")
     num_blocks: int = Field(ge=0, description="the DiT's blocks in execution order")
     measured: MeasuredHitsDoc | None = Field(description="a hit rate measured here for this setting (null: none)")
     line: str = Field(description="the line `plan` prints")
