@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|console-previews|cards|host-tiers-flux|host-tiers-wan|before-after|console-plots|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|console-previews|cards|host-tiers-flux|host-tiers-wan|before-after|console-plots|cache|all] [benchmark args...]
 # `tests` also runs benchmarks/cpu_exactness.py on the host CPU (the tiny families written by
 # tests/write_tiny_families.py). Benchmarks run from the repository root as modules: python3 -m benchmarks.NAME.
 set -uo pipefail
@@ -145,6 +145,15 @@ if [[ $what == before-after ]]; then  # issue 36: `run` before the request servi
   python3 -m benchmarks.before_after --site-a /tmp/site_before --site-b /tmp/site_after --out "$OUT/before_after.json" \
     "$@" -- --model /tmp/flux-size --device cuda:0 --height 1024 --width 1024 --steps 4 --resident-layers 0 \
     --prompt "a red fox in the snow" --seed 3 2>&1 | grep -v "kept in float32" | tail -20 > "$OUT/before_after.log"
+fi
+if [[ $what == cache ]]; then  # issue 37: step caches on a streamed DiT, each run time-boxed (~10 min in all)
+  i=0
+  for args in "--preset flux --dtype bf16" "--preset flux --dtype fp8" "--preset wan" \
+      "--preset flux --cache taylorseer:use_lite_mode=true,disable_cache_before_step=1,cache_interval=2"; do
+    i=$((i + 1))
+    timeout 170 python3 -m benchmarks.cache_stream --out "$OUT/cache_stream_$i.json" $args "$@" 2>&1 \
+      | grep -v "kept in float32" | tail -20 > "$OUT/cache_stream_$i.log"
+  done
 fi
 if [[ $what == console ]]; then
   python3 -m benchmarks.console_responsiveness --device cuda --out "$OUT/console.json" "$@" 2>&1 \

@@ -46,6 +46,7 @@ from ..engine.api import EngineHandle, OffloadPolicy, TelemetrySnapshot, plain, 
 from ..engine.errors import ConfigError
 from ..offload.units import format_seconds
 from ..themes import CSS_PATH, DEFAULT_THEME, THEMES, register_themes
+from .cache_commands import CacheCommands, cache_status
 from .command_done import CommandDone
 from .commands import console_commands
 from .event_router import EventRouter
@@ -95,7 +96,8 @@ def theme_or_error(name: str | None) -> str:
     return name
 
 
-class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands, TraceCommands, App[int]):
+class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands, TraceCommands, CacheCommands,
+                     App[int]):
     """The operator console. `run()` returns 0 after a clean quit."""
 
     CSS_PATH = CSS_PATH
@@ -375,7 +377,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands,
         seconds = session.load_seconds
         loaded = f" · loaded in {format_seconds(seconds)}" if seconds is not None else ""
         live.status_text = (f"{self.device_info.describe()} · engine {session.engine_state} · mode={policy.mode} · "
-                            f"resident layers {policy.resident_layers}{loaded}")
+                            f"resident layers {policy.resident_layers}{loaded}{cache_status(session.cache)}")
 
     # ------------------------------------------------------------------ commands
 

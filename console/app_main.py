@@ -50,6 +50,12 @@ def build_app(args: argparse.Namespace, step: Callable[[str], None] = lambda tex
     if layout.distributed and ram_budget is not None:
         raise ConfigError("--ram-budget with --gpus: the ranks share the host's memory, which the host plan does not "
                           "split yet; leave it out")
+    from ..engine.api import checks
+
+    cache = checks.parse_cache(getattr(args, "cache", None))  # torch-free: a typo is answered before the imports
+    if layout.distributed and cache is not None:
+        raise ConfigError("--cache with --gpus N > 1: the console's rank group runs its requests without a cache; "
+                          "`run --gpus N --dlo-no-use-allgather --cache ...` takes one, or the console on one GPU")
     try:
         hz = probes.validate_hz(args.telemetry_hz)
     except ValueError as exc:
@@ -79,9 +85,12 @@ def build_app(args: argparse.Namespace, step: Callable[[str], None] = lambda tex
             policy = planned.plan.policy
         from .preview_mode import DEFAULT_PREVIEW, resolve_preview
 
+        checks.check_cache_support(engine.model, cache)  # the family's denoiser takes the kind: before load
         preview = resolve_preview(getattr(args, "preview", DEFAULT_PREVIEW))  # before Textual owns the terminal
-        return OmniConsoleApp(engine, policy, theme=args.theme, telemetry_hz=hz, ram_budget=ram_budget,
-                              preview=preview)
+        app = OmniConsoleApp(engine, policy, theme=args.theme, telemetry_hz=hz, ram_budget=ram_budget,
+                             preview=preview)
+        app.session.cache = cache  # the first request's; `s` on the live screen changes it between requests
+        return app
     except BaseException:
         engine.close()
         raise

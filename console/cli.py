@@ -151,7 +151,7 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _cache_flag(parser: argparse.ArgumentParser) -> None:
-    """`--cache`, for `plan` and `run` (the console app has no cached request yet)."""
+    """`--cache`, for `plan`, `run` and the console app (its first request's; `s` changes it between requests)."""
     parser.add_argument("--cache", metavar="KIND[:key=value,...]",
                         help="diffusers' step cache on the DiT: first-block, mag, taylorseer, faster, pab, sea or "
                              "off (default), its parameters under the config's own names (e.g. "
@@ -170,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     app = sub.add_parser("console", help="open the Textual console (default)")
     _policy_flags(app)
+    _cache_flag(app)
     theme = app.add_argument("--theme", metavar="NAME", help="colour theme (press t in the app to cycle)")
     theme.fill_help = _theme_help  # type: ignore[attr-defined]  # names filled in when help is printed
     app.add_argument("--telemetry-hz", type=real_number, default=probes.DEFAULT_HZ,
@@ -304,8 +305,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ..engine.api import checks
 
     checks.check_fits_host(forecast, "cpu" if device == "cpu" else "cuda")  # as `run` refuses it, with its line
+    cache_range = None
+    if cache is not None:  # the step as a range, the hit rate measured here for this setting in it
+        cache_range = planner.cache_step_range(cache, plan.model.num_dit_blocks, forecast.step_s,
+                                               planner.measured_hits(model.pipeline_class, cache))
     if args.json:
-        document = planner.plan_to_dict(plan, forecast, device, budget, reasons, ranks, planned.ram)
+        document = planner.plan_to_dict(plan, forecast, device, budget, reasons, ranks, planned.ram,
+                                        cache_range.document() if cache_range is not None else None)
         if loras:
             document["loras"] = lora_documents(loras, args.lora_mode)
         print(json.dumps(document, indent=2))
@@ -314,11 +320,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         render_plan(plan, forecast=forecast, reasons=reasons, ranks=ranks, on_cpu=device == "cpu",
                     ram_reasons=planned.ram.reasons if planned.ram else None)
-        if cache is not None:
-            from ..engine.api import planner
-
-            measured = planner.measured_hits(model.pipeline_class, cache)
-            print(plain(planner.cache_step_range(cache, plan.model.num_dit_blocks, forecast.step_s, measured).line))
+        if cache_range is not None:
+            print(plain(cache_range.line))
         for line in lora_lines(loras, args.lora_mode):
             print(line)
     return 0

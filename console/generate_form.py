@@ -13,11 +13,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from ..engine.api import GenerateRequest, ModelInfo, checks
+from ..engine.errors import ConfigError
 
 MakeRequest = Callable[..., GenerateRequest]
 """`default_request`-like: keyword prompt, steps, height, width, seed, guidance → a full request."""
@@ -26,7 +27,8 @@ InputKind = Literal["text", "integer", "number"]
 
 PLAIN_LABELS = {"steps": "steps", "height": "height", "width": "width", "seed": "seed", "guidance": "guidance",
                 "frames": "frames", "negative_prompt": "negative prompt",
-                "max_sequence_length": "max sequence length", "image": "image", "param": "option"}
+                "max_sequence_length": "max sequence length", "image": "image", "param": "option",
+                "cache": "step cache"}
 """How the checks name a field in the dialog (the CLI names its flags instead)."""
 
 
@@ -63,7 +65,7 @@ def _text(value: Any) -> str:
 
 
 def form_fields(accepted: set[str] | frozenset[str], defaults: GenerateRequest,
-                signature: Mapping[str, inspect.Parameter]) -> list[FormField]:
+                signature: Mapping[str, inspect.Parameter], cache_kinds: tuple[str, ...] = ()) -> list[FormField]:
     """The dialog's rows for a pipeline taking `accepted` options, prefilled from `defaults`.
 
     Prompt and seed are always there (every pipeline call takes a prompt; the seed drives the
@@ -95,7 +97,24 @@ def form_fields(accepted: set[str] | frozenset[str], defaults: GenerateRequest,
         value = defaults.max_sequence_length or defaults.extra.get("max_sequence_length")
         fields.append(FormField("max_sequence_length", "max seq len", _text(value),
                                 _placeholder(_default_of(signature, "max_sequence_length")), "integer"))
+    if cache_kinds:  # diffusers' step caches this family's denoiser takes (none: no field)
+        fields.append(cache_field(defaults, cache_kinds))
     return fields
+
+
+def cache_field(defaults: GenerateRequest, kinds: tuple[str, ...]) -> FormField:
+    """`KIND[:key=value,...]` as `--cache` takes it; empty or `off`: no cache."""
+    return FormField("cache", "step cache", defaults.cache.text() if defaults.cache is not None else "",
+                     f"off · {'/'.join(kinds)}")
+
+
+def parse_cache_field(values: Mapping[str, str]) -> Any:
+    """The dialog's step cache (a `CacheSpec`, or None for empty/off); a bad one: ConfigError naming the field."""
+    text = values.get("cache", "").strip()
+    try:
+        return checks.parse_cache(text) if text else None
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("--cache", "step cache", 1)) from None
 
 
 def parse_size(text: str) -> tuple[int | None, int | None]:
@@ -149,7 +168,7 @@ def build_request(values: Mapping[str, str], make_request: MakeRequest) -> Gener
     return dataclasses.replace(
         request, frames=_int(values, "frames"), negative_prompt=values.get("negative_prompt", "") or None,
         max_sequence_length=_int(values, "max_sequence_length"),
-        image=Path(image_text).expanduser() if image_text else None, extra=extra)
+        image=Path(image_text).expanduser() if image_text else None, extra=extra, cache=parse_cache_field(values))
 
 
 def check(model: ModelInfo, request: GenerateRequest) -> None:
@@ -167,22 +186,43 @@ class RequestForm:
     make_request: MakeRequest
     accepted: frozenset[str]
     signature: Mapping[str, inspect.Parameter]
+    cache_kinds: tuple[str, ...] = ()
+    """The step-cache kinds diffusers takes on this family's denoiser (`checks.supported_kinds`)."""
+    _cache_checked: dict[str, str] = field(default_factory=dict)
+    """A cache setting's answer from diffusers ('' when it takes it), kept: the forecast rebuilds the request
+    on every key."""
 
     @classmethod
-    def for_model(cls, model: ModelInfo, defaults: GenerateRequest, make_request: MakeRequest) -> RequestForm:
+    def for_model(cls, model: ModelInfo, defaults: GenerateRequest, make_request: MakeRequest,
+                  cache_kinds: tuple[str, ...] = ()) -> RequestForm:
         pipeline = model.pipeline_class
         return cls(model, defaults, make_request, frozenset(checks.accepted_options(pipeline, model)),
-                   checks.call_signature(pipeline))
+                   checks.call_signature(pipeline), cache_kinds)
 
     def fields(self) -> list[FormField]:
-        return form_fields(self.accepted, self.defaults, self.signature)
+        return form_fields(self.accepted, self.defaults, self.signature, self.cache_kinds)
 
     def build(self, values: Mapping[str, str]) -> GenerateRequest:
         """The checked request; ValueError (a field does not parse) or ConfigError (the pipeline or the
         model cannot take it), each one line naming the field."""
         request = build_request(values, self.make_request)
         check(self.model, request)
+        self._check_cache(request.cache)
         return request
+
+    def _check_cache(self, spec: Any) -> None:
+        """diffusers takes the setting for this family (its parameter names and values too), as `run` checks."""
+        if spec is None:
+            return
+        key = spec.text()
+        if key not in self._cache_checked:
+            try:
+                checks.check_cache_support(self.model, spec)
+                self._cache_checked[key] = ""
+            except ConfigError as exc:
+                self._cache_checked[key] = str(exc).replace("--cache", "step cache", 1)
+        if self._cache_checked[key]:
+            raise ConfigError(self._cache_checked[key])
 
     def frames_of(self, request: GenerateRequest) -> int | None:
         return frames_of(request, self.accepted, self.signature)

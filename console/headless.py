@@ -70,7 +70,7 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
     if layout.distributed:
         from .headless_ranks import check_rank_flags
 
-        check_rank_flags(args, flags)
+        check_rank_flags(args, flags, layout)
     # On this (main) thread: building the demo model installs its own signal cleanup, which only the main
     # thread can; a signal meanwhile removes the unfinished build and ends the run (exit_signals).
     model_path = resolve_model_path(args.model)

@@ -11,14 +11,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..engine.api import checks
 from ..engine.errors import ConfigError
 
 RAM_WITH_RANKS = ("--ram-budget with --gpus: the ranks share the host's memory, which the host plan does not split "
                   "yet; leave it out")
 
 
-def check_rank_flags(args: argparse.Namespace, flags: Any) -> None:
-    """`flags`: the checked `RunFlags` of `console.headless`."""
+def check_rank_flags(args: argparse.Namespace, flags: Any, layout: Any) -> None:
+    """`flags`: the checked `RunFlags` of `console.headless`; `layout`: its `RankLayout`."""
     if args.trace is not None:
         raise ConfigError("--trace with --gpus N > 1: a rank group's trace is not written yet (one GPU's is)")
     if args.lora:
@@ -27,5 +28,4 @@ def check_rank_flags(args: argparse.Namespace, flags: Any) -> None:
         raise ConfigError("--vram-budget with --gpus: plan one rank's budget with `plan --gpus`, then pass its policy")
     if flags.ram_budget is not None:
         raise ConfigError(RAM_WITH_RANKS)
-    if flags.options.cache is not None:  # each rank's cache state and its split of the batch: not yet followed
-        raise ConfigError("--cache with --gpus N > 1 is not supported yet: run a cached request on one GPU")
+    checks.check_cache_ranks(layout, flags.options.cache)  # only where each rank's cache decides as one GPU's would

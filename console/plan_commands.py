@@ -202,6 +202,7 @@ class PlanCommands:
         link, plan = self.link_info(), self.session.plan
         self._link_shown = (link, plan.policy, self.snapshot)
         forecast = self.request_forecast()
+        self.plan_screen.cache = self.session.cache
         self.plan_screen.show_plan(plan, link, self._header(forecast), forecast, self.forecast_pending)
         self._show_ram()
         self._settled_if_forecast()
@@ -228,6 +229,7 @@ class PlanCommands:
 
     def _show_link(self: ConsoleHost, link: LinkInfo, header: str) -> None:
         forecast = self.request_forecast()
+        self.plan_screen.cache = self.session.cache
         self.plan_screen.show_link(self.session.plan, link, header, forecast, self.forecast_pending)
         self._settled_if_forecast()
 

@@ -69,7 +69,8 @@ class RequestCommands:
             defaults = small_request(self, session.prompt, session.planned)
         else:
             defaults = make_request(prompt=session.prompt)
-        form = RequestForm.for_model(self.model, defaults, make_request)
+        defaults = replace(defaults, cache=session.cache)  # `s` (or the last dialog) chose it for the next request
+        form = RequestForm.for_model(self.model, defaults, make_request, self.cache_kinds())
         self.dialog_forecasts = self.engine_answers("dialog")  # this dialog's: nothing runs while it is open
         self.push_screen(GenerateDialog(form, self.request_forecast_line), self.start_generate)
 

@@ -13,7 +13,7 @@ Phases: plan → loading → live → unloading → plan, and quitting from any 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -22,7 +22,7 @@ from ..engine import events
 from ..engine.api import RequestSize
 
 if TYPE_CHECKING:
-    from ..engine.api import GenerateRequest, OffloadPolicy, Plan
+    from ..engine.api import GenerateRequest, OffloadPolicy, Plan, checks
     from .policy_edits import PolicyEditor
 
 Phase = Literal["plan", "loading", "live", "unloading", "quitting"]
@@ -63,6 +63,8 @@ class ConsoleSession:
         """Why the engine last failed (its `failed` state change's reason), until a load starts."""
         self.planned: events.PlanReady | None = None
         """The plan the engine carries out now and its pipeline's defaults; None while nothing is loaded."""
+        self.cache: checks.CacheSpec | None = None
+        """The step cache the next request takes (console --cache, `s` on the live screen, the dialog's field)."""
 
     @property
     def policy(self) -> OffloadPolicy:
@@ -134,6 +136,27 @@ class ConsoleSession:
             return "load the model first (l)", "warning"
         return None
 
+    def refuse_cache_change(self) -> Refusal | None:
+        """`s` between requests only: a request's cache is enabled for its whole run (diffusers' hooks keep
+        their state from step to step), so it cannot change while one runs or waits."""
+        if self.phase != "live":
+            return "load the model first (l)", "warning"
+        if self.generating:
+            return ("the step cache changes between requests: a request is running or queued with its own "
+                    "(s again once it ends)", "warning")
+        return None
+
+    def cycle_cache(self, kinds: Sequence[str]) -> checks.CacheSpec | None:
+        """`s`: off → each kind the family's denoiser takes (diffusers' default parameters) → off. The next
+        request takes it; a setting with parameters (from the dialog) goes on to the next kind."""
+        from ..engine.api import checks
+
+        order = ["off", *kinds]
+        now = self.cache.kind if self.cache is not None else "off"
+        following = order[(order.index(now) + 1) % len(order)] if now in order else order[min(1, len(order) - 1)]
+        self.cache = None if following == "off" else checks.CacheSpec(following)
+        return self.cache
+
     def refuse_budget(self) -> Refusal | None:
         return None if self.phase in ("plan", "live") else (READ_ONLY, "warning")
 
@@ -183,6 +206,7 @@ class ConsoleSession:
         plan screen's forecast is for its size."""
         self.prompt = request.prompt
         self.last_requests[model_path] = request
+        self.cache = request.cache  # the dialog's cache is the next one's too (`s` shows and changes it)
         self.request_size = size
         self.generating = True
 

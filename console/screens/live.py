@@ -66,6 +66,8 @@ class LiveScreen(Screen[None]):
         Binding("slash", "filter", "filter", id="live.filter", tooltip="filter the staging events (substring)"),
         Binding("p", "pause", "pause log", id="live.pause", tooltip="pause / resume the staging events log"),
         Binding("c", "app.copy_command", "copy", id="live.copy", tooltip="copy the vllm serve command"),
+        Binding("s", "app.cycle_cache", "cache", id="live.cache",
+                tooltip="step cache for the next request: off → each kind diffusers takes here → off"),
         Binding("plus,equals_sign", "app.edit('layers', 1)", "+layer", id="live.layers_up", show=False,
                 tooltip="one more resident DiT/UNet block, applied live (re-plan between requests)"),
         Binding("minus", "app.edit('layers', -1)", "-layer", id="live.layers_down", show=False,

@@ -90,6 +90,8 @@ class PlanScreen(Screen[None]):
         self.status_line = Static("", id="plan-status", markup=False, classes="-empty")
         self.load_log = Log(max_lines=2000, id="load-log")
         self.status = ""
+        self.cache: object = None
+        """The next request's step cache (a `CacheSpec`; the app sets it): the forecast gives its step as a range."""
 
     busy = var(False)
     """A load is running: the selection's edits are greyed (the app's own actions check its phase)."""
@@ -139,7 +141,7 @@ class PlanScreen(Screen[None]):
                   forecasting: bool = False) -> None:
         """The parts that follow the machine (free memory, bandwidth): forecast and header. `forecasting`: the
         request forecast is still on its way from the engine thread."""
-        self.forecast.show(plan, link, request, forecasting)
+        self.forecast.show(plan, link, request, forecasting, self.cache)
         self.header.update(plain_lines(header))
 
     def show_ram(self, answer: object, pending: bool = False) -> None:

@@ -6,6 +6,8 @@ device's measured host→device bandwidth and the fit uses live free device memo
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
@@ -29,7 +31,7 @@ FORECASTING = "forecasting…"
 
 
 def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = None,
-                  forecasting: bool = False) -> list[tuple[str, str, str]]:
+                  forecasting: bool = False, cache: Any = None) -> list[tuple[str, str, str]]:
     """(label, value, note) rows, in display order. With a request forecast whose figures were measured
     (cached, or estimated from another size), the peak counts activations and the step time replaces
     the transfer time; otherwise both are the weights-only figures. `forecasting`: the request forecast
@@ -91,8 +93,20 @@ def forecast_rows(plan: Plan, link: LinkInfo, request: RequestForecast | None = 
     else:
         rows.append(("transfer time per step", format_seconds(f.transfer_seconds(link.bandwidth)),
                      f"at {format_rate(link.bandwidth)} host→device ({link.bandwidth_source})"))
+    if cache is not None:  # --cache (or `s`): the step as a range, never one figure
+        rows.append(cache_row(plan, cache, request))
     rows.append(fits_row(plan, link, request))
     return rows
+
+
+def cache_row(plan: Plan, cache: Any, request: RequestForecast | None) -> tuple[str, str, str]:
+    """The step from no hits down to the kind's best case (engine/running/cache_range.py), said to be a range."""
+    found = planner.cache_step_range(cache, plan.model.num_dit_blocks, request.step_s if request is not None else None)
+    if found.no_hits_s is not None and found.best_s is not None:
+        value = f"{format_seconds(found.best_s)} – {format_seconds(found.no_hits_s)}"
+    else:
+        value = "a range"
+    return (f"step with cache {cache.kind}", value, found.line.split(": ", 1)[1])
 
 
 def slots_text(slots: int) -> str:
@@ -171,9 +185,9 @@ class ForecastPanel(Static, can_focus=True):
         width = self.size.width or (self.app.size.width if self.is_attached else 0)
         return 0 < width < self.COMPACT_BELOW
 
-    def show(self, plan: Plan, link: LinkInfo, request: RequestForecast | None = None, forecasting: bool = False
-             ) -> None:
-        rows = forecast_rows(plan, link, request, forecasting)
+    def show(self, plan: Plan, link: LinkInfo, request: RequestForecast | None = None, forecasting: bool = False,
+             cache: Any = None) -> None:
+        rows = forecast_rows(plan, link, request, forecasting, cache)
         self.rows = {HOST_MEMORY_KEY if label == HOST_MEMORY_ON_CPU else label: value for label, value, _ in rows}
         self._shown = rows
         self._draw()

@@ -12,6 +12,7 @@ from ._lazy import lazy_names
 
 if TYPE_CHECKING:  # the same names as `EXPORTS` (tests/engine/test_api.py holds them equal)
     from ..loading.lora_files import check_loras
+    from ..ranks.rank_checks import check_cache_ranks
     from ..running.cache_spec import CacheSpec, parse_cache
     from ..running.call_options import (
         accepted_options,
@@ -28,15 +29,16 @@ if TYPE_CHECKING:  # the same names as `EXPORTS` (tests/engine/test_api.py holds
     from ..running.request_checks import SEED_MAX, check_request
     from ..running.request_limits import check_limits, schedule_steps
     from ..running.runner import total_steps_of
-    from ..running.step_cache import check_cache_support
+    from ..running.step_cache import check_cache_support, supported_kinds
     from ..running.text_length import check_text_length
     from ..running.trace_file import check_trace_place
 
 EXPORTS: dict[str, tuple[str, ...]] = {
     "..running.host_fit": ("check_fits_host",),
     "..running.cache_spec": ("CacheSpec", "parse_cache"),  # --cache's text, torch-free
-    "..running.step_cache": ("check_cache_support",),
+    "..running.step_cache": ("check_cache_support", "supported_kinds"),
     "..loading.lora_files": ("check_loras",),
+    "..ranks.rank_checks": ("check_cache_ranks",),
     "..running.request_checks": ("SEED_MAX", "check_request"),
     "..running.call_options": (
         "accepted_options", "call_signature", "check_call", "check_shape", "frames_rule", "option_parameter",

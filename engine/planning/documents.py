@@ -265,6 +265,35 @@ class RanksDoc(Document):
     notes: list[str]
 
 
+class MeasuredHitsDoc(Document):
+    """The hit rate this family measured for the same --cache setting (the step count with the most forwards)."""
+
+    forwards: int = Field(ge=1, description="DiT forwards the cache decided")
+    hits: int = Field(ge=0, description="forwards that skipped the blocks after the probe")
+    steps: int = Field(ge=0, description="the requests' step count these counts were measured at")
+    hit_rate: float = Field(ge=0, le=1)
+    expected_step_seconds: float | None = Field(description="the step at that rate, between the range's ends "
+                                                            "(null: the uncached step is not known yet)")
+
+
+class CacheRangeDoc(Document):
+    """`--cache`: the step as a range (no hits down to the kind's best case), never one forecast."""
+
+    cache: str = Field(description="the setting as given (`first-block:threshold=0.2`)")
+    kind: Literal["first-block", "mag", "taylorseer", "faster", "pab", "sea"]
+    is_range: Literal[True] = Field(True, description="always true: whether a step hits depends on the weights "
+                                                      "and the prompt, which a plan does not see")
+    no_hits_step_seconds: float | None = Field(description="the uncached step (null: not measured yet)")
+    best_step_seconds: float | None = Field(description="every forward a hit: only the blocks a hit still runs "
+                                                        "are copied and computed (null: not measured yet)")
+    blocks_run_on_hit: int | None = Field(description="blocks a hit forward still copies and runs (0: TaylorSeer "
+                                                      "lite predicts every block; null: the kind skips inside "
+                                                      "blocks, every block is copied)")
+    num_blocks: int = Field(ge=0, description="the DiT's blocks in execution order")
+    measured: MeasuredHitsDoc | None = Field(description="a hit rate measured here for this setting (null: none)")
+    line: str = Field(description="the line `plan` prints")
+
+
 class PlanDocument(Document):
     """`omni-console plan --json`: components, residency, forecast and vLLM-Omni flags, before any load."""
 
@@ -281,3 +310,4 @@ class PlanDocument(Document):
     auto_plan: AutoPlanDoc | None = Field(None, description="present with --vram-budget")
     ram_plan: RamPlanDoc | None = Field(None, description="present with --ram-budget")
     ranks: RanksDoc | None = Field(None, description="present with --gpus N, N > 1")
+    cache: CacheRangeDoc | None = Field(None, description="present with --cache (not off): the step as a range")

@@ -12,6 +12,7 @@ from .documents import (
     PLAN_SCHEMA,
     AutoPlanDoc,
     BlockListDoc,
+    CacheRangeDoc,
     ComponentDoc,
     ForecastDoc,
     HostForecastDoc,
@@ -169,7 +170,8 @@ def ranks_doc(ranks: RankForecast) -> RanksDoc:
 
 def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: str = "",
                   budget: int | None = None, reasons: list[str] | None = None,
-                  ranks: RankForecast | None = None, ram: RamPlan | None = None) -> PlanDocument:
+                  ranks: RankForecast | None = None, ram: RamPlan | None = None,
+                  cache: CacheRangeDoc | None = None) -> PlanDocument:
     """The `plan --json` document (schema `omni-console.plan/1`; the fields are described in planning/documents.py)."""
     request, forecast = forecast, plan.forecast
     layout = ranks.layout if ranks is not None else None
@@ -228,6 +230,7 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
         auto_plan=AutoPlanDoc(budget_bytes=budget, reasons=list(reasons or [])) if budget is not None else None,
         ram_plan=ram_plan_doc(ram) if ram is not None else None,
         ranks=ranks_doc(ranks) if ranks is not None and ranks.layout.distributed else None,
+        cache=cache,
     )
 
 
@@ -251,6 +254,8 @@ def block_order(info: ComponentInfo) -> Literal["source", "observed"] | None:
 
 def plan_to_dict(plan: Plan, forecast: RequestForecast | None = None, device: str = "",
                  budget: int | None = None, reasons: list[str] | None = None,
-                 ranks: RankForecast | None = None, ram: RamPlan | None = None) -> dict[str, Any]:
-    """The `plan --json` document as printed (JSON types, keys as in the schema)."""
-    return plan_document(plan, forecast, device, budget, reasons, ranks, ram).to_json_dict()
+                 ranks: RankForecast | None = None, ram: RamPlan | None = None,
+                 cache: CacheRangeDoc | None = None) -> dict[str, Any]:
+    """The `plan --json` document as printed (JSON types, keys as in the schema); `cache`: --cache's step range
+    (engine/running/cache_range.py)."""
+    return plan_document(plan, forecast, device, budget, reasons, ranks, ram, cache).to_json_dict()

@@ -51,3 +51,19 @@ def check_experts(layout: RankLayout, model: ModelInfo) -> None:
     if layout.sharded and expert_spans(model):
         raise ConfigError("two experts (transformer, transformer_2) are not sharded across GPUs yet: "
                           "use --dlo-no-use-allgather (every rank streams whole blocks) or one GPU")
+
+
+def check_cache_ranks(layout: RankLayout, cache: object | None) -> None:
+    """`--cache` with `--gpus N > 1` where the output could not match one GPU's with the same cache, refused in
+    one line saying why. Data-parallel rank-local ranks each run the whole pipeline on their own request, their
+    own cache deciding on their own inputs, as one GPU would: taken."""
+    if cache is None or not layout.distributed:
+        return
+    if layout.parallel == "cfg":
+        raise ConfigError("--cache with --parallel cfg: a rank computes the other guidance branch under the first "
+                          "branch's cache context, so diffusers' per-branch cache state would not be one GPU's; "
+                          "use --parallel dp --dlo-no-use-allgather, or one GPU")
+    if layout.sharded:
+        raise ConfigError("--cache with --dlo-use-allgather: every rank gathers each block together, but each "
+                          "rank's cache decides its skips on its own seed's latents, so the gathers would diverge; "
+                          "use --dlo-no-use-allgather (each rank streams whole blocks), or one GPU")

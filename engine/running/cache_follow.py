@@ -1,8 +1,9 @@
 """Where diffusers decides to skip blocks, read for the streamer's ring: the decision drives the prefetch.
 
-First-Block Cache and MagCache (diffusers.hooks) share one state per cache context among a DiT's block hooks:
-the head block's hook sets `should_compute` for the forward, and every later block's hook returns its input
-untouched when it is False. `SkipFollower` reads that flag right after the head block ran (a post-hook on it)
+First-Block Cache, MagCache and SeaCache (diffusers.hooks) share one state per cache context among a DiT's block
+hooks: the head block's hook decides for the forward (`should_compute`; SeaCache's `skip_remaining`, where the
+leader itself returns the cached residual without running), and every later block's hook returns its input
+untouched on a hit. `SkipFollower` reads that flag right after the head block ran (a post-hook on it)
 and answers `skips(block)` for the later blocks, so the ring copies none of them and refills its window from
 the next block that runs (`LayerwiseStreamer.follow_skips`). Before the head of a forward has run, the answer
 is the previous forward's decision (a prediction; a wrong one costs one block's copy, never a stale block:
@@ -20,8 +21,21 @@ import torch
 
 from ...offload.module_hooks import Hooks
 
-# (head hook, later blocks' hook) names of the kinds that skip whole blocks
-_SKIPPING_HOOKS = (("fbc_leader_block_hook", "fbc_block_hook"), ("mag_cache_leader_block_hook", "mag_cache_block_hook"))
+
+def _skips_after_head(manager: Any) -> bool:
+    """First-Block Cache, MagCache: the head's hook set `should_compute` for this forward."""
+    return not manager.get_state().should_compute
+
+
+def _sea_skips(manager: Any) -> bool:
+    """SeaCache: the leader's hook set `skip_remaining` (no cache context: diffusers runs every block)."""
+    return manager._context is not None and bool(manager.get_state().skip_remaining)
+
+
+# (head hook, later blocks' hook, the decision once the head ran) of the kinds that skip whole blocks
+_SKIPPING_HOOKS = (("fbc_leader_block_hook", "fbc_block_hook", _skips_after_head),
+                   ("mag_cache_leader_block_hook", "mag_cache_block_hook", _skips_after_head),
+                   ("sea_cache_leader_block", "sea_cache_block", _sea_skips))
 
 
 def _hook(module: torch.nn.Module, name: str) -> Any:
@@ -39,11 +53,12 @@ class SkipFollower:
         self._current: bool | None = None  # this forward's decision, once its head block ran
         self._last = False
         self.forwards = self.hits = 0  # decisions so far, and how many skipped the later blocks
-        for head_name, block_name in _SKIPPING_HOOKS:
+        self._read: Callable[[Any], bool] = _skips_after_head
+        for head_name, block_name, read in _SKIPPING_HOOKS:
             for module in dit.modules():
                 head, block = _hook(module, head_name), _hook(module, block_name)
                 if head is not None:
-                    self._manager = head.state_manager
+                    self._manager, self._read = head.state_manager, read
                     hooks.after(module, self._decided, prepend=True)  # before the ring's post-hook
                 if block is not None and head is None:
                     self._followers.add(id(module))
@@ -54,7 +69,7 @@ class SkipFollower:
 
     @property
     def active(self) -> bool:
-        """Whether this DiT's cache skips whole blocks (First-Block Cache, MagCache)."""
+        """Whether this DiT's cache skips whole blocks (First-Block Cache, MagCache, SeaCache)."""
         return self._manager is not None and bool(self._followers)
 
     def _forward_starts(self, *_: Any) -> None:
@@ -62,7 +77,7 @@ class SkipFollower:
 
     def _decided(self, *_: Any) -> None:
         try:
-            hit = not self._manager.get_state().should_compute
+            hit = self._read(self._manager)
         except ValueError:  # no cache context: diffusers computes every block
             hit = False
         self._current = self._last = hit

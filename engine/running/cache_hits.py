@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..cache_dir import CacheFileError, cache_root, read_cache_file
+from ..cache_dir import CacheFileError, cache_root, read_cache_file, write_cache_file
 from .cache_spec import CacheSpec
 
 FILE = "cache_hits.json"
@@ -56,7 +55,7 @@ def _read() -> dict[str, list[int]]:
 
 
 def record_hits(family: str, spec: CacheSpec, steps: int, forwards: int, hits: int) -> None:
-    """Add one request's counts (written to a temporary file and renamed: a reader never sees half of it)."""
+    """Add one request's counts (the cache directory's atomic writer: a reader never sees half of it)."""
     if forwards <= 0:
         return
     data = _read()
@@ -64,11 +63,7 @@ def record_hits(family: str, spec: CacheSpec, steps: int, forwards: int, hits: i
     old = data.pop(key, [0, 0])
     data[key] = [old[0] + forwards, old[1] + hits]  # newest last: the oldest go first past MAX_ENTRIES
     data = dict(list(data.items())[-MAX_ENTRIES:])
-    path = _path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    write_cache_file(_path(), json.dumps(data), f".{FILE}.")
 
 
 def measured_hits(family: str, spec: CacheSpec) -> HitRate | None:

@@ -17,6 +17,7 @@ from ...offload.module_hooks import Hooks
 from ...offload.streamer import LayerwiseStreamer
 from ..errors import ConfigError
 from .cache_follow import SkipFollower
+from .cache_schedule import ScheduleFollower
 from .cache_spec import CACHE_KINDS, CacheSpec
 
 
@@ -126,6 +127,17 @@ def check_cache_support(model: Any, spec: CacheSpec | None) -> None:
                           f"({comp.class_name}); {hint}")
 
 
+def supported_kinds(model: Any) -> list[str]:
+    """The `--cache` kinds diffusers takes on every denoiser of `model` (the discovered `ModelInfo`), each
+    built on the meta device from its config (no weights read): the console's toggle cycles through them."""
+    works = list(CACHE_KINDS)
+    for comp in model.denoisers:
+        built = _meta_model(comp.class_name, comp.folder)
+        found = kinds_that_work(built) if built is not None else []
+        works = [kind for kind in works if kind in found]
+    return works
+
+
 class StepCache:
     """The cache enabled on a request's DiTs, the ring following its skips, and its hit counts."""
 
@@ -135,7 +147,7 @@ class StepCache:
         self._dits: list[torch.nn.Module] = []
         self._hooks = Hooks()
         self._streamer = streamer
-        self.followers: list[SkipFollower] = []
+        self.followers: list[SkipFollower | ScheduleFollower] = []
         try:
             for dit in dits:
                 if getattr(dit, "is_cache_enabled", False):
@@ -146,8 +158,9 @@ class StepCache:
             self.remove()
             raise
         retarget: list[Callable[[], None]] = []
-        self.followers = [SkipFollower(d, self._hooks, lambda: retarget[0]() if retarget else None)
-                          for d in self._dits]
+        decided = lambda: retarget[0]() if retarget else None  # noqa: E731 - bound once the ring follows
+        self.followers = [follower(d, self._hooks, decided) for d in self._dits
+                          for follower in (SkipFollower, ScheduleFollower)]
         self.followers = [f for f in self.followers if f.active]
         if streamer is not None and self.followers:
             retarget.append(streamer.follow_skips(self.skips))

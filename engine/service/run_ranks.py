@@ -18,6 +18,7 @@ from ..plan_flow import plan_for
 from ..ranks.rank_group import RankFailed
 from ..running.group_write import GroupOutput, write_results
 from ..running.signal_guard import SignalGuard, pause_point
+from ..running.step_cache import check_cache_support
 from .checks import CheckedRun, check_run
 from .event_drain import EventDrain
 from .rank_report import rank_outputs, ranks_report, seeded_path
@@ -43,6 +44,7 @@ def run_ranks(spec: RunSpec, points: CancelPoints, face: RunFace | None = None) 
     try:
         plan_for(engine, spec.policy, layout=layout, forecast=False)  # the policy against the model
         request = spec.request(engine)
+        check_cache_support(engine.model, request.cache)  # the family's DiT takes the kind: before any rank starts
 
         def checked(output: Path, r: GenerateRequest) -> CheckedRun:
             return check_run(engine.model, r, output, overwrite=spec.overwrite, fps=spec.fps, names=spec.names)

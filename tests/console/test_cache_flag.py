@@ -3,6 +3,7 @@ family, is one line on stderr and exit 2 before anything loads; the parser never
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -156,10 +157,40 @@ def test_the_step_panel_and_progress_line_show_hits_and_skipped_bytes():
 
 
 @pytest.mark.slow  # the rank layout's device checks
-def test_a_cache_on_several_ranks_is_refused_before_anything_starts(demo_model_dir, tmp_path, capsys, loads):
+@pytest.mark.parametrize("flags, why", [
+    (["--dlo-use-allgather"], "--cache with --dlo-use-allgather: every rank gathers each block together, but each "
+                              "rank's cache decides its skips on its own seed's latents, so the gathers would "
+                              "diverge; use --dlo-no-use-allgather (each rank streams whole blocks), or one GPU"),
+    (["--parallel", "cfg"], "--cache with --parallel cfg: a rank computes the other guidance branch under the first "
+                            "branch's cache context, so diffusers' per-branch cache state would not be one GPU's; "
+                            "use --parallel dp --dlo-no-use-allgather, or one GPU"),
+])
+def test_a_cache_on_ranks_that_cannot_match_one_gpu_is_refused_before_anything_starts(
+        demo_model_dir, tmp_path, capsys, loads, flags, why):
     capsys.readouterr()
-    code = main(["run", "--model", str(demo_model_dir), "--prompt", "x", "--gpus", "2", "--device", "cpu",
+    code = main(["run", "--model", str(demo_model_dir), "--prompt", "x", "--gpus", "2", "--device", "cpu", *flags,
                  "--cache", "first-block", "--output", str(tmp_path / "o.png")])
     assert code == 2 and loads == []
-    assert capsys.readouterr().err.strip().splitlines() == [
-        "omni-console: error: --cache with --gpus N > 1 is not supported yet: run a cached request on one GPU"]
+    assert capsys.readouterr().err.strip().splitlines() == [f"omni-console: error: {why}"]
+
+
+def test_plan_json_carries_the_cached_step_as_a_range(demo_model_dir, capsys):
+    from omni_console.engine.planning.documents import PlanDocument
+
+    capsys.readouterr()
+    assert main(["plan", "--model", str(demo_model_dir), "--cache", "first-block:threshold=0.2", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert PlanDocument.model_validate(document).to_json_dict() == document
+    cache = document["cache"]
+    assert (cache["cache"], cache["kind"], cache["is_range"]) == ("first-block:threshold=0.2", "first-block", True)
+    assert (cache["blocks_run_on_hit"], cache["num_blocks"]) == (1, 6)
+    assert cache["line"].startswith("--cache first-block:threshold=0.2: step time is a range, not a forecast: ")
+    if cache["no_hits_step_seconds"] is None:  # nothing measured for the demo in this cache yet
+        assert cache["best_step_seconds"] is None
+    else:
+        assert cache["best_step_seconds"] == pytest.approx(cache["no_hits_step_seconds"] / 6)
+    assert main(["plan", "--model", str(demo_model_dir), "--cache", "pab", "--json"]) == 0
+    pab = json.loads(capsys.readouterr().out)["cache"]
+    assert pab["blocks_run_on_hit"] is None and pab["best_step_seconds"] == pab["no_hits_step_seconds"]
+    assert main(["plan", "--model", str(demo_model_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cache"] is None

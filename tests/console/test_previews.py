@@ -206,7 +206,7 @@ async def test_live_screen_shows_step_previews_then_the_output(preview_engine, t
             assert UPPER_HALF in screen_text(app)
             [delay] = panel.output_delays
             assert delay < 0.5, f"the output preview took {delay:.3f} s to read and draw"
-            await pilot.press("v")
+            await pilot.press("i")
             assert PREVIEW_OFF in screen_text(app)
     finally:
         app.shutdown()

@@ -138,3 +138,26 @@ def test_a_rank_that_dies_is_the_last_line_and_exit_1(demo_model_dir: Path, tmp_
     assert [line for line in lines if line.startswith("omni-console:")] == lines[-1:] and "Traceback" not in err
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("omni-rank")]
     assert not list(tmp_path.iterdir())
+
+
+def test_rank_local_replicas_run_the_cache_as_one_gpu_does_per_seed(demo_model_dir: Path, tmp_path: Path,
+                                                                    capsys) -> None:
+    """Each rank-local replica runs the whole pipeline on its own seed with its own cache: the images equal
+    one GPU's with the same cache at those seeds (a hit pattern the threshold gives on the demo)."""
+    model = ["--model", str(demo_model_dir), "--steps", "5", "--cache", "first-block:threshold=0.5"]
+    hits = {}
+    for seed in (3, 4):
+        code, out, _ = _run(capsys, *model, "--seed", str(seed), "--output", str(tmp_path / f"one-{seed}.png"),
+                            "--json")
+        assert code == 0
+        hits[seed] = json.loads(out)["cache"]["hits"]
+    assert hits[3] > 0  # the threshold makes the cache skip blocks (engine test: 3 of 5 at seed 3)
+    assert _run(capsys, *model[:4], "--seed", "3", "--output", str(tmp_path / "uncached.png"))[0] == 0
+    uncached = np.asarray(Image.open(tmp_path / "uncached.png"))
+    assert not np.array_equal(uncached, np.asarray(Image.open(tmp_path / "one-3.png")))  # the cache shows
+    code, _, err = _run(capsys, *model, "--gpus", "2", "--dlo-no-use-allgather", "--seed", "3",
+                        "--output", str(tmp_path / "two.png"))
+    assert code == 0, err
+    for seed in (3, 4):
+        ours = np.asarray(Image.open(tmp_path / f"two-seed{seed}.png"))
+        assert np.array_equal(ours, np.asarray(Image.open(tmp_path / f"one-{seed}.png"))), seed
