@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BlockOrderCorrected",
     "BlocksSkipped",
+    "CompilePhase",
     "CacheDecision",
     "ErrorEvent",
     "Event",
@@ -270,3 +271,20 @@ class ForecastCheck(Event):
     @property
     def host_error(self) -> float | None:
         return self.error(self.predicted_host_peak, self.measured_host_peak)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompilePhase(Event):
+    """A request's regional compile (`--compile`), published once after it ends: whether it ran compiled and
+    why, the compile seconds (measured; `forecast_seconds` what the plan expected), and Dynamo's counts.
+    `expect`: "cold", "warm" (Inductor's cache), "in memory" (compiled earlier in this process) or None (off)."""
+
+    request_id: int
+    on: bool
+    why: str
+    expect: str | None
+    seconds: float
+    forecast_seconds: float
+    compiles: int
+    recompiles: int
+    graph_breaks: int

@@ -1,0 +1,42 @@
+"""The compile forecast of one request under a plan: the step's compute and transfer from the request forecast,
+the signature's record from the cache, the decision from `compile_choice`. Torch-free (`plan` calls it)."""
+
+from __future__ import annotations
+
+from .compile_choice import CompileForecast, DeviceSupport, choose_compile
+from .compile_record import has_inductor_entries, read_record, signature
+from .plan import Plan
+from .request_forecast import RequestForecast
+
+
+def step_compute_transfer(plan: Plan, forecast: RequestForecast | None) -> tuple[float | None, float]:
+    """(compute seconds or None, link seconds) of one step: the link's share is the streamed bytes of the
+    step's forwards over the rate; the compute is the forecast's floor when it lies above the link (a
+    compute-bound step), else unknown-and-no-gain (the link sets the step)."""
+    if forecast is None or forecast.floor_s is None:
+        return None, 0.0
+    forwards = 2 if (forecast.size.guidance or 0) > 1 else 1  # guidance: two forwards a step (estimated)
+    per_forward = plan.forecast.transfer_seconds(forecast.bandwidth) or 0.0
+    transfer = per_forward * forwards
+    return forecast.floor_s, transfer
+
+
+def block_classes(plan: Plan) -> list[str]:
+    """The denoisers' block kinds the plan streams (one compiled graph each, per shape)."""
+    return sorted({plan.model.block_kind}) if plan.model.block_kind else []
+
+
+def compile_forecast(plan: Plan, forecast: RequestForecast | None, asked: str, device: DeviceSupport, *,
+                     steps: int, device_name: str, backend: str, torch_version: str,
+                     classes: list[str] | None = None, notes: list[str] | None = None) -> CompileForecast:
+    """`choose_compile` for this plan and request (`notes` gets a line for an unusable cache record)."""
+    names = classes if classes is not None else block_classes(plan)
+    size = forecast.size.label() if forecast is not None else "default size"
+    sig = signature(plan.model.pipeline_class, names, size, device_name, backend, None, torch_version)
+    record, problem = read_record(sig) if asked != "off" else (None, None)
+    if problem and notes is not None:
+        notes.append(problem)
+    compute, transfer = step_compute_transfer(plan, forecast)
+    return choose_compile(asked, device, classes=max(len(names), 1), steps=steps, compute_s=compute,
+                          transfer_s=transfer, largest_block_bytes=plan.forecast.largest_streamed_block_bytes,
+                          record=record, warm_cache=record is not None and has_inductor_entries())
