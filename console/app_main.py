@@ -88,10 +88,11 @@ def _engine_for(args: argparse.Namespace, layout: RankLayout) -> EngineHandle:
     start when the operator loads)."""
     from ..engine.api import EngineOptions, service
     from .args import resolve_model_path
+    from .compile_flags import compile_options
 
     if not layout.distributed:
         return service.open_engine(resolve_model_path(args.model), variant=args.variant,
-                           options=EngineOptions(live_replan=True))
+                           options=EngineOptions(live_replan=True, **compile_options(args)))
     from platformdirs import user_log_path
 
     return service.open_engine(resolve_model_path(args.model), layout=layout, variant=args.variant,

@@ -19,6 +19,7 @@ from rich.console import Console
 from ..engine.api import EngineHandle, OffloadPolicy, checks, plain, probes, service, writes
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
 from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args, resolve_model_path
+from .compile_flags import compile_options
 from .event_text import one_line as _one_line
 from .interrupts import Interrupted, InterruptGuard
 from .lora_flags import lora_options
@@ -82,7 +83,7 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
         probes.prefer_expandable_segments()  # before CUDA's allocator starts (run_memory)
     engine = guard.run(lambda: service.open_engine(model_path, device=flags.device, variant=args.variant,
                                                    options=replace(service.run_options(flags.budget, flags.ram_budget),
-                                                                   **lora_options(args))))
+                                                                   **lora_options(args), **compile_options(args))))
     try:
         plan = engine.make_plan(flags.policy)  # policy against the model, before anything is allocated
         steps = checks.schedule_steps(args.steps, flags.options.params)  # a sigmas/timesteps list sets the count

@@ -40,3 +40,28 @@ def compile_forecast(plan: Plan, forecast: RequestForecast | None, asked: str, d
     return choose_compile(asked, device, classes=max(len(names), 1), steps=steps, compute_s=compute,
                           transfer_s=transfer, largest_block_bytes=plan.forecast.largest_streamed_block_bytes,
                           record=record, warm_cache=record is not None and has_inductor_entries())
+
+
+def plan_compile(plan: Plan, forecast: RequestForecast | None, asked: str, device_name: str, steps: int | None,
+                 backend: str = "inductor") -> CompileForecast:
+    """`plan`'s compile forecast, without touching the device: CUDA unless the plan is for the CPU, Triton if
+    installed, the compute capability unknown (the run checks it)."""
+    import importlib.util
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:
+        torch_version = "unknown"
+    on_cuda = device_name != "cpu"
+    support = DeviceSupport(cuda=on_cuda, triton=on_cuda and importlib.util.find_spec("triton") is not None,
+                            capability=None)
+    return compile_forecast(plan, forecast, asked, support, steps=steps or 28, device_name=device_name,
+                            backend=backend, torch_version=torch_version)
+
+
+def compile_document(c: CompileForecast) -> dict[str, object]:
+    """`plan --json`'s `compile`."""
+    return {"asked": c.asked, "on": c.on, "why": c.why, "expect": c.expect, "seconds": round(c.seconds, 3),
+            "seconds_source": c.seconds_source, "gain_s": round(c.gain_s, 3), "workspace_bytes": c.workspace_bytes,
+            "workspace_source": c.workspace_source, "max_abs_diff": c.max_abs_diff, "lines": c.lines()}
