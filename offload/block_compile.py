@@ -35,7 +35,7 @@ import torch
 class CompileSettings:
     """What `torch.compile` is asked for (the defaults are `--compile regional`'s)."""
 
-    backend: str = "inductor"
+    backend: Any = "inductor"  # a name, or a backend callable (tests)
     mode: str | None = None
     fullgraph: bool = True
     dynamic: bool = False
@@ -136,6 +136,24 @@ class _ClassForward:
             self.fullgraph = False  # this class breaks the graph: compiled in pieces instead, once
             self.fn = self._compile(False)
             return self.fn(module, *args, **kwargs)
+        except torch._dynamo.exc.BackendCompilerFailed as exc:
+            oom = out_of_memory_inside(exc)
+            if oom is not None:  # autotuning ran out of device memory: the request's OOM guard steps down
+                raise oom from exc
+            raise
+
+
+def out_of_memory_inside(exc: BaseException) -> torch.OutOfMemoryError | None:
+    """The device OOM a compile failure wraps (Inductor's autotuning, a benchmark run), else None: so that an
+    OOM during compile reaches the OOM guard as the OOM it is."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, torch.OutOfMemoryError):
+            return current
+        seen.add(id(current))
+        current = getattr(current, "inner_exception", None) or current.__cause__ or current.__context__
+    return None
 
 
 class CompiledBlocks:

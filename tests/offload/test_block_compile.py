@@ -130,3 +130,17 @@ def test_a_shape_change_compiles_again_and_is_counted():
         model(**bigger)
     assert (CompileWatch.snapshot() - before).recompiles > 0
     compiled.remove()
+
+
+def test_an_out_of_memory_while_compiling_reaches_the_caller_as_the_oom_it_is():
+    """Inductor wraps a failure in its backend (autotuning out of device memory) in BackendCompilerFailed; the
+    request's OOM guard steps down on `torch.OutOfMemoryError`, so the OOM is what comes out."""
+
+    def failing_backend(gm, example_inputs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    model, inputs = _flux()
+    compiled = CompiledBlocks(repeated_blocks(model), CompileSettings(backend=failing_backend))
+    with torch.no_grad(), pytest.raises(torch.OutOfMemoryError, match="Tried to allocate"):
+        model(**inputs)
+    compiled.remove()
