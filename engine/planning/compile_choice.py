@@ -86,7 +86,8 @@ class CompileForecast:
             return [f"compile {self.asked}: off ({self.why})"]
         lines = [f"compile {self.asked}: regional, {self.expect} start, ~{self.seconds:.1f} s "
                  f"({self.seconds_source}) in the first step; {self.why}",
-                 f"compile workspace {self.workspace_bytes / 2**20:,.0f} MiB on the device ({self.workspace_source})"]
+                 f"compile workspace {self.workspace_bytes / 2**20:,.0f} MiB on the device ({self.workspace_source}) "
+                 "beside the forecast's peak; --vram-budget holds it back"]
         diff = f" (measured max |diff| {self.max_abs_diff:.3g})" if self.max_abs_diff is not None else ""
         lines.append(EXACTNESS_LINE + diff)
         return lines

@@ -3,7 +3,7 @@ the signature's record from the cache, the decision from `compile_choice`. Torch
 
 from __future__ import annotations
 
-from .compile_choice import CompileForecast, DeviceSupport, choose_compile
+from .compile_choice import WORKSPACE_SHARE, CompileForecast, DeviceSupport, choose_compile
 from .compile_record import has_inductor_entries, read_record, signature
 from .plan import Plan
 from .request_forecast import RequestForecast
@@ -19,6 +19,20 @@ def step_compute_transfer(plan: Plan, forecast: RequestForecast | None) -> tuple
     per_forward = plan.forecast.transfer_seconds(forecast.bandwidth) or 0.0
     transfer = per_forward * forwards
     return forecast.floor_s, transfer
+
+
+def largest_block_bytes(plan: Plan) -> int:
+    """The largest DiT block's bytes (resident or streamed): the compile workspace scales with one block's graph."""
+    return max((b.nbytes for b in plan.blocks), default=0)
+
+
+def budget_workspace(plan: Plan, asked: str) -> tuple[int, str | None]:
+    """(bytes, the reason line) `--vram-budget` holds back for the compile workspace (0, None when off)."""
+    if asked == "off":
+        return 0, None
+    nbytes = int(WORKSPACE_SHARE * largest_block_bytes(plan))
+    return nbytes, (f"compile workspace {nbytes / 2**20:,.0f} MiB held back from the budget (estimated: "
+                    f"{WORKSPACE_SHARE:g} x the largest block)")
 
 
 def block_classes(plan: Plan) -> list[str]:
@@ -38,7 +52,7 @@ def compile_forecast(plan: Plan, forecast: RequestForecast | None, asked: str, d
         notes.append(problem)
     compute, transfer = step_compute_transfer(plan, forecast)
     return choose_compile(asked, device, classes=max(len(names), 1), steps=steps, compute_s=compute,
-                          transfer_s=transfer, largest_block_bytes=plan.forecast.largest_streamed_block_bytes,
+                          transfer_s=transfer, largest_block_bytes=largest_block_bytes(plan),
                           record=record, warm_cache=record is not None and has_inductor_entries())
 
 

@@ -92,3 +92,22 @@ def test_measured_phases_are_kept_per_signature(tmp_path, monkeypatch):
     compile_record.save_measured("abc", 2.0, cold=False)
     record, _ = compile_record.read_record("abc")
     assert record == CompileRecord(cold_s=30.0, warm_s=2.0, workspace_bytes=5)
+
+
+def test_a_vram_budget_holds_the_compile_workspace_back(demo_model_dir):
+    from omni_console.engine.api import EngineOptions, GenerateRequest, open_engine, planner, service
+    from omni_console.engine.planning.compile_plan import budget_workspace, largest_block_bytes
+
+    request = GenerateRequest(prompt="a", height=64, width=64)
+    engines = [open_engine(demo_model_dir, device="cpu", options=EngineOptions(compile=c)) for c in ("off", "auto")]
+    try:
+        plan = engines[0].make_plan(planner.build_policy())
+        budget = engines[0].model.nbytes * 2
+        off, auto = (service.plan_run(e, plan, budget, None, request) for e in engines)
+        held, line = budget_workspace(plan, "auto")
+        assert held == int(0.5 * largest_block_bytes(plan)) > 0
+        assert line is not None and auto.reasons[-1] == line and line not in off.reasons
+        assert "held back from the budget (estimated" in line
+    finally:
+        for e in engines:
+            e.close()
