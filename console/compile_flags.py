@@ -39,3 +39,15 @@ def compile_row(c: dict[str, Any]) -> tuple[str, str]:
              if c["expect"] in ("cold", "warm") else f"{c['seconds']:.1f} s ({c['expect']})")
     return "compile (regional)", (f"{phase}; {c['compiles']} compiled, {c['recompiles']} recompiles, "
                                   f"{c['graph_breaks']} graph breaks")
+
+
+def describe_compile_phase(event: Any) -> str:
+    """A `CompilePhase` event in a line: `request 2: compile 41.3 s cold (forecast 50.0 s), 3 compiled, 0 recompiles,
+    0 graph breaks`, or why it ran uncompiled."""
+    head = f"request {event.request_id}: compile"
+    if not event.on:
+        return f"{head} off ({event.why})"
+    c = {"on": True, "why": event.why, "expect": event.expect, "seconds": event.seconds,
+         "forecast_seconds": event.forecast_seconds, "compiles": event.compiles, "recompiles": event.recompiles,
+         "graph_breaks": event.graph_breaks}
+    return f"{head} {compile_row(c)[1]}"

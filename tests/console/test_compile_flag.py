@@ -45,3 +45,19 @@ def test_run_reports_the_compile_phase_and_dynamos_counts(demo_model_dir: Path, 
                  str(tmp_path / "p.png"), "--steps", "2", "--compile", "regional", "--compile-backend", "eager"]) == 0
     text = capsys.readouterr().out
     assert "compile (regional)" in text and "recompiles" in text
+
+
+def test_the_compile_phase_is_a_line_live_and_on_stderr():
+    from omni_console.console.event_text import format_event, progress_line
+    from omni_console.engine.events import CompilePhase
+
+    cold = CompilePhase(request_id=1, on=True, why="asked", expect="cold", seconds=41.25, forecast_seconds=50.0,
+                        compiles=3, recompiles=1, graph_breaks=0)
+    text, _ = progress_line(cold)
+    assert text == ("request 1: compile 41.2 s cold (forecast 50.0 s); 3 compiled, 1 recompiles, 0 graph breaks")
+    assert "COMPILE request 1: compile 41.2 s cold" in format_event(cold, cold.t)
+    off = CompilePhase(request_id=2, on=False, why="transfer-bound: the link sets the step time, compile saves "
+                       "nothing", expect=None, seconds=0.0, forecast_seconds=0.0, compiles=0, recompiles=0,
+                       graph_breaks=0)
+    assert progress_line(off)[0] == ("request 2: compile off (transfer-bound: the link sets the step time, compile "
+                                     "saves nothing)")
