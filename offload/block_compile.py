@@ -3,7 +3,7 @@
 diffusers' `compile_repeated_blocks` calls `submodule.compile()`, which compiles the module's whole
 `_call_impl`: its forward hooks would be traced into the graph. Ours must not be: the ring's hooks
 re-point parameters into slots (`param.data = ...`), wait on copy events, upcast fp8 and check
-cancels. So only `forward` is compiled, and it is installed as an instance attribute that
+cancels. So only `forward` is compiled, and it is installed (`Hooks.wrap`, an instance attribute) where
 `nn.Module._call_impl` calls between the (eager) pre- and post-hooks: the hooks sit at the graph's
 boundary by construction, and `remove()` puts the class's method back.
 
@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from .module_hooks import Hooks
 
 
 @dataclass(frozen=True)
@@ -157,22 +159,21 @@ def out_of_memory_inside(exc: BaseException) -> torch.OutOfMemoryError | None:
 
 
 class CompiledBlocks:
-    """The blocks whose `forward` is compiled; `remove()` restores their own (eager) `forward`."""
+    """The blocks whose `forward` is compiled (each one a `Hooks.wrap` of `forward`, so the class's method is
+    never touched); `remove()` puts their own (eager) `forward` back."""
 
     def __init__(self, blocks: Iterable[torch.nn.Module], settings: CompileSettings = CompileSettings()) -> None:
         CompileWatch.watch()
         self.settings = settings
         self.by_class: dict[type[torch.nn.Module], _ClassForward] = {}
-        self._blocks: list[tuple[torch.nn.Module, bool, Any]] = []
+        self._hooks = Hooks()
         for block in blocks:
             cls = type(block)
             compiled = self.by_class.get(cls) or self.by_class.setdefault(cls, _ClassForward(cls, settings))
-            had = "forward" in vars(block)
-            self._blocks.append((block, had, vars(block).get("forward")))
-            block.forward = types.MethodType(compiled, block)
+            self._hooks.wrap(block, "forward", lambda _eager, c=compiled, b=block: types.MethodType(c, b))
 
     def __len__(self) -> int:
-        return len(self._blocks)
+        return len(self._hooks)
 
     @property
     def class_names(self) -> list[str]:
@@ -185,12 +186,7 @@ class CompiledBlocks:
 
     def remove(self) -> None:
         """Put every block's eager `forward` back. Idempotent."""
-        blocks, self._blocks = self._blocks, []
-        for block, had, previous in blocks:
-            if had:
-                block.forward = previous
-            else:
-                vars(block).pop("forward", None)
+        self._hooks.remove()
 
 
 def repeated_blocks(model: torch.nn.Module, fallback: Iterable[torch.nn.Module] = ()) -> list[torch.nn.Module]:
