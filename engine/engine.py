@@ -49,7 +49,7 @@ from .running.call_options import default_fps, requested_fps
 from .running.oom_guard import guarded_request
 from .running.order_watch import BlockOrderWatch, adopt_order, permute_profile
 from .running.profiler import ProfileRecorder, forecast_check, request_size, save_quietly
-from .running.request_compile import RegionalCompile, begin_compile, finish_compile
+from .running.request_compile import RegionalCompile, begin_compile, finish_compile, ran_compiled
 from .running.residency_snapshot import ResidencyWatch
 from .running.runner import GenerateRequest, run_pipeline
 
@@ -399,6 +399,8 @@ class Engine(Lifecycle):
             if request.cache is not None:  # its steps skipped blocks: not the model's times, only its hit rate
                 profile = None
                 keep_hits(self.model.pipeline_class, request.cache, run.steps)
+            if ran_compiled(compiling):  # compiled block times are not the eager profile the forecast scales from
+                profile = None
             if profile is not None and not stepped and not (cancel is not None and cancel.is_set()):
                 problem = save_quietly(profile)
                 if problem:

@@ -158,3 +158,8 @@ def finish_compile(compile_: RegionalCompile | None, mark: tuple[Any, ...] | Non
                                     compiles=outcome.compiles, recompiles=outcome.recompiles,
                                     graph_breaks=outcome.graph_breaks))
     return outcome
+
+
+def ran_compiled(mark: tuple[Any, ...] | None) -> bool:
+    """Whether the request `begin_compile` marked ran with its blocks compiled (its step times are not eager's)."""
+    return mark is not None and bool(mark[1].on)
