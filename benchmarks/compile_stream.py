@@ -14,6 +14,8 @@ Printed per budget: compiled step / resident eager, compiled step / streamed eag
 must never slow a transfer-bound plan), the plan's bound (compute or transfer), Dynamo's compiles and recompiles
 after warm-up (across the re-plans: 0 expected), bit-identity with diffusers' compiled resident output, and the
 max |compiled - eager|.
+`--stream-dtype float8_e4m3fn` also streams fp8 storage (every block in the ring; the upcast runs in the ring's
+hook beside the graph) uncompiled and compiled, reported against both the fp8 uncompiled step and resident eager.
 `--phases` also times the compile phase in two fresh processes sharing one empty Inductor cache dir (cold, then
 warm) and prints warm / cold (target <= 0.10).
 
@@ -37,10 +39,13 @@ from typing import Any
 import torch
 
 from omni_console.engine.device_probes import measure_h2d_bandwidth
+from omni_console.engine.loading.stream_dtype import STREAM_DTYPES, cast_for_storage
 from omni_console.engine.planning.stream_choice import choose_streaming, profile_from_timings
 from omni_console.offload.block_compile import CompiledBlocks, CompileSettings, CompileWatch, repeated_blocks
 from omni_console.offload.block_timing import BlockTimer
+from omni_console.offload.residency import BlockResidency
 from omni_console.offload.streamer import LayerwiseStreamer
+from omni_console.offload.upcast import module_upcast
 
 from . import harness
 from .budget_sweep import MODELS, blocks_of, build, inputs_for, log, peak, peak_reset, sync, timed_forwards
@@ -187,6 +192,53 @@ def _inputs(spec: dict[str, Any], device: torch.device, text_tokens: int | None)
     return inputs
 
 
+def fp8_runs(spec: dict[str, Any], inputs: dict[str, Any], device: torch.device, args: Any, eager_s: float,
+             eager_out: torch.Tensor) -> dict[str, Any]:
+    """fp8 storage streamed (every block in the ring, upcast beside the graph by the ring's hooks), uncompiled and
+    compiled: the compiled step against both the fp8 uncompiled step and the resident bf16 eager step."""
+    storage = STREAM_DTYPES[args.stream_dtype]
+    model = build(spec, device)
+    cast_for_storage(model, storage)
+    lists = blocks_of(model, spec["kind"])
+    attrs = {a for a, _ in lists}
+    for name, child in model.named_children():
+        if name not in attrs:
+            module_upcast(child, torch.bfloat16)  # resident non-block layers: upcast once, as placement does
+    for _, bl in lists:
+        for b in bl:
+            b.to("cpu")
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    n = sum(len(bl) for _, bl in lists)
+    streamer = LayerwiseStreamer(lists, device, residency=BlockResidency.leading(n, 0, n),
+                                 compute_dtype=torch.bfloat16)
+    streamer.attach()
+    eager_fp8_s, _, out_eager = timed_forwards(model, inputs, device, args.iters)
+    compiled = CompiledBlocks(repeated_blocks(model), CompileSettings(backend=args.backend))
+    with torch.no_grad():
+        model(**inputs)
+    sync(device)
+    mark = CompileWatch.snapshot()
+    compiled_s, _, out_compiled = timed_forwards(model, inputs, device, args.iters, warmup=1)
+    after = CompileWatch.snapshot() - mark
+    compiled.remove()
+    streamer.detach()
+    result = {"stream_dtype": args.stream_dtype, "slots": n, "eager_fp8_step_s": eager_fp8_s,
+              "compiled_fp8_step_s": compiled_s,
+              "compiled_over_fp8_eager": harness.ratio(compiled_s, eager_fp8_s),
+              "compiled_over_resident_bf16_eager": harness.ratio(compiled_s, eager_s),
+              "recompiles_after_warmup": after.recompiles, "compiles_after_warmup": after.compiles,
+              "max_abs_diff_compiled_vs_fp8_eager": _max_diff(out_compiled, out_eager),
+              "max_abs_diff_fp8_eager_vs_bf16_eager": _max_diff(out_eager, eager_out)}
+    log(f"fp8 streamed (upcast beside the graph): eager {eager_fp8_s:.4f} s, compiled {compiled_s:.4f} s = "
+        f"{result['compiled_over_fp8_eager']}x fp8 eager, {result['compiled_over_resident_bf16_eager']}x resident "
+        f"bf16 eager; recompiles after warm-up {after.recompiles}")
+    del model, streamer
+    gc.collect()
+    return result
+
+
 def phase_only(args: Any) -> None:
     """One fresh process's compile phase (`--phase-only`): the resident model's first compiled forward minus a
     compiled forward after it; printed as one JSON line."""
@@ -228,6 +280,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--budgets", type=float, nargs="*", default=[24, 8])
     parser.add_argument("--backend", default="inductor", help="torch.compile backend (eager: a CPU smoke run)")
     parser.add_argument("--phases", action="store_true", help="also time the cold and warm compile phase")
+    parser.add_argument("--stream-dtype", choices=sorted(STREAM_DTYPES), default=None,
+                        help="also run fp8 storage streamed, uncompiled and compiled (every block in the ring)")
     parser.add_argument("--text-tokens", type=int, default=None,
                         help="fewer text tokens than the preset's 512 (a quicker CPU smoke run)")
     parser.add_argument("--phase-only", action="store_true", help=argparse_hidden())
@@ -240,13 +294,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     device = torch.device(args.device)
     report: dict[str, Any] = {"model": args.model, "backend": args.backend, "budgets_gb": args.budgets,
                               "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
-    model = build(spec, device)
-    inputs = _inputs(spec, device, args.text_tokens)
-    report["resident"], eager_out, compiled_ref = resident_runs(spec, model, inputs, device, args)
-    report["streamed"] = streamed_runs(spec, model, inputs, device, args, report["resident"]["eager_step_s"],
-                                       report["resident"]["activation_bytes"], eager_out, compiled_ref)
-    del model
-    gc.collect()
+    if args.budgets or args.stream_dtype:  # `--budgets` with no value and `--phases`: the compile phase alone
+        model = build(spec, device)
+        inputs = _inputs(spec, device, args.text_tokens)
+        report["resident"], eager_out, compiled_ref = resident_runs(spec, model, inputs, device, args)
+        report["streamed"] = streamed_runs(spec, model, inputs, device, args, report["resident"]["eager_step_s"],
+                                           report["resident"]["activation_bytes"], eager_out, compiled_ref)
+        del model
+        gc.collect()
+        if args.stream_dtype:
+            report["fp8"] = fp8_runs(spec, inputs, device, args, report["resident"]["eager_step_s"], eager_out)
     if args.phases:
         report["compile_phase"] = phases(args)
     for key, value in harness.rows({k: v for k, v in report.items() if k != "streamed"}):
