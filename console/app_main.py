@@ -93,6 +93,8 @@ def _engine_for(args: argparse.Namespace, layout: RankLayout) -> EngineHandle:
     if not layout.distributed:
         return service.open_engine(resolve_model_path(args.model), variant=args.variant,
                            options=EngineOptions(live_replan=True, **compile_options(args)))
+    if getattr(args, "compile", "off") != "off":
+        raise ConfigError("--compile with --gpus N > 1: the rank group does not compile yet (one GPU does)")
     from platformdirs import user_log_path
 
     return service.open_engine(resolve_model_path(args.model), layout=layout, variant=args.variant,

@@ -72,6 +72,8 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
     if layout.distributed:
         if args.lora:
             raise ConfigError("--lora with --gpus N > 1: the rank group does not apply LoRAs yet (one GPU does)")
+        if getattr(args, "compile", "off") != "off":
+            raise ConfigError("--compile with --gpus N > 1: the rank group does not compile yet (one GPU does)")
         from .headless_ranks import run_ranks
 
         return run_ranks(args, guard, layout, flags)

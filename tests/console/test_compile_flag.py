@@ -61,3 +61,11 @@ def test_the_compile_phase_is_a_line_live_and_on_stderr():
                        graph_breaks=0)
     assert progress_line(off)[0] == ("request 2: compile off (transfer-bound: the link sets the step time, compile "
                                      "saves nothing)")
+
+
+def test_compile_with_several_gpus_is_refused_in_one_line(demo_model_dir: Path, tmp_path: Path, capsys, loads):
+    code = main(["run", "--headless", "--model", str(demo_model_dir), "--device", "cpu", "--gpus", "2",
+                 "--compile", "regional", "--output", str(tmp_path / "o.png")])
+    assert code == 2 and loads == []
+    assert one_error_line(capsys) == ("omni-console: error: --compile with --gpus N > 1: the rank group does not "
+                                      "compile yet (one GPU does)")
