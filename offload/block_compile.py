@@ -116,12 +116,25 @@ def _is_recompile(compile_id: str) -> bool:
         return False
 
 
+RECOMPILE_LIMIT = 64
+"""Graphs Dynamo keeps per block class: one per shape, module structure (a LoRA's layers) and grad mode, which a
+long console session of many sizes passes torch's default of 8; past it a call runs eager (`_ClassForward`)."""
+
+
+def raise_recompile_limit() -> None:
+    """Dynamo's per-code-object limit at least `RECOMPILE_LIMIT` (a process-wide setting; never lowered)."""
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
+    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 4 * RECOMPILE_LIMIT)
+
+
 class _ClassForward:
     """One block class's compiled forward, shared by all its blocks (Dynamo's cache is per code object)."""
 
     def __init__(self, cls: type[torch.nn.Module], settings: CompileSettings) -> None:
         self.cls, self.settings = cls, settings
         self.fullgraph = settings.fullgraph
+        self.eager_calls = 0
         self.fn = self._compile(self.fullgraph)
 
     def _compile(self, fullgraph: bool) -> Callable[..., Any]:
@@ -132,6 +145,9 @@ class _ClassForward:
     def __call__(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         try:
             return self.fn(module, *args, **kwargs)
+        except torch._dynamo.exc.FailOnRecompileLimitHit:
+            self.eager_calls += 1  # past Dynamo's recompile limit for this class: this call runs eager, never fails
+            return self.cls.forward(module, *args, **kwargs)
         except torch._dynamo.exc.Unsupported:
             if not self.fullgraph:
                 raise
@@ -164,6 +180,7 @@ class CompiledBlocks:
 
     def __init__(self, blocks: Iterable[torch.nn.Module], settings: CompileSettings = CompileSettings()) -> None:
         CompileWatch.watch()
+        raise_recompile_limit()
         self.settings = settings
         self.by_class: dict[type[torch.nn.Module], _ClassForward] = {}
         self._hooks = Hooks()
@@ -178,6 +195,11 @@ class CompiledBlocks:
     @property
     def class_names(self) -> list[str]:
         return sorted(c.__name__ for c in self.by_class)
+
+    @property
+    def eager_calls(self) -> int:
+        """Block calls that ran eager because Dynamo's recompile limit was reached for their class."""
+        return sum(f.eager_calls for f in self.by_class.values())
 
     @property
     def fullgraph_classes(self) -> list[str]:

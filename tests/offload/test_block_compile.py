@@ -144,3 +144,25 @@ def test_an_out_of_memory_while_compiling_reaches_the_caller_as_the_oom_it_is():
     with torch.no_grad(), pytest.raises(torch.OutOfMemoryError, match="Tried to allocate"):
         model(**inputs)
     compiled.remove()
+
+
+def test_past_dynamos_recompile_limit_a_block_runs_eager_instead_of_failing(monkeypatch):
+    """A long session of many sizes can pass the limit; the request must go on (eager for those calls)."""
+    import torch._dynamo.config as dynamo_config
+
+    from omni_console.offload import block_compile
+
+    model, inputs = _flux()
+    monkeypatch.setattr(block_compile, "RECOMPILE_LIMIT", 1)
+    monkeypatch.setattr(dynamo_config, "recompile_limit", 1)
+    torch._dynamo.reset()  # this test's limit counts from here
+    sizes = [{**inputs, "hidden_states": torch.randn(1, n, 16), "img_ids": torch.zeros(n, 3)} for n in (16, 24, 32)]
+    with torch.no_grad():
+        expected = [model(**sized)[0] for sized in sizes]
+        compiled = CompiledBlocks(repeated_blocks(model), CompileSettings(backend="eager"))
+        got = [model(**sized)[0] for sized in sizes]  # a new shape each: past a limit of one graph per class
+    assert compiled.eager_calls > 0
+    for e, g in zip(expected, got, strict=True):
+        assert torch.equal(e, g)
+    compiled.remove()
+    torch._dynamo.reset()
