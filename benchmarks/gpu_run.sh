@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|console-previews|cards|host-tiers-flux|host-tiers-wan|before-after|console-plots|cache|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|console-previews|cards|host-tiers-flux|host-tiers-wan|before-after|console-plots|cache|compile|compile-phases|compile-wan|all] [benchmark args...]
 # `tests` also runs benchmarks/cpu_exactness.py on the host CPU (the tiny families written by
 # tests/write_tiny_families.py). Benchmarks run from the repository root as modules: python3 -m benchmarks.NAME.
 set -uo pipefail
@@ -101,6 +101,19 @@ if [[ $what == forecast ]]; then  # whole-request forecast and --vram-budget thr
   python3 -m benchmarks.engine_e2e --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5
   python3 -m benchmarks.forecast_e2e --dir /tmp/flux-size --out "$OUT/forecast_e2e.json" "$@" 2>&1 \
     | grep -v "kept in float32" | tail -40 > "$OUT/forecast.log"
+fi
+if [[ $what == compile ]]; then  # issue 40: regional compile on streamed blocks, Flux-dev-size 1024² at 24 and 8 GB,
+  # recompiles across the re-plan between them, exactness vs diffusers' compile_repeated_blocks, fp8 streamed
+  timeout 560 python3 -m benchmarks.compile_stream --model flux --budgets 24 8 --stream-dtype float8_e4m3fn \
+    --out "$OUT/compile_stream.json" "$@" 2>&1 | grep --line-buffered -v "kept in float32" > "$OUT/compile.log"
+fi
+if [[ $what == compile-phases ]]; then  # issue 40: the compile phase, cold then warm, in two fresh processes
+  timeout 560 python3 -m benchmarks.compile_stream --model flux --budgets --phases \
+    --out "$OUT/compile_phases.json" "$@" 2>&1 | grep --line-buffered -v "kept in float32" > "$OUT/compile_phases.log"
+fi
+if [[ $what == compile-wan ]]; then  # issue 40: Wan2.1-14B-size 81x480x832 at 8 and 16 GB (a call of its own)
+  timeout 560 python3 -m benchmarks.compile_stream --model wan --budgets 8 16 --iters 2 \
+    --out "$OUT/compile_wan.json" "$@" 2>&1 | grep --line-buffered -v "kept in float32" > "$OUT/compile_wan.log"
 fi
 if [[ $what == replan ]]; then  # load floors, time to ready (warm, cold, diffusers beside it), live re-plan: Flux-size
   python3 -m benchmarks.replan_load --dir /tmp/flux-size --write flux --threads 16 --replan 28 --peers \

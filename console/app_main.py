@@ -101,12 +101,15 @@ def _engine_for(args: argparse.Namespace, layout: RankLayout) -> EngineHandle:
     start when the operator loads)."""
     from ..engine.api import EngineOptions, service
     from .args import resolve_model_path
+    from .compile_flags import compile_options
 
     if not layout.distributed:
         return service.open_engine(resolve_model_path(args.model), variant=args.variant,
                            options=EngineOptions(live_replan=True,
                                                  step_previews=getattr(args, "preview", "halfblock") != "off",
-                                                 preview_decoder=_preview_decoder(args)))
+                                                 preview_decoder=_preview_decoder(args), **compile_options(args)))
+    if getattr(args, "compile", "off") != "off":
+        raise ConfigError("--compile with --gpus N > 1: the rank group does not compile yet (one GPU does)")
     from platformdirs import user_log_path
 
     return service.open_engine(resolve_model_path(args.model), layout=layout, variant=args.variant,

@@ -22,6 +22,7 @@ from typing import NoReturn
 
 from ..engine.api import plain, planner, probes
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
+from .compile_flags import add_compile_flags
 from .flag_types import check_cache_dir, path_name, real_number, short_words, whole_number
 from .help_overview import overview
 from .lora_flags import add_lora_flags, lora_documents, lora_lines
@@ -148,6 +149,7 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
                         help="with --gpus N > 1: dp runs N prompts or seeds at once (default); cfg runs the two "
                              "guidance branches of one request on 2 ranks")
     add_lora_flags(parser)
+    add_compile_flags(parser)
 
 
 def _cache_flag(parser: argparse.ArgumentParser) -> None:
@@ -309,11 +311,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if cache is not None:  # the step as a range, the hit rate measured here for this setting in it
         cache_range = planner.cache_step_range(cache, plan.model.num_dit_blocks, forecast.step_s,
                                                planner.measured_hits(model.pipeline_class, cache))
+    compiled = planner.plan_compile(plan, forecast, args.compile, device, getattr(args, "steps", None),
+                                    args.compile_backend) if args.compile != "off" else None
     if args.json:
         document = planner.plan_to_dict(plan, forecast, device, budget, reasons, ranks, planned.ram,
                                         cache_range.document() if cache_range is not None else None)
         if loras:
             document["loras"] = lora_documents(loras, args.lora_mode)
+        if compiled is not None:
+            document["compile"] = planner.compile_document(compiled)
         print(json.dumps(document, indent=2))
     else:
         from .plan_view import render_plan
@@ -324,6 +330,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(plain(cache_range.line))
         for line in lora_lines(loras, args.lora_mode):
             print(line)
+        for line in compiled.lines() if compiled is not None else ():
+            print(plain(line))
     return 0
 
 

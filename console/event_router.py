@@ -43,7 +43,7 @@ HEAVY_UI_BUSY_S = 1.0
 """Staging log, memory panels, step table, residency and GPU group redraw at most this often (idle / while a
 request runs); no sample, step or event is skipped, they are applied in groups."""
 LOG_EVENTS = (events.StagingEvent, events.BlocksSkipped, events.CacheDecision, events.OomRetry, events.OomStepDown,
-              events.LogEvent, events.ErrorEvent, events.Replanned, events.ExpertSwitched)
+              events.LogEvent, events.ErrorEvent, events.Replanned, events.ExpertSwitched, events.CompilePhase)
 
 
 class LiveView(Protocol):

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from ..engine import events
 from ..engine.api import plain
 from ..offload.units import format_bytes, format_seconds
+from .compile_flags import describe_compile_phase
 from .theme_colors import resolve_default
 
 FAILURE_STYLE = "$error"
@@ -101,6 +102,8 @@ def _event_line(event: events.Event, t0: float, *, on_cpu: bool) -> str | None:
         return f"{ts} EXPERT {describe_switch(event)}"
     if isinstance(event, events.ErrorEvent):
         return f"{ts} ERROR {event.where}: {event.message}"
+    if isinstance(event, events.CompilePhase):
+        return f"{ts} COMPILE {describe_compile_phase(event)}"
     return None
 
 
@@ -150,6 +153,8 @@ def _progress_line(event: object) -> tuple[str, str] | None:
         return f"expert {describe_switch(event)}", "dim"
     if isinstance(event, events.RequestPhases):
         return f"request {event.request_id}: {describe_phases(event.frames, event.latent_shape, event.phases)}", "dim"
+    if isinstance(event, events.CompilePhase):
+        return describe_compile_phase(event), "dim"
     if isinstance(event, events.ErrorEvent):
         return f"{event.where} failed: {one_line(event.message)}", resolve_default(FAILURE_STYLE)
     if isinstance(event, events.OomRetry):

@@ -19,6 +19,7 @@ from rich.console import Console
 from ..engine.api import EngineHandle, GenerateRequest, OffloadPolicy, checks, probes, service
 from ..engine.errors import ConfigError
 from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args, resolve_model_path
+from .compile_flags import compile_options
 from .interrupts import InterruptGuard
 from .lora_flags import lora_options
 from .request_defaults import default_request
@@ -88,8 +89,8 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
     spec = service.RunSpec(model=model_path, policy=flags.policy, output=args.output, request=request,
                            overwrite=args.overwrite, device=flags.device, variant=args.variant, budget=flags.budget,
                            ram_budget=flags.ram_budget, telemetry_hz=flags.telemetry_hz, fps=options.fps,
-                           open_options=lora_options(args), layout=layout if layout.distributed else None,
-                           trace=args.trace)
+                           open_options={**lora_options(args), **compile_options(args)},
+                           layout=layout if layout.distributed else None, trace=args.trace)
     lines = ProgressLines(Console(stderr=True), guard, rank_line if layout.distributed else engine_line)
     face = service.RunFace(event=lines.event, note=lines.say, final_lines=describe_snapshot)
     done = (service.run_ranks if layout.distributed else service.run_once)(spec, guard, face)

@@ -22,6 +22,8 @@ def check_rank_flags(args: argparse.Namespace, flags: Any, layout: Any) -> None:
     """`flags`: the checked `RunFlags` of `console.headless`; `layout`: its `RankLayout`."""
     if args.trace is not None:
         raise ConfigError("--trace with --gpus N > 1: a rank group's trace is not written yet (one GPU's is)")
+    if getattr(args, "compile", "off") != "off":
+        raise ConfigError("--compile with --gpus N > 1: the rank group does not compile yet (one GPU does)")
     if args.lora:
         raise ConfigError("--lora with --gpus N > 1: the rank group does not apply LoRAs yet (one GPU does)")
     if flags.budget is not None:

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from ..engine.api import plain
 from ..offload.units import copied_text, format_bytes, format_rate, format_seconds
+from .compile_flags import compile_row
 from .event_text import PHASE_LABELS
 from .host_check import host_check_row
 
@@ -77,6 +78,8 @@ def print_report(r: dict[str, Any], console: Console, kind: str = "DiT") -> None
         table.add_row("allocator cap (budget − CUDA context)", format_bytes(r["allocator_cap_bytes"]))
     for s in r["oom_step_downs"]:
         table.add_row(f"out of memory in {PHASE_LABELS.get(s['phase'], s['phase'])}", s["action"])
+    if (compiled := r.get("compile")) is not None:
+        table.add_row(*compile_row(compiled))
     check = r.get("forecast_check")
     if check:
         rows = (("step", "predicted_step_s", "measured_step_s", format_seconds),

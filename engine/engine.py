@@ -50,6 +50,7 @@ from .running.oom_guard import guarded_request
 from .running.order_watch import BlockOrderWatch, adopt_order, permute_profile
 from .running.preview_decoder import read_preview_decoder
 from .running.profiler import ProfileRecorder, forecast_check, request_size, save_quietly
+from .running.request_compile import RegionalCompile, begin_compile, finish_compile, ran_compiled
 from .running.residency_snapshot import ResidencyWatch
 from .running.runner import GenerateRequest, run_pipeline
 
@@ -99,6 +100,7 @@ class Engine(Lifecycle):
         self.placement: Placement | None = None
         self._residency = ResidencyWatch(self)  # ResidencySnapshot events: the panel's rows
         self._order_watch: BlockOrderWatch | None = None
+        self._compile: RegionalCompile | None = None  # --compile regional|auto (engine/running/request_compile.py)
         self._request_ids = itertools.count(1)
         self._lock = threading.RLock()
 
@@ -226,6 +228,10 @@ class Engine(Lifecycle):
                              cancel=cancel, weights=weights, host_arenas=arenas, options=options,
                              files=file_tiers.found)
                 self._loras_applied = apply_loras(self.pipe, self.placement, self.loras, options.lora_mode)
+                if options.compile != "off":
+                    self._compile = RegionalCompile(options.compile, options.compile_backend,
+                                                    [getattr(self.pipe, d.name) for d in self.model.denoisers],
+                                                    self.device)
             except BaseException as exc:
                 for arena in arenas.values():
                     arena.close()
@@ -324,6 +330,9 @@ class Engine(Lifecycle):
             self._set_state(EngineState.UNLOADED)
 
     def _release(self) -> None:
+        if self._compile is not None:
+            self._compile.close()
+            self._compile = None
         if self._order_watch is not None:
             self._order_watch.close()
             self._order_watch = None
@@ -356,6 +365,7 @@ class Engine(Lifecycle):
             experts = self.placement.experts if self.placement else None
             if experts is not None:
                 experts.begin_request(request_id, self.pipe)  # its schedule: the read ahead before each switch
+            compiling = begin_compile(self._compile, self, request, forecast, request_id)
             start = time.perf_counter()
             try:
                 try:
@@ -392,6 +402,8 @@ class Engine(Lifecycle):
             if request.cache is not None:  # its steps skipped blocks: not the model's times, only its hit rate
                 profile = None
                 keep_hits(self.model.pipeline_class, request.cache, run.steps)
+            if ran_compiled(compiling):  # compiled block times are not the eager profile the forecast scales from
+                profile = None
             if profile is not None and not stepped and not (cancel is not None and cancel.is_set()):
                 problem = save_quietly(profile)
                 if problem:
@@ -401,6 +413,7 @@ class Engine(Lifecycle):
             self.bus.publish(check)
             self.bus.publish(RequestPhases(request_id=request_id, frames=len(run.frames), latent_shape=run.latent_shape,
                                            phases=dict(run.phases), vae_decode_peak_bytes=run.vae_decode_peak_bytes))
+            compiled = finish_compile(self._compile, compiling, self, request, request_id)
             self.bus.publish(RequestFinished(request_id=request_id, seconds=seconds, ok=True))
             self._set_state(EngineState.READY)
             return GenerateResult(request_id, run.image, seconds, run.steps, peak, frames=run.frames,
@@ -409,7 +422,7 @@ class Engine(Lifecycle):
                                   phases=run.phases, vae_decode_peak_bytes=run.vae_decode_peak_bytes, check=check,
                                   cancelled=cancel is not None and cancel.is_set(), oom_step_downs=stepped,
                                   peak_reserved_bytes=run.reserved_peak, audio=run.audio,
-                                  guidance=run.guidance)
+                                  guidance=run.guidance, compile=compiled)
 
     # ---------------------------------------------------------------- block order
     def _watch_block_order(self) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "BlockOrderCorrected",
     "BlocksSkipped",
     "BlockTiming",
+    "CompilePhase",
     "CacheDecision",
     "ErrorEvent",
     "Event",
@@ -294,3 +295,19 @@ class StepPreview(Event):
     latent_format: str = ""
     note: str = ""
     rgb: Any = None
+
+
+class CompilePhase(Event):
+    """A request's regional compile (`--compile`), published once after it ends: whether it ran compiled and
+    why, the compile seconds (measured; `forecast_seconds` what the plan expected), and Dynamo's counts.
+    `expect`: "cold", "warm" (Inductor's cache), "in memory" (compiled earlier in this process) or None (off)."""
+
+    request_id: int
+    on: bool
+    why: str
+    expect: str | None
+    seconds: float
+    forecast_seconds: float
+    compiles: int
+    recompiles: int
+    graph_breaks: int

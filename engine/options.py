@@ -77,10 +77,17 @@ class EngineOptions:
     preview_decoder: str | None = None
     """`--preview-decoder PATH`: a TAESD-style decoder's safetensors (checked when the engine opens); step
     previews are then its decoded pictures instead of the latent→RGB factors'."""
+    compile: str = "off"
+    """`--compile off|regional|auto`: the denoisers' repeated blocks compiled with `torch.compile`, their streaming
+    hooks left outside the graphs (offload/block_compile.py; auto: engine/planning/compile_choice.py)."""
+    compile_backend: str = "inductor"
+    """`torch.compile`'s backend for `compile` (tests and CPU smoke runs: "eager" or "aot_eager")."""
 
     def __post_init__(self) -> None:
         if self.read_threads is not None and self.read_threads < 1:
             raise ValueError(f"read_threads must be >= 1 or None, got {self.read_threads}")
+        if self.compile not in ("off", "regional", "auto"):
+            raise ValueError(f"compile must be off, regional or auto, got {self.compile!r}")
         self.load_options  # noqa: B018  (their own checks, at construction)
         self.stream_options  # noqa: B018
 

@@ -53,6 +53,7 @@ class GenerateResult:
     # per-process figure is the CUDA context + this, so it bounds the process's peak from below exactly
     audio: AudioTrack | None = None  # the first item's waveform, for a pipeline that returns audio (LTX-2)
     guidance: float | None = None  # the guidance scale it ran with: --guidance, the call's default or its guider's
+    compile: Any = None  # --compile: the request's CompileOutcome (engine/running/request_compile.py), None when off
 
 
 def run_peak(run: RunOutput, peak_since_last_reset: int | None) -> int | None:

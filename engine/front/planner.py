@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the same names as `EXPORTS` (tests/engine/test_api.py holds
     from ..model_dir.fp8_names import storage_note
     from ..plan_flow import PlanResult, loads_live, plan_for
     from ..planning.auto_budget import auto_budget
+    from ..planning.compile_plan import compile_document, plan_compile
     from ..planning.device_footprint import DeviceOverhead, device_overhead, record_context
     from ..planning.documents import Document, PlanDocument, PolicyDoc
     from ..planning.experts import blocks_per_forward
@@ -42,6 +43,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "..ranks.rank_forecast": ("RankForecast",),
     "...offload.tiers": ("HostTiers", "TIERS", "Tier"),
     "..planning.auto_budget": ("auto_budget",),
+    "..planning.compile_plan": ("compile_document", "plan_compile"),
     "..planning.ram_budget": ("auto_ram_budget",),
     "..planning.model_configs": ("default_size",),
     "..planning.experts": ("blocks_per_forward",),

@@ -95,6 +95,7 @@ def run_report(*, model: str, device: str, policy: Any, plan: Any, load: Any, re
         "oom_step_downs": step_down_docs(result),
         **host_check_doc(result.check),
         "lean_phases": list(lean or []),
+        "compile": result.compile.as_dict() if getattr(result, "compile", None) is not None else None,
         "notes": written.notes,
         **totals,
         "events_dropped": events_dropped,

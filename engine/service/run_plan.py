@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..options import EngineOptions
 from ..plan_flow import loads_live, plan_for
+from ..planning.compile_plan import budget_workspace
 from ..running.host_fit import check_fits_host
 from ..running.profiler import request_size
 
@@ -44,10 +45,13 @@ def plan_run(engine: EngineHandle, plan: Plan, budget: int | None, ram_budget: i
              request: GenerateRequest) -> RunPlan:
     """`plan` (the operator's policy, planned) for `request`, as `run` will load it: with a budget the
     auto-planner's choice (nothing fits: ConfigError, exit 2), with a RAM budget its host tiers."""
-    planned = plan_for(engine, plan, budget, request_size(request), ram_budget=ram_budget,
-                       live=loads_live(budget, ram_budget))
+    workspace, held = budget_workspace(plan, getattr(getattr(engine, "options", None), "compile", "off"))
+    planned = plan_for(engine, plan, budget - workspace if budget is not None else None, request_size(request),
+                       ram_budget=ram_budget, live=loads_live(budget, ram_budget))
     check_fits_host(planned.forecast, engine.device.type)  # past the host's memory: one line, before load
     reasons = list(planned.reasons) if planned.auto is not None else []
+    if held and budget is not None:
+        reasons.append(held)
     ram_reasons = list(planned.ram.reasons) if planned.ram else []
     lean = [c.line for c in planned.forecast.lean] if planned.forecast is not None else []
     notes = [*(f"--vram-budget: {line}" for line in reasons), *(f"--ram-budget: {line}" for line in ram_reasons),

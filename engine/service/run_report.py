@@ -117,6 +117,20 @@ class OomStepDownReport(Document):
     message: str = Field(description="the out-of-memory error's first line")
 
 
+class CompileReport(Document):
+    """`--compile`: the request's regional compile and Dynamo's counts (engine/running/request_compile.py)."""
+
+    on: bool = Field(description="the request ran with its repeated blocks compiled")
+    why: str = Field(description="why on or off (auto: the device, the forecast's payback)")
+    expect: str | None = Field(None, description="cold, warm (Inductor's cache), in memory (compiled earlier in this "
+                                                 "process), or null when off")
+    seconds: float = Field(ge=0, description="wall seconds Dynamo spent compiling during the request (measured)")
+    forecast_seconds: float = Field(ge=0, description="the compile seconds the plan expected")
+    compiles: int = Field(ge=0, description="frames Dynamo compiled during the request")
+    recompiles: int = Field(ge=0, description="of which recompiles (a frame compiled again: a guard failed)")
+    graph_breaks: int = Field(ge=0, description="Dynamo's graph breaks (0 with fullgraph)")
+
+
 class RunReport(Document):
     """`omni-console run --json`: what the load and the request cost, and what was written."""
 
@@ -200,6 +214,8 @@ class RunReport(Document):
                         "request of this model and plan); '' without a forecast")
     oom_step_downs: list[OomStepDownReport] = Field(default_factory=list, description="phases that ran out of "
                                                     "memory, stepped down and were retried once")
+    compile: CompileReport | None = Field(None, description="--compile regional|auto: the compile phase and "
+                                         "Dynamo's counts; null with --compile off")
 
 
 def rendered_size_notes(asked_width: int | None, asked_height: int | None, rendered: list[int] | None) -> list[str]:

@@ -1,0 +1,165 @@
+"""`--compile` at run time: the denoisers' repeated blocks compiled (or not) for each request, and what it cost.
+
+The compiled forwards (offload/block_compile.py) are installed for a request the choice turns on and removed
+for one it turns off (auto may differ per request); Dynamo keeps its graphs across both, so turning it on
+again costs nothing. The compile itself happens in the first step of the first request at a shape; its
+seconds, Dynamo's compile, recompile and graph-break counts are this request's `CompileOutcome`, and the
+measured seconds go into the signature's record (engine/planning/compile_record.py) for the next forecast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ...offload.block_compile import CompiledBlocks, CompileSettings, CompileWatch, repeated_blocks
+from ..planning.compile_choice import CompileForecast, DeviceSupport
+from ..planning.compile_plan import block_classes, compile_forecast
+from ..planning.compile_record import inductor_cache_dir, save_measured, signature
+from ..planning.plan import Plan
+from ..planning.request_forecast import RequestForecast
+
+
+@dataclass(frozen=True)
+class CompileOutcome:
+    """One request's compile phase: whether it ran compiled, the forecast's word, and Dynamo's counts."""
+
+    on: bool
+    why: str
+    expect: str | None
+    seconds: float
+    forecast_seconds: float
+    compiles: int
+    recompiles: int
+    graph_breaks: int
+    lines: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"on": self.on, "why": self.why, "expect": self.expect, "seconds": round(self.seconds, 3),
+                "forecast_seconds": round(self.forecast_seconds, 3), "compiles": self.compiles,
+                "recompiles": self.recompiles, "graph_breaks": self.graph_breaks}
+
+
+def device_support(device: torch.device) -> DeviceSupport:
+    """CUDA, Triton and the compute capability of `device`."""
+    if device.type != "cuda":
+        return DeviceSupport(cuda=False, triton=False, capability=None)
+    try:
+        import triton  # noqa: F401
+        has_triton = True
+    except ImportError:
+        has_triton = False
+    return DeviceSupport(cuda=True, triton=has_triton, capability=torch.cuda.get_device_capability(device))
+
+
+def use_tool_cache() -> None:
+    """Inductor's and Triton's caches under the tool's cache dir (unless the operator set them): the second
+    start is warm, and the directory is the tool's own (docs/security.md)."""
+    root = inductor_cache_dir()
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root))
+    os.environ.setdefault("TRITON_CACHE_DIR", str(root / "triton"))
+
+
+class RegionalCompile:
+    """One engine's regional compile: its blocks, its settings, and the signatures it compiled in this process."""
+
+    def __init__(self, asked: str, backend: str, denoisers: list[torch.nn.Module], device: torch.device) -> None:
+        self.asked = asked
+        self.settings = CompileSettings(backend=backend)
+        self.device = device
+        self.support = device_support(device)
+        self._blocks = [b for d in denoisers for b in repeated_blocks(d, _block_lists(d))]
+        self._compiled: CompiledBlocks | None = None
+        self._warm: set[str] = set()  # signatures compiled in this process: no compile phase at all
+        use_tool_cache()
+        CompileWatch.watch()
+
+    @property
+    def classes(self) -> list[str]:
+        return sorted({type(b).__name__ for b in self._blocks})
+
+    def forecast(self, plan: Plan, forecast: RequestForecast | None, steps: int,
+                 notes: list[str] | None = None) -> CompileForecast:
+        return compile_forecast(plan, forecast, self.asked, self.support, steps=steps, device_name=str(self.device),
+                                backend=self.settings.backend, torch_version=torch.__version__, notes=notes)
+
+    def begin(self, decision: CompileForecast) -> tuple[Any, ...]:
+        """Install (or remove) the compiled forwards for this request; returns the mark `finish` needs."""
+        if decision.on and self._compiled is None and self._blocks:
+            self._compiled = CompiledBlocks(self._blocks, self.settings)
+        elif not decision.on and self._compiled is not None:
+            self._compiled.remove()
+            self._compiled = None
+        return (CompileWatch.snapshot(), decision)
+
+    def finish(self, mark: tuple[Any, ...], plan: Plan, size_label: str) -> CompileOutcome:
+        """This request's compile phase from Dynamo's counts since `begin`; a measured phase is recorded."""
+        before, decision = mark
+        done = CompileWatch.snapshot() - before
+        sig = signature(plan.model.pipeline_class, block_classes(plan), size_label, str(self.device),
+                        self.settings.backend, None, torch.__version__)
+        expect = decision.expect
+        if decision.on and sig in self._warm:
+            expect = "in memory"
+        elif decision.on and done.compiles:
+            self._warm.add(sig)
+            with contextlib.suppress(OSError):  # a read-only cache dir: the next forecast stays estimated
+                save_measured(sig, done.seconds, cold=decision.expect == "cold")
+        return CompileOutcome(on=decision.on, why=decision.why, expect=expect, seconds=done.seconds,
+                              forecast_seconds=decision.seconds if expect in ("cold", "warm") else 0.0,
+                              compiles=done.compiles, recompiles=done.recompiles, graph_breaks=done.graph_breaks,
+                              lines=tuple(decision.lines()))
+
+    def close(self) -> None:
+        if self._compiled is not None:
+            self._compiled.remove()
+            self._compiled = None
+
+
+def _block_lists(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """A denoiser's block-list modules (a fallback where the class names no `_repeated_blocks`)."""
+    found: list[torch.nn.Module] = []
+    for name in ("transformer_blocks", "single_transformer_blocks", "blocks", "layers"):
+        value = getattr(module, name, None)
+        if isinstance(value, torch.nn.ModuleList):
+            found.extend(value)
+    return found
+
+
+def begin_compile(compile_: RegionalCompile | None, engine: Any, request: Any, forecast: RequestForecast | None,
+                  request_id: int) -> tuple[Any, ...] | None:
+    """Before a request: decide, install or remove the compiled forwards, and say so live (a log line)."""
+    if compile_ is None or engine.plan is None:
+        return None
+    from ..events import LogEvent
+
+    notes: list[str] = []
+    decision = compile_.forecast(engine.plan, forecast, request.steps or 1, notes)
+    for line in [*notes, *decision.lines()]:
+        engine.bus.publish(LogEvent(level="info", message=f"request {request_id}: {line}"))
+    return compile_.begin(decision)
+
+
+def finish_compile(compile_: RegionalCompile | None, mark: tuple[Any, ...] | None, engine: Any, request: Any,
+                   request_id: int) -> CompileOutcome | None:
+    """After a request: its compile phase, published as a `CompilePhase` event."""
+    if compile_ is None or mark is None or engine.plan is None:
+        return None
+    from ..events import CompilePhase
+    from .profiler import request_size
+
+    outcome = compile_.finish(mark, engine.plan, request_size(request).label())
+    engine.bus.publish(CompilePhase(request_id=request_id, on=outcome.on, why=outcome.why, expect=outcome.expect,
+                                    seconds=outcome.seconds, forecast_seconds=outcome.forecast_seconds,
+                                    compiles=outcome.compiles, recompiles=outcome.recompiles,
+                                    graph_breaks=outcome.graph_breaks))
+    return outcome
+
+
+def ran_compiled(mark: tuple[Any, ...] | None) -> bool:
+    """Whether the request `begin_compile` marked ran with its blocks compiled (its step times are not eager's)."""
+    return mark is not None and bool(mark[1].on)
