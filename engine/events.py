@@ -297,6 +297,7 @@ class StepPreview(Event):
     rgb: Any = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CompilePhase(Event):
     """A request's regional compile (`--compile`), published once after it ends: whether it ran compiled and
     why, the compile seconds (measured; `forecast_seconds` what the plan expected), and Dynamo's counts.
