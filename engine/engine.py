@@ -204,7 +204,8 @@ class Engine(Lifecycle):
                         aux_in_place=aux_in_place, host_arenas=arenas, registrar=registrar, timings=components,
                         others_on=others_on if aux_in_place else None,  # CPU: the library's own order (address_phase)
                         dit_in_arena=options.dit_in_arena, huge_pages=options.use_huge_pages,
-                        after_build=file_tiers.after_build, plain=frozenset(file_tiers.tiers))
+                        after_build=file_tiers.after_build, plain=frozenset(file_tiers.tiers),
+                        from_files=file_tiers.build)
                     try:
                         mark("dits_built")
                         self.placement = begin_placement(self.device, self.bus, live=options.live_replan)
@@ -217,6 +218,9 @@ class Engine(Lifecycle):
                     except BaseException:
                         loading.abandon()
                         raise
+                for name, why in file_tiers.read_whole.items():  # its library read it: the load's transient
+                    self.bus.publish(LogEvent(level="info", message=f"{name}: read whole into host memory once at "
+                                              f"load, then given back (not built over its files: {why})"))
                 if loading.others_done_at is not None:
                     milestones["others_built"] = loading.others_done_at - start
                 self._pin_execution_device()

@@ -13,8 +13,10 @@ some phases (load, text encoding, denoise, VAE decode):
 - pinned blocks: the streamer's arena (every block with live re-plan or two experts, else the
   streamed ones); the tier of each (`Plan.tiers`): a block in the page cache or on disk costs no bytes;
 - pinned staged masters: each staged encoder/VAE's master (with live re-plan every encoder/VAE), unless
-  its tier is the page cache or disk (then no master: it is read from its files at each stage, and during the
-  load it is in host memory once, from its build until it gives its bytes back: a load read buffer);
+  its tier is the page cache or disk (then no master: it is read from its files at each stage, and it is built
+  with its weights left in their files, nothing read: engine/loading/file_build.py; one that cannot be, a
+  quantized one say, is in host memory once during the load, from its build until it gives its bytes back: a
+  load read buffer);
 - a layer-streamed encoder's ring arena: its layers packed again for the layer ring while its master is
   held (the 9.26 GB double pin of a Flux-size 8 GB plan; `Forecast.pinned_host_bytes` counts it while
   the loader does);
@@ -140,11 +142,24 @@ def layer_ring_arena_bytes(plan: Plan) -> int:
     return max(0, f.pinned_host_bytes - streamed - staged)
 
 
+def built_from_files(info: ComponentInfo) -> bool:
+    """Whether a page-cache/disk-tier staged component is built with its weights left in their files, nothing read
+    (engine/loading/file_build.py: a diffusers or transformers model with safetensors files, not quantized);
+    else its library reads it whole into host memory once at load, then gives the bytes back."""
+    return info.library in ("diffusers", "transformers") and bool(info.files) and info.quant_method is None
+
+
+def read_whole_at_load(plan: Plan) -> list[ComponentInfo]:
+    """The file-tier staged components a load reads whole into host memory once (`built_from_files` says no)."""
+    return [c.info for c in plan.components if c.residency == "staged" and c.info.has_weights
+            and plan.tiers.component(c.info.name) != "pinned" and not built_from_files(c.info)]
+
+
 def load_buffer_bytes(plan: Plan, on_cpu: bool) -> int:
     """The largest component read into host memory before it moves to the device: a resident one (a CUDA
-    load reads it to the host first), or a DiT's non-block layers. On a CPU nothing moves."""
-    files = [c.info.nbytes for c in plan.components  # read at load, given back once built (file_sources.py)
-             if c.residency == "staged" and plan.tiers.component(c.info.name) != "pinned"]
+    load reads it to the host first), a DiT's non-block layers, or a file-tier staged component that cannot be
+    built over its files (`read_whole_at_load`; one that can costs nothing here). On a CPU nothing moves."""
+    files = [info.nbytes for info in read_whole_at_load(plan)]  # given back once built (file_sources.py)
     if on_cpu:
         return max(files, default=0)
     sizes = [c.info.nbytes for c in plan.components if c.residency == "resident" and c.info.has_weights]
