@@ -180,8 +180,9 @@ class Engine(Lifecycle):
             components: dict[str, float] = {}
             milestones: dict[str, float] = {}
             aux_in_place = bool(options.aux_in_place)
-            file_tiers = FileTierLoad({} if options.live_replan else {n: t for n, t in plan.tiers.components
-                                                                      if t != "pinned"}, self.device.type == "cpu")
+            # a live load's file-tier components are resident ones whose master is their files (run_masters.py)
+            file_tiers = FileTierLoad({n: t for n, t in plan.tiers.components if t != "pinned"},
+                                      self.device.type == "cpu")
             # No garbage collection while the components are built: a full collection walks every
             # object the libraries' imports made, and building a model makes the thousands of objects
             # that trigger them (a Flux-size DiT built right after the imports: 0.35 s with them,
@@ -260,6 +261,7 @@ class Engine(Lifecycle):
                 block_host_bytes=streamer.host_bytes if streamer else 0,
                 pin_fallback_blocks=fallback.blocks if fallback else 0,
                 pin_fallback_bytes=fallback.nbytes if fallback else 0,
+                host_master_bytes=self.placement.host_master_bytes,
                 device_allocated_bytes=torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else None,
             )
 

@@ -45,7 +45,7 @@ def plan_run(engine: EngineHandle, plan: Plan, budget: int | None, ram_budget: i
     """`plan` (the operator's policy, planned) for `request`, as `run` will load it: with a budget the
     auto-planner's choice (nothing fits: ConfigError, exit 2), with a RAM budget its host tiers."""
     planned = plan_for(engine, plan, budget, request_size(request), ram_budget=ram_budget,
-                       live=loads_live(budget, ram_budget))
+                       live=loads_live(budget, ram_budget), file_masters=True)  # no pinned copy of the device's
     check_fits_host(planned.forecast, engine.device.type)  # past the host's memory: one line, before load
     reasons = list(planned.reasons) if planned.auto is not None else []
     ram_reasons = list(planned.ram.reasons) if planned.ram else []
