@@ -14,8 +14,9 @@ Reads run ahead in the ring's order on a small thread pool, several at once (eac
 bounce slot is read into again only after the device copy out of it has finished (its CUDA event).
 Host memory for file-tier blocks is the bounce ring alone, whatever their number, and only while it is used:
 it is opened when the ring streams a file-tier block or a re-plan's blocks are read ahead (`read_next`), and
-closed when neither is so. A file-tier block read once to be resident (a `run` whose resident blocks keep no host
-master, a re-plan) without it goes through a pageable buffer of its own size, freed at once (`_fill_direct`).
+closed when neither is so (`keep_open`, two experts: opened at load, kept for the switches). A file-tier block
+read once to be resident (a `run` whose resident blocks keep no host master, a re-plan) without it goes through
+a pageable buffer of its own size, freed at once (`_fill_direct`).
 """
 
 from __future__ import annotations
@@ -54,8 +55,11 @@ class TieredFiller(HostCopyFiller):
     partial_pins = True
 
     def __init__(self, device: torch.device, ledger: CopyLedger, tiers: dict[str, Tier],
-                 load_options: LoadOptions = DEFAULT_LOAD, log: Callable[[str], None] = lambda _line: None) -> None:
+                 load_options: LoadOptions = DEFAULT_LOAD, log: Callable[[str], None] = lambda _line: None,
+                 keep_open: bool = False) -> None:
         super().__init__(device, ledger, load_options)
+        # keep_open (two experts): the bounce ring stays once opened, ready for the next switch's reads
+        self.keep_open = keep_open
         self.tiers = dict(tiers)  # block name → tier; a name not there is pinned
         self._log = log
         self._files = TierFiles(log)
@@ -235,7 +239,7 @@ class TieredFiller(HostCopyFiller):
         if self._order:
             self._ensure_bounce()
             self._top_up(self._order[-1])
-        else:
+        elif not self.keep_open:
             self._close_bounce()
 
     def read_next(self, names: Sequence[str]) -> list[str]:
