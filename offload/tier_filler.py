@@ -376,8 +376,9 @@ class TieredFiller(HostCopyFiller):
         """Block `b`'s bytes read into a pageable buffer of its own and copied to `out` (synchronous)."""
         host = torch.empty(fb.slot_bytes, dtype=torch.uint8)
         view = memoryview(host.numpy()).cast("B")
-        for run in fb.reads:
-            self._read(run, view, fb.tier, None)
+        with ThreadPoolExecutor(min(READERS, max(1, len(fb.reads))), thread_name_prefix="tier-read-once") as pool:
+            for done in [pool.submit(self._read, run, view, fb.tier, None) for run in fb.reads]:
+                done.result()
         clock, n = self._clock, b.region_nbytes
         stream = current_stream(self.device) if self.cuda else None
         mark = clock.start(stream)
