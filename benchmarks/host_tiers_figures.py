@@ -27,6 +27,10 @@ KEYS: dict[str, list[str]] = {
     "run_host_peak_measured": ["host_peak_bytes", "telemetry.host_rss_peak"],
     "run_disk_rate": ["staging.by_tier.disk.h2d_bytes_per_s", "staging.by_tier.disk.bytes_per_s"],
     "run_step_floor": ["forecast_check.predicted_step_floor_s", "forecast_check.predicted_step_s"],
+    "run_plan_pinned": ["forecast.pinned_host_bytes"],  # the plan `run` loaded: streamed blocks + staged masters
+    "run_host_pinned_forecast": ["forecast.host_pinned_bytes"],  # the host forecast's pinned share of that load
+    "run_pinned": ["pinned_bytes"],  # measured after the load (page-locked)
+    "run_host_masters": ["host_master_bytes"],  # measured after the load: arena, bounce ring, stagers' masters
 }
 _HOST_WORDS = ("host", "tier", "ram", "disk", "page_cache", "pinned", "bounce", "rss")
 
@@ -137,9 +141,19 @@ def ratios(entry: Mapping[str, Any], overrides: Mapping[str, str] | None = None)
                                                    rates.get("cold_buffered_bytes_per_s")),
     }
     if entry.get("no_waste"):
-        limit = pinned + NO_WASTE_SLACK if pinned is not None else None
-        out.update({"plan_pinned_bytes": pinned, "no_waste_limit": limit,
-                    "peak_rss_over_no_waste_limit": ratio(peak, limit)})
+        # what the plan names: its pinned bytes (the streamed blocks and the staged encoders'/VAEs' masters; the
+        # run's own plan first: the one it loaded), plus the 1.5 GB the issue allows
+        named, _ = figure(run, "run_plan_pinned", overrides)
+        named = named if named is not None else pinned
+        limit = named + NO_WASTE_SLACK if named is not None else None
+        run_pinned, _ = figure(run, "run_pinned", overrides)
+        host_pinned, _ = figure(run, "run_host_pinned_forecast", overrides)
+        masters, _ = figure(run, "run_host_masters", overrides)
+        out.update({"plan_pinned_bytes": named, "no_waste_limit": limit,
+                    "peak_rss_over_no_waste_limit": ratio(peak, limit),
+                    "run_pinned_bytes": run_pinned, "run_pinned_over_plan": ratio(run_pinned, named),
+                    "run_host_pinned_forecast": host_pinned, "run_pinned_over_forecast": ratio(run_pinned, host_pinned),
+                    "run_host_master_bytes": masters})
     resident = entry.get("resident") or {}
     if resident:
         out["resident_step_s"] = resident.get("steady_step_s")

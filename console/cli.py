@@ -302,7 +302,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         loras = checks.check_loras(model, tuple(args.lora))
     device = planner.device_name_for_plan(args.device)
     planned = planner.plan_for(model, policy, budget, size, device, layout,  # the layout checked, then the budgets
-                       ram_budget=ram_budget)
+                       ram_budget=ram_budget, file_masters=True)  # as `run` loads: no pinned copy of the device's
     plan, forecast, reasons, ranks = planned.plan, planned.forecast, planned.reasons, planned.ranks
     from ..engine.api import checks
 

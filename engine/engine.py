@@ -184,8 +184,9 @@ class Engine(Lifecycle):
             components: dict[str, float] = {}
             milestones: dict[str, float] = {}
             aux_in_place = bool(options.aux_in_place)
-            file_tiers = FileTierLoad({} if options.live_replan else {n: t for n, t in plan.tiers.components
-                                                                      if t != "pinned"}, self.device.type == "cpu")
+            # a live load's file-tier components are resident ones whose master is their files (run_masters.py)
+            file_tiers = FileTierLoad({n: t for n, t in plan.tiers.components if t != "pinned"},
+                                      self.device.type == "cpu")
             # No garbage collection while the components are built: a full collection walks every
             # object the libraries' imports made, and building a model makes the thousands of objects
             # that trigger them (a Flux-size DiT built right after the imports: 0.35 s with them,
@@ -208,7 +209,8 @@ class Engine(Lifecycle):
                         aux_in_place=aux_in_place, host_arenas=arenas, registrar=registrar, timings=components,
                         others_on=others_on if aux_in_place else None,  # CPU: the library's own order (address_phase)
                         dit_in_arena=options.dit_in_arena, huge_pages=options.use_huge_pages,
-                        after_build=file_tiers.after_build, plain=frozenset(file_tiers.tiers))
+                        after_build=file_tiers.after_build, plain=frozenset(file_tiers.tiers),
+                        from_files=file_tiers.build)
                     try:
                         mark("dits_built")
                         self.placement = begin_placement(self.device, self.bus, live=options.live_replan)
@@ -221,6 +223,9 @@ class Engine(Lifecycle):
                     except BaseException:
                         loading.abandon()
                         raise
+                for name, why in file_tiers.read_whole.items():  # its library read it: the load's transient
+                    self.bus.publish(LogEvent(level="info", message=f"{name}: read whole into host memory once at "
+                                              f"load, then given back (not built over its files: {why})"))
                 if loading.others_done_at is not None:
                     milestones["others_built"] = loading.others_done_at - start
                 self._pin_execution_device()
@@ -264,6 +269,7 @@ class Engine(Lifecycle):
                 block_host_bytes=streamer.host_bytes if streamer else 0,
                 pin_fallback_blocks=fallback.blocks if fallback else 0,
                 pin_fallback_bytes=fallback.nbytes if fallback else 0,
+                host_master_bytes=self.placement.host_master_bytes,
                 device_allocated_bytes=torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else None,
             )
 

@@ -20,6 +20,7 @@ from .planning.ram_flow import ram_plan_for
 from .planning.ram_plan import RamPlan
 from .planning.request_forecast import RequestForecast, forecast_for
 from .planning.request_profile import RequestSize
+from .planning.run_masters import masters_in_files
 
 if TYPE_CHECKING:
     from ..offload.policy import OffloadPolicy
@@ -56,14 +57,15 @@ def plan_for(model_or_engine: ModelInfo | EngineHandle, policy: OffloadPolicy | 
              size: RequestSize | None = None, device: str | None = None, layout: RankLayout | None = None, *,
              bandwidth: float | None = None, forecast: bool = True, ram_budget: int | None = None,
              live: bool | None = None, observed_bandwidth: float | None = None,
-             probe_bandwidth: float | None = None) -> PlanResult:
+             probe_bandwidth: float | None = None, file_masters: bool = False) -> PlanResult:
     """Plan `policy` for the model (an engine plans with its own model and device name); a `Plan` made
     already is taken as it is. With `budget`, the auto-planner's choice replaces it (`NothingFits`:
     exit 2), `bandwidth` (bytes/s) the link rate it assumes, else the profile's. `forecast`: also
     forecast the chosen plan at `size` on `device`, and with a distributed `layout` per rank.
     `live`: whether the load keeps live re-plan masters; None: as `run` loads (`loads_live`).
     `observed_bandwidth` / `probe_bandwidth`: the link rates a loaded engine has seen or measured
-    (`Engine.forecast` passes them; `forecast_for` says which rate wins).
+    (`Engine.forecast` passes them; `forecast_for` says which rate wins). `file_masters` (`run`): a live load's
+    masters of what lives on the device are its files, not pinned (engine/planning/run_masters.py).
     A distributed `layout` is checked against the pipeline first (`check_parallel`)."""
     engine = None if isinstance(model_or_engine, ModelInfo) else model_or_engine
     live = loads_live(budget, ram_budget) if live is None else live
@@ -95,6 +97,8 @@ def plan_for(model_or_engine: ModelInfo | EngineHandle, policy: OffloadPolicy | 
                           "split yet; leave it out")
     if ram_budget is not None:  # after the device plan: it decides what the host keeps
         plan, ram = ram_plan_for(plan, ram_budget, size, device, live, bandwidth)
+    if file_masters and live and not distributed:
+        plan = masters_in_files(plan)
     if not forecast:
         return PlanResult(plan, None, list(auto.reasons) if auto else [], None, auto, ram)
     # the host as the load will hold it

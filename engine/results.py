@@ -24,6 +24,7 @@ class LoadReport:
     milestones: dict[str, float] = field(default_factory=dict)  # seconds from the start: dits_built, dits_placed, ...
     pin_fallback_blocks: int = 0  # streamed blocks the host refused to page-lock, read from the page cache instead
     pin_fallback_bytes: int = 0  # their weight bytes (`offload.pin_fallback`)
+    host_master_bytes: int = 0  # host bytes kept for weights after the load: block arena, bounce ring, stagers' masters
     ranks: tuple[LoadReport, ...] = ()  # a rank group's load: each rank's own report, by rank (`run --gpus` rows)
     """Where the load's time went. `read`: seconds from the start until every byte was read (the
     components built, the blocks in their arena); `arrange`: the rest (device copies, stagers,

@@ -72,6 +72,11 @@ class DeferredWeights:
         """Close `fd` with this object (the sources read from it)."""
         self._fds.append(fd)
 
+    @property
+    def fds(self) -> list[int]:
+        """The descriptors this object closes (`own_fd`)."""
+        return list(self._fds)
+
     def add(self, target: torch.Tensor, source: Source) -> None:
         """`target` (an empty, contiguous host Parameter or buffer) gets its bytes from `source`."""
         if target.device.type != "cpu" or not target.is_contiguous():

@@ -143,7 +143,8 @@ class LayerwiseStreamer(StreamerFigures):
         for name, tier in named.items():
             self._ledger.tiers[name] = tier
         return TieredFiller(self.device, self._ledger, named, load_options,
-                            log=lambda line: self._bus.publish(LogEvent(level="info", message=line)))
+                            log=lambda line: self._bus.publish(LogEvent(level="info", message=line)),
+                            keep_open=not all(self.active))
 
     # ------------------------------------------------------------------ public API
 
@@ -365,7 +366,9 @@ class LayerwiseStreamer(StreamerFigures):
                     self._upcast.hold(b)  # resident fp8: upcast before each forward (or once, if kept upcast)
         if packed:
             self.filler.pack(packed, pin=self._pin, weights=self._weights, progress=self._progress)
-        if isinstance(self.filler, TieredFiller) and self.keep_masters:  # file-tier resident blocks: read ahead
+        if isinstance(self.filler, TieredFiller) and self.keep_masters and (
+                self.filler.keep_open or self.filler.streams_files(self._streamed)):
+            # file-tier resident blocks: read ahead in the bounce ring the ring needs anyway (else one at a time)
             self.filler.read_next([b.name for b in self._blocks if b.resident])
         for b in self._blocks:
             if b.resident and self.keep_masters:

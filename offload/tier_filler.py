@@ -12,7 +12,11 @@ dtype than the block holds are converted on the host as the load would have conv
 Reads run ahead in the ring's order on a small thread pool, several at once (each run split into
 `READ_CHUNK` reads), so a block's bytes are usually in its bounce slot when the ring asks for it; a
 bounce slot is read into again only after the device copy out of it has finished (its CUDA event).
-Host memory for file-tier blocks is the bounce ring alone, whatever their number.
+Host memory for file-tier blocks is the bounce ring alone, whatever their number, and only while it is used:
+it is opened when the ring streams a file-tier block or a re-plan's blocks are read ahead (`read_next`), and
+closed when neither is so (`keep_open`, two experts: opened at load, kept for the switches). A file-tier block
+read once to be resident (a `run` whose resident blocks keep no host master, a re-plan) without it goes through
+a pageable buffer of its own size, freed at once (`_fill_direct`).
 """
 
 from __future__ import annotations
@@ -21,8 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 import torch
@@ -31,6 +34,7 @@ from .block_packing import Block, plan_block, reject_shared_ranges, unique_tenso
 from .copy_ledger import CopyLedger
 from .deferred_weights import DeferredWeights
 from .devices import current_stream, placeholder, rebind, stream_context
+from .file_blocks import TierReadStats, _Copy, _FileBlock, _Pending, _Stored
 from .file_spans import Extent, Run, chunks, plan_runs
 from .options import DEFAULT_LOAD, LoadOptions
 from .pin_fallback import NotedPiece, PinFallback, from_files, note_pieces, refused_blocks
@@ -39,53 +43,9 @@ from .slot_filler import HostCopyFiller
 from .tier_files import TierFiles
 from .tiers import BOUNCE_SLOTS, Tier
 
+__all__ = ["READERS", "TierReadStats", "TieredFiller"]
+
 READERS = 2 * BOUNCE_SLOTS  # reader threads: every bounce slot's reads, two chunks each, in flight
-
-
-_Stored = tuple[Any, torch.dtype, int, int, torch.dtype]  # a tensor's file range, via, region offset, bytes, dtype
-
-
-@dataclass(frozen=True, slots=True)
-class _Copy:
-    """One tensor of a file-tier block: its bytes at `slot_offset` of the bounce slot, stored as `stored`,
-    go to `region_offset` of the device slot as `dtype` (`nbytes` there), converted through `via`."""
-
-    slot_offset: int
-    stored_nbytes: int
-    stored: torch.dtype
-    via: torch.dtype
-    region_offset: int
-    dtype: torch.dtype
-    nbytes: int
-
-
-@dataclass(slots=True)
-class _FileBlock:
-    tier: Tier
-    reads: list[Run]
-    copies: list[_Copy]
-    extras: list[tuple[int, torch.Tensor]]  # bytes not in any file (buffers made at build): region offset, bytes
-    slot_bytes: int  # bounce bytes its reads use
-
-
-@dataclass(slots=True)
-class _Pending:
-    name: str
-    slot: int
-    futures: list[Future[int]] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class TierReadStats:
-    """Bytes read per file tier and the seconds reads were outstanding (overlaps counted once)."""
-
-    bytes: dict[str, int] = field(default_factory=lambda: {"page_cache": 0, "disk": 0})
-    seconds: dict[str, float] = field(default_factory=lambda: {"page_cache": 0.0, "disk": 0.0})
-
-    def rate(self, tier: Tier) -> float | None:
-        """Bytes per second read from `tier` so far (None before any read)."""
-        s = self.seconds.get(tier, 0.0)
-        return self.bytes.get(tier, 0) / s if s > 0 else None
 
 
 class TieredFiller(HostCopyFiller):
@@ -95,8 +55,11 @@ class TieredFiller(HostCopyFiller):
     partial_pins = True
 
     def __init__(self, device: torch.device, ledger: CopyLedger, tiers: dict[str, Tier],
-                 load_options: LoadOptions = DEFAULT_LOAD, log: Callable[[str], None] = lambda _line: None) -> None:
+                 load_options: LoadOptions = DEFAULT_LOAD, log: Callable[[str], None] = lambda _line: None,
+                 keep_open: bool = False) -> None:
         super().__init__(device, ledger, load_options)
+        # keep_open (two experts): the bounce ring stays once opened, ready for the next switch's reads
+        self.keep_open = keep_open
         self.tiers = dict(tiers)  # block name → tier; a name not there is pinned
         self._log = log
         self._files = TierFiles(log)
@@ -114,6 +77,7 @@ class TieredFiller(HostCopyFiller):
         self._counted_until: dict[str, float] = {"page_cache": 0.0, "disk": 0.0}
         self._noted: dict[str, list[NotedPiece]] = {}
         self.pin_fallback: PinFallback | None = None  # set when page-locking stopped part way
+        self._pin_bounce = True
 
     # ------------------------------------------------------------------ packing
     def pack(self, packed: list[Block], *, pin: bool, weights: DeferredWeights | None,
@@ -134,8 +98,7 @@ class TieredFiller(HostCopyFiller):
             self._fall_back(held)
         elif progress is not None:
             progress(in_files, in_files)
-        if self._blocks:
-            self._open_bounce(pin)
+        self._pin_bounce = pin  # the bounce ring opens when a read needs it (`_ensure_bounce`)
 
     def _readable(self, files: list[Block], weights: DeferredWeights | None) -> list[Block]:
         """The file-tier blocks whose weights are still in their files; the others are pinned (and said so)."""
@@ -225,12 +188,29 @@ class TieredFiller(HostCopyFiller):
                                         reason=arena.pin_failure_reason or "refused")
         self._log(self.pin_fallback.line())
 
-    def _open_bounce(self, pin: bool) -> None:
+    def _ensure_bounce(self) -> None:
+        if self._pool is not None or not self._blocks:
+            return
         self._slot_bytes = max(fb.slot_bytes for fb in self._blocks.values())
         self.bounce = HostArena(BOUNCE_SLOTS * self._slot_bytes, pin=False, locker=self._load_options.page_locker)
-        if pin:
+        if self._pin_bounce:
             self.bounce.pin()  # a failure leaves it pageable (slower, synchronous copies), said by the streamer
         self._pool = ThreadPoolExecutor(READERS, thread_name_prefix="tier-read")
+
+    def _close_bounce(self) -> None:
+        """No read needs the bounce ring (the ring streams no file-tier block): its host bytes go."""
+        self._settle_queue()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        if self.bounce is not None:
+            self.bounce.close()
+            self.bounce = None
+        self._slot_done = [None] * BOUNCE_SLOTS
+
+    def streams_files(self, blocks: Sequence[Block]) -> bool:
+        """Whether any of `blocks` (a ring's) is read from its files."""
+        return any(b.name in self._blocks for b in blocks)
 
     # ------------------------------------------------------------------ what the streamer shows
     @property
@@ -257,7 +237,10 @@ class TieredFiller(HostCopyFiller):
         self._then = []
         self._keep_leading(self._order)
         if self._order:
+            self._ensure_bounce()
             self._top_up(self._order[-1])
+        elif not self.keep_open:
+            self._close_bounce()
 
     def read_next(self, names: Sequence[str]) -> list[str]:
         """After the ring's last block, read `names` (the blocks a re-plan will need first, in its order: the
@@ -265,6 +248,8 @@ class TieredFiller(HostCopyFiller):
         once, if some are free), so the first `BOUNCE_SLOTS` of them are read while the ring finishes; the
         rest follow as the re-plan takes them. Returns the file-tier blocks among the first ones."""
         self._then = [n for n in names if n in self._blocks]
+        if self._then:
+            self._ensure_bounce()
         self._top_up(self._order[-1] if self._order else "")
         return self._then[:BOUNCE_SLOTS]
 
@@ -350,6 +335,8 @@ class TieredFiller(HostCopyFiller):
         fb = self._blocks.get(b.name)
         if fb is None:
             return super().fill(b, out, sync=sync, previous=previous)
+        if self._pool is None:  # no bounce ring: a block read once to be resident
+            return self._fill_direct(b, fb, out, sync)
         pending = self._take(b.name)
         try:
             for f in pending.futures:
@@ -385,6 +372,22 @@ class TieredFiller(HostCopyFiller):
         self._top_up(b.name)
         return n, end
 
+    def _fill_direct(self, b: Block, fb: _FileBlock, out: torch.Tensor, sync: bool) -> tuple[int, Any]:
+        """Block `b`'s bytes read into a pageable buffer of its own and copied to `out` (synchronous)."""
+        host = torch.empty(fb.slot_bytes, dtype=torch.uint8)
+        view = memoryview(host.numpy()).cast("B")
+        with ThreadPoolExecutor(min(READERS, max(1, len(fb.reads))), thread_name_prefix="tier-read-once") as pool:
+            for done in [pool.submit(self._read, run, view, fb.tier, None) for run in fb.reads]:
+                done.result()
+        clock, n = self._clock, b.region_nbytes
+        stream = current_stream(self.device) if self.cuda else None
+        mark = clock.start(stream)
+        self._copy(fb, host, out, non_blocking=False)
+        clock.finish(mark, "copy", b.name, n, sync=True, stream=stream)
+        if not self.cuda:
+            self._ledger.absorb(clock.poll())
+        return n, None
+
     @staticmethod
     def _copy(fb: _FileBlock, src: torch.Tensor, out: torch.Tensor, *, non_blocking: bool) -> None:
         """Each tensor from the bounce slot to its region offset in the device slot (converted if stored
@@ -401,11 +404,6 @@ class TieredFiller(HostCopyFiller):
             out[offset : offset + value.numel()].copy_(value)
 
     def release(self) -> None:
-        self._settle_queue()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        self._close_bounce()
         self._files.close()
-        if self.bounce is not None:
-            self.bounce.close()
         super().release()

@@ -23,6 +23,7 @@ from ...offload.devices import rebind, storage_key
 from ...offload.tiers import Tier
 from ..model_dir.discovery import ComponentInfo
 from .direct_load import StoredTensor, component_locations, open_fd
+from .file_build import FileBuilt, build_from_files
 
 CHECK_CHUNK = 64 << 20  # stored bytes compared per read
 
@@ -70,15 +71,22 @@ def same_bytes(fd: int, stored: StoredTensor, t: torch.Tensor) -> bool:
     return True
 
 
-def file_sources(info: ComponentInfo, module: torch.nn.Module, tier: Tier, *, keep_phase: bool) -> FileSources:
+def file_sources(info: ComponentInfo, module: torch.nn.Module, tier: Tier, *, keep_phase: bool,
+                 weights: DeferredWeights | None = None) -> FileSources:
     """A reader with the file range of every tensor of `module` its files hold as loaded (module docstring).
-    For the disk tier the pages read to check are dropped from the page cache again."""
-    weights = DeferredWeights(1, keep_phase=keep_phase)
+    For the disk tier the pages read to check are dropped from the page cache again. `weights`: a reader that
+    already knows the sources of the tensors the component was built over (engine/loading/file_build.py); the
+    others are checked here and added to it."""
+    known = weights is not None
+    weights = weights if weights is not None else DeferredWeights(1, keep_phase=keep_phase)
     try:
         stored = component_locations(info)
         fds: dict[object, int] = {}
         matched = unmatched = 0
         for t, names in _names(module).values():
+            if known and weights.knows(t):
+                matched += weights.source_of(t)[0].nbytes
+                continue
             hit = next((stored[n] for n in names if n in stored and stored[n].shape == tuple(t.shape)), None)
             usable = (hit is not None and t.device.type == "cpu" and not t.is_meta and t.is_contiguous()
                       and t.numel() > 0)
@@ -95,7 +103,7 @@ def file_sources(info: ComponentInfo, module: torch.nn.Module, tier: Tier, *, ke
             weights.add(t, Source(fds[hit.file], hit.offset, hit.nbytes, hit.dtype, hit.shape))
             matched += hit.nbytes
         if tier == "disk":
-            for fd in fds.values():
+            for fd in [*fds.values(), *weights.fds]:
                 with contextlib.suppress(OSError, AttributeError):
                     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     except BaseException:
@@ -134,17 +142,41 @@ def _same_view(fresh: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
 
 
 class FileTierLoad:
-    """The load's side of file-tier components: their sources found (and their bytes given back) as each is built
-    (`after_build`, the loader's hook), kept for placement (`found`), closed at the end (`close`)."""
+    """The load's side of file-tier components: each built with its weights still in their files where it can be
+    (`build`, engine/loading/file_build.py: nothing read), else by its library and its bytes given back; their
+    sources found as each is built (`after_build`, the loader's hook), kept for placement (`found`), closed at the
+    end (`close`). `read_whole`: the components that had to be read whole into host memory once, and why."""
 
     def __init__(self, tiers: dict[str, Tier], keep_phase: bool) -> None:
         self.tiers = dict(tiers)
         self._keep_phase = keep_phase
         self.found: dict[str, FileSources] = {}
+        self._built: dict[str, FileBuilt] = {}
+        self.read_whole: dict[str, str] = {}
+
+    def build(self, info: ComponentInfo) -> object | None:
+        """`info` built over its files (None: it cannot be, `from_pretrained` reads it; `read_whole` says why)."""
+        from .loader import load_dtype
+
+        if info.name not in self.tiers:
+            return None
+        built, why = build_from_files(info, load_dtype(info), self._keep_phase)
+        if built is None:
+            self.read_whole[info.name] = why
+            return None
+        self._built[info.name] = built
+        return built.module
 
     def after_build(self, info: ComponentInfo, component: object) -> None:
         tier = self.tiers.get(info.name)
         if tier is None or not isinstance(component, torch.nn.Module):
+            return
+        built = self._built.pop(info.name, None)
+        if built is not None and built.module is component:
+            found = file_sources(info, component, tier, keep_phase=self._keep_phase, weights=built.weights)
+            self.found[info.name] = found
+            if built.mapped:  # off the files' mapping: it goes with its last view
+                release_file_bytes(component, found.weights)
             return
         found = file_sources(info, component, tier, keep_phase=self._keep_phase)
         self.found[info.name] = found
@@ -154,3 +186,6 @@ class FileTierLoad:
         for found in self.found.values():
             found.weights.close()
         self.found.clear()
+        for built in self._built.values():
+            built.weights.close()
+        self._built.clear()

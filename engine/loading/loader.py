@@ -205,7 +205,8 @@ def start_loading(model: ModelInfo, *, progress: Callable[[str, int, int], None]
                   timings: dict[str, float] | None = None, others_on: Executor | None = None,
                   dit_in_arena: bool = True, huge_pages: bool = True,
                   after_build: Callable[[ComponentInfo, Any], None] | None = None,
-                  plain: frozenset[str] = frozenset()) -> LoadingPipeline:
+                  plain: frozenset[str] = frozenset(),
+                  from_files: Callable[[ComponentInfo], Any] | None = None) -> LoadingPipeline:
     """Build every component on the host (reporting bytes per component); returns once the DiTs are.
 
     With `weights`, each DiT that `engine.loading.direct_load` can build exactly is built with its weights
@@ -231,7 +232,7 @@ def start_loading(model: ModelInfo, *, progress: Callable[[str, int, int], None]
     stop = threading.Event()
     loading = LoadingPipeline(model, cls, {}, {}, stop, pipeline_init_values(model, cls))
     options = _BuildOptions(progress, cancel, stop, weights, log, aux_in_place, host_arenas, registrar, timings,
-                            loading.pinning, dit_in_arena, huge_pages, after_build, plain)
+                            loading.pinning, dit_in_arena, huge_pages, after_build, plain, from_files)
     if others_on is None:
         for info in model.components:
             loading.built[info.name] = _build(info, options)
@@ -271,6 +272,7 @@ class _BuildOptions:
     huge_pages: bool = True
     after_build: Callable[[ComponentInfo, Any], None] | None = None
     plain: frozenset[str] = frozenset()
+    from_files: Callable[[ComponentInfo], Any] | None = None
 
 
 def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> Any:
@@ -317,6 +319,8 @@ def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> A
                 o.pinning.append(pinning)
         if component is None and o.log is not None and info.files:  # tokenizers, schedulers: nothing to say
             o.log(f"{info.name}: read by from_pretrained, not straight into place: {why}")
+    if component is None and o.from_files is not None and info.name in o.plain:
+        component = o.from_files(info)
     if component is None:
         with MODEL_CONSTRUCTION:
             component = load_component(info)

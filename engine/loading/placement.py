@@ -73,6 +73,18 @@ class Placement:
         streamed = self.streamer.pinned_bytes if self.streamer else 0
         return streamed + sum(s.pinned_bytes for s in self.stagers.values())
 
+    @property
+    def host_master_bytes(self) -> int:
+        """Host bytes kept for weights (page-locked or not: a CPU locks nothing): the streamer's arena and bounce
+        ring, each stager's masters (a file-tier one: only the bytes no file holds)."""
+        streamed = self.streamer.host_bytes if self.streamer else 0
+        held = 0
+        for s in self.stagers.values():
+            inner = s.stager if isinstance(s, LayerStage) else s
+            held += inner.held_host_bytes if isinstance(inner, FileStager) else 0
+            held += sum(s.host_storages().values())
+        return streamed + held
+
     def release(self) -> None:
         """Undo every placement step taken so far (idempotent)."""
         while self.undo:
@@ -278,8 +290,8 @@ def _stager(info: Any, module: torch.nn.Module, plan: Plan, placement: Placement
     """The component's stager; a staged one the plan keeps in the page cache or on disk reads its weights from
     their files at each stage (engine/loading/file_sources.py, offload/file_stager.py)."""
     tier = plan.tiers.component(info.name)
-    if staged and tier != "pinned":
-        if placement.live:
+    if tier != "pinned":  # staged, or resident with its files as its master (engine/planning/run_masters.py)
+        if placement.live and staged:
             raise ConfigError(unsupported_tiers(plan, live=True, ranks=False)
                               or "the page-cache and disk tiers do not apply to this load")
         if found is None:

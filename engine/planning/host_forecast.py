@@ -11,10 +11,13 @@ some phases (load, text encoding, denoise, VAE decode):
   everything). A CPU process has no CUDA libraries (`CPU_BASELINE_*`). The profile learns the
   baseline of this model and plan from a measured request (`learned_baseline`);
 - pinned blocks: the streamer's arena (every block with live re-plan or two experts, else the
-  streamed ones); the tier of each (`Plan.tiers`): a block in the page cache or on disk costs no bytes;
+  streamed ones); the tier of each (`Plan.tiers`): a block in the page cache or on disk costs no bytes (`run`'s
+  live load keeps its resident blocks' masters there: engine/planning/run_masters.py);
 - pinned staged masters: each staged encoder/VAE's master (with live re-plan every encoder/VAE), unless
-  its tier is the page cache or disk (then no master: it is read from its files at each stage, and during the
-  load it is in host memory once, from its build until it gives its bytes back: a load read buffer);
+  its tier is the page cache or disk (then no master: it is read from its files at each stage, and it is built
+  with its weights left in their files, nothing read: engine/loading/file_build.py; one that cannot be, a
+  quantized one say, is in host memory once during the load, from its build until it gives its bytes back: a
+  load read buffer);
 - a layer-streamed encoder's ring arena: its layers packed again for the layer ring while its master is
   held (the 9.26 GB double pin of a Flux-size 8 GB plan; `Forecast.pinned_host_bytes` counts it while
   the loader does);
@@ -49,6 +52,7 @@ CUDA_BASELINE_RUN = 2_050_000_000  # RSS once a request ran and the engine relea
 CPU_BASELINE_LOAD = 420_000_000
 CPU_BASELINE_RUN = 470_000_000
 PHASES = ("load", "text_encoding", "denoise", "vae_decode")
+PINNED_PARTS = ("pinned blocks", "pinned staged masters", "encoder layer ring arena", "bounce ring")
 RUN_PHASES = PHASES[1:]
 
 
@@ -85,23 +89,25 @@ def decoded_output_bytes(request: RequestSize | None) -> int:
     return (request.frames or 1) * request.height * request.width * 3 * (4 + 1)
 
 
-def block_bytes(plan: Plan, keep_masters: bool) -> tuple[int, int]:
-    """(pinned, largest file-tier) bytes of the block arena's blocks. `Plan.tiers.blocks` is indexed over
-    every block of `Plan.blocks` (execution order, as the streamer takes it; two experts: the first's, then
-    the second's); a resident block kept as a master is in its tier too (two experts read it from its file
-    at the switch; live re-plan masters are always pinned: `tier_support`)."""
-    pinned = file_tier = largest_file = 0
+def block_bytes(plan: Plan, keep_masters: bool) -> tuple[int, int, int]:
+    """(pinned, largest read through the bounce ring, largest read once) bytes of the block arena's blocks.
+    `Plan.tiers.blocks` is indexed over every block of `Plan.blocks` (execution order, as the streamer takes it;
+    two experts: the first's, then the second's); a resident block kept as a master is in its tier too (two
+    experts read it from its file at each switch, through the bounce ring; a live load whose resident blocks'
+    masters are their files reads each once to the device through a buffer of its own size, freed at once:
+    offload/tier_filler.py, engine/planning/run_masters.py)."""
+    pinned = largest_ring = largest_once = 0
     for i, b in enumerate(plan.blocks):
-        if b.streamed or keep_masters:
-            tier = plan.tiers.block(i)
-        else:
+        if not (b.streamed or keep_masters):
             continue
+        tier = plan.tiers.block(i)
         if tier == "pinned":
             pinned += b.nbytes
+        elif b.streamed or plan.experts:
+            largest_ring = max(largest_ring, b.read_nbytes)  # the bounce slot holds the file's bytes
         else:
-            file_tier += b.read_nbytes
-            largest_file = max(largest_file, b.read_nbytes)  # the bounce slot holds the file's bytes
-    return pinned, largest_file
+            largest_once = max(largest_once, b.read_nbytes)
+    return pinned, largest_ring, largest_once
 
 
 def master_bytes(plan: Plan, live_replan: bool) -> tuple[int, int]:
@@ -116,7 +122,7 @@ def master_bytes(plan: Plan, live_replan: bool) -> tuple[int, int]:
             continue
         if plan.tiers.component(c.info.name) == "pinned":
             pinned += c.info.nbytes
-        else:
+        elif c.residency == "staged":  # a resident one whose master is its files is read once, at placement
             chunk = max(chunk, stage_chunk(plan, c.info))
     return pinned, chunk
 
@@ -140,11 +146,25 @@ def layer_ring_arena_bytes(plan: Plan) -> int:
     return max(0, f.pinned_host_bytes - streamed - staged)
 
 
-def load_buffer_bytes(plan: Plan, on_cpu: bool) -> int:
+def built_from_files(info: ComponentInfo) -> bool:
+    """Whether a page-cache/disk-tier staged component is built with its weights left in their files, nothing read
+    (engine/loading/file_build.py: a diffusers or transformers model with safetensors files, not quantized);
+    else its library reads it whole into host memory once at load, then gives the bytes back."""
+    return info.library in ("diffusers", "transformers") and bool(info.files) and info.quant_method is None
+
+
+def read_whole_at_load(plan: Plan) -> list[ComponentInfo]:
+    """The file-tier staged components a load reads whole into host memory once (`built_from_files` says no)."""
+    return [c.info for c in plan.components if c.residency == "staged" and c.info.has_weights
+            and plan.tiers.component(c.info.name) != "pinned" and not built_from_files(c.info)]
+
+
+def load_buffer_bytes(plan: Plan, on_cpu: bool, once: int = 0) -> int:
     """The largest component read into host memory before it moves to the device: a resident one (a CUDA
-    load reads it to the host first), or a DiT's non-block layers. On a CPU nothing moves."""
-    files = [c.info.nbytes for c in plan.components  # read at load, given back once built (file_sources.py)
-             if c.residency == "staged" and plan.tiers.component(c.info.name) != "pinned"]
+    load reads it to the host first), a DiT's non-block layers, or a file-tier staged component that cannot be
+    built over its files (`read_whole_at_load`; one that can costs nothing here), or `once`: the largest resident
+    block read from its files to the device (`block_bytes`). On a CPU nothing else moves."""
+    files = [info.nbytes for info in read_whole_at_load(plan)] + [once]  # given back once built (file_sources.py)
     if on_cpu:
         return max(files, default=0)
     sizes = [c.info.nbytes for c in plan.components if c.residency == "resident" and c.info.has_weights]
@@ -165,7 +185,7 @@ def host_forecast(plan: Plan, request: RequestSize | None = None, *, live_replan
     `live_replan`: the console's load (masters of everything a re-plan may move). `baseline`: a learned
     run baseline (the profile's), else the measured constant."""
     keep_masters = (live_replan and plan.policy.mode == "dlo") or bool(plan.experts)
-    blocks_pinned, largest_file_block = block_bytes(plan, keep_masters)
+    blocks_pinned, largest_file_block, read_once = block_bytes(plan, keep_masters)
     masters_pinned, master_chunk = master_bytes(plan, live_replan)
     rings = (bounce_ring_bytes(largest_file_block) if largest_file_block else 0) + (
         bounce_ring_bytes(master_chunk) if master_chunk else 0)
@@ -178,7 +198,7 @@ def host_forecast(plan: Plan, request: RequestSize | None = None, *, live_replan
         HostPart("pinned staged masters", masters_pinned),
         HostPart("encoder layer ring arena", layer_ring_arena_bytes(plan)),
         HostPart("bounce ring", rings),
-        HostPart("load read buffers", load_buffer_bytes(plan, on_cpu), ("load",)),
+        HostPart("load read buffers", load_buffer_bytes(plan, on_cpu, read_once), ("load",)),
         HostPart("device weights (CPU)", plan.forecast.peak_device_weight_bytes if on_cpu else 0, RUN_PHASES),
         HostPart("decoded output", decoded_output_bytes(request), ("vae_decode",)),
     ]

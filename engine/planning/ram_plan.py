@@ -22,7 +22,7 @@ from typing import Literal
 
 from ...offload.tiers import ALL_PINNED, HostTiers, Tier, TierRates
 from ...offload.units import format_bytes, format_rate, format_seconds
-from .host_forecast import host_forecast, stage_chunk
+from .host_forecast import host_forecast, read_whole_at_load, stage_chunk
 from .plan import Plan
 from .request_profile import RequestSize
 from .tier_cost import HostItem, known_rates
@@ -102,18 +102,21 @@ def _count_line(kind: str, tiers: list[tuple[Tier, int]]) -> str:
 
 def _check_load_phase(plan: Plan, tiers: HostTiers, budget: int, size: RequestSize | None, live: bool,
                       on_cpu: bool) -> None:
-    """A file-tier encoder/VAE is read into host memory once during the load, until it gives its bytes back
-    (engine/loading/file_sources.py): the tier planner's peak does not see that, the host forecast does. A load
-    phase over the budget is refused (NothingFitsHost) rather than run over it."""
-    if not any(t != "pinned" for _, t in tiers.components):
-        return
+    """The load phase holds what the tier planner's peak does not see: the largest component read into host memory
+    before it moves to the device (a resident one, a DiT's non-block layers, a file-tier encoder/VAE that cannot be
+    built over its files: host_forecast.load_buffer_bytes) on top of the pinned set. A load phase over the budget is
+    refused (NothingFitsHost) rather than run over it."""
     forecast = host_forecast(replace(plan, tiers=tiers), size, live_replan=live, on_cpu=on_cpu)
     load = forecast.phase_peaks["load"]
-    if load > budget:
-        largest = max(c.info.nbytes for c in plan.components if tiers.component(c.info.name) != "pinned")
-        raise NothingFitsHost(f"nothing fits in {format_bytes(budget)} of host memory while loading: an encoder/VAE "
-                              f"read from its files is in host memory once as it is built ({format_bytes(largest)}), "
-                              f"so the load peaks at {format_bytes(load)}")
+    if load <= budget:
+        return
+    buffers = forecast.part("load read buffers")
+    whole = read_whole_at_load(replace(plan, tiers=tiers))
+    what = (f"an encoder/VAE its library reads whole once as it is built ({whole[0].name}, "
+            f"{format_bytes(max(i.nbytes for i in whole))})" if whole and buffers == max(i.nbytes for i in whole)
+            else f"the largest component read to the host before it moves to the device ({format_bytes(buffers)})")
+    raise NothingFitsHost(f"nothing fits in {format_bytes(budget)} of host memory while loading: the load peaks at "
+                          f"{format_bytes(load)} with {what} on top of {format_bytes(load - buffers)} held")
 
 
 def _block_groups(plan: Plan) -> list[tuple[str, list[tuple[int, int]]]]:

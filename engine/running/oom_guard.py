@@ -24,7 +24,7 @@ import contextlib
 import functools
 import gc
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -105,7 +105,7 @@ def step_down(engine: Engine, phase: str) -> str:
     streamer = placement.streamer
     done: list[str] = []
     if lower is not None and placement.live and not plan.experts:
-        new = make_plan(engine.model, lower[0])
+        new = replace(make_plan(engine.model, lower[0]), tiers=plan.tiers)  # the masters stay where they are
         event = apply_replan(placement, plan, new, engine.device)
         engine.plan = new
         engine.bus.publish(event)

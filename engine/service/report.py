@@ -35,6 +35,16 @@ def host_check_doc(check: Any) -> dict[str, Any]:
             "host_peak_error": check.host_error, "host_forecast_source": check.host_source}
 
 
+def host_pinned_bytes(plan: Any, budget: int | None, ram: Any) -> int:
+    """The host forecast's pinned share of `plan` as `run` loads it (live re-plan masters under a budget without
+    `--ram-budget`: engine/plan_flow.loads_live; their tiers are in `plan.tiers`)."""
+    from ..plan_flow import loads_live
+    from ..planning.host_forecast import PINNED_PARTS, host_forecast
+
+    forecast = host_forecast(plan, live_replan=loads_live(budget, 1 if ram is not None else None))
+    return sum(forecast.part(name) for name in PINNED_PARTS)
+
+
 def ram_doc(ram: Any) -> dict[str, Any] | None:
     """`--ram-budget`'s answer (engine/planning/ram_plan.RamPlan) as the report holds it (None without one)."""
     if ram is None:
@@ -69,9 +79,11 @@ def run_report(*, model: str, device: str, policy: Any, plan: Any, load: Any, re
     return RunReport.model_validate({
         "model": model, "device": device, "policy": json.loads(policy.model_dump_json()),
         "forecast": {"peak_device_weight_bytes": f.peak_device_weight_bytes, "pinned_host_bytes": f.pinned_host_bytes,
-                     "streamed_bytes_per_forward": f.streamed_bytes_per_forward},
+                     "streamed_bytes_per_forward": f.streamed_bytes_per_forward,
+                     "host_pinned_bytes": host_pinned_bytes(plan, budget, ram)},
         "load_seconds": load.seconds, "load_phases": dict(load.phases), "load_milestones": dict(load.milestones),
-        "pinned_bytes": load.pinned_bytes, "copied_bytes_per_forward": load.streamed_copy_bytes,
+        "pinned_bytes": load.pinned_bytes, "host_master_bytes": getattr(load, "host_master_bytes", 0),
+        "copied_bytes_per_forward": load.streamed_copy_bytes,
         "pin_fallback_blocks": load.pin_fallback_blocks, "pin_fallback_bytes": load.pin_fallback_bytes,
         "request_seconds": result.seconds, "peak_allocated_bytes": result.peak_allocated_bytes,
         "peak_reserved_bytes": result.peak_reserved_bytes,

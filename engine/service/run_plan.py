@@ -47,7 +47,8 @@ def plan_run(engine: EngineHandle, plan: Plan, budget: int | None, ram_budget: i
     auto-planner's choice (nothing fits: ConfigError, exit 2), with a RAM budget its host tiers."""
     workspace, held = budget_workspace(plan, getattr(getattr(engine, "options", None), "compile", "off"))
     planned = plan_for(engine, plan, budget - workspace if budget is not None else None, request_size(request),
-                       ram_budget=ram_budget, live=loads_live(budget, ram_budget))
+                       ram_budget=ram_budget, live=loads_live(budget, ram_budget),
+                       file_masters=True)  # no pinned copy of what the device holds
     check_fits_host(planned.forecast, engine.device.type)  # past the host's memory: one line, before load
     reasons = list(planned.reasons) if planned.auto is not None else []
     if held and budget is not None:

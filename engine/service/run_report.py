@@ -24,6 +24,11 @@ class ForecastSummary(Document):
     peak_device_weight_bytes: int = Field(ge=0)
     pinned_host_bytes: int = Field(ge=0)
     streamed_bytes_per_forward: int = Field(ge=0, description=STREAMED_DESCRIPTION)
+    host_pinned_bytes: int = Field(0, ge=0, description="the host forecast's pinned share of this load (pinned "
+                                   "blocks, pinned staged masters, a layer ring's arena, bounce rings): what "
+                                   "pinned_bytes measures on CUDA; run --vram-budget keeps no pinned master of what "
+                                   "the device holds, so it is pinned_host_bytes (the streamed blocks and staged "
+                                   "masters) plus any ring")
 
 
 class StepReport(Document):
@@ -150,6 +155,9 @@ class RunReport(Document):
                                               "block byte read), dits_placed (blocks read into their arena and "
                                               "page-locked), others_built (encoders, VAEs), pipeline_built")
     pinned_bytes: int = Field(ge=0, description="pinned host memory held after the load")
+    host_master_bytes: int = Field(0, ge=0, description="host bytes held for weights after the load, page-locked "
+                                   "or not (a CPU locks nothing): the block arena, the bounce ring, the stagers' "
+                                   "masters")
     pin_fallback_blocks: int = Field(0, ge=0, description="streamed blocks the host refused to page-lock, read "
                                      "from the page cache instead (0: every block it was asked to lock)")
     pin_fallback_bytes: int = Field(0, ge=0, description="their weight bytes")

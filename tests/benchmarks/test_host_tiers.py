@@ -119,6 +119,19 @@ def test_the_ratios_of_a_no_waste_entry() -> None:
     assert r["no_waste_limit"] == 11.5e9 and r["peak_rss_over_no_waste_limit"] == 2.0
     assert r["peak_rss_over_host"] is None and r["engine_disk_over_seq"] is None
     assert r["run_host_peak_over_forecast"] == 1.05  # run --json's own measured peak against its forecast
+    assert r["run_pinned_over_plan"] is None  # an older run report: none of its pinned figures
+
+
+def test_a_no_waste_entry_reads_the_plan_the_run_loaded_and_its_pinned_figures() -> None:
+    entry = {"no_waste": True, "host_bytes": None,
+             "plan_doc": {"forecast": {"pinned_host_bytes": 10 * 10**9}},
+             "run_doc": {"forecast": {"pinned_host_bytes": 8 * 10**9, "host_pinned_bytes": 8.2e9},
+                         "pinned_bytes": 8.2e9, "host_master_bytes": 8.3e9},
+             "run": {"peak_rss": 9.5e9}}
+    r = ratios(entry)
+    assert r["plan_pinned_bytes"] == 8e9 and r["no_waste_limit"] == 9.5e9 and r["peak_rss_over_no_waste_limit"] == 1.0
+    assert r["run_pinned_over_plan"] == 1.025 and r["run_pinned_over_forecast"] == 1.0
+    assert r["run_host_master_bytes"] == 8.3e9
 
 
 def test_same_output_compares_pixels(tmp_path: Path) -> None:

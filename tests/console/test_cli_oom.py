@@ -55,6 +55,11 @@ def test_one_oom_is_stepped_down_retried_and_reported(demo_model_dir: Path, tmp_
     assert step_down["message"].startswith("injected: CUDA out of memory")
     assert "out of device memory in denoise (transformer)" in captured.err  # the progress line
     assert out.is_file() and report["process_peak_bytes"] is None and "cpu" in report["process_peak_note"]
+    # no host copy of what the device holds (issue 35 no waste): every block and the VAE are resident, their
+    # masters their files; the host holds what the plan names, and the host forecast pins that too
+    named = report["forecast"]["pinned_host_bytes"]
+    assert report["forecast"]["host_pinned_bytes"] == named
+    assert named <= report["host_master_bytes"] <= named + 64 * 1024 < discover_model(demo_model_dir).nbytes // 10
 
 
 @pytest.mark.slow
