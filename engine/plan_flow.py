@@ -102,7 +102,8 @@ def plan_for(model_or_engine: ModelInfo | EngineHandle, policy: OffloadPolicy | 
     if not forecast:
         return PlanResult(plan, None, list(auto.reasons) if auto else [], None, auto, ram)
     # the host as the load will hold it
-    request = forecast_for(plan, size, device, observed_bandwidth, probe_bandwidth, live_replan=live)
+    request = forecast_for(plan, size, device, observed_bandwidth, probe_bandwidth, live_replan=live,
+                           tier_transfer_s=ram.choice.cost.transfer_seconds if ram is not None else None)
     if budget is not None:  # the run caps the allocator inside the budget (engine/running/run_memory.py)
         request = replace(request, budget=budget)
     ranks = None

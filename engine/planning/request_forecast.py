@@ -200,7 +200,8 @@ def known_profile(plan: Plan, size: RequestSize, device: str,
 
 
 def forecast_for(plan: Plan, size: RequestSize, device: str, observed_bandwidth: float | None = None,
-                 probe_bandwidth: float | None = None, *, live_replan: bool = False) -> RequestForecast:
+                 probe_bandwidth: float | None = None, *, live_replan: bool = False,
+                 tier_transfer_s: float | None = None) -> RequestForecast:
     """The one forecast of a request (`plan`, `run`, the console's plan screen and generate dialog all
     call it) from what is known (`known_profile`).
 
@@ -208,7 +209,9 @@ def forecast_for(plan: Plan, size: RequestSize, device: str, observed_bandwidth:
     own copies of this model on this device), else the streamer's observed rate, else the probe's, else
     the device table's. So once a request has run, `plan` and the console give the same figure; before,
     only a console that has measured the link knows better than the table. `live_replan`: the load keeps
-    masters of everything (the console's, and `run`'s with a budget): the host forecast counts them."""
+    masters of everything (the console's, and `run`'s with a budget): the host forecast counts them.
+    `tier_transfer_s`: one forward's transfer under `--ram-budget`'s host tiers, max(link, page-cache + disk
+    reads) (`RamPlan`): where the tiers' reads take longer than the link, they are the step's floor."""
     cache_notes: list[str] = []
     known = profile_for(plan, size, device, cache_notes)
     profile = known.profile
@@ -234,7 +237,20 @@ def forecast_for(plan: Plan, size: RequestSize, device: str, observed_bandwidth:
     assumed = tuple(k for k, v in size.model_dump().items() if v is None and getattr(known.size, k) is not None)
     slack = slack_for(profile, plan) if known.source == "cached" else None  # this size, this plan
     host = host_forecast_for(plan, known.size, device, profile, live_replan=live_replan)
+    if tier_transfer_s is not None and profile is not None:
+        forecast = tier_bound(forecast, tier_transfer_s * profile.forwards_per_step)
     return replace(forecast, assumed=assumed, overhead=device_overhead(device), allocator_slack=slack, host=host)
+
+
+def tier_bound(forecast: RequestForecast, tier_step_s: float) -> RequestForecast:
+    """The step at least the host tiers' reads: a block read from the page cache or the disk each forward
+    bounds the step however fast the link is (measured: a Flux-size DiT mostly on disk ran its step at the
+    tiers' figure, 18x the link's)."""
+    if forecast.step_s is None or forecast.floor_s is None or tier_step_s <= forecast.floor_s:
+        return forecast
+    note = f"step floor: the host tiers' reads, {tier_step_s:.3f} s a step, over the link's {forecast.floor_s:.3f} s"
+    return replace(forecast, floor_s=tier_step_s, step_s=max(forecast.step_s, tier_step_s),
+                   notes=[*forecast.notes, note])
 
 
 def _bounded_step(plan: Plan, size: RequestSize, forecast: RequestForecast,
