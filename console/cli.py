@@ -24,7 +24,7 @@ from ..engine.api import plain, planner, probes
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
 from .flag_types import check_cache_dir, path_name, real_number, short_words, whole_number
 from .help_overview import overview
-from .lora_flags import add_lora_flags, lora_documents, lora_lines
+from .lora_flags import add_lora_flags, lora_lines
 
 SUBCOMMANDS = ("console", "plan", "run", "demo-model")
 EXIT_USAGE = 2
@@ -291,15 +291,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
         loras = checks.check_loras(model, tuple(args.lora))
     device = planner.device_name_for_plan(args.device)
     planned = planner.plan_for(model, policy, budget, size, device, layout,  # the layout checked, then the budgets
-                       ram_budget=ram_budget)
+                       ram_budget=ram_budget, lora_modules=[m for f in loras for m in f.modules],
+                       lora_mode=args.lora_mode)
     plan, forecast, reasons, ranks = planned.plan, planned.forecast, planned.reasons, planned.ranks
     from ..engine.api import checks
 
     checks.check_fits_host(forecast, "cpu" if device == "cpu" else "cuda")  # as `run` refuses it, with its line
     if args.json:
-        document = planner.plan_to_dict(plan, forecast, device, budget, reasons, ranks, planned.ram)
-        if loras:
-            document["loras"] = lora_documents(loras, args.lora_mode)
+        document = planner.plan_to_dict(plan, forecast, device, budget, reasons, ranks, planned.ram, loras=loras,
+                                        lora=planned.lora, lora_mode=args.lora_mode)
         print(json.dumps(document, indent=2))
     else:
         from .plan_view import render_plan
@@ -311,7 +311,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
             measured = planner.measured_hits(model.pipeline_class, cache)
             print(plain(planner.cache_step_range(cache, plan.model.num_dit_blocks, forecast.step_s, measured).line))
-        for line in lora_lines(loras, args.lora_mode):
+        for line in lora_lines(loras, args.lora_mode, planned.lora):
             print(line)
     return 0
 

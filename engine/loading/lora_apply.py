@@ -27,6 +27,9 @@ from ...offload.module_hooks import Hooks
 from ...offload.streamer import LayerwiseStreamer
 from ...offload.upcast import is_float8
 from ..errors import ConfigError
+from ..planning.lora_cost import LoraModes, lora_modes
+from ..planning.model_configs import fill_size
+from ..planning.request_profile import RequestSize
 from .lora_files import LoraFile
 from .placement import Placement
 
@@ -34,10 +37,20 @@ LORA_MODES = ("sidecar", "merge", "auto")
 
 
 def auto_mode() -> str:
-    """`--lora-mode auto`: merge. Merging costs one B·A product per streamed linear per forward (rank·in·out
+    """`--lora-mode auto` where no plan decided it (the engine resolves it by the forecast step, engine/planning/
+    lora_cost.py): merge. Merging costs one B·A product per streamed linear per forward (rank·in·out
     multiply-adds); the sidecar costs 2·tokens·rank·(in+out) per linear per forward, more whenever a forward's
     tokens exceed in·out / (2·(in+out)) (768 for Flux's 3072-wide linears; a 1024² Flux image has 4,608)."""
     return "merge"
+
+
+def plan_lora_modes(plan: Any, loras: list[LoraFile], device: str, mode: str) -> LoraModes | None:
+    """`loras`' device bytes and cost per step of each mode under `plan` at the pipeline's default size, and the
+    mode `mode` resolves to (engine/planning/lora_cost.py); None without LoRAs."""
+    if not loras:
+        return None
+    modules = [m for f in loras for m in f.modules]
+    return lora_modes(plan, modules, fill_size(plan.model, RequestSize()), device, mode)
 
 
 def merge_refusal(plan: Any, loras: bool, mode: str) -> str | None:
