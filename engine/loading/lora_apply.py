@@ -92,7 +92,11 @@ def apply_loras(pipe: Any, placement: Placement, loras: list[LoraFile], mode: st
     streamer = placement.streamer
     with shaped_placeholders(pipe, streamer):
         for lora, name in zip(loras, applied.names, strict=True):
-            pipe.load_lora_weights(dict(lora.tensors), adapter_name=name)
+            first, second = by_expert(pipe, lora.tensors)
+            if first:
+                pipe.load_lora_weights(first, adapter_name=name)
+            if second:  # Wan 2.2's low-noise expert, as diffusers loads a LoRA into it
+                pipe.load_lora_weights(second, adapter_name=name, load_into_transformer_2=True)
     _to_device(pipe, placement.device)
     if mode == "auto":
         mode = auto_mode()
@@ -101,6 +105,20 @@ def apply_loras(pipe: Any, placement: Placement, loras: list[LoraFile], mode: st
         return applied
     _merge(pipe, streamer, loras, applied, frozenset(placement.stagers))
     return applied
+
+
+EXPERT2 = "transformer_2."
+
+
+def by_expert(pipe: Any, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(what `load_lora_weights` loads as it is, the keys for a second expert): a file's `transformer_2.` keys are
+    loaded by diffusers only with `load_into_transformer_2=True`, under the `transformer.` prefix (it would skip
+    them otherwise); a pipeline without a second expert keeps every key in the first part."""
+    if "transformer_2" not in getattr(pipe, "_lora_loadable_modules", ()):
+        return dict(tensors), {}
+    first = {k: v for k, v in tensors.items() if not k.startswith(EXPERT2)}
+    second = {"transformer." + k[len(EXPERT2):]: v for k, v in tensors.items() if k.startswith(EXPERT2)}
+    return first, second
 
 
 def _to_device(pipe: Any, device: torch.device) -> None:
