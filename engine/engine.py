@@ -355,6 +355,8 @@ class Engine(Lifecycle):
     def generate(self, request: GenerateRequest, cancel: threading.Event | None = None) -> GenerateResult:
         with self._lock:
             self._check_ready()
+            if request.loras is not None and tuple(request.loras) != self.options.loras:
+                self.set_loras(request.loras)  # a queued request's own LoRA set: switched between requests
             request = with_call_defaults(self.model, request)  # where the pipeline's own would fail
             request_id = next(self._request_ids)
             self._set_state(EngineState.RUNNING, f"request {request_id}")

@@ -55,7 +55,12 @@ def plan_lora_modes(plan: Any, loras: list[LoraFile], device: str, mode: str) ->
 
 def merge_refusal(plan: Any, loras: bool, mode: str) -> str | None:
     """Why `plan` cannot merge LoRAs (None: it can): a resident block stored in fp8 and upcast per forward would
-    be merged into its fp8 storage, which corrupts it (the peers' bug); said when the plan is made, before load."""
+    be merged into its fp8 storage, which corrupts it (the peers' bug); two experts' blocks move between the
+    device and the host at each switch, which the merge does not follow yet. Said when the plan is made, before
+    load (`auto` never resolves to merge there: engine/planning/lora_cost.py)."""
+    if loras and mode == "merge" and plan.experts:
+        return ("--lora-mode merge with two experts: the merge does not follow the blocks an expert switch moves yet; "
+                "use --lora-mode sidecar (or auto)")
     if not loras or mode == "sidecar" or plan.policy.stream_dtype is None:
         return None
     residency = plan.residency

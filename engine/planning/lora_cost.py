@@ -135,6 +135,8 @@ def lora_modes(plan: Plan, modules: Sequence[LoraModule], size: RequestSize, dev
     merge_s = merge / rates[0] if rates is not None else None
     if mode != "auto":
         chosen, why = mode, f"{mode}, as asked"
+    elif plan.experts:
+        chosen, why = "sidecar", "auto: sidecar (two experts: the merge does not follow an expert switch yet)"
     elif sidecar is None:
         chosen, why = "merge", "auto: merge (the request's tokens are not known, so the sidecar's cost is not)"
     else:

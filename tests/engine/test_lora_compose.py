@@ -14,6 +14,7 @@ from test_lora import PROMPT, assert_same, engine_outputs, plain_output
 from omni_console.engine.engine import Engine
 from omni_console.engine.options import EngineOptions
 from omni_console.engine.running.runner import GenerateRequest
+from omni_console.offload.errors import PolicyError
 from omni_console.offload.policy import build_policy
 
 UNET_REQUEST = GenerateRequest(prompt=PROMPT, steps=2, height=64, width=64, seed=3, guidance=5.0, output_type="np")
@@ -102,6 +103,11 @@ def test_wan22_loras_per_expert_as_diffusers_loads_them(wan22_dir: Path, wan_loa
     try:
         assert [f.components for f in engine.loras] == [("transformer",), ("transformer_2",)]
         for policy in (build_policy({}, 0), build_policy({}, 1), build_policy({}, 0, mode="resident")):
+            if mode == "merge" and policy.mode == "dlo":  # refused before load, in one line
+                with pytest.raises(PolicyError, match="^--lora-mode merge with two experts: .* use --lora-mode "
+                                                      "sidecar"):
+                    engine.load(policy)
+                continue
             engine.load(policy)
             if engine.pipe.config.get("boundary_ratio") is None:  # as tests/engine/test_experts.py sets it
                 engine.pipe.register_to_config(boundary_ratio=BOUNDARY_RATIO)

@@ -145,3 +145,17 @@ def test_the_vllm_omni_export_names_its_lora_arguments_or_says_what_it_cannot(de
     gaps = doc["lora"]["vllm_omni_gaps"]
     assert any("2 LoRAs at once" in g for g in gaps) and any("merge on upload has no vLLM-Omni spelling" in g
                                                             for g in gaps)
+
+
+def test_auto_picks_sidecar_with_two_experts(tmp_path: Path):
+    from tiny_families_experts import build_tiny_wan22_a14b
+
+    root = build_tiny_wan22_a14b(tmp_path / "wan22", seed=0)
+    model = models.discover_model(root, None)
+    lora = write_peft_lora(tmp_path / "w.safetensors", root / "transformer", "transformer",
+                           pattern=r"blocks\.\d+\.attn1", seed=1)
+    modules = [m for f in checks.check_loras(model, ((str(lora), 1.0),)) for m in f.modules]
+    planned = planner.plan_for(model, planner.build_policy(mode="dlo"), None, RequestSize(), "cpu",
+                               lora_modules=modules, lora_mode="auto")
+    assert planned.plan.experts and planned.lora.chosen == "sidecar"
+    assert planned.lora.why == "auto: sidecar (two experts: the merge does not follow an expert switch yet)"
