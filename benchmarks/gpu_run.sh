@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|console-previews|cards|host-tiers-flux|host-tiers-wan|before-after|console-plots|cache|compile|compile-phases|compile-wan|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|console-previews|cards|host-tiers-flux|host-tiers-wan|before-after|console-plots|cache|compile|compile-phases|compile-wan|lora|all] [benchmark args...]
 # `tests` also runs benchmarks/cpu_exactness.py on the host CPU (the tiny families written by
 # tests/write_tiny_families.py). Benchmarks run from the repository root as modules: python3 -m benchmarks.NAME.
 set -uo pipefail
@@ -46,6 +46,10 @@ if [[ $what == fp8-upcast ]]; then  # issue 26: resident fp8 blocks kept upcast,
   timeout 175 python3 -m benchmarks.budget_sweep --model flux --stream-dtype float8_e4m3fn --upcast \
     --points 0 20 40 57 --depths 2 4 --budgets 8 12 16 24 --out "$OUT/fp8_upcast_sweep.json" 2>&1 \
     | grep -v "kept in float32" | tail -60 > "$OUT/fp8_upcast_sweep.log"
+fi
+if [[ $what == lora ]]; then  # issue 38: rank-64 LoRA on every linear of a Flux-dev-size DiT, 1024², all streamed
+  timeout 280 python3 -m benchmarks.lora_stream --out "$OUT/lora_stream.json" "$@" 2>&1 \
+    | grep -v "kept in float32" | tail -30 > "$OUT/lora.log"
 fi
 if [[ $what == unet ]]; then  # SDXL-size UNet, 1024x1024, units (and whole blocks) streamed vs resident
   python3 -m benchmarks.unet_stream --out "$OUT/unet_stream.json" "$@" 2>&1 | tail -30 > "$OUT/unet.log"

@@ -25,7 +25,7 @@ from ..engine.errors import OPERATOR_ERRORS, ConfigError
 from .compile_flags import add_compile_flags
 from .flag_types import check_cache_dir, path_name, real_number, short_words, whole_number
 from .help_overview import overview
-from .lora_flags import add_lora_flags, lora_documents, lora_lines
+from .lora_flags import add_lora_flags, lora_lines
 
 SUBCOMMANDS = ("console", "plan", "run", "demo-model")
 EXIT_USAGE = 2
@@ -302,7 +302,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         loras = checks.check_loras(model, tuple(args.lora))
     device = planner.device_name_for_plan(args.device)
     planned = planner.plan_for(model, policy, budget, size, device, layout,  # the layout checked, then the budgets
-                       ram_budget=ram_budget, file_masters=True)  # as `run` loads: no pinned copy of the device's
+                       ram_budget=ram_budget, file_masters=True,  # as `run` loads: no pinned copy of the device's
+                       lora_modules=[m for f in loras for m in f.modules], lora_mode=args.lora_mode)
     plan, forecast, reasons, ranks = planned.plan, planned.forecast, planned.reasons, planned.ranks
     from ..engine.api import checks
 
@@ -315,9 +316,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                                     args.compile_backend) if args.compile != "off" else None
     if args.json:
         document = planner.plan_to_dict(plan, forecast, device, budget, reasons, ranks, planned.ram,
-                                        cache_range.document() if cache_range is not None else None)
-        if loras:
-            document["loras"] = lora_documents(loras, args.lora_mode)
+                                        cache_range.document() if cache_range is not None else None, loras=loras,
+                                        lora=planned.lora, lora_mode=args.lora_mode)
         if compiled is not None:
             document["compile"] = planner.compile_document(compiled)
         print(json.dumps(document, indent=2))
@@ -328,7 +328,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                     ram_reasons=planned.ram.reasons if planned.ram else None)
         if cache_range is not None:
             print(plain(cache_range.line))
-        for line in lora_lines(loras, args.lora_mode):
+        for line in lora_lines(loras, args.lora_mode, planned.lora):
             print(line)
         for line in compiled.lines() if compiled is not None else ():
             print(plain(line))

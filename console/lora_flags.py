@@ -41,7 +41,7 @@ def add_lora_flags(parser: argparse.ArgumentParser) -> None:
                              "repeatable")
     parser.add_argument("--lora-mode", choices=LORA_MODES, default="auto",
                         help="sidecar: A/B kept on the device and applied in the forward; merge: added into each "
-                             "block's slot as it arrives; auto (default): merge")
+                             "block's slot as it arrives; auto (default): the mode with the smaller forecast step")
 
 
 def lora_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -49,30 +49,40 @@ def lora_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"loras": tuple(getattr(args, "lora", ()) or ()), "lora_mode": getattr(args, "lora_mode", "auto")}
 
 
-def _mode_words(mode: str) -> str:
-    if mode == "sidecar":
-        return "sidecar: A/B kept on the device beside the blocks, applied in each forward"
-    how = "merge" if mode == "merge" else "auto (merge)"
+def _mode_words(mode: str, chosen: str) -> str:
+    how = chosen if mode != "auto" else f"auto ({chosen})"
+    if chosen == "sidecar":
+        return f"{how}: A/B kept on the device beside the blocks, applied in each forward"
     return f"{how}: B·A added into each streamed block's slot as it arrives; resident modules merged once at load"
 
 
-def lora_documents(loras: list[Any], mode: str) -> list[dict[str, Any]]:
-    """`plan --json`'s `loras`: each checked file, its bytes, scale, the components it applies to and the mode."""
-    return [{"path": str(f.path), "bytes": f.nbytes, "scale": f.scale, "components": list(f.components),
-             "mode": mode} for f in loras]
+def _per_step(seconds: float | None, flops: float | None) -> str:
+    if flops is None:
+        return "unknown (the request's tokens are not known)"
+    work = f"{flops / 1e9:.3g} GFLOP" if flops >= 1e8 else f"{flops / 1e6:.3g} MFLOP"
+    return f"{seconds * 1e3:.3g} ms ({work})" if seconds is not None else work
 
 
-def lora_lines(loras: list[Any], mode: str) -> list[str]:
-    """The plan's LoRA lines (none without --lora): each file's bytes, scale and components, then the mode."""
-    from ..engine.api import plain
+def lora_lines(loras: list[Any], mode: str, modes: Any = None) -> list[str]:
+    """The plan's LoRA lines (none without --lora): each file's bytes, scale and components, the mode with its
+    device bytes, each mode's extra work per step, and vLLM-Omni's spelling or what it cannot express."""
+    from ..engine.api import plain, planner
     from ..offload.units import format_bytes
 
     if not loras:
         return []
     lines = [f"LoRA {plain(f.name)}: {format_bytes(f.nbytes)} at scale {f.scale:g} on {', '.join(f.components)}"
              for f in loras]
-    total = sum(f.nbytes for f in loras)
-    lines.append(f"LoRA mode {_mode_words(mode)} ({format_bytes(total)} of A/B on the device)")
-    lines.append("LoRA in the vLLM-Omni export: not expressed (the flags above name no LoRA; this export knows no "
-                 "vLLM-Omni LoRA flag)")
+    chosen = modes.chosen if modes is not None else ("merge" if mode == "auto" else mode)
+    if modes is None:
+        lines.append(f"LoRA mode {_mode_words(mode, chosen)}")
+    else:
+        scratch = f" + {format_bytes(modes.merge_scratch_bytes)} B·A scratch" if chosen == "merge" else ""
+        lines.append(f"LoRA mode {_mode_words(mode, chosen)} ({format_bytes(modes.ab_bytes)} of A/B{scratch} on "
+                     "the device, in the forecast)")
+        lines.append(f"LoRA cost per step: sidecar {_per_step(modes.sidecar_s, modes.sidecar_flops)}, merge "
+                     f"{_per_step(modes.merge_s, modes.merge_flops)}; {plain(modes.why)}")
+    text, gaps = planner.vllm_lora(loras, chosen)
+    lines.append(f"LoRA in the vLLM-Omni export: {plain(text)}")
+    lines += [f"  cannot express: {plain(gap)}" for gap in gaps]
     return lines

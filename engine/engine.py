@@ -30,14 +30,15 @@ from .events import LoadProgress, Replanned, RequestFinished, RequestPhases, Req
 from .lifecycle import EngineState, EngineStateError, Lifecycle
 from .loading.file_sources import FileTierLoad
 from .loading.loader import LoadCancelled, pipeline_class, start_loading
-from .loading.lora_apply import AppliedLoras, apply_loras, merge_refusal, remove_loras
-from .loading.lora_files import check_loras
+from .loading.lora_apply import AppliedLoras, apply_loras, merge_refusal, plan_lora_modes, remove_loras
+from .loading.lora_files import LoraFile, check_loras
 from .loading.placement import Placement, begin_placement, place_others, place_streamed
 from .model_dir.discovery import ModelInfo, discover_model
 from .model_dir.quant_layouts import check_fp8_device
 from .options import EngineOptions
 from .plan_flow import plan_for
 from .planning.host_profile import peak_rss, with_host_peak
+from .planning.lora_cost import LoraModes, with_lora
 from .planning.plan import Plan, make_plan
 from .planning.request_forecast import RequestForecast
 from .planning.request_profile import RequestSize, device_name
@@ -113,10 +114,20 @@ class Engine(Lifecycle):
         why = unsupported_tiers(plan, live=self.options.live_replan, ranks=self.world > 1)
         if why is not None:
             raise PolicyError(why)
-        why = merge_refusal(plan, bool(self.loras), self.options.lora_mode)
+        modes = self.lora_modes(plan)
+        why = merge_refusal(plan, bool(self.loras), modes.chosen if modes is not None else self.options.lora_mode)
         if why is not None:
             raise PolicyError(why)
-        return plan
+        return with_lora(plan, modes.device_bytes(modes.chosen)) if modes is not None else plan
+
+    def lora_modes(self, plan: Plan, loras: list[LoraFile] | None = None, mode: str | None = None) -> LoraModes | None:
+        """The LoRAs' device bytes, each mode's cost per step and what `auto` resolves to (None: no LoRA)."""
+        return plan_lora_modes(plan, self.loras if loras is None else loras, self.device_name,
+                               mode or self.options.lora_mode)
+
+    def _lora_mode(self, plan: Plan, loras: list[LoraFile] | None = None, mode: str | None = None) -> str:
+        modes = self.lora_modes(plan, loras, mode)
+        return modes.chosen if modes is not None else (mode or self.options.lora_mode)
 
     @property
     def device_name(self) -> str:
@@ -232,7 +243,7 @@ class Engine(Lifecycle):
                 place_others(self.pipe, plan, self.placement, self.bus, progress=self._progress("place"),
                              cancel=cancel, weights=weights, host_arenas=arenas, options=options,
                              files=file_tiers.found)
-                self._loras_applied = apply_loras(self.pipe, self.placement, self.loras, options.lora_mode)
+                self._loras_applied = apply_loras(self.pipe, self.placement, self.loras, self._lora_mode(plan))
                 if options.compile != "off":
                     self._compile = RegionalCompile(options.compile, options.compile_backend,
                                                     [getattr(self.pipe, d.name) for d in self.model.denoisers],
@@ -294,7 +305,7 @@ class Engine(Lifecycle):
             plan = self.make_plan(policy, self.plan.tiers)  # the masters stay where the load put them
             remove_loras(self.pipe, self.placement, self._loras_applied)  # resident merged bytes back first
             event = apply_replan(self.placement, self.plan, plan, self.device)
-            self._loras_applied = apply_loras(self.pipe, self.placement, self.loras, self.options.lora_mode,
+            self._loras_applied = apply_loras(self.pipe, self.placement, self.loras, self._lora_mode(plan),
                                               self._loras_applied)  # merged again where the blocks now are
             self.plan = plan
             self._announce_plan()  # PlanReady: the console's live screen and editor follow the engine's plan
@@ -312,9 +323,13 @@ class Engine(Lifecycle):
             start = time.perf_counter()
             mode = mode or self.options.lora_mode
             remove_loras(self.pipe, self.placement, self._loras_applied)
-            self._loras_applied = apply_loras(self.pipe, self.placement, checked, mode, self._loras_applied)
+            self._loras_applied = apply_loras(self.pipe, self.placement, checked,
+                                              self._lora_mode(self.plan, checked, mode), self._loras_applied)
             self.loras = checked
             self.options = replace(self.options, loras=tuple(loras), lora_mode=mode)
+            if self.plan is not None:  # the plan's device bytes follow the LoRAs now applied
+                modes = self.lora_modes(self.plan)
+                self.plan = with_lora(self.plan, modes.device_bytes(modes.chosen) if modes is not None else 0)
             return time.perf_counter() - start
 
     def _progress(self, phase: str):
@@ -357,6 +372,8 @@ class Engine(Lifecycle):
     def generate(self, request: GenerateRequest, cancel: threading.Event | None = None) -> GenerateResult:
         with self._lock:
             self._check_ready()
+            if request.loras is not None and tuple(request.loras) != self.options.loras:
+                self.set_loras(request.loras)  # a queued request's own LoRA set: switched between requests
             request = with_call_defaults(self.model, request)  # where the pipeline's own would fail
             request_id = next(self._request_ids)
             self._set_state(EngineState.RUNNING, f"request {request_id}")

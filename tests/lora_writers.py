@@ -65,3 +65,21 @@ def write_kohya_flux_lora(path: Path, *, double: int, single: int, inner: int, m
         tensors[f"{key}.alpha"] = torch.tensor(alpha)
     save_file(tensors, str(path))
     return path
+
+
+def write_kohya_unet_lora(path: Path, folder: Path, *, pattern: str, rank: int = 4, seed: int = 0,
+                          alpha: float = 2.0) -> Path:
+    """sd-scripts' names for a diffusers-layout UNet (`lora_unet_down_blocks_1_attentions_0_..._to_q.lora_down.weight`,
+    `.alpha`), for every 2-D weight of `folder` matching `pattern`; diffusers' converter maps them back."""
+    g = torch.Generator().manual_seed(seed)
+    tensors: dict[str, torch.Tensor] = {}
+    for name, shape in weight_shapes(folder).items():
+        if len(shape) != 2 or not name.endswith(".weight") or not re.search(pattern, name):
+            continue
+        key = "lora_unet_" + name[: -len(".weight")].replace(".", "_")
+        tensors[f"{key}.lora_down.weight"] = torch.randn(rank, shape[1], generator=g) * 0.2
+        tensors[f"{key}.lora_up.weight"] = torch.randn(shape[0], rank, generator=g) * 0.2
+        tensors[f"{key}.alpha"] = torch.tensor(alpha)
+    assert tensors, f"nothing in {folder} matches {pattern}"
+    save_file(tensors, str(path))
+    return path

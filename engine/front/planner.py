@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the same names as `EXPORTS` (tests/engine/test_api.py holds
     from ..planning.experts import blocks_per_forward
     from ..planning.export import plan_to_dict, vllm_flags, vllm_gaps, vllm_python_call, vllm_serve_command
     from ..planning.host_forecast import HostForecast
+    from ..planning.lora_export import vllm_lora
     from ..planning.model_configs import default_size
     from ..planning.plan import ComponentPlan, make_plan
     from ..planning.ram_budget import auto_ram_budget
@@ -47,6 +48,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "..planning.ram_budget": ("auto_ram_budget",),
     "..planning.model_configs": ("default_size",),
     "..planning.experts": ("blocks_per_forward",),
+    "..planning.lora_export": ("vllm_lora",),
     "..model_dir.fp8_names": ("storage_note",),
     "..planning.request_profile": ("device_name_for_plan",),
     "..planning.documents": ("Document", "PlanDocument", "PolicyDoc"),

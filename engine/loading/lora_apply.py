@@ -27,6 +27,9 @@ from ...offload.module_hooks import Hooks
 from ...offload.streamer import LayerwiseStreamer
 from ...offload.upcast import is_float8
 from ..errors import ConfigError
+from ..planning.lora_cost import LoraModes, lora_modes
+from ..planning.model_configs import fill_size
+from ..planning.request_profile import RequestSize
 from .lora_files import LoraFile
 from .placement import Placement
 
@@ -34,15 +37,30 @@ LORA_MODES = ("sidecar", "merge", "auto")
 
 
 def auto_mode() -> str:
-    """`--lora-mode auto`: merge. Merging costs one B·A product per streamed linear per forward (rank·in·out
+    """`--lora-mode auto` where no plan decided it (the engine resolves it by the forecast step, engine/planning/
+    lora_cost.py): merge. Merging costs one B·A product per streamed linear per forward (rank·in·out
     multiply-adds); the sidecar costs 2·tokens·rank·(in+out) per linear per forward, more whenever a forward's
     tokens exceed in·out / (2·(in+out)) (768 for Flux's 3072-wide linears; a 1024² Flux image has 4,608)."""
     return "merge"
 
 
+def plan_lora_modes(plan: Any, loras: list[LoraFile], device: str, mode: str) -> LoraModes | None:
+    """`loras`' device bytes and cost per step of each mode under `plan` at the pipeline's default size, and the
+    mode `mode` resolves to (engine/planning/lora_cost.py); None without LoRAs."""
+    if not loras:
+        return None
+    modules = [m for f in loras for m in f.modules]
+    return lora_modes(plan, modules, fill_size(plan.model, RequestSize()), device, mode)
+
+
 def merge_refusal(plan: Any, loras: bool, mode: str) -> str | None:
     """Why `plan` cannot merge LoRAs (None: it can): a resident block stored in fp8 and upcast per forward would
-    be merged into its fp8 storage, which corrupts it (the peers' bug); said when the plan is made, before load."""
+    be merged into its fp8 storage, which corrupts it (the peers' bug); two experts' blocks move between the
+    device and the host at each switch, which the merge does not follow yet. Said when the plan is made, before
+    load (`auto` never resolves to merge there: engine/planning/lora_cost.py)."""
+    if loras and mode == "merge" and plan.experts:
+        return ("--lora-mode merge with two experts: the merge does not follow the blocks an expert switch moves yet; "
+                "use --lora-mode sidecar (or auto)")
     if not loras or mode == "sidecar" or plan.policy.stream_dtype is None:
         return None
     residency = plan.residency
@@ -79,7 +97,11 @@ def apply_loras(pipe: Any, placement: Placement, loras: list[LoraFile], mode: st
     streamer = placement.streamer
     with shaped_placeholders(pipe, streamer):
         for lora, name in zip(loras, applied.names, strict=True):
-            pipe.load_lora_weights(dict(lora.tensors), adapter_name=name)
+            first, second = by_expert(pipe, lora.tensors)
+            if first:
+                pipe.load_lora_weights(first, adapter_name=name)
+            if second:  # Wan 2.2's low-noise expert, as diffusers loads a LoRA into it
+                pipe.load_lora_weights(second, adapter_name=name, load_into_transformer_2=True)
     _to_device(pipe, placement.device)
     if mode == "auto":
         mode = auto_mode()
@@ -88,6 +110,20 @@ def apply_loras(pipe: Any, placement: Placement, loras: list[LoraFile], mode: st
         return applied
     _merge(pipe, streamer, loras, applied, frozenset(placement.stagers))
     return applied
+
+
+EXPERT2 = "transformer_2."
+
+
+def by_expert(pipe: Any, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(what `load_lora_weights` loads as it is, the keys for a second expert): a file's `transformer_2.` keys are
+    loaded by diffusers only with `load_into_transformer_2=True`, under the `transformer.` prefix (it would skip
+    them otherwise); a pipeline without a second expert keeps every key in the first part."""
+    if "transformer_2" not in getattr(pipe, "_lora_loadable_modules", ()):
+        return dict(tensors), {}
+    first = {k: v for k, v in tensors.items() if not k.startswith(EXPERT2)}
+    second = {"transformer." + k[len(EXPERT2):]: v for k, v in tensors.items() if k.startswith(EXPERT2)}
+    return first, second
 
 
 def _to_device(pipe: Any, device: torch.device) -> None:

@@ -24,6 +24,7 @@ from ..model_dir.safe_paths import open_regular
 from ..model_dir.trusted_classes import pipeline_class
 from ..model_dir.weights import read_header
 from ..plain_text import plain
+from ..planning.lora_cost import LoraModule
 
 MAX_HEADER_BYTES = 16 * 2**20  # a rank-128 LoRA on every linear of a 12B DiT has a ~0.5 MiB header
 MAX_LORA_TENSORS = 8192  # kohya SDXL with both text encoders: ~2,400; Flux on every linear: ~1,000
@@ -43,6 +44,7 @@ class LoraFile:
     tensors: dict[str, torch.Tensor]
     nbytes: int  # bytes of its tensors (what sidecar mode keeps on the device)
     components: tuple[str, ...]  # the pipeline components its converted keys apply to
+    modules: tuple[LoraModule, ...] = ()  # each LoRA layer's module and A/B shapes (the plan's bytes and FLOPs)
 
     @property
     def name(self) -> str:
@@ -63,9 +65,10 @@ def check_lora(model: ModelInfo, path: Path, scale: float) -> LoraFile:
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise LoraError(f"--lora {where}: tensor {plain(name)[:120]} holds non-finite values (NaN or inf)")
     converted = _converted(model, dict(tensors), where)
-    components = _check_modules(model, converted, where)
+    modules = _check_modules(model, converted, where)
     nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
-    return LoraFile(path, scale, tensors, nbytes, components)
+    components = tuple(dict.fromkeys(m.component for m in modules))
+    return LoraFile(path, scale, tensors, nbytes, components, modules)
 
 
 def _read_tensors(path: Path, where: str) -> dict[str, torch.Tensor]:
@@ -121,12 +124,14 @@ def _converted(model: ModelInfo, tensors: dict[str, torch.Tensor], where: str) -
     return state
 
 
-def _check_modules(model: ModelInfo, state: dict[str, torch.Tensor], where: str) -> tuple[str, ...]:
-    """Each converted key names a module of a component with weights, and each A/B pair fits that module."""
+def _check_modules(model: ModelInfo, state: dict[str, torch.Tensor], where: str) -> tuple[LoraModule, ...]:
+    """Each converted key names a module of a component with weights, and each A/B pair fits that module;
+    returns every LoRA layer found."""
     from diffusers.utils import convert_unet_state_dict_to_peft
 
     components = {info.name: info for info in model.components if info.files}
     by_component: dict[str, dict[str, torch.Tensor]] = {}
+    modules: list[LoraModule] = []
     for key, value in state.items():
         prefix, _, rest = key.partition(".")
         if prefix not in components or not rest:
@@ -137,12 +142,13 @@ def _check_modules(model: ModelInfo, state: dict[str, torch.Tensor], where: str)
         if not any("lora_A" in k for k in keys):
             keys = convert_unet_state_dict_to_peft(keys)  # as diffusers' load_lora_adapter converts them
         shapes = {t.name: t.shape for f in components[name].files for t in read_header(f)}
-        _check_pairs(name, keys, shapes, where)
-    return tuple(by_component)
+        modules.extend(_check_pairs(name, keys, shapes, where))
+    return tuple(modules)
 
 
 def _check_pairs(component: str, keys: dict[str, torch.Tensor], shapes: dict[str, tuple[int, ...]],
-                 where: str) -> None:
+                 where: str) -> list[LoraModule]:
+    found: list[LoraModule] = []
     for key, a in keys.items():
         module = next((key[: -len(s)] for s in _LORA_SUFFIXES if key.endswith(s)), None)
         shown = plain(f"{component}.{key}")[:160]
@@ -160,3 +166,5 @@ def _check_pairs(component: str, keys: dict[str, torch.Tensor], shapes: dict[str
                 or b.shape[0] != base[0]:
             raise LoraError(f"--lora {where}: key {shown}: A {tuple(a.shape)} and B {tuple(b.shape)} do not fit "
                             f"{component}.{plain(module)} of shape {tuple(base)} (rank or shape mismatch)")
+        found.append(LoraModule(component, module, int(a.shape[0]), int(a[0].numel()), int(b.shape[0])))
+    return found

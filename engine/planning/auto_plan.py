@@ -41,6 +41,7 @@ from ..errors import ConfigError
 from ..model_dir.discovery import ComponentInfo
 from .device_footprint import NO_OVERHEAD, DeviceOverhead, device_overhead
 from .lean import LABELS, applicable, decode_geometry, encoder_stage_bytes, tiled_decode_extra
+from .lora_cost import with_lora
 from .plan import Plan, make_plan
 from .profile_basis import profile_for
 from .request_forecast import RequestForecast, dit_profile, forecast_request, phase_bytes
@@ -91,7 +92,8 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
     aux = [c.info for c in plan0.components if c.info.role in ("encoder", "vae") and c.info.has_weights]
     extras = phase_bytes(profile)
     default = {k: v for k, v in base.dlo_offload_components.items() if k == "default"}
-    staged_plan = make_plan(model, _policy(base, {**default, **{a.name: True for a in aux}}))
+    staged_plan = with_lora(make_plan(model, _policy(base, {**default, **{a.name: True for a in aux}})),
+                            plan0.lora_device_bytes)  # --lora's A/B take their room first
     dit = dit_profile(staged_plan, profile) or _zero_compute(staged_plan, extras.denoise_extra)
     # the DiT's candidates do not depend on the encoders and VAEs; a UNet's ring is budgeted in bytes
     table = StreamTable(dit, bandwidth or 1.0, byte_ring=staged_plan.residency.byte_ring)
@@ -163,7 +165,7 @@ def auto_plan(plan0: Plan, budget: int, size: RequestSize, profile: RequestProfi
     for a in aux:
         alt = chooser.choose(room(resident ^ {a.name}, lean), TIE)
         tried[a.name] = None if alt is None else chooser.step(alt)
-    plan = make_plan(model, chosen)
+    plan = with_lora(make_plan(model, chosen), plan0.lora_device_bytes)
     forecast = forecast_request(plan, size, profile, source, bandwidth, bandwidth_source,  # type: ignore[arg-type]
                                 peak_basis=peak_basis, step_basis=step_basis)
     forecast = replace(forecast, overhead=overhead if overhead is not NO_OVERHEAD else None)

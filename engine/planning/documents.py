@@ -122,6 +122,8 @@ class ForecastDoc(Document):
                                           "(0-based; converted once at load, counted at its bytes, no upcast time)")
     storage_note: str | None = Field(None, description="fp8 storage: how outputs differ from the full-precision "
                                                        "pipeline")
+    lora_device_bytes: int = Field(0, ge=0, description="--lora: A/B (and merge's scratch) on the device, counted in "
+                                                        "device_resident_bytes and every peak")
 
 
 class LeanPhaseDoc(Document):
@@ -294,6 +296,33 @@ class CacheRangeDoc(Document):
     line: str = Field(description="the line `plan` prints")
 
 
+class LoraFileDoc(Document):
+    """One checked `--lora` file."""
+
+    path: str
+    bytes: int = Field(ge=0, description="its tensors' bytes as the file holds them")
+    scale: float
+    components: list[str] = Field(description="the pipeline components its keys apply to")
+    mode: Literal["sidecar", "merge", "auto"] = Field(description="--lora-mode as asked")
+
+
+class LoraDoc(Document):
+    """`--lora`'s device bytes and each mode's extra work per denoising step (engine/planning/lora_cost.py)."""
+
+    mode: Literal["sidecar", "merge", "auto"] = Field(description="--lora-mode as asked")
+    chosen: Literal["sidecar", "merge"] = Field(description="the mode applied (auto: the smaller forecast step)")
+    why: str
+    device_bytes: int = Field(ge=0, description="in the chosen mode: A/B, plus merge's B·A scratch")
+    ab_bytes: int = Field(ge=0, description="every LoRA's A/B on the device in the compute dtype (both modes)")
+    merge_scratch_bytes: int = Field(ge=0, description="merge: one B·A of the largest targeted weight")
+    sidecar_flops_per_step: float | None = Field(description="the low-rank matmuls (null: the tokens are not known)")
+    merge_flops_per_step: float = Field(ge=0, description="B·A of each LoRA layer in a streamed block, per arrival")
+    sidecar_seconds_per_step: float | None = Field(description="null: the device's compute rate is not known")
+    merge_seconds_per_step: float | None = Field(description="null: the device's compute rate is not known")
+    vllm_omni: str = Field(description="vLLM-Omni's spelling of the LoRA (empty: none)")
+    vllm_omni_gaps: list[str] = Field(default_factory=list, description="what vLLM-Omni cannot express, one line each")
+
+
 class PlanDocument(Document):
     """`omni-console plan --json`: components, residency, forecast and vLLM-Omni flags, before any load."""
 
@@ -311,3 +340,5 @@ class PlanDocument(Document):
     ram_plan: RamPlanDoc | None = Field(None, description="present with --ram-budget")
     ranks: RanksDoc | None = Field(None, description="present with --gpus N, N > 1")
     cache: CacheRangeDoc | None = Field(None, description="present with --cache (not off): the step as a range")
+    loras: list[LoraFileDoc] | None = Field(None, description="present with --lora: each file")
+    lora: LoraDoc | None = Field(None, description="present with --lora: bytes and cost per step of each mode")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..model_dir.discovery import ComponentInfo
@@ -28,6 +29,8 @@ from .documents import (
 )
 from .host_forecast import HostForecast
 from .lean import LABELS
+from .lora_cost import LoraModes
+from .lora_export import lora_doc, lora_file_docs
 from .plan import ComponentPlan, Plan
 from .ram_plan import RamPlan
 from .request_forecast import RequestForecast
@@ -171,7 +174,8 @@ def ranks_doc(ranks: RankForecast) -> RanksDoc:
 def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: str = "",
                   budget: int | None = None, reasons: list[str] | None = None,
                   ranks: RankForecast | None = None, ram: RamPlan | None = None,
-                  cache: CacheRangeDoc | None = None) -> PlanDocument:
+                  cache: CacheRangeDoc | None = None, *, loras: Sequence[Any] = (), lora: LoraModes | None = None,
+                  lora_mode: str = "auto") -> PlanDocument:
     """The `plan --json` document (schema `omni-console.plan/1`; the fields are described in planning/documents.py)."""
     request, forecast = forecast, plan.forecast
     layout = ranks.layout if ranks is not None else None
@@ -218,7 +222,7 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
             resident_block_indices=list(plan.residency.resident_indices),
             placement=plan.residency.placement,
             stream_dtype=plan.stream_dtype, fp8_modulation=plan.policy.fp8_modulation,
-            upcast_scratch_bytes=forecast.upcast_scratch_bytes,
+            upcast_scratch_bytes=forecast.upcast_scratch_bytes, lora_device_bytes=forecast.lora_device_bytes,
             upcast_block_indices=[i for i, u in enumerate(plan.residency.upcast_flags) if u],
             storage_note=storage_note(plan.stream_dtype, plan.policy.fp8_modulation, plan.model.block_kind),
         ),
@@ -231,6 +235,8 @@ def plan_document(plan: Plan, forecast: RequestForecast | None = None, device: s
         ram_plan=ram_plan_doc(ram) if ram is not None else None,
         ranks=ranks_doc(ranks) if ranks is not None and ranks.layout.distributed else None,
         cache=cache,
+        loras=lora_file_docs(loras, lora_mode) if loras else None,
+        lora=lora_doc(loras, lora, lora_mode) if lora is not None else None,
     )
 
 
@@ -255,7 +261,9 @@ def block_order(info: ComponentInfo) -> Literal["source", "observed"] | None:
 def plan_to_dict(plan: Plan, forecast: RequestForecast | None = None, device: str = "",
                  budget: int | None = None, reasons: list[str] | None = None,
                  ranks: RankForecast | None = None, ram: RamPlan | None = None,
-                 cache: CacheRangeDoc | None = None) -> dict[str, Any]:
+                 cache: CacheRangeDoc | None = None, *, loras: Sequence[Any] = (), lora: LoraModes | None = None,
+                 lora_mode: str = "auto") -> dict[str, Any]:
     """The `plan --json` document as printed (JSON types, keys as in the schema); `cache`: --cache's step range
-    (engine/running/cache_range.py)."""
-    return plan_document(plan, forecast, device, budget, reasons, ranks, ram, cache).to_json_dict()
+    (engine/running/cache_range.py); `loras`: the checked `--lora` files, `lora` their figures (`PlanResult.lora`)."""
+    return plan_document(plan, forecast, device, budget, reasons, ranks, ram, cache, loras=loras, lora=lora,
+                         lora_mode=lora_mode).to_json_dict()

@@ -117,6 +117,7 @@ class Forecast:
     streaming_slots: int = 0
     pinned_host_bytes_live: int = 0  # with live re-plan (the console): every DiT block and encoder/VAE
     upcast_scratch_bytes: int = 0  # fp8 storage: the running block's weights in the compute dtype
+    lora_device_bytes: int = 0  # --lora: A/B (and merge's scratch) on the device, in the figures above (lora_cost.py)
 
     def transfer_seconds(self, bandwidth_bytes_per_s: float | None) -> float | None:
         """Time to stream the DiT once at a given host→device bandwidth (None when unknown)."""
@@ -136,6 +137,7 @@ class Plan:
     experts: tuple[Expert, ...] = ()  # two experts sharing the budget (engine/planning/experts.py), else ()
     stream_dtype: str | None = None  # the DiT blocks' storage dtype when fp8 (policy's, or the checkpoint's)
     tiers: HostTiers = ALL_PINNED  # where each streamed block and staged master lives on the host (offload/tiers.py)
+    lora_device_bytes: int = 0  # --lora's device bytes, counted in `forecast` (engine/planning/lora_cost.py)
 
     @property
     def active_blocks(self) -> tuple[bool, ...] | None:

@@ -49,6 +49,7 @@ def lower_policy(plan: Plan, phase: str) -> tuple[OffloadPolicy, str] | None:
     of them; all of them when the decode ran out, the DiT has finished by then; another count when that
     one would hold no fewer device bytes), then the ring down to 2 slots, then every resident encoder
     and VAE staged."""
+    from ..planning.lora_cost import with_lora
     from ..planning.plan import make_plan
 
     policy, r = plan.policy, plan.residency
@@ -65,7 +66,7 @@ def lower_policy(plan: Plan, phase: str) -> tuple[OffloadPolicy, str] | None:
     for slots in depths:
         for keep in counts:
             lower = policy.model_copy(update=dict(resident_layers=keep, prefetch_slots=slots))
-            new = make_plan(plan.model, lower)
+            new = with_lora(make_plan(plan.model, lower), plan.lora_device_bytes)
             if device_weights(new) < device_weights(plan):
                 ring = f"ring {r.slots}→{new.residency.slots} slots" if new.residency.slots != r.slots else ""
                 if keep == n:
@@ -97,6 +98,7 @@ def release_cache(device: torch.device) -> None:
 def step_down(engine: Engine, phase: str) -> str:
     """Carry out `lower_policy` on the loaded engine, as far as this load allows; what was done."""
     from ..loading.replan import apply_replan
+    from ..planning.lora_cost import with_lora
     from ..planning.plan import make_plan
 
     plan, placement = engine.plan, engine.placement
@@ -105,7 +107,8 @@ def step_down(engine: Engine, phase: str) -> str:
     streamer = placement.streamer
     done: list[str] = []
     if lower is not None and placement.live and not plan.experts:
-        new = replace(make_plan(engine.model, lower[0]), tiers=plan.tiers)  # the masters stay where they are
+        new = replace(with_lora(make_plan(engine.model, lower[0]), plan.lora_device_bytes),
+                      tiers=plan.tiers)  # the masters stay where they are
         event = apply_replan(placement, plan, new, engine.device)
         engine.plan = new
         engine.bus.publish(event)

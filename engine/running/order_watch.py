@@ -30,6 +30,7 @@ from ..events import BlockOrderCorrected
 from ..model_dir.blocks import BlockList
 from ..model_dir.discovery import ModelInfo
 from ..model_dir.order_cache import save_observed_order
+from ..planning.lora_cost import with_lora
 from ..planning.plan import Plan, make_plan
 from ..planning.request_profile import RequestProfile
 
@@ -171,4 +172,4 @@ def adopt_order(model: ModelInfo, plan: Plan, streamer: LayerwiseStreamer | None
                "profile now follow the observed order")
     events += [BlockOrderCorrected(dit=dit, planned=tuple(planned), observed=tuple(observed), summary=summary),
                LogEvent(level="warning", message=summary)]
-    return model, make_plan(model, plan.policy, residency), events
+    return model, with_lora(make_plan(model, plan.policy, residency), plan.lora_device_bytes), events

@@ -73,6 +73,7 @@ class GenerateRequest:
     output_type: str = "pil"  # "np" for exactness tests
     extra: dict[str, Any] = field(default_factory=dict)  # built-in defaults (demo); params win
     cache: CacheSpec | None = None  # --cache: diffusers' step cache for this request (None: off)
+    loras: tuple[tuple[str, float], ...] | None = None  # its LoRA set, applied before it runs (None: as loaded)
 
     def explicit_kwargs(self, accepted: Mapping[str, Any]) -> dict[str, Any]:
         """The pipeline keyword for each field the request sets (values as given; the image as its path).

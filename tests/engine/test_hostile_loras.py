@@ -108,11 +108,13 @@ def test_plan_shows_each_lora_and_its_bytes(demo_model_dir: Path, tmp_path: Path
     out = capsys.readouterr().out
     assert f"LoRA style.safetensors: {nbytes / 1e3:.1f} kB at scale 0.8 on transformer" in out
     assert "LoRA mode sidecar: A/B kept on the device" in out
-    assert "LoRA in the vLLM-Omni export: not expressed" in out
+    assert f"LoRA in the vLLM-Omni export: Omni(..., lora_path={tmp_path})" in out
+    assert "lora_scale=0.8" in out and "cannot express: vLLM-Omni reads a PEFT adapter folder" in out
     assert main(["plan", "--model", str(demo_model_dir), "--device", "cpu", "--json", "--lora", str(lora)]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["loras"] == [{"path": str(lora), "bytes": nbytes, "scale": 1.0, "components": ["transformer"],
                                   "mode": "auto"}]
+    assert document["lora"]["vllm_omni"].startswith(f"Omni(..., lora_path={tmp_path})")
 
 
 def test_the_console_app_refuses_lora_in_one_line(tmp_path: Path, capsys):

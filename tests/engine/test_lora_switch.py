@@ -52,3 +52,26 @@ def test_a_bad_lora_switch_changes_nothing(demo_model_dir: Path, tmp_path: Path)
     with pytest.raises(ConfigError, match="shorter than its header length"):
         engine.set_loras(((str(tmp_path / "bad.safetensors"), 1.0),))
     assert engine.loras == []
+
+
+@pytest.mark.slow  # one load, three requests, two plain pipelines
+def test_a_request_carries_its_lora_set(demo_model_dir: Path, tmp_path: Path):
+    """A queued request's `loras` are applied before it runs (none given: the set as it is), as the plain
+    pipeline with the same LoRAs renders it."""
+    from dataclasses import replace
+
+    a = write_peft_lora(tmp_path / "a.safetensors", demo_model_dir / "transformer", "transformer",
+                        pattern=r"attn\.to_|ff", seed=4)
+    with_a = plain_output(demo_model_dir, FLUX_REQUEST, [(a, 0.5)], "sidecar")
+    without = plain_output(demo_model_dir, FLUX_REQUEST, [], "sidecar")
+    engine = Engine(demo_model_dir, device="cpu", options=EngineOptions(lora_mode="sidecar"))
+    try:
+        engine.load(build_policy({}, 0))
+        for loras, expected in ((((str(a), 0.5),), with_a), (None, with_a), ((), without)):
+            got = np.asarray(engine.generate(replace(FLUX_REQUEST, loras=loras)).image)[None]
+            assert np.array_equal(got.reshape(expected.shape), expected), loras
+        with pytest.raises(ConfigError, match="--lora .*nothing.safetensors"):
+            engine.generate(replace(FLUX_REQUEST, loras=((str(tmp_path / "nothing.safetensors"), 1.0),)))
+        assert engine.options.loras == ()  # a bad set changes nothing
+    finally:
+        engine.close()
