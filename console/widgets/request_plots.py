@@ -65,8 +65,24 @@ class RequestPlot(PlotextPlot):
             else:
                 self.plt.vline(x, "gray")
                 ticks.append((x, {"text_encoding": "text", "vae_decode": "decode"}.get(name, name)))
+        ticks = self._apart([(x, f"{label} {x:.1f}") for x, label in ticks])
         if ticks:
-            self.plt.xticks([x for x, _ in ticks], [f"{label} {x:.1f}" for x, label in ticks])
+            self.plt.xticks([x for x, _ in ticks], [label for _, label in ticks])
+
+    def _apart(self, ticks: list[tuple[float, str]]) -> list[tuple[float, str]]:
+        """The tick labels that fit side by side at this width, earliest first: two labels that would overlap make
+        plotext pick one in an order of its own (which changed between processes), so the later one is left out
+        here."""
+        if len(ticks) < 2:
+            return ticks
+        span = (ticks[-1][0] - ticks[0][0]) or 1.0
+        columns = max(1, self.size.width - 16) / span  # the axis' columns per second, less the y labels' room
+        kept = [ticks[0]]
+        for x, label in ticks[1:]:
+            last_x, last_label = kept[-1]
+            if (x - last_x) * columns > len(last_label) + len(label) / 2 + 3:  # a label may be centred or shifted
+                kept.append((x, label))
+        return kept
 
     def _draw(self, series: Series, *, scatter: bool = False, yside: str = "left") -> None:
         limit = max(8, self.size.width * POINTS_PER_COLUMN)

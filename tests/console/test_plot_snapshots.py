@@ -30,4 +30,11 @@ class ThemedPlotApp(App[None]):
 def test_plot_screen_snapshot(snap_compare, size):
     record = RequestRecord()
     record.add_all(known_events())
-    assert snap_compare(ThemedPlotApp(record), terminal_size=size)
+    async def settled(pilot) -> None:
+        """The plots as the screen's refresh timer draws them at the laid-out size (its first draw may come
+        before the final layout; the next tick, 0.5 s later, redraws): one more redraw, so no timing decides."""
+        await pilot.pause()
+        pilot.app.screen.redraw()
+        await pilot.pause()
+
+    assert snap_compare(ThemedPlotApp(record), terminal_size=size, run_before=settled)
