@@ -46,7 +46,7 @@ class QueueRows:
 
     def added(self, ticket: int, request: Any) -> None:
         """A request the console submitted (before its queued event: the row has its prompt and size)."""
-        lora = lora_text(getattr(request, "loras", None))  # started with --lora: the set it carries
+        lora = plain(lora_text(getattr(request, "loras", None)))  # started with --lora: the set it carries
         self.rows.setdefault(ticket, QueueRow(ticket, plain(request.prompt),
                                               size_of(request) + (f" · {lora}" if lora else "")))
 

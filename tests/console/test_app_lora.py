@@ -16,7 +16,7 @@ from textual.widgets import Input
 from omni_console.console.cli import main
 from omni_console.console.key_help import help_sections
 from omni_console.console.lora_set import LoraSet, lora_text
-from omni_console.console.screens import GenerateDialog
+from omni_console.console.screens import GenerateDialog, HistoryScreen
 from omni_console.engine.engine import Engine
 from omni_console.engine.options import EngineOptions
 from omni_console.offload.policy import build_policy
@@ -113,6 +113,11 @@ async def test_the_panel_sets_the_next_requests_loras_and_a_queued_one_keeps_its
             await submit()
             assert app.last_command["generate"] is not third
             await finish(pilot, app.last_command["generate"], lambda: not app.generating and len(ran) == 3)
+            app.action_history()
+            await until(pilot, lambda: isinstance(app.screen, HistoryScreen))
+            await pilot.pause()
+            shown = screen_text(app)
+            assert shown.count("LoRA a×0.7 b×1") == 1 and shown.count("LoRA a×0.7") == 3, shown
         first, second, last = (request.loras for request in ran)
         assert first == second == ((str(a), 0.7),) and last == ((str(a), 0.7), (str(b), 1.0))
         outputs = sorted((tmp_path / "out").iterdir(), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
