@@ -75,6 +75,13 @@ def test_console_refuses_a_missing_lora_in_one_line_before_load(demo_model_dir: 
     assert len(err.splitlines()) == 1 and "none.safetensors" in err and err.startswith("omni-console: error:"), err
 
 
+def test_console_refuses_lora_with_a_rank_group_in_one_line(demo_model_dir: Path, tmp_path: Path, capsys):
+    lora = str(tmp_path / "a.safetensors")
+    assert main(["console", "--model", str(demo_model_dir), "--gpus", "2", "--lora", lora]) == 2
+    assert capsys.readouterr().err.strip() == ("omni-console: error: --lora with --gpus N > 1: the rank group does not "
+                                               "apply LoRAs yet (one GPU does)")
+
+
 @pytest.mark.slow  # one load, three requests, two plain pipelines
 async def test_the_panel_sets_the_next_requests_loras_and_a_queued_one_keeps_its_set(
         demo_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
