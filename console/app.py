@@ -54,6 +54,7 @@ from .first_paint import FirstPaint
 from .focus_title import show_focus
 from .key_help import help_sections
 from .load_commands import LoadCommands
+from .lora_set import LoraSet
 from .plan_commands import PlanCommands
 from .policy_edits import PolicyEditor
 from .queue_commands import QueueCommands
@@ -189,6 +190,8 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands,
         self.router = EventRouter(on_cpu=not self.device_info.is_cuda, history=HISTORY_SAMPLES)
         self.out_dir = Path(out_dir) if out_dir is not None else DEFAULT_OUT_DIR
         self.save_partial = save_partial
+        self.lora_set = LoraSet(())  # --lora: the live screen's LoRA panel edits it; each request takes a copy
+        self.lora_chosen_mode: str | None = None  # --lora-mode auto: the mode the plan chose
         self.plan_screen = PlanScreen()
         self.live_screen: LiveScreen | None = None
         self.notices: list[tuple[str, str]] = []
@@ -423,7 +426,8 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands,
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(help_sections(self.BINDINGS, self.COMMAND_PALETTE_BINDING,
-                                                      self.get_key_display, self.world)))
+                                                      self.get_key_display, self.world,
+                                                      lora_keys=bool(self.lora_set))))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """Textual's commands without its "Keys" panel: "Help" (?) lists every key, one place for it."""

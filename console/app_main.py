@@ -80,7 +80,8 @@ def build_app(args: argparse.Namespace, step: Callable[[str], None] = lambda tex
         # (for the pipeline's default request) becomes the starting policy; nothing fits: exit 2. With a host
         # budget, the live re-plan masters are planned within it too (a master that does not fit stays on disk)
         planned = planner.plan_for(engine, policy, budget, RequestSize(), forecast=False, ram_budget=ram_budget,
-                                   live=True)
+                                   live=True, lora_modules=[m for f in getattr(engine, "loras", ()) for m in f.modules],
+                                   lora_mode=getattr(args, "lora_mode", "auto"))
         if budget is not None:
             policy = planned.plan.policy
         from .preview_mode import DEFAULT_PREVIEW, resolve_preview
@@ -90,6 +91,11 @@ def build_app(args: argparse.Namespace, step: Callable[[str], None] = lambda tex
         app = OmniConsoleApp(engine, policy, theme=args.theme, telemetry_hz=hz, ram_budget=ram_budget,
                              preview=preview)
         app.session.cache = cache  # the first request's; `s` on the live screen changes it between requests
+        if getattr(args, "lora", None):  # the LoRA panel's files; each request carries the set it shows
+            from .lora_set import LoraSet
+
+            app.lora_set = LoraSet(args.lora, args.lora_mode)
+            app.lora_chosen_mode = getattr(planned.lora, "chosen", None)
         return app
     except BaseException:
         engine.close()
@@ -102,12 +108,16 @@ def _engine_for(args: argparse.Namespace, layout: RankLayout) -> EngineHandle:
     from ..engine.api import EngineOptions, service
     from .args import resolve_model_path
     from .compile_flags import compile_options
+    from .lora_flags import lora_options
 
     if not layout.distributed:
         return service.open_engine(resolve_model_path(args.model), variant=args.variant,
                            options=EngineOptions(live_replan=True,
                                                  step_previews=getattr(args, "preview", "halfblock") != "off",
-                                                 preview_decoder=_preview_decoder(args), **compile_options(args)))
+                                                 preview_decoder=_preview_decoder(args), **compile_options(args),
+                                                 **lora_options(args)))  # a bad --lora: one line, exit 2
+    if getattr(args, "lora", None):
+        raise ConfigError("--lora with --gpus N > 1: the rank group does not apply LoRAs yet (one GPU does)")
     if getattr(args, "compile", "off") != "off":
         raise ConfigError("--compile with --gpus N > 1: the rank group does not compile yet (one GPU does)")
     from platformdirs import user_log_path

@@ -365,8 +365,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_console(args: argparse.Namespace) -> int:
-    if args.lora:
-        raise UsageError("--lora: the console app does not apply LoRAs yet (plan and run do)")
     from .app_main import run_app
 
     return run_app(args)

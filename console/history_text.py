@@ -14,15 +14,19 @@ from rich.text import Text
 
 from ..engine.api import plain
 from ..offload.units import format_bytes, format_seconds
+from .lora_set import lora_text
 
 STATUS_STYLE = {"done": "", "failed": "bold red", "cancelled": "yellow"}
 
 
 def size_text(request: Any) -> str:
-    """`64x64`, with frames for a video (`64x64x9`); `default` where the pipeline chose."""
+    """`64x64`, with frames for a video (`64x64x9`); `default` where the pipeline chose; then the LoRA set the
+    request carried, if any (`64x64 · LoRA a×0.8`)."""
+    lora = plain(lora_text(getattr(request, "loras", None)))  # file names from a history file: data
     if request.width is None or request.height is None:
-        return "default"
-    return f"{request.width}x{request.height}" + (f"x{request.frames}" if request.frames else "")
+        return "default" + (f" · {lora}" if lora else "")
+    return (f"{request.width}x{request.height}" + (f"x{request.frames}" if request.frames else "")
+            + (f" · {lora}" if lora else ""))
 
 
 def policy_text(policy: dict[str, Any]) -> str:

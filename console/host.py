@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .engine_answers import EngineAnswers
     from .event_router import EventRouter
     from .first_paint import FirstPaint
+    from .lora_set import LoraSet
     from .request_queue import QueueRows
     from .request_report import RequestReporter
     from .screens import LiveScreen, PlanScreen
@@ -71,6 +72,8 @@ class ConsoleHost(Protocol):
     submitted: int
     out_dir: Path
     save_partial: bool
+    lora_set: LoraSet
+    lora_chosen_mode: str | None
     _link_shown: object
 
     # ---- Textual's App

@@ -12,7 +12,7 @@ from textual.binding import Binding, BindingType
 
 from .screens import GenerateDialog, HelpScreen, LiveScreen, NoticeLogScreen, PlanScreen
 from .screens.help import Section, binding_rows
-from .screens.live import RANK_BINDING
+from .screens.live import LORA_BINDINGS, RANK_BINDING
 from .widgets import FilterBar
 
 NAVIGATION_ROWS = [
@@ -24,16 +24,17 @@ PALETTE_TEXT = "command palette: load, unload, generate, cancel, copy, theme, he
 
 
 def help_sections(app_bindings: Iterable[BindingType], palette_key: str,
-                  key_display: Callable[[Binding], str], world: int = 1) -> list[Section]:
+                  key_display: Callable[[Binding], str], world: int = 1, lora_keys: bool = False) -> list[Section]:
     """(title, rows) per place a key works, in the order an operator meets them; `world` > 1 (a
-    multi-GPU group) adds the live screen's rank key."""
+    multi-GPU group) adds the live screen's rank key, `lora_keys` (started with --lora) its LoRA keys."""
     def rows(bindings: Iterable[BindingType]) -> list[tuple[str, str]]:
         return binding_rows(bindings, key_display)
 
     return [
         ("anywhere", [*rows(app_bindings), (palette_key, PALETTE_TEXT), *NAVIGATION_ROWS]),
         ("plan screen (before load)", [*PLAN_TABLE_ROWS, *rows(PlanScreen.BINDINGS)]),
-        ("live screen (after load)", rows([*LiveScreen.BINDINGS, *([RANK_BINDING] if world > 1 else [])])),
+        ("live screen (after load)", rows([*LiveScreen.BINDINGS, *([RANK_BINDING] if world > 1 else []),
+                                               *(LORA_BINDINGS if lora_keys else [])])),
         ("staging log filter (after /)", [*rows(FilterBar.BINDINGS), ("enter", "keep the filter, close the bar")]),
         ("generate dialog (after g)", [*rows(GenerateDialog.BINDINGS), ("enter", "run the request")]),
         ("plots (after v)", rows(_plot_bindings())),

@@ -18,6 +18,7 @@ from ..offload.units import format_bytes, format_seconds
 from .command_done import CommandDone
 from .plan_commands import load_tiers_of
 from .screens import LiveScreen
+from .widgets.lora_panel import LoraPanel
 
 if TYPE_CHECKING:
     from .host import ConsoleHost
@@ -43,7 +44,8 @@ class LoadCommands:
         self.live_screen = LiveScreen(on_cpu=not self.device_info.is_cuda, history=self.router.telemetry_history,
                                       live_policy=session.live_replan, world=self.world,
                                       previews=getattr(self, "preview_mode", "halfblock") != "off",
-                                      preview_protocol=getattr(self, "preview_mode", "halfblock"))
+                                      preview_protocol=getattr(self, "preview_mode", "halfblock"),
+                                      loras=LoraPanel(self.lora_set, self.lora_chosen_mode) if self.lora_set else None)
         self.live_screen.show_plan(plan)
         self.router.start_load(self.live_screen)
         self.plan_screen.load_started()

@@ -95,6 +95,8 @@ class RequestCommands:
         session = self.session
         if request is None or session.phase != "live":
             return None
+        if request.loras is None and self.lora_set:  # the LoRA panel's set now: kept while it waits
+            request = replace(request, loras=self.lora_set.request_loras())
         queue = self.service
         idle = queue.running is None and not queue.waiting()
         try:

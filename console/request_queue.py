@@ -14,6 +14,7 @@ from typing import Any
 from ..engine import events
 from ..engine.api import plain, service
 from ..offload.units import format_bytes, format_seconds
+from .lora_set import lora_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,9 @@ class QueueRows:
 
     def added(self, ticket: int, request: Any) -> None:
         """A request the console submitted (before its queued event: the row has its prompt and size)."""
-        self.rows.setdefault(ticket, QueueRow(ticket, plain(request.prompt), size_of(request)))
+        lora = plain(lora_text(getattr(request, "loras", None)))  # started with --lora: the set it carries
+        self.rows.setdefault(ticket, QueueRow(ticket, plain(request.prompt),
+                                              size_of(request) + (f" · {lora}" if lora else "")))
 
     def forecast(self, ticket: int, forecast: Any) -> None:
         """The engine's forecast for the request (a `RequestForecast`, or None: unknown)."""

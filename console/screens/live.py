@@ -33,6 +33,7 @@ from ..widgets import AllocatorPanel, HostPanel, ResidencyPanel, StagingLog, Ste
 from ..widgets.fitted_text import FittedText
 from ..widgets.gpu_group_panel import GpuGroupPanel
 from ..widgets.key_numbers import KeyNumbers
+from ..widgets.lora_panel import LoraPanel
 from ..widgets.plan_policy import PolicyPanel
 from ..widgets.preview_panel import PreviewPanel
 from ..widgets.queue_panel import QueuePanel
@@ -46,6 +47,19 @@ LOG_PAUSED = "staging log paused (p resumes)"
 RANK_BINDING = Binding("r", "rank_filter", "rank", id="live.rank",
                        tooltip="staging events of every rank → rank 0 → rank 1 → … (multi-GPU group only)")
 """Bound on the screen of a multi-GPU group only (a single engine's footer and help stay as they were)."""
+LORA_BINDINGS = [
+    Binding("l", "lora_toggle", "LoRA", id="live.lora_toggle", tooltip="LoRA panel: the selected LoRA on / off "
+            "(from the next request)"),
+    Binding("full_stop", "lora_scale(1)", "LoRA +0.1", id="live.lora_up", show=False,
+            tooltip="LoRA panel: the selected LoRA's scale +0.1 (from the next request)"),
+    Binding("comma", "lora_scale(-1)", "LoRA -0.1", id="live.lora_down", show=False,
+            tooltip="LoRA panel: the selected LoRA's scale -0.1 (from the next request)"),
+    Binding("j", "lora_select(1)", "next LoRA", id="live.lora_next", show=False,
+            tooltip="LoRA panel: select the next LoRA"),
+    Binding("k", "lora_select(-1)", "previous LoRA", id="live.lora_prev", show=False,
+            tooltip="LoRA panel: select the previous LoRA"),
+]
+"""Bound when the console was started with --lora only (otherwise the footer and help stay as they were)."""
 
 
 RESIDENCY_TITLE = "residency now (what is on the device)"
@@ -118,7 +132,7 @@ class LiveScreen(Screen[None]):
 
     def __init__(self, *, on_cpu: bool = False, history: Iterable[TelemetrySnapshot] = (),
                  live_policy: bool = False, world: int = 1, previews: bool = True,
-                 preview_protocol: str = "halfblock") -> None:
+                 preview_protocol: str = "halfblock", loras: LoraPanel | None = None) -> None:
         """`on_cpu`: transfers are host copies (said so, with no GB/s). `history`: the telemetry samples
         so far (replayed into the sparklines when shown, so they span the load). `world`: the engine's GPUs
         (ranks). The residency rows arrive as the engine's ResidencySnapshot events (`show_residency`)."""
@@ -145,6 +159,7 @@ class LiveScreen(Screen[None]):
         self.queue = QueuePanel(id="queue")
         # hidden until a step preview or an output arrives
         self.preview = PreviewPanel(id="preview", enabled=previews, protocol=preview_protocol)
+        self.lora_panel = loras  # --lora only: the LoRA set each next request carries
 
     def compose(self) -> ComposeResult:
         if self.world > 1:
@@ -155,6 +170,11 @@ class LiveScreen(Screen[None]):
             if RANK_BINDING not in keys.get(RANK_BINDING.key, []):
                 keys[RANK_BINDING.key] = [*keys.get(RANK_BINDING.key, []), RANK_BINDING]
             self.staging.enable_rank_filter()
+        if self.lora_panel is not None:
+            keys = self._bindings.key_to_bindings  # instance bindings, as the rank key's
+            for binding in LORA_BINDINGS:
+                if binding not in keys.get(binding.key, []):
+                    keys[binding.key] = [*keys.get(binding.key, []), binding]
         yield Header()
         yield self.status_line
         yield self.key_numbers
@@ -163,6 +183,8 @@ class LiveScreen(Screen[None]):
             yield self.gen_progress
         yield self.phases
         yield self.queue
+        if self.lora_panel is not None:
+            yield self.lora_panel
         if self.world > 1:
             yield self.gpu_group
         with ScrollableContainer(id="live-columns") as columns:
@@ -287,6 +309,26 @@ class LiveScreen(Screen[None]):
     def action_rank_filter(self) -> None:
         if self.world > 1:
             self.staging.cycle_rank(self.world)  # the log's title and filter bar say which rank
+
+    def action_lora_toggle(self) -> None:
+        self._lora_changed(self.lora_panel.loras.toggle() if self.lora_panel else None)
+
+    def action_lora_scale(self, sign: int) -> None:
+        from ..lora_set import SCALE_STEP
+
+        self._lora_changed(self.lora_panel.loras.rescale(sign * SCALE_STEP) if self.lora_panel else None)
+
+    def action_lora_select(self, delta: int) -> None:
+        if self.lora_panel is not None:
+            self.lora_panel.loras.move(delta)
+            self.lora_panel.refresh_rows()
+
+    def _lora_changed(self, entry) -> None:
+        if entry is None or self.lora_panel is None:
+            return
+        self.lora_panel.refresh_rows()
+        state = f"×{entry.scale:g}" if entry.on else "off"
+        self.notify(f"LoRA {entry.name} {state}: from the next request (a queued one keeps its set)", timeout=3)
 
     def action_toggle_preview(self) -> None:
         on = self.preview.toggle()

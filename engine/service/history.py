@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -27,6 +27,8 @@ HISTORY_SCHEMA = "omni-console.history/1"
 
 Status = Literal["done", "failed", "cancelled"]
 _Text = Field(max_length=4096)
+_Path = Annotated[str, Field(max_length=4096)]
+_Scale = Annotated[float, Field(allow_inf_nan=False)]
 
 
 class HistoryRequest(BaseModel):
@@ -49,6 +51,9 @@ class HistoryRequest(BaseModel):
     overwrite: bool = False
     fps: float | None = Field(None, gt=0, allow_inf_nan=False)
     cache: str | None = Field(None, max_length=4096, description="--cache as given (kind:key=value,...); null: off")
+    loras: list[tuple[_Path, _Scale]] | None = Field(None, max_length=256,
+                                                  description="the LoRA set it carried (path, scale), shown in the "
+                                                              "history; null: the set as loaded")
 
     @field_validator("cache")
     @classmethod

@@ -296,7 +296,8 @@ def history_entry(engine: EngineHandle, ticket: Ticket, outcome: Outcome, report
                                image=str(r.image) if r.image is not None else None,
                                params=json.loads(json.dumps(r.params, default=str)),
                                output=str(ticket.run.output.path), overwrite=ticket.run.output.overwrite,
-                               fps=ticket.fps, cache=r.cache.text() if r.cache is not None else None),
+                               fps=ticket.fps, cache=r.cache.text() if r.cache is not None else None,
+                               loras=[(str(f), float(s)) for f, s in r.loras] if r.loras is not None else None),
         policy=json.loads(plan.policy.model_dump_json()) if plan is not None else {},
         status="failed" if outcome.state == "failed" else outcome.state,  # type: ignore[arg-type]
         error=(f"{outcome.stage} failed: {outcome.error}" if outcome.error else "")[:4096],

@@ -117,12 +117,6 @@ def test_plan_shows_each_lora_and_its_bytes(demo_model_dir: Path, tmp_path: Path
     assert document["lora"]["vllm_omni"].startswith(f"Omni(..., lora_path={tmp_path})")
 
 
-def test_the_console_app_refuses_lora_in_one_line(tmp_path: Path, capsys):
-    assert main(["console", "--lora", str(tmp_path / "x.safetensors")]) == 2
-    assert capsys.readouterr().err.strip() == ("omni-console: error: --lora: the console app does not apply LoRAs "
-                                               "yet (plan and run do)")
-
-
 @given(st.floats(min_value=-MAX_SCALE, max_value=MAX_SCALE, allow_nan=False))
 def test_lora_spec_reads_path_and_scale(scale: float):
     assert lora_spec(f"a/b.safetensors:{scale!r}") == ("a/b.safetensors", scale)
