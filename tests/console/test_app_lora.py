@@ -3,7 +3,9 @@ the set the panel showed when it was submitted (a queued one keeps it), rendered
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +21,7 @@ from omni_console.console.lora_set import LoraSet, lora_text
 from omni_console.console.screens import GenerateDialog, HistoryScreen
 from omni_console.engine.engine import Engine
 from omni_console.engine.options import EngineOptions
+from omni_console.engine.running.runner import StepClock
 from omni_console.offload.policy import build_policy
 
 
@@ -94,6 +97,16 @@ async def test_the_panel_sets_the_next_requests_loras_and_a_queued_one_keeps_its
         request, *args, **kw))  # records what each request carried; the engine runs it
     app = make_app(engine, tmp_path, build_policy({}, 0))
     app.lora_set = LoraSet(started, "sidecar")
+    in_first_step, release = threading.Event(), threading.Event()
+    real_step_end = StepClock.on_step_end
+
+    def held_step_end(self, pipe, step, timestep, kwargs):  # the first request waits in its first step until
+        if not in_first_step.is_set():                       # the second is queued behind it
+            in_first_step.set()
+            assert release.wait(30)
+        return real_step_end(self, pipe, step, timestep, kwargs)
+
+    monkeypatch.setattr(StepClock, "on_step_end", held_step_end)
     try:
         async with app.run_test(size=(160, 48)) as pilot:
             await load(pilot, app)
@@ -113,8 +126,10 @@ async def test_the_panel_sets_the_next_requests_loras_and_a_queued_one_keeps_its
                 await until(pilot, lambda: not isinstance(app.screen, GenerateDialog))
 
             await submit()
-            await submit()  # queued behind the first (or run after it): with the set it was submitted with
+            assert await asyncio.to_thread(in_first_step.wait, 30)
+            await submit()  # queued behind the first: with the set it was submitted with
             assert "LoRA a×0.7" in screen_text(app)  # the queue's row
+            release.set()
             await pilot.press("l")  # b on again: from the next request
             third = app.last_command["generate"]
             await submit()
