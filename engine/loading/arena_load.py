@@ -41,6 +41,19 @@ def supports_arena_load(info: ComponentInfo) -> str | None:
     return None
 
 
+def build_over_state(cls: Any, info: ComponentInfo, state: dict[str, torch.Tensor],
+                     dtype: torch.dtype | None) -> Any:
+    """A transformers component built by its own `from_pretrained` over tensors already in place (`state`: views of
+    an arena or of its mapped files), its config read from the component's folder, no remote code."""
+    config = cls.config_class.from_pretrained(str(info.folder), local_files_only=True)
+    kwargs: dict[str, Any] = {"config": config, "state_dict": state, "local_files_only": True,
+                              "trust_remote_code": False}
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    with MODEL_CONSTRUCTION:
+        return cls.from_pretrained(None, **kwargs)
+
+
 def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, weights: DeferredWeights, pin: bool,
                     registrar: Executor | None = None, huge_pages: bool = True
                     ) -> tuple[Any, HostArena, Future[bool] | None]:
@@ -64,13 +77,7 @@ def load_into_arena(info: ComponentInfo, dtype: torch.dtype | None, weights: Def
             arena.pin()
         elif registrar is not None:
             pinning = registrar.submit(arena.pin)
-        config = cls.config_class.from_pretrained(str(info.folder), local_files_only=True)
-        kwargs: dict[str, Any] = {"config": config, "state_dict": state, "local_files_only": True,
-                                  "trust_remote_code": False}
-        if dtype is not None:
-            kwargs["dtype"] = dtype
-        with MODEL_CONSTRUCTION:
-            model = cls.from_pretrained(None, **kwargs)
+        model = build_over_state(cls, info, state, dtype)
     except BaseException:
         if pinning is not None:
             wait([pinning])  # never close an arena a registration is still working on

@@ -31,8 +31,7 @@ import torch
 
 from ...offload.deferred_weights import DeferredWeights, Source
 from ..model_dir.discovery import ComponentInfo
-from .arena_load import supports_arena_load
-from .construction_lock import MODEL_CONSTRUCTION
+from .arena_load import build_over_state, supports_arena_load
 from .direct_load import StoredTensor, build_deferred, component_locations, open_fd
 
 
@@ -76,13 +75,7 @@ def _build_mapped(info: ComponentInfo, dtype: torch.dtype | None, keep_phase: bo
                 weights.close()
                 return None, f"{key!r:.80} is not aligned to its dtype in its file"
             state[key] = view
-        config = cls.config_class.from_pretrained(str(info.folder), local_files_only=True)
-        kwargs: dict[str, Any] = {"config": config, "state_dict": state, "local_files_only": True,
-                                  "trust_remote_code": False}
-        if dtype is not None:
-            kwargs["dtype"] = dtype
-        with MODEL_CONSTRUCTION:
-            model = cls.from_pretrained(None, **kwargs)
+        model = build_over_state(cls, info, state, dtype)
         del state
         model.config.name_or_path = str(info.folder)
         model.eval()  # requires_grad left as transformers leaves it: exactness (see loader.load_component)
