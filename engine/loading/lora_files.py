@@ -10,7 +10,6 @@ module is one `ConfigError` line naming the file and the first bad key (exit 2 o
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,8 @@ from safetensors import SafetensorError, safe_open
 
 from ..errors import ConfigError, ModelDirError
 from ..model_dir.discovery import ModelInfo
-from ..model_dir.safe_paths import open_regular
 from ..model_dir.trusted_classes import pipeline_class
-from ..model_dir.weights import read_header
+from ..model_dir.weights import header_length, read_header
 from ..plain_text import plain
 from ..planning.lora_cost import LoraModule
 
@@ -74,15 +72,13 @@ def check_lora(model: ModelInfo, path: Path, scale: float) -> LoraFile:
 def _read_tensors(path: Path, where: str) -> dict[str, torch.Tensor]:
     """The file's tensors, after a bounded look at its header (length first, then the project's reader)."""
     try:
-        with open_regular(path) as handle:
-            head = handle.read(8)
+        header_bytes = header_length(path)
     except ModelDirError as exc:
         raise LoraError(f"--lora {where}: {_after_path(str(exc))}") from None
     except OSError as exc:
         raise LoraError(f"--lora {where}: cannot read ({exc.strerror or exc})") from None
-    if len(head) < 8:
+    if header_bytes is None:
         raise LoraError(f"--lora {where}: not a safetensors file (shorter than its header length)")
-    (header_bytes,) = struct.unpack("<Q", head)
     if header_bytes > MAX_HEADER_BYTES:
         raise LoraError(f"--lora {where}: its safetensors header claims {header_bytes} bytes, more than the "
                         f"{MAX_HEADER_BYTES // 2**20} MiB a LoRA's needs (not a LoRA file)")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import stat
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +71,14 @@ _NAME_TO_TAG = {name: tag for tag, (name, _) in DTYPES.items()}
 
 def _tag_of(dtype_name: str) -> str:
     return _NAME_TO_TAG[dtype_name]
+
+
+def header_length(path: Path) -> int | None:
+    """The header length a safetensors file claims in its 8-byte prefix (None: the file is shorter than that),
+    read with `open_regular`'s checks (ModelDirError, OSError): a bound to check before `read_header` parses it."""
+    with open_regular(path) as handle:
+        head = handle.read(8)
+    return struct.unpack("<Q", head)[0] if len(head) == 8 else None
 
 
 def read_header(path: Path) -> list[TensorInfo]:

@@ -12,7 +12,6 @@ what these decoders take when they stand in for a pipeline's VAE.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from ..errors import ConfigError, ModelDirError
-from ..model_dir.safe_paths import open_regular
-from ..model_dir.weights import read_header
+from ..model_dir.weights import header_length, read_header
 from ..plain_text import plain
 
 MAX_HEADER_BYTES = 1 << 20  # TAESD's whole file is ~10 MB with ~100 tensors: its header is a few kB
@@ -55,15 +53,13 @@ class PreviewDecoder:
 
 def _tensors(path: Path, where: str) -> dict[str, torch.Tensor]:
     try:
-        with open_regular(path) as handle:
-            head = handle.read(8)
+        header_bytes = header_length(path)
     except ModelDirError as exc:
         raise PreviewDecoderError(f"--preview-decoder {where}: {exc}") from None
     except OSError as exc:
         raise PreviewDecoderError(f"--preview-decoder {where}: cannot read ({exc.strerror or exc})") from None
-    if len(head) < 8:
+    if header_bytes is None:
         raise PreviewDecoderError(f"--preview-decoder {where}: not a safetensors file (shorter than its header length)")
-    (header_bytes,) = struct.unpack("<Q", head)
     if header_bytes > MAX_HEADER_BYTES:
         raise PreviewDecoderError(f"--preview-decoder {where}: its safetensors header claims {header_bytes} bytes, "
                                   f"more than a tiny decoder's {MAX_HEADER_BYTES // 2**20} MiB")
