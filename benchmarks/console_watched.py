@@ -115,7 +115,9 @@ async def watched(model: Path, device: str, policy: OffloadPolicy, args: argpars
                                    "dropped": app.router.previews_dropped,
                                    "output_shown": app.live_screen.preview.output is not None,
                                    "output_delay_ms": base.percentiles(
-                                       [d * 1e3 for d in app.live_screen.preview.output_delays])}
+                                       [d * 1e3 for d in app.live_screen.preview.output_delays]),
+                                   "step_delay_ms": base.percentiles(
+                                       [d * 1e3 for d in app.live_screen.preview.step_delays])}
             if plots is not None:
                 out["plot_redraws_per_s"] = plots.count / elapsed  # includes the warm-up's: an upper bound
                 await pilot.press("escape")
@@ -224,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{run['size']}: step previews drawn {shown['drawn']}, dropped {shown['dropped']} (UI behind), "
                   f"output preview {'shown' if shown['output_shown'] else 'NOT shown'}, file → drawn p95 "
                   f"{shown['output_delay_ms']['p95'] or float('nan'):.1f} ms (target < 500)")
+            step_p95 = shown["step_delay_ms"]["p95"] or float("nan")
+            print(f"{run['size']}: step preview published → drawn p95 {step_p95:.1f} ms = "
+                  f"{step_p95 / (run['steps']['median_s'] * 1e3):.2f} steps (target ≤ 1 step)")
         if "esc" in run:
             print(console_cancel.summary(run["size"], run["esc"]))
     harness.write({"schema": "omni-console.bench.watched/1", "device": args.device, "model": str(model),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|console-previews|cards|host-tiers-flux|host-tiers-wan|before-after|console-plots|cache|compile|compile-phases|compile-wan|lora|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|console-previews|console-eyes|cuda-tests|cards|host-tiers-flux|host-tiers-wan|before-after|console-plots|cache|compile|compile-phases|compile-wan|lora|all] [benchmark args...]
 # `tests` also runs benchmarks/cpu_exactness.py on the host CPU (the tiny families written by
 # tests/write_tiny_families.py). Benchmarks run from the repository root as modules: python3 -m benchmarks.NAME.
 set -uo pipefail
@@ -76,6 +76,21 @@ if [[ $what == console-previews ]]; then  # issue 39: watched with step previews
   python3 -m benchmarks.console_watched --device cuda --model /tmp/flux-size --height 1024 --width 1024 \
     --steps 20 --repeats 3 --key-steps 60 --presses 40 --sizes 160x48,80x24 --previews \
     --out "$OUT/console_previews.json" "$@" 2>&1 | tail -30 > "$OUT/console_previews.log"
+fi
+if [[ $what == console-eyes ]]; then  # issue 39 in one run: step previews on AND the plot screen open, both sizes
+  python3 -m benchmarks.engine_e2e --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5
+  timeout ${EYES_TIMEOUT:-330} python3 -m benchmarks.console_watched --device cuda --model /tmp/flux-size --height 1024 \
+    --width 1024 --steps 20 --repeats 3 --key-steps 60 --presses 30 --sizes 160x48,80x24 --previews --plots \
+    --out "$OUT/console_eyes.json" "$@" 2>&1 | tail -30 > "$OUT/console_eyes.log"
+  timeout 90 python3 -m omni_console.console.cli run --model /tmp/flux-size --height 1024 --width 1024 --steps 4 \
+    --output /tmp/traced.png --overwrite --trace "$OUT/flux_trace.json" > "$OUT/trace_run.log" 2>&1
+  python3 -c "import sys, json; sys.path.insert(0, 'tests/engine'); from trace_format import TraceFile, check_nesting; \
+t = TraceFile.model_validate_json(open('$OUT/flux_trace.json').read()); check_nesting(t); \
+from collections import Counter; print('trace valid:', Counter((e.ph, e.tid, e.cat) for e in t.traceEvents))" \
+    >> "$OUT/trace_run.log" 2>&1
+fi
+if [[ $what == cuda-tests ]]; then  # the cuda tests alone, time-boxed
+  timeout ${TESTS_TIMEOUT:-200} python3 -m pytest -m cuda -q -rA -p no:cacheprovider tests 2>&1 | tail -80 > "$OUT/cuda.log"
 fi
 if [[ $what == console-plots ]]; then  # issue 39: watched with the plot screen (v) open, 160x48 and 80x24
   python3 -m benchmarks.engine_e2e --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5

@@ -46,6 +46,7 @@ class PreviewPanel(Widget):
         self.output_path: Path | None = None
         self.output_requested_at: float | None = None  # time.monotonic() when the output was handed over
         self.output_delays: list[float] = []  # handed over → drawn, seconds, per output (the benchmark reads them)
+        self.step_delays: list[float] = []  # a step preview's publication (its event's `t`) → drawn, seconds
         self.display = False  # until there is something to show
 
     def render(self) -> Any:
@@ -66,6 +67,7 @@ class PreviewPanel(Widget):
             return
         if event.rgb is not None:  # a --preview-decoder's picture
             self.step_previews += 1
+            self.step_delays.append(time.monotonic() - event.t)
             title = f"step {event.step}/{event.total_steps} · {plain(event.latent_format)}"
             self._show(title, HalfBlockImage(event.rgb))
             return
@@ -74,6 +76,7 @@ class PreviewPanel(Widget):
             return
         rgb = latent_to_rgb(event.latent, event.factors, event.bias)
         self.step_previews += 1
+        self.step_delays.append(time.monotonic() - event.t)
         self._show(f"step {event.step}/{event.total_steps} · {event.latent_format} factors", HalfBlockImage(rgb))
 
     def show_output(self, path: Path) -> None:
