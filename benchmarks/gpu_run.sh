@@ -7,9 +7,11 @@
 set -uo pipefail
 what=${1:-all}; shift || true
 OUT=${OUT:-out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
-  && python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site . \
-  || exit 1
+if [[ ! -f /tmp/site/.installed-$PPID ]]; then  # once per calling shell: a second entry in the same call reuses it
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
+    && python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site . \
+    && touch /tmp/site/.installed-$PPID || exit 1
+fi
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,memory.used,pcie.link.gen.current,pcie.link.width.current \
   --format=csv > "$OUT/gpu.txt" 2>&1
