@@ -186,6 +186,7 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands,
                                               write_in_caller=True)
         self.queue_rows = QueueRows()
         self.submitted = 0  # requests submitted: the next output name's number
+        self.cancelled_request: int | None = None  # the request esc (or the queue panel) stopped: said until it ends
         self.device_info = probes.read_device_info(engine.device)  # the probe imports torch: once an app is built
         self.router = EventRouter(on_cpu=not self.device_info.is_cuda, history=HISTORY_SAMPLES)
         self.out_dir = Path(out_dir) if out_dir is not None else DEFAULT_OUT_DIR
@@ -396,6 +397,8 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands,
             self.worker.cancel()
             self.say("cancelling…", "warning")
             if session.generating and self.live_screen is not None:
+                running = self.service.running
+                self.cancelled_request = running.number if running is not None else None
                 self.live_screen.cancelling = True  # lasts until the request ends
         elif session.phase == "live":
             self.say("no request is running", timeout=2)

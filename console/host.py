@@ -70,6 +70,7 @@ class ConsoleHost(Protocol):
     reporter: RequestReporter
     queue_rows: QueueRows
     submitted: int
+    cancelled_request: int | None
     out_dir: Path
     save_partial: bool
     lora_set: LoraSet

@@ -82,7 +82,8 @@ class QueueCommands:
         ticket, live = self.service.running, self.live_screen
         if live is None or ticket is None or ticket.number != number:
             return
-        live.cancelling = False
+        if self.cancelled_request != number:  # esc may come before this event is drained: it still holds
+            live.cancelling = False
         live.set_generation(f"request: {ticket.request.prompt!r} · running", 0, ticket.request.steps or 1)
         live.show_request_frames(expected_frames(self.model, ticket.request))
 
@@ -97,6 +98,7 @@ class QueueCommands:
         is_running = running is not None and running.number == number
         if self.service.cancel(number):
             if is_running and self.live_screen is not None:
+                self.cancelled_request = number
                 self.live_screen.cancelling = True  # as esc: said until the request ends
             self.say(f"cancelling request {number}…" if is_running else f"request {number} removed from the queue",
                      "warning", timeout=4)
