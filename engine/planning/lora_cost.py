@@ -10,7 +10,9 @@ into seconds on a device it knows:
   the tokens that pass through that linear (the image tokens; the text tokens for a joint block's context
   stream and for cross-attention keys/values; both for a single-stream joint block), times the batch;
 - merge: each LoRA linear in a *streamed* block forms B·A (2·rank·in·out) and adds it, each time the block
-  arrives (once per forward); resident ones are merged once at load and cost nothing per step.
+  arrives (once per forward); resident ones are merged once at load and cost nothing per step (with two
+  experts, the running expert's: a switch merges the other's resident blocks once as it copies them, twice a
+  request, which is not counted per step).
 So the sidecar grows with the tokens and the merge with the streamed weights: at small sizes the sidecar is
 cheaper, at large ones the merge. `auto` picks the mode whose forecast step is smaller (equal FLOP rates: the
 fewer FLOPs). Both are FLOP estimates that ignore the memory traffic of the add and kernel launches.
@@ -135,8 +137,6 @@ def lora_modes(plan: Plan, modules: Sequence[LoraModule], size: RequestSize, dev
     merge_s = merge / rates[0] if rates is not None else None
     if mode != "auto":
         chosen, why = mode, f"{mode}, as asked"
-    elif plan.experts:
-        chosen, why = "sidecar", "auto: sidecar (two experts: the merge does not follow an expert switch yet)"
     elif sidecar is None:
         chosen, why = "merge", "auto: merge (the request's tokens are not known, so the sidecar's cost is not)"
     else:
