@@ -17,8 +17,10 @@ from lora_writers import write_peft_lora
 from test_lora import PROMPT, policies
 
 from omni_console.engine.engine import Engine
+from omni_console.engine.loading.stream_dtype import storage_leaves
 from omni_console.engine.options import EngineOptions
 from omni_console.engine.running.runner import GenerateRequest
+from omni_console.offload.errors import PolicyError
 from omni_console.offload.policy import build_policy
 
 EXPERT2 = "transformer_2."
@@ -50,15 +52,22 @@ def wan22_request() -> GenerateRequest:
                            max_sequence_length=gen["max_sequence_length"], output_type="np")
 
 
-def plain_wan22(path: Path, loras: list[tuple[Path, float]], mode: str) -> np.ndarray:
+def plain_wan22(path: Path, loras: list[tuple[Path, float]], mode: str, fp8: bool = False) -> np.ndarray:
     """diffusers' own way: a file's `transformer.` keys into `transformer`; its `transformer_2.` keys, renamed
     `transformer.`, into `transformer_2` with `load_into_transformer_2=True`; `set_adapters` with the scales, and
-    for merge `fuse_lora` of both experts."""
+    for merge `fuse_lora` of both experts. `fp8`: both experts' fp8-stored layers rounded through fp8 first, as
+    the streamer's upcast computes with them (test_lora_fp8.py's reference)."""
     from diffusers import DiffusionPipeline
     from safetensors.torch import load_file
 
     pipe = DiffusionPipeline.from_pretrained(path, local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
+    if fp8:
+        with torch.no_grad():
+            for expert in (pipe.transformer, pipe.transformer_2):
+                for _, leaf in storage_leaves(expert):
+                    for p in leaf.parameters(recurse=False):
+                        p.copy_(p.to(torch.float8_e4m3fn).to(p.dtype))
     names = [f"plain{i}" for i in range(len(loras))]
     for (file, _), name in zip(loras, names, strict=True):
         tensors = load_file(str(file))
@@ -140,5 +149,34 @@ def test_switching_loras_between_requests_with_two_experts_matches_diffusers(wan
             assert np.array_equal(got.reshape(expected.shape), expected), (i, loras, mode)
         assert engine.placement.streamer.filler.arena is arena  # the base weights were never read again
         assert torch.equal(arena.tensor, masters)
+    finally:
+        engine.close()
+
+
+@pytest.mark.slow  # two experts stored in fp8, three policies, two requests each
+@pytest.mark.parametrize("mode", ["sidecar", "merge"])
+def test_fp8_storage_with_loras_per_expert_matches_the_rounded_pipeline(wan22_dir: Path, wan_loadable, expert_loras,
+                                                                       mode: str):
+    """Each expert's delta lands on its streamed blocks' upcast weights, after each arrival's upcast, never in fp8
+    (resident fp8 blocks of two experts are upcast per forward, `--upcast-resident` is refused with two experts:
+    merge refuses them before load, the sidecar runs them)."""
+    high, low = expert_loras
+    loras = [(high, 0.75), (low, 0.5)]
+    expected = plain_wan22(wan22_dir, loras, mode, fp8=True)
+    engine = Engine(wan22_dir, device="cpu", options=EngineOptions(loras=tuple((str(f), s) for f, s in loras),
+                                                                   lora_mode=mode))
+    try:
+        for policy in (build_policy({}, 0, stream_dtype="float8_e4m3fn"),
+                       build_policy({}, 0, prefetch_slots=3, stream_dtype="float8_e4m3fn"),
+                       build_policy({}, 1, stream_dtype="float8_e4m3fn")):
+            if mode == "merge" and policy.resident_layers:
+                with pytest.raises(PolicyError, match="^--lora-mode merge with fp8 resident blocks upcast per forward"):
+                    engine.load(policy)
+                continue
+            engine.load(policy)
+            for i in range(2):
+                got = generate(engine)
+                assert np.array_equal(got.reshape(expected.shape), expected), (policy, i)
+            engine.unload()
     finally:
         engine.close()
