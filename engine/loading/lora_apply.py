@@ -30,7 +30,7 @@ from ...offload.module_hooks import Hooks
 from ...offload.streamer import LayerwiseStreamer
 from ...offload.upcast import is_float8
 from ..errors import ConfigError
-from ..planning.lora_cost import LoraModes, lora_modes
+from ..planning.lora_cost import LoraModes, lora_modes, merges_into_fp8
 from ..planning.model_configs import fill_size
 from ..planning.request_profile import RequestSize
 from .lora_files import LoraFile
@@ -60,10 +60,7 @@ def merge_refusal(plan: Any, loras: bool, mode: str) -> str | None:
     """Why `plan` cannot merge LoRAs (None: it can): a resident block stored in fp8 and upcast per forward would
     be merged into its fp8 storage, which corrupts it (the peers' bug). Said when the plan is made, before load
     (`auto` never resolves to merge there: engine/planning/lora_cost.py)."""
-    if not loras or mode == "sidecar" or plan.policy.stream_dtype is None:
-        return None
-    residency = plan.residency
-    if any(r and not u for r, u in zip(residency.resident, residency.upcast_flags, strict=True)):
+    if loras and mode == "merge" and merges_into_fp8(plan):
         return ("--lora-mode merge with fp8 resident blocks upcast per forward would merge into fp8 storage: use "
                 "--lora-mode sidecar or --upcast-resident auto|N")
     return None

@@ -128,6 +128,15 @@ def step_flops(plan: Plan, modules: Sequence[LoraModule], size: RequestSize) -> 
     return sidecar * geo.batch * forwards, merge
 
 
+def merges_into_fp8(plan: Plan) -> bool:
+    """Whether merging under `plan` would write into fp8 storage: a resident block stored in fp8 and upcast per
+    forward (not kept upcast) holds only its fp8 bytes between forwards (the peers' corruption)."""
+    if plan.policy.stream_dtype is None:
+        return False
+    residency = plan.residency
+    return any(r and not u for r, u in zip(residency.resident, residency.upcast_flags, strict=True))
+
+
 def lora_modes(plan: Plan, modules: Sequence[LoraModule], size: RequestSize, device: str,
                mode: str) -> LoraModes:
     """The plan's LoRA figures at `size` on `device`, and the mode `mode` ("auto" decided here) resolves to."""
@@ -137,6 +146,8 @@ def lora_modes(plan: Plan, modules: Sequence[LoraModule], size: RequestSize, dev
     merge_s = merge / rates[0] if rates is not None else None
     if mode != "auto":
         chosen, why = mode, f"{mode}, as asked"
+    elif merges_into_fp8(plan):
+        chosen, why = "sidecar", "auto: sidecar (fp8 resident blocks upcast per forward cannot be merged into)"
     elif sidecar is None:
         chosen, why = "merge", "auto: merge (the request's tokens are not known, so the sidecar's cost is not)"
     else:

@@ -164,3 +164,27 @@ def test_auto_decides_by_the_forecast_step_with_two_experts(tmp_path: Path):
         assert planned.plan.experts and lora_modes.chosen == chosen, size
         assert (lora_modes.merge_flops < lora_modes.sidecar_flops) == (chosen == "merge")
         assert lora_modes.why == f"auto: {chosen}, the smaller forecast step"
+
+
+def test_auto_runs_the_sidecar_where_merge_would_write_fp8_storage(demo_model_dir: Path, tmp_path: Path):
+    """fp8 resident blocks upcast per forward: merge is refused (one line, before load), auto plans the sidecar."""
+    from omni_console.engine.engine import Engine
+    from omni_console.engine.options import EngineOptions
+    from omni_console.offload.errors import PolicyError
+
+    lora = write_peft_lora(tmp_path / "m.safetensors", demo_model_dir / "transformer", "transformer",
+                           pattern=r"attn\.(to_|add_)", seed=1)  # one auto merges where it may (the smaller step)
+    policy = planner.build_policy({}, 2, stream_dtype="float8_e4m3fn", upcast_resident="off")
+    for mode in ("auto", "merge"):
+        engine = Engine(demo_model_dir, device="cpu", options=EngineOptions(loras=((str(lora), 1.0),), lora_mode=mode))
+        try:
+            if mode == "merge":
+                with pytest.raises(PolicyError, match="^--lora-mode merge with fp8 resident blocks upcast per forward"):
+                    engine.make_plan(policy)
+                continue
+            assert engine.lora_modes(engine.make_plan(planner.build_policy({}, 2))).chosen == "merge"
+            modes = engine.lora_modes(engine.make_plan(policy))
+            assert (modes.chosen, modes.why) == ("sidecar", "auto: sidecar (fp8 resident blocks upcast per forward "
+                                                            "cannot be merged into)")
+        finally:
+            engine.close()
