@@ -26,7 +26,7 @@ from ..offload.events import EventBus, LogEvent
 from ..offload.pinned import HostArena, register_seconds_total
 from ..offload.policy import OffloadPolicy
 from ..offload.tiers import HostTiers
-from .events import LoadProgress, Replanned, RequestFinished, RequestPhases, RequestStarted
+from .events import LoadProgress, LorasApplied, Replanned, RequestFinished, RequestPhases, RequestStarted
 from .lifecycle import EngineState, EngineStateError, Lifecycle
 from .loading.file_sources import FileTierLoad
 from .loading.loader import LoadCancelled, pipeline_class, start_loading
@@ -244,6 +244,8 @@ class Engine(Lifecycle):
                              cancel=cancel, weights=weights, host_arenas=arenas, options=options,
                              files=file_tiers.found)
                 self._loras_applied = apply_loras(self.pipe, self.placement, self.loras, self._lora_mode(plan))
+                if self.loras:
+                    self._announce_loras(plan)
                 if options.compile != "off":
                     self._compile = RegionalCompile(options.compile, options.compile_backend,
                                                     [getattr(self.pipe, d.name) for d in self.model.denoisers],
@@ -308,6 +310,8 @@ class Engine(Lifecycle):
             self._loras_applied = apply_loras(self.pipe, self.placement, self.loras, self._lora_mode(plan),
                                               self._loras_applied)  # merged again where the blocks now are
             self.plan = plan
+            if self.loras:
+                self._announce_loras(plan)  # auto may resolve otherwise under the new plan
             self._announce_plan()  # PlanReady: the console's live screen and editor follow the engine's plan
             self.bus.publish(event)
             self._residency.attach()  # the re-planned rows (and the stagers it may have replaced)
@@ -330,7 +334,14 @@ class Engine(Lifecycle):
             if self.plan is not None:  # the plan's device bytes follow the LoRAs now applied
                 modes = self.lora_modes(self.plan)
                 self.plan = with_lora(self.plan, modes.device_bytes(modes.chosen) if modes is not None else 0)
+                self._announce_loras(self.plan)
             return time.perf_counter() - start
+
+    def _announce_loras(self, plan: Plan) -> None:
+        """`LorasApplied`: the set now applied and the mode it runs in (a face shows it; `auto` may change)."""
+        chosen = self._lora_mode(plan) if self.loras else None
+        self.bus.publish(LorasApplied(loras=tuple((str(p), float(s)) for p, s in self.options.loras),
+                                      mode=self.options.lora_mode, chosen=chosen))
 
     def _progress(self, phase: str):
         def report(component: str, done: int, total: int) -> None:

@@ -45,6 +45,7 @@ __all__ = [
     "ExpertSwitched",
     "ForecastCheck",
     "LoadProgress",
+    "LorasApplied",
     "OomStepDown",
     "PlanReady",
     "Replanned",
@@ -181,6 +182,18 @@ class PlanReady(Event):
     steps: int | None = None
     height: int | None = None
     width: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LorasApplied(Event):
+    """The engine applied a LoRA set (at load, on a switch between requests, after a live re-plan): `loras` (path,
+    scale) as applied, `mode` as asked (`--lora-mode`), `chosen` the mode it applied them in (`auto` resolved by
+    the forecast step for this set and plan, which a switch or a re-plan may change; None: no LoRA applied).
+    A face shows `chosen` as the mode the current and next requests run with."""
+
+    loras: tuple[tuple[str, float], ...]
+    mode: str
+    chosen: str | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

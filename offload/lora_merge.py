@@ -6,6 +6,11 @@ upcast into the scratch the block's tensors point at. This hook runs right after
 PEFT's `merge`, as `fuse_lora` calls it), once per arrival: a block that stays in its slot between two
 forwards is not merged twice, and a block upcast from fp8 is merged after every upcast (each one
 rewrites the scratch). The host masters are never written, so nothing has to be restored on the host.
+
+A resident block of a streamer that keeps masters (two experts, live re-plan) is merged the same way each time
+it gets a fresh device copy of its master (`resident`: an expert switch makes the other expert's blocks
+resident; the switch back copies the first's again); it is unmerged by another fresh copy
+(`LayerwiseStreamer.refresh_resident`) when the LoRA changes, or by being freed when a switch moves it off.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ class MergeOnUpload:
     def __init__(self, merges: dict[str, list[Callable[[], None]]]) -> None:
         self.merges = merges
         self._fresh: set[str] = set()  # blocks whose slot holds unmerged bytes
-        self.merged_blocks = 0  # merges done since load (tests, the report)
+        self.merged_blocks = 0  # merges on arrival in a slot since load (tests, the report)
+        self.merged_resident = 0  # merges into a resident block's fresh device copy since load
 
     def watch(self, ring: Any) -> None:
         """Wrap a new ring's fill and `before` (the streamer calls this for each ring it builds)."""
@@ -47,3 +53,11 @@ class MergeOnUpload:
         ring._fill = filled
         ring.before = ready
         self._fresh.clear()  # a new ring refills every slot it uses
+
+    def resident(self, b: Block) -> None:
+        """A block got a fresh device copy of its master (the streamer calls this, `watch_resident`): merge it once."""
+        merges = self.merges.get(b.name)
+        if merges:
+            for merge in merges:
+                merge()
+            self.merged_resident += 1

@@ -125,6 +125,7 @@ class LayerwiseStreamer(StreamerFigures):
         self._resident_bytes = 0
         self._skips: Callable[[torch.nn.Module], bool] | None = None  # a step cache's skip decision (`follow_skips`)
         self._ring_watchers: list[Callable[[Ring], None]] = []  # e.g. LoRA merge on upload (offload/lora_merge.py)
+        self._resident_watchers: list[Callable[[Block], None]] = []  # the same, for a block given a device copy
 
     def _filler_for(self, tiers: tuple[Tier, ...], load_options: LoadOptions) -> SlotFiller:
         """`HostCopyFiller` when every block is pinned; else a `TieredFiller` that reads the page-cache and
@@ -279,6 +280,29 @@ class LayerwiseStreamer(StreamerFigures):
             self._remove_hooks()
             self._build_ring()
 
+    def watch_resident(self, watch: Callable[[Block], None]) -> None:
+        """Call `watch(block)` each time a block gets a fresh device copy of its master (a re-plan, an expert
+        switch, `refresh_resident`), after its fp8 upcast if kept: what was written into the last copy is gone."""
+        self._resident_watchers.append(watch)
+
+    def refresh_resident(self, names: Sequence[str]) -> int:
+        """Give the named resident blocks fresh device copies of their masters, undoing whatever was written into
+        the old ones (a merged LoRA), one block at a time; needs `keep_masters`. Returns the bytes copied."""
+        if not self.keep_masters:
+            raise RuntimeError("this streamer keeps no host copy of its resident blocks")
+        wanted, copied = set(names), 0
+        for b in self._blocks:
+            if b.resident and b.name in wanted:
+                self._drop_resident(b)
+                copied += self._make_resident(b)
+        synchronize(self.device)
+        return copied
+
+    @property
+    def blocks(self) -> list[Block]:
+        """Every block (resident, streamed and parked), in the order the ring runs them."""
+        return list(self._blocks)
+
     @property
     def block_names(self) -> list[str]:
         """Every block (`LIST.i`, as the block lists were given), in the order the ring runs them."""
@@ -408,6 +432,8 @@ class LayerwiseStreamer(StreamerFigures):
             n = copy_resident(b, self.filler.arena, self.device, self._ledger.clock)
         if self._upcast is not None:
             self._upcast.hold(b)  # resident fp8: upcast before each forward (or once, if kept upcast)
+        for watch in self._resident_watchers:
+            watch(b)
         return n
 
     def _drop_resident(self, b: Block) -> int:

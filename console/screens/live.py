@@ -260,6 +260,11 @@ class LiveScreen(Screen[None]):
         """A request ended: its forecast (made before it) against what it measured, in the step panel."""
         self.steps.show_check(forecast_check_text(event))
 
+    def show_loras(self, event: events.LorasApplied) -> None:
+        """The engine applied a LoRA set: the panel's title names the mode it runs in (`auto` resolved)."""
+        if self.lora_panel is not None:
+            self.lora_panel.show_chosen(event.chosen)
+
     def add_steps(self, steps: list[events.StepTiming]) -> None:
         self.steps.add_steps(steps)
         last = steps[-1]

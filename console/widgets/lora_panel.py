@@ -2,7 +2,9 @@
 
 Shown only when the console was started with `--lora` (other screens stay as they were). The keys are the
 live screen's (`LORA_BINDINGS`): the panel shows the set, `LoraSet` holds it, and each request the console
-submits carries it, so a change applies to the next request.
+submits carries it, so a change applies to the next request. The title's mode is the engine's: with `auto`,
+the mode it resolved for the set it last applied (its `LorasApplied` event: at load, and each time a request
+switches the set or a re-plan changes the plan), so it follows when a switch makes `auto` choose otherwise.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ class LoraPanel(Static):
         super().__init__("", id=id, markup=False)
         self.loras = loras
         self.chosen_mode = chosen_mode
+        self.refresh_rows()
+
+    def show_chosen(self, chosen: str | None) -> None:
+        """The mode the engine applied the LoRA set in (its `LorasApplied`; None: no LoRA applied)."""
+        self.chosen_mode = chosen
         self.refresh_rows()
 
     def refresh_rows(self) -> None:

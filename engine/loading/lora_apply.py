@@ -10,6 +10,9 @@ the base weight's device: the LoRA is then resident there.
 - `merge`: each LoRA layer's scaling multiplied by its scale as `fuse_lora(lora_scale=)` does; resident
   modules merged once now (PEFT's `merge`, what `fuse_lora` calls), streamed blocks merged into their slot
   each time they arrive (offload/lora_merge.py), after the fp8 upcast; the host masters are never touched.
+  With two experts (Wan 2.2 A14B) each expert's blocks carry that expert's deltas: the running expert's
+  resident blocks are merged now, the other's each time a switch copies them to the device (a switch frees
+  the old ones, so nothing is unmerged there); a LoRA change copies the resident ones afresh from their masters.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from ...offload.module_hooks import Hooks
 from ...offload.streamer import LayerwiseStreamer
 from ...offload.upcast import is_float8
 from ..errors import ConfigError
-from ..planning.lora_cost import LoraModes, lora_modes
+from ..planning.lora_cost import LoraModes, lora_modes, merges_into_fp8
 from ..planning.model_configs import fill_size
 from ..planning.request_profile import RequestSize
 from .lora_files import LoraFile
@@ -55,16 +58,9 @@ def plan_lora_modes(plan: Any, loras: list[LoraFile], device: str, mode: str) ->
 
 def merge_refusal(plan: Any, loras: bool, mode: str) -> str | None:
     """Why `plan` cannot merge LoRAs (None: it can): a resident block stored in fp8 and upcast per forward would
-    be merged into its fp8 storage, which corrupts it (the peers' bug); two experts' blocks move between the
-    device and the host at each switch, which the merge does not follow yet. Said when the plan is made, before
-    load (`auto` never resolves to merge there: engine/planning/lora_cost.py)."""
-    if loras and mode == "merge" and plan.experts:
-        return ("--lora-mode merge with two experts: the merge does not follow the blocks an expert switch moves yet; "
-                "use --lora-mode sidecar (or auto)")
-    if not loras or mode == "sidecar" or plan.policy.stream_dtype is None:
-        return None
-    residency = plan.residency
-    if any(r and not u for r, u in zip(residency.resident, residency.upcast_flags, strict=True)):
+    be merged into its fp8 storage, which corrupts it (the peers' bug). Said when the plan is made, before load
+    (`auto` never resolves to merge there: engine/planning/lora_cost.py)."""
+    if loras and mode == "merge" and merges_into_fp8(plan):
         return ("--lora-mode merge with fp8 resident blocks upcast per forward would merge into fp8 storage: use "
                 "--lora-mode sidecar or --upcast-resident auto|N")
     return None
@@ -140,8 +136,9 @@ def _to_device(pipe: Any, device: torch.device) -> None:
 
 def remove_loras(pipe: Any, placement: Placement, applied: AppliedLoras) -> None:
     """Undo `apply_loras` without reloading any base weight: resident merged weights get their saved bytes
-    back, the PEFT layers go (diffusers' `unload_lora_weights`), and the ring refills its slots from the host
-    masters, which were never written (a slot may hold a merged block)."""
+    back (a resident block with a master: a fresh device copy of it), the PEFT layers go (diffusers'
+    `unload_lora_weights`), and the ring refills its slots from the host masters, which were never written (a
+    slot may hold a merged block)."""
     if not applied.names and not applied.restore:
         return
     applied.hooks.remove()
@@ -153,27 +150,36 @@ def remove_loras(pipe: Any, placement: Placement, applied: AppliedLoras) -> None
         with shaped_placeholders(pipe, placement.streamer):
             pipe.unload_lora_weights()
     applied.names = []
-    if applied.merge is not None:
-        applied.merge.merges = {}
     streamer = placement.streamer
+    if applied.merge is not None:
+        merged = applied.merge.merges
+        applied.merge.merges = {}
+        fused = [b.name for b in streamer.blocks if b.resident and b.name in merged] if streamer is not None else []
+        if fused and streamer is not None and streamer.attached:
+            streamer.refresh_resident(fused)
     if streamer is not None and streamer.attached and streamer.num_streamed:
         streamer.set_slots(streamer.residency.slots)  # every slot refilled from its master
 
 
 def _merge(pipe: Any, streamer: LayerwiseStreamer | None, loras: list[LoraFile], applied: AppliedLoras,
            staged: frozenset[str]) -> None:
-    """Streamed blocks: merged on each arrival; staged components (an encoder): merged on each call, into the
-    device copy the stager made (its master untouched); everything resident: merged once, its bytes saved."""
+    """Streamed blocks: merged on each arrival; resident blocks with a master (two experts, live re-plan): merged
+    now and on each fresh device copy (an expert switch); staged components (an encoder): merged on each call,
+    into the device copy the stager made (its master untouched); everything else resident: merged once, its
+    bytes saved."""
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     names = applied.names
     scales = dict(zip(names, (lora.scale for lora in loras), strict=True))
-    streamed = {b.module: b.name for b in streamer.streamed_blocks} if streamer is not None else {}
+    blocks = {b.module: b for b in streamer.blocks} if streamer is not None else {}
+    masters = streamer is not None and streamer.keep_masters
+    followed = {m: b.name for m, b in blocks.items() if masters or not b.resident}  # merged where the block is
+    resident = {b.name for b in blocks.values() if b.resident}
     per_block: dict[str, list[Callable[[], None]]] = {}
     for key, component in pipe.components.items():
         if not isinstance(component, torch.nn.Module):
             continue
-        for module, block in _tuner_layers(component, streamed, BaseTunerLayer):
+        for module, block in _tuner_layers(component, followed, BaseTunerLayer):
             for name, scale in scales.items():
                 if name in module.scaling and scale != 1.0:
                     module.scaling[name] *= scale  # what `fuse_lora(lora_scale=)`'s `scale_layer` does
@@ -182,23 +188,34 @@ def _merge(pipe: Any, streamer: LayerwiseStreamer | None, loras: list[LoraFile],
                 applied.hooks.before(module, lambda _m, _a, merge=merge: merge())
             elif block is None:  # resident: merged once, as fuse_lora merges it; its bytes kept to unmerge exactly
                 base = module.get_base_layer()
-                if is_float8(base.weight.dtype):
-                    raise ConfigError("--lora-mode merge: a resident block kept in fp8 would be merged in fp8 "
-                                      "storage (use --lora-mode sidecar, or --upcast-resident to keep it upcast)")
+                _refuse_fp8(base.weight)
                 for t in (base.weight, getattr(base, "bias", None)):
                     if t is not None:
                         applied.restore.append((t, t.detach().to("cpu", copy=True)))
                 merge()
             else:
+                if block in resident:
+                    _refuse_fp8(module.get_base_layer().weight)
                 per_block.setdefault(block, []).append(merge)
     if streamer is None or not per_block:
         return
     if applied.merge is None:
         applied.merge = MergeOnUpload(per_block)
         streamer.watch_ring(applied.merge.watch)
+        streamer.watch_resident(applied.merge.resident)
     else:
         applied.merge.merges = per_block
-        streamer.set_slots(streamer.residency.slots)  # refilled: each block merged on its next arrival
+        if streamer.num_streamed:
+            streamer.set_slots(streamer.residency.slots)  # refilled: each block merged on its next arrival
+    for b in streamer.blocks:  # the running expert's resident blocks: merged now, the other's when a switch copies them
+        if b.resident and b.name in per_block:
+            applied.merge.resident(b)
+
+
+def _refuse_fp8(weight: torch.Tensor) -> None:
+    if is_float8(weight.dtype):
+        raise ConfigError("--lora-mode merge: a resident block kept in fp8 would be merged in fp8 storage (use "
+                          "--lora-mode sidecar, or --upcast-resident to keep it upcast)")
 
 
 def _merger(module: Any, names: list[str]) -> Callable[[], None]:

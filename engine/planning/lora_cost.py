@@ -10,7 +10,9 @@ into seconds on a device it knows:
   the tokens that pass through that linear (the image tokens; the text tokens for a joint block's context
   stream and for cross-attention keys/values; both for a single-stream joint block), times the batch;
 - merge: each LoRA linear in a *streamed* block forms B·A (2·rank·in·out) and adds it, each time the block
-  arrives (once per forward); resident ones are merged once at load and cost nothing per step.
+  arrives (once per forward); resident ones are merged once at load and cost nothing per step (with two
+  experts, the running expert's: a switch merges the other's resident blocks once as it copies them, twice a
+  request, which is not counted per step).
 So the sidecar grows with the tokens and the merge with the streamed weights: at small sizes the sidecar is
 cheaper, at large ones the merge. `auto` picks the mode whose forecast step is smaller (equal FLOP rates: the
 fewer FLOPs). Both are FLOP estimates that ignore the memory traffic of the add and kernel launches.
@@ -126,6 +128,15 @@ def step_flops(plan: Plan, modules: Sequence[LoraModule], size: RequestSize) -> 
     return sidecar * geo.batch * forwards, merge
 
 
+def merges_into_fp8(plan: Plan) -> bool:
+    """Whether merging under `plan` would write into fp8 storage: a resident block stored in fp8 and upcast per
+    forward (not kept upcast) holds only its fp8 bytes between forwards (the peers' corruption)."""
+    if plan.policy.stream_dtype is None:
+        return False
+    residency = plan.residency
+    return any(r and not u for r, u in zip(residency.resident, residency.upcast_flags, strict=True))
+
+
 def lora_modes(plan: Plan, modules: Sequence[LoraModule], size: RequestSize, device: str,
                mode: str) -> LoraModes:
     """The plan's LoRA figures at `size` on `device`, and the mode `mode` ("auto" decided here) resolves to."""
@@ -135,8 +146,8 @@ def lora_modes(plan: Plan, modules: Sequence[LoraModule], size: RequestSize, dev
     merge_s = merge / rates[0] if rates is not None else None
     if mode != "auto":
         chosen, why = mode, f"{mode}, as asked"
-    elif plan.experts:
-        chosen, why = "sidecar", "auto: sidecar (two experts: the merge does not follow an expert switch yet)"
+    elif merges_into_fp8(plan):
+        chosen, why = "sidecar", "auto: sidecar (fp8 resident blocks upcast per forward cannot be merged into)"
     elif sidecar is None:
         chosen, why = "merge", "auto: merge (the request's tokens are not known, so the sidecar's cost is not)"
     else:

@@ -149,3 +149,44 @@ async def test_the_panel_sets_the_next_requests_loras_and_a_queued_one_keeps_its
     finally:
         app.shutdown()
         engine.close()
+
+
+@pytest.mark.slow  # one load, two requests
+async def test_the_panel_title_follows_the_mode_auto_resolves_after_a_switch(demo_model_dir: Path, tmp_path: Path):
+    """`--lora-mode auto` decides per set: a switch that makes the engine merge where it ran the sidecar (or back)
+    shows in the panel's title once the engine applied it."""
+    a, b = two_loras(demo_model_dir, tmp_path)
+    started = ((str(a), 0.6), (str(b), 1.0))
+    engine = Engine(demo_model_dir, device="cpu", options=EngineOptions(loras=started, lora_mode="auto"))
+    policy = build_policy({}, 0)
+    plan = engine.make_plan(policy)  # the forecast step decides: both at once as a sidecar, b alone merged
+    assert engine.lora_modes(plan).chosen == "sidecar" and engine.lora_modes(plan, engine.loras[1:]).chosen == "merge"
+    app = make_app(engine, tmp_path, policy)
+    app.lora_set = LoraSet(started, "auto")
+    app.lora_chosen_mode = "sidecar"  # as the console's start sets it from the plan
+
+    async def run_one() -> None:
+        before = app.last_command.get("generate")
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, GenerateDialog))
+        app.screen.query_one("#steps", Input).value = "1"
+        await pilot.press("enter")
+        await until(pilot, lambda: app.last_command.get("generate") is not before)
+        await finish(pilot, app.last_command["generate"], lambda: not app.generating)
+        await pilot.pause()
+
+    try:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await load(pilot, app)
+            assert "LoRA · mode auto (sidecar) · next request" in screen_text(app)
+            await pilot.press("l")  # a off: b alone from the next request
+            assert "LoRA · mode auto (sidecar) · next request" in screen_text(app)  # not applied yet
+            await run_one()
+            assert "LoRA · mode auto (merge) · next request" in screen_text(app)
+            await pilot.press("l")  # a on again
+            await run_one()
+            assert "LoRA · mode auto (sidecar) · next request" in screen_text(app)
+        assert engine.options.loras == started
+    finally:
+        app.shutdown()
+        engine.close()

@@ -147,7 +147,9 @@ def test_the_vllm_omni_export_names_its_lora_arguments_or_says_what_it_cannot(de
                                                             for g in gaps)
 
 
-def test_auto_picks_sidecar_with_two_experts(tmp_path: Path):
+def test_auto_decides_by_the_forecast_step_with_two_experts(tmp_path: Path):
+    """Two experts are no special case: merge follows the expert switch, so auto picks the smaller step, as for
+    one DiT (merge at the pipeline's default size, where a forward's tokens are many; sidecar at a tiny one)."""
     from tiny_families_experts import build_tiny_wan22_a14b
 
     root = build_tiny_wan22_a14b(tmp_path / "wan22", seed=0)
@@ -155,7 +157,34 @@ def test_auto_picks_sidecar_with_two_experts(tmp_path: Path):
     lora = write_peft_lora(tmp_path / "w.safetensors", root / "transformer", "transformer",
                            pattern=r"blocks\.\d+\.attn1", seed=1)
     modules = [m for f in checks.check_loras(model, ((str(lora), 1.0),)) for m in f.modules]
-    planned = planner.plan_for(model, planner.build_policy(mode="dlo"), None, RequestSize(), "cpu",
-                               lora_modules=modules, lora_mode="auto")
-    assert planned.plan.experts and planned.lora.chosen == "sidecar"
-    assert planned.lora.why == "auto: sidecar (two experts: the merge does not follow an expert switch yet)"
+    for size, chosen in ((RequestSize(), "merge"), (RequestSize(height=32, width=32, frames=5), "sidecar")):
+        planned = planner.plan_for(model, planner.build_policy(mode="dlo"), None, size, "cpu",
+                                   lora_modules=modules, lora_mode="auto")
+        lora_modes = planned.lora
+        assert planned.plan.experts and lora_modes.chosen == chosen, size
+        assert (lora_modes.merge_flops < lora_modes.sidecar_flops) == (chosen == "merge")
+        assert lora_modes.why == f"auto: {chosen}, the smaller forecast step"
+
+
+def test_auto_runs_the_sidecar_where_merge_would_write_fp8_storage(demo_model_dir: Path, tmp_path: Path):
+    """fp8 resident blocks upcast per forward: merge is refused (one line, before load), auto plans the sidecar."""
+    from omni_console.engine.engine import Engine
+    from omni_console.engine.options import EngineOptions
+    from omni_console.offload.errors import PolicyError
+
+    lora = write_peft_lora(tmp_path / "m.safetensors", demo_model_dir / "transformer", "transformer",
+                           pattern=r"attn\.(to_|add_)", seed=1)  # one auto merges where it may (the smaller step)
+    policy = planner.build_policy({}, 2, stream_dtype="float8_e4m3fn", upcast_resident="off")
+    for mode in ("auto", "merge"):
+        engine = Engine(demo_model_dir, device="cpu", options=EngineOptions(loras=((str(lora), 1.0),), lora_mode=mode))
+        try:
+            if mode == "merge":
+                with pytest.raises(PolicyError, match="^--lora-mode merge with fp8 resident blocks upcast per forward"):
+                    engine.make_plan(policy)
+                continue
+            assert engine.lora_modes(engine.make_plan(planner.build_policy({}, 2))).chosen == "merge"
+            modes = engine.lora_modes(engine.make_plan(policy))
+            assert (modes.chosen, modes.why) == ("sidecar", "auto: sidecar (fp8 resident blocks upcast per forward "
+                                                            "cannot be merged into)")
+        finally:
+            engine.close()

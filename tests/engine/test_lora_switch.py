@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from lora_writers import write_kohya_flux_lora, write_peft_lora
 from test_lora import FLUX_REQUEST, plain_output
 
@@ -73,5 +74,32 @@ def test_a_request_carries_its_lora_set(demo_model_dir: Path, tmp_path: Path):
         with pytest.raises(ConfigError, match="--lora .*nothing.safetensors"):
             engine.generate(replace(FLUX_REQUEST, loras=((str(tmp_path / "nothing.safetensors"), 1.0),)))
         assert engine.options.loras == ()  # a bad set changes nothing
+    finally:
+        engine.close()
+
+
+@pytest.mark.slow  # one load, three requests, two plain pipelines
+def test_a_live_replan_moves_merged_blocks_from_their_clean_masters(demo_model_dir: Path, tmp_path: Path):
+    """With live re-plan every block keeps a host master: merged resident blocks are copied afresh from it when the
+    plan or the LoRA changes (never unmerged by arithmetic), so each request equals plain diffusers."""
+    a = write_peft_lora(tmp_path / "a.safetensors", demo_model_dir / "transformer", "transformer",
+                        pattern=r"attn\.(to_|add_)|ff", seed=1)
+    options = EngineOptions(loras=((str(a), 0.75),), lora_mode="merge", live_replan=True)
+    engine = Engine(demo_model_dir, device="cpu", options=options)
+    try:
+        engine.load(build_policy({}, 2))
+        arena = engine.placement.streamer.filler.arena
+        masters = arena.tensor.clone()
+        expected = plain_output(demo_model_dir, FLUX_REQUEST, [(a, 0.75)], "merge")
+        for step in ("loaded", "re-planned"):
+            got = np.asarray(engine.generate(FLUX_REQUEST).image)[None]
+            assert np.array_equal(got.reshape(expected.shape), expected), step
+            engine.replan(build_policy({}, 3, placement="spread"))  # other blocks resident, others streamed
+        assert engine._loras_applied.merge.merged_resident > 0
+        engine.set_loras(((str(a), 0.25),), "merge")
+        got = np.asarray(engine.generate(FLUX_REQUEST).image)[None]
+        expected = plain_output(demo_model_dir, FLUX_REQUEST, [(a, 0.25)], "merge")
+        assert np.array_equal(got.reshape(expected.shape), expected)
+        assert torch.equal(arena.tensor, masters)  # the host masters were never written
     finally:
         engine.close()
