@@ -69,7 +69,7 @@ class SlotRing:
         self._upcast = upcast
         self._skip: Callable[[int], bool] | None = None  # block k will not run in this forward (a step cache's)
         self._answers: dict[int, bool] = {}  # `skip`'s answers since they last could change (see `_skips`)
-        self._settled = True  # the slots hold the window from `_cursor` under `_answers`: a skipped block refills nothing
+        self._settled = True  # the slots hold the window from `_cursor` under `_answers`: a skip refills nothing
         self.skipping = False  # the block whose `before` ran last is one the cache skips (not timed as compute)
         self._cursor = 0  # the next block the ring expects to run: where `retarget` refills from
 
