@@ -56,6 +56,7 @@ class ByteRing:
         self._absorb = ledger.absorb
         self._upcast = upcast
         self.skip: Callable[[int], bool] | None = None  # not followed: a byte ring copies every unit (UNets)
+        self.skipping = False  # never: every unit runs
 
     @property
     def num_slots(self) -> int:

@@ -13,6 +13,12 @@ A step cache (diffusers' First-Block Cache, MagCache) can decide that blocks of 
 them: its window holds the next blocks that will run, `before(k)` of a skipped block issues nothing, and
 `retarget()` (called when the decision is made) refills the window past the skipped range.
 
+A hit step is short (the probe block, then every later block called only to pass its input on), so the ring's
+own work per skipped block is what the step costs beyond the resident model's: a skipped block asks the cache
+once, is not timed as compute, is not unbound (it holds no slot) and refills nothing unless its answer changed.
+The window scans only as far as it must (k blocks that run), over answers remembered until they can change (a
+decision, a block that ran), so a forward costs O(blocks), not O(blocks²), in `skip` calls.
+
 `ByteRing` (offload/byte_ring.py) is the same protocol over one byte buffer, for units of very
 different sizes; the streamer builds one or the other as the residency says.
 """
@@ -61,8 +67,30 @@ class SlotRing:
         self._clock = ledger.clock
         self._absorb = ledger.absorb
         self._upcast = upcast
-        self.skip: Callable[[int], bool] | None = None  # block k will not run in this forward (a step cache's)
+        self._skip: Callable[[int], bool] | None = None  # block k will not run in this forward (a step cache's)
+        self._answers: dict[int, bool] = {}  # `skip`'s answers since they last could change (see `_skips`)
+        self._settled = True  # the slots hold the window from `_cursor` under `_answers`: a skip refills nothing
+        self.skipping = False  # the block whose `before` ran last is one the cache skips (not timed as compute)
         self._cursor = 0  # the next block the ring expects to run: where `retarget` refills from
+
+    @property
+    def skip(self) -> Callable[[int], bool] | None:
+        """Block k will not run in the current forward (a step cache's decision; None: every block runs)."""
+        return self._skip
+
+    @skip.setter
+    def skip(self, skip: Callable[[int], bool] | None) -> None:
+        self._skip = skip
+        self._answers.clear()
+        self._settled = False
+
+    def _skips(self, j: int) -> bool:
+        """`skip(j)`, asked once until it can change: a decision (`retarget`), or block j itself ran or was passed."""
+        answer = self._answers.get(j)
+        if answer is None:
+            assert self._skip is not None
+            answer = self._answers[j] = bool(self._skip(j))
+        return answer
 
     @property
     def num_slots(self) -> int:
@@ -84,6 +112,7 @@ class SlotRing:
         self._ready = [None] * nslots
         if self._upcast is not None:
             self._upcast.size_for(self.streamed)
+        self._answers.clear()
         self._load(0, 0, sync=True)
         self._fill_window(0)
 
@@ -97,16 +126,23 @@ class SlotRing:
 
     def before(self, k: int) -> None:
         """Block k is about to run: its bytes are in a slot and the compute stream waits for their copy."""
-        if self.cuda:
-            self._absorb(self._clock.poll())
         b = self.streamed[k]
         self._cursor = k
-        if self.skip is not None:
-            if self.skip(k):  # the cache skips it: its bytes never cross the link
+        self.skipping = False
+        if self._skip is not None:
+            skipped = bool(self._skip(k))  # asked afresh: a block that runs always finds its bytes
+            if self._answers.get(k) is not skipped:  # not asked yet, or the window was built on another answer
+                self._settled = False
+            self._answers[k] = skipped
+            if skipped:  # the cache skips it: its bytes never cross the link
+                self.skipping = True
                 self._ledger.skipped(b.name, b.region_nbytes)
-                self._fill_window(k)
+                if not self._settled:
+                    self._fill_window(k)
                 return
             self._ledger.end_skips()
+        if self.cuda:
+            self._absorb(self._clock.poll())
         synced = False
         if b.slot is None or self._owner[b.slot] != k:
             held = self._slot_of(k)
@@ -137,23 +173,40 @@ class SlotRing:
         otherwise idle there once per step.
         """
         self._cursor = (k + 1) % len(self.streamed)
+        if self.skipping:  # passed, not run: its slot (if a guess filled one) and the window stay as they are
+            self.skipping = False
+            self._answers.pop(k, None)  # its hook has moved on: its next call may be decided otherwise
+            if self._skip is not None and self._skips(k) is False:
+                self._settled = False
+            if not self._settled and len(self.streamed) > len(self.slots):
+                self._fill_window(self._cursor)
+            return
+        self._answers.pop(k, None)
         if len(self.streamed) > len(self.slots):
             self._unbind(k)
             self._fill_window(self._cursor)
 
     def retarget(self) -> None:
         """A step cache has just decided which blocks run: refill the window from the next block that will."""
+        self._answers.clear()
+        self._settled = False
         if self.slots:
             self._fill_window(self._cursor)
 
     def _window(self, base: int) -> list[int]:
         """The streamed blocks the ring should hold from `base` on: base and the next k-1 (cyclic), leaving
         out the blocks a step cache skips (`skip`)."""
-        n = len(self.streamed)
-        if self.skip is None:
-            return [(base + d) % n for d in range(min(len(self.slots), n))]
-        ahead = [(base + d) % n for d in range(n)]
-        return [j for j in ahead if not self.skip(j)][:len(self.slots)]
+        n, want = len(self.streamed), len(self.slots)
+        if self._skip is None:
+            return [(base + d) % n for d in range(min(want, n))]
+        window: list[int] = []
+        for d in range(n):  # only as far as k blocks that run
+            j = (base + d) % n
+            if not self._skips(j):
+                window.append(j)
+                if len(window) == want:
+                    break
+        return window
 
     def _slot_of(self, k: int) -> int | None:
         return next((s for s, owner in enumerate(self._owner) if owner == k), None)
@@ -168,6 +221,7 @@ class SlotRing:
 
     def _fill_window(self, base: int) -> None:
         """Issue async copies, in execution order, for the window's blocks that no slot holds yet."""
+        self._settled = True
         if len(self.slots) < 2:
             return
         for j in self._window(base):
@@ -195,6 +249,8 @@ class SlotRing:
 
     def _unbind(self, k: int) -> None:
         b = self.streamed[k]
+        if b.slot is None:  # bound nowhere: its tensors are placeholders already
+            return
         unbind_region(b, self.device)
         b.slot = None
 
@@ -204,6 +260,7 @@ class Ring(Protocol):
 
     slots: list[torch.Tensor]
     skip: Callable[[int], bool] | None
+    skipping: bool  # the block whose `before` ran last will not run (a step cache skips it)
 
     @property
     def num_slots(self) -> int: ...
@@ -218,7 +275,8 @@ class Ring(Protocol):
 def ring_hooks(hooks: Hooks, module: torch.nn.Module, ring: Ring, k: int, ledger: CopyLedger | None = None,
                name: str = "", device: torch.device | None = None) -> None:
     """Block k's pre-hook (`ring.before(k)`) and post-hook (`ring.after(k)`): one call each, no more.
-    With a `ledger`, the block's forward between them is timed on the compute stream (a trace's compute track)."""
+    With a `ledger`, the block's forward between them is timed on the compute stream (a trace's compute track);
+    a block the step cache skips is not (it computes nothing: two timing events for it would only cost time)."""
     before, after = ring.before, ring.after
     if ledger is None or device is None:
         @torch.compiler.disable
@@ -234,7 +292,8 @@ def ring_hooks(hooks: Hooks, module: torch.nn.Module, ring: Ring, k: int, ledger
         @torch.compiler.disable
         def pre_hook(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
             before(k)
-            mark[0] = ledger.compute_started(current_stream(device))
+            if not ring.skipping:
+                mark[0] = ledger.compute_started(current_stream(device))
 
         @torch.compiler.disable
         def post_hook(module: torch.nn.Module, args: Any, output: Any) -> None:
