@@ -2,7 +2,8 @@
 
 The ring's fill copies a block's clean bytes from its host master into a slot; fp8 storage is then
 upcast into the scratch the block's tensors point at. This hook runs right after that (inside the ring's
-`before(k)`, so after the copy's wait and the upcast) and calls the block's merge functions (the engine's:
+`before(k)`, so after the copy's wait and the upcast; a block a step cache skips is not merged, as it is
+not filled) and calls the block's merge functions (the engine's:
 PEFT's `merge`, as `fuse_lora` calls it), once per arrival: a block that stays in its slot between two
 forwards is not merged twice, and a block upcast from fp8 is merged after every upcast (each one
 rewrites the scratch). The host masters are never written, so nothing has to be restored on the host.
@@ -42,6 +43,8 @@ class MergeOnUpload:
 
         def ready(k: int) -> None:
             before(k)
+            if ring.skipping:  # a step cache passes it: not filled, nothing to merge (its bindings hold no bytes of it)
+                return
             b = streamed[k]
             upcast = any(is_float8(x.dtype) for x in b.bindings)
             if b.name in self.merges and (upcast or b.name in self._fresh):

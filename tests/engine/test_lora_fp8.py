@@ -23,8 +23,10 @@ from omni_console.offload.policy import build_policy
 FP8 = torch.float8_e4m3fn
 
 
-def rounded_reference(path: Path, lora: Path, scale: float, mode: str) -> np.ndarray:
+def rounded_reference(path: Path, lora: Path, scale: float, mode: str, request=FLUX_REQUEST) -> np.ndarray:
     from diffusers import DiffusionPipeline
+
+    from omni_console.engine.running.step_cache import cache_config
 
     pipe = DiffusionPipeline.from_pretrained(path, local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
@@ -37,7 +39,9 @@ def rounded_reference(path: Path, lora: Path, scale: float, mode: str) -> np.nda
         pipe.fuse_lora(lora_scale=scale)
     else:
         pipe.set_adapters(["a"], [scale])
-    return np.asarray(pipe(**FLUX_REQUEST.call_kwargs(pipe)).images)
+    if request.cache is not None:
+        pipe.transformer.enable_cache(cache_config(request.cache, pipe))
+    return np.asarray(pipe(**request.call_kwargs(pipe)).images)
 
 
 @pytest.mark.slow  # two loads per mode, two plain pipelines
@@ -59,5 +63,31 @@ def test_fp8_storage_with_a_lora_matches_the_rounded_pipeline(demo_model_dir: Pa
                 got = np.asarray(engine.generate(FLUX_REQUEST).image)[None]
                 assert np.array_equal(got.reshape(expected.shape), expected), policy
             engine.unload()
+    finally:
+        engine.close()
+
+
+@pytest.mark.slow  # one cached plain pipeline per mode, two streamed loads
+@pytest.mark.parametrize("mode", ["sidecar", "merge"])
+def test_fp8_storage_a_lora_and_a_step_cache_match_the_rounded_cached_pipeline(demo_model_dir: Path,
+                                                                                tmp_path: Path, mode: str):
+    """A block the cache skips is passed, not filled: merge must not run on it (its bindings hold no
+    upcast bytes of it), and the blocks that do run still get their delta after each upcast."""
+    from dataclasses import replace
+
+    from omni_console.engine.running.cache_spec import parse_cache
+
+    lora = write_peft_lora(tmp_path / "c.safetensors", demo_model_dir / "transformer", "transformer",
+                           pattern=r"attn\.(to_|add_)|ff", seed=8)
+    request = replace(FLUX_REQUEST, steps=5, cache=parse_cache("first-block:threshold=0.5"))
+    expected = rounded_reference(demo_model_dir, lora, 0.7, mode, request)
+    engine = Engine(demo_model_dir, device="cpu", options=EngineOptions(loras=((str(lora), 0.7),), lora_mode=mode))
+    try:
+        for policy in (build_policy({}, 0, stream_dtype="float8_e4m3fn"),
+                       build_policy({}, 1, prefetch_slots=3, stream_dtype="float8_e4m3fn", upcast_resident=1)):
+            engine.load(policy)
+            got = np.asarray(engine.generate(request).image)[None]
+            engine.unload()
+            assert np.array_equal(got.reshape(expected.shape), expected), policy
     finally:
         engine.close()
