@@ -103,8 +103,9 @@ def main() -> None:
     parser.add_argument("--t5-layers", type=int, default=24, help="the T5 encoder's layers to write (default 24)")
     parser.add_argument("--write-device", default="cuda", help="where the random weights are made (cpu: no GPU)")
     args = parser.parse_args()
-    if args.write_only and not (args.dir / "model_index.json").exists():
-        write_checkpoint(args.dir, args.write_device, tuple(args.blocks), args.t5_layers)
+    if args.write_only:
+        if not (args.dir / "model_index.json").exists():
+            write_checkpoint(args.dir, args.write_device, tuple(args.blocks), args.t5_layers)
         return
     report: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                               "date": time.strftime("%Y-%m-%d"), "steps": args.steps, "res": args.res}
@@ -113,8 +114,6 @@ def main() -> None:
         write_checkpoint(args.dir)
         report["write_s"] = time.perf_counter() - t0
         log(f"checkpoint written in {report['write_s']:.1f} s")
-    if args.write_only:
-        return
     request = GenerateRequest(prompt="a lighthouse on a cliff at dusk", steps=args.steps, height=args.res,
                               width=args.res, seed=5, guidance=3.5)
 
