@@ -33,35 +33,41 @@ def log(msg: str) -> None:
 
 
 def _random_(module: torch.nn.Module, seed: int) -> torch.nn.Module:
-    gen = torch.Generator("cuda").manual_seed(seed)
+    gen = torch.Generator(next(module.parameters()).device).manual_seed(seed)
     with torch.no_grad():
         for p in module.parameters():
             p.normal_(0.0, 0.02, generator=gen)
     return module.requires_grad_(False).eval()
 
 
-def _on_cuda(factory) -> torch.nn.Module:
+def _on_device(factory, device: str = "cuda") -> torch.nn.Module:
     with torch.device("meta"):
         module = factory()
-    return module.to(dtype=torch.bfloat16).to_empty(device="cuda")
+    return module.to(dtype=torch.bfloat16).to_empty(device=device)
 
 
-def write_checkpoint(root: Path) -> None:
-    """Flux-dev-size components with random weights, saved as sharded safetensors."""
+def write_checkpoint(root: Path, device: str = "cuda", blocks: tuple[int, int] = (19, 38), t5_layers: int = 24) -> None:
+    """Flux-dev-size components with random weights, saved as sharded safetensors. `blocks` (double, single) and
+    `t5_layers` write a smaller checkpoint of the same widths (a CPU's load timing: `--blocks 2 4 --t5-layers 2`,
+    4.0 GB), built on `device`."""
+    from functools import partial
+
+    _on = partial(_on_device, device=device)
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
     from omni_console.engine.demo.pipeline_save import save_pipeline
     from omni_console.engine.demo.tokenizers_offline import build_clip_tokenizer, build_t5_tokenizer
 
-    transformer = _random_(_on_cuda(lambda: FluxTransformer2DModel(guidance_embeds=True)), 1)
-    t5 = _random_(_on_cuda(lambda: T5EncoderModel(T5Config(
-        vocab_size=32128, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
+    transformer = _random_(_on(lambda: FluxTransformer2DModel(
+        guidance_embeds=True, num_layers=blocks[0], num_single_layers=blocks[1])), 1)
+    t5 = _random_(_on(lambda: T5EncoderModel(T5Config(
+        vocab_size=32128, d_model=4096, d_kv=64, d_ff=10240, num_layers=t5_layers, num_heads=64,
         feed_forward_proj="gated-gelu", is_encoder_decoder=False, use_cache=False))), 2)
-    clip = _random_(_on_cuda(lambda: CLIPTextModel(CLIPTextConfig(
+    clip = _random_(_on(lambda: CLIPTextModel(CLIPTextConfig(
         vocab_size=49408, hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
         max_position_embeddings=77, projection_dim=768))), 3)
-    vae = _random_(_on_cuda(lambda: AutoencoderKL(
+    vae = _random_(_on(lambda: AutoencoderKL(
         in_channels=3, out_channels=3, latent_channels=16, block_out_channels=(128, 256, 512, 512),
         down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
         layers_per_block=2, scaling_factor=0.3611, shift_factor=0.1159, use_quant_conv=False,
@@ -76,7 +82,8 @@ def write_checkpoint(root: Path) -> None:
     save_pipeline(pipe, root, shard_transformer=True)
     del pipe, transformer, t5, clip, vae
     gc.collect()
-    torch.cuda.empty_cache()
+    if device == "cuda":
+        torch.cuda.empty_cache()
 
 
 def staging_rate(events: list[Any]) -> float | None:
@@ -91,7 +98,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--res", type=int, default=1024)
     parser.add_argument("--write-only", action="store_true", help="only write the checkpoint (if missing)")
+    parser.add_argument("--blocks", type=int, nargs=2, default=(19, 38), metavar=("DOUBLE", "SINGLE"),
+                        help="the DiT's double and single blocks to write (default Flux-dev's 19 38)")
+    parser.add_argument("--t5-layers", type=int, default=24, help="the T5 encoder's layers to write (default 24)")
+    parser.add_argument("--write-device", default="cuda", help="where the random weights are made (cpu: no GPU)")
     args = parser.parse_args()
+    if args.write_only:
+        if not (args.dir / "model_index.json").exists():
+            write_checkpoint(args.dir, args.write_device, tuple(args.blocks), args.t5_layers)
+        return
     report: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                               "date": time.strftime("%Y-%m-%d"), "steps": args.steps, "res": args.res}
     if not (args.dir / "model_index.json").exists():
@@ -99,8 +114,6 @@ def main() -> None:
         write_checkpoint(args.dir)
         report["write_s"] = time.perf_counter() - t0
         log(f"checkpoint written in {report['write_s']:.1f} s")
-    if args.write_only:
-        return
     request = GenerateRequest(prompt="a lighthouse on a cliff at dusk", steps=args.steps, height=args.res,
                               width=args.res, seed=5, guidance=3.5)
 

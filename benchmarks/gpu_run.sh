@@ -177,8 +177,8 @@ if [[ $what == before-after ]]; then  # issue 36: `run` before the request servi
   python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site_after . || exit 1
   python3 -m benchmarks.engine_e2e --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5
   python3 -m benchmarks.before_after --site-a /tmp/site_before --site-b /tmp/site_after --out "$OUT/before_after.json" \
-    "$@" -- --model /tmp/flux-size --device cuda:0 --height 1024 --width 1024 --steps 4 --resident-layers 0 \
-    --prompt "a red fox in the snow" --seed 3 2>&1 | grep -v "kept in float32" | tail -20 > "$OUT/before_after.log"
+    "$@" -- --model /tmp/flux-size --device cuda:0 --height 1024 --width 1024 --steps 2 --resident-layers 0 \
+    --prompt "a red fox in the snow" --seed 3 2>&1 | grep -v "kept in float32" | tail -40 > "$OUT/before_after.log"
 fi
 if [[ $what == cache ]]; then  # issue 37: step caches on a streamed DiT, each run time-boxed (~10 min in all)
   i=0

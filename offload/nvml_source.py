@@ -45,15 +45,20 @@ class NvmlSource:
 
     `target` is an NVML index or a "GPU-..." UUID. `nvml` injects a module in place of
     pynvml (tests). A failed init is remembered and not retried on every sample. PCIe
-    throughput is a 20 ms NVML sample per direction, so each read can take ~40 ms.
+    throughput is a 20 ms NVML sample per direction, so each read can take ~40 ms. `process`: also
+    read this process's row of NVML's process list (`process_used`, the console's memory plot and a
+    trace's counters); off where another sampler already reads it (`run`'s peak meter), since each read
+    is a walk of the driver's process table beside the load's and the steps' own driver calls.
     """
 
     group = "nvml"
 
-    def __init__(self, index: int | str = 0, *, nvml: ModuleType | None = None, pcie: bool = True) -> None:
+    def __init__(self, index: int | str = 0, *, nvml: ModuleType | None = None, pcie: bool = True,
+                 process: bool = True) -> None:
         self._target = index
         self._nvml = nvml
         self._pcie = pcie
+        self._process = process
         self._lock = threading.Lock()
         self._initialized = False
         self._init_error: str | None = None
@@ -146,7 +151,11 @@ class NvmlSource:
                 errors["pcie_rx"] = errors["pcie_tx"] = "PCIe sampling off"
             nvlink_rx, nvlink_tx = self._nvlink_rates(nv, h)
             util = q(["gpu_util", "mem_util"], lambda: nv.nvmlDeviceGetUtilizationRates(h))
-            process = q(["process_used"], lambda: _process_bytes(nv, h, os.getpid()))
+            process = None
+            if self._process:
+                process = q(["process_used"], lambda: _process_bytes(nv, h, os.getpid()))
+            else:
+                errors["process_used"] = "process sampling off"
             if name is None and mem is None and util is None:  # the device stopped answering (lost, reset)
                 return NvmlMemory(unavailable=f"NVML queries failed: {errors['total']}")
             return NvmlMemory(

@@ -243,8 +243,10 @@ class HostSource:
         )
 
 
-def default_sources(device: Any = None, pinned_bytes: Callable[[], int] | None = None) -> list[Source]:
-    """torch, NVML (index mapped through CUDA_VISIBLE_DEVICES) and host sources for `device`."""
+def default_sources(device: Any = None, pinned_bytes: Callable[[], int] | None = None, *,
+                    process: bool = True) -> list[Source]:
+    """torch, NVML (index mapped through CUDA_VISIBLE_DEVICES) and host sources for `device`; `process`: NVML
+    also reads this process's device bytes in each sample (`NvmlSource`)."""
     index = 0
     try:
         import torch
@@ -256,5 +258,5 @@ def default_sources(device: Any = None, pinned_bytes: Callable[[], int] | None =
             index = dev.index
     except Exception:
         pass
-    return [TorchMemorySource(device), NvmlSource(nvml_target_for(index)), HostSource(pinned_bytes)]
+    return [TorchMemorySource(device), NvmlSource(nvml_target_for(index), process=process), HostSource(pinned_bytes)]
 

@@ -143,7 +143,10 @@ def _serve(engine: EngineHandle, spec: RunSpec, planned: RunPlan, run: CheckedRu
            face: RunFace) -> RunDone:
     plan = planned.plan
     drain = EventDrain(engine.bus.subscribe(), face.event)
-    sampler = TelemetrySampler(*default_sources(engine.device), bus=engine.bus, hz=spec.telemetry_hz)
+    # NVML's process list is walked by RunMemory's peak meter (20 Hz) for the report; the sampler walks it again only
+    # for a trace's counter track: each walk is driver work beside the load's page-locking and copies (time to ready)
+    sampler = TelemetrySampler(*default_sources(engine.device, process=spec.trace is not None), bus=engine.bus,
+                               hz=spec.telemetry_hz)
     drain.start()
     sampler.start()
     memory = RunMemory.start(engine.device, engine.device_name, spec.budget, planned.overhead)

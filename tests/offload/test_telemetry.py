@@ -129,6 +129,19 @@ def test_nvlink_rates_come_from_two_samples_of_the_counters():
     assert second.process_used == 3 * GB  # this process's row of NVML's process list, not the device's total
 
 
+def test_a_source_told_not_to_read_the_process_list_never_walks_it_and_says_why():
+    nv = fake_nvml()
+    walked: list[object] = []
+    listed = nv.nvmlDeviceGetComputeRunningProcesses
+    nv.nvmlDeviceGetComputeRunningProcesses = lambda h: walked.append(h) or listed(h)
+    off = NvmlSource(0, nvml=nv, process=False).read()
+    assert walked == [] and off.process_used is None
+    assert off.errors == {"process_used": "process sampling off"}
+    assert off.used == 10 * GB and off.pcie_rx_bytes_per_s is not None  # the device's figures are read as before
+    on = NvmlSource(0, nvml=nv).read()
+    assert len(walked) == 1 and on.process_used == 3 * GB
+
+
 def test_a_gpu_without_nvlink_is_asked_once_and_reports_none():
     nv = fake_nvml()
     source = NvmlSource(0, nvml=nv)
