@@ -222,7 +222,10 @@ def run_in_process(args: argparse.Namespace) -> dict[str, Any]:
             code = cli_main(["run", *argv])
         finally:
             sys.stderr = real
+    from omni_console.offload.process_memory import release_freed_heap
+
     samples = sampler.samples
+    trimmed = release_freed_heap()  # what the C heap still held free at the end (the engine trims after each phase)
     peak = max(samples, key=lambda s: s["VmRSS"])
     by_phase: dict[str, dict[str, int]] = {}
     for s in samples:
@@ -230,6 +233,7 @@ def run_in_process(args: argparse.Namespace) -> dict[str, Any]:
         for key, field in (("rss", "VmRSS"), ("outside_arenas", "outside_arenas"), ("arena", "arena")):
             slot[key] = max(slot[key], s[field])
     report = {"argv": argv, "returncode": code, "before": before, "peak": peak, "end": samples[-1],
+              "end_heap_released": trimmed, "end_after_trim": status(),
               "outside_arenas_max": max(s["outside_arenas"] for s in samples), "by_phase": by_phase,
               "peak_mappings": sampler.peak_mappings, "end_mappings": largest_mappings(os.getpid(), 25),
               "samples": samples[:: max(1, len(samples) // 300)]}
@@ -237,7 +241,8 @@ def run_in_process(args: argparse.Namespace) -> dict[str, Any]:
           f"outside {peak['outside_arenas'] / GB:.3f} (anon {peak['RssAnon'] / GB:.3f}, "
           f"file {peak['RssFile'] / GB:.3f})"
           f"; outside the arenas at most {report['outside_arenas_max'] / GB:.3f} GB; at the end "
-          f"{samples[-1]['outside_arenas'] / GB:.3f} GB", flush=True)
+          f"{samples[-1]['outside_arenas'] / GB:.3f} GB (then malloc_trim released {(trimmed or 0) / GB:.3f} GB)",
+          flush=True)
     return report
 
 
