@@ -25,6 +25,7 @@ from ..offload.errors import PolicyError
 from ..offload.events import EventBus, LogEvent
 from ..offload.pinned import HostArena, register_seconds_total
 from ..offload.policy import OffloadPolicy
+from ..offload.process_memory import release_freed_heap
 from ..offload.tiers import HostTiers
 from .events import LoadProgress, LorasApplied, Replanned, RequestFinished, RequestPhases, RequestStarted
 from .lifecycle import EngineState, EngineStateError, Lifecycle
@@ -265,6 +266,7 @@ class Engine(Lifecycle):
                     gc.enable()
             self._watch_block_order()
             self._residency.attach()
+            release_freed_heap()  # the load's freed read buffers, left resident in its threads' heap arenas
             self._set_state(EngineState.READY)
             streamer = self.placement.streamer
             fallback = streamer.pin_fallback if streamer else None
@@ -424,6 +426,7 @@ class Engine(Lifecycle):
                 self._set_state(EngineState.READY, "request failed")
                 raise
             seconds = time.perf_counter() - start
+            release_freed_heap()  # the request's freed host transients (the peak below is VmHWM: already taken)
             peak = run_peak(run, torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None)
             streamer = self.placement.streamer if self.placement else None
             profile = recorder.finish(request, run, streamer.observed_bandwidth if streamer else None)

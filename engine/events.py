@@ -268,6 +268,7 @@ class ForecastCheck(Event):
     predicted_host_peak: int | None = None
     measured_host_peak: int | None = None
     host_source: str = ""  # the forecast's baseline: "default" (a measured constant) or "cached" (learned)
+    predicted_host_base: int | None = None  # the host forecast's process base RSS (its own term, not the plan's)
 
     @staticmethod
     def error(predicted: float | None, measured: float | None) -> float | None:

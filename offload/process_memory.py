@@ -9,12 +9,19 @@ the rest (engine/planning/device_footprint.py). Three pieces here:
 - `bound_allocator`: `torch.cuda.set_per_process_memory_fraction` set so that the caching allocator
   never reserves more than the plan gave it (budget minus context): past it, torch frees its cache
   and retries before it raises an out-of-memory error, which the engine's OOM guard then handles.
+
+And one piece of the host: `release_freed_heap` hands the C heap's free pages back to the kernel
+(glibc's `malloc_trim`) once a load or a request has freed its transients.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -91,3 +98,42 @@ def bound_allocator(device: torch.device, cap_bytes: int | None) -> float | None
     fraction = 1.0 if cap_bytes is None else min(max(cap_bytes / total, 0.0), 1.0)
     torch.cuda.set_per_process_memory_fraction(fraction, index)
     return fraction
+
+
+def _rss(status: Path = Path("/proc/self/status")) -> int | None:
+    try:
+        for line in status.read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _libc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    return getattr(libc, "malloc_trim", None) if libc is not None else None  # glibc only (musl has none)
+
+
+_TRIM = _libc_trim()
+
+
+def release_freed_heap() -> int | None:
+    """Give the C heap's free pages back to the kernel; the RSS it released (None: no glibc, or no /proc).
+
+    Why: glibc keeps freed memory for reuse. Once a freed block of up to 32 MiB raised its mmap threshold,
+    host tensors of that size come from the heap, and what a load frees between the blocks that stay (read
+    buffers, a component's host copy before it moved to the device, in the load's own threads' arenas) stays
+    resident: the process's RSS then exceeds what it holds by that much (benchmarks/process_rss.py measures
+    it; a CPU sketch: 300 MB of freed 3 MB tensors stayed resident until `malloc_trim(0)` released them).
+    `malloc_trim(0)` releases the free pages of every arena, including those between live blocks."""
+    if _TRIM is None:
+        return None
+    before = _rss()
+    _TRIM(0)
+    after = _rss()
+    return before - after if before is not None and after is not None else None

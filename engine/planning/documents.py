@@ -158,7 +158,10 @@ class HostForecastDoc(Document):
                                           "`run`'s with --vram-budget)")
     baseline_source: Literal["default", "cached"] = Field(
         description="default: the process baseline measured on an H100 (engine/planning/host_forecast.py); "
-                    "cached: learned from a request of this model and plan")
+                    "cached: learned from a request of this model (on any plan: notes say when another)")
+    process_base_bytes: int = Field(0, ge=0, description="the process's own base RSS in the request's phases (the "
+                                    "'process baseline' part): python, the libraries, the CUDA context's host side, "
+                                    "the kernels a request loads, the heap; every other part is the plan's bytes")
     notes: list[str] = Field(default_factory=list)
 
 

@@ -143,7 +143,7 @@ def host_doc(host: HostForecast | None) -> HostForecastDoc | None:
     return HostForecastDoc(peak_bytes=host.peak_bytes, peak_phase=host.peak_phase, phase_peaks=dict(host.phase_peaks),
                            parts=[HostPartDoc(name=p.name, bytes=p.nbytes, phases=list(p.phases)) for p in host.parts],
                            live_replan=host.live_replan, baseline_source=host.baseline_source,  # type: ignore[arg-type]
-                           notes=list(host.notes))
+                           process_base_bytes=host.part("process baseline"), notes=list(host.notes))
 
 
 def _footprint(forecast: RequestForecast) -> dict[str, object]:

@@ -173,9 +173,12 @@ def load_buffer_bytes(plan: Plan, on_cpu: bool, once: int = 0) -> int:
 
 
 def learned_baseline(measured_peak: int, modelled: HostForecast) -> int:
-    """The baseline that makes `modelled` meet a measured peak: what the profile keeps for the next forecast
-    of the same model and plan (engine/planning/host_profile.py)."""
-    return max(0, measured_peak - (modelled.peak_bytes - modelled.part("process baseline")))
+    """The process base that makes `modelled` meet a measured peak (VmHWM): the peak less the largest run phase's
+    other parts (the base is a run phase's; a load phase above the measured peak was over-counted, not the
+    base). What the profile keeps for the next forecast of the model (engine/planning/host_profile.py)."""
+    base = modelled.part("process baseline")
+    others = max(modelled.phase_peaks[p] for p in RUN_PHASES) - base
+    return max(0, measured_peak - others)
 
 
 def host_forecast(plan: Plan, request: RequestSize | None = None, *, live_replan: bool = False,

@@ -1,16 +1,21 @@
 """The host forecast learns from a measured request, as the device forecast does (issue 35).
 
 A request measures the process's peak RSS (the kernel's VmHWM: load included). What the model cannot
-know in advance is the process baseline: the libraries, the CUDA context's host side, the allocator's
-heap, which differ by machine and versions. So the profile keeps the baseline that makes the forecast
-meet the measured peak, with a key of the plan and load it was measured under; the next forecast of
-the same model, device and plan uses it (a profile is untrusted input: read through
-`request_profile.read_profile`, every figure bounded).
+know in advance is the process's own base RSS: the libraries, the CUDA context's host side, the kernels
+loaded for the request, the heap, which differ by machine and versions. So the profile keeps the base that
+makes the forecast meet the measured peak, with a key of the plan and load it was measured under. The next
+forecast of the same model, device and size uses it whatever its plan, as the device forecast uses the CUDA
+context measured by any plan: every other term is the plan's own bytes, so the base carries over, and under
+`--ram-budget auto` / `--vram-budget auto` the next plan is rarely the same (the available memory moved by
+100 MB, or the measured step moved the planner; issue 35's flux16 forecast after one request was the default
+one for that reason). A base learned under another plan is said in a note. A profile is untrusted input: read
+through `request_profile.read_profile`, every figure bounded.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 
 from .host_forecast import HostForecast, host_forecast, learned_baseline
@@ -27,12 +32,13 @@ def host_plan_key(plan: Plan, live_replan: bool) -> str:
 
 def host_forecast_for(plan: Plan, size: RequestSize | None, device: str, profile: RequestProfile | None,
                       *, live_replan: bool = False) -> HostForecast:
-    """The host forecast with the profile's learned baseline when it was measured under this plan."""
-    baseline = None
-    if profile is not None and profile.host_baseline_bytes is not None \
-            and profile.host_plan == host_plan_key(plan, live_replan):
-        baseline = profile.host_baseline_bytes
-    return host_forecast(plan, size, live_replan=live_replan, on_cpu=device == "cpu", baseline=baseline)
+    """The host forecast with the profile's learned process base (this plan's or another's: module docstring)."""
+    baseline = profile.host_baseline_bytes if profile is not None else None
+    forecast = host_forecast(plan, size, live_replan=live_replan, on_cpu=device == "cpu", baseline=baseline)
+    if baseline is not None and profile is not None and profile.host_plan != host_plan_key(plan, live_replan):
+        note = "process base RSS learned from a request of this model under another plan"
+        forecast = replace(forecast, notes=(*forecast.notes, note))
+    return forecast
 
 
 def with_host_peak(profile: RequestProfile, plan: Plan, measured_peak: int | None, *,

@@ -91,7 +91,8 @@ class RequestProfile(BaseModel):
                                           "request's end, load included")
     host_baseline_bytes: Bytes | None = Field(
         None, description="the process baseline that makes the host forecast meet host_peak_bytes "
-                          "(engine/planning/host_profile.py): the next forecast of the same plan uses it")
+                          "(engine/planning/host_profile.py): the next forecast of this model, device and size "
+                          "uses it, under any plan")
     host_plan: str | None = Field(None, max_length=64, description="a key of the plan and load the host peak "
                                                                    "was measured under")
     measured_at: str = Field(max_length=64)

@@ -138,4 +138,5 @@ def forecast_check(request_id: int, forecast: RequestForecast | None, run: RunOu
         step_basis=forecast.step_basis if forecast and forecast.step_source != "unknown" else "",
         predicted_slack=forecast.allocator_slack if forecast is not None else None,
         predicted_host_peak=host.peak_bytes if host is not None else None, measured_host_peak=host_peak,
-        host_source=host.baseline_source if host is not None else "")
+        host_source=host.baseline_source if host is not None else "",
+        predicted_host_base=host.part("process baseline") if host is not None else None)

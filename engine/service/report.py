@@ -32,7 +32,8 @@ def host_check_doc(check: Any) -> dict[str, Any]:
     if check is None:
         return {}
     return {"host_peak_bytes": check.measured_host_peak, "predicted_host_peak_bytes": check.predicted_host_peak,
-            "host_peak_error": check.host_error, "host_forecast_source": check.host_source}
+            "host_peak_error": check.host_error, "host_forecast_source": check.host_source,
+            "host_process_base_bytes": getattr(check, "predicted_host_base", None)}
 
 
 def host_pinned_bytes(plan: Any, budget: int | None, ram: Any) -> int:

@@ -217,6 +217,10 @@ class RunReport(Document):
     predicted_host_peak_bytes: int | None = Field(None, description="the host forecast's peak (plan --json's "
                                                   "request_forecast.host.peak_bytes)")
     host_peak_error: float | None = Field(None, description="(predicted - measured) / measured, host peak RSS")
+    host_process_base_bytes: int | None = Field(None, ge=0, description="the host forecast's process base RSS: "
+                                                "python, the libraries, the CUDA context's host side and the heap, "
+                                                "the one term of predicted_host_peak_bytes that is not the plan's "
+                                                "bytes (learned from a request once one ran)")
     host_forecast_source: Literal["default", "cached", ""] = Field(
         "", description="the host forecast's baseline: default (a measured constant) or cached (learned from a "
                         "request of this model and plan); '' without a forecast")

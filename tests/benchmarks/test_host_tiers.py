@@ -110,13 +110,16 @@ def test_figures_come_from_the_first_key_present_and_an_override_goes_first() ->
 def test_the_ratios_of_a_no_waste_entry() -> None:
     entry = {"no_waste": True, "host_bytes": None,
              "plan_doc": {"forecast": {"pinned_host_bytes": 10 * 10**9},
-                          "request_forecast": {"step_floor_seconds": 0.4}},
+                          "request_forecast": {"step_floor_seconds": 0.4, "host": {"process_base_bytes": 2 * 10**9}}},
              "run_doc": {"steps": [{"wall_s": 0.9}, {"wall_s": 0.5}, {"wall_s": 0.3}],
                          "host_peak_bytes": 21 * 10**9, "predicted_host_peak_bytes": 20 * 10**9},
              "run": {"peak_rss": 23 * 10**9}, "rates": {"disk_seq_bytes_per_s": 2e9}}
     r = ratios(entry)
     assert r["steady_step_s"] == 0.4 and r["step_over_floor"] == 1.0  # the median after the first step
-    assert r["no_waste_limit"] == 11.5e9 and r["peak_rss_over_no_waste_limit"] == 2.0
+    # the plan's bytes + the process base it names + 1.5 GB; strictly, without the base
+    assert r["no_waste_limit"] == 13.5e9 and r["peak_rss_over_no_waste_limit"] == round(23 / 13.5, 4)
+    assert r["no_waste_limit_strict"] == 11.5e9 and r["peak_rss_over_no_waste_limit_strict"] == 2.0
+    assert r["process_base_key"] == "request_forecast.host.process_base_bytes"
     assert r["peak_rss_over_host"] is None and r["engine_disk_over_seq"] is None
     assert r["run_host_peak_over_forecast"] == 1.05  # run --json's own measured peak against its forecast
     assert r["run_pinned_over_plan"] is None  # an older run report: none of its pinned figures
@@ -126,12 +129,34 @@ def test_a_no_waste_entry_reads_the_plan_the_run_loaded_and_its_pinned_figures()
     entry = {"no_waste": True, "host_bytes": None,
              "plan_doc": {"forecast": {"pinned_host_bytes": 10 * 10**9}},
              "run_doc": {"forecast": {"pinned_host_bytes": 8 * 10**9, "host_pinned_bytes": 8.2e9},
-                         "pinned_bytes": 8.2e9, "host_master_bytes": 8.3e9},
-             "run": {"peak_rss": 9.5e9}}
+                         "pinned_bytes": 8.2e9, "host_master_bytes": 8.3e9, "host_process_base_bytes": 1.9e9},
+             "run": {"peak_rss": 11.4e9}}
     r = ratios(entry)
-    assert r["plan_pinned_bytes"] == 8e9 and r["no_waste_limit"] == 9.5e9 and r["peak_rss_over_no_waste_limit"] == 1.0
+    assert r["plan_pinned_bytes"] == 8e9 and r["process_base_bytes"] == 1.9e9  # the run's own forecast's base
+    assert r["no_waste_limit"] == 11.4e9 and r["peak_rss_over_no_waste_limit"] == 1.0
+    assert r["peak_rss_over_no_waste_limit_strict"] == round(11.4 / 9.5, 4)
     assert r["run_pinned_over_plan"] == 1.025 and r["run_pinned_over_forecast"] == 1.0
     assert r["run_host_master_bytes"] == 8.3e9
+
+
+def test_a_no_waste_entry_without_a_named_base_has_only_the_strict_ratio() -> None:
+    entry = {"no_waste": True, "run_doc": {"forecast": {"pinned_host_bytes": 8 * 10**9}}, "run": {"peak_rss": 9.5e9}}
+    r = ratios(entry)
+    assert r["no_waste_limit"] is None and r["peak_rss_over_no_waste_limit"] is None
+    assert r["peak_rss_over_no_waste_limit_strict"] == 1.0
+
+
+def test_the_no_waste_preset_skips_the_second_plan_and_earlier_presets_leave_it_its_time() -> None:
+    from benchmarks.host_tiers import PRESETS, Deadline
+
+    assert not PRESETS["nowaste"].plan_after and PRESETS["flux16"].plan_after
+    box = Deadline(300)
+    assert box.left(1000) is not None and box.left(1000) <= 290
+    box.reserve = PRESETS["nowaste"].need_s
+    left = box.left(1000)
+    assert left is not None and left <= 290 - PRESETS["nowaste"].need_s
+    box.reserve = 280  # nothing left for this preset's children once the later ones are kept back
+    assert box.left(1000) is None
 
 
 def test_same_output_compares_pixels(tmp_path: Path) -> None:

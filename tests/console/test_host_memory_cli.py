@@ -82,6 +82,8 @@ def test_run_reports_measured_peak_rss_and_the_next_forecast_learns_it(demo_mode
     second = run_json(capsys, demo_model_dir, tmp_path / "b.png")
     assert second["host_forecast_source"] == "cached"
     assert abs(second["host_peak_error"]) <= 0.03
-    # another plan does not take this plan's baseline
+    # another plan of the model takes the process base it learned (said so): only the plan's own bytes differ
     other = plan_json(capsys, demo_model_dir, "--resident-layers", "2")["request_forecast"]["host"]
-    assert other["baseline_source"] == "default"
+    assert other["baseline_source"] == "cached" and any("another plan" in n for n in other["notes"])
+    same = plan_json(capsys, demo_model_dir)["request_forecast"]["host"]  # what the second run taught
+    assert other["process_base_bytes"] == same["process_base_bytes"] > 0 and not same["notes"]

@@ -1,5 +1,8 @@
 """Issue 35 item 1: the host forecast reproduces the host peaks measured on a real GPU run, and follows
-the plan's tiers, live re-plan masters and the request's size."""
+the plan's tiers, live re-plan masters and the request's size; "the profile learns from it": the peak RSS a
+request measured feeds the next host forecast, as the CUDA context a request measured feeds the next device
+forecast, and it carries over to the next plan of the model (under `--ram-budget auto` the next plan is rarely
+the same: the flux16 run's second forecast was still the default one, 6.2 % under the peak)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from omni_console.engine import engine as engine_module
+from omni_console.engine.engine import Engine
 from omni_console.engine.model_dir.blocks import BlockList
 from omni_console.engine.model_dir.discovery import ComponentInfo, ModelInfo
 from omni_console.engine.planning.host_forecast import (
@@ -17,8 +22,10 @@ from omni_console.engine.planning.host_forecast import (
     host_forecast,
     learned_baseline,
 )
+from omni_console.engine.planning.host_profile import host_forecast_for, with_host_peak
 from omni_console.engine.planning.plan import make_plan
-from omni_console.engine.planning.request_profile import RequestSize
+from omni_console.engine.planning.request_profile import RequestProfile, RequestSize
+from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.policy import build_policy
 from omni_console.offload.tiers import COLD_CHUNK, HostTiers, bounce_ring_bytes
 
@@ -173,3 +180,80 @@ def test_a_t5_built_over_its_files_lets_the_small_host_budget_load():
     assert on_disk.phase_peaks["load"] <= budget  # nothing of the T5 is read at load
     chosen = ram_plan(plan, budget, TierRates(20e9, 4e9, 2e9), cap=budget)
     assert host_forecast(replace(plan, tiers=chosen.tiers)).phase_peaks["load"] <= budget
+
+
+# ---------------------------------------------------------------- learning from a measured peak
+
+FLUX16_PEAK_OVER_FORECAST = 12_784_852_992 / 12_033_778_816  # host_tiers-2026-12-06-h100-flux16-after-hostload
+
+
+def flux16_tiers(page_cache: int, encoder: str) -> HostTiers:
+    """The shape of the flux16 run's tier plan: a third of the streamed blocks pinned, the rest on disk but for a
+    few from the page cache, the T5 on disk (two auto plans of that run differed exactly so)."""
+    blocks = tuple("pinned" if i % 3 == 0 else "page_cache" if i % 3 == 1 and i < 3 * page_cache else "disk"
+                   for i in range(57))
+    return HostTiers(blocks=blocks, components=(("text_encoder", encoder), ("text_encoder_2", "disk")))
+
+
+def profile(size: RequestSize) -> RequestProfile:
+    return RequestProfile(model="/nonexistent/flux-size", model_bytes=1, device="NVIDIA H100 80GB HBM3", size=size,
+                          block_compute_s=[1e-3] * 57, other_s=1e-3, forwards_per_step=1, measured_at="now")
+
+
+def test_a_measured_peak_is_the_next_forecast_of_this_plan_and_carries_to_the_next_plan():
+    policy = build_policy({"vae": False}, 14, placement="spread", stream_encoders="on")
+    ran = replace(make_plan(flux_size_model(), policy), tiers=flux16_tiers(3, "disk"))
+    before = host_forecast(ran, SIZE)
+    measured = int(before.peak_bytes * FLUX16_PEAK_OVER_FORECAST)  # a fake VmHWM, as flux16 measured it
+    learned = with_host_peak(profile(SIZE), ran, measured, live_replan=False)
+    assert learned.host_peak_bytes == measured
+    assert learned.host_baseline_bytes == CUDA_BASELINE_RUN + measured - before.peak_bytes  # the base absorbs it
+
+    again = host_forecast_for(ran, SIZE, "NVIDIA H100 80GB HBM3", learned)
+    assert again.peak_bytes == measured and again.baseline_source == "cached" and not again.notes
+
+    # the next auto plan moved one block from disk to the page cache and CLIP from the page cache to disk
+    next_plan = replace(ran, tiers=flux16_tiers(4, "page_cache"))
+    assert next_plan.tiers != ran.tiers
+    after = host_forecast_for(next_plan, SIZE, "NVIDIA H100 80GB HBM3", learned)
+    assert after.baseline_source == "cached" and "another plan" in after.notes[-1]
+    assert after.part("process baseline") == learned.host_baseline_bytes
+    assert after.peak_bytes == pytest.approx(measured, rel=0.03)  # the issue's "within 3 % after one"
+    unlearned = host_forecast_for(next_plan, SIZE, "NVIDIA H100 80GB HBM3", profile(SIZE))
+    assert unlearned.baseline_source == "default" and measured / unlearned.peak_bytes > 1.05
+
+
+def test_a_load_peak_above_the_measured_one_does_not_lower_the_base():
+    """VmHWM includes the load: where the modelled load phase over-counts, the base stays the run phases'."""
+    plan = make_plan(flux_size_model(), build_policy({}, 0))
+    first = host_forecast(plan, SIZE)
+    high_load = replace(first, phase_peaks={**first.phase_peaks, "load": first.peak_bytes * 2},
+                        peak_bytes=first.peak_bytes * 2, peak_phase="load")
+    assert learned_baseline(first.peak_bytes, high_load) == first.part("process baseline")
+    assert learned_baseline(first.peak_bytes + 10, high_load) == first.part("process baseline") + 10
+
+
+def test_the_engine_feeds_a_requests_peak_rss_to_the_next_forecast(demo_model_dir, monkeypatch, tmp_path):
+    """A CPU request on the demo model with a fake measured peak (VmHWM): the engine's next forecast, of its plan
+    and of another tier plan, rests on it."""
+    monkeypatch.setenv("OMNI_CONSOLE_CACHE_DIR", str(tmp_path / "cache"))
+    engine = Engine(demo_model_dir, device="cpu")
+    policy = build_policy({}, 0)
+    first = engine.make_plan(policy)
+    size = RequestSize(height=64, width=64)
+    default = engine.forecast(size, plan=first).host
+    assert default is not None and default.baseline_source == "default"
+    fake = default.peak_bytes + 300_000_000  # 300 MB more than forecast, as a real host might measure
+    monkeypatch.setattr(engine_module, "peak_rss", lambda: fake)
+    engine.load(policy)
+    result = engine.generate(GenerateRequest(prompt="a fox", steps=2, height=64, width=64, seed=1, output_type="np"))
+    assert result.check is not None and result.check.measured_host_peak == fake
+    learned = engine.forecast(size).host
+    assert learned is not None and learned.baseline_source == "cached"
+    assert learned.peak_bytes == pytest.approx(fake, rel=0.03)
+    other = engine.make_plan(policy, HostTiers(blocks=("disk",) * len(first.blocks)))
+    carried, unlearned = engine.forecast(size, plan=other).host, host_forecast(other, size, on_cpu=True)
+    assert carried is not None and carried.baseline_source == "cached" and "another plan" in carried.notes[-1]
+    # what the request taught is the process's own base: the other plan's forecast moves by just as much
+    assert carried.part("process baseline") == learned.part("process baseline")
+    assert carried.peak_bytes - unlearned.peak_bytes == learned.peak_bytes - default.peak_bytes
