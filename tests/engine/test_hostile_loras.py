@@ -138,10 +138,11 @@ def test_merge_into_fp8_resident_blocks_is_refused_before_load(demo_model_dir: P
     monkeypatch.setattr(Engine, "load", lambda self, *a, **k: loads.append("load"))
     base = ["run", "--model", str(demo_model_dir), "--device", "cpu", "--lora", str(lora),
             "--stream-dtype", "float8_e4m3fn", "--resident-layers", "2", "--output", str(tmp_path / "o.png")]
-    assert main([*base, "--upcast-resident", "off"]) == 2 and loads == []
+    assert main([*base, "--upcast-resident", "off", "--lora-mode", "merge"]) == 2 and loads == []
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["omni-console: error: --lora-mode merge with fp8 resident blocks upcast per forward would merge "
                    "into fp8 storage: use --lora-mode sidecar or --upcast-resident auto|N"]
-    main([*base, "--upcast-resident", "off", "--lora-mode", "sidecar"])  # sidecar: planned, then loaded
-    main([*base, "--upcast-resident", "2"])  # resident blocks kept upcast: merged there
-    assert loads == ["load", "load"]
+    main([*base, "--upcast-resident", "off"])  # auto: the sidecar there, planned, then loaded
+    main([*base, "--upcast-resident", "off", "--lora-mode", "sidecar"])
+    main([*base, "--upcast-resident", "2", "--lora-mode", "merge"])  # resident blocks kept upcast: merged there
+    assert loads == ["load", "load", "load"]
