@@ -49,7 +49,8 @@ CLI = ("-c", "import sys; from omni_console.console.cli import main; sys.exit(ma
 def one_run(site: Path, cache: Path, out_dir: Path, run_args: list[str], n: int, timeout: float) -> dict[str, Any]:
     """One `run --json` with `site` first on the import path; its report's load time, phases and step times."""
     path = os.pathsep.join(x for x in (str(site), os.environ.get("PYTHONPATH", "")) if x)
-    env = {**os.environ, "PYTHONPATH": path, "XDG_CACHE_HOME": str(cache)}
+    # its own cache, also where OMNI_CONSOLE_CACHE_DIR named another (that would win over XDG_CACHE_HOME)
+    env = {**os.environ, "PYTHONPATH": path, "XDG_CACHE_HOME": str(cache), "OMNI_CONSOLE_CACHE_DIR": str(cache)}
     out = out_dir / f"out-{n}.png"
     argv = [sys.executable, *CLI, "run", *run_args, "--json", "--output", str(out), "--overwrite"]
     started = time.perf_counter()
