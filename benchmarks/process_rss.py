@@ -10,10 +10,16 @@ the last one the process base RSS. This measures it two ways:
   a pipeline class, importing the engine; then the largest mappings;
 - `run`: `omni-console run` in this process with a sampler thread reading RSS and the engine's own count of
   page-locked and arena bytes every `--interval` seconds, so `RSS - arenas` (what the process holds beyond what
-  the plan names) is known per phase, at the RSS peak and at the end.
+  the plan names) is known per phase, at the RSS peak and at the end. `--phases` prints each phase's largest
+  RSS split into anonymous, file-backed and shared memory beside the arenas (issue 35: which kind a gap is);
+- `resident`: the resident blocks of a load without masters (`run --ram-budget`) on a CPU: each read from its
+  files into the host tensors the DiT was built with and moved off the host (re-pointed at storage outside the
+  heap, as a GPU copy leaves it), once as the engine does (`move_resident`: its pages given back per block)
+  and once untrimmed (the load before that fix); the RSS each left behind.
 
     python -m benchmarks.process_rss stages --out process_rss_stages.json
-    python -m benchmarks.process_rss run --out process_rss_run.json -- --model /tmp/flux-size --steps 2
+    python -m benchmarks.process_rss run --phases --out process_rss_run.json -- --model /tmp/flux-size --steps 2
+    python -m benchmarks.process_rss resident --model /tmp/flux-small --out process_rss_resident.json
 
 Everything after `--` goes to `run` unchanged (its `--output` defaults to a temporary file).
 """
@@ -227,11 +233,7 @@ def run_in_process(args: argparse.Namespace) -> dict[str, Any]:
     samples = sampler.samples
     trimmed = release_freed_heap()  # what the C heap still held free at the end (the engine trims after each phase)
     peak = max(samples, key=lambda s: s["VmRSS"])
-    by_phase: dict[str, dict[str, int]] = {}
-    for s in samples:
-        slot = by_phase.setdefault(s["phase"], {"rss": 0, "outside_arenas": 0, "arena": 0})
-        for key, field in (("rss", "VmRSS"), ("outside_arenas", "outside_arenas"), ("arena", "arena")):
-            slot[key] = max(slot[key], s[field])
+    by_phase = phase_maxima(samples)
     report = {"argv": argv, "returncode": code, "before": before, "peak": peak, "end": samples[-1],
               "end_heap_released": trimmed, "end_after_trim": status(),
               "outside_arenas_max": max(s["outside_arenas"] for s in samples), "by_phase": by_phase,
@@ -243,19 +245,110 @@ def run_in_process(args: argparse.Namespace) -> dict[str, Any]:
           f"; outside the arenas at most {report['outside_arenas_max'] / GB:.3f} GB; at the end "
           f"{samples[-1]['outside_arenas'] / GB:.3f} GB (then malloc_trim released {(trimmed or 0) / GB:.3f} GB)",
           flush=True)
+    if args.phases:
+        print_phases(by_phase)
     return report
+
+
+PHASE_FIELDS = (("rss", "VmRSS"), ("anon", "RssAnon"), ("file", "RssFile"), ("shmem", "RssShmem"),
+                ("arena", "arena"), ("pinned", "pinned"), ("outside_arenas", "outside_arenas"))
+
+
+def phase_maxima(samples: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Each phase's (last progress line's) largest figure of each kind, in the order the phases came."""
+    by_phase: dict[str, dict[str, int]] = {}
+    for s in samples:
+        slot = by_phase.setdefault(s["phase"], dict.fromkeys((key for key, _ in PHASE_FIELDS), 0))
+        for key, field in PHASE_FIELDS:
+            slot[key] = max(slot[key], s.get(field, 0))
+    return by_phase
+
+
+def print_phases(by_phase: dict[str, dict[str, int]]) -> None:
+    """One row a phase: where the RSS peak of each kind was (GB)."""
+    print(f"{'phase (largest of each, GB)':<60}" + "".join(f"{key:>15}" for key, _ in PHASE_FIELDS))
+    for phase, row in by_phase.items():
+        print(f"{phase[:58]:<60}" + "".join(f"{row[key] / GB:>15.3f}" for key, _ in PHASE_FIELDS))
+
+
+def resident_heap(args: argparse.Namespace) -> dict[str, Any]:
+    """`resident` (module docstring): each DiT block of `--model` read and moved off the host, trimmed and not."""
+    import torch
+
+    from omni_console.engine.model_dir.discovery import discover_model
+    from omni_console.offload import resident_blocks
+    from omni_console.offload.block_packing import Block, unique_tensors
+    from omni_console.offload.deferred_weights import DeferredWeights
+    from omni_console.offload.devices import rebind
+
+    def off_host(tensors: list[torch.Tensor], _device: torch.device) -> int:
+        for t in tensors:
+            rebind(t, lambda t=t: torch.zeros((), dtype=t.dtype).expand(t.shape))
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def untrimmed(b: Block, weights: DeferredWeights | None, device: torch.device) -> int:
+        assert weights is not None
+        weights.materialize_module(b.module)
+        return off_host(unique_tensors(b.module), device)
+
+    info = next(c for c in discover_model(args.model).components if c.role == "dit" and c.block_lists)
+    out: dict[str, Any] = {"model": str(args.model), "component": info.name}
+    real_move = resident_blocks.move_preserving_aliases
+    resident_blocks.move_preserving_aliases = off_host  # type: ignore[assignment]  # a GPU copy, as the host sees it
+    try:
+        for mode, move in (("untrimmed", untrimmed), ("move_resident", resident_blocks.move_resident)):
+            out[mode] = _moved_blocks(info, mode, move)
+    finally:
+        resident_blocks.move_preserving_aliases = real_move
+    return out
+
+
+def _moved_blocks(info: Any, mode: str, move: Any) -> dict[str, Any]:
+    """Every block of `info` built empty, then read and moved by `move`; the anonymous RSS each left behind."""
+    import ctypes
+
+    import torch
+
+    from omni_console.engine.loading.direct_load import build_deferred
+    from omni_console.offload.block_packing import Block
+    from omni_console.offload.deferred_weights import DeferredWeights
+
+    weights = DeferredWeights(4)
+    try:
+        module, why = build_deferred(info, torch.bfloat16, weights)
+        if module is None:
+            raise SystemExit(f"{info.name}: {why}")
+        rows, start = [], status()["RssAnon"]
+        for b in info.block_lists:
+            for i, m in enumerate(getattr(module, b.attr)):
+                moved = move(Block(f"{b.attr}.{i}", m, resident=True), weights, torch.device("cpu"))
+                rows.append({"block": f"{b.attr}.{i}", "bytes": moved, "anon_left": status()["RssAnon"] - start})
+    finally:
+        weights.close()
+    ctypes.CDLL(None).malloc_trim(0)
+    most = max(r["anon_left"] for r in rows)  # the last free may reach the heap's top: glibc trims it there
+    result = {"blocks": rows, "left_at_most": most, "left_after_all": rows[-1]["anon_left"],
+              "left_after_trim": status()["RssAnon"] - start}
+    steps = [r["anon_left"] - (rows[k - 1]["anon_left"] if k else 0) for k, r in enumerate(rows)]
+    print(f"{mode}: " + ", ".join(f"{r['block']} +{d / 1e6:.1f}" for r, d in zip(rows, steps, strict=True))
+          + f" MB; at most {most / 1e6:.1f} MB left behind, {rows[-1]['anon_left'] / 1e6:.1f} MB after the last "
+          f"(after malloc_trim {result['left_after_trim'] / 1e6:.1f})", flush=True)
+    return result
 
 
 def main() -> None:
     parser = harness.parser(__doc__, out="process_rss.json")
-    parser.add_argument("what", choices=["stages", "run"])
+    parser.add_argument("what", choices=["stages", "run", "resident"])
     parser.add_argument("--device", default="cuda", help="stages: the device (cuda or cpu)")
     parser.add_argument("--interval", type=float, default=0.05)
+    parser.add_argument("--phases", action="store_true", help="run: print each phase's RSS by kind")
+    parser.add_argument("--model", type=Path, help="resident: the model directory whose DiT blocks are moved")
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:cut])
     args.run_args = argv[cut + 1 :]  # everything after `--` is run's
-    report = run_stages(args) if args.what == "stages" else run_in_process(args)
+    what = {"stages": run_stages, "run": run_in_process, "resident": resident_heap}[args.what]
+    report = what(args)
     harness.write({"what": args.what, **report}, args)
 
 

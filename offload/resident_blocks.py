@@ -1,6 +1,6 @@
 """A streamer's block moves outside the ring: resident device copies from the arena (or, for a block in a file
-tier, read from its file), and putting the blocks back on their arena regions after a failed attach
-(offload/streamer.py calls these)."""
+tier, read from its file), a resident block that keeps no master moved to the device once, and putting the blocks
+back on their arena regions after a failed attach (offload/streamer.py calls these)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from collections.abc import Iterable
 import torch
 
 from .address_phase import device_bytes, place_like
-from .block_packing import Block, bind_region, unbind_region
-from .devices import current_stream, is_cuda, rebind
+from .block_packing import Block, bind_region, distinct_bytes, unbind_region, unique_tensors
+from .deferred_weights import DeferredWeights
+from .devices import current_stream, is_cuda, move_preserving_aliases, rebind
 from .pinned import HostArena, typed_view
+from .process_memory import release_freed_heap
 from .slot_filler import SlotFiller
 from .transfer_timing import TransferClock
 
@@ -40,6 +42,24 @@ def read_resident(b: Block, filler: SlotFiller, device: torch.device) -> int:
     b.device_buffer = buffer
     bind_region(b, buffer)
     return n
+
+
+def move_resident(b: Block, weights: DeferredWeights | None, device: torch.device) -> int:
+    """A resident block that keeps no host master (a load without live re-plan): read from its files into its own
+    host tensors, moved to the device, and those host pages handed back to the kernel at once; returns its bytes.
+
+    Why the hand-back: the host tensors were allocated one per weight when the model was built, and glibc serves
+    those under its mmap threshold (up to 32 MiB: a Flux block's 3072x3072 projections, 18.9 MB each) from its
+    heap, where freed memory stays resident. Each resident block then left that share behind until the load's
+    end (151 MB a Flux double block, 57 MB a single one: 1.26 GB for issue 35's flux16 plan of 14 resident
+    blocks, on top of the arena and the bounce rings), which no forecast names. Trimmed per block, the load
+    holds one block's host copy at a time (the host forecast's load read buffer)."""
+    if weights is not None:
+        weights.materialize_module(b.module)
+    tensors = unique_tensors(b.module)
+    if move_preserving_aliases(tensors, device):  # bytes left the host (0 on a CPU: the host copy is the device's)
+        release_freed_heap()
+    return distinct_bytes(tensors)
 
 
 def drop_resident(b: Block, device: torch.device) -> int:

@@ -34,16 +34,16 @@ from dataclasses import replace
 
 import torch
 
-from .block_packing import Block, distinct_bytes, unique_tensors
+from .block_packing import Block, unique_tensors
 from .byte_ring import ByteRing
 from .copy_ledger import CopyLedger
 from .deferred_weights import DeferredWeights
-from .devices import as_device, is_cuda, move_preserving_aliases, placeholder, rebind, synchronize, unview_buffers
+from .devices import as_device, is_cuda, placeholder, rebind, synchronize, unview_buffers
 from .events import EventBus, LogEvent, NullBus
 from .module_hooks import Hooks
 from .options import DEFAULT_LOAD, LoadOptions
 from .residency import BlockResidency
-from .resident_blocks import copy_resident, drop_resident, read_resident, restore_to_arena
+from .resident_blocks import copy_resident, drop_resident, move_resident, read_resident, restore_to_arena
 from .slot_filler import HostCopyFiller, SlotFiller
 from .slot_ring import Ring, SlotRing, ring_hooks
 from .stream_stats import ReplanStats, StepStats
@@ -381,11 +381,7 @@ class LayerwiseStreamer(StreamerFigures):
         for b in self._blocks:
             unview_buffers(b.module)
             if b.resident and not self.keep_masters:
-                if self._weights is not None:
-                    self._weights.materialize_module(b.module)
-                tensors = unique_tensors(b.module)
-                move_preserving_aliases(tensors, self.device)
-                b.tensor_bytes = distinct_bytes(tensors)
+                b.tensor_bytes = move_resident(b, self._weights, self.device)
                 if self._upcast is not None:
                     self._upcast.hold(b)  # resident fp8: upcast before each forward (or once, if kept upcast)
         if packed:

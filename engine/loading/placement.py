@@ -35,6 +35,7 @@ from ...offload.events import EventBus, LogEvent
 from ...offload.file_stager import FileStager
 from ...offload.layer_stage import LayerStage
 from ...offload.pinned import HostArena
+from ...offload.process_memory import release_freed_heap
 from ...offload.staged_calls import stage_around
 from ...offload.stager import ModuleStager
 from ...offload.streamer import LayerwiseStreamer
@@ -101,7 +102,9 @@ class Placement:
 
 def _dit_non_block_to(module: torch.nn.Module, block_attrs: set[str], device: torch.device,
                       weights: DeferredWeights | None) -> None:
-    """Move a DiT's modules other than its block lists (embeddings, norms, projections)."""
+    """Move a DiT's modules other than its block lists (embeddings, norms, projections); off the host, their freed
+    host copies go back to the kernel at once (glibc keeps those under its mmap threshold: see
+    offload/resident_blocks.py `move_resident`)."""
     if weights is not None:  # still in their files: read them in first (small next to the blocks)
         outside = [t for name, child in module.named_children() if name not in block_attrs
                    for t in (*child.parameters(), *child.buffers())]
@@ -113,6 +116,8 @@ def _dit_non_block_to(module: torch.nn.Module, block_attrs: set[str], device: to
         param.data = param.data.to(device)
     for name, buf in list(module.named_buffers(recurse=False)):
         setattr(module, name, buf.to(device))
+    if device.type != "cpu":
+        release_freed_heap()
 
 
 def _non_block_upcast(module: torch.nn.Module, block_attrs: set[str], compute: torch.dtype) -> None:

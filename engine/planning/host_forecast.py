@@ -26,7 +26,9 @@ some phases (load, text encoding, denoise, VAE decode):
   `stage_chunk_bytes` slots; a layer-streamed encoder's are its largest layer);
 - the load's read buffers: arena reads land in place (a batch of `LoadOptions` is a view of the arena and
   costs nothing more), so what a load holds beyond the arenas is a component read into host memory before
-  it moves to the device (a resident one, or the DiT's non-block layers), the largest of them;
+  it moves to the device (a resident one, the DiT's non-block layers, or a resident block of a load that keeps
+  no masters: read into its host tensors, moved, and its pages given back before the next one,
+  offload/resident_blocks.py `move_resident`), the largest of them;
 - on a CPU the device is the host: the device's weights (resident, ring slots, a staged copy) count too;
 - the decoded output: frames x height x width x 3 as float32 plus its uint8 copy.
 
@@ -127,6 +129,12 @@ def master_bytes(plan: Plan, live_replan: bool) -> tuple[int, int]:
     return pinned, chunk
 
 
+def moved_block_bytes(plan: Plan) -> int:
+    """The largest resident block of a load that keeps no block masters: read from its files into host tensors,
+    then moved to the device, one block at a time (offload/resident_blocks.py `move_resident`)."""
+    return max((b.nbytes for b in plan.blocks if not b.streamed), default=0)
+
+
 def stage_chunk(plan: Plan, info: ComponentInfo) -> int:
     """The bounce slot a file-tier staged component reads through: `stage_chunk_bytes` of it, or the whole component
     if smaller (offload/file_stager.py); where the plan streams it layer by layer, its layer ring's slots (its largest
@@ -189,6 +197,8 @@ def host_forecast(plan: Plan, request: RequestSize | None = None, *, live_replan
     run baseline (the profile's), else the measured constant."""
     keep_masters = (live_replan and plan.policy.mode == "dlo") or bool(plan.experts)
     blocks_pinned, largest_file_block, read_once = block_bytes(plan, keep_masters)
+    if not (keep_masters or on_cpu):  # on a CPU the block's host copy is its device copy (counted below)
+        read_once = max(read_once, moved_block_bytes(plan))
     masters_pinned, master_chunk = master_bytes(plan, live_replan)
     rings = (bounce_ring_bytes(largest_file_block) if largest_file_block else 0) + (
         bounce_ring_bytes(master_chunk) if master_chunk else 0)

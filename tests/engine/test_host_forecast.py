@@ -129,6 +129,20 @@ def test_file_tiers_cost_only_the_bounce_ring():
     assert host_forecast(replace(quantized, tiers=tiers)).part("load read buffers") == t5
 
 
+def test_a_load_without_block_masters_holds_one_resident_block_before_it_moves():
+    """flux16 (`run --ram-budget`, no live masters): each resident block is read from its files into host tensors,
+    moved to the device and its pages given back before the next (offload/resident_blocks.py `move_resident`), so
+    the load holds the largest resident block once; with masters they come from the arena, and on a CPU the host
+    copy is the device's own (counted as device weights)."""
+    plan = make_plan(flux_size_model(), build_policy({}, 14, placement="spread"))
+    block = max(b.nbytes for b in plan.blocks if not b.streamed)
+    non_block = next(c.info.non_block_bytes for c in plan.components if c.residency == "streamed")
+    assert block > non_block
+    assert host_forecast(plan).part("load read buffers") == block
+    assert host_forecast(plan, live_replan=True).part("load read buffers") == non_block
+    assert host_forecast(plan, on_cpu=True).part("load read buffers") == 0
+
+
 def test_decoded_output_scales_with_frames_and_pixels():
     plan = make_plan(flux_size_model(), build_policy({}, 0))
     one = host_forecast(plan, RequestSize(height=480, width=832, frames=1))
