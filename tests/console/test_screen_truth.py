@@ -235,6 +235,38 @@ async def test_escape_on_a_slow_step_says_cancelling_until_the_request_ends(app,
 
 
 @pytest.mark.slow
+async def test_escape_before_the_request_start_is_drained_still_says_cancelling(app, monkeypatch):
+    """esc can come between the engine starting the request and the UI applying that start (its event waits
+    for the next drain): the start must not clear what esc said."""
+    in_first_step, finish_step = threading.Event(), threading.Event()
+    real_step_end = StepClock.on_step_end
+
+    def slow_step_end(self, pipe, step, timestep, kwargs):
+        if step == 0:
+            in_first_step.set()
+            assert finish_step.wait(30)
+        return real_step_end(self, pipe, step, timestep, kwargs)
+
+    monkeypatch.setattr(StepClock, "on_step_end", slow_step_end)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        await load(pilot, app)
+        drain = app.drain_events
+        monkeypatch.setattr(app, "drain_events", lambda flush=True: 0)  # the start's event waits, undrained
+        future = app.start_generate(default_request(app.engine, prompt="a red cube", steps=4))
+        assert await asyncio.to_thread(in_first_step.wait, 30)
+        await pilot.press("escape")
+        monkeypatch.setattr(app, "drain_events", drain)
+        drain()  # now the start arrives, after esc
+        await pilot.pause()
+        assert CANCELLING in screen_text(app)
+        finish_step.set()
+        await finish(pilot, future, lambda: not app.generating)
+        await until(pilot, lambda: CANCELLING not in screen_text(app))
+        assert "cancelled after 1/4 steps" in app.live_screen.gen_text
+
+
+@pytest.mark.slow
 async def test_live_screen_toasts_stay_off_the_staging_log(app):
     async with app.run_test(size=(160, 48), notifications=True) as pilot:
         await pilot.pause()
