@@ -231,7 +231,9 @@ def run_in_process(args: argparse.Namespace) -> dict[str, Any]:
     from omni_console.offload.process_memory import release_freed_heap
 
     samples = sampler.samples
-    trimmed = release_freed_heap()  # what the C heap still held free at the end (the engine trims after each phase)
+    before_trim = status()["VmRSS"]
+    # what the C heap still held free at the end (the engine trims after each phase); None: no glibc to ask
+    trimmed = before_trim - status()["VmRSS"] if release_freed_heap() else None
     peak = max(samples, key=lambda s: s["VmRSS"])
     by_phase = phase_maxima(samples)
     report = {"argv": argv, "returncode": code, "before": before, "peak": peak, "end": samples[-1],

@@ -100,10 +100,11 @@ def bound_allocator(device: torch.device, cap_bytes: int | None) -> float | None
     return fraction
 
 
-def _rss(status: Path = Path("/proc/self/status")) -> int | None:
+def status_bytes(key: str, status: Path = Path("/proc/self/status")) -> int | None:
+    """One of the kernel's memory figures for this process (VmRSS, VmHWM, ...) in bytes; None where it does not say."""
     try:
         for line in status.read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
@@ -122,18 +123,17 @@ def _libc_trim() -> Callable[[int], int] | None:
 _TRIM = _libc_trim()
 
 
-def release_freed_heap() -> int | None:
-    """Give the C heap's free pages back to the kernel; the RSS it released (None: no glibc, or no /proc).
+def release_freed_heap() -> bool:
+    """Give the C heap's free pages back to the kernel; False where there is no glibc to ask.
 
     Why: glibc keeps freed memory for reuse. Once a freed block of up to 32 MiB raised its mmap threshold,
     host tensors of that size come from the heap, and what a load frees between the blocks that stay (read
     buffers, a component's host copy before it moved to the device, in the load's own threads' arenas) stays
     resident: the process's RSS then exceeds what it holds by that much (benchmarks/process_rss.py measures
     it; a CPU sketch: 300 MB of freed 3 MB tensors stayed resident until `malloc_trim(0)` released them).
-    `malloc_trim(0)` releases the free pages of every arena, including those between live blocks."""
+    `malloc_trim(0)` releases the free pages of every arena, including those between live blocks. Called per
+    resident block during a load, so it measures nothing itself (the benchmark reads RSS around it)."""
     if _TRIM is None:
-        return None
-    before = _rss()
+        return False
     _TRIM(0)
-    after = _rss()
-    return before - after if before is not None and after is not None else None
+    return True

@@ -18,6 +18,7 @@ import hashlib
 from dataclasses import replace
 from pathlib import Path
 
+from ...offload.process_memory import status_bytes
 from .host_forecast import HostForecast, host_forecast, learned_baseline
 from .plan import Plan
 from .request_profile import RequestProfile, RequestSize
@@ -54,10 +55,4 @@ def with_host_peak(profile: RequestProfile, plan: Plan, measured_peak: int | Non
 
 def peak_rss(status: Path = Path("/proc/self/status")) -> int | None:
     """The process's peak RSS so far (VmHWM, Linux), None where the kernel does not say."""
-    try:
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    return status_bytes("VmHWM", status)

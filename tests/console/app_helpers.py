@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -12,6 +13,7 @@ from textual.pilot import Pilot
 
 from omni_console.console.app import OmniConsoleApp
 from omni_console.engine.engine import Engine
+from omni_console.engine.running.runner import StepClock
 from omni_console.offload.policy import OffloadPolicy, build_policy
 from omni_console.offload.telemetry import HostMemory, NvmlMemory, TorchMemory
 
@@ -104,3 +106,19 @@ async def press_quit(pilot: Pilot, app: App, key: str = "q", limit_s: float = 30
         await asyncio.sleep(0.01)
     press.cancel()
     assert app.return_value is not None, f"{key} did not end the app within {limit_s} s"
+
+
+def hold_first_step(monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """(in_first_step, release): the first step to end waits on the engine thread until the test sets `release`,
+    having set `in_first_step` (a slow step, or a first request that is certainly running while the test looks)."""
+    in_first_step, release = threading.Event(), threading.Event()
+    real_step_end = StepClock.on_step_end
+
+    def held_step_end(self, pipe, step, timestep, kwargs):
+        if not in_first_step.is_set():
+            in_first_step.set()
+            assert release.wait(30)
+        return real_step_end(self, pipe, step, timestep, kwargs)
+
+    monkeypatch.setattr(StepClock, "on_step_end", held_step_end)
+    return in_first_step, release

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
-from app_helpers import finish, load, make_app, screen_text, until
+from app_helpers import finish, hold_first_step, load, make_app, screen_text, until
 from lora_writers import write_peft_lora
 from PIL import Image
 from textual.widgets import Input
@@ -21,7 +20,6 @@ from omni_console.console.lora_set import LoraSet, lora_text
 from omni_console.console.screens import GenerateDialog, HistoryScreen
 from omni_console.engine.engine import Engine
 from omni_console.engine.options import EngineOptions
-from omni_console.engine.running.runner import StepClock
 from omni_console.offload.policy import build_policy
 
 
@@ -97,16 +95,7 @@ async def test_the_panel_sets_the_next_requests_loras_and_a_queued_one_keeps_its
         request, *args, **kw))  # records what each request carried; the engine runs it
     app = make_app(engine, tmp_path, build_policy({}, 0))
     app.lora_set = LoraSet(started, "sidecar")
-    in_first_step, release = threading.Event(), threading.Event()
-    real_step_end = StepClock.on_step_end
-
-    def held_step_end(self, pipe, step, timestep, kwargs):  # the first request waits in its first step until
-        if not in_first_step.is_set():                       # the second is queued behind it
-            in_first_step.set()
-            assert release.wait(30)
-        return real_step_end(self, pipe, step, timestep, kwargs)
-
-    monkeypatch.setattr(StepClock, "on_step_end", held_step_end)
+    in_first_step, release = hold_first_step(monkeypatch)  # the first request holds until the second is queued
     try:
         async with app.run_test(size=(160, 48)) as pilot:
             await load(pilot, app)

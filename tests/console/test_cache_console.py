@@ -5,11 +5,10 @@ gives the step as a range, and the request's steps show their hits and skipped b
 from __future__ import annotations
 
 import asyncio
-import threading
 from concurrent.futures import Future
 
 import pytest
-from app_helpers import finish, forecast_shown, load, screen_text, until
+from app_helpers import finish, forecast_shown, hold_first_step, load, screen_text, until
 from textual.widgets import DataTable, Input
 
 from omni_console.console.generate_form import RequestForm
@@ -19,7 +18,6 @@ from omni_console.console.session import ConsoleSession
 from omni_console.engine.errors import ConfigError
 from omni_console.engine.model_dir.discovery import discover_model
 from omni_console.engine.running.cache_spec import parse_cache
-from omni_console.engine.running.runner import StepClock
 from omni_console.engine.running.step_cache import supported_kinds
 
 
@@ -73,16 +71,7 @@ def test_the_dialog_takes_a_cache_as_run_does_and_names_the_field_when_it_is_bad
 @pytest.mark.slow
 async def test_s_sets_the_next_requests_cache_and_its_steps_show_hits_and_skipped_bytes(app, tmp_path, monkeypatch):
     monkeypatch.setenv("OMNI_CONSOLE_CACHE_DIR", str(tmp_path / "cache"))
-    in_first_step, finish_step = threading.Event(), threading.Event()
-    real_step_end = StepClock.on_step_end
-
-    def held_step_end(self, pipe, step, timestep, kwargs):  # the first step ends when the test says so
-        if step == 0:
-            in_first_step.set()
-            assert finish_step.wait(30)
-        return real_step_end(self, pipe, step, timestep, kwargs)
-
-    monkeypatch.setattr(StepClock, "on_step_end", held_step_end)
+    in_first_step, finish_step = hold_first_step(monkeypatch)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
         await load(pilot, app)

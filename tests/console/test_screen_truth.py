@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import re
-import threading
 from dataclasses import dataclass
 
 import pytest
-from app_helpers import finish, load, screen_text, until
+from app_helpers import finish, hold_first_step, load, screen_text, until
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 
@@ -20,7 +19,6 @@ from omni_console.console.toasts import toasts_replaced_by
 from omni_console.console.widgets import StagingLog, StepTimings, format_event
 from omni_console.console.widgets.zero_sparkline import BARS, ZeroSparkline, zero_based_bars
 from omni_console.engine.events import StepTiming
-from omni_console.engine.running.runner import StepClock
 from omni_console.offload.events import StagingEvent
 from omni_console.themes import CSS_PATH, DEFAULT_THEME, register_themes
 
@@ -205,16 +203,7 @@ async def test_seven_presses_of_minus_leave_at_most_two_toasts(app):
 
 @pytest.mark.slow
 async def test_escape_on_a_slow_step_says_cancelling_until_the_request_ends(app, monkeypatch):
-    in_first_step, finish_step = threading.Event(), threading.Event()
-    real_step_end = StepClock.on_step_end
-
-    def slow_step_end(self, pipe, step, timestep, kwargs):
-        if step == 0:
-            in_first_step.set()
-            assert finish_step.wait(30)  # a slow step: it ends when the test says so
-        return real_step_end(self, pipe, step, timestep, kwargs)
-
-    monkeypatch.setattr(StepClock, "on_step_end", slow_step_end)
+    in_first_step, finish_step = hold_first_step(monkeypatch)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
         await load(pilot, app)
@@ -238,16 +227,7 @@ async def test_escape_on_a_slow_step_says_cancelling_until_the_request_ends(app,
 async def test_escape_before_the_request_start_is_drained_still_says_cancelling(app, monkeypatch):
     """esc can come between the engine starting the request and the UI applying that start (its event waits
     for the next drain): the start must not clear what esc said."""
-    in_first_step, finish_step = threading.Event(), threading.Event()
-    real_step_end = StepClock.on_step_end
-
-    def slow_step_end(self, pipe, step, timestep, kwargs):
-        if step == 0:
-            in_first_step.set()
-            assert finish_step.wait(30)
-        return real_step_end(self, pipe, step, timestep, kwargs)
-
-    monkeypatch.setattr(StepClock, "on_step_end", slow_step_end)
+    in_first_step, finish_step = hold_first_step(monkeypatch)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
         await load(pilot, app)

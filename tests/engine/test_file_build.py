@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from process_peak import reset_peak
 
 from omni_console.engine.loading.file_sources import FileTierLoad
 from omni_console.engine.loading.loader import load_component
 from omni_console.engine.model_dir.discovery import discover_component
+from omni_console.offload.process_memory import status_bytes
 
 MB = 1_000_000
 
@@ -34,26 +36,15 @@ def big_encoder(tmp_path_factory: pytest.TempPathFactory):
     return discover_component(root, "text_encoder", "transformers", "T5EncoderModel")
 
 
-def _reset_peak() -> bool:
-    """Reset this process's VmHWM to its current RSS (Linux clear_refs 5); False where not allowed."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def _status(key: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-    raise KeyError(key)
+    figure = status_bytes(key)
+    assert figure is not None, key
+    return figure
 
 
 def _peak_growth(build) -> tuple[int, object]:
     """How far the peak RSS rose above the RSS before `build()` ran, and what it returned."""
-    if not _reset_peak():
+    if not reset_peak():
         pytest.skip("this kernel does not let a process reset its peak RSS")
     before = _status("VmRSS")
     out = build()

@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from process_peak import reset_peak
 from safetensors.torch import save_file
 
 from omni_console.engine.loading.direct_load import add_sources, read_locations
 from omni_console.offload import resident_blocks
 from omni_console.offload.deferred_weights import DeferredWeights
 from omni_console.offload.devices import rebind
+from omni_console.offload.process_memory import status_bytes
 from omni_console.offload.residency import BlockResidency
 from omni_console.offload.streamer import LayerwiseStreamer
 
@@ -32,21 +34,10 @@ pytestmark = pytest.mark.skipif(ctypes.util.find_library("c") is None or not Pat
                                 reason="glibc's heap and /proc's RSS figures are what this measures")
 
 
-def _reset_peak() -> bool:
-    """This process's VmHWM set back to its RSS now (Linux clear_refs 5); False where not allowed."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def _status(key: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-    raise KeyError(key)
+    figure = status_bytes(key)
+    assert figure is not None, key
+    return figure
 
 
 def off_host(tensors: list[torch.Tensor], device: torch.device) -> int:
@@ -92,7 +83,7 @@ def test_resident_blocks_moved_off_the_host_leave_no_heap_behind(weights_file: P
         sentinel = torch.ones(MiB // 4)  # later allocations (the rest of the load) sit above the blocks in the heap
         every = BlockResidency((True,) * BLOCKS, slots=0)  # resident, no masters: each read, then moved
         streamer = LayerwiseStreamer([("blocks", blocks)], "cpu", residency=every, pin=False, weights=weights)
-        peak_known = _reset_peak()
+        peak_known = reset_peak()
         before, start = _status("RssAnon"), _status("VmRSS")
         streamer.attach()
         # the peak against the RSS it started from: memory the rest of the process frees meanwhile (a test suite's
