@@ -21,7 +21,6 @@ import ctypes.util
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -98,17 +97,6 @@ def bound_allocator(device: torch.device, cap_bytes: int | None) -> float | None
     fraction = 1.0 if cap_bytes is None else min(max(cap_bytes / total, 0.0), 1.0)
     torch.cuda.set_per_process_memory_fraction(fraction, index)
     return fraction
-
-
-def status_bytes(key: str, status: Path = Path("/proc/self/status")) -> int | None:
-    """One of the kernel's memory figures for this process (VmRSS, VmHWM, ...) in bytes; None where it does not say."""
-    try:
-        for line in status.read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def _libc_trim() -> Callable[[int], int] | None:

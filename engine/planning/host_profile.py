@@ -18,7 +18,7 @@ import hashlib
 from dataclasses import replace
 from pathlib import Path
 
-from ...offload.process_memory import status_bytes
+from ...offload.proc_status import status_bytes
 from .host_forecast import HostForecast, host_forecast, learned_baseline
 from .plan import Plan
 from .request_profile import RequestProfile, RequestSize

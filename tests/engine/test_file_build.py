@@ -14,7 +14,7 @@ from process_peak import reset_peak
 from omni_console.engine.loading.file_sources import FileTierLoad
 from omni_console.engine.loading.loader import load_component
 from omni_console.engine.model_dir.discovery import discover_component
-from omni_console.offload.process_memory import status_bytes
+from omni_console.offload.proc_status import status_bytes
 
 MB = 1_000_000
 

@@ -22,7 +22,7 @@ from omni_console.engine.loading.direct_load import add_sources, read_locations
 from omni_console.offload import resident_blocks
 from omni_console.offload.deferred_weights import DeferredWeights
 from omni_console.offload.devices import rebind
-from omni_console.offload.process_memory import status_bytes
+from omni_console.offload.proc_status import status_bytes
 from omni_console.offload.residency import BlockResidency
 from omni_console.offload.streamer import LayerwiseStreamer
 
