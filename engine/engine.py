@@ -27,19 +27,20 @@ from ..offload.pinned import HostArena, register_seconds_total
 from ..offload.policy import OffloadPolicy
 from ..offload.process_memory import release_freed_heap
 from ..offload.tiers import HostTiers
-from .events import LoadProgress, LorasApplied, Replanned, RequestFinished, RequestPhases, RequestStarted
+from .events import LoadProgress, Replanned, RequestFinished, RequestPhases, RequestStarted
 from .lifecycle import EngineState, EngineStateError, Lifecycle
 from .loading.file_sources import FileTierLoad
 from .loading.loader import LoadCancelled, pipeline_class, start_loading
-from .loading.lora_apply import AppliedLoras, apply_loras, merge_refusal, plan_lora_modes, remove_loras
-from .loading.lora_files import LoraFile, check_loras
+from .loading.lora_apply import AppliedLoras, merge_refusal
+from .loading.lora_files import check_loras
 from .loading.placement import Placement, begin_placement, place_others, place_streamed
+from .lora_control import LoraControl
 from .model_dir.discovery import ModelInfo, discover_model
 from .model_dir.quant_layouts import check_fp8_device
 from .options import EngineOptions
 from .plan_flow import plan_for
 from .planning.host_profile import peak_rss, with_host_peak
-from .planning.lora_cost import LoraModes, with_lora
+from .planning.lora_cost import with_lora
 from .planning.plan import Plan, make_plan
 from .planning.request_forecast import RequestForecast
 from .planning.request_profile import RequestSize, device_name
@@ -63,7 +64,7 @@ def default_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
-class Engine(Lifecycle):
+class Engine(LoraControl, Lifecycle):
     """One model, one policy at a time, in this process (an `api.EngineHandle`)."""
 
     def __init__(self, model_path: str | Path, *, device: str | torch.device | None = None,
@@ -120,15 +121,6 @@ class Engine(Lifecycle):
         if why is not None:
             raise PolicyError(why)
         return with_lora(plan, modes.device_bytes(modes.chosen)) if modes is not None else plan
-
-    def lora_modes(self, plan: Plan, loras: list[LoraFile] | None = None, mode: str | None = None) -> LoraModes | None:
-        """The LoRAs' device bytes, each mode's cost per step and what `auto` resolves to (None: no LoRA)."""
-        return plan_lora_modes(plan, self.loras if loras is None else loras, self.device_name,
-                               mode or self.options.lora_mode)
-
-    def _lora_mode(self, plan: Plan, loras: list[LoraFile] | None = None, mode: str | None = None) -> str:
-        modes = self.lora_modes(plan, loras, mode)
-        return modes.chosen if modes is not None else (mode or self.options.lora_mode)
 
     @property
     def device_name(self) -> str:
@@ -244,9 +236,7 @@ class Engine(Lifecycle):
                 place_others(self.pipe, plan, self.placement, self.bus, progress=self._progress("place"),
                              cancel=cancel, weights=weights, host_arenas=arenas, options=options,
                              files=file_tiers.found)
-                self._loras_applied = apply_loras(self.pipe, self.placement, self.loras, self._lora_mode(plan))
-                if self.loras:
-                    self._announce_loras(plan)
+                self._apply_loras(plan)
                 if options.compile != "off":
                     self._compile = RegionalCompile(options.compile, options.compile_backend,
                                                     [getattr(self.pipe, d.name) for d in self.model.denoisers],
@@ -307,43 +297,14 @@ class Engine(Lifecycle):
             if (policy.stream_dtype, policy.fp8_modulation) != (old.stream_dtype, old.fp8_modulation):
                 raise PolicyError("changing the stream dtype is a new load: the weights are cast as they are read")
             plan = self.make_plan(policy, self.plan.tiers)  # the masters stay where the load put them
-            remove_loras(self.pipe, self.placement, self._loras_applied)  # resident merged bytes back first
+            self._remove_loras()  # resident merged bytes back first
             event = apply_replan(self.placement, self.plan, plan, self.device)
-            self._loras_applied = apply_loras(self.pipe, self.placement, self.loras, self._lora_mode(plan),
-                                              self._loras_applied)  # merged again where the blocks now are
+            self._apply_loras(plan)  # merged again where the blocks now are
             self.plan = plan
-            if self.loras:
-                self._announce_loras(plan)  # auto may resolve otherwise under the new plan
             self._announce_plan()  # PlanReady: the console's live screen and editor follow the engine's plan
             self.bus.publish(event)
             self._residency.attach()  # the re-planned rows (and the stagers it may have replaced)
             return event
-
-    def set_loras(self, loras: tuple[tuple[str, float], ...], mode: str | None = None) -> float:
-        """Between requests: apply other LoRAs (add, remove, re-scale; `mode` default: the loaded one) without
-        reloading any base weight; returns the seconds it took. A bad LoRA is refused before anything changes."""
-        with self._lock:
-            checked = check_loras(self.model, tuple(loras))
-            if self.state != EngineState.READY or self.placement is None:
-                raise EngineStateError(f"set_loras needs a loaded model (state {self.state.value})")
-            start = time.perf_counter()
-            mode = mode or self.options.lora_mode
-            remove_loras(self.pipe, self.placement, self._loras_applied)
-            self._loras_applied = apply_loras(self.pipe, self.placement, checked,
-                                              self._lora_mode(self.plan, checked, mode), self._loras_applied)
-            self.loras = checked
-            self.options = replace(self.options, loras=tuple(loras), lora_mode=mode)
-            if self.plan is not None:  # the plan's device bytes follow the LoRAs now applied
-                modes = self.lora_modes(self.plan)
-                self.plan = with_lora(self.plan, modes.device_bytes(modes.chosen) if modes is not None else 0)
-                self._announce_loras(self.plan)
-            return time.perf_counter() - start
-
-    def _announce_loras(self, plan: Plan) -> None:
-        """`LorasApplied`: the set now applied and the mode it runs in (a face shows it; `auto` may change)."""
-        chosen = self._lora_mode(plan) if self.loras else None
-        self.bus.publish(LorasApplied(loras=tuple((str(p), float(s)) for p, s in self.options.loras),
-                                      mode=self.options.lora_mode, chosen=chosen))
 
     def _progress(self, phase: str):
         def report(component: str, done: int, total: int) -> None:
