@@ -85,8 +85,13 @@ class _Builder:
         return _us(t - self.origin)
 
     def span(self, tid: int, name: str, cat: str, start: float, seconds: float, **args: Any) -> None:
-        self.out.append({"name": name, "cat": cat, "ph": "X", "pid": PID, "tid": tid, "ts": self.ts(start),
-                         "dur": _us(max(seconds, 0.0)), "args": args})
+        """`ts` and the end are each rounded from the clock, `dur` is their difference: spans placed end to end
+        stay end to end (a `dur` rounded on its own could end 1 ns past the next span's start, which viewers
+        read as a span inside the one before it that ends past its parent)."""
+        ts = self.ts(start)
+        end = max(self.ts(start + max(seconds, 0.0)), ts)
+        self.out.append({"name": name, "cat": cat, "ph": "X", "pid": PID, "tid": tid, "ts": ts,
+                         "dur": round(end - ts, 3), "args": args})
 
     def instant(self, tid: int, name: str, cat: str, t: float, scope: str = "t", **args: Any) -> None:
         self.out.append({"name": name, "cat": cat, "ph": "i", "s": scope, "pid": PID, "tid": tid, "ts": self.ts(t),
@@ -212,8 +217,8 @@ def _host(b: _Builder, events: list[Event]) -> None:
 
 
 def _counters(b: _Builder, events: list[Event]) -> None:
-    for e in events:
-        if isinstance(e, TelemetryEvent):
+    for e in events:  # a sample taken before the request began (published after it) is not this request's
+        if isinstance(e, TelemetryEvent) and e.t >= b.origin:
             snap: Any = e.snapshot
             memory = {k: v for k, v in (("allocated", snap.torch.allocated), ("reserved", snap.torch.reserved),
                                          ("nvml_process", snap.nvml.process_used)) if v is not None}
