@@ -125,9 +125,12 @@ def screen_lines(app: OmniConsoleApp) -> list[str]:
 
 
 def status_says_paused(app: OmniConsoleApp) -> bool:
-    """The live screen's status line (on screen at every size) says the staging log is paused."""
+    """The live screen's status line (on screen at every size) says the staging log is paused. The line wraps at
+    spaces (a GPU's name makes it longer than 80 columns), so its rows are read as one run of words: joined
+    without spaces, "staging log / paused" was never found and every other press at 80x24 timed out (H100)."""
     region = app.live_screen.status_line.region  # type: ignore[union-attr]
-    return LOG_PAUSED in "".join(screen_lines(app)[region.y:region.bottom])
+    words = " ".join(" ".join(screen_lines(app)[region.y:region.bottom]).split())
+    return LOG_PAUSED in words
 
 
 async def wait_for(condition, timeout: float = TIMEOUT_S) -> bool:
