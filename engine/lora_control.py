@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..offload.events import EventBus
 from .events import LorasApplied
 from .lifecycle import EngineState, EngineStateError
-from .loading.lora_apply import AppliedLoras, apply_loras, plan_lora_modes, remove_loras
+from .loading.lora_apply import AppliedLoras, apply_loras, plan_lora_modes, remove_loras, switch_loras
 from .loading.lora_files import LoraFile, check_loras
 from .planning.lora_cost import LoraModes, with_lora
 
@@ -71,9 +71,8 @@ class LoraControl:
                 raise EngineStateError(f"set_loras needs a loaded model (state {self.state.value})")
             start = time.perf_counter()
             mode = mode or self.options.lora_mode
-            self._remove_loras()
-            self._loras_applied = apply_loras(self.pipe, self.placement, checked,
-                                              self._lora_mode(self.plan, checked, mode), self._loras_applied)
+            self._loras_applied = switch_loras(self.pipe, self.placement, self._loras_applied, checked,
+                                               self._lora_mode(self.plan, checked, mode))  # hot-swapped where alike
             self.loras = checked
             self.options = replace(self.options, loras=tuple(loras), lora_mode=mode)
             modes = self.lora_modes(self.plan)  # the plan's device bytes follow the LoRAs now applied
