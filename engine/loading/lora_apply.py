@@ -111,6 +111,7 @@ def switch_loras(pipe: Any, placement: Placement, applied: AppliedLoras, loras: 
     if loras and applied.names == adapter_names(loras) and applied.shapes == [lora_shapes(x) for x in loras] \
             and all(set(x.components) <= HOT_SWAPPABLE for x in loras):
         remove_loras(pipe, placement, applied, keep_adapters=True)
+        _own_host_adapters(pipe)
         try:
             _load(pipe, placement.streamer, loras, applied.names, hotswap=True)
         except Exception:  # noqa: BLE001 - diffusers refused this swap (alphas, rank patterns...): load afresh
@@ -273,6 +274,21 @@ def _merger(module: Any, names: list[str]) -> Callable[[], None]:
         module.merge(safe_merge=False, adapter_names=wanted)
 
     return merge
+
+
+def _own_host_adapters(pipe: Any) -> None:
+    """Give every A/B kept in host memory storage of its own before a hot swap writes into it: on a CPU, PEFT's
+    A/B are the checked file's own tensors (nothing copied them), and the swap would write the next LoRA into the
+    previous one's tensors, which the engine keeps and may apply again. On a GPU they are device copies already."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    for component in _lora_components(pipe):
+        for module in component.modules():
+            if isinstance(module, BaseTunerLayer):
+                for name in ("lora_A", "lora_B"):
+                    for param in getattr(module, name).parameters():
+                        if param.device.type == "cpu":
+                            param.data = param.data.clone()
 
 
 def _forget_merges(pipe: Any) -> None:

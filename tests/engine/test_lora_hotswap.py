@@ -51,3 +51,25 @@ def test_a_lora_of_the_same_layout_is_hot_swapped_and_still_matches_diffusers(de
         assert engine.placement.streamer.filler.arena is arena  # the base weights were never read again
     finally:
         engine.close()
+
+
+@pytest.mark.slow  # one load, one switch
+def test_a_hot_swap_never_writes_into_the_previous_loras_tensors(demo_model_dir: Path, tmp_path: Path):
+    """On a CPU, PEFT's A/B were the checked file's own tensors: swapping the next LoRA in wrote into them, and the
+    previous LoRA applied again (a re-plan, the benchmark's switch back) was the next one."""
+    import torch
+
+    pattern = r"attn\.(to_|add_)|ff"
+    a, b = (write_peft_lora(tmp_path / f"{n}.safetensors", demo_model_dir / "transformer", "transformer",
+                            pattern=pattern, seed=s) for n, s in (("a", 1), ("b", 2)))
+    engine = Engine(demo_model_dir, device="cpu", options=EngineOptions(loras=((str(a), 0.7),), lora_mode="sidecar"))
+    try:
+        engine.load(build_policy({}, 2))
+        first = engine.loras[0]
+        kept = {k: t.clone() for k, t in first.tensors.items()}
+        before = peft_layers(engine)
+        engine.set_loras(((str(b), 0.7),), "sidecar")
+        assert peft_layers(engine) == before  # it was a hot swap
+        assert all(torch.equal(first.tensors[k], t) for k, t in kept.items())
+    finally:
+        engine.close()
