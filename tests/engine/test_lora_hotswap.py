@@ -73,3 +73,23 @@ def test_a_hot_swap_never_writes_into_the_previous_loras_tensors(demo_model_dir:
         assert all(torch.equal(first.tensors[k], t) for k, t in kept.items())
     finally:
         engine.close()
+
+
+@pytest.mark.slow  # one load, two requests, two plain pipelines
+def test_a_same_layout_lora_with_another_alpha_still_matches_diffusers(demo_model_dir: Path, tmp_path: Path):
+    """Alike in keys and shapes, unlike in alpha (8 and 2): the hot swap must carry the new alpha into each layer's
+    scaling (diffusers 0.42 swaps it; a refusal would load afresh), so each request equals plain diffusers with
+    that LoRA loaded afresh, in both modes."""
+    pattern = r"attn\.to_|ff"
+    x, y = (write_peft_lora(tmp_path / f"{n}.safetensors", demo_model_dir / "transformer", "transformer",
+                            pattern=pattern, seed=s, alpha=alpha) for n, s, alpha in (("x", 5, 8.0), ("y", 6, 2.0)))
+    engine = Engine(demo_model_dir, device="cpu", options=EngineOptions(loras=((str(x), 0.8),), lora_mode="merge"))
+    try:
+        engine.load(build_policy({}, 2))
+        for lora, mode in ((y, "merge"), (x, "sidecar")):
+            engine.set_loras(((str(lora), 0.8),), mode)
+            got = np.asarray(engine.generate(FLUX_REQUEST).image)[None]
+            expected = plain_output(demo_model_dir, FLUX_REQUEST, [(lora, 0.8)], mode)
+            assert np.array_equal(got.reshape(expected.shape), expected), (lora.name, mode)
+    finally:
+        engine.close()
