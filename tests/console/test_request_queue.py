@@ -10,13 +10,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from app_helpers import finish, load, make_app, screen_text, until
+from app_helpers import finish, hold_first_step, load, make_app, screen_text, until
 from textual.widgets import Input
 
 from omni_console.console.headless import default_request
 from omni_console.console.screens import GenerateDialog, HistoryScreen
 from omni_console.engine.engine import Engine
-from omni_console.engine.running.runner import StepClock
 from omni_console.engine.service.history import MAX_BYTES
 
 
@@ -30,17 +29,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def held_first_step(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
     """(entered, release): the first request waits inside its first step until the test releases it."""
-    entered, release = threading.Event(), threading.Event()
-    real = StepClock.on_step_end
-
-    def held(self, pipe, step, timestep, kwargs):
-        if not release.is_set():
-            entered.set()
-            assert release.wait(60)
-        return real(self, pipe, step, timestep, kwargs)
-
-    monkeypatch.setattr(StepClock, "on_step_end", held)
-    return entered, release
+    return hold_first_step(monkeypatch)
 
 
 def queue_rows(app) -> list[list[str]]:
