@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -105,17 +106,20 @@ class Streamed:
     def apply(self, lora: LoraFile | None, mode: str) -> float:
         """Take off what is applied and apply `lora` (None: nothing) in `mode`, as the engine's `set_loras` does
         (hot-swapped where the LoRA has the layout of the one applied); the seconds it took."""
-        t0 = time.perf_counter()
-        self.applied = switch_loras(self.pipe, self.placement, self.applied, [lora] if lora else [], mode)
-        if self.placement.device.type == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - t0
+        loras = [lora] if lora else []
+        return self._timed(lambda: switch_loras(self.pipe, self.placement, self.applied, loras, mode))
 
     def reload(self, lora: LoraFile, mode: str) -> float:
         """The same switch without a hot swap: diffusers' unload, then load; the seconds it took."""
+        def unload_and_load() -> AppliedLoras:
+            remove_loras(self.pipe, self.placement, self.applied)
+            return apply_loras(self.pipe, self.placement, [lora], mode, self.applied)
+
+        return self._timed(unload_and_load)
+
+    def _timed(self, switch: Callable[[], AppliedLoras]) -> float:
         t0 = time.perf_counter()
-        remove_loras(self.pipe, self.placement, self.applied)
-        self.applied = apply_loras(self.pipe, self.placement, [lora], mode, self.applied)
+        self.applied = switch()
         if self.placement.device.type == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter() - t0

@@ -101,6 +101,10 @@ def apply_loras(pipe: Any, placement: Placement, loras: list[LoraFile], mode: st
     return _activate(pipe, placement, loras, mode, applied)
 
 
+HOT_SWAPPABLE = frozenset({"transformer", "unet"})
+"""Components diffusers hot-swaps a LoRA into (not the text encoders, and a second expert loads apart)."""
+
+
 def switch_loras(pipe: Any, placement: Placement, applied: AppliedLoras, loras: list[LoraFile], mode: str
                  ) -> AppliedLoras:
     """Between requests: take `applied` off and apply `loras`. Where each new LoRA has the keys and shapes of the
@@ -111,7 +115,6 @@ def switch_loras(pipe: Any, placement: Placement, applied: AppliedLoras, loras: 
     if loras and applied.names == adapter_names(loras) and applied.shapes == [lora_shapes(x) for x in loras] \
             and all(set(x.components) <= HOT_SWAPPABLE for x in loras):
         remove_loras(pipe, placement, applied, keep_adapters=True)
-        _own_host_adapters(pipe)
         try:
             _load(pipe, placement.streamer, loras, applied.names, hotswap=True)
         except Exception:  # noqa: BLE001 - diffusers refused this swap (alphas, rank patterns...): load afresh
@@ -123,10 +126,6 @@ def switch_loras(pipe: Any, placement: Placement, applied: AppliedLoras, loras: 
     else:
         remove_loras(pipe, placement, applied)
     return apply_loras(pipe, placement, loras, mode, applied)
-
-
-HOT_SWAPPABLE = frozenset({"transformer", "unet"})
-"""Components diffusers hot-swaps a LoRA into (not the text encoders, and a second expert loads apart)."""
 
 
 def _load(pipe: Any, streamer: LayerwiseStreamer | None, loras: list[LoraFile], names: list[str], hotswap: bool
@@ -170,13 +169,9 @@ def by_expert(pipe: Any, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, to
 def _to_device(pipe: Any, device: torch.device) -> None:
     """A/B on the device for every component: PEFT put them beside the base weight as it was at injection,
     which for a staged encoder between its calls is the host master."""
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    for component in _lora_components(pipe):
-        for module in component.modules():
-            if isinstance(module, BaseTunerLayer):
-                for name in ("lora_A", "lora_B"):
-                    getattr(module, name).to(device)
+    for module in _peft_layers(pipe):
+        for name in ("lora_A", "lora_B"):
+            getattr(module, name).to(device)
 
 
 def remove_loras(pipe: Any, placement: Placement, applied: AppliedLoras, keep_adapters: bool = False) -> None:
@@ -192,7 +187,7 @@ def remove_loras(pipe: Any, placement: Placement, applied: AppliedLoras, keep_ad
             weight.data.copy_(saved)
     applied.restore.clear()
     if keep_adapters:
-        _forget_merges(pipe)
+        _ready_for_swap(pipe)
     elif applied.names:
         with shaped_placeholders(pipe, placement.streamer):
             pipe.unload_lora_weights()
@@ -276,30 +271,29 @@ def _merger(module: Any, names: list[str]) -> Callable[[], None]:
     return merge
 
 
-def _own_host_adapters(pipe: Any) -> None:
-    """Give every A/B kept in host memory storage of its own before a hot swap writes into it: on a CPU, PEFT's
-    A/B are the checked file's own tensors (nothing copied them), and the swap would write the next LoRA into the
-    previous one's tensors, which the engine keeps and may apply again. On a GPU they are device copies already."""
+def _ready_for_swap(pipe: Any) -> None:
+    """Every PEFT layer made ready for a hot swap to write into it:
+    - marked unmerged: its weight has its unmerged bytes again (restored, or refilled from its master), and a hot
+      swap refuses a layer PEFT believes merged;
+    - its A/B in host memory given storage of their own: on a CPU they are the checked file's own tensors (nothing
+      copied them), and the swap would write the next LoRA into the previous one's, which the engine keeps and may
+      apply again. On a GPU they are device copies already."""
+    for module in _peft_layers(pipe):
+        module.merged_adapters.clear()
+        for name in ("lora_A", "lora_B"):
+            for param in getattr(module, name).parameters():
+                if param.device.type == "cpu":
+                    param.data = param.data.clone()
+
+
+def _peft_layers(pipe: Any) -> Iterator[Any]:
+    """Every PEFT (LoRA) layer of every component of `pipe`."""
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     for component in _lora_components(pipe):
         for module in component.modules():
             if isinstance(module, BaseTunerLayer):
-                for name in ("lora_A", "lora_B"):
-                    for param in getattr(module, name).parameters():
-                        if param.device.type == "cpu":
-                            param.data = param.data.clone()
-
-
-def _forget_merges(pipe: Any) -> None:
-    """Every PEFT layer marked unmerged: its weight has its unmerged bytes again (restored, or refilled from its
-    master), and a hot swap refuses a layer PEFT believes merged."""
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    for component in _lora_components(pipe):
-        for module in component.modules():
-            if isinstance(module, BaseTunerLayer):
-                module.merged_adapters.clear()
+                yield module
 
 
 def _lora_components(pipe: Any) -> Iterator[torch.nn.Module]:
