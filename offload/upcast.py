@@ -19,7 +19,7 @@ conversion is lossless, and a block computes with the very weights diffusers' la
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -28,6 +28,7 @@ from .block_packing import Binding, Block, unique_tensors
 from .devices import rebind, storage_key
 from .module_hooks import Hooks
 from .pinned import ALIGNMENT, align_up, contiguous_stride, typed_view
+from .upcast_add import upcast_add
 
 FLOAT8 = frozenset({torch.float8_e4m3fn, torch.float8_e5m2})
 
@@ -64,6 +65,10 @@ class BlockUpcast:
         self._held: dict[str, Hooks] = {}  # resident block → its hooks
         self.kept: frozenset[str] = frozenset()  # resident blocks to keep upcast (converted once)
         self._kept_bytes: dict[str, int] = {}  # a block kept upcast → its tensor bytes as stored (back at `drop`)
+        # a merge on upload (offload/lora_merge.py) sets `addends` around a block's `run`: id of a weight → its
+        # LoRA delta, added as the weight is upcast (offload/upcast_add.py); `fused`: the weights the last run did
+        self.addends: dict[int, Callable[[], torch.Tensor]] | None = None
+        self.fused: set[int] = set()
 
     @property
     def scratch_bytes(self) -> int:
@@ -89,15 +94,22 @@ class BlockUpcast:
     def run(self, b: Block, region: torch.Tensor) -> None:
         """Convert `b`'s float8 tensors (bytes in `region`, its slot) into the scratch and point them there."""
         stored = _stored(b)
+        self.fused.clear()
         scratch = self._ensure(upcast_bytes(b, self.compute_dtype))
         if scratch is None:
             return
+        addends = self.addends or {}
         at = 0
         for x in stored:
             at = align_up(at, ALIGNMENT)
             src = typed_view(region, x.offset, x.dtype, x.shape, x.stride)
             dst = typed_view(scratch, at, self.compute_dtype, x.shape, contiguous_stride(x.shape))
-            dst.copy_(src)
+            addend = addends.get(id(x.target))
+            if addend is None:
+                dst.copy_(src)
+            else:
+                upcast_add(src, addend(), dst)
+                self.fused.add(id(x.target))
             rebind(x.target, lambda dst=dst: dst)
             at += _numel(x) * self.compute_dtype.itemsize
 

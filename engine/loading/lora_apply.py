@@ -6,10 +6,12 @@ weight's shape, which a streamed block's zero-element placeholder does not have:
 placeholders stand in at their true shape (`shaped_placeholders`, no memory). PEFT puts the A/B matrices on
 the base weight's device: the LoRA is then resident there.
 
-- `sidecar`: A/B applied in the forward as PEFT applies them (`set_adapters` with the scales).
+- `sidecar`: A/B applied in the forward as PEFT applies them (`set_adapters` with the scales; lora_arith.py
+  leaves out PEFT's multiply by a scaling of 1.0, which changes no bit).
 - `merge`: each LoRA layer's scaling multiplied by its scale as `fuse_lora(lora_scale=)` does; resident
-  modules merged once now (PEFT's `merge`, what `fuse_lora` calls), streamed blocks merged into their slot
-  each time they arrive (offload/lora_merge.py), after the fp8 upcast; the host masters are never touched.
+  modules merged once now (PEFT's `merge`, what `fuse_lora` calls, as lora_arith.py reproduces it), streamed
+  blocks merged into their slot each time they arrive (offload/lora_merge.py), after the fp8 upcast; the host
+  masters are never touched.
   With two experts (Wan 2.2 A14B) each expert's blocks carry that expert's deltas: the running expert's
   resident blocks are merged now, the other's each time a switch copies them to the device (a switch frees
   the old ones, so nothing is unmerged there); a LoRA change copies the resident ones afresh from their masters.
@@ -18,14 +20,14 @@ the base weight's device: the LoRA is then resident there.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ...offload.devices import rebind
-from ...offload.lora_merge import MergeOnUpload
+from ...offload.lora_merge import LayerMerge, MergeOnUpload
 from ...offload.module_hooks import Hooks
 from ...offload.streamer import LayerwiseStreamer
 from ...offload.upcast import is_float8
@@ -33,6 +35,7 @@ from ..errors import ConfigError
 from ..planning.lora_cost import LoraModes, lora_modes, merges_into_fp8
 from ..planning.model_configs import fill_size
 from ..planning.request_profile import RequestSize
+from .lora_arith import layer_merge, merger, use_fast_forward
 from .lora_files import LoraFile
 from .placement import Placement
 
@@ -147,6 +150,8 @@ def _activate(pipe: Any, placement: Placement, loras: list[LoraFile], mode: str,
         mode = auto_mode()
     if mode != "merge":
         pipe.set_adapters(applied.names, [lora.scale for lora in loras])
+        for component in _lora_components(pipe):
+            use_fast_forward(component)
         return applied
     _merge(pipe, placement.streamer, loras, applied, frozenset(placement.stagers))
     return applied
@@ -217,7 +222,7 @@ def _merge(pipe: Any, streamer: LayerwiseStreamer | None, loras: list[LoraFile],
     masters = streamer is not None and streamer.keep_masters
     followed = {m: b.name for m, b in blocks.items() if masters or not b.resident}  # merged where the block is
     resident = {b.name for b in blocks.values() if b.resident}
-    per_block: dict[str, list[Callable[[], None]]] = {}
+    per_block: dict[str, list[LayerMerge]] = {}
     for key, component in pipe.components.items():
         if not isinstance(component, torch.nn.Module):
             continue
@@ -225,7 +230,7 @@ def _merge(pipe: Any, streamer: LayerwiseStreamer | None, loras: list[LoraFile],
             for name, scale in scales.items():
                 if name in module.scaling and scale != 1.0:
                     module.scaling[name] *= scale  # what `fuse_lora(lora_scale=)`'s `scale_layer` does
-            merge = _merger(module, names)
+            merge = merger(module, names)
             if key in staged:
                 applied.hooks.before(module, lambda _m, _a, merge=merge: merge())
             elif block is None:  # resident: merged once, as fuse_lora merges it; its bytes kept to unmerge exactly
@@ -238,7 +243,7 @@ def _merge(pipe: Any, streamer: LayerwiseStreamer | None, loras: list[LoraFile],
             else:
                 if block in resident:
                     _refuse_fp8(module.get_base_layer().weight)
-                per_block.setdefault(block, []).append(merge)
+                per_block.setdefault(block, []).append(layer_merge(module, names))
     if streamer is None or not per_block:
         return
     if applied.merge is None:
@@ -258,17 +263,6 @@ def _refuse_fp8(weight: torch.Tensor) -> None:
     if is_float8(weight.dtype):
         raise ConfigError("--lora-mode merge: a resident block kept in fp8 would be merged in fp8 storage (use "
                           "--lora-mode sidecar, or --upcast-resident to keep it upcast)")
-
-
-def _merger(module: Any, names: list[str]) -> Callable[[], None]:
-    """PEFT's own merge (as `fuse_lora` calls it: `safe_merge=False`) into the weight as it is bound now."""
-    wanted = [n for n in names if n in module.scaling]
-
-    def merge() -> None:
-        module.merged_adapters.clear()  # the slot holds the unmerged bytes again
-        module.merge(safe_merge=False, adapter_names=wanted)
-
-    return merge
 
 
 def _ready_for_swap(pipe: Any) -> None:

@@ -1,0 +1,78 @@
+"""fp8 upcast and a LoRA merge in one pass: `out = float8 weight + delta`, rounded once, as the two steps round.
+
+A streamed fp8 block with a merged LoRA was upcast into the scratch (read 1 byte, write 2 per weight) and then
+merged (`weight += delta`: read 2, read 2, write 2). Fused, the weight is read once in fp8 and written once:
+5 bytes instead of 9, on the compute stream, in a step that fp8 storage has made compute-bound.
+
+Why the bits are the same: the upcast is exact (every float8 value is a bfloat16, float16 and float32 value),
+and PyTorch's in-place add of 16-bit tensors computes in float32 and rounds once to nearest-even, which is what
+the kernel does. Where the kernel cannot run (no Triton, a CPU, a card below compute capability 8.9, a
+non-contiguous or unusual operand), the two steps run as before.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import torch
+
+_SUMMED = frozenset({torch.bfloat16, torch.float16, torch.float32})
+_ROUNDED = frozenset({torch.bfloat16, torch.float16})  # the kernel rounds its float32 sum into one of these
+_kernel: Any = None
+_broken = False  # the kernel failed once (a Triton that cannot compile here): the two steps from then on
+
+
+def upcast_add(src: torch.Tensor, delta: torch.Tensor, out: torch.Tensor) -> bool:
+    """Write `src` (float8) upcast plus `delta` into `out`: the bits of `out.copy_(src); out += delta`. Returns
+    whether the fused kernel did it."""
+    if _fusable(src, delta, out):
+        try:
+            _launch(src, delta, out)
+            return True
+        except Exception:  # noqa: BLE001 - a Triton that cannot build the kernel here: the two steps instead
+            global _broken
+            _broken = True
+    out.copy_(src)
+    out += delta
+    return False
+
+
+def _fusable(src: torch.Tensor, delta: torch.Tensor, out: torch.Tensor) -> bool:
+    float8 = src.dtype.is_floating_point and src.dtype.itemsize == 1
+    if _broken or not out.is_cuda or not float8 or delta.dtype not in _SUMMED or out.dtype not in _ROUNDED:
+        return False
+    if src.shape != out.shape or delta.shape != out.shape:
+        return False
+    if not (src.is_contiguous() and delta.is_contiguous() and out.is_contiguous()):
+        return False
+    if delta.device != out.device or src.device != out.device:
+        return False
+    if torch.cuda.get_device_capability(out.device) < (8, 9):  # Triton converts float8 from sm_89 on
+        return False
+    return importlib.util.find_spec("triton") is not None
+
+
+def _launch(src: torch.Tensor, delta: torch.Tensor, out: torch.Tensor) -> None:
+    global _kernel
+    if _kernel is None:
+        _kernel = _build()
+    n = out.numel()
+    block = 2048
+    _kernel[((n + block - 1) // block,)](src, delta, out, n, BLOCK=block)
+
+
+def _build() -> Any:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def upcast_add_kernel(src_ptr, delta_ptr, out_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+        offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        weight = tl.load(src_ptr + offsets, mask=mask).to(tl.float32)
+        update = tl.load(delta_ptr + offsets, mask=mask).to(tl.float32)
+        tl.store(out_ptr + offsets, (weight + update).to(out_ptr.dtype.element_ty, fp_downcast_rounding="rtne"),
+                 mask=mask)
+
+    return upcast_add_kernel
