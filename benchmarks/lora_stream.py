@@ -142,6 +142,10 @@ def run_storage(spec: dict[str, Any], inputs: dict[str, Any], args: Any, device:
             out[f"{mode}_apply_s"] = s.apply(lora, mode)
             step, _, outputs[mode] = timed_forwards(s.model, inputs, device, args.iters)
             out[f"{mode}_changes_output"] = not bool(torch.equal(outputs[mode], base))  # the LoRA really applied
+            if mode == "merge":  # layers whose fp8 weight took its delta in the upcast's pass (offload/upcast_add)
+                out["merge_fused_layers"] = s.applied.merge.fused_layers if s.applied.merge is not None else 0
+            else:  # layers on the forward without PEFT's multiply by 1.0
+                out["sidecar_fast_layers"] = sum(type(m).__name__ == "FastLoraLinear" for m in s.model.modules())
             ratio = step / out["no_lora_step_s"]
             out[f"{mode}_step_s"], out[f"{mode}_ratio"] = step, ratio
             if storage is None:  # a switch to another LoRA between requests, no base weight read again
