@@ -12,6 +12,7 @@ non-contiguous or unusual operand), the two steps run as before.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from typing import Any
 
@@ -48,7 +49,13 @@ def _fusable(src: torch.Tensor, delta: torch.Tensor, out: torch.Tensor) -> bool:
         return False
     if delta.device != out.device or src.device != out.device:
         return False
-    if torch.cuda.get_device_capability(out.device) < (8, 9):  # Triton converts float8 from sm_89 on
+    return _kernel_can_run(out.device.index if out.device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
+def _kernel_can_run(device_index: int) -> bool:
+    """Triton is installed and converts float8 on this card (sm_89 on): asked once per card, not per weight."""
+    if torch.cuda.get_device_capability(device_index) < (8, 9):
         return False
     return importlib.util.find_spec("triton") is not None
 
