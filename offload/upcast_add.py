@@ -6,8 +6,10 @@ merged (`weight += delta`: read 2, read 2, write 2). Fused, the weight is read o
 
 Why the bits are the same: the upcast is exact (every float8 value is a bfloat16, float16 and float32 value),
 and PyTorch's in-place add of 16-bit tensors computes in float32 and rounds once to nearest-even, which is what
-the kernel does. Where the kernel cannot run (no Triton, a CPU, a card below compute capability 8.9, a
-non-contiguous or unusual operand), the two steps run as before.
+the kernel does. The first weight of each combination of dtypes is also done the two-step way and compared bit
+for bit (once per process, one synchronisation); a difference turns the kernel off for good. Where the kernel
+cannot run (no Triton, a CPU, a card below compute capability 8.9, a non-contiguous or unusual operand), the two
+steps run as before.
 """
 
 from __future__ import annotations
@@ -21,22 +23,39 @@ import torch
 _SUMMED = frozenset({torch.bfloat16, torch.float16, torch.float32})
 _ROUNDED = frozenset({torch.bfloat16, torch.float16})  # the kernel rounds its float32 sum into one of these
 _kernel: Any = None
-_broken = False  # the kernel failed once (a Triton that cannot compile here): the two steps from then on
+_broken = False  # the kernel failed or rounded otherwise once: the two steps from then on
+_checked: set[tuple[torch.dtype, torch.dtype, torch.dtype]] = set()  # dtypes whose first fused weight matched
 
 
 def upcast_add(src: torch.Tensor, delta: torch.Tensor, out: torch.Tensor) -> bool:
     """Write `src` (float8) upcast plus `delta` into `out`: the bits of `out.copy_(src); out += delta`. Returns
     whether the fused kernel did it."""
+    global _broken
     if _fusable(src, delta, out):
         try:
             _launch(src, delta, out)
-            return True
         except Exception:  # noqa: BLE001 - a Triton that cannot build the kernel here: the two steps instead
-            global _broken
             _broken = True
+        else:
+            kinds = (src.dtype, delta.dtype, out.dtype)
+            if kinds in _checked:
+                return True
+            if _same_bits(out, _two_steps(src, delta, torch.empty_like(out))):
+                _checked.add(kinds)
+                return True
+            _broken = True  # this card or Triton rounds otherwise: never again in this process
+    _two_steps(src, delta, out)
+    return False
+
+
+def _two_steps(src: torch.Tensor, delta: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     out.copy_(src)
     out += delta
-    return False
+    return out
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool(torch.equal(a.view(torch.int16), b.view(torch.int16)))
 
 
 def _fusable(src: torch.Tensor, delta: torch.Tensor, out: torch.Tensor) -> bool:
