@@ -51,7 +51,7 @@ if [[ $what == fp8-upcast ]]; then  # issue 26: resident fp8 blocks kept upcast,
 fi
 if [[ $what == lora ]]; then  # issue 38: rank-64 LoRA on every linear of a Flux-dev-size DiT, 1024², all streamed
   timeout ${LORA_TIMEOUT:-280} python3 -m benchmarks.lora_stream --out "$OUT/lora_stream.json" "$@" 2>&1 \
-    | grep -v "kept in float32" | tail -30 > "$OUT/lora.log"
+    | grep --line-buffered -v "kept in float32" > "$OUT/lora.log"
 fi
 if [[ $what == unet ]]; then  # SDXL-size UNet, 1024x1024, units (and whole blocks) streamed vs resident
   python3 -m benchmarks.unet_stream --out "$OUT/unet_stream.json" "$@" 2>&1 | tail -30 > "$OUT/unet.log"

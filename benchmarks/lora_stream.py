@@ -218,6 +218,7 @@ def main() -> None:
     log(f"LoRA rank {args.rank} on every linear: {lora.nbytes / 1e9:.3f} GB ({len(lora.tensors) // 2} layers)")
     for run in args.runs:
         report[run] = run_storage(spec, inputs, args, device, FP8 if run == "fp8" else None, lora, other)
+        harness.write(report, args)  # what a time box cuts off later is not lost
     del lora, other
     gc.collect()
     report["host"] = host_growth(spec, inputs, args, device)
