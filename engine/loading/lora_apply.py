@@ -230,20 +230,21 @@ def _merge(pipe: Any, streamer: LayerwiseStreamer | None, loras: list[LoraFile],
             for name, scale in scales.items():
                 if name in module.scaling and scale != 1.0:
                     module.scaling[name] *= scale  # what `fuse_lora(lora_scale=)`'s `scale_layer` does
-            merge = merger(module, names)
             if key in staged:
-                applied.hooks.before(module, lambda _m, _a, merge=merge: merge())
-            elif block is None:  # resident: merged once, as fuse_lora merges it; its bytes kept to unmerge exactly
+                staged_merge = merger(module, names)
+                applied.hooks.before(module, lambda _m, _a, merge=staged_merge: merge())
+            elif block is not None:  # streamed, or resident with a master: merged where the block is, each time
+                if block in resident:
+                    _refuse_fp8(module.get_base_layer().weight)
+                per_block.setdefault(block, []).append(layer_merge(module, names))
+            else:  # resident: merged once, as fuse_lora merges it; its bytes kept to unmerge exactly
+                merge = merger(module, names)
                 base = module.get_base_layer()
                 _refuse_fp8(base.weight)
                 for t in (base.weight, getattr(base, "bias", None)):
                     if t is not None:
                         applied.restore.append((t, t.detach().to("cpu", copy=True)))
                 merge()
-            else:
-                if block in resident:
-                    _refuse_fp8(module.get_base_layer().weight)
-                per_block.setdefault(block, []).append(layer_merge(module, names))
     if streamer is None or not per_block:
         return
     if applied.merge is None:
