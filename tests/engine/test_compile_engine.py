@@ -77,6 +77,31 @@ def test_compiled_streaming_compiles_once_across_requests_replans_and_lora_switc
     assert any(isinstance(e, LogEvent) and "not bit-identical to eager" in e.message for e in events)
 
 
+def test_sidecar_layers_on_the_fast_forward_compile_once(demo_model_dir: Path, tmp_path: Path):
+    """The sidecar switches PEFT's layers to lora_arith's forward (another class) before they first run: the first
+    request compiles, the next compiles nothing, and both equal the uncompiled engine's output."""
+    lora = write_peft_lora(tmp_path / "s.safetensors", demo_model_dir / "transformer", "transformer",
+                           pattern=r"attn\.(to_|add_)|ff", seed=2)
+    options = EngineOptions(compile="regional", compile_backend="eager", loras=((str(lora), 1.0),),
+                            lora_mode="sidecar")
+    plain = Engine(demo_model_dir, device="cpu", options=EngineOptions(loras=((str(lora), 1.0),), lora_mode="sidecar"))
+    compiled = Engine(demo_model_dir, device="cpu", options=options)
+    policy = build_policy({}, 0, prefetch_slots=2)
+    try:
+        plain.load(policy)
+        compiled.load(policy)
+        layers = [type(m).__name__ for m in compiled.pipe.transformer.modules() if hasattr(m, "lora_A")]
+        assert layers and set(layers) == {"FastLoraLinear"}
+        expected = _image(plain)[0]
+        image, first = _image(compiled)
+        assert first.compiles > 0 and np.array_equal(image, expected)
+        image, again = _image(compiled)
+        assert (again.compiles, again.recompiles) == (0, 0) and np.array_equal(image, expected)
+    finally:
+        plain.close()
+        compiled.close()
+
+
 def test_fp8_kept_upcast_blocks_run_compiled_without_recompiles(demo_model_dir: Path):
     options = EngineOptions(compile="regional", compile_backend="eager")
     plain = Engine(demo_model_dir, device="cpu")
