@@ -145,7 +145,7 @@ def run_storage(spec: dict[str, Any], inputs: dict[str, Any], args: Any, device:
             out[f"{mode}_changes_output"] = not bool(torch.equal(outputs[mode], base))  # the LoRA really applied
             if mode == "merge":  # layers whose fp8 weight took its delta in the upcast's pass (offload/upcast_add)
                 out["merge_fused_layers"] = s.applied.merge.fused_layers if s.applied.merge is not None else 0
-                out["merge_fused_kernel"] = upcast_add._kernel is not None and not upcast_add._broken  # else 2 steps
+                out["merge_fused_kernel"] = upcast_add.kernel_in_use()  # else the 2 steps
             else:  # layers on the forward without PEFT's multiply by 1.0
                 out["sidecar_fast_layers"] = sum(type(m).__name__ == "FastLoraLinear" for m in s.model.modules())
             ratio = step / out["no_lora_step_s"]

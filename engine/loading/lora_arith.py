@@ -12,6 +12,7 @@ disabled or merged layer, a layer other than a Linear) goes through PEFT's own c
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,15 @@ def _vanilla(layer: Any, name: str) -> bool:
     """Adapter `name` of `layer` is a plain LoRA whose arithmetic this module reproduces."""
     return (name in layer.lora_A and name not in layer.lora_variant and not layer.lora_bias.get(name, False)
             and isinstance(layer.lora_dropout[name], torch.nn.Identity))
+
+
+def _wanted(layer: Any, names: list[str]) -> list[str]:
+    return [n for n in names if n in layer.scaling]
+
+
+def _plain_linear(layer: Any, names: list[str]) -> bool:
+    """`layer` is PEFT's LoRA Linear (or ours) and each of `names` on it is a plain LoRA."""
+    return type(layer) in (_lora_linear(), _fast_linear()) and all(_vanilla(layer, n) for n in names)
 
 
 def delta_weight(layer: Any, name: str) -> torch.Tensor:
@@ -52,8 +62,8 @@ def layer_merge(layer: Any, names: list[str]) -> LayerMerge:
     """`merger`'s merge, plus, for one plain LoRA on a Linear, its delta and mark for a streamed fp8 weight to take
     the delta as it is upcast (offload/lora_merge.py)."""
     merge = merger(layer, names)
-    wanted = [n for n in names if n in layer.scaling]
-    if len(wanted) != 1 or type(layer) not in (_lora_linear(), _fast_linear()) or not _vanilla(layer, wanted[0]):
+    wanted = _wanted(layer, names)
+    if len(wanted) != 1 or not _plain_linear(layer, wanted):
         return LayerMerge(merge)
     name = wanted[0]
 
@@ -67,8 +77,8 @@ def merger(layer: Any, names: list[str]) -> Callable[[], None]:
     """A function that merges `names` into `layer`'s weight as it is bound when called (PEFT's `merge` with
     `safe_merge=False`, what `fuse_lora` calls), marking the layer merged; PEFT's own merge where an adapter is
     not a plain LoRA on a Linear."""
-    wanted = [n for n in names if n in layer.scaling]
-    fast = type(layer) in (_lora_linear(), _fast_linear()) and all(_vanilla(layer, n) for n in wanted)
+    wanted = _wanted(layer, names)
+    fast = _plain_linear(layer, wanted)
 
     def merge() -> None:
         layer.merged_adapters.clear()  # the weight holds its unmerged bytes again (a fresh slot or copy)
@@ -83,36 +93,30 @@ def merger(layer: Any, names: list[str]) -> Callable[[], None]:
     return merge
 
 
+@functools.cache
 def _fast_linear() -> type:
     """PEFT's LoRA `Linear` with the forward below (made once: a layer's class is switched to it, so no layer
     holds a bound method of itself, a cycle that would keep its A/B alive until the next garbage collection)."""
-    global _FAST_LINEAR
-    if _FAST_LINEAR is None:
-        linear = _lora_linear()
 
-        class FastLoraLinear(linear):  # type: ignore[misc, valid-type]
-            """PEFT's `Linear.forward` on its common path, without `* scaling` where the scaling is 1.0."""
+    class FastLoraLinear(_lora_linear()):  # type: ignore[misc]
+        """PEFT's `Linear.forward` on its common path, without `* scaling` where the scaling is 1.0."""
 
-            def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-                if args or kwargs or self.disable_adapters or self.merged:
-                    return super().forward(x, *args, **kwargs)
-                active = [n for n in self.active_adapters if n in self.lora_A]
-                if not all(_vanilla(self, n) for n in active):
-                    return super().forward(x, *args, **kwargs)
-                result = self.base_layer(x)
-                result_dtype = result.dtype
-                for name in active:
-                    lora_a, lora_b, scaling = self.lora_A[name], self.lora_B[name], self.scaling[name]
-                    x = self._cast_input_dtype(x, lora_a.weight.dtype)
-                    update = lora_b(lora_a(x))
-                    result = result + (update if scaling == 1.0 else update * scaling)
-                return result.to(result_dtype)
+        def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+            if args or kwargs or self.disable_adapters or self.merged:
+                return super().forward(x, *args, **kwargs)
+            active = [n for n in self.active_adapters if n in self.lora_A]
+            if not all(_vanilla(self, n) for n in active):
+                return super().forward(x, *args, **kwargs)
+            result = self.base_layer(x)
+            result_dtype = result.dtype
+            for name in active:
+                lora_a, lora_b, scaling = self.lora_A[name], self.lora_B[name], self.scaling[name]
+                x = self._cast_input_dtype(x, lora_a.weight.dtype)
+                update = lora_b(lora_a(x))
+                result = result + (update if scaling == 1.0 else update * scaling)
+            return result.to(result_dtype)
 
-        _FAST_LINEAR = FastLoraLinear
-    return _FAST_LINEAR
-
-
-_FAST_LINEAR: type | None = None
+    return FastLoraLinear
 
 
 def use_fast_forward(module: torch.nn.Module) -> int:
