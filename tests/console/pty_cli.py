@@ -43,10 +43,11 @@ class Pty:
                 return
             self.out.extend(data)
 
-    def wait_for(self, text: bytes, limit_s: float = 120) -> float:
+    def wait_for(self, text: bytes, limit_s: float = 120, count: int = 1) -> float:
+        """Seconds from start until `text` has been written `count` times."""
         deadline = time.monotonic() + limit_s
-        while text not in self.out:
-            assert self.proc.poll() is None or text in self.out, bytes(self.out)[-600:]
+        while self.out.count(text) < count:
+            assert self.proc.poll() is None or self.out.count(text) >= count, bytes(self.out)[-600:]
             assert time.monotonic() < deadline, bytes(self.out)[-600:]
             time.sleep(0.005)
         return time.perf_counter() - self.started

@@ -107,6 +107,7 @@ def test_the_app_is_painted_once_settled_over_the_startup_frame(demo_model_dir):
     os.write(term.master, SYNC_ANSWER)  # Textual now brackets each frame
     term.wait_for(FRAME_END)
     time.sleep(1.0)  # the first second of the app
+    term.wait_for(FRAME_END, limit_s=60, count=2)  # and a repaint after it, however slow the machine
     os.write(term.master, b"q")
     code, out, echo = term.finish()
     assert code == 0 and echo
