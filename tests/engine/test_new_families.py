@@ -47,13 +47,13 @@ def without_ftfy(monkeypatch: pytest.MonkeyPatch) -> None:
     stand_in_for_ftfy(monkeypatch, "diffusers.pipelines.prx.pipeline_prx")
 
 
-def family_request(family: str, pipeline_class: str) -> GenerateRequest:
+def family_request(family: str, pipeline_class: str, generation: dict | None = None) -> GenerateRequest:
     """The family's small request; a guidance scale and a negative prompt where the pipeline takes them
     (HunyuanVideo 1.5 takes its guidance from its guider)."""
     from omni_console.engine.running.call_options import call_signature
 
     signature = call_signature(pipeline_class)
-    gen = dict(NEW_GENERATION[family])
+    gen = dict((NEW_GENERATION if generation is None else generation)[family])
     frames = gen.pop("num_frames", None)
     return GenerateRequest(prompt=PROMPT, steps=gen.pop("num_inference_steps"), height=gen.pop("height"),
                            width=gen.pop("width"), seed=7, frames=frames,
@@ -75,14 +75,15 @@ def registered_t5gemma() -> None:
         sys.modules["transformers"].T5GemmaEncoder = prx.T5GemmaEncoder
 
 
-def plain_output(path: Path, family: str, request: GenerateRequest) -> tuple[np.ndarray, np.ndarray | None]:
+def plain_output(path: Path, family: str, request: GenerateRequest,
+                 plain_extra: dict | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Plain diffusers' frames (or image) and, for a pipeline that returns audio, the first item's waveform."""
     from diffusers import DiffusionPipeline
 
     registered_t5gemma()
     pipe = DiffusionPipeline.from_pretrained(path, local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
-    out = pipe(**request.call_kwargs(pipe), **PLAIN_EXTRA.get(family, {}))
+    out = pipe(**request.call_kwargs(pipe), **(PLAIN_EXTRA if plain_extra is None else plain_extra).get(family, {}))
     audio = getattr(out, "audio", None)
     return (np.asarray(out.frames[0] if hasattr(out, "frames") else out.images),
             None if audio is None else audio[0].float().numpy())
@@ -96,16 +97,18 @@ def policies(engine: Engine) -> list:
             build_policy({}, 0, stream_encoders="on")]
 
 
-def assert_bit_identical(path: Path, family: str) -> list[str]:
-    """Every policy's output equals plain diffusers'; returns the engine's log lines."""
+def assert_bit_identical(path: Path, family: str, generation: dict | None = None,
+                         plain_extra: dict | None = None) -> list[str]:
+    """Every policy's output equals plain diffusers'; returns the engine's log lines. `generation` and
+    `plain_extra`: another module's family tables (this module's by default)."""
     engine = Engine(path, device="cpu")
     sub = engine.bus.subscribe()
-    request = family_request(family, engine.model.pipeline_class)
+    request = family_request(family, engine.model.pipeline_class, generation)
     check_request(engine.model, request)
     check_call(engine.model, request)
     (denoiser,) = engine.model.denoisers
     assert denoiser.num_blocks >= 2 and denoiser.block_lists  # found, so streamed
-    expected, expected_audio = plain_output(path, family, request)
+    expected, expected_audio = plain_output(path, family, request, plain_extra)
     assert float(expected.std()) > 0
     try:
         for policy in policies(engine):
@@ -336,7 +339,7 @@ def test_only_pipelines_that_call_ftfy_unchecked_need_it():
     from omni_console.engine.running.pipeline_needs import _unguarded_names
 
     def needs(module: str) -> bool:
-        return "ftfy" in _unguarded_names(Path(importlib.util.find_spec(module).origin))
+        return "ftfy" in {g.package for g in _unguarded_names(Path(importlib.util.find_spec(module).origin))}
 
     for module in ("prx.pipeline_prx", "wan.pipeline_wan_i2v", "skyreels_v2.pipeline_skyreels_v2"):
         assert needs(f"diffusers.pipelines.{module}")
