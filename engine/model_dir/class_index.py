@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Literal
 
 from .class_index_cache import remembered
-from .installed_source import SourceModule, class_statement, import_table, locate, package_root
+from .installed_source import (
+    SourceModule,
+    class_statement,
+    import_table,
+    locate,
+    module_level,
+    package_root,
+    parse_source,
+)
 
 Kind = Literal["pipeline", "modular", "weights", "loadable", "other"]  # modular: a ModularPipeline (no from_pretrained
 # of a model folder as `run` builds one), refused as a model's pipeline and as a component
@@ -237,6 +245,21 @@ def _find_package_class(library: str, name: str) -> ClassRef | None:
         return None
     where, cls = found
     return ClassRef(library, name, where.name, _kind_of("pipelines", where, cls))
+
+
+def reexports_transformers_class(library: str, name: str) -> bool:
+    """Whether `diffusers.pipelines.<library>` re-exports transformers' own class `name` (GLM-Image's package
+    imports `GlmImageProcessor` from transformers so that `["glm_image", "GlmImageProcessor"]`, which diffusers'
+    `save_pretrained` writes for it, resolves). diffusers' loader then builds that transformers class."""
+    package = pipeline_package(library)
+    if package is None or not name.isidentifier() or name.startswith("_"):
+        return False
+    tree = parse_source(package.path)
+    imported = tree is not None and any(
+        isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "transformers"
+        and any(alias.name == name and alias.asname is None for alias in node.names)
+        for node in module_level(tree.body))
+    return imported and exports("transformers", name)
 
 
 def exports(library: str, name: str) -> bool:

@@ -177,6 +177,8 @@ def discover_component(root: Path, name: str, library: str | None, class_name: s
     """Discover one component folder (headers only)."""
     folder = root / check_segment(name, str(root / "model_index.json"))
     ref = check_component(library, class_name, f"{root / 'model_index.json'}: {name!r}")  # imports nothing
+    if ref.library == "transformers":  # also a pipeline package's re-export of a transformers class
+        library = "transformers"
     roots = allowed_roots(root)
     check_inside(folder, roots)
     if not folder.is_dir():

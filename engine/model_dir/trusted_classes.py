@@ -14,7 +14,9 @@ pipeline module, a library name that is really a `.py` file) must never run, so:
 - a "library" naming one of diffusers' own pipeline packages (the hub's SD1.5 saves its safety
   checker as `["stable_diffusion", "StableDiffusionSafetyChecker"]`, which diffusers loads from
   `diffusers.pipelines.stable_diffusion`) is accepted for a model class that package itself defines,
-  as `DiffusionPipeline.from_pretrained` resolves it; anything it re-exports from elsewhere is not;
+  as `DiffusionPipeline.from_pretrained` resolves it; transformers' own class that the package re-exports
+  (diffusers' `save_pretrained` writes GLM-Image's processor as `["glm_image", "GlmImageProcessor"]`) is
+  loaded as that transformers class; anything else it re-exports from elsewhere is not;
 - a few transformers names that transformers itself does not export are ones a diffusers pipeline
   package defines and registers there (`REGISTERED_BY_PIPELINES`: diffusers' prx package sets
   `transformers.T5GemmaEncoder` to its own wrapper, which PRX checkpoints name): they resolve to that
@@ -32,7 +34,14 @@ import importlib
 import re
 
 from ..errors import ModelDirError
-from .class_index import ClassRef, exports, find_class, find_pipeline_package_class, pipeline_package
+from .class_index import (
+    ClassRef,
+    exports,
+    find_class,
+    find_pipeline_package_class,
+    pipeline_package,
+    reexports_transformers_class,
+)
 from .missing_backends import error_reason, missing_backends, processor_missing
 
 ALLOWED_LIBRARIES = ("diffusers", "transformers")
@@ -71,11 +80,20 @@ def _registering_package(library: object, class_name: object) -> str | None:
     return package if package is not None and not library_defines(str(library), class_name) else None
 
 
+def transformers_alias(library: object, class_name: object) -> bool:
+    """A pipeline-package entry that names transformers' own class, which the package re-exports: loaded as
+    `["transformers", class_name]`, as diffusers' loader resolves it to that very class."""
+    return (isinstance(library, str) and isinstance(class_name, str) and is_pipeline_package(library)
+            and reexports_transformers_class(library, class_name))
+
+
 def _find(library: object, class_name: object, where: str) -> ClassRef:
     if (package := _registering_package(library, class_name)) is not None:
         library = package
     if is_pipeline_package(library):
         ref = find_pipeline_package_class(str(library), class_name) if isinstance(class_name, str) else None
+        if ref is None and transformers_alias(library, class_name):
+            return _find("transformers", class_name, where)
         if ref is None:
             raise ModelDirError(f"{where}: diffusers.pipelines.{library} defines no class {class_name!r:.60} "
                                 f"({_NO_CODE})")
@@ -137,7 +155,9 @@ def _refuse_stand_in(cls: object, library: str, name: str, where: str) -> None:
 def _import_class(library: object, class_name: object, where: str) -> type:
     if (package := _registering_package(library, class_name)) is not None:
         return _import_pipeline_package_class(package, str(class_name), where)
-    if is_pipeline_package(library):
+    if transformers_alias(library, class_name):
+        library = "transformers"
+    elif is_pipeline_package(library):
         return _import_pipeline_package_class(str(library), str(class_name), where)
     module = _library(library, where)
     library = module.__name__
