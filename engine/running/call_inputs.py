@@ -2,16 +2,32 @@
 
 - A pipeline whose `__call__` has a parameter without a default (WanAnimate: `pose_video`,
   `face_video`) fails only after every weight has loaded when the request leaves it out: refused,
-  naming each one and how (or that it cannot) be given here.
+  naming each one and how (or that it cannot) be given here. So does an image-conditioned pipeline
+  whose `image` defaults to None but that cannot run without one (diffusers names them: `…Img2Img…`,
+  `…ImageToVideo…`, `…I2V…` but not text-or-image `…TI2V…`; an inpainting one needs its `mask_image` too).
 - A non-finite number in a `--param` value: `param_syntax.check_finite`.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Mapping
 
 from ..errors import ConfigError
+
+_NEEDS_IMAGE = re.compile(r"Img2Img|ImageToVideo|Image2Video|(?<!T)I2V|I2I|Inpaint")
+"""diffusers' names for pipelines that condition on an image, with or without a default of None for it."""
+
+
+def _needed(pipeline: str, signature: Mapping[str, inspect.Parameter]) -> set[str]:
+    """Parameters with a default that the pipeline still cannot run without (None is not an image)."""
+    if not _NEEDS_IMAGE.search(pipeline):
+        return set()
+    needed = {"image"} if "image" in signature else set()
+    if "Inpaint" in pipeline and "mask_image" in signature:
+        needed.add("mask_image")
+    return needed
 
 
 def _passable(parameter: inspect.Parameter) -> bool:
@@ -28,8 +44,9 @@ def check_required_inputs(pipeline: str, signature: Mapping[str, inspect.Paramet
     """Refuse a request that leaves out a parameter the pipeline's call has no default for.
 
     `given`: the pipeline keywords the request sets (its options and params)."""
+    needed = _needed(pipeline, signature)
     missing = [name for name, p in signature.items()
-               if p.default is inspect.Parameter.empty and name not in given and name != "prompt"]
+               if (p.default is inspect.Parameter.empty or name in needed) and name not in given and name != "prompt"]
     if not missing:
         return
     hints = []
@@ -41,5 +58,5 @@ def check_required_inputs(pipeline: str, signature: Mapping[str, inspect.Paramet
         else:
             hints.append(f"{name} (cannot be given here)")
     tail = "; not supported here" if any("cannot" in hint for hint in hints) else ""
-    raise ConfigError(f"{pipeline} needs {', '.join(hints)}: its call has no default for "
-                      f"{'them' if len(missing) > 1 else 'it'}{tail}")
+    why = "it cannot run without" if set(missing) <= needed else "its call has no default for"
+    raise ConfigError(f"{pipeline} needs {', '.join(hints)}: {why} {'them' if len(missing) > 1 else 'it'}{tail}")
