@@ -43,6 +43,7 @@ from .pipeline_needs import check_pipeline_needs
 from .pipeline_output import check_output_kind
 from .render_size import check_decodable, check_render_size
 from .runner import FRAME_PARAMETERS, IMAGE_PARAMETERS, GenerateRequest, pipeline_parameter
+from .strength_steps import check_strength
 from .text_length import check_text_length, dit_config
 
 # Dedicated request fields -> the pipeline parameters they set (the first one the pipeline has).
@@ -304,7 +305,8 @@ def check_call(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, 
     "param" or "params" for the `--param` values), what the pipeline's call would not take, before anything
     loads: an option it has no parameter for, a bad frame count, an unreadable image, an unknown or ill-typed
     parameter, a text length its transformer cannot take, a size it would render differently
-    (`render_size`), an optional package its prompt cleaning calls unchecked (`pipeline_needs`)."""
+    (`render_size`), an optional package its code uses unchecked (`pipeline_needs`), an image-to-image strength
+    that diffusers refuses or that runs no step (`strength_steps`)."""
     names = {**OPTION_LABELS, **(labels or {})}
     if labels and "param" not in labels and "params" in labels:  # the request's field is `params`
         names["param"] = labels["params"]
@@ -325,6 +327,7 @@ def check_call(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, 
     _check_params(model, request.params, names["param"], signature, names)
     given = {*request.explicit_kwargs(signature), *request.params, *request.extra}
     check_required_inputs(model.pipeline_class, signature, given, names)
+    check_strength(_pipeline_type(model.pipeline_class), signature, request.steps, request.params, names)
     check_output_kind(_pipeline_type(model.pipeline_class))
     _check_text_length(model, request, names["max_sequence_length"], signature)
     check_render_size(model, request, names, signature)
