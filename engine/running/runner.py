@@ -164,6 +164,7 @@ class StepClock:
         self.text_reserved: int | None = None  # the caching allocator's reserved peak then (CUDA)
         self.cache: Any = None  # the request's step cache (`step_cache.StepCache`), whose hits each step reports
         self.preview: Any = None  # the request's `step_preview.StepPreviewer` (None: step previews off)
+        self.pipe: Any = None  # the pipeline called, whose own step count replaces a larger asked one
 
     def on_dit_forward(self, *_: Any, **__: Any) -> None:
         if self.started is None:
@@ -177,6 +178,16 @@ class StepClock:
             self.started = time.perf_counter()
             if self.first_forward is None:
                 self.first_forward = self.started
+                self._steps_scheduled()
+
+    def _steps_scheduled(self) -> None:
+        """The steps the pipeline scheduled, set before its loop (`_num_timesteps`), where fewer than asked:
+        an image-to-image strength runs only its share of them (Flux img2img at 4 steps and 0.6: 3)."""
+        scheduled = getattr(self.pipe, "_num_timesteps", None)
+        if isinstance(scheduled, int) and not isinstance(scheduled, bool) and 0 < scheduled < self.total_steps:
+            self.total_steps = scheduled
+            if self.preview is not None:
+                self.preview.total_steps = scheduled
 
     def on_step_end(self, pipe: Any, step: int, _timestep: Any, callback_kwargs: dict[str, Any]) -> dict[str, Any]:
         sync_compute(self.device)
@@ -245,6 +256,9 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
     """Call the pipeline once; returns every frame of the first batch item, step timings and phases.
     `step_previews`: publish each step's latent, small (`step_preview`), or what `preview_decoder` decodes."""
     clock = StepClock(bus, request_id, total_steps_of(pipe, request), device, streamer, cancel)
+    clock.pipe = pipe
+    if hasattr(pipe, "_num_timesteps"):
+        pipe._num_timesteps = None  # set afresh by this call's loop, never the last request's
     kwargs = request.call_kwargs(pipe)
     if step_previews:
         clock.preview = step_previewer(pipe, bus, request_id, clock.total_steps, device, kwargs, preview_decoder)
