@@ -99,6 +99,16 @@ class DeferredWeights:
         with torch.inference_mode(target.is_inference()):
             target.data = torch.empty(shape, dtype=dtype)
 
+    def replace(self, old: torch.Tensor, new: torch.Tensor) -> None:
+        """`new` (a tensor over `old`'s storage, taking its place in the module) waits for `old`'s bytes;
+        a tensor this reader does not know is left alone."""
+        if not self.knows(old):
+            return
+        _, source = self._sources.pop(id(old))
+        self._sources[id(new)] = (new, source)
+        if id(old) in self._via:
+            self._via[id(new)] = self._via.pop(id(old))
+
     def knows(self, t: torch.Tensor) -> bool:
         """Whether `t` still waits for its bytes."""
         entry = self._sources.get(id(t))

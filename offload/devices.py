@@ -6,6 +6,7 @@ CUDA devices (copy streams, events). Keeping the branch in one place keeps the r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
@@ -78,13 +79,15 @@ def storage_key(t: torch.Tensor) -> tuple[str, int | None, int, int]:
     return (t.device.type, t.device.index, ptr, storage.nbytes())
 
 
-def unview_buffers(module: torch.nn.Module) -> int:
+def unview_buffers(module: torch.nn.Module,
+                   replaced_by: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> int:
     """Replace buffers that are autograd views by equal non-view tensors over the same storage.
 
     A view keeps its base tensor alive, and re-pointing the view's `.data` does not drop that
     base: the original host storage would survive next to our host copy. Parameters are never
-    views, so their identities are untouched; view buffers get a new (aliasing) tensor object.
-    Returns how many buffers were replaced.
+    views, so their identities are untouched; view buffers get a new (aliasing) tensor object,
+    which `replaced_by(old, new)` is told of (a buffer still waiting for its file bytes is known
+    by identity: `DeferredWeights.replace`). Returns how many buffers were replaced.
     """
     replaced = 0
     for sub in module.modules():
@@ -96,6 +99,8 @@ def unview_buffers(module: torch.nn.Module) -> int:
                 fresh.set_(buf.untyped_storage(), buf.storage_offset(), buf.shape, buf.stride())
             fresh.requires_grad_(buf.requires_grad)
             sub._buffers[name] = fresh
+            if replaced_by is not None:
+                replaced_by(buf, fresh)
             replaced += 1
     return replaced
 

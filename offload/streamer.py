@@ -379,7 +379,7 @@ class LayerwiseStreamer(StreamerFigures):
     def _attach(self) -> None:
         packed = self._blocks if self.keep_masters else self._streamed
         for b in self._blocks:
-            unview_buffers(b.module)
+            unview_buffers(b.module, self._weights.replace if self._weights is not None else None)
             if b.resident and not self.keep_masters:
                 b.tensor_bytes = move_resident(b, self._weights, self.device)
                 if self._upcast is not None:
