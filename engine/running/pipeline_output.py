@@ -68,11 +68,21 @@ def _field(output: Any, names: tuple[str, ...]) -> Any:
     return next((value for name in names if (value := getattr(output, name, None)) is not None), None)
 
 
+def _is_one_frame(value: Any) -> bool:
+    """A single frame (a PIL image, or an HWC/CHW array), not a batch item's list of frames."""
+    from PIL import Image
+
+    return isinstance(value, Image.Image) or getattr(value, "ndim", None) == 3
+
+
 def first_item_frames(output: Any) -> tuple[list[Any], bool]:
-    """(frames of the first batch item, is_video): a video field is [batch][frame], an image field [batch]."""
+    """(frames of the first batch item, is_video): a video field is [batch][frame] (SANA-WM's is one video's
+    [frame], unbatched), an image field [batch]."""
     frames = _field(output, VIDEO_FIELDS)
     if frames is not None:
-        return (list(frames[0]) if len(frames) else []), True
+        if not len(frames):
+            return [], True
+        return (list(frames) if _is_one_frame(frames[0]) else list(frames[0])), True
     images = _field(output, IMAGE_FIELDS)
     if images is None and isinstance(output, tuple | list) and output:
         images = output[0]

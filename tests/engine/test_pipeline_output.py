@@ -53,3 +53,20 @@ def test_an_image_to_video_pipeline_without_its_image_is_told_to_pass_one():
     with pytest.raises(ConfigError, match=r"WanImageToVideoPipeline needs image \(pass --image FILE\)"):
         check_required_inputs("WanImageToVideoPipeline", call_signature("WanImageToVideoPipeline"), set(), LABELS)
     check_required_inputs("WanImageToVideoPipeline", call_signature("WanImageToVideoPipeline"), {"image"}, LABELS)
+
+
+@pytest.mark.parametrize("batched", [True, False])
+@pytest.mark.parametrize("kind", ["np", "pil"])
+def test_a_video_is_read_batched_or_as_one_unbatched_video(batched, kind):
+    """A video field is [batch][frame]; SANA-WM's holds one video's frames, unbatched (a 4-d array, or a list
+    of PIL images): every frame either way, never the rows of the first frame."""
+    from types import SimpleNamespace
+
+    from PIL import Image
+
+    video = np.random.default_rng(0).random((9, 4, 6, 3)).astype(np.float32)
+    frames = [Image.fromarray((f * 255).astype(np.uint8)) for f in video] if kind == "pil" else video
+    field = ([frames] if kind == "pil" else frames[None]) if batched else frames
+    got, is_video = first_item_frames(SimpleNamespace(frames=field))
+    assert is_video and len(got) == 9
+    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(got, frames, strict=True))
