@@ -36,7 +36,7 @@ from ...offload.file_stager import FileStager
 from ...offload.layer_stage import LayerStage
 from ...offload.pinned import HostArena
 from ...offload.process_memory import release_freed_heap
-from ...offload.staged_calls import stage_around
+from ...offload.staged_calls import LazyStages, stage_around
 from ...offload.stager import ModuleStager
 from ...offload.streamer import LayerwiseStreamer
 from ...offload.upcast import module_upcast, upcast_in_place
@@ -68,6 +68,7 @@ class Placement:
     live: bool = False  # every encoder/VAE has a master and the streamer keeps every block's: replannable
     experts: ExpertSwitch | None = None  # two experts sharing the budget (Wan 2.2 A14B)
     relean: Callable[[Plan], None] | None = None  # re-applies VAE tiling/slicing and FF chunking (re-plan)
+    lazy: LazyStages = field(default_factory=LazyStages)  # stagers a direct submodule call loaded (staged_calls)
 
     @property
     def pinned_bytes(self) -> int:
@@ -248,6 +249,7 @@ def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,
     plan keeps in the page cache or on disk, found as they were built (engine/loading/file_sources.py); one not there
     is looked up here."""
     device, host_arenas = placement.device, host_arenas if host_arenas is not None else {}
+    _close_lazy_stages_at_denoise(pipe, plan, placement)
     for comp in plan.components:
         _check_cancel(cancel)
         info = comp.info
@@ -275,7 +277,7 @@ def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,
             if arena is not None and arena.tensor.data_ptr() not in stager.host_storages():
                 placement.undo.pop()()  # its master is a copy (a dtype the load converted): never hold both
             placement.stagers[info.name] = stager
-            placement.undo.append(stage_around(stager, module, _methods_for(module, info.role)))
+            placement.undo.append(stage_around(stager, module, _methods_for(module, info.role), placement.lazy))
             placement.undo.append(report_execution_device(module, device))
             if comp.residency == "resident":
                 stager.hold(True)
@@ -288,6 +290,20 @@ def place_others(pipe: Any, plan: Plan, placement: Placement, bus: EventBus, *,
     placement.relean = lambda new: apply_module_lean(pipe, new, bus)
     if weights is not None and weights.pending:
         raise RuntimeError(f"{weights.pending} weight tensors were never read from their files")
+
+
+def _close_lazy_stages_at_denoise(pipe: Any, plan: Plan, placement: Placement) -> None:
+    """An encoder a pipeline called into directly (SD 1.x's `clip_skip` norm) is offloaded when denoising
+    starts, at each denoiser forward, as its wrapped forward would have been (offload/staged_calls.py)."""
+    def close(*_: Any) -> None:
+        if placement.lazy.open:
+            placement.lazy.close()
+
+    for comp in plan.components:
+        module = getattr(pipe, comp.info.name, None)
+        if comp.info.role in DENOISER_ROLES and isinstance(module, torch.nn.Module):
+            handle = module.register_forward_pre_hook(close, prepend=True)
+            placement.undo.append(handle.remove)
 
 
 def _stager(info: Any, module: torch.nn.Module, plan: Plan, placement: Placement, bus: EventBus, staged: bool,

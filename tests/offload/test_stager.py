@@ -390,3 +390,65 @@ def test_cpu_copies_keep_the_sources_address_phase(phase: int):
     assert torch.equal(m(_x()), expected)
     stager.offload()
     stager.close()
+
+
+def test_a_direct_submodule_call_loads_the_component_until_the_next_stage_boundary():
+    """SD 1.x's `clip_skip` runs `text_model.final_layer_norm` after the forward returned: with `lazy`, that
+    call finds its weights loaded, and they stay loaded until another stage begins or `close`."""
+    from omni_console.offload.staged_calls import LazyStages
+
+    bus = EventBus()
+    sub = bus.subscribe()
+    m, other = Aux(), Aux(seed=1)
+    stager, other_stager = ModuleStager("aux", m, "cpu", bus=bus), ModuleStager("other", other, "cpu", bus=bus)
+    lazy = LazyStages()
+    undo = [stage_around(stager, m, ("forward", "decode"), lazy), stage_around(other_stager, other, ("forward",), lazy)]
+    seen: list[bool] = []
+    m.enc.register_forward_pre_hook(lambda *_: seen.append(stager.loaded))
+    _out(m)  # the wrapped forward: loads, runs, offloads
+    assert seen == [True] and not stager.loaded and lazy.open == []
+    with torch.no_grad():
+        m.enc(_x())  # straight into a submodule
+    assert seen == [True, True] and stager.loaded and lazy.open == [stager]
+    with torch.no_grad():
+        m.enc(_x())  # already loaded: no second load
+    assert [e.direction for e in _events(sub, StagingEvent)] == ["h2d", "d2h", "h2d"]
+    _out(other)  # another component's stage offloads the lazily loaded one first
+    assert not stager.loaded and lazy.open == []
+    assert [(e.target, e.direction) for e in _events(sub, StagingEvent)] == [
+        ("aux", "d2h"), ("other", "h2d"), ("other", "d2h")]
+    with torch.no_grad():
+        m.dec(_x())
+    lazy.close()
+    assert not stager.loaded and lazy.open == []
+    _out(m)  # its own stage after a lazy one: loaded once, offloaded once
+    assert not stager.loaded
+    for remove in undo:
+        remove()
+    with torch.no_grad():
+        m.enc(_x())
+    assert not stager.loaded  # unhooked
+
+
+def test_a_view_buffer_waiting_for_its_file_keeps_its_source_when_unviewed(tmp_path):
+    """A block's persistent buffer read later from its file (SANA-WM's `recall_gate`) is a view until the
+    streamer un-views it; the new tensor must still be the one that gets the file's bytes."""
+    import os
+
+    from omni_console.offload.deferred_weights import DeferredWeights, Source
+    from omni_console.offload.devices import unview_buffers
+
+    (tmp_path / "w.bin").write_bytes(torch.tensor([0.25, 4.0]).numpy().tobytes())
+    fd = os.open(tmp_path / "w.bin", os.O_RDONLY)
+    block = nn.Module()
+    block.register_buffer("gate", torch.empty(8)[2:4])  # a view of a larger host allocation
+    weights = DeferredWeights()
+    weights.own_fd(fd)
+    try:
+        weights.add(block.gate, Source(fd, 0, 8, torch.float32, (2,)))
+        assert unview_buffers(block, weights.replace) == 1
+        assert not block.gate._is_view() and weights.knows(block.gate) and weights.pending == 1
+        weights.materialize_module(block)
+        assert weights.pending == 0 and torch.equal(block.gate, torch.tensor([0.25, 4.0]))
+    finally:
+        weights.close()
