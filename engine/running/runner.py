@@ -105,8 +105,9 @@ class GenerateRequest:
                 and image_key not in self.params:
             explicit[image_key] = load_condition_image(Path(self.image))
         kwargs: dict[str, Any] = {key: value for key, value in self.extra.items() if key in accepted}
-        kwargs.update(prompt=self.prompt, output_type=self.output_type,
-                      generator=torch.Generator("cpu").manual_seed(self.seed))
+        kwargs.update(output_type=self.output_type, generator=torch.Generator("cpu").manual_seed(self.seed))
+        if "prompt" in accepted:  # a class-conditional pipeline (DiT: `class_labels`) takes no prompt
+            kwargs["prompt"] = self.prompt
         kwargs.update(explicit)
         return kwargs
 
