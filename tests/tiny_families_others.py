@@ -1,6 +1,7 @@
 """Tiny pipelines of FLUX.2 (a Mistral 3 encoder), HiDream-I1 (two CLIPs, T5 and Llama), OmniGen (its own Phi-3
 inside the DiT), Cosmos-Predict2 text-to-image, CogView3-Plus, SANA-Sprint, GLM-Image (an autoregressive prior
-before the DiT) and Motif-Video, built as diffusers' tests/pipelines/<family>/test_*.py `get_dummy_components`
+before the DiT), Motif-Video, Ideogram 4 (two DiTs; its encoder run layer by layer by the pipeline) and SANA-WM
+(image-to-video, unbatched frames), built as diffusers' tests/pipelines/<family>/test_*.py `get_dummy_components`
 builds them, with every block list at least two blocks long. Tokenizers are built offline.
 
 FLUX.2's real tokenizer is a `PixtralProcessor`, which transformers builds only with torchvision: a byte-level
@@ -337,6 +338,101 @@ def make_motif_video_pipeline(seed: int):
                               guider=AdaptiveProjectedGuidance())
 
 
+def make_ideogram4_pipeline(seed: int):
+    """Ideogram 4: two DiTs (`transformer`, `unconditional_transformer`) and a Qwen3-VL encoder the pipeline
+    runs layer by layer itself (its embedding and each decoder layer, never the model's forward)."""
+    import torch
+    from diffusers import (
+        AutoencoderKLFlux2,
+        FlowMatchEulerDiscreteScheduler,
+        Ideogram4Pipeline,
+        Ideogram4Transformer2DModel,
+    )
+    from diffusers.pipelines.ideogram4.pipeline_ideogram4 import QWEN3_VL_ACTIVATION_LAYERS
+    from tiny_families_qwen import byte_qwen_vl_tokenizer
+    from transformers import Qwen3VLConfig, Qwen3VLModel
+
+    hidden = 8
+    dit = {"in_channels": 16, "num_layers": 2, "attention_head_dim": 8, "num_attention_heads": 4,
+           "intermediate_size": 32, "adaln_dim": 16, "llm_features_dim": len(QWEN3_VL_ACTIVATION_LAYERS) * hidden,
+           "rope_theta": 10_000, "mrope_section": (2, 1, 1), "norm_eps": 1e-5}
+    with seeded(seed, 1):
+        transformer = Ideogram4Transformer2DModel(**dit).eval()
+    with seeded(seed, 2):
+        unconditional = Ideogram4Transformer2DModel(**dit).eval()
+    with seeded(seed, 3):
+        vae = AutoencoderKLFlux2(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",),
+                                 up_block_types=("UpDecoderBlock2D",), block_out_channels=(8,), layers_per_block=1,
+                                 latent_channels=4, norm_num_groups=1, sample_size=32, patch_size=(2, 2),
+                                 use_quant_conv=False, use_post_quant_conv=False).eval()
+        with torch.no_grad():  # batch-norm statistics that matter
+            vae.bn.running_mean.uniform_(-0.1, 0.1)
+            vae.bn.running_var.uniform_(0.5, 1.5)
+    tok = byte_qwen_vl_tokenizer()
+    with seeded(seed, 4):
+        text_encoder = Qwen3VLModel(Qwen3VLConfig(
+            text_config={"hidden_size": hidden, "num_hidden_layers": max(QWEN3_VL_ACTIVATION_LAYERS) + 1,
+                         "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 16, "head_dim": 8,
+                         "vocab_size": len(tok), "max_position_embeddings": 256, "rope_theta": 10_000.0},
+            vision_config={"hidden_size": 8, "depth": 2, "num_heads": 2, "intermediate_size": 16,
+                           "out_hidden_size": hidden, "patch_size": 14})).eval()
+    return Ideogram4Pipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=text_encoder,
+                             tokenizer=tok, transformer=transformer, unconditional_transformer=unconditional)
+
+
+def make_sana_wm_pipeline(seed: int):
+    """SANA-WM camera-controlled image-to-video: a Gemma 2 encoder, a DiT whose blocks hold a persistent
+    buffer (`attn.recall_gate`), the LTX-2 VAE; it returns one video's frames, unbatched."""
+    import torch
+    from diffusers import (
+        AutoencoderKLLTX2Video,
+        FlowMatchEulerDiscreteScheduler,
+        SanaWMPipeline,
+        SanaWMTransformer3DModel,
+    )
+    from transformers import Gemma2Config, Gemma2Model
+
+    tok = build_t5_tokenizer()
+    with seeded(seed, 1):
+        text_encoder = Gemma2Model(Gemma2Config(
+            head_dim=16, hidden_size=8, intermediate_size=64, max_position_embeddings=512, num_attention_heads=2,
+            num_hidden_layers=2, num_key_value_heads=2, vocab_size=len(tok), pad_token_id=0)).eval()
+    with seeded(seed, 2):
+        transformer = SanaWMTransformer3DModel(
+            in_channels=4, num_layers=2, hidden_size=32, num_attention_heads=2, softmax_every_n=2, linear_head_dim=16,
+            chunk_plucker_post_attn_blocks=2, chunk_plucker_channels=12, image_size=32, caption_channels=8,
+            mlp_ratio=2.0, mixed_precision="fp32").eval()
+        with torch.no_grad():  # zero-initialised projections, made to matter
+            for parameter in transformer.parameters():
+                if parameter.abs().sum() == 0:
+                    parameter.normal_(0, 0.05)
+    with seeded(seed, 3):
+        vae = AutoencoderKLLTX2Video(
+            in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8,), decoder_block_out_channels=(8,),
+            layers_per_block=(1,), decoder_layers_per_block=(1, 1), spatio_temporal_scaling=(True,),
+            decoder_spatio_temporal_scaling=(True,), decoder_inject_noise=(False, False), downsample_type=("spatial",),
+            upsample_residual=(False,), upsample_factor=(1,), timestep_conditioning=False, patch_size=1,
+            patch_size_t=1, encoder_causal=True, decoder_causal=False).eval()
+    return SanaWMPipeline(tokenizer=tok, text_encoder=text_encoder, vae=vae, transformer=transformer,
+                          scheduler=FlowMatchEulerDiscreteScheduler())
+
+
+def make_dit_pipeline(seed: int):
+    """DiT (class-conditional ImageNet): no text at all; its call takes `class_labels` and no prompt or size."""
+    from diffusers import AutoencoderKL, DDIMScheduler, DiTPipeline, DiTTransformer2DModel
+
+    with seeded(seed, 1):
+        transformer = DiTTransformer2DModel(
+            sample_size=16, num_layers=2, patch_size=4, attention_head_dim=8, num_attention_heads=2, in_channels=4,
+            out_channels=8, attention_bias=True, activation_fn="gelu-approximate", num_embeds_ada_norm=1000,
+            norm_type="ada_norm_zero", norm_elementwise_affine=False).eval()
+    with seeded(seed, 2):
+        vae = AutoencoderKL(block_out_channels=[32, 32], down_block_types=["DownEncoderBlock2D"] * 2,
+                            up_block_types=["UpDecoderBlock2D"] * 2, latent_channels=4, norm_num_groups=32,
+                            sample_size=32).eval()
+    return DiTPipeline(transformer=transformer, vae=vae, scheduler=DDIMScheduler())
+
+
 OTHER_GENERATION: dict[str, dict[str, Any]] = {
     # the byte-level system message alone is ~200 tokens; the encoder's layers 1-3 (diffusers' default 10, 20, 30)
     "flux2": {"height": 16, "width": 16, "num_inference_steps": 2, "max_sequence_length": 256,
@@ -351,7 +447,14 @@ OTHER_GENERATION: dict[str, dict[str, Any]] = {
     "glm_image": {"height": 32, "width": 32, "num_inference_steps": 2, "max_sequence_length": 16},
     "glm_image_saved": {"height": 32, "width": 32, "num_inference_steps": 2, "max_sequence_length": 16},
     "motif_video": {"height": 16, "width": 16, "num_frames": 9, "num_inference_steps": 2, "max_sequence_length": 16},
+    # its default guidance schedule has 48 entries, one per default step: none (the scale applies)
+    "ideogram4": {"height": 16, "width": 16, "num_inference_steps": 2, "max_sequence_length": 64,
+                  "guidance_schedule": None},
+    "sana_wm": {"height": 32, "width": 32, "num_frames": 9, "num_inference_steps": 2, "max_sequence_length": 16,
+                "action": "w-8,jw-4", "intrinsics": [16.0, 16.0, 16.0, 16.0]},
 }
+IMAGE_FAMILIES = frozenset({"sana_wm"})
+"""Families whose request carries a conditioning image (`--image`)."""
 """Small call kwargs per family, as diffusers' tests pass them (what the CLI can pass too)."""
 _T5_FAST = {"tokenizer": "T5TokenizerFast"}
 OTHER_MAKERS: dict[str, tuple[Callable[[int], Any], dict[str, str], Callable[[Path], None] | None]] = {
@@ -364,5 +467,7 @@ OTHER_MAKERS: dict[str, tuple[Callable[[int], Any], dict[str, str], Callable[[Pa
     "glm_image": (make_glm_image_pipeline, _T5_FAST, glm_hub_layout),
     "glm_image_saved": (make_glm_image_pipeline, _T5_FAST, None),  # as diffusers' save_pretrained names it
     "motif_video": (make_motif_video_pipeline, _T5_FAST, None),
+    "ideogram4": (make_ideogram4_pipeline, {}, None),
+    "sana_wm": (make_sana_wm_pipeline, _T5_FAST, None),
 }
 """family -> (maker, tokenizer classes to save as, a rewrite of the saved directory)."""

@@ -47,7 +47,8 @@ def without_ftfy(monkeypatch: pytest.MonkeyPatch) -> None:
     stand_in_for_ftfy(monkeypatch, "diffusers.pipelines.prx.pipeline_prx")
 
 
-def family_request(family: str, pipeline_class: str, generation: dict | None = None) -> GenerateRequest:
+def family_request(family: str, pipeline_class: str, generation: dict | None = None,
+                   image: Path | None = None) -> GenerateRequest:
     """The family's small request; a guidance scale and a negative prompt where the pipeline takes them
     (HunyuanVideo 1.5 takes its guidance from its guider)."""
     from omni_console.engine.running.call_options import call_signature
@@ -59,7 +60,8 @@ def family_request(family: str, pipeline_class: str, generation: dict | None = N
                            width=gen.pop("width"), seed=7, frames=frames,
                            guidance=3.0 if "guidance_scale" in signature else None,
                            negative_prompt="blurry" if "negative_prompt" in signature else None,
-                           max_sequence_length=gen.pop("max_sequence_length", None), output_type="np", extra=gen)
+                           max_sequence_length=gen.pop("max_sequence_length", None), output_type="np", extra=gen,
+                           image=image)
 
 
 def registered_t5gemma() -> None:
@@ -85,29 +87,35 @@ def plain_output(path: Path, family: str, request: GenerateRequest,
     pipe.set_progress_bar_config(disable=True)
     out = pipe(**request.call_kwargs(pipe), **(PLAIN_EXTRA if plain_extra is None else plain_extra).get(family, {}))
     audio = getattr(out, "audio", None)
-    return (np.asarray(out.frames[0] if hasattr(out, "frames") else out.images),
+    if hasattr(out, "frames"):  # [batch][frame], or one video's frames unbatched (SANA-WM: a 4-d array)
+        frames = out.frames if np.asarray(out.frames[0]).ndim == 3 else out.frames[0]
+    return (np.asarray(frames if hasattr(out, "frames") else out.images),
             None if audio is None else audio[0].float().numpy())
 
 
 def policies(engine: Engine) -> list:
-    (denoiser,) = engine.model.denoisers
+    """Streamed with 0 or 1 resident blocks, every block resident, spread placement, resident mode, encoders
+    streamed layer by layer (with two denoisers, "every block" is what one forward runs)."""
+    from omni_console.engine.planning.experts import blocks_per_forward
+
     vae = next(c.name for c in engine.model.components if c.role == "vae")
-    return [build_policy({}, 0), build_policy({"default": False}, 1), build_policy({vae: False}, denoiser.num_blocks),
+    every = blocks_per_forward(engine.model)
+    return [build_policy({}, 0), build_policy({"default": False}, 1), build_policy({vae: False}, every),
             build_policy({}, 1, placement="spread"), build_policy({}, 0, mode="resident"),
             build_policy({}, 0, stream_encoders="on")]
 
 
 def assert_bit_identical(path: Path, family: str, generation: dict | None = None,
-                         plain_extra: dict | None = None) -> list[str]:
+                         plain_extra: dict | None = None, image: Path | None = None) -> list[str]:
     """Every policy's output equals plain diffusers'; returns the engine's log lines. `generation` and
     `plain_extra`: another module's family tables (this module's by default)."""
     engine = Engine(path, device="cpu")
     sub = engine.bus.subscribe()
-    request = family_request(family, engine.model.pipeline_class, generation)
+    request = family_request(family, engine.model.pipeline_class, generation, image)
     check_request(engine.model, request)
     check_call(engine.model, request)
-    (denoiser,) = engine.model.denoisers
-    assert denoiser.num_blocks >= 2 and denoiser.block_lists  # found, so streamed
+    denoisers = engine.model.denoisers
+    assert denoisers and all(d.num_blocks >= 2 and d.block_lists for d in denoisers)  # found, so streamed
     expected, expected_audio = plain_output(path, family, request, plain_extra)
     assert float(expected.std()) > 0
     try:
