@@ -6,7 +6,9 @@ model (run only under `trust_remote_code=True`), and `tokenizer_class`, `process
 `_class_name` (diffusers) name the class to build. The engine never trusts remote code, but a
 directory that asks for it is refused at discovery, so `plan` says so before anything loads:
 - `auto_map` anywhere in a config document (also nested, e.g. inside `tokenizer_config`);
-- a transformers class key naming a class the installed transformers does not define;
+- a transformers class key naming a class the installed transformers does not define (or, in the folder of
+  a component that one of diffusers' pipeline packages defines, that package: Kolors' tokenizer config names
+  `ChatGLMTokenizer`, the class of its `["kolors", "ChatGLMTokenizer"]`);
 - a diffusers `_class_name` naming a class the installed diffusers does not define (or, in the folder
   of a component that one of diffusers' pipeline packages defines, that package: LTX-2's
   `["ltx2", "LTX2TextConnectors"]` saves `"_class_name": "LTX2TextConnectors"`).
@@ -58,7 +60,8 @@ def check_config_document(path: Path, document: dict[str, Any], *, top_class_nam
                 key_path = f"{where}.{key}" if where else key
                 if key == "auto_map":
                     raise ModelDirError(f"{path}: '{key_path}' names code shipped with the model ({_NO_CODE})")
-                if key in TRANSFORMERS_CLASS_KEYS and item is not None and not library_defines("transformers", item):
+                if key in TRANSFORMERS_CLASS_KEYS and item is not None and not (
+                        library_defines("transformers", item) or _package_defines(package, item, ("loadable",))):
                     raise ModelDirError(f"{path}: '{key_path}' {item!r:.60} is not a transformers class ({_NO_CODE})")
                 if roots is not None and isinstance(key, str) and key.endswith("_file") and isinstance(item, str):
                     _check_file_value(path, key_path, item, roots)
@@ -67,8 +70,12 @@ def check_config_document(path: Path, document: dict[str, Any], *, top_class_nam
             pending.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
 
 
-def _package_defines(package: str | None, name: object) -> bool:
-    return package is not None and isinstance(name, str) and find_pipeline_package_class(package, name) is not None
+def _package_defines(package: str | None, name: object, kinds: tuple[str, ...] | None = None) -> bool:
+    """Whether the pipeline package defines class `name` (of one of `kinds`: a tokenizer is "loadable")."""
+    if package is None or not isinstance(name, str):
+        return False
+    ref = find_pipeline_package_class(package, name)
+    return ref is not None and (kinds is None or ref.kind in kinds)
 
 
 def _check_file_value(path: Path, key_path: str, value: str, roots: tuple[Path, ...]) -> None:

@@ -204,3 +204,22 @@ def test_class_conditional_dit_runs_without_a_prompt_as_diffusers_does(tmp_path,
     pipe.set_progress_bar_config(disable=True)
     plain = pipe(class_labels=[7], num_inference_steps=2, generator=torch.Generator().manual_seed(4)).images[0]
     assert np.array_equal(np.asarray(Image.open(out)), np.asarray(plain))
+
+
+@pytest.mark.parametrize(("package", "name", "accepted"), [
+    ("kolors", "ChatGLMTokenizer", True),  # Kolors' tokenizer config names its own package's class
+    (None, "ChatGLMTokenizer", False),  # anywhere else it is no transformers class
+    ("kolors", "EvilTokenizer", False),
+    ("kolors", "KolorsPipeline", False),  # the package's pipeline is no tokenizer
+])
+def test_a_tokenizer_class_may_name_its_components_own_package_class(package, name, accepted, tmp_path):
+    from omni_console.engine.errors import ModelDirError
+    from omni_console.engine.model_dir.config_checks import check_config_document
+
+    path = tmp_path / "tokenizer_config.json"
+    try:
+        check_config_document(path, {"tokenizer_class": name}, package=package)
+    except ModelDirError as refused:
+        assert not accepted and "is not a transformers class" in str(refused)
+    else:
+        assert accepted
