@@ -1,5 +1,5 @@
 """Tiny pipelines of families whose text encoder is a Qwen model: Z-Image, Ovis-Image, LongCat-Image, FLUX.2
-klein, HunyuanImage 2.1, Krea 2, NucleusMoE-Image, EasyAnimate and Kandinsky 5 text-to-video.
+klein, HunyuanImage 2.1, Krea 2, NucleusMoE-Image, EasyAnimate, Kandinsky 5 text-to-video and DreamLite (a UNet).
 
 Configs follow diffusers' tests/pipelines/<family>/test_*.py `get_dummy_components` (LongCat-Image, which has no
 pipeline test, its transformer model test), with every block list at least two blocks long so it streams.
@@ -343,6 +343,35 @@ def make_kandinsky5_t2v_pipeline(seed: int):
                                  scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0))
 
 
+def make_dreamlite_pipeline(seed: int):
+    """DreamLite: a Qwen3-VL encoder and a `UNet2DConditionModel` subclass with its own blocks, a tiny VAE;
+    its `processor` (edit mode only) is a tokenizer here."""
+    from diffusers import AutoencoderTiny, DreamLitePipeline, DreamLiteUNetModel, FlowMatchEulerDiscreteScheduler
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    tok = byte_qwen_vl_tokenizer()
+    with seeded(seed, 1):
+        unet = DreamLiteUNetModel(
+            sample_size=8, in_channels=4, out_channels=4,
+            down_block_types=("DreamLiteCrossAttnNoSelfAttnDownBlock2D", "DreamLiteCrossAttnDownBlock2D"),
+            up_block_types=("DreamLiteCrossAttnUpBlock2D", "DreamLiteUpBlock2D"), block_out_channels=(32, 64),
+            cross_attention_dim=16, attention_head_dim=8, layers_per_block=1, norm_num_groups=8,
+            transformer_layers_per_block=1).eval()
+    with seeded(seed, 2):
+        vae = AutoencoderTiny(in_channels=3, out_channels=3, encoder_block_out_channels=(32, 32),
+                              decoder_block_out_channels=(32, 32), num_encoder_blocks=(1, 1),
+                              num_decoder_blocks=(1, 1), latent_channels=4).eval()
+    with seeded(seed, 3):
+        text_encoder = Qwen3VLForConditionalGeneration(Qwen3VLConfig(
+            text_config={"hidden_size": 16, "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+                         "num_key_value_heads": 2, "rope_scaling": _mrope([1, 1, 2]), "rope_theta": 1000000.0,
+                         "vocab_size": len(tok), "head_dim": 8},
+            vision_config={"depth": 2, "hidden_size": 16, "intermediate_size": 16, "num_heads": 2, "out_channels": 16,
+                           "out_hidden_size": 16, "patch_size": 14})).eval()
+    return DreamLitePipeline(text_encoder=text_encoder, tokenizer=tok, processor=byte_qwen_vl_tokenizer(), vae=vae,
+                             unet=unet, scheduler=FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000))
+
+
 QWEN_GENERATION: dict[str, dict[str, Any]] = {
     "z_image": {"height": 32, "width": 32, "num_inference_steps": 2, "max_sequence_length": 16},
     "ovis_image": {"height": 16, "width": 16, "num_inference_steps": 2, "max_sequence_length": 32},
@@ -358,6 +387,7 @@ QWEN_GENERATION: dict[str, dict[str, Any]] = {
     "easyanimate": {"height": 16, "width": 16, "num_frames": 5, "num_inference_steps": 2},
     "kandinsky5_t2v": {"height": 32, "width": 32, "num_frames": 5, "num_inference_steps": 2,
                        "max_sequence_length": 8},
+    "dreamlite": {"height": 32, "width": 32, "num_inference_steps": 2, "max_sequence_length": 256},
 }
 """Small call kwargs per family, as diffusers' tests pass them (what the CLI can pass too)."""
 QWEN_MAKERS: dict[str, tuple[Callable[[int], Any], dict[str, str]]] = {
@@ -370,4 +400,5 @@ QWEN_MAKERS: dict[str, tuple[Callable[[int], Any], dict[str, str]]] = {
     "nucleusmoe_image": (make_nucleusmoe_image_pipeline, {}),
     "easyanimate": (make_easyanimate_pipeline, {}),
     "kandinsky5_t2v": (make_kandinsky5_t2v_pipeline, {}),
+    "dreamlite": (make_dreamlite_pipeline, {}),
 }

@@ -8,7 +8,8 @@ class it declares:
 3. `dit`: a diffusers class named `*Transformer*Model` (Flux, SD3, PixArt, Sana, Wan, HunyuanVideo,
    CogVideoX, LTX, …), or the name is one of the upstream DiT names (`transformer`, `transformer_2`,
    `dit`) with a diffusers model class.
-4. `unet`: a diffusers class named `UNet*Model` (SD1.5, SD2, SDXL's `UNet2DConditionModel`, …).
+4. `unet`: a diffusers class named `UNet*Model` (SD1.5, SD2, SDXL's `UNet2DConditionModel`, …) or
+   `*UNetModel` (DreamLite's `DreamLiteUNetModel`, a `UNet2DConditionModel` with its own blocks).
 5. `encoder`: the name starts with `text_encoder`/`image_encoder` or equals `mllm`, or the class is
    a transformers encoder (`*TextModel*`, `*EncoderModel`, `*VisionModel*`, `*Encoder`).
 6. Anything else with weights (a controlnet, an adapter) → `other`: placed on the device with the
@@ -31,7 +32,7 @@ DENOISER_ROLES: tuple[Role, ...] = ("dit", "unet")
 _DIT_NAMES = {"transformer", "transformer_2", "dit", "sr_dit"}
 _VAE_CLASS = re.compile(r"^Autoencoder|VAE|^VQModel$", re.IGNORECASE)
 _DIT_CLASS = re.compile(r"Transformer.*Model$")
-_UNET_CLASS = re.compile(r"^UNet.*Model$")
+_UNET_CLASS = re.compile(r"^UNet.*Model$|UNetModel$")  # DreamLite's `DreamLiteUNetModel` too
 _ENCODER_CLASS = re.compile(r"TextModel|EncoderModel$|VisionModel|Encoder$|ForConditionalGeneration$|Model$")
 
 
