@@ -43,6 +43,7 @@ from .pipeline_needs import check_pipeline_needs
 from .pipeline_output import check_output_kind
 from .render_size import check_decodable, check_render_size
 from .runner import FRAME_PARAMETERS, IMAGE_PARAMETERS, GenerateRequest, pipeline_parameter
+from .step_schedules import check_step_schedules
 from .strength_steps import check_strength
 from .text_length import check_text_length, dit_config
 
@@ -328,6 +329,7 @@ def check_call(model: ModelInfo, request: GenerateRequest, labels: Mapping[str, 
     given = {*request.explicit_kwargs(signature), *request.params, *request.extra}
     check_required_inputs(model.pipeline_class, signature, given, names)
     check_strength(_pipeline_type(model.pipeline_class), signature, request.steps, request.params, names)
+    check_step_schedules(model.pipeline_class, signature, request.steps, request.guidance, request.params, names)
     check_output_kind(_pipeline_type(model.pipeline_class))
     _check_text_length(model, request, names["max_sequence_length"], signature)
     check_render_size(model, request, names, signature)

@@ -98,6 +98,8 @@ class GenerateRequest:
         explicit = {**self.explicit_kwargs(accepted), **self.params}
         if pipe_takes_guider_guidance(pipe):  # the scale goes to its guiders (`guider_guidance.guided`)
             explicit.pop("guidance_scale", None)
+        if self.guidance is not None and "guidance_schedule" in accepted and "guidance_schedule" not in explicit:
+            explicit["guidance_schedule"] = None  # a constant scale replaces a per-step schedule (Ideogram 4)
         unknown = sorted(key for key in explicit if key not in accepted)
         if unknown:
             raise ConfigError(f"{type(pipe).__name__} takes no {', '.join(unknown)}")

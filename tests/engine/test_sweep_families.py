@@ -223,3 +223,43 @@ def test_a_tokenizer_class_may_name_its_components_own_package_class(package, na
         assert not accepted and "is not a transformers class" in str(refused)
     else:
         assert accepted
+
+
+@pytest.mark.parametrize(("extra", "line"), [
+    ((), "--steps 2: Ideogram4Pipeline's default guidance_schedule has 48 values, one per step (ask for 48 steps, "
+         "give --param guidance_schedule=[...] with 2 values, or a constant --guidance)"),
+    (("--param", "guidance_schedule=[3,2,1]"), "--steps 2: --param guidance_schedule has 3 values, one per step "
+                                               "(give 3 steps)"),
+])
+def test_ideogram4_steps_its_guidance_schedule_does_not_fit_are_refused_before_load(extra, line, sweep_dir, tmp_path,
+                                                                                     monkeypatch, capsys):
+    from omni_console.console.cli import main
+
+    loads: list[str] = []
+    monkeypatch.setattr(Engine, "load", lambda self, *a, **k: loads.append("load"))
+    capsys.readouterr()
+    code = main(["run", "--model", str(sweep_dir("ideogram4")), "--prompt", PROMPT, "--steps", "2", "--height", "16",
+                 "--width", "16", "--max-sequence-length", "64", *extra, "--output", str(tmp_path / "i.png")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and loads == [] and len(err) == 1 and err[0].endswith(line), err
+
+
+@pytest.mark.slow  # a load, a request and a plain pipeline call
+def test_ideogram4_constant_guidance_replaces_its_schedule_as_its_docstring_says(sweep_dir, tmp_path, capsys):
+    """`--guidance 3` is `guidance_scale=3, guidance_schedule=None` (plain diffusers refuses both set)."""
+    import numpy as np
+    import torch
+    from diffusers import DiffusionPipeline
+    from PIL import Image
+
+    from omni_console.console.cli import main
+
+    path, out = sweep_dir("ideogram4"), tmp_path / "i.png"
+    code = main(["run", "--model", str(path), "--prompt", PROMPT, "--steps", "2", "--height", "16", "--width", "16",
+                 "--guidance", "3", "--max-sequence-length", "64", "--seed", "2", "--output", str(out)])
+    assert code == 0, capsys.readouterr().err
+    pipe = DiffusionPipeline.from_pretrained(path, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    plain = pipe(prompt=PROMPT, num_inference_steps=2, height=16, width=16, guidance_scale=3.0, guidance_schedule=None,
+                 max_sequence_length=64, generator=torch.Generator().manual_seed(2)).images[0]
+    assert np.array_equal(np.asarray(Image.open(out)), np.asarray(plain))
