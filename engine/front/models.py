@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the same names as `EXPORTS` (tests/engine/test_api.py holds
     from ..model_dir.call_source import makes_still_images
     from ..model_dir.discovery import discover_model
     from ..model_dir.weights import load_json
+    from ..running.call_options import makes_audio_only
 
 EXPORTS: dict[str, tuple[str, ...]] = {
     "..model_dir.weights": ("load_json",),
@@ -23,6 +24,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "..model_dir.call_source": ("makes_still_images",),
     "..demo.demo_model": ("DEMO_GENERATION", "build_demo_model", "ensure_demo_model", "is_demo_model"),
     "..loading.loader": ("pipeline_class", "pipeline_init_values"),
+    "..running.call_options": ("makes_audio_only",),
 }
 """Each name's module (relative to this package)."""
 

@@ -1,4 +1,5 @@
-"""The audio a video pipeline returns beside its frames (LTX-2), and its stream in the MP4 that `run` writes.
+"""The audio a pipeline returns: beside a video's frames (LTX-2), as a stream in the MP4 that `run` writes, or
+alone (Stable Audio, ACE-Step, AudioLDM 2: an `audios` field), as a `.wav` or `.flac` file.
 
 A pipeline output with an `audio` field holds one waveform per batch item, [channels, samples],
 floats in [-1, 1], at the vocoder's output rate (`vocoder.config.output_sampling_rate`, which
@@ -42,9 +43,9 @@ class AudioTrack:
 
 
 def audio_sample_rate(pipe: Any) -> int | None:
-    """The rate the pipeline's waveform is at: its vocoder's output rate, else its audio VAE's (a config
-    value, so only a rate FLAC can store counts)."""
-    for name in ("vocoder", "audio_vae"):
+    """The rate the pipeline's waveform is at: its vocoder's output rate, else its audio VAE's, else its VAE's
+    (Stable Audio's and ACE-Step's Oobleck VAE name it; a config value, so only a rate FLAC can store counts)."""
+    for name in ("vocoder", "audio_vae", "vae"):
         config = getattr(getattr(pipe, name, None), "config", None)
         for key in RATE_KEYS:
             value = getattr(config, key, None) if config is not None else None
@@ -57,7 +58,7 @@ def first_item_audio(output: Any, pipe: Any) -> AudioTrack | None:
     """The first batch item's waveform of a pipeline output, or None when it has no audio."""
     import numpy as np
 
-    audio = getattr(output, "audio", None)
+    audio = next((value for name in ("audio", "audios") if (value := getattr(output, name, None)) is not None), None)
     if audio is None or len(audio) == 0:
         return None
     first = audio[0]
@@ -69,6 +70,51 @@ def first_item_audio(output: Any, pipe: Any) -> AudioTrack | None:
                          f"{'' if rate else f' at no rate its vocoder names (1 to {MAX_SAMPLE_RATE} Hz)'}: "
                          "cannot keep it")
     return AudioTrack(np.ascontiguousarray(array, dtype=np.float32), rate)
+
+
+def check_audio(track: AudioTrack, pipeline: str) -> None:
+    """Refuse a waveform that is NaN anywhere (a non-finite value in the run) or silent everywhere."""
+    import numpy as np
+
+    from ..errors import OutputError
+
+    if not np.isfinite(track.samples).all():
+        raise OutputError(f"{pipeline} returned audio with NaN or infinite samples (a non-finite value in the run): "
+                          "no file written")
+    if not track.samples.any():
+        raise OutputError(f"{pipeline} returned silent audio (zero everywhere): no file written")
+
+
+def audio_file_note(name: str, track: AudioTrack, suffix: str) -> str:
+    """The report's line on an audio-only result's file."""
+    what = f"{track.channels}-channel audio, {track.samples.shape[1]} samples ({track.seconds:.2f} s) at " \
+           f"{track.sample_rate} Hz"
+    how = "32-bit float PCM (the pipeline's samples exactly)" if suffix == ".wav" else \
+        "16-bit FLAC (lossless of the 16-bit samples)"
+    return f"{name}: the pipeline's {what}, as {how}"
+
+
+def encode_audio_file(track: AudioTrack, stream: Any, suffix: str) -> None:
+    """Write `track` as a whole `.wav` (32-bit float samples, exactly the pipeline's) or `.flac` (16-bit, as the
+    MP4's track) file into a binary stream, through PyAV."""
+    import av
+    import numpy as np
+
+    layout = AUDIO_LAYOUTS.get(track.channels)
+    if layout is None:
+        raise ValueError(f"audio with {track.channels} channels: a file here carries mono or stereo")
+    wav = suffix == ".wav"
+    with av.open(stream, "w", format="wav" if wav else "flac") as container:
+        out = container.add_stream("pcm_f32le" if wav else AUDIO_CODEC, rate=track.sample_rate)
+        out.layout = layout
+        samples = track.samples.astype(np.float32) if wav else pcm16(track)
+        packed = np.ascontiguousarray(samples.T.reshape(1, -1))  # packed: the channels interleaved
+        frame = av.AudioFrame.from_ndarray(packed, format="flt" if wav else "s16", layout=layout)
+        frame.sample_rate, frame.pts = track.sample_rate, 0
+        for packet in out.encode(frame):
+            container.mux(packet)
+        for packet in out.encode(None):
+            container.mux(packet)
 
 
 def audio_note(name: str, track: AudioTrack, *, kept: bool) -> str:

@@ -40,7 +40,7 @@ from .call_inputs import check_required_inputs
 from .guider_guidance import guidance_through_guider
 from .param_syntax import ENGINE_PARAMETERS, check_finite, unknown_parameter_line
 from .pipeline_needs import check_pipeline_needs
-from .pipeline_output import check_output_kind
+from .pipeline_output import audio_only, check_output_kind
 from .render_size import check_decodable, check_render_size
 from .runner import FRAME_PARAMETERS, IMAGE_PARAMETERS, GenerateRequest, pipeline_parameter
 from .step_schedules import check_step_schedules
@@ -87,6 +87,11 @@ def call_signature(pipeline_class_name: str) -> dict[str, inspect.Parameter]:
         signature = inspect.signature(call)
     return {name: p for name, p in signature.parameters.items()
             if name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def makes_audio_only(pipeline_class_name: str) -> bool:
+    """Whether the pipeline's declared output is audio and no picture (its result is a .wav or .flac)."""
+    return audio_only(_pipeline_type(pipeline_class_name))
 
 
 def option_parameter(signature: Mapping[str, Any], option: str) -> str | None:

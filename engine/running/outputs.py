@@ -15,6 +15,8 @@ What each suffix holds:
 - `.mp4`: every frame as one video (see `video_encoders`); for video pipelines only — a still image
   as a one-frame video is refused before load, since it is almost surely the wrong model or suffix.
 - `.gif`, `.webp`: every frame as one animation looping forever (one frame: a still image).
+- `.wav`, `.flac`: the waveform of a pipeline that makes audio only (`audio_track`): 32-bit float samples,
+  exactly the pipeline's, or 16-bit FLAC.
 - any other Pillow suffix (`.png`, `.jpg`, …): one frame is that file; several frames are a numbered
   sequence beside it, `NAME-0001.png`, `NAME-0002.png`, … (zero-padded to the frame count's width,
   at least 4 digits). An existing file among any of those names is refused unless overwrite; when the
@@ -38,20 +40,22 @@ from typing import Any, BinaryIO, Literal
 
 from ..errors import ConfigError
 from .atomic_write import file_mode, publish_new, scratch_folder, write_new, write_replacing
-from .audio_track import AudioTrack, audio_note
+from .audio_track import AudioTrack, audio_file_note, audio_note, encode_audio_file
 from .frame_manifest import record_frames
 from .signal_guard import SignalGuard, held, mark_complete, pause_point
 
 SUGGESTED_SUFFIXES = (".png", ".jpg", ".webp", ".tiff", ".bmp")
 VIDEO_SUGGESTED_SUFFIXES = (".mp4", ".webp", ".gif", ".png")
 VIDEO_SUFFIXES = (".mp4",)
+AUDIO_SUFFIXES = (".wav", ".flac")
+AUDIO_FORMAT = "AUDIO"
 ANIMATED_FORMATS = ("GIF", "WEBP")
 MP4_FORMAT = "MP4"
 PROBE_PREFIX = ".omni-console-probe-"
 SEQUENCE_MIN_DIGITS = 4
 DEFAULT_FPS = 16.0  # used when neither the caller nor the pipeline names a frame rate
 
-Kind = Literal["still", "animation", "video"]
+Kind = Literal["still", "animation", "video", "audio"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +63,7 @@ class OutputTarget:
     """A checked output path, the format its suffix selects and what kind of file that is."""
 
     path: Path
-    image_format: str  # a Pillow format name, or "MP4"
+    image_format: str  # a Pillow format name, "MP4", or "AUDIO" (`.wav`, `.flac`)
     overwrite: bool
     kind: Kind = "still"
     expected_frames: int | None = None  # known before load (None: not known)
@@ -143,7 +147,21 @@ def existing_sequence_files(path: Path) -> list[Path]:
     return sorted(p for p in entries if pattern.fullmatch(p.name))
 
 
-def _kind_of(shown: str, suffix: str, video: bool | None) -> tuple[str, Kind]:
+def _kind_of(shown: str, suffix: str, video: bool | None, audio: bool | None = None) -> tuple[str, Kind]:
+    if audio:
+        if suffix not in AUDIO_SUFFIXES:
+            what = f"not {suffix!r}" if suffix else "no file suffix"
+            raise ConfigError(f"{shown}: this model makes audio only (use {' or '.join(AUDIO_SUFFIXES)}; {what})")
+        return AUDIO_FORMAT, "audio"
+    if suffix in AUDIO_SUFFIXES:
+        if audio is False:
+            made = "videos" if video else "images"
+            raise ConfigError(f"{shown}: {suffix} is for audio and this model makes {made}")
+        try:
+            import av  # noqa: F401
+        except ImportError:
+            raise ConfigError(f"{shown}: writing {suffix} needs PyAV (pip install av)") from None
+        return AUDIO_FORMAT, "audio"
     if suffix in VIDEO_SUFFIXES:
         if video is False:
             raise ConfigError(f"{shown}: {suffix} is for videos and this model makes still images "
@@ -208,16 +226,17 @@ def check_output_place(path: Path, *, flag: str = "--output") -> None:
 
 
 def check_output(path: Path, *, overwrite: bool = False, flag: str = "--output", video: bool | None = None,
-                 frames: int | None = None) -> OutputTarget:
+                 frames: int | None = None, audio: bool | None = None) -> OutputTarget:
     """Refuse, with one line, an output the run could not write; reads the file system only.
 
     `video`: whether the model makes videos (None: not known); `frames`: how many frames the result will
-    have, when known before load (None: not known; an unknown video count checks every sequence name).
+    have, when known before load (None: not known; an unknown video count checks every sequence name);
+    `audio`: whether the model makes audio only (its result is a `.wav` or `.flac`; None: not known).
     """
     shown = f"{flag} {str(path)!r}"
     _check_place(shown, path, video)
-    image_format, kind = _kind_of(shown, path.suffix.lower(), video)
-    _check_not_replaced(shown, path, kind, video, frames, overwrite)
+    image_format, kind = _kind_of(shown, path.suffix.lower(), video, audio)
+    _check_not_replaced(shown, path, kind, False if kind == "audio" else video, frames, overwrite)
     return OutputTarget(path, image_format, overwrite, kind, frames)
 
 
@@ -263,6 +282,11 @@ def output_files(frames: Sequence[Any], target: OutputTarget, *, fps: float | No
     animation, one image, or a numbered sequence (`NAME-0001.png`, …)."""
     from .video_encoders import encode_animation, encode_mp4, rgb_images
 
+    if target.kind == "audio":
+        if audio is None:
+            raise ValueError("no audio to write")
+        suffix = target.path.suffix.lower()
+        return [(target.path, lambda stream: encode_audio_file(audio, stream, suffix))]
     if not frames:
         raise ValueError("no frames to write")
     rate = DEFAULT_FPS if fps is None else fps
@@ -357,6 +381,8 @@ def write_notes(frames: Sequence[Any], target: OutputTarget, *, fps: float | Non
     """What the operator should know about how `write_result` stores these frames (one line each)."""
     from .video_encoders import gif_is_slow, mp4_size, rgb_array
 
+    if target.kind == "audio":
+        return [audio_file_note(target.path.name, audio, target.path.suffix.lower())] if audio is not None else []
     if not frames:
         return []
     notes = []

@@ -3,8 +3,9 @@
 diffusers pipelines name their output field differently: `images` (most), `image` (Kandinsky 5 T2I),
 `frames` (video), `videos`, `audios`. Reading only `images`/`frames` made Kandinsky 5 exit 0 without a
 file. The field is taken from the `*PipelineOutput` dataclass the pipeline's `__call__` returns
-(its return annotation); a pipeline that returns none of these (Stable Cascade's prior: image
-embeddings) is refused before load, naming what it returns.
+(its return annotation); one that returns audio alone (Stable Audio, ACE-Step) is written as a `.wav` or
+`.flac` (`audio_only`, engine/running/audio_track.py); a pipeline that returns none of these (Stable Cascade's
+prior: image embeddings) is refused before load, naming what it returns.
 
 After the call, a result with no frame, or one that decoded to all NaN or all black (a non-finite
 value somewhere in the run), is an `OutputError`: one line, exit 1, no file.
@@ -25,7 +26,7 @@ from ..errors import ConfigError, OutputError
 IMAGE_FIELDS = ("images", "image")
 VIDEO_FIELDS = ("frames", "videos", "video")
 AUDIO_FIELDS = ("audios", "audio")
-WRITABLE_FIELDS = (*VIDEO_FIELDS, *IMAGE_FIELDS)  # audio alone is not written here (no writer)
+WRITABLE_FIELDS = (*VIDEO_FIELDS, *IMAGE_FIELDS)  # pictures; audio alone goes to a .wav or .flac (`audio_only`)
 
 
 def _output_classes(annotation: Any) -> list[type]:
@@ -48,10 +49,16 @@ def declared_fields(pipeline_type: type) -> list[str] | None:
     return [f.name for cls in classes for f in dataclasses.fields(cls)]
 
 
+def audio_only(pipeline_type: type) -> bool:
+    """Whether the pipeline declares an output of audio and no picture (Stable Audio, ACE-Step, AudioLDM 2)."""
+    fields = declared_fields(pipeline_type) or []
+    return any(name in AUDIO_FIELDS for name in fields) and not any(name in WRITABLE_FIELDS for name in fields)
+
+
 def check_output_kind(pipeline_type: type) -> None:
-    """Refuse, before load, a pipeline whose declared output holds no image or video to write."""
+    """Refuse, before load, a pipeline whose declared output holds no image, video or audio to write."""
     fields = declared_fields(pipeline_type)
-    if fields is None or any(name in WRITABLE_FIELDS for name in fields):
+    if fields is None or any(name in WRITABLE_FIELDS for name in fields) or audio_only(pipeline_type):
         return
     audio = [name for name in fields if name in AUDIO_FIELDS]
     what = "audio only" if audio else ", ".join(fields) or "nothing"

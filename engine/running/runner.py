@@ -28,7 +28,7 @@ from ...offload.module_hooks import Hooks
 from ...offload.streamer import LayerwiseStreamer
 from ..errors import ConfigError
 from ..events import StepTiming
-from .audio_track import AudioTrack, first_item_audio
+from .audio_track import AudioTrack, check_audio, first_item_audio
 from .cache_spec import CacheSpec
 from .guider_guidance import guidance_used, guided, pipe_takes_guider_guidance
 from .pipeline_defaults import default_steps
@@ -293,8 +293,12 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
         if clock.preview is not None:
             clock.preview.close()
     frames, is_video = first_item_frames(output)
+    audio = first_item_audio(output, pipe)
     if cancel is None or not cancel.is_set():  # a cancelled request keeps nothing and says so, not this
-        check_frames(frames, type(pipe).__name__)
+        if frames or audio is None:
+            check_frames(frames, type(pipe).__name__)
+        else:  # a pipeline that makes audio only (Stable Audio, ACE-Step)
+            check_audio(audio, type(pipe).__name__)
     allocated = reserved = None
     if device.type == "cuda":  # the phases reset the peak counters: each phase's peaks, then what is left
         allocated = max(v for v in (clock.text_peak, decode.peak_before_decode, decode.peak_bytes,
@@ -306,4 +310,4 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
                      phases=phase_seconds(call_start, clock.first_forward, clock.last_step_end, decode),
                      vae_decode_peak_bytes=decode.peak_bytes, peak_before_decode=decode.peak_before_decode,
                      text_peak=clock.text_peak, allocated_peak=allocated, reserved_peak=reserved,
-                     audio=first_item_audio(output, pipe), guidance=guidance)
+                     audio=audio, guidance=guidance)

@@ -16,6 +16,7 @@ from ..loading.loader import pipeline_class, pipeline_init_values
 from ..model_dir.discovery import ModelInfo
 from ..running.call_options import call_signature, check_call, option_parameter
 from ..running.outputs import OutputTarget, check_output
+from ..running.pipeline_output import audio_only
 from ..running.request_checks import check_request
 from ..running.request_limits import check_limits
 from ..running.runner import GenerateRequest
@@ -36,6 +37,7 @@ class CheckedRun:
     output: OutputTarget
     video: bool
     fps: float | None = None  # the operator's frame rate (videos); None: the pipeline's, else the default
+    audio: bool = False  # the pipeline makes audio only: its result is a .wav or .flac
 
 
 def frames_parameter(model: ModelInfo) -> str | None:
@@ -74,8 +76,10 @@ def check_run(model: ModelInfo, request: GenerateRequest, output: Path, *, overw
     """Refuse (ConfigError, one line) what this pipeline cannot run or the output cannot hold."""
     check_model_request(model, request, names)
     video = makes_video(model)
+    audio = audio_only(pipeline_class(model))
     if fps is not None and not video:
-        raise ConfigError(f"{fps_name}: {model.pipeline_class} makes still images (no frame rate)")
+        made = "audio" if audio else "still images"
+        raise ConfigError(f"{fps_name}: {model.pipeline_class} makes {made} (no frame rate)")
     target = check_output(output, overwrite=overwrite, flag=output_name, video=video,
-                          frames=expected_frames(model, request))
-    return CheckedRun(request, target, video, fps)
+                          frames=expected_frames(model, request), audio=audio)
+    return CheckedRun(request, target, video, fps, audio)

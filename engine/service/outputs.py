@@ -54,11 +54,12 @@ def write_outputs(result: Any, run: CheckedRun, fps: float | None = None,
     rate, source = frame_rate(fps, result.fps) if video else (None, None)
     files: list[Path] = []
     notes: list[str] = []
-    if frames:
+    if frames or (run.output.kind == "audio" and result.audio is not None):
         with SignalGuard():  # on the main thread a signal removes what is being written, or waits until it is complete
             if before is not None:
                 before()
             notes = write_notes(frames, run.output, fps=rate, audio=result.audio)
-            notes += rendered_size_notes(run.request.width, run.request.height, frame_size(frames[0]))
+            if frames:
+                notes += rendered_size_notes(run.request.width, run.request.height, frame_size(frames[0]))
             files = write_result(frames, run.output, fps=rate, audio=result.audio)
     return Written(files, notes, len(frames), video, DEFAULT_FPS if video and rate is None else rate, source)
