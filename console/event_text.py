@@ -173,7 +173,7 @@ def describe_step_down(event: events.OomStepDown) -> str:
 
 def describe_phases(frames: int, latent_shape: Sequence[int] | None, phases: dict[str, float]) -> str:
     """`5 frames, latents 1x16x2x4x4; text encoding 0.12 s, denoise 0.80 s, VAE decode 0.31 s`."""
-    what = f"{frames} frame{'s' if frames != 1 else ''}"
+    what = f"{frames} frame{'s' if frames != 1 else ''}" if frames else "audio"  # no frame: an audio-only result
     if latent_shape:
         what += f", latents {'x'.join(map(str, latent_shape))}"
     times = ", ".join(f"{PHASE_LABELS.get(k, k)} {format_seconds(v)}" for k, v in phases.items())

@@ -11,7 +11,7 @@ removes the temporary file before it exits).
 
 A video result is saved the way `run --output NAME.mp4` writes one (`engine.running.outputs.write_result`,
 every frame, the pipeline's frame rate) into a scratch folder beside, then put under the same kind
-of name with `.mp4` the same way.
+of name with `.mp4` the same way; a pipeline's audio alone (Stable Audio, ACE-Step) likewise as `.wav`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ..engine.api import checks, writes
 MAX_SUFFIX = 1000
 """Collisions tried within one second before giving up (a real directory never gets near)."""
 VIDEO_SUFFIX = ".mp4"
+AUDIO_SUFFIX = ".wav"
 now = time.time
 """The clock of the names (a module attribute so tests can pin it)."""
 
@@ -66,9 +67,21 @@ def save_video(frames: Sequence[Any], out_dir: Path, request_id: int, fps: float
     return _save_new(out_dir, output_stem(request_id, when), VIDEO_SUFFIX, write)
 
 
+def save_audio(audio: Any, out_dir: Path, request_id: int, when: float | None = None) -> Path:
+    """Write an audio-only result's waveform (an `AudioTrack`) as a .wav of its exact samples, under a new name
+    in `out_dir`, with `save_image`'s guarantees."""
+    def write(scratch: Path) -> Path:
+        target = checks.check_output(scratch / f"audio{AUDIO_SUFFIX}", audio=True)
+        return writes.write_result([], target, fps=None, audio=audio)[0]
+
+    return _save_new(out_dir, output_stem(request_id, when), AUDIO_SUFFIX, write)
+
+
 def save_result(result: Any, out_dir: Path, request_id: int, when: float | None = None) -> Path:
-    """A request's output: a video result as .mp4 (fps from the result), an image as .png."""
+    """A request's output: a video result as .mp4 (fps from the result), an image as .png, audio alone as .wav."""
     frames = getattr(result, "frames", None)
+    if not frames and getattr(result, "audio", None) is not None:
+        return save_audio(result.audio, out_dir, request_id, when)
     if getattr(result, "is_video", False) and frames:
         return save_video(frames, out_dir, request_id, getattr(result, "fps", None), when,
                           getattr(result, "audio", None))

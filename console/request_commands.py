@@ -25,7 +25,7 @@ from .command_done import CommandDone
 from .engine_answers import PENDING
 from .event_text import one_line
 from .generate_form import RequestForm, expected_frames
-from .outputs import MAX_SUFFIX, VIDEO_SUFFIX, output_stem, save_result
+from .outputs import AUDIO_SUFFIX, MAX_SUFFIX, VIDEO_SUFFIX, output_stem, save_result
 from .plan_commands import request_forecast_of
 from .request_defaults import FORECASTING_LINE, default_request, forecast_line, small_request
 from .screens import GenerateDialog
@@ -40,9 +40,12 @@ def failure_line(exc: BaseException) -> str:
 
 def free_output(out_dir: Path, pipeline_class: str, number: int) -> Path:
     """A name for request `number`'s output that no file has now (`YYYYmmdd-HHMMSS-request-N.png`, `-2`, …;
-    `.mp4` for a video pipeline). The write itself is exclusive: a file that appears meanwhile is never
-    replaced (the request then fails its write in one line)."""
-    extension = VIDEO_SUFFIX if models.makes_still_images(pipeline_class) is False else ".png"
+    `.mp4` for a video pipeline, `.wav` for one that makes audio only). The write itself is exclusive: a file
+    that appears meanwhile is never replaced (the request then fails its write in one line)."""
+    if models.makes_still_images(pipeline_class) is False:
+        extension = VIDEO_SUFFIX
+    else:
+        extension = AUDIO_SUFFIX if models.makes_audio_only(pipeline_class) else ".png"
     stem = output_stem(number)
     for suffix in range(1, MAX_SUFFIX + 1):
         path = out_dir / (f"{stem}{extension}" if suffix == 1 else f"{stem}-{suffix}{extension}")

@@ -44,7 +44,8 @@ def is_partial(result: service.GenerateResult) -> bool:
 
 def should_save(result: service.GenerateResult, save_partial: bool) -> bool:
     image = result.image
-    return image is not None and hasattr(image, "save") and (save_partial or not is_partial(result))
+    made = (image is not None and hasattr(image, "save")) or (not result.frames and result.audio is not None)
+    return made and (save_partial or not is_partial(result))
 
 
 def cancelled(request_id: int | None, done: int, total: int) -> Outcome:
@@ -65,7 +66,7 @@ def finished(result: service.GenerateResult, output: Path | None, save_error: st
     """The request returned: saved (where), not saved (why), or cancelled after k/n steps."""
     done, total = steps_done(result)
     rid = result.request_id
-    what = "video" if result.is_video else "image"
+    what = "video" if result.is_video else "image" if result.frames or result.audio is None else "audio"
     if is_partial(result):
         if output is not None:
             where = f"partial {what} saved {output}"

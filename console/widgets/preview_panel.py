@@ -84,6 +84,9 @@ class PreviewPanel(Widget):
         if not self.enabled:
             return
         self.output_path = Path(path)
+        if self.output_path.suffix.lower() in (".wav", ".flac"):  # an audio-only pipeline's result: no picture
+            self._show("output", Text(plain(f"audio: {self.output_path.name} (nothing to draw)"), style="dim"))
+            return
         self.output_requested_at = time.monotonic()
         self.run_worker(lambda: read_output(Path(path)), thread=True, group="output-preview", exclusive=True,
                         name="output-preview")

@@ -36,6 +36,8 @@ def short_seconds(seconds: float) -> str:
 
 
 def frames_word(frames: int) -> str:
+    if not frames:  # a finished request with no frame made audio only (Stable Audio, ACE-Step)
+        return "audio"
     return f"{frames} frame" if frames == 1 else f"{frames} frames"
 
 
