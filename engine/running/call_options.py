@@ -156,6 +156,10 @@ def value_fits(value: Any, annotation: Any) -> bool | None:
         return isinstance(value, str)
     if annotation in (list, tuple):
         return isinstance(value, list)
+    if isinstance(value, dict | list) and isinstance(annotation, type) and typing.get_origin(annotation) is None:
+        # a JSON object or array is never an instance of another class (LTX-2's `conditions:
+        # LTX2VideoCondition` given a dict failed after load); a string or number may be what a class takes
+        return isinstance(value, annotation)
     return _UNCHECKED
 
 

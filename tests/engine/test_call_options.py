@@ -194,6 +194,7 @@ def test_a_field_the_pipeline_does_not_take_is_never_dropped(fields, missing):
     ([1, 2], list[int], True), ([1, "a"], list[int], False), ("a", str | list[str], True),
     (["a", "b"], str | list[str], True), ([1], str | list[str], False), (3, Union[int, str], True),  # noqa: UP007
     ({"a": 1}, dict[str, Any], True), ([1], dict, False), (3, Any, None), (3, Path, None), (3, Path | None, None),
+    ({"frames": 1}, Path, False), ([1], Path | None, False),  # a JSON object or array is no other class
 ])
 def test_value_fits(value, annotation, fits):
     assert value_fits(value, annotation) is fits
