@@ -4,7 +4,8 @@
   `face_video`) fails only after every weight has loaded when the request leaves it out: refused,
   naming each one and how (or that it cannot) be given here. So does an image-conditioned pipeline
   whose `image` defaults to None but that cannot run without one (diffusers names them: `…Img2Img…`,
-  `…ImageToVideo…`, `…I2V…` but not text-or-image `…TI2V…`; an inpainting one needs its `mask_image` too).
+  `…ImageToVideo…`, `…I2V…` but not text-or-image `…TI2V…`, `…InstructPix2Pix…`, `…Upscale…`, …; an
+  inpainting one needs its `mask_image` too).
 - A non-finite number in a `--param` value: `param_syntax.check_finite`.
 """
 
@@ -16,7 +17,8 @@ from collections.abc import Mapping
 
 from ..errors import ConfigError
 
-_NEEDS_IMAGE = re.compile(r"Img2Img|ImageToVideo|Image2Video|(?<!T)I2V|I2I|Inpaint")
+_NEEDS_IMAGE = re.compile(r"Img2Img|ImageToVideo|Image2Video|(?<!T)I2V|I2I|Inpaint|Pix2Pix|Depth2Img|Upscale|"
+                          r"ImageVariation|PaintByExample")
 """diffusers' names for pipelines that condition on an image, with or without a default of None for it."""
 
 
