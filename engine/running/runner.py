@@ -184,10 +184,11 @@ class StepClock:
                 self._steps_scheduled()
 
     def _steps_scheduled(self) -> None:
-        """The steps the pipeline scheduled, set before its loop (`_num_timesteps`), where fewer than asked:
-        an image-to-image strength runs only its share of them (Flux img2img at 4 steps and 0.6: 3)."""
+        """The steps the pipeline scheduled, set before its loop (`_num_timesteps`), where not the asked count:
+        an image-to-image strength runs only its share of them (Flux img2img at 4 steps and 0.6: 3), PNDM
+        without PRK steps one more (SD 1.x at 2 steps: 3)."""
         scheduled = getattr(self.pipe, "_num_timesteps", None)
-        if isinstance(scheduled, int) and not isinstance(scheduled, bool) and 0 < scheduled < self.total_steps:
+        if isinstance(scheduled, int) and not isinstance(scheduled, bool) and 0 < scheduled != self.total_steps:
             self.total_steps = scheduled
             if self.preview is not None:
                 self.preview.total_steps = scheduled

@@ -78,6 +78,7 @@ def test_an_img2img_request_without_an_image_is_refused_before_load(flux_img2img
     ("FluxImg2ImgPipeline", {"image"}), ("StableDiffusionXLInpaintPipeline", {"image", "mask_image"}),
     ("LTX2ImageToVideoPipeline", {"image"}), ("FluxPipeline", set()),
     ("Kandinsky6TI2VAPipeline", set()),  # text or image to video: the image is optional
+    ("StableDiffusionInstructPix2PixPipeline", {"image"}), ("StableDiffusionUpscalePipeline", {"image"}),
 ])
 def test_which_pipelines_need_an_image_they_default_to_none(pipeline, needed):
     import diffusers
@@ -168,3 +169,19 @@ def test_progress_counts_the_steps_a_strength_runs_and_the_output_is_plain_diffu
             assert np.array_equal(np.asarray(result.image)[None], expected)
     finally:
         engine.close()
+
+
+@pytest.mark.slow  # a load and a request
+def test_progress_counts_the_steps_a_scheduler_adds(loading_family_dir):
+    """SD 1.x's PNDM without PRK steps runs one more timestep than asked (2 asked: 3 run): progress says 3."""
+    from omni_console.engine.events import StepTiming
+
+    engine = Engine(loading_family_dir("sd15_no_checker"), device="cpu")
+    try:
+        sub = engine.bus.subscribe()
+        engine.load(build_policy({}, 0))
+        result = engine.generate(GenerateRequest(prompt=PROMPT, steps=2, height=32, width=32, output_type="np"))
+        steps = [e for e in sub.drain() if isinstance(e, StepTiming)]
+    finally:
+        engine.close()
+    assert len(result.steps) == 3 and [(s.step, s.total_steps) for s in steps] == [(1, 3), (2, 3), (3, 3)]
