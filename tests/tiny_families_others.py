@@ -433,6 +433,17 @@ def make_dit_pipeline(seed: int):
     return DiTPipeline(transformer=transformer, vae=vae, scheduler=DDIMScheduler())
 
 
+def make_ddpm_pipeline(seed: int):
+    """DDPM: an unconditional pixel-space UNet2DModel (no text, no VAE) that renders its own sample size."""
+    from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
+
+    with seeded(seed, 1):
+        unet = UNet2DModel(block_out_channels=(4, 8), layers_per_block=1, norm_num_groups=4, sample_size=8,
+                           in_channels=3, out_channels=3, down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+                           up_block_types=("AttnUpBlock2D", "UpBlock2D")).eval()
+    return DDPMPipeline(unet=unet, scheduler=DDPMScheduler())
+
+
 OTHER_GENERATION: dict[str, dict[str, Any]] = {
     # the byte-level system message alone is ~200 tokens; the encoder's layers 1-3 (diffusers' default 10, 20, 30)
     "flux2": {"height": 16, "width": 16, "num_inference_steps": 2, "max_sequence_length": 256,

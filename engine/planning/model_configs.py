@@ -160,8 +160,9 @@ def default_size(model: ModelInfo) -> RequestSize:
     height, width = pos_int(defaults.get("height")), pos_int(defaults.get("width"))
     if height is None or width is None:
         sample = pos_int(config_of(denoiser(model)).get("sample_size")) or pos_int(defaults.get("default_sample_size"))
-        if sample is not None:
-            side = sample * vae_spatial_factor(config_of(vae(model)))
+        if sample is not None:  # a pixel-space model (DDPM: no VAE) renders its sample size itself
+            found = vae(model)
+            side = sample * (vae_spatial_factor(config_of(found)) if found is not None else 1)
             height, width = height or side, width or side
     frames = pos_int(defaults.get("num_frames")) if "num_frames" in defaults else None
     guidance = pos_num(defaults.get("guidance_scale")) if "guidance_scale" in defaults else guider_scale(model)

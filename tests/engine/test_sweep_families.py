@@ -263,3 +263,28 @@ def test_ideogram4_constant_guidance_replaces_its_schedule_as_its_docstring_says
     plain = pipe(prompt=PROMPT, num_inference_steps=2, height=16, width=16, guidance_scale=3.0, guidance_schedule=None,
                  max_sequence_length=64, generator=torch.Generator().manual_seed(2)).images[0]
     assert np.array_equal(np.asarray(Image.open(out)), np.asarray(plain))
+
+
+def test_unconditional_ddpm_is_planned_at_its_own_size_and_runs_as_diffusers_does(tmp_path, capsys):
+    """A pixel-space UNet with no VAE renders its sample size (8x8 here), not 8x that; `run` sends no prompt."""
+    import numpy as np
+    import torch
+    from diffusers import DiffusionPipeline
+    from PIL import Image
+    from tiny_families_others import make_ddpm_pipeline
+
+    from omni_console.console.cli import main
+    from omni_console.engine.model_dir.discovery import discover_model
+    from omni_console.engine.planning.model_configs import default_size
+
+    path = tmp_path / "ddpm"
+    save_pipeline(make_ddpm_pipeline(0), path)
+    size = default_size(discover_model(path))
+    assert (size.height, size.width) == (8, 8)
+    out = tmp_path / "ddpm.png"
+    assert main(["run", "--model", str(path), "--steps", "3", "--seed", "5", "--output", str(out)]) == 0, \
+        capsys.readouterr().err
+    pipe = DiffusionPipeline.from_pretrained(path, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    plain = pipe(num_inference_steps=3, generator=torch.Generator().manual_seed(5)).images[0]
+    assert np.array_equal(np.asarray(Image.open(out)), np.asarray(plain)) and Image.open(out).size == (8, 8)
