@@ -11,6 +11,9 @@ from pathlib import Path
 
 from ..engine.api import OffloadPolicy, RankLayout, planner
 
+DEFAULT_RUN_PROMPT = "a lighthouse on a cliff at dusk"
+"""`run`'s prompt when `--prompt` is left out (a pipeline that takes none gets none: DDPM, DiT)."""
+
 
 def resolve_model_path(model: Path | None) -> Path:
     """`--model`, else the embedded demo model (built into the cache on first use)."""

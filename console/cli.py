@@ -22,6 +22,7 @@ from typing import NoReturn
 
 from ..engine.api import plain, planner, probes
 from ..engine.errors import OPERATOR_ERRORS, ConfigError
+from .args import DEFAULT_RUN_PROMPT
 from .compile_flags import add_compile_flags
 from .flag_types import check_cache_dir, path_name, real_number, short_words, whole_number
 from .help_overview import overview
@@ -201,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     _policy_flags(run)
     _cache_flag(run)
     run.add_argument("--headless", action="store_true", help="accepted for compatibility: run is always headless")
-    run.add_argument("--prompt", default="a lighthouse on a cliff at dusk")
+    run.add_argument("--prompt", default=None, help=f"default: {DEFAULT_RUN_PROMPT!r} (a pipeline that takes one)")
     run.add_argument("--steps", type=whole_number, default=None, help="denoise steps (default: the model's)")
     run.add_argument("--height", type=whole_number, default=None)
     run.add_argument("--width", type=whole_number, default=None)

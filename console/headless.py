@@ -18,7 +18,14 @@ from rich.console import Console
 
 from ..engine.api import EngineHandle, GenerateRequest, OffloadPolicy, checks, probes, service
 from ..engine.errors import ConfigError
-from .args import budget_from_args, layout_from_args, policy_from_args, ram_budget_from_args, resolve_model_path
+from .args import (
+    DEFAULT_RUN_PROMPT,
+    budget_from_args,
+    layout_from_args,
+    policy_from_args,
+    ram_budget_from_args,
+    resolve_model_path,
+)
 from .compile_flags import compile_options
 from .interrupts import InterruptGuard
 from .lora_flags import lora_options
@@ -80,7 +87,11 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
 
     def request(engine: EngineHandle) -> GenerateRequest:  # the demo's defaults need the model
         steps = checks.schedule_steps(args.steps, options.params)  # a sigmas/timesteps list sets the count
-        made = default_request(engine, prompt=args.prompt, steps=steps, height=args.height, width=args.width,
+        pipeline = engine.model.pipeline_class
+        if args.prompt is not None and "prompt" not in checks.call_signature(pipeline):
+            raise ConfigError(f"--prompt: {pipeline} takes no prompt (it is not text-conditioned)")
+        prompt = DEFAULT_RUN_PROMPT if args.prompt is None else args.prompt
+        made = default_request(engine, prompt=prompt, steps=steps, height=args.height, width=args.width,
                                seed=args.seed, guidance=args.guidance, frames=args.frames,
                                negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,
                                image=args.image, params=options.params)

@@ -288,3 +288,19 @@ def test_unconditional_ddpm_is_planned_at_its_own_size_and_runs_as_diffusers_doe
     pipe.set_progress_bar_config(disable=True)
     plain = pipe(num_inference_steps=3, generator=torch.Generator().manual_seed(5)).images[0]
     assert np.array_equal(np.asarray(Image.open(out)), np.asarray(plain)) and Image.open(out).size == (8, 8)
+
+
+def test_a_prompt_for_a_pipeline_that_takes_none_is_refused_before_load(tmp_path, monkeypatch, capsys):
+    from tiny_families_others import make_ddpm_pipeline
+
+    from omni_console.console.cli import main
+
+    path = tmp_path / "ddpm"
+    save_pipeline(make_ddpm_pipeline(0), path)
+    loads: list[str] = []
+    monkeypatch.setattr(Engine, "load", lambda self, *a, **k: loads.append("load"))
+    capsys.readouterr()
+    code = main(["run", "--model", str(path), "--prompt", "a fox", "--steps", "2", "--output", str(tmp_path / "d.png")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and loads == [] and len(err) == 1, err
+    assert err[0].endswith("--prompt: DDPMPipeline takes no prompt (it is not text-conditioned)")
