@@ -4,8 +4,8 @@
   `face_video`) fails only after every weight has loaded when the request leaves it out: refused,
   naming each one and how (or that it cannot) be given here. So does an image-conditioned pipeline
   whose `image` defaults to None but that cannot run without one (diffusers names them: `…Img2Img…`,
-  `…ImageToVideo…`, `…I2V…` but not text-or-image `…TI2V…`, `…InstructPix2Pix…`, `…Upscale…`, …; an
-  inpainting one needs its `mask_image` too).
+  `…ImageToVideo…`, `…I2V…` but not text-or-image `…TI2V…`, `…InstructPix2Pix…`, `…Edit…`, `…Upscale…`, …;
+  an inpainting or fill one needs its `mask_image` too, LTX-2's second stages a first stage's `video`).
 - A non-finite number in a `--param` value: `param_syntax.check_finite`.
 """
 
@@ -18,17 +18,22 @@ from collections.abc import Mapping
 from ..errors import ConfigError
 
 _NEEDS_IMAGE = re.compile(r"Img2Img|ImageToVideo|Image2Video|(?<!T)I2V|I2I|Inpaint|Pix2Pix|Depth2Img|Upscale|"
-                          r"ImageVariation|PaintByExample")
+                          r"ImageVariation|PaintByExample|Edit|Layered|Fill")
+_NEEDS_MASK = re.compile(r"Inpaint|Fill")
+_NEEDS_VIDEO = re.compile(r"LatentUpsample|TemporalRefine")
+"""Second-stage video pipelines (LTX-2's latent upsampler and temporal refiner) run on a first stage's video."""
 """diffusers' names for pipelines that condition on an image, with or without a default of None for it."""
 
 
 def _needed(pipeline: str, signature: Mapping[str, inspect.Parameter]) -> set[str]:
     """Parameters with a default that the pipeline still cannot run without (None is not an image)."""
-    if not _NEEDS_IMAGE.search(pipeline):
-        return set()
-    needed = {"image"} if "image" in signature else set()
-    if "Inpaint" in pipeline and "mask_image" in signature:
+    needed = set()
+    if _NEEDS_IMAGE.search(pipeline) and "image" in signature:
+        needed.add("image")
+    if _NEEDS_MASK.search(pipeline) and "mask_image" in signature:
         needed.add("mask_image")
+    if _NEEDS_VIDEO.search(pipeline):  # the first stage's video, or its latents (LTX-2 DFR's temporal refiner)
+        needed |= {"video"} & set(signature) or {"latents", "keyframes_latents"} & set(signature)
     return needed
 
 

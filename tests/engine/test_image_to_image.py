@@ -79,6 +79,9 @@ def test_an_img2img_request_without_an_image_is_refused_before_load(flux_img2img
     ("LTX2ImageToVideoPipeline", {"image"}), ("FluxPipeline", set()),
     ("Kandinsky6TI2VAPipeline", set()),  # text or image to video: the image is optional
     ("StableDiffusionInstructPix2PixPipeline", {"image"}), ("StableDiffusionUpscalePipeline", {"image"}),
+    ("QwenImageEditPlusPipeline", {"image"}), ("FluxFillPipeline", {"image", "mask_image"}),
+    ("FluxKontextPipeline", set()),  # Kontext edits an image or makes one from text
+    ("LTX2LatentUpsamplePipeline", {"video"}), ("LTX2DFRTemporalRefinePipeline", {"latents", "keyframes_latents"}),
 ])
 def test_which_pipelines_need_an_image_they_default_to_none(pipeline, needed):
     import diffusers
@@ -185,3 +188,13 @@ def test_progress_counts_the_steps_a_scheduler_adds(loading_family_dir):
     finally:
         engine.close()
     assert len(result.steps) == 3 and [(s.step, s.total_steps) for s in steps] == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_a_fill_request_is_refused_before_load_naming_the_mask_no_flag_gives(demo_model_dir, tmp_path, monkeypatch,
+                                                                               capsys):
+    fill = _as(demo_model_dir, tmp_path / "fill", "FluxFillPipeline")
+    code, loads, err = _run(monkeypatch, capsys, "--model", str(fill), "--steps", "2", "--output",
+                            str(tmp_path / "o.png"))
+    assert code == 2 and loads == [] and len(err) == 1
+    assert err[0].endswith("FluxFillPipeline needs image (pass --image FILE), mask_image (cannot be given here): it "
+                           "cannot run without them; not supported here"), err
