@@ -86,9 +86,12 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
     options = flags.options
 
     def request(engine: EngineHandle) -> GenerateRequest:  # the demo's defaults need the model
-        steps = checks.schedule_steps(args.steps, options.params)  # a sigmas/timesteps list sets the count
         pipeline = engine.model.pipeline_class
-        if args.prompt is not None and "prompt" not in checks.call_signature(pipeline):
+        signature = checks.call_signature(pipeline)
+        steps = args.steps
+        if "num_inference_steps" in signature:  # a sigmas/timesteps list sets the count (LTX-2 DFR has no count)
+            steps = checks.schedule_steps(args.steps, options.params)
+        if args.prompt is not None and "prompt" not in signature:
             raise ConfigError(f"--prompt: {pipeline} takes no prompt (it is not text-conditioned)")
         prompt = DEFAULT_RUN_PROMPT if args.prompt is None else args.prompt
         made = default_request(engine, prompt=prompt, steps=steps, height=args.height, width=args.width,

@@ -81,7 +81,8 @@ def check_limits(model: ModelInfo, request: GenerateRequest, labels: Mapping[str
         annotation = signature[key].annotation if key in signature else None
         kinds = _non_json_kinds(annotation) if annotation is not None else []
         if kinds and value is not None and value_fits(value, annotation) is not True:
-            raise ConfigError(f"{label} {key}: {model.pipeline_class} takes a {kinds[0]} there, which a "
+            article = "an" if kinds[0][:1].lower() in "aeiou" else "a"
+            raise ConfigError(f"{label} {key}: {model.pipeline_class} takes {article} {kinds[0]} there, which a "
                               "--param value (JSON) cannot give")
 
 
