@@ -156,9 +156,11 @@ def value_fits(value: Any, annotation: Any) -> bool | None:
         return isinstance(value, str)
     if annotation in (list, tuple):
         return isinstance(value, list)
-    if isinstance(value, dict | list) and isinstance(annotation, type) and typing.get_origin(annotation) is None:
+    if isinstance(value, dict | list) and isinstance(annotation, type) and typing.get_origin(annotation) is None \
+            and not annotation.__module__.startswith(("torch", "numpy", "PIL")):
         # a JSON object or array is never an instance of another class (LTX-2's `conditions:
-        # LTX2VideoCondition` given a dict failed after load); a string or number may be what a class takes
+        # LTX2VideoCondition` given a dict failed after load); a string or number may be what a class takes;
+        # tensors, arrays and images are refused with their own line (`request_limits`)
         return isinstance(value, annotation)
     return _UNCHECKED
 
