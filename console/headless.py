@@ -19,7 +19,6 @@ from rich.console import Console
 from ..engine.api import EngineHandle, GenerateRequest, OffloadPolicy, checks, probes, service
 from ..engine.errors import ConfigError
 from .args import (
-    DEFAULT_RUN_PROMPT,
     budget_from_args,
     layout_from_args,
     policy_from_args,
@@ -29,7 +28,7 @@ from .args import (
 from .compile_flags import compile_options
 from .interrupts import InterruptGuard
 from .lora_flags import lora_options
-from .request_defaults import default_request
+from .request_defaults import default_request, run_prompt_and_steps
 from .run_flags import OptionFlags, parse_option_flags
 from .run_progress import ProgressLines, engine_line, rank_line
 from .run_text import print_report
@@ -86,14 +85,7 @@ def run_headless(args: argparse.Namespace, guard: InterruptGuard | None = None) 
     options = flags.options
 
     def request(engine: EngineHandle) -> GenerateRequest:  # the demo's defaults need the model
-        pipeline = engine.model.pipeline_class
-        signature = checks.call_signature(pipeline)
-        steps = args.steps
-        if "num_inference_steps" in signature:  # a sigmas/timesteps list sets the count (LTX-2 DFR has no count)
-            steps = checks.schedule_steps(args.steps, options.params)
-        if args.prompt is not None and "prompt" not in signature:
-            raise ConfigError(f"--prompt: {pipeline} takes no prompt (it is not text-conditioned)")
-        prompt = DEFAULT_RUN_PROMPT if args.prompt is None else args.prompt
+        prompt, steps = run_prompt_and_steps(engine.model.pipeline_class, args.prompt, args.steps, options.params)
         made = default_request(engine, prompt=prompt, steps=steps, height=args.height, width=args.width,
                                seed=args.seed, guidance=args.guidance, frames=args.frames,
                                negative_prompt=args.negative_prompt, max_sequence_length=args.max_sequence_length,

@@ -14,6 +14,23 @@ if TYPE_CHECKING:
     from ..engine.api import ModelInfo
 
 
+def run_prompt_and_steps(pipeline: str, prompt: str | None, steps: int | None,
+                         params: dict[str, Any]) -> tuple[str, int | None]:
+    """`run`'s prompt and step count for this pipeline: `--prompt` refused where the pipeline takes none (DDPM,
+    DiT get none: `runner.GenerateRequest.call_kwargs`), the default prompt where left out; a `sigmas` or
+    `timesteps` list sets the count where the pipeline takes one (LTX-2 DFR takes none)."""
+    from ..engine.api import checks
+    from ..engine.errors import ConfigError
+    from .args import DEFAULT_RUN_PROMPT
+
+    signature = checks.call_signature(pipeline)
+    if prompt is not None and "prompt" not in signature:
+        raise ConfigError(f"--prompt: {pipeline} takes no prompt (it is not text-conditioned)")
+    if "num_inference_steps" in signature:
+        steps = checks.schedule_steps(steps, params)
+    return (DEFAULT_RUN_PROMPT if prompt is None else prompt), steps
+
+
 class HasModel(Protocol):
     """An engine handle, or the console (which keeps the model it opened): all a default request needs."""
 

@@ -34,6 +34,7 @@ from ...offload.devices import synchronize
 from ...offload.events import EventBus, LogEvent
 from ...offload.file_stager import FileStager
 from ...offload.layer_stage import LayerStage
+from ...offload.module_hooks import Hooks
 from ...offload.pinned import HostArena
 from ...offload.process_memory import release_freed_heap
 from ...offload.staged_calls import LazyStages, stage_around
@@ -299,11 +300,12 @@ def _close_lazy_stages_at_denoise(pipe: Any, plan: Plan, placement: Placement) -
         if placement.lazy.open:
             placement.lazy.close()
 
+    hooks = Hooks()
     for comp in plan.components:
         module = getattr(pipe, comp.info.name, None)
         if comp.info.role in DENOISER_ROLES and isinstance(module, torch.nn.Module):
-            handle = module.register_forward_pre_hook(close, prepend=True)
-            placement.undo.append(handle.remove)
+            hooks.before(module, close, prepend=True)
+    placement.undo.append(hooks.remove)
 
 
 def _stager(info: Any, module: torch.nn.Module, plan: Plan, placement: Placement, bus: EventBus, staged: bool,
