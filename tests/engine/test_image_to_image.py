@@ -198,3 +198,28 @@ def test_a_fill_request_is_refused_before_load_naming_the_mask_no_flag_gives(dem
     assert code == 2 and loads == [] and len(err) == 1
     assert err[0].endswith("FluxFillPipeline needs image (pass --image FILE), mask_image (cannot be given here): it "
                            "cannot run without them; not supported here"), err
+
+
+def test_steps_are_timed_and_counted_without_a_hooked_denoiser(flux_img2img, image):
+    """A denoiser DLO does not stream (Kandinsky 3's UNet, UniDiffuser's) gets no forward hook: each step is
+    timed from the previous step's end, and the total is still the scheduled count (strength 0.6 of 4: 3)."""
+    import threading
+
+    import torch
+    from diffusers import DiffusionPipeline
+
+    from omni_console.engine.events import StepTiming
+    from omni_console.engine.running.runner import run_pipeline
+    from omni_console.offload.events import EventBus
+
+    pipe = DiffusionPipeline.from_pretrained(flux_img2img, local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    bus = EventBus()
+    sub = bus.subscribe()
+    request = GenerateRequest(prompt=PROMPT, steps=4, height=64, width=64, seed=3, image=image,
+                              params={"strength": 0.6}, output_type="np")
+    run_pipeline(pipe, request, bus=bus, request_id=1, device=torch.device("cpu"), dits=[], streamer=None,
+                 cancel=threading.Event())
+    steps = [e for e in sub.drain() if isinstance(e, StepTiming)]
+    assert [(s.step, s.total_steps) for s in steps] == [(1, 3), (2, 3), (3, 3)]
+    assert all(s.wall_s > 0 for s in steps[1:]), [s.wall_s for s in steps]
