@@ -97,7 +97,8 @@ def stage_around(
         return staged
 
     def load_lazily(*_: Any) -> None:
-        if depth == 0 and not stager.held and not stager.loaded and lazy is not None:
+        if depth == 0 and not stager.held and not stager.loaded:
+            assert lazy is not None  # installed only with it
             lazy.take(stager)
             stager.load()
             lazy.open.append(stager)

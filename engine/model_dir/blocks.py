@@ -143,8 +143,8 @@ def order_block_lists(lists: list[BlockList], order: list[str] | None) -> list[B
 
 UNET_ORDER = ("down_blocks", "mid_block", "up_blocks")
 UNET_STREAMED_CLASSES = frozenset({"UNet2DConditionModel", "DreamLiteUNetModel"})
-"""UNets whose forward is `UNet2DConditionModel`'s (DreamLite's subclass keeps it): down, mid, up blocks."""
-"""UNet classes whose forward is known to run each of `UNET_ORDER`'s blocks once, in that order."""
+"""UNet classes whose forward is known to run each of `UNET_ORDER`'s blocks once, in that order
+(`UNet2DConditionModel`'s, which DreamLite's subclass keeps)."""
 UNIT_ORDERS = {
     # class: (its children lists, what its forward calls: "pairs" resnets[i], attentions[i];
     # "mid" resnets[0] then (attentions[i], resnets[i + 1]); "resnets" resnets only) then the sampler

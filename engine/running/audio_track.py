@@ -98,23 +98,11 @@ def encode_audio_file(track: AudioTrack, stream: Any, suffix: str) -> None:
     """Write `track` as a whole `.wav` (32-bit float samples, exactly the pipeline's) or `.flac` (16-bit, as the
     MP4's track) file into a binary stream, through PyAV."""
     import av
-    import numpy as np
 
-    layout = AUDIO_LAYOUTS.get(track.channels)
-    if layout is None:
-        raise ValueError(f"audio with {track.channels} channels: a file here carries mono or stereo")
     wav = suffix == ".wav"
     with av.open(stream, "w", format="wav" if wav else "flac") as container:
-        out = container.add_stream("pcm_f32le" if wav else AUDIO_CODEC, rate=track.sample_rate)
-        out.layout = layout
-        samples = track.samples.astype(np.float32) if wav else pcm16(track)
-        packed = np.ascontiguousarray(samples.T.reshape(1, -1))  # packed: the channels interleaved
-        frame = av.AudioFrame.from_ndarray(packed, format="flt" if wav else "s16", layout=layout)
-        frame.sample_rate, frame.pts = track.sample_rate, 0
-        for packet in out.encode(frame):
-            container.mux(packet)
-        for packet in out.encode(None):
-            container.mux(packet)
+        out = add_audio_stream(container, track, "pcm_f32le" if wav else AUDIO_CODEC, f"a {suffix} file")
+        mux_audio(container, out, track, exact=wav)
 
 
 def audio_note(name: str, track: AudioTrack, *, kept: bool) -> str:
@@ -132,23 +120,25 @@ def pcm16(track: AudioTrack) -> np.ndarray:
     return (np.clip(track.samples, -1.0, 1.0) * 32767.0).astype(np.int16)
 
 
-def add_audio_stream(container: Any, track: AudioTrack) -> Any:
-    """A FLAC stream for `track` in an open PyAV output container."""
+def add_audio_stream(container: Any, track: AudioTrack, codec: str = AUDIO_CODEC, carrier: str = "an MP4") -> Any:
+    """A stream for `track` in an open PyAV output container (FLAC unless `codec` says otherwise)."""
     layout = AUDIO_LAYOUTS.get(track.channels)
     if layout is None:
-        raise ValueError(f"audio with {track.channels} channels: an MP4 here carries mono or stereo")
-    stream = container.add_stream(AUDIO_CODEC, rate=track.sample_rate)
+        raise ValueError(f"audio with {track.channels} channels: {carrier} here carries mono or stereo")
+    stream = container.add_stream(codec, rate=track.sample_rate)
     stream.layout = layout
     return stream
 
 
-def mux_audio(container: Any, stream: Any, track: AudioTrack) -> None:
-    """Encode every sample of `track` into `stream` (PyAV splits it into the codec's frames) and flush."""
+def mux_audio(container: Any, stream: Any, track: AudioTrack, *, exact: bool = False) -> None:
+    """Encode every sample of `track` into `stream` (PyAV splits it into the codec's frames) and flush:
+    16-bit (`pcm16`), or `exact`: the float32 samples as they are."""
     import av
     import numpy as np
 
-    packed = pcm16(track).T.reshape(1, -1)  # s16 is packed: the channels interleaved
-    frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(packed), format="s16", layout=stream.layout.name)
+    samples, sample_format = (track.samples, "flt") if exact else (pcm16(track), "s16")
+    packed = samples.T.reshape(1, -1)  # packed formats: the channels interleaved
+    frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(packed), format=sample_format, layout=stream.layout.name)
     frame.sample_rate, frame.pts = track.sample_rate, 0
     for packet in stream.encode(frame):
         container.mux(packet)

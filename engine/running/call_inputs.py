@@ -19,10 +19,10 @@ from ..errors import ConfigError
 
 _NEEDS_IMAGE = re.compile(r"Img2Img|ImageToVideo|Image2Video|(?<!T)I2V|I2I|Inpaint|Pix2Pix|Depth2Img|Upscale|"
                           r"ImageVariation|PaintByExample|Edit|Layered|Fill")
+"""diffusers' names for pipelines that condition on an image, with or without a default of None for it."""
 _NEEDS_MASK = re.compile(r"Inpaint|Fill")
 _NEEDS_VIDEO = re.compile(r"LatentUpsample|TemporalRefine")
 """Second-stage video pipelines (LTX-2's latent upsampler and temporal refiner) run on a first stage's video."""
-"""diffusers' names for pipelines that condition on an image, with or without a default of None for it."""
 
 
 def _needed(pipeline: str, signature: Mapping[str, inspect.Parameter]) -> set[str]:

@@ -195,8 +195,8 @@ class StepClock:
 
     def on_step_end(self, pipe: Any, step: int, _timestep: Any, callback_kwargs: dict[str, Any]) -> dict[str, Any]:
         sync_compute(self.device)
-        if not self.steps:
-            self._steps_scheduled()  # also where no denoiser forward was hooked (one DLO does not stream)
+        if self.first_forward is None and not self.steps:
+            self._steps_scheduled()  # where no denoiser forward was hooked (one DLO does not stream)
         previous, self.last_step_end = self.last_step_end, time.perf_counter()
         # from the step's first denoiser forward; without one hooked, from the previous step's end
         start = self.started if self.started is not None else previous

@@ -37,7 +37,6 @@ class CheckedRun:
     output: OutputTarget
     video: bool
     fps: float | None = None  # the operator's frame rate (videos); None: the pipeline's, else the default
-    audio: bool = False  # the pipeline makes audio only: its result is a .wav or .flac
 
 
 def frames_parameter(model: ModelInfo) -> str | None:
@@ -82,4 +81,4 @@ def check_run(model: ModelInfo, request: GenerateRequest, output: Path, *, overw
         raise ConfigError(f"{fps_name}: {model.pipeline_class} makes {made} (no frame rate)")
     target = check_output(output, overwrite=overwrite, flag=output_name, video=video,
                           frames=expected_frames(model, request), audio=audio)
-    return CheckedRun(request, target, video, fps, audio)
+    return CheckedRun(request, target, video, fps)
