@@ -19,9 +19,9 @@ if TYPE_CHECKING:  # the same names as `EXPORTS` (tests/engine/test_api.py holds
         call_signature,
         check_call,
         check_shape,
-        frames_rule,
         option_parameter,
     )
+    from ..running.frame_counts import frames_rule
     from ..running.host_fit import check_fits_host
     from ..running.outputs import check_output, check_output_place
     from ..running.param_syntax import check_finite, check_parameter_names, parse_param

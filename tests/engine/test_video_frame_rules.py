@@ -17,7 +17,8 @@ from tiny_families_loading import LOADING_GENERATION, stand_in_for_ftfy
 
 from omni_console.engine.errors import ConfigError
 from omni_console.engine.model_dir.discovery import discover_model
-from omni_console.engine.running.call_options import check_call, frames_rule
+from omni_console.engine.running.call_options import check_call
+from omni_console.engine.running.frame_counts import frames_rule
 from omni_console.engine.running.request_checks import check_request
 from omni_console.engine.running.runner import GenerateRequest
 
