@@ -41,8 +41,9 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "..ranks.rank_checks": ("check_cache_ranks",),
     "..running.request_checks": ("SEED_MAX", "check_request"),
     "..running.call_options": (
-        "accepted_options", "call_signature", "check_call", "check_shape", "frames_rule", "option_parameter",
+        "accepted_options", "call_signature", "check_call", "check_shape", "option_parameter",
     ),
+    "..running.frame_counts": ("frames_rule",),
     "..running.text_length": ("check_text_length",),
     "..running.trace_file": ("check_trace_place",),
     "..running.param_syntax": ("check_finite", "check_parameter_names", "parse_param"),
