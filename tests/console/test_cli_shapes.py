@@ -20,7 +20,8 @@ from tiny_families_shapes import AURAFLOW_POS_EMBED, build_tiny_auraflow, build_
 from omni_console.console.cli import main
 from omni_console.engine.errors import ConfigError
 from omni_console.engine.model_dir.discovery import discover_model
-from omni_console.engine.running.call_options import check_call, frames_rule
+from omni_console.engine.running.call_options import check_call
+from omni_console.engine.running.frame_counts import frames_rule
 from omni_console.engine.running.request_checks import size_rule
 from omni_console.engine.running.runner import GenerateRequest
 

@@ -21,9 +21,9 @@ from omni_console.engine.running.call_options import (
     accepted_options,
     check_call,
     default_fps,
-    frames_rule,
     value_fits,
 )
+from omni_console.engine.running.frame_counts import frames_rule
 from omni_console.engine.running.param_syntax import parse_param
 from omni_console.engine.running.runner import GenerateRequest
 
