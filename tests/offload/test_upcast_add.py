@@ -69,3 +69,18 @@ def test_a_kernel_that_matches_is_checked_once_per_dtypes(fresh):
     assert len(launched) == 3 and len(checks) == 1
     assert fused.upcast_add(src, delta.to(torch.float16), torch.empty(4096, dtype=torch.float16))
     assert len(checks) == 2  # another combination of dtypes is checked on its first weight too
+
+
+@pytest.mark.parametrize(("delta", "out", "fuses"), [
+    (torch.bfloat16, torch.bfloat16, True),
+    (torch.float16, torch.float16, True),
+    (torch.float32, torch.bfloat16, True),
+    (torch.float32, torch.float16, True),
+    (torch.bfloat16, torch.float16, False),  # measured on an H100: CUDA's in-place add rounds this otherwise
+    (torch.float16, torch.bfloat16, False),
+    (torch.bfloat16, torch.float32, False),  # the kernel rounds into 16 bits only
+])
+def test_only_dtypes_whose_bits_the_kernel_gives_are_fused(delta, out, fuses):
+    for fp8 in (torch.float8_e4m3fn, torch.float8_e5m2):
+        assert fused.dtypes_fuse(fp8, delta, out) is fuses
+    assert not fused.dtypes_fuse(torch.bfloat16, delta, out)  # the source must be float8
