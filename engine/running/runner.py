@@ -1,10 +1,10 @@
 """Run one generation on a placed pipeline, timing every denoise step and the request's phases.
 
-A step is timed from the first DiT forward of that step (a forward pre-hook) to the pipeline's
-`callback_on_step_end`, with the compute stream synchronized at both ends so the wall time is the
-device's, not the host's enqueue time (the copy stream runs on: see `sync_compute`). The
-streamer's exposed stall and H2D bytes are taken at the same boundary. Cancellation sets the
-pipeline's interrupt flag at the next step end.
+A step is timed from the first DiT forward of that step (a forward pre-hook) to its end as the pipeline
+signals it (`step_signal`: `callback_on_step_end`, an older `callback`, or the progress bar), with the compute
+stream synchronized at both ends so the wall time is the device's, not the host's enqueue time (the copy stream
+runs on: see `sync_compute`). The streamer's exposed stall and H2D bytes are taken at the same boundary.
+Cancellation sets the pipeline's interrupt flag at the next step end.
 
 The request maps onto the pipeline's own parameter names (`frames` -> `num_frames`, the image file
 -> a PIL image, ...); the result keeps every frame of the first batch item, and where the time went
@@ -36,6 +36,7 @@ from .pipeline_output import check_frames, first_item_frames
 from .request_phases import DecodeMeter, phase_seconds, sync, sync_compute
 from .step_cache import start_cache
 from .step_preview import step_previewer
+from .step_signal import attach_step_end
 
 # Request fields the engine maps onto a pipeline's own parameter names, in the order tried.
 FRAME_PARAMETERS = ("num_frames", "video_length", "frames")  # Latte: video_length; SanaVideo: frames
@@ -270,8 +271,8 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
     kwargs = request.call_kwargs(pipe)
     if step_previews:
         clock.preview = step_previewer(pipe, bus, request_id, clock.total_steps, device, kwargs, preview_decoder)
-    if "callback_on_step_end" in inspect.signature(pipe.__call__).parameters:
-        kwargs["callback_on_step_end"] = clock.on_step_end
+    step_kwargs, release_step_signal = attach_step_end(pipe, clock.on_step_end)
+    kwargs.update(step_kwargs)
     decode = DecodeMeter(device)
     hooks = Hooks()
     decode.install(getattr(pipe, "vae", None), hooks)
@@ -293,6 +294,7 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
         raise RequestCancelled(len(clock.steps), clock.total_steps) from None
     finally:
         hooks.remove()
+        release_step_signal()
         if clock.cache is not None:
             clock.cache.remove()
         if clock.preview is not None:
