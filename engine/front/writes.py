@@ -13,7 +13,8 @@ from ._lazy import lazy_names
 if TYPE_CHECKING:  # the same names as `EXPORTS` (tests/engine/test_api.py holds them equal)
     from ..running.atomic_write import publish_new, remove_pending, scratch_folder
     from ..running.group_write import GroupOutput, write_results
-    from ..running.outputs import DEFAULT_FPS, OutputTarget, write_notes, write_result
+    from ..running.output_notes import write_notes
+    from ..running.outputs import DEFAULT_FPS, OutputTarget, write_result
     from ..running.pipeline_output import frame_size
     from ..running.signal_guard import (
         SignalGuard,
@@ -28,7 +29,8 @@ if TYPE_CHECKING:  # the same names as `EXPORTS` (tests/engine/test_api.py holds
     from ..running.trace_file import write_trace
 
 EXPORTS: dict[str, tuple[str, ...]] = {
-    "..running.outputs": ("DEFAULT_FPS", "OutputTarget", "write_notes", "write_result"),
+    "..running.outputs": ("DEFAULT_FPS", "OutputTarget", "write_result"),
+    "..running.output_notes": ("write_notes",),
     "..running.group_write": ("GroupOutput", "write_results"),
     "..running.pipeline_output": ("frame_size",),
     "..running.trace_events": ("TraceRecorder", "request_spans"),

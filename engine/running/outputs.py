@@ -40,7 +40,7 @@ from typing import Any, BinaryIO, Literal
 
 from ..errors import ConfigError
 from .atomic_write import file_mode, publish_new, scratch_folder, write_new, write_replacing
-from .audio_track import AudioTrack, audio_file_note, audio_note, encode_audio_file
+from .audio_track import AudioTrack, encode_audio_file
 from .frame_manifest import record_frames
 from .signal_guard import SignalGuard, held, mark_complete, pause_point
 
@@ -280,7 +280,7 @@ def output_files(frames: Sequence[Any], target: OutputTarget, *, fps: float | No
                  audio: AudioTrack | None = None) -> list[tuple[Path, Writer]]:
     """The files `frames` become at a checked target, each with what writes its bytes: one video, one
     animation, one image, or a numbered sequence (`NAME-0001.png`, …)."""
-    from .video_encoders import encode_animation, encode_mp4, rgb_images
+    from .video_encoders import encode_animation, encode_mp4, rgb_images, still_images
 
     if target.kind == "audio":
         if audio is None:
@@ -292,9 +292,10 @@ def output_files(frames: Sequence[Any], target: OutputTarget, *, fps: float | No
     rate = DEFAULT_FPS if fps is None else fps
     if target.kind == "video":
         return [(target.path, lambda stream: encode_mp4(frames, stream, rate, audio))]
-    images = rgb_images(frames)
     if target.kind == "animation":
+        images = rgb_images(frames)
         return [(target.path, lambda stream: encode_animation(images, stream, target.image_format, rate))]
+    images = still_images(frames, target.image_format)
     paths = sequence_paths(target.path, len(images))
     return [(path, _saver(image, target.image_format)) for path, image in zip(paths, images, strict=True)]
 
@@ -304,7 +305,7 @@ def write_result(frames: Sequence[Any], target: OutputTarget, *, fps: float | No
     """Write every frame to a checked target (see the module docstring); returns the files written.
 
     `frames`: PIL images or HxWx3 arrays (uint8, or float in [0, 1]). `fps` None: DEFAULT_FPS. `audio`: the
-    pipeline's waveform, a second stream of an MP4 (`write_notes` says when another target drops it).
+    pipeline's waveform, a second stream of an MP4 (`output_notes.write_notes` says when another target drops it).
     """
     files = output_files(frames, target, fps=fps, audio=audio)
     if len(files) == 1:
@@ -374,30 +375,3 @@ def publish_all(staged: Sequence[Path], paths: Sequence[Path], overwrite: bool) 
             path.unlink(missing_ok=True)
         raise
     return created
-
-
-def write_notes(frames: Sequence[Any], target: OutputTarget, *, fps: float | None,
-                audio: AudioTrack | None = None) -> list[str]:
-    """What the operator should know about how `write_result` stores these frames (one line each)."""
-    from .video_encoders import gif_is_slow, mp4_size, rgb_array
-
-    if target.kind == "audio":
-        return [audio_file_note(target.path.name, audio, target.path.suffix.lower())] if audio is not None else []
-    if not frames:
-        return []
-    notes = []
-    rate = DEFAULT_FPS if fps is None else fps
-    if fps is None and (target.kind == "video" or (target.kind == "animation" and len(frames) > 1)):
-        notes.append(f"no frame rate given or known for this model: {rate:g} fps (set --fps)")
-    if target.kind == "video":
-        height, width = rgb_array(frames[0]).shape[:2]
-        stored = mp4_size(width, height)
-        if stored != (width, height):
-            notes.append(f"{target.path.name}: {width}x{height} padded to {stored[0]}x{stored[1]} "
-                         "(repeating the last column/row; H.264 in yuv420p needs even sizes)")
-    if target.kind == "animation" and target.image_format == "GIF" and len(frames) > 1 and gif_is_slow(rate):
-        notes.append(f"{target.path.name}: at {rate:g} fps GIF frames last under 20 ms, which most players "
-                     "show slower (use .mp4 or .webp)")
-    if audio is not None:
-        notes.append(audio_note(target.path.name, audio, kept=target.kind == "video"))
-    return notes

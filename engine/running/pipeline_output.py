@@ -84,7 +84,8 @@ def _is_one_frame(value: Any) -> bool:
 
 def first_item_frames(output: Any) -> tuple[list[Any], bool]:
     """(frames of the first batch item, is_video): a video field is [batch][frame] (SANA-WM's is one video's
-    [frame], unbatched), an image field [batch]."""
+    [frame], unbatched), an image field [batch], or [batch][layer] for a pipeline that splits an image into
+    layers (Qwen-Image-Layered): each layer a still of its own."""
     frames = _field(output, VIDEO_FIELDS)
     if frames is not None:
         if not len(frames):
@@ -93,7 +94,15 @@ def first_item_frames(output: Any) -> tuple[list[Any], bool]:
     images = _field(output, IMAGE_FIELDS)
     if images is None and isinstance(output, tuple | list) and output:
         images = output[0]
-    return ([images[0]] if images is not None and len(images) else []), False
+    if images is None or not len(images):
+        return [], False
+    first = images[0]
+    return ([first] if _is_one_frame(first) or not _is_layers(first) else list(first)), False
+
+
+def _is_layers(value: Any) -> bool:
+    """One batch item's list of still layers: a list of images, or an NHWC array of them."""
+    return isinstance(value, list | tuple) and len(value) > 0 or getattr(value, "ndim", None) == 4
 
 
 def frame_size(frame: Any) -> list[int] | None:

@@ -48,12 +48,20 @@ def pipeline_parameter(accepted: Mapping[str, Any], names: tuple[str, ...]) -> s
     return next((name for name in names if name in accepted), None)
 
 
-def load_condition_image(path: Path) -> Any:
-    """The conditioning image as PIL RGB, fully read (the file is closed before the call)."""
+def load_condition_image(path: Path, mode: str = "RGB") -> Any:
+    """The conditioning image as PIL `mode`, fully read (the file is closed before the call)."""
     from PIL import Image
 
     with Image.open(path) as opened:
-        return opened.convert("RGB")
+        return opened.convert(mode)
+
+
+def condition_image_mode(pipe: Any) -> str:
+    """RGBA for a pipeline whose VAE encodes four channels (Qwen-Image-Layered's RGBA VAE: an RGB image would
+    fail in its first convolution, after load), else RGB."""
+    config = getattr(getattr(pipe, "vae", None), "config", None)
+    channels = getattr(config, "input_channels", None) or getattr(config, "in_channels", None)
+    return "RGBA" if channels == 4 else "RGB"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +114,7 @@ class GenerateRequest:
             raise ConfigError(f"{type(pipe).__name__} takes no {', '.join(unknown)}")
         if self.image is not None and (image_key := pipeline_parameter(accepted, IMAGE_PARAMETERS)) is not None \
                 and image_key not in self.params:
-            explicit[image_key] = load_condition_image(Path(self.image))
+            explicit[image_key] = load_condition_image(Path(self.image), condition_image_mode(pipe))
         kwargs: dict[str, Any] = {key: value for key, value in self.extra.items() if key in accepted}
         kwargs.update(output_type=self.output_type, generator=torch.Generator("cpu").manual_seed(self.seed))
         if "prompt" in accepted:  # a class-conditional pipeline (DiT: `class_labels`) takes no prompt

@@ -41,11 +41,44 @@ def rgb_array(frame: Any) -> np.ndarray:
     if hasattr(frame, "convert"):
         return np.asarray(frame.convert("RGB"))
     array = np.asarray(frame)
+    if array.ndim == 3 and array.shape[-1] == 4:  # RGBA: the colour without its alpha (a format without one)
+        array = array[..., :3]
     if array.ndim != 3 or array.shape[-1] != 3:
         raise ValueError(f"a frame must be an RGB image (height x width x 3), got shape {array.shape}")
     if array.dtype != np.uint8:  # diffusers' numpy_to_pil rule for float frames
         array = (np.clip(array, 0.0, 1.0) * 255).round().astype(np.uint8)
     return array
+
+
+ALPHA_FORMATS = ("PNG", "WEBP", "TIFF")  # still formats PIL writes with an alpha channel
+
+
+def has_alpha(frame: Any) -> bool:
+    """An RGBA frame: a PIL image with alpha, or an HxWx4 array (a layered pipeline's RGBA-VAE output)."""
+    if hasattr(frame, "mode"):
+        return frame.mode in ("RGBA", "LA", "PA") or (frame.mode == "P" and "transparency" in frame.info)
+    shape = getattr(frame, "shape", None)
+    return shape is not None and len(shape) == 3 and shape[-1] == 4
+
+
+def still_images(frames: Sequence[Any], image_format: str) -> list[Any]:
+    """Frames as PIL images for a still format: RGBA where a frame has alpha and the format keeps it, else RGB."""
+    from PIL import Image
+
+    if image_format not in ALPHA_FORMATS:
+        return rgb_images(frames)
+    stills = []
+    for frame in frames:
+        if not has_alpha(frame):
+            stills.extend(rgb_images([frame]))
+        elif hasattr(frame, "convert"):
+            stills.append(frame.convert("RGBA"))
+        else:
+            array = np.asarray(frame)
+            if array.dtype != np.uint8:  # diffusers' numpy_to_pil rule for float frames
+                array = (np.clip(array, 0.0, 1.0) * 255).round().astype(np.uint8)
+            stills.append(Image.fromarray(array, "RGBA"))
+    return stills
 
 
 def rgb_images(frames: Sequence[Any]) -> list[Any]:

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..running.outputs import DEFAULT_FPS, write_notes, write_result
+from ..running.output_notes import write_notes
+from ..running.outputs import DEFAULT_FPS, write_result
 from ..running.pipeline_output import frame_size
 from ..running.signal_guard import SignalGuard
 from .checks import CheckedRun

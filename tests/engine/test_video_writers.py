@@ -14,7 +14,8 @@ from PIL import Image
 
 from omni_console.engine.errors import ConfigError
 from omni_console.engine.running import outputs, video_encoders
-from omni_console.engine.running.outputs import check_output, sequence_paths, write_notes, write_result
+from omni_console.engine.running.output_notes import write_notes
+from omni_console.engine.running.outputs import check_output, sequence_paths, write_result
 
 WIDTH, HEIGHT = 64, 48
 
