@@ -2,8 +2,9 @@
 
 Configs follow diffusers' tests/pipelines/qwenimage/test_qwenimage_layered.py `get_dummy_components` (a 3-channel
 VAE: at this size a 4-channel one, as the released model's RGBA VAE, fails in plain diffusers too), with the
-released transformer's layer-3D RoPE and extra timestep condition, and two blocks so it streams. The byte-level Qwen2-VL tokenizer stands in for the processor, as in
-`tiny_families_qwen`: with a prompt given, the pipeline never calls its processor.
+released transformer's layer-3D RoPE and extra timestep condition, and two blocks so it streams. The byte-level
+Qwen2-VL tokenizer stands in for the processor, as in `tiny_families_qwen`: with a prompt given, the pipeline never
+calls its processor.
 """
 
 from __future__ import annotations

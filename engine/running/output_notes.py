@@ -16,7 +16,15 @@ if TYPE_CHECKING:
 def write_notes(frames: Sequence[Any], target: OutputTarget, *, fps: float | None,
                 audio: AudioTrack | None = None) -> list[str]:
     """What the operator should know about how `write_result` stores these frames (one line each)."""
-    from .video_encoders import ALPHA_FORMATS, gif_is_slow, has_alpha, mp4_size, rgb_array
+    from .video_encoders import (
+        ALPHA_FORMATS,
+        SIXTEEN_BIT_FORMATS,
+        gif_is_slow,
+        has_alpha,
+        is_sixteen_bit,
+        mp4_size,
+        rgb_array,
+    )
 
     if target.kind == "audio":
         return [audio_file_note(target.path.name, audio, target.path.suffix.lower())] if audio is not None else []
@@ -39,6 +47,10 @@ def write_notes(frames: Sequence[Any], target: OutputTarget, *, fps: float | Non
                                                        ALPHA_FORMATS):
         notes.append(f"{target.path.name}: the output has an alpha channel, which this format does not keep "
                      "(use .png, .webp or .tiff)")
+    if any(is_sixteen_bit(frame) for frame in frames) and (target.kind != "still" or target.image_format not in
+                                                             SIXTEEN_BIT_FORMATS):
+        notes.append(f"{target.path.name}: the output is 16-bit (a depth map), stored here in 8 bits "
+                     "(use .png or .tiff for all 16)")
     if audio is not None:
         notes.append(audio_note(target.path.name, audio, kept=target.kind == "video"))
     return notes

@@ -4,8 +4,9 @@ diffusers pipelines name their output field differently: `images` (most), `image
 `frames` (video), `videos`, `audios`. Reading only `images`/`frames` made Kandinsky 5 exit 0 without a
 file. The field is taken from the `*PipelineOutput` dataclass the pipeline's `__call__` returns
 (its return annotation); one that returns audio alone (Stable Audio, ACE-Step) is written as a `.wav` or
-`.flac` (`audio_only`, engine/running/audio_track.py); a pipeline that returns none of these (Stable Cascade's
-prior: image embeddings) is refused before load, naming what it returns.
+`.flac` (`audio_only`, engine/running/audio_track.py), a depth or normals map as diffusers exports it
+(`prediction_maps`); a pipeline that returns none of these (Stable Cascade's prior: image embeddings) is refused
+before load, naming what it returns.
 
 After the call, a result with no frame, or one that decoded to all NaN or all black (a non-finite
 value somewhere in the run), is an `OutputError`: one line, exit 1, no file.
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, OutputError
+from .prediction_maps import PREDICTION_FIELD, map_kind
 
 IMAGE_FIELDS = ("images", "image")
 VIDEO_FIELDS = ("frames", "videos", "video")
@@ -56,10 +58,12 @@ def audio_only(pipeline_type: type) -> bool:
 
 
 def check_output_kind(pipeline_type: type) -> None:
-    """Refuse, before load, a pipeline whose declared output holds no image, video or audio to write."""
+    """Refuse, before load, a pipeline whose declared output holds no image, video, audio or map to write."""
     fields = declared_fields(pipeline_type)
     if fields is None or any(name in WRITABLE_FIELDS for name in fields) or audio_only(pipeline_type):
         return
+    if PREDICTION_FIELD in fields and map_kind(pipeline_type.__name__) is not None:
+        return  # a depth or normals map, written as diffusers exports it (`prediction_maps`)
     audio = [name for name in fields if name in AUDIO_FIELDS]
     what = "audio only" if audio else ", ".join(fields) or "nothing"
     raise ConfigError(f"{pipeline_type.__name__} returns {what} ({_class_names(pipeline_type)}), not an image or "

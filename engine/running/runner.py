@@ -33,6 +33,7 @@ from .cache_spec import CacheSpec
 from .guider_guidance import guidance_used, guided, pipe_takes_guider_guidance
 from .pipeline_defaults import default_steps
 from .pipeline_output import check_frames, first_item_frames
+from .prediction_maps import map_kind, prediction_frames
 from .request_phases import DecodeMeter, phase_seconds, sync, sync_compute
 from .step_cache import start_cache
 from .step_preview import step_previewer
@@ -116,7 +117,10 @@ class GenerateRequest:
                 and image_key not in self.params:
             explicit[image_key] = load_condition_image(Path(self.image), condition_image_mode(pipe))
         kwargs: dict[str, Any] = {key: value for key, value in self.extra.items() if key in accepted}
-        kwargs.update(output_type=self.output_type, generator=torch.Generator("cpu").manual_seed(self.seed))
+        output_type = self.output_type
+        if output_type == "pil" and map_kind(type(pipe).__name__) is not None:
+            output_type = "np"  # a map pipeline returns arrays only ("np" or "pt"): they become images after
+        kwargs.update(output_type=output_type, generator=torch.Generator("cpu").manual_seed(self.seed))
         if "prompt" in accepted:  # a class-conditional pipeline (DiT: `class_labels`) takes no prompt
             kwargs["prompt"] = self.prompt
         kwargs.update(explicit)
@@ -177,6 +181,7 @@ class StepClock:
         self.cache: Any = None  # the request's step cache (`step_cache.StepCache`), whose hits each step reports
         self.preview: Any = None  # the request's `step_preview.StepPreviewer` (None: step previews off)
         self.pipe: Any = None  # the pipeline called, whose own step count replaces a larger asked one
+        self.hooked = False  # a denoiser forward is hooked (`on_dit_forward`): steps start there
 
     def on_dit_forward(self, *_: Any, **__: Any) -> None:
         if self.started is None:
@@ -201,6 +206,10 @@ class StepClock:
             self.total_steps = scheduled
             if self.preview is not None:
                 self.preview.total_steps = scheduled
+
+    def denoised(self) -> bool:
+        """A denoiser forward began since the last step's end (or no denoiser is hooked: cannot tell)."""
+        return self.started is not None or not self.hooked
 
     def on_step_end(self, pipe: Any, step: int, _timestep: Any, callback_kwargs: dict[str, Any]) -> dict[str, Any]:
         sync_compute(self.device)
@@ -279,7 +288,7 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
     kwargs = request.call_kwargs(pipe)
     if step_previews:
         clock.preview = step_previewer(pipe, bus, request_id, clock.total_steps, device, kwargs, preview_decoder)
-    step_kwargs, release_step_signal = attach_step_end(pipe, clock.on_step_end)
+    step_kwargs, release_step_signal = attach_step_end(pipe, clock.on_step_end, clock.denoised)
     kwargs.update(step_kwargs)
     decode = DecodeMeter(device)
     hooks = Hooks()
@@ -287,6 +296,7 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
     # first among the DiT's pre-hooks: an expert switch (engine/loading/expert_switch.py) counts in its step
     for dit in dits:
         hooks.before(dit, clock.on_dit_forward, prepend=True)
+    clock.hooked = bool(dits)
     components = getattr(pipe, "components", None) or {}
     others = [m for m in components.values() if isinstance(m, torch.nn.Module) and all(m is not d for d in dits)]
     watch_cancel(hooks, [*dits, *others], cancel)
@@ -307,7 +317,8 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
             clock.cache.remove()
         if clock.preview is not None:
             clock.preview.close()
-    frames, is_video = first_item_frames(output)
+    maps = prediction_frames(pipe, output)
+    frames, is_video = (maps, False) if maps is not None else first_item_frames(output)
     audio = first_item_audio(output, pipe)
     if cancel is None or not cancel.is_set():  # a cancelled request keeps nothing and says so, not this
         if frames or audio is None:

@@ -21,9 +21,12 @@ import torch
 StepEnd = Callable[[Any, int, Any, dict[str, Any]], dict[str, Any]]  # callback_on_step_end's signature
 
 
-def attach_step_end(pipe: Any, on_step_end: StepEnd) -> tuple[dict[str, Any], Callable[[], None]]:
+def attach_step_end(pipe: Any, on_step_end: StepEnd,
+                    denoised: Callable[[], bool] = lambda: True) -> tuple[dict[str, Any], Callable[[], None]]:
     """The call arguments that make `pipe` report each step's end to `on_step_end`, and what undoes any change
-    made to `pipe` itself (call it when the request ends, however it ends)."""
+    made to `pipe` itself (call it when the request ends, however it ends). `denoised`: whether the denoiser ran
+    since the last step's end; a progress bar's advance without that is another loop's (Marigold's batches, a
+    tiled decode), not a step."""
     parameters = inspect.signature(pipe.__call__).parameters
     if "callback_on_step_end" in parameters:
         return {"callback_on_step_end": on_step_end}, _nothing
@@ -35,29 +38,35 @@ def attach_step_end(pipe: Any, on_step_end: StepEnd) -> tuple[dict[str, Any], Ca
         if "callback_steps" in parameters:
             kwargs["callback_steps"] = 1  # every step (the default, stated)
         return kwargs, _nothing
-    return {}, _follow_progress_bar(pipe, on_step_end)
+    return {}, _follow_progress_bar(pipe, on_step_end, denoised)
 
 
 def _nothing() -> None:
     return None
 
 
-def _follow_progress_bar(pipe: Any, on_step_end: StepEnd) -> Callable[[], None]:
-    """Report a step at each advance of the pipeline's progress bar: `update()` of a bar made with `total=`, or
-    the end of each pass over a bar made from an iterable (`for t in self.progress_bar(timesteps)`)."""
+def _follow_progress_bar(pipe: Any, on_step_end: StepEnd, denoised: Callable[[], bool]) -> Callable[[], None]:
+    """Report a step at each advance of the pipeline's progress bar after the denoiser ran: `update()` of a bar
+    made with `total=`, or the end of each pass over a bar made from an iterable (`for t in
+    self.progress_bar(timesteps)`). Arguments a pipeline's own `progress_bar` takes (Marigold: `desc`, `leave`)
+    pass through."""
     original = pipe.progress_bar
     counter = itertools.count()
 
-    def progress_bar(iterable: Any = None, total: Any = None) -> Any:
-        bar = original(iterable=iterable, total=total)
-        if iterable is not None:
-            return _StepsOf(bar, lambda item: on_step_end(pipe, next(counter), item, {}))
+    def step_done(timestep: Any) -> None:
+        if denoised():
+            on_step_end(pipe, next(counter), timestep, {})
+
+    def progress_bar(*args: Any, **kwargs: Any) -> Any:
+        bar = original(*args, **kwargs)
+        if (args[0] if args else kwargs.get("iterable")) is not None:
+            return _StepsOf(bar, step_done)
         update = bar.update
 
         def stepped(n: int = 1) -> Any:
             advanced = update(n)
             for _ in range(n):
-                on_step_end(pipe, next(counter), None, {})
+                step_done(None)
             return advanced
 
         bar.update = stepped

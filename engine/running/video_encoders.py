@@ -38,6 +38,8 @@ WEBP_QUALITY = 90
 def rgb_array(frame: Any) -> np.ndarray:
     """A frame (PIL image, or an HxWx3 array: uint8, or float in [0, 1] as diffusers' "np" output)
     as an HxWx3 uint8 array."""
+    if is_sixteen_bit(frame):  # the high byte: PIL's own conversion clips every value above 255 to white
+        return np.repeat((np.asarray(frame).astype(np.uint16) >> 8).astype(np.uint8)[..., None], 3, axis=-1)
     if hasattr(frame, "convert"):
         return np.asarray(frame.convert("RGB"))
     array = np.asarray(frame)
@@ -61,15 +63,24 @@ def has_alpha(frame: Any) -> bool:
     return shape is not None and len(shape) == 3 and shape[-1] == 4
 
 
+SIXTEEN_BIT_FORMATS = ("PNG", "TIFF")  # still formats PIL writes 16-bit grayscale ("I;16": a depth map) in
+
+
+def is_sixteen_bit(frame: Any) -> bool:
+    """A 16-bit grayscale PIL image (a depth map, `prediction_maps`)."""
+    return getattr(frame, "mode", "").startswith("I;16")
+
+
 def still_images(frames: Sequence[Any], image_format: str) -> list[Any]:
-    """Frames as PIL images for a still format: RGBA where a frame has alpha and the format keeps it, else RGB."""
+    """Frames as PIL images for a still format: RGBA where a frame has alpha and the format keeps it, 16-bit
+    grayscale where the format keeps that, else RGB."""
     from PIL import Image
 
-    if image_format not in ALPHA_FORMATS:
-        return rgb_images(frames)
     stills = []
     for frame in frames:
-        if not has_alpha(frame):
+        if is_sixteen_bit(frame) and image_format in SIXTEEN_BIT_FORMATS:
+            stills.append(frame)
+        elif not has_alpha(frame) or image_format not in ALPHA_FORMATS:
             stills.extend(rgb_images([frame]))
         elif hasattr(frame, "convert"):
             stills.append(frame.convert("RGBA"))
@@ -84,8 +95,8 @@ def still_images(frames: Sequence[Any], image_format: str) -> list[Any]:
 def rgb_images(frames: Sequence[Any]) -> list[Any]:
     from PIL import Image
 
-    return [frame.convert("RGB") if hasattr(frame, "convert") else Image.fromarray(rgb_array(frame))
-            for frame in frames]
+    return [frame.convert("RGB") if hasattr(frame, "convert") and not is_sixteen_bit(frame)
+            else Image.fromarray(rgb_array(frame)) for frame in frames]
 
 
 @functools.cache
