@@ -73,8 +73,7 @@ def phases_for(model: torch.nn.Module, kind: str, device: torch.device) -> StepP
 def run_steps(model: torch.nn.Module, inputs: list[dict[str, Any]], device: torch.device,
               streamer: LayerwiseStreamer | None, cache: StepCache | None, phases: StepPhases) -> dict[str, Any]:
     """Time each step (one forward in a cache context, as a pipeline calls it) and take its transfer totals."""
-    times, moved, skipped, stalls, hits = [], [], [], [], []
-    out = None
+    times, moved, skipped, stalls, hits, outs = [], [], [], [], [], []
     if streamer is not None:
         streamer.take_step_stats(wait=True)
     with torch.no_grad():
@@ -82,7 +81,7 @@ def run_steps(model: torch.nn.Module, inputs: list[dict[str, Any]], device: torc
             sync(device)
             t0 = time.perf_counter()
             with model.cache_context("cond"):
-                out = model(**step)[0]
+                outs.append(model(**step)[0].clone())  # every step's output: the comparisons cover each
             sync(device)
             times.append(time.perf_counter() - t0)
             phases.take()
@@ -94,7 +93,7 @@ def run_steps(model: torch.nn.Module, inputs: list[dict[str, Any]], device: torc
     timed = times[1:] or times  # the first step warms up
     phases.remove()
     return {"step_s": statistics.mean(timed), "times": times, "h2d_bytes": moved, "skipped_bytes": skipped,
-            "stall_s": stalls, "hits": hits, "phases": phases.steps, "out": out}
+            "stall_s": stalls, "hits": hits, "phases": phases.steps, "out": torch.stack(outs)}
 
 
 def psnr(a: torch.Tensor, b: torch.Tensor) -> float | None:
@@ -194,6 +193,9 @@ def figures(res: dict[str, Any], cached: dict[str, Any], uncached: dict[str, Any
         "bytes_skipped": sum(cached["skipped_bytes"][1:]),
         "stall_s_per_step": statistics.mean(cached["stall_s"][1:] or [0.0]),
         "psnr_cached_vs_uncached_db": psnr(cached["out"], uncached["out"]),
+        # the issue's exactness on the GPU: the streamed run equals the resident model with the same cache
+        "identical_to_resident_cached": bool(torch.equal(cached["out"], res["out"])) and cached["hits"] == res["hits"],
+        "max_abs_vs_resident_cached": (cached["out"].float() - res["out"].float()).abs().max().item(),
         "link_bytes_per_s": rate,
         **by_kind,
     }
@@ -224,7 +226,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               "runs": {name: {k: v for k, v in r.items() if k != "out"}
                        for name, r in (("resident_cached", res), ("uncached", uncached), ("cached", cached))}}
     for key in ("hit_pattern", "step_over_floor", "hit_step_over_floor", "miss_step_over_floor",
-                "speedup_over_uncached", "bytes_moved_over_run", "psnr_cached_vs_uncached_db"):
+                "speedup_over_uncached", "bytes_moved_over_run", "psnr_cached_vs_uncached_db",
+                "identical_to_resident_cached"):
         print(f"{key}: {report[key]}")
     for line in phase_lines({"resident cached": res, "streamed cached": cached}):
         print(line)
