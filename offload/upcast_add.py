@@ -9,8 +9,9 @@ and PyTorch's in-place add of 16-bit tensors computes in float32 and rounds once
 the kernel does. The first weight of each combination of dtypes is also done the two-step way and compared bit
 for bit (once per process, one synchronisation); a difference turns the kernel off for good. Where the kernel
 cannot run (no Triton, a CPU, a card below compute capability 8.9, a non-contiguous or unusual operand), the two
-steps run as before. So do a 16-bit delta of the other 16-bit type than `out`: on an H100, a bfloat16 delta
-added in place to float16 did not give the bits of one float32 sum rounded once (2026-12-07, the cuda tests).
+steps run as before. So do a 16-bit delta of the other 16-bit type than `out`: on an H100 (2026-12-07, the cuda
+tests), a bfloat16 delta too small for float16 added to a zero weight gave -0.0 in PyTorch's in-place add and
++0.0 in the kernel (56 of 2047 values; every one a negative sum that rounds to zero).
 """
 
 from __future__ import annotations
