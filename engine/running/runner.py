@@ -288,10 +288,9 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
     kwargs = request.call_kwargs(pipe)
     if step_previews:
         clock.preview = step_previewer(pipe, bus, request_id, clock.total_steps, device, kwargs, preview_decoder)
-    step_kwargs, release_step_signal = attach_step_end(pipe, clock.on_step_end, clock.denoised)
-    kwargs.update(step_kwargs)
     decode = DecodeMeter(device)
     hooks = Hooks()
+    kwargs.update(attach_step_end(pipe, clock.on_step_end, hooks, clock.denoised))
     decode.install(getattr(pipe, "vae", None), hooks)
     # first among the DiT's pre-hooks: an expert switch (engine/loading/expert_switch.py) counts in its step
     for dit in dits:
@@ -312,7 +311,6 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
         raise RequestCancelled(len(clock.steps), clock.total_steps) from None
     finally:
         hooks.remove()
-        release_step_signal()
         if clock.cache is not None:
             clock.cache.remove()
         if clock.preview is not None:

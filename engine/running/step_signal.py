@@ -18,18 +18,20 @@ from typing import Any
 
 import torch
 
+from ...offload.module_hooks import Hooks
+
 StepEnd = Callable[[Any, int, Any, dict[str, Any]], dict[str, Any]]  # callback_on_step_end's signature
 
 
-def attach_step_end(pipe: Any, on_step_end: StepEnd,
-                    denoised: Callable[[], bool] = lambda: True) -> tuple[dict[str, Any], Callable[[], None]]:
-    """The call arguments that make `pipe` report each step's end to `on_step_end`, and what undoes any change
-    made to `pipe` itself (call it when the request ends, however it ends). `denoised`: whether the denoiser ran
-    since the last step's end; a progress bar's advance without that is another loop's (Marigold's batches, a
-    tiled decode), not a step."""
+def attach_step_end(pipe: Any, on_step_end: StepEnd, hooks: Hooks,
+                    denoised: Callable[[], bool] = lambda: True) -> dict[str, Any]:
+    """The call arguments that make `pipe` report each step's end to `on_step_end`; a change to `pipe` itself (its
+    progress bar followed) goes into `hooks`, whose `remove()` undoes it when the request ends. `denoised`:
+    whether the denoiser ran since the last step's end; a progress bar's advance without that is another loop's
+    (Marigold's batches, a tiled decode), not a step."""
     parameters = inspect.signature(pipe.__call__).parameters
     if "callback_on_step_end" in parameters:
-        return {"callback_on_step_end": on_step_end}, _nothing
+        return {"callback_on_step_end": on_step_end}
     if "callback" in parameters:
         def legacy(step: int, timestep: Any = None, latents: Any = None, *_: Any) -> None:
             on_step_end(pipe, step, timestep, {"latents": latents} if isinstance(latents, torch.Tensor) else {})
@@ -37,20 +39,17 @@ def attach_step_end(pipe: Any, on_step_end: StepEnd,
         kwargs: dict[str, Any] = {"callback": legacy}
         if "callback_steps" in parameters:
             kwargs["callback_steps"] = 1  # every step (the default, stated)
-        return kwargs, _nothing
-    return {}, _follow_progress_bar(pipe, on_step_end, denoised)
+        return kwargs
+    hooks.wrap(pipe, "progress_bar", lambda original: _following(original, pipe, on_step_end, denoised))
+    return {}
 
 
-def _nothing() -> None:
-    return None
-
-
-def _follow_progress_bar(pipe: Any, on_step_end: StepEnd, denoised: Callable[[], bool]) -> Callable[[], None]:
-    """Report a step at each advance of the pipeline's progress bar after the denoiser ran: `update()` of a bar
-    made with `total=`, or the end of each pass over a bar made from an iterable (`for t in
+def _following(original: Callable[..., Any], pipe: Any, on_step_end: StepEnd,
+               denoised: Callable[[], bool]) -> Callable[..., Any]:
+    """`original` (the pipeline's progress bar), reporting a step at each advance after the denoiser ran:
+    `update()` of a bar made with `total=`, or the end of each pass over a bar made from an iterable (`for t in
     self.progress_bar(timesteps)`). Arguments a pipeline's own `progress_bar` takes (Marigold: `desc`, `leave`)
     pass through."""
-    original = pipe.progress_bar
     counter = itertools.count()
 
     def step_done(timestep: Any) -> None:
@@ -72,12 +71,7 @@ def _follow_progress_bar(pipe: Any, on_step_end: StepEnd, denoised: Callable[[],
         bar.update = stepped
         return bar
 
-    pipe.progress_bar = progress_bar  # on the instance: the class's method stays as diffusers wrote it
-
-    def restore() -> None:
-        vars(pipe).pop("progress_bar", None)
-
-    return restore
+    return progress_bar
 
 
 class _StepsOf:

@@ -14,6 +14,7 @@ from omni_console.engine.engine import Engine
 from omni_console.engine.events import StepTiming
 from omni_console.engine.running.runner import GenerateRequest
 from omni_console.engine.running.step_signal import attach_step_end
+from omni_console.offload.module_hooks import Hooks
 from omni_console.offload.policy import build_policy
 
 
@@ -49,13 +50,14 @@ class _ProgressOnly:
 def test_a_pipeline_with_only_a_progress_bar_reports_each_step_after_its_body():
     pipe = _ProgressOnly()
     ends = []
-    kwargs, restore = attach_step_end(pipe, lambda p, step, t, kw: ends.append((step, t)) or pipe.seen.append("end"))
+    hooks = Hooks()
+    kwargs = attach_step_end(pipe, lambda p, step, t, kw: ends.append((step, t)) or pipe.seen.append("end"), hooks)
     assert kwargs == {}
     pipe()
     assert ends == [(0, 10), (1, 20), (2, 30), (3, None), (4, None)]
     assert pipe.seen == [("body", 10), "end", ("body", 20), "end", ("body", 30), "end",
                          ("body", None), "end", ("body", None), "end"]
-    restore()
+    hooks.remove()
     assert "progress_bar" not in vars(pipe)  # the class's own method again: the next request starts afresh
 
 
@@ -69,12 +71,12 @@ def test_older_callbacks_and_step_end_callbacks_are_passed_as_the_pipeline_names
             pass
 
     ends = []
-    kwargs, _ = attach_step_end(Legacy(), lambda p, step, t, kw: ends.append((step, t, kw)))
+    kwargs = attach_step_end(Legacy(), lambda p, step, t, kw: ends.append((step, t, kw)), Hooks())
     assert set(kwargs) == {"callback", "callback_steps"} and kwargs["callback_steps"] == 1
     kwargs["callback"](0, 999, "not a tensor")
     assert ends == [(0, 999, {})]
     current = lambda *a: {}  # noqa: E731
-    assert attach_step_end(Current(), current)[0] == {"callback_on_step_end": current}
+    assert attach_step_end(Current(), current, Hooks()) == {"callback_on_step_end": current}
 
 
 @pytest.mark.slow  # a load, a request and a plain pipeline call per family
