@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|console-previews|console-eyes|cuda-tests|cards|host-tiers-flux|host-tiers-wan|before-after|console-plots|cache|compile|compile-phases|compile-wan|lora|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|console-previews|console-eyes|cuda-tests|cards|host-tiers-flux|host-tiers-wan|before-after|console-plots|cache|cache-exact|compile|compile-phases|compile-wan|lora|all] [benchmark args...]
 # `tests` also runs benchmarks/cpu_exactness.py on the host CPU (the tiny families written by
 # tests/write_tiny_families.py). Benchmarks run from the repository root as modules: python3 -m benchmarks.NAME.
 set -uo pipefail
@@ -187,6 +187,14 @@ if [[ $what == cache ]]; then  # issue 37: step caches on a streamed DiT, each r
     i=$((i + 1))
     timeout 170 python3 -m benchmarks.cache_stream --out "$OUT/cache_stream_$i.json" $args "$@" 2>&1 \
       | grep -v "kept in float32" | tail -20 > "$OUT/cache_stream_$i.log"
+  done
+fi
+if [[ $what == cache-exact ]]; then  # issue 37's GPU exactness: streamed cached == resident cached, Flux and Wan (~2.5 min)
+  i=0
+  for args in "--preset flux --dtype bf16" "--preset wan --dtype bf16 --steps 6 --cache first-block:threshold=0.05"; do
+    i=$((i + 1))
+    timeout 110 python3 -m benchmarks.cache_stream --out "$OUT/cache_exact_$i.json" $args "$@" 2>&1 \
+      | grep -v "kept in float32" | tail -16 > "$OUT/cache_exact_$i.log"
   done
 fi
 if [[ $what == console ]]; then
