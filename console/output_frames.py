@@ -32,7 +32,15 @@ class OutputFrames:
         return self.frame_count > 1
 
 
+SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I")  # a depth map's grayscale (16 bits a pixel)
+
+
 def _thumb(image: Image.Image) -> Image.Image:
+    if image.mode in SIXTEEN_BIT_MODES:  # the high byte: PIL's own RGB conversion clips it to white
+        import numpy as np
+
+        values = np.asarray(image).astype(np.uint32)
+        image = Image.fromarray((values >> 8 if values.max() > 255 else values).astype(np.uint8))
     image = image.convert("RGB")
     image.thumbnail((THUMB_SIDE, THUMB_SIDE))
     return image

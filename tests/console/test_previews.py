@@ -239,3 +239,13 @@ async def test_auto_draws_an_output_with_the_terminals_pixel_protocol(tmp_path, 
         panel.show_step(preview(1, 0.0))
         await pilot.pause()
         assert panel.pixels is None and not panel.children and isinstance(panel.body, HalfBlockImage)
+
+
+def test_a_16_bit_depth_map_previews_as_its_gradient_not_as_white(tmp_path):
+    """A Marigold depth PNG is 16-bit grayscale: the preview shows its high byte (PIL's RGB conversion would clip
+    every value above 255 to white)."""
+    depth = (np.linspace(0, 1, 64, dtype=np.float32)[None, :].repeat(8, 0) * 65535).astype(np.uint16)
+    path = tmp_path / "depth.png"
+    Image.fromarray(depth).save(path)
+    pixels = np.asarray(read_output(path).main)[..., 0].astype(int)
+    assert pixels[0, 0] <= 5 and pixels[0, -1] >= 250 and 100 <= pixels[0, pixels.shape[1] // 2] <= 160
