@@ -1,8 +1,8 @@
-"""Tiny Marigold pipelines (depth, surface normals): an image in, a prediction map out, not a picture.
+"""Tiny Marigold pipelines (depth, surface normals, intrinsics): an image in, a prediction map out, not a picture.
 
-Configs follow diffusers' tests/pipelines/marigold/test_marigold_{depth,normals}.py `get_dummy_components` (the
-tokenizer is the offline byte-level CLIP one), with a default processing resolution of 32 so that a request
-needs no `--param`.
+Configs follow diffusers' tests/pipelines/marigold/test_marigold_{depth,normals,intrinsics}.py
+`get_dummy_components` (the tokenizer is the offline byte-level CLIP one), with a default processing resolution
+of 32 so that a request needs no `--param`.
 """
 
 from __future__ import annotations
@@ -16,15 +16,17 @@ def make_marigold_pipeline(seed: int, kind: str = "depth"):
         AutoencoderKL,
         LCMScheduler,
         MarigoldDepthPipeline,
+        MarigoldIntrinsicsPipeline,
         MarigoldNormalsPipeline,
         UNet2DConditionModel,
     )
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    out = 4 if kind == "depth" else 4
+    out = 8 if kind == "intrinsics" else 4  # intrinsics: one latent (4 channels) per target, two targets
     with seeded(seed, 1):
-        unet = UNet2DConditionModel(block_out_channels=(32, 64), layers_per_block=2, sample_size=32, in_channels=8,
-                                    out_channels=out, down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+        unet = UNet2DConditionModel(block_out_channels=(32, 64), layers_per_block=2, sample_size=32,
+                                    in_channels=4 + out, out_channels=out,
+                                    down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
                                     up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=32).eval()
     scheduler = LCMScheduler(beta_start=0.00085, beta_end=0.012, prediction_type="v_prediction", set_alpha_to_one=False,
                              steps_offset=1, beta_schedule="scaled_linear", clip_sample=False, thresholding=False)
@@ -40,4 +42,16 @@ def make_marigold_pipeline(seed: int, kind: str = "depth"):
               "tokenizer": build_clip_tokenizer(), "default_denoising_steps": 1, "default_processing_resolution": 32}
     if kind == "depth":
         return MarigoldDepthPipeline(prediction_type="depth", scale_invariant=True, shift_invariant=True, **common)
-    return MarigoldNormalsPipeline(prediction_type="normals", use_full_z_range=True, **common)
+    if kind == "normals":
+        return MarigoldNormalsPipeline(prediction_type="normals", use_full_z_range=True, **common)
+    return MarigoldIntrinsicsPipeline(prediction_type="intrinsics", target_properties=INTRINSICS_TARGETS, **common)
+
+
+INTRINSICS_TARGETS = {
+    "target_names": ["albedo", "material"],
+    "albedo": {"prediction_space": "srgb"},
+    "material": {"prediction_space": "stack", "sub_target_names": ["roughness", "metallicity", None]},
+    "roughness": {"prediction_space": "linear", "up_to_scale": False},
+    "metallicity": {"prediction_space": "linear", "up_to_scale": False},
+}
+"""Two targets as Marigold-IID-Appearance names them: albedo, and roughness and metallicity stacked in one."""

@@ -8,8 +8,9 @@ each value its `__init__` takes as an optional keyword (`extract_init_dict`, the
 parameters that are not optional *components*), and `None` for an optional component saved as
 `[null, null]`; `init_values` and `absent_components` do the same with diffusers' own functions.
 
-The values come from an untrusted file, so discovery keeps only plain JSON scalars and short lists
-of them (`check_value`), and the loader refuses a value whose type the `__init__` annotation rules out
+The values come from an untrusted file, so discovery keeps only plain JSON scalars, short lists of them and
+small objects of those (Marigold intrinsics' `target_properties`: names to dicts of a space and sub-targets),
+nested at most three deep (`check_value`), and the loader refuses a value whose type the `__init__` annotation rules out
 (a string for a `float | None`), both as one line (exit 2) before any weight is read.
 """
 
@@ -26,7 +27,7 @@ from ..errors import ModelDirError
 
 MAX_STRING = 256
 MAX_LIST = 64
-MAX_DEPTH = 2  # a list of scalars, or a list of such lists
+MAX_DEPTH = 3  # containers within containers: Marigold's {"material": {"sub_target_names": [..]}} is three
 MAX_INT = 2**53  # every integer a float holds exactly: a pipeline multiplies these by floats (Wan's boundary_ratio)
 
 _SCALARS = (bool, int, float, str, type(None))
@@ -43,7 +44,8 @@ def is_component_entry(value: object) -> bool:
 
 
 def check_value(key: str, value: object, where: str, depth: int = 0) -> object:
-    """A plain JSON scalar (finite numbers, short strings) or a short list of them; else one line."""
+    """A plain JSON scalar (finite numbers, short strings), or a short list or small object of them nested at
+    most MAX_DEPTH deep; else one line."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ModelDirError(f"{where}: pipeline value {key!r:.60} must be a finite number, got {value!r}")
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
@@ -60,9 +62,16 @@ def check_value(key: str, value: object, where: str, depth: int = 0) -> object:
             raise ModelDirError(f"{where}: pipeline value {key!r:.60} is a list of {len(value)} items "
                                 f"(at most {MAX_LIST})")
         return [check_value(key, item, where, depth + 1) for item in value]
-    kind = "a nested list" if isinstance(value, list) else f"a JSON {type(value).__name__}"
-    raise ModelDirError(f"{where}: pipeline value {key!r:.60} must be a number, string, boolean, null or a list of "
-                        f"them, got {kind}")
+    if isinstance(value, dict) and depth < MAX_DEPTH:
+        if len(value) > MAX_LIST:
+            raise ModelDirError(f"{where}: pipeline value {key!r:.60} is an object of {len(value)} entries "
+                                f"(at most {MAX_LIST})")
+        return {check_value(key, name, where, MAX_DEPTH): check_value(key, item, where, depth + 1)
+                for name, item in value.items()}
+    kind = f"containers nested more than {MAX_DEPTH} deep" if isinstance(value, list | dict) else \
+        f"a JSON {type(value).__name__}"
+    raise ModelDirError(f"{where}: pipeline value {key!r:.60} must be a number, string, boolean, null, or lists and "
+                        f"objects of them, got {kind}")
 
 
 def pipeline_values(index: Mapping[str, Any], where: str) -> dict[str, object]:

@@ -1,5 +1,6 @@
 """What the operator should know about how a result is stored, one line each: a frame rate guessed, a size
-padded for H.264, GIF delays players slow down, an alpha channel the format drops, audio a target leaves out."""
+padded for H.264, GIF delays players slow down, an alpha channel the format drops, which map
+each numbered file holds, audio a target leaves out."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .audio_track import audio_file_note, audio_note
-from .outputs import DEFAULT_FPS, OutputTarget
+from .outputs import DEFAULT_FPS, OutputTarget, sequence_paths
+from .prediction_maps import MAP_NAME
 
 if TYPE_CHECKING:
     from .audio_track import AudioTrack
@@ -51,6 +53,11 @@ def write_notes(frames: Sequence[Any], target: OutputTarget, *, fps: float | Non
                                                              SIXTEEN_BIT_FORMATS):
         notes.append(f"{target.path.name}: the output is 16-bit (a depth map), stored here in 8 bits "
                      "(use .png or .tiff for all 16)")
+    names = [getattr(frame, "info", {}).get(MAP_NAME) for frame in frames]
+    if len(frames) > 1 and all(names) and target.kind == "still":
+        files = ", ".join(f"{path.name} {name}" for path, name in
+                          zip(sequence_paths(target.path, len(frames)), names, strict=True))
+        notes.append(f"maps: {files}")
     if audio is not None:
         notes.append(audio_note(target.path.name, audio, kept=target.kind == "video"))
     return notes

@@ -2,9 +2,9 @@
 
 These pipelines return `prediction`, an array, not a picture. Depth is stored as diffusers'
 `export_depth_to_16bit_png` computes it (16-bit grayscale, 0..1 over 0..65535: what depth tools read back), surface
-normals as `visualize_normals` colours them (x, y, z in -1..1 over 0..255). A map kind that has no exporter here
-(Marigold intrinsics: several targets of their own ranges) is refused before load, as any output that is not a
-picture is.
+normals as `visualize_normals` colours them (x, y, z in -1..1 over 0..255), intrinsics as `visualize_intrinsics`
+splits them (one image per target the model's `target_properties` names: albedo, roughness, ...), each image
+carrying its target's name (`MAP_NAME`) so that the run says which numbered file is which.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 PREDICTION_FIELD = "prediction"
-MAP_KINDS = {"MarigoldDepthPipeline": "depth", "MarigoldNormalsPipeline": "normals"}
+MAP_NAME = "omni-console map"  # the key of a map image's `info` that names its target (intrinsics)
+MAP_KINDS = {"MarigoldDepthPipeline": "depth", "MarigoldNormalsPipeline": "normals",
+             "MarigoldIntrinsicsPipeline": "intrinsics"}
 """Pipelines whose prediction is written, by class, and the kind of map each returns."""
 
 
@@ -31,7 +33,12 @@ def prediction_frames(pipe: Any, output: Any) -> list[Any] | None:
 
     if kind == "depth":
         return depth_images(prediction)
-    return MarigoldImageProcessor.visualize_normals(prediction)
+    if kind == "normals":
+        return MarigoldImageProcessor.visualize_normals(prediction)
+    first, *_ = MarigoldImageProcessor.visualize_intrinsics(prediction, pipe.target_properties)
+    for name, image in first.items():
+        image.info[MAP_NAME] = name
+    return list(first.values())
 
 
 def depth_images(prediction: Any) -> list[Any]:

@@ -18,11 +18,17 @@ from omni_console.engine.model_dir.discovery import discover_model
 from omni_console.offload.policy import build_policy
 
 HOSTILE = {
-    "a JSON object": ({"a": 1}, "got a JSON dict"),
-    "lists nested three deep": ([[[1.0]]], "got a nested list"),
+    "objects nested four deep": ({"a": {"b": {"c": {"d": 1}}}}, "got containers nested more than 3 deep"),
+    "lists nested four deep": ([[[[1.0]]]], "got containers nested more than 3 deep"),
+    "an object of many entries": ({str(i): i for i in range(1000)}, "an object of 1000 entries"),
+    "an object with a huge key": ({"k" * 5000: 1}, "string of 5000 characters"),
     "a huge string": ("x" * 100_000, "string of 100000 characters"),
     "a huge list": (list(range(10_000)), "list of 10000 items"),
 }
+
+
+TARGETS = {"target_names": ["albedo", "material"], "material": {"sub_target_names": ["roughness", None, None]}}
+"""Shaped as Marigold intrinsics' `target_properties`: objects and lists three deep."""
 
 
 @pytest.mark.parametrize("case", list(HOSTILE))
@@ -37,9 +43,10 @@ def test_plain_values_are_kept_and_null_components_skipped(demo_model_dir: Path,
     root = copy_model(demo_model_dir, tmp_path)
     edit_json(root / "model_index.json", lambda d: d.update(
         some_ratio=0.5, some_flag=True, some_sizes=[[1, 2], [3, 4]], image_encoder=[None, None],
-        _use_default_values=["ignored"], ignored=3))
+        _use_default_values=["ignored"], ignored=3, some_targets=TARGETS))
     model = discover_model(root)
-    assert model.pipeline_values == {"some_ratio": 0.5, "some_flag": True, "some_sizes": [[1, 2], [3, 4]]}
+    assert model.pipeline_values == {"some_ratio": 0.5, "some_flag": True, "some_sizes": [[1, 2], [3, 4]],
+                                     "some_targets": TARGETS}
     assert "image_encoder" not in {c.name for c in model.components}
 
 

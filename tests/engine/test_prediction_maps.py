@@ -1,6 +1,7 @@
-"""Marigold depth and normals: a prediction map, written as diffusers' exporters make it (depth 16-bit
-grayscale, normals coloured), from output bit-identical to plain diffusers; every denoise step is counted once
-(Marigold nests its steps inside a loop over batches, both on progress bars). Intrinsics stay refused before load."""
+"""Marigold depth, normals and intrinsics: a prediction map, written as diffusers' exporters make it (depth 16-bit
+grayscale, normals coloured, intrinsics one image per target, named in a note), from output bit-identical to plain
+diffusers; every denoise step is counted once (Marigold nests its steps inside a loop over batches, both on
+progress bars)."""
 
 from __future__ import annotations
 
@@ -14,16 +15,32 @@ from omni_console.engine.errors import ConfigError
 from omni_console.engine.running.output_notes import write_notes
 from omni_console.engine.running.outputs import check_output, write_result
 from omni_console.engine.running.pipeline_output import check_output_kind
-from omni_console.engine.running.prediction_maps import depth_images
+from omni_console.engine.running.prediction_maps import MAP_NAME, depth_images
 
 
-def test_map_pipelines_pass_the_output_check_and_intrinsics_are_refused():
-    from diffusers import MarigoldDepthPipeline, MarigoldIntrinsicsPipeline, MarigoldNormalsPipeline
+def test_map_pipelines_pass_the_output_check_and_embeddings_are_still_refused():
+    from diffusers import (
+        MarigoldDepthPipeline,
+        MarigoldIntrinsicsPipeline,
+        MarigoldNormalsPipeline,
+        StableCascadePriorPipeline,
+    )
 
-    check_output_kind(MarigoldDepthPipeline)
-    check_output_kind(MarigoldNormalsPipeline)
-    with pytest.raises(ConfigError, match="MarigoldIntrinsicsPipeline returns prediction, uncertainty, latent"):
-        check_output_kind(MarigoldIntrinsicsPipeline)
+    for pipeline in (MarigoldDepthPipeline, MarigoldNormalsPipeline, MarigoldIntrinsicsPipeline):
+        check_output_kind(pipeline)
+    with pytest.raises(ConfigError, match="StableCascadePriorPipeline returns image_embeddings"):
+        check_output_kind(StableCascadePriorPipeline)
+
+
+def test_a_note_names_the_map_each_numbered_file_holds(tmp_path):
+    maps = []
+    for name in ("albedo", "roughness"):
+        image = Image.new("RGB", (4, 4))
+        image.info[MAP_NAME] = name
+        maps.append(image)
+    assert write_notes(maps, check_output(tmp_path / "iid.png"), fps=None) == [
+        "maps: iid-0001.png albedo, iid-0002.png roughness"]
+    assert write_notes([Image.new("RGB", (4, 4))] * 2, check_output(tmp_path / "x.png"), fps=None) == []
 
 
 def test_depth_is_written_in_16_bits_where_the_format_keeps_them(tmp_path):
@@ -52,14 +69,14 @@ def marigold_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("marigold")
     paths = {}
-    for kind in ("depth", "normals"):
+    for kind in ("depth", "normals", "intrinsics"):
         paths[kind] = root / kind
         save_pipeline(make_marigold_pipeline(0, kind), paths[kind])
     return paths
 
 
 @pytest.mark.slow  # two loads and requests per kind, and a plain pipeline call
-@pytest.mark.parametrize("kind", ["depth", "normals"])
+@pytest.mark.parametrize("kind", ["depth", "normals", "intrinsics"])
 def test_the_map_is_plain_diffusers_prediction_exported(kind, marigold_dirs, tmp_path):
     from diffusers import DiffusionPipeline
     from diffusers.pipelines.marigold.marigold_image_processing import MarigoldImageProcessor
@@ -76,7 +93,11 @@ def test_the_map_is_plain_diffusers_prediction_exported(kind, marigold_dirs, tmp
     pipe = DiffusionPipeline.from_pretrained(marigold_dirs[kind], local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
     prediction = pipe(**{**request.call_kwargs(pipe), "output_type": "np"}).prediction
-    expected = depth_images(prediction) if kind == "depth" else MarigoldImageProcessor.visualize_normals(prediction)
+    if kind == "intrinsics":
+        expected = list(MarigoldImageProcessor.visualize_intrinsics(prediction, pipe.target_properties)[0].values())
+        assert len(expected) == 4  # albedo, roughness, metallicity and the stacked material
+    else:
+        expected = depth_images(prediction) if kind == "depth" else MarigoldImageProcessor.visualize_normals(prediction)
     engine = Engine(marigold_dirs[kind], device="cpu")
     try:
         for policy in (build_policy({}, 0), build_policy({}, 0, mode="resident")):
