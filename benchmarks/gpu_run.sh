@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|console-previews|console-eyes|cuda-tests|cards|host-tiers-flux|host-tiers-wan|before-after|console-plots|cache|cache-exact|compile|compile-phases|compile-wan|lora|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|console-previews|console-eyes|cuda-tests|cards|host-tiers-flux|host-tiers-wan|before-after|console-plots|cache|cache-exact|hiccups|compile|compile-phases|compile-wan|lora|all] [benchmark args...]
 # `tests` also runs benchmarks/cpu_exactness.py on the host CPU (the tiny families written by
 # tests/write_tiny_families.py). Benchmarks run from the repository root as modules: python3 -m benchmarks.NAME.
 set -uo pipefail
@@ -196,6 +196,12 @@ if [[ $what == cache-exact ]]; then  # issue 37's GPU exactness: streamed cached
     timeout 110 python3 -m benchmarks.cache_stream --out "$OUT/cache_exact_$i.json" $args "$@" 2>&1 \
       | grep -v "kept in float32" | tail -16 > "$OUT/cache_exact_$i.log"
   done
+fi
+if [[ $what == hiccups ]]; then  # issue 36: what a slow step's time went to (GC, GIL holds), with and without gc.freeze
+  python3 -m benchmarks.engine_e2e --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5
+  python3 -m benchmarks.step_hiccups --runs 4 --freeze --deadline-s 300 --out "$OUT/step_hiccups.json" "$@" -- \
+    --model /tmp/flux-size --device cuda:0 --height 1024 --width 1024 --steps 4 --resident-layers 0 \
+    --prompt "a red fox in the snow" --seed 3 2>&1 | grep -v "kept in float32" | tail -60 > "$OUT/step_hiccups.log"
 fi
 if [[ $what == console ]]; then
   python3 -m benchmarks.console_responsiveness --device cuda --out "$OUT/console.json" "$@" 2>&1 \

@@ -142,6 +142,8 @@ def profile_edits(draw) -> Mutation:
         model = discover_model(root)
         path = profile_path(root, model.nbytes, "cpu", size)
         path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):  # an earlier edit's FIFO would block this write forever
+            path.unlink()
         if kind == "fifo":
             os.mkfifo(path)
         elif kind == "symlink":
