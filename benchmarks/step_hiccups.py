@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     kinds = [False, True] if args.freeze else [False]
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="hiccups-") as tmp:
-        for n in range(args.runs):
+        for _ in range(args.runs):
             for freeze in kinds:  # alternated, so a drift of the machine falls on both
                 if time.perf_counter() - started > args.deadline_s:
                     break
