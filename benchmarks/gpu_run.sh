@@ -199,7 +199,7 @@ if [[ $what == cache-exact ]]; then  # issue 37's GPU exactness: streamed cached
 fi
 if [[ $what == hiccups ]]; then  # issue 36: what a slow step's time went to (GC, GIL holds), with and without gc.freeze
   python3 -m benchmarks.engine_e2e --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5
-  python3 -m benchmarks.step_hiccups --runs 4 --freeze --deadline-s 300 --out "$OUT/step_hiccups.json" "$@" -- \
+  python3 -m benchmarks.step_hiccups --runs 3 --freeze --deadline-s 200 --out "$OUT/step_hiccups.json" "$@" -- \
     --model /tmp/flux-size --device cuda:0 --height 1024 --width 1024 --steps 4 --resident-layers 0 \
     --prompt "a red fox in the snow" --seed 3 2>&1 | grep -v "kept in float32" | tail -60 > "$OUT/step_hiccups.log"
 fi

@@ -12,8 +12,8 @@ on the run's own clock (`time.perf_counter`):
 - every step's end (`StepClock.on_step_end`), so each step's window is [end - wall_s, end].
 
 Printed per step: wall, stall, synchronous fetches, H2D bytes, and the collections and GIL holds inside its
-window. `--freeze` runs the same with `gc.freeze()` after the load (what the console does), to tell whether
-the collector is the cause.
+window. `run` `gc.freeze()`s what exists after its load (engine/service/run_once.py), as the console does;
+`--freeze` alternates runs as built with runs whose `gc.freeze` does nothing, to tell what the freeze changes.
 
     python -m benchmarks.step_hiccups --runs 5 --out hiccups.json -- --model /tmp/flux-size --device cuda:0 \
         --height 1024 --width 1024 --steps 4 --resident-layers 0 --prompt "a red fox" --seed 3
@@ -62,15 +62,8 @@ def on_step_end(self, *args, **kwargs):
     events["step_ends"].append(time.perf_counter())
     return out
 runner.StepClock.on_step_end = on_step_end
-if os.environ.get("HICCUP_FREEZE") == "1":
-    from omni_console.engine import engine as engine_module
-    _load = engine_module.Engine.load
-    def load(self, *args, **kwargs):
-        out = _load(self, *args, **kwargs)
-        gc.collect()
-        gc.freeze()
-        return out
-    engine_module.Engine.load = load
+if os.environ.get("HICCUP_NO_FREEZE") == "1":  # the run as it was before it froze its loaded objects
+    gc.freeze = lambda: None
 import atexit
 atexit.register(lambda: open(os.environ["HICCUP_OUT"], "w").write(json.dumps(events)))
 from omni_console.console.cli import main
@@ -88,7 +81,7 @@ def one_run(run_args: list[str], out_dir: Path, n: int, freeze: bool, gil_ms: fl
             ) -> dict[str, Any]:
     events_path = out_dir / f"events-{n}.json"
     env = {**os.environ, "HICCUP_OUT": str(events_path), "HICCUP_GIL_MS": str(gil_ms),
-           "HICCUP_FREEZE": "1" if freeze else "0", "XDG_CACHE_HOME": str(out_dir / "cache"),
+           "HICCUP_NO_FREEZE": "0" if freeze else "1", "XDG_CACHE_HOME": str(out_dir / "cache"),
            "OMNI_CONSOLE_CACHE_DIR": str(out_dir / "cache")}
     argv = [sys.executable, "-c", WRAPPER, "run", *run_args, "--json", "--output", str(out_dir / f"o-{n}.png"),
             "--overwrite"]
@@ -110,7 +103,8 @@ def one_run(run_args: list[str], out_dir: Path, n: int, freeze: bool, gil_ms: fl
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=5, help="runs of each kind (default 5)")
-    p.add_argument("--freeze", action="store_true", help="also as many runs with gc.freeze() after the load")
+    p.add_argument("--freeze", action="store_true",
+                   help="alternate runs as built with runs whose gc.freeze() is a no-op")
     p.add_argument("--gil-ms", type=float, default=20.0, help="a sleeper's overshoot counted as a GIL hold (ms)")
     p.add_argument("--timeout", type=float, default=240.0)
     p.add_argument("--deadline-s", type=float, default=400.0, help="no new run after this many seconds")
@@ -118,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     args, run_args = p.parse_known_args(argv)
     run_args = [a for a in run_args if a != "--"]
     started = time.perf_counter()
-    kinds = [False, True] if args.freeze else [False]
+    kinds = [False, True] if args.freeze else [True]
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="hiccups-") as tmp:
         for _ in range(args.runs):
