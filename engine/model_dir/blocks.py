@@ -142,9 +142,11 @@ def order_block_lists(lists: list[BlockList], order: list[str] | None) -> list[B
 # --- UNets -----------------------------------------------------------------------------------------
 
 UNET_ORDER = ("down_blocks", "mid_block", "up_blocks")
-UNET_STREAMED_CLASSES = frozenset({"UNet2DConditionModel", "DreamLiteUNetModel"})
+UNET_STREAMED_CLASSES = frozenset({"UNet2DConditionModel", "DreamLiteUNetModel", "UNetSpatioTemporalConditionModel"})
 """UNet classes whose forward is known to run each of `UNET_ORDER`'s blocks once, in that order
-(`UNet2DConditionModel`'s, which DreamLite's subclass keeps)."""
+(`UNet2DConditionModel`'s, which DreamLite's subclass keeps; Stable Video Diffusion's spatio-temporal UNet)."""
+MID_BLOCK_CLASSES = {"UNetSpatioTemporalConditionModel": "UNetMidBlockSpatioTemporal"}
+"""A UNet class's mid block where its config has no `mid_block_type` (default `UNetMidBlock2DCrossAttn`)."""
 UNIT_ORDERS = {
     # class: (its children lists, what its forward calls: "pairs" resnets[i], attentions[i];
     # "mid" resnets[0] then (attentions[i], resnets[i + 1]); "resnets" resnets only) then the sampler
@@ -153,6 +155,12 @@ UNIT_ORDERS = {
     "UNetMidBlock2DCrossAttn": (("resnets", "attentions"), "mid"),
     "CrossAttnUpBlock2D": (("resnets", "attentions", "upsamplers"), "pairs"),
     "UpBlock2D": (("resnets", "upsamplers"), "resnets"),
+    # Stable Video Diffusion's (unets/unet_3d_blocks.py): the same call orders
+    "CrossAttnDownBlockSpatioTemporal": (("resnets", "attentions", "downsamplers"), "pairs"),
+    "DownBlockSpatioTemporal": (("resnets", "downsamplers"), "resnets"),
+    "UNetMidBlockSpatioTemporal": (("resnets", "attentions"), "mid"),
+    "CrossAttnUpBlockSpatioTemporal": (("resnets", "attentions", "upsamplers"), "pairs"),
+    "UpBlockSpatioTemporal": (("resnets", "upsamplers"), "resnets"),
 }
 """UNet block classes (diffusers' unets/unet_2d_blocks.py) whose forward's call order of children is known."""
 _CHILD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\.(0|[1-9][0-9]{0,8})\.")
@@ -231,7 +239,7 @@ def unet_block_lists(folder: Path, class_name: str | None, config: dict,
         if key:
             types = _block_types(config, key, len(found))
         else:
-            mid = config.get("mid_block_type", "UNetMidBlock2DCrossAttn")
+            mid = config.get("mid_block_type", MID_BLOCK_CLASSES.get(class_name or "", "UNetMidBlock2DCrossAttn"))
             types = [mid if isinstance(mid, str) else None]
         for i in range(len(found)):
             name = attr if attr == "mid_block" else f"{attr}.{i}"
