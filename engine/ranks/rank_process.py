@@ -13,6 +13,7 @@ as they happen, tagged with the rank.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
@@ -147,6 +148,9 @@ def _run(engine: Any, kind: str, payload: Any, splits: list[Any] | None) -> Any:
     """One command; `splits` (CFG-parallel only) holds the loaded DiTs' `CfgSplit`s between commands."""
     if kind == "load":
         report = engine.load(payload)
+        # out of the collector's full passes while loaded: one inside a step (0.3-0.4 s holding the GIL) would stall
+        # this rank, and every rank waits for the slowest at each collective (engine/service/run_once.py)
+        gc.freeze()
         if splits is not None:
             from .cfg_parallel import CfgSplit
 
@@ -170,6 +174,7 @@ def _run(engine: Any, kind: str, payload: Any, splits: list[Any] | None) -> Any:
             split.remove()
         if splits is not None:
             splits.clear()
+        gc.unfreeze()  # the released model's cycles: collectable again
         engine.unload()
         return None
     raise ValueError(f"unknown command {kind!r}")
