@@ -142,11 +142,21 @@ def order_block_lists(lists: list[BlockList], order: list[str] | None) -> list[B
 # --- UNets -----------------------------------------------------------------------------------------
 
 UNET_ORDER = ("down_blocks", "mid_block", "up_blocks")
-UNET_STREAMED_CLASSES = frozenset({"UNet2DConditionModel", "DreamLiteUNetModel", "UNetSpatioTemporalConditionModel"})
+UNET_STREAMED_CLASSES = frozenset({"UNet2DConditionModel", "DreamLiteUNetModel", "UNetSpatioTemporalConditionModel",
+                                   "UNetMotionModel"})
 """UNet classes whose forward is known to run each of `UNET_ORDER`'s blocks once, in that order
-(`UNet2DConditionModel`'s, which DreamLite's subclass keeps; Stable Video Diffusion's spatio-temporal UNet)."""
-MID_BLOCK_CLASSES = {"UNetSpatioTemporalConditionModel": "UNetMidBlockSpatioTemporal"}
-"""A UNet class's mid block where its config has no `mid_block_type` (default `UNetMidBlock2DCrossAttn`)."""
+(`UNet2DConditionModel`'s, which DreamLite's subclass keeps; Stable Video Diffusion's spatio-temporal UNet;
+AnimateDiff's motion UNet)."""
+
+
+def mid_block_type(class_name: str | None, config: dict) -> object:
+    """The mid block's class: the config's `mid_block_type`, else what the UNet class builds."""
+    if class_name == "UNetSpatioTemporalConditionModel":
+        return "UNetMidBlockSpatioTemporal"
+    if class_name == "UNetMotionModel":  # its config has no mid_block_type: a flag picks the motion one
+        return "UNetMidBlockCrossAttnMotion" if config.get("use_motion_mid_block", True) is True \
+            else "UNetMidBlock2DCrossAttn"
+    return config.get("mid_block_type", "UNetMidBlock2DCrossAttn")
 UNIT_ORDERS = {
     # class: (its children lists, what its forward calls: "pairs" resnets[i], attentions[i];
     # "mid" resnets[0] then (attentions[i], resnets[i + 1]); "resnets" resnets only) then the sampler
@@ -161,7 +171,18 @@ UNIT_ORDERS = {
     "UNetMidBlockSpatioTemporal": (("resnets", "attentions"), "mid"),
     "CrossAttnUpBlockSpatioTemporal": (("resnets", "attentions", "upsamplers"), "pairs"),
     "UpBlockSpatioTemporal": (("resnets", "upsamplers"), "resnets"),
+    # AnimateDiff's UNetMotionModel (unets/unet_motion_model.py): a motion module after each layer
+    "CrossAttnDownBlockMotion": (("resnets", "attentions", "motion_modules", "downsamplers"), "triples"),
+    "DownBlockMotion": (("resnets", "motion_modules", "downsamplers"), "motion"),
+    "UNetMidBlockCrossAttnMotion": (("resnets", "attentions", "motion_modules"), "motion_mid"),
+    "CrossAttnUpBlockMotion": (("resnets", "attentions", "motion_modules", "upsamplers"), "triples"),
+    "UpBlockMotion": (("resnets", "motion_modules", "upsamplers"), "motion"),
 }
+PER_LAYER = {"resnets": ("resnets",), "pairs": ("resnets", "attentions"), "motion": ("resnets", "motion_modules"),
+             "triples": ("resnets", "attentions", "motion_modules")}
+"""Down and up blocks: the children each layer calls, in order (then the block's sampler)."""
+MID_INNER = {"mid": ("attentions",), "motion_mid": ("attentions", "motion_modules")}
+"""Mid blocks: what each layer calls between one resnet and the next."""
 """UNet block classes (diffusers' unets/unet_2d_blocks.py) whose forward's call order of children is known."""
 _CHILD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\.(0|[1-9][0-9]{0,8})\.")
 
@@ -180,15 +201,20 @@ def unit_order(block_class: str | None, unit_bytes: dict[str, int]) -> list[str]
         found[name].add(int(index))
     if not set(found) <= set(lists) or any(sorted(v) != list(range(len(v))) for v in found.values()):
         return None
-    resnets, attentions = len(found["resnets"]), len(found["attentions"])
-    sampler = [f"{lists[-1]}.{i}" for i in range(len(found[lists[-1]]))] if kind != "mid" else []
-    if resnets == 0 or (kind == "pairs" and attentions != resnets) or (kind == "mid" and attentions != resnets - 1):
+    counts = {name: len(found[name]) for name in ("resnets", "attentions", "motion_modules")}
+    layers = counts["resnets"]
+    if layers == 0:
         return None
-    if kind == "resnets":
-        return [f"resnets.{i}" for i in range(resnets)] + sampler
-    if kind == "pairs":
-        return [p for i in range(resnets) for p in (f"resnets.{i}", f"attentions.{i}")] + sampler
-    return ["resnets.0", *(p for i in range(attentions) for p in (f"attentions.{i}", f"resnets.{i + 1}"))]
+    if kind in PER_LAYER:  # each layer's children in turn, then the sampler
+        children = PER_LAYER[kind]
+        if any(counts[c] != layers for c in children):
+            return None
+        sampler = [f"{lists[-1]}.{i}" for i in range(len(found[lists[-1]]))]
+        return [f"{c}.{i}" for i in range(layers) for c in children] + sampler
+    inner = MID_INNER[kind]  # a mid block: resnets.0, then each layer's inner children and the next resnet
+    if any(counts[c] != layers - 1 for c in inner):
+        return None
+    return ["resnets.0", *(p for i in range(layers - 1) for p in (*(f"{c}.{i}" for c in inner), f"resnets.{i + 1}"))]
 
 
 def _block_types(config: dict, key: str, count: int) -> list[str | None]:
@@ -239,7 +265,7 @@ def unet_block_lists(folder: Path, class_name: str | None, config: dict,
         if key:
             types = _block_types(config, key, len(found))
         else:
-            mid = config.get("mid_block_type", MID_BLOCK_CLASSES.get(class_name or "", "UNetMidBlock2DCrossAttn"))
+            mid = mid_block_type(class_name, config)
             types = [mid if isinstance(mid, str) else None]
         for i in range(len(found)):
             name = attr if attr == "mid_block" else f"{attr}.{i}"
