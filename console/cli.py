@@ -14,6 +14,7 @@ if __name__ == "__main__" or (sys.argv and sys.argv[0].rsplit("/", 1)[-1] == "om
     install_early()
 
 import argparse
+import gc
 import json
 from collections.abc import Sequence
 
@@ -149,6 +150,9 @@ def _main(argv: Sequence[str] | None, say, exit_code) -> int:
     for stream in (sys.stdout, sys.stderr):  # PYTHONIOENCODING=ascii: "→" and names print escaped, never raise
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
+    collecting = gc.isenabled()
+    if normalise_argv(sys.argv[1:] if argv is None else argv)[0] != "console":
+        gc.disable()  # a one-shot command: no full passes while the libraries import (engine/service/collector.py)
     try:
         args, unknown = build_parser().parse_known_args(
             refuse_dash_dash_values(normalise_argv(sys.argv[1:] if argv is None else argv)))
@@ -167,6 +171,9 @@ def _main(argv: Sequence[str] | None, say, exit_code) -> int:
     except writes.SignalStop as stop:  # SIGTERM / SIGHUP inside a write or a build, likewise
         say(stop.signum)
         return exit_code(stop.signum)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ class RankSpec:
 def rank_main(rank: int, spec: RankSpec, commands: Any, replies: Any) -> None:
     """Entry point of a rank process (module level: the spawn start method imports it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the whole process group: the leader decides
+    gc.disable()  # no full passes while the libraries import and the model loads (engine/service/collector.py)
     if spec.log_dir is not None:
         _output_to_file(spec.log_dir, rank)
     _thread_lock_for_progress_bars()
@@ -149,8 +150,10 @@ def _run(engine: Any, kind: str, payload: Any, splits: list[Any] | None) -> Any:
     if kind == "load":
         report = engine.load(payload)
         # out of the collector's full passes while loaded: one inside a step (0.3-0.4 s holding the GIL) would stall
-        # this rank, and every rank waits for the slowest at each collective (engine/service/run_once.py)
+        # this rank, and every rank waits for the slowest at each collective (engine/service/collector.py); the
+        # collector on again for what the requests make
         gc.freeze()
+        gc.enable()
         if splits is not None:
             from .cfg_parallel import CfgSplit
 

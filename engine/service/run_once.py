@@ -8,14 +8,12 @@ main thread, so a signal handler runs promptly), `points.check` is called betwee
 its own stop there), and `points.cancel` is the event the engine checks at its safe points. Outputs are
 written on the calling thread, where a signal during the write unwinds it: never half an output.
 
-What exists once the model is loaded (the libraries' imports, the pipeline) is `gc.freeze()`d until the run ends,
-as the console does after its loads: a full collection walks a million-odd objects (0.3-0.4 s a pass measured)
-holding the GIL, and one that falls inside a step stalls the streamer's copies and the compute alike.
+The collector is off while the libraries import and the model loads, then on over a frozen model while the
+request runs (`collector.py`: a full pass inside a step held the GIL for 0.4 s).
 """
 
 from __future__ import annotations
 
-import gc
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -30,6 +28,7 @@ from ..running.run_memory import RunMemory, prefer_expandable_segments
 from ..running.signal_guard import pause_point
 from ..running.step_cache import check_cache_support
 from .checks import CALL_NAMES, CheckedRun, Names, check_run
+from .collector import loaded, quiet_until_loaded
 from .event_drain import EventDrain
 from .history import History
 from .report import run_report
@@ -124,16 +123,17 @@ def run_once(spec: RunSpec, points: CancelPoints, face: RunFace | None = None) -
     if spec.budget is not None and (spec.device or default_device()).type == "cuda":
         prefer_expandable_segments()  # before CUDA's allocator starts (run_memory)
     options = replace(run_options(spec.budget, spec.ram_budget), **spec.open_options)
-    engine = points.run(lambda: open_engine(spec.model, device=spec.device, variant=spec.variant, options=options))
-    try:
-        planned, run = check_and_plan(engine, spec)
-        for line in planned.notes:
-            face.note(line)
-        points.check()
-        return _serve(engine, spec, planned, run, points, face)
-    finally:
-        engine.close()  # its collection skips the frozen objects: the process usually ends next
-        gc.unfreeze()  # in a process that goes on, the released model's cycles are collectable again
+    with quiet_until_loaded():
+        engine = points.run(lambda: open_engine(spec.model, device=spec.device, variant=spec.variant,
+                                                options=options))
+        try:
+            planned, run = check_and_plan(engine, spec)
+            for line in planned.notes:
+                face.note(line)
+            points.check()
+            return _serve(engine, spec, planned, run, points, face)
+        finally:
+            engine.close()  # its collection skips the frozen model: the process usually ends next
 
 
 def check_and_plan(engine: EngineHandle, spec: RunSpec) -> tuple[RunPlan, CheckedRun]:
@@ -165,7 +165,7 @@ def _serve(engine: EngineHandle, spec: RunSpec, planned: RunPlan, run: CheckedRu
     stage, failure, result = "load", None, None
     try:
         load = points.run(engine.load, planned.policy, points.cancel, plan.tiers)
-        gc.freeze()  # the loaded model and the imports: out of the collector's full passes (module docstring)
+        loaded()  # the collector on again, over a frozen model (collector.py)
         stage = "generation"
         ticket = queue.submit(run)
         outcome = points.run(queue.wait, ticket, points.cancel)

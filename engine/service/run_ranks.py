@@ -20,6 +20,7 @@ from ..running.group_write import GroupOutput, write_results
 from ..running.signal_guard import SignalGuard, pause_point
 from ..running.step_cache import check_cache_support
 from .checks import CheckedRun, check_run
+from .collector import loaded, quiet_until_loaded
 from .event_drain import EventDrain
 from .rank_report import rank_outputs, ranks_report, seeded_path
 from .run_once import CancelPoints, RunDone, RunFace, RunSpec
@@ -39,8 +40,14 @@ def run_ranks(spec: RunSpec, points: CancelPoints, face: RunFace | None = None) 
     layout = spec.layout
     assert layout is not None and layout.distributed, "run_ranks: a rank layout of two or more GPUs"
     device = spec.device or default_device()  # the ranks' devices were counted when the layout was checked
-    engine = points.run(lambda: open_engine(spec.model, device=device, layout=layout, variant=spec.variant,
-                                            telemetry_hz=None))
+    with quiet_until_loaded():  # the leader's collector: off until the ranks have loaded (collector.py)
+        return _checked_serve(spec, points, face, points.run(lambda: open_engine(
+            spec.model, device=device, layout=layout, variant=spec.variant, telemetry_hz=None)))
+
+
+def _checked_serve(spec: RunSpec, points: CancelPoints, face: RunFace, engine: EngineHandle) -> RunDone:
+    layout = spec.layout
+    assert layout is not None
     try:
         plan_for(engine, spec.policy, layout=layout, forecast=False)  # the policy against the model
         request = spec.request(engine)
@@ -67,6 +74,7 @@ def _serve(engine: EngineHandle, spec: RunSpec, runs: list[CheckedRun], points: 
         try:
             points.check()
             load = points.run(engine.load, spec.policy, points.cancel)
+            loaded()
             outcome = points.run(queue.wait, queue.submit(runs[0]), points.cancel)
             if outcome.state == "failed":
                 raise outcome.exception or RuntimeError(outcome.error)

@@ -42,3 +42,15 @@ def test_subcommand_descriptions_are_not_indented_as_rows(capsys, monkeypatch):
     start = text.index("Show components")
     paragraph = text[start:text.index("\n\n", start)].splitlines()
     assert len(paragraph) > 1 and not any(line.startswith(" ") for line in paragraph)
+
+
+def test_a_one_shot_command_gives_the_collector_back_as_it_found_it(demo_model_dir, capsys):
+    """`plan` and `run` turn the collector off while the libraries import (engine/service/collector.py); a caller
+    that goes on (this test process) gets it back on."""
+    import gc
+
+    assert gc.isenabled()
+    assert main(["plan", "--model", str(demo_model_dir)]) == 0
+    assert gc.isenabled()
+    assert main(["plan", "--model", str(demo_model_dir), "--height", "63"]) == 2  # a refusal too
+    assert gc.isenabled()

@@ -106,7 +106,7 @@ def test_a_failed_load_is_one_line_and_the_engine_closed(demo_model_dir, tmp_pat
     assert closed_engines and not (tmp_path / "o.png").exists()
 
 
-def test_the_loaded_model_is_out_of_full_collections_during_the_request_and_collectable_after(
+def test_the_collector_is_off_until_loaded_then_on_over_a_frozen_model_and_everything_collectable_after(
         demo_model_dir: Path, tmp_path: Path):
     """A full collection inside a step holds the GIL for a pass over every object (0.3-0.4 s with the libraries
     imported), stalling the streamer and the compute: what the load built is frozen while the request runs, and
@@ -119,19 +119,24 @@ def test_the_loaded_model_is_out_of_full_collections_during_the_request_and_coll
     real_load = Engine.load
 
     def load(self: Engine, *args, **kwargs):
+        assert not gc.isenabled()  # no full passes while the libraries import and the model loads
         out = real_load(self, *args, **kwargs)
         pipes.append(weakref.ref(self.pipe))
         return out
 
+    collecting_at_steps: list[bool] = []
+
     def event(e: object) -> None:
         if type(e).__name__ == "StepTiming":
             frozen_at_steps.append(gc.get_freeze_count())
+            collecting_at_steps.append(gc.isenabled())
 
     with pytest.MonkeyPatch.context() as m:
         m.setattr(Engine, "load", load)
         done = run_once(spec_for(demo_model_dir, tmp_path / "o.png"), NoSignals(), RunFace(event=event))
     assert done.failure is None
     assert len(frozen_at_steps) == 2 and min(frozen_at_steps) > 1000  # the pipeline's and the imports' objects
-    assert gc.get_freeze_count() == 0
+    assert collecting_at_steps == [True, True]  # on for what the request makes: a cycle may hold a device tensor
+    assert gc.get_freeze_count() == 0 and gc.isenabled()  # as the caller had it
     gc.collect()
     assert pipes and pipes[0]() is None  # the released pipeline did not stay frozen
