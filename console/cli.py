@@ -143,7 +143,8 @@ def _main(argv: Sequence[str] | None, say, exit_code) -> int:
     from ..engine.api import writes
     from .interrupts import EXIT_INTERRUPTED, Interrupted
 
-    if argv is None and normalise_argv(sys.argv[1:])[0] != "console":  # the command line, not the app
+    words = normalise_argv(sys.argv[1:] if argv is None else argv)
+    if argv is None and words[0] != "console":  # the command line, not the app
         from ..engine.api import probes
 
         probes.install_bus_error_line()
@@ -151,11 +152,11 @@ def _main(argv: Sequence[str] | None, say, exit_code) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     collecting = gc.isenabled()
-    if normalise_argv(sys.argv[1:] if argv is None else argv)[0] != "console":
-        gc.disable()  # a one-shot command: no full passes while the libraries import (engine/service/collector.py)
+    if words[0] != "console":
+        gc.disable()  # a one-shot command: no full passes while the libraries import (engine/running/collector.py)
     try:
         args, unknown = build_parser().parse_known_args(
-            refuse_dash_dash_values(normalise_argv(sys.argv[1:] if argv is None else argv)))
+            refuse_dash_dash_values(words))
         if unknown:
             raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (see omni-console {args.command} --help)")
         check_cache_dir()

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..events import BlockTiming
 from ..options import EngineOptions
+from ..running.collector import loaded
 
 FORWARD_EVERY_S = 0.05
 
@@ -46,7 +47,7 @@ class RankSpec:
 def rank_main(rank: int, spec: RankSpec, commands: Any, replies: Any) -> None:
     """Entry point of a rank process (module level: the spawn start method imports it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the whole process group: the leader decides
-    gc.disable()  # no full passes while the libraries import and the model loads (engine/service/collector.py)
+    gc.disable()  # no full passes while the libraries import and the model loads (engine/running/collector.py)
     if spec.log_dir is not None:
         _output_to_file(spec.log_dir, rank)
     _thread_lock_for_progress_bars()
@@ -149,11 +150,9 @@ def _run(engine: Any, kind: str, payload: Any, splits: list[Any] | None) -> Any:
     """One command; `splits` (CFG-parallel only) holds the loaded DiTs' `CfgSplit`s between commands."""
     if kind == "load":
         report = engine.load(payload)
-        # out of the collector's full passes while loaded: one inside a step (0.3-0.4 s holding the GIL) would stall
-        # this rank, and every rank waits for the slowest at each collective (engine/service/collector.py); the
-        # collector on again for what the requests make
-        gc.freeze()
-        gc.enable()
+        # out of the collector's full passes while loaded: one inside a step would stall this rank, and every rank
+        # waits for the slowest at each collective (engine/running/collector.py)
+        loaded()
         if splits is not None:
             from .cfg_parallel import CfgSplit
 

@@ -9,7 +9,7 @@ its own stop there), and `points.cancel` is the event the engine checks at its s
 written on the calling thread, where a signal during the write unwinds it: never half an output.
 
 The collector is off while the libraries import and the model loads, then on over a frozen model while the
-request runs (`collector.py`: a full pass inside a step held the GIL for 0.4 s).
+request runs (`running/collector.py`: a full pass inside a step held the GIL for 0.4 s).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from ...offload.telemetry import TelemetrySampler, default_sources
 from ...offload.telemetry_types import DEFAULT_HZ
 from ..engine import default_device
 from ..errors import OPERATOR_ERRORS
+from ..running.collector import loaded, quiet_until_loaded
 from ..running.run_memory import RunMemory, prefer_expandable_segments
 from ..running.signal_guard import pause_point
 from ..running.step_cache import check_cache_support
 from .checks import CALL_NAMES, CheckedRun, Names, check_run
-from .collector import loaded, quiet_until_loaded
 from .event_drain import EventDrain
 from .history import History
 from .report import run_report
@@ -165,7 +165,7 @@ def _serve(engine: EngineHandle, spec: RunSpec, planned: RunPlan, run: CheckedRu
     stage, failure, result = "load", None, None
     try:
         load = points.run(engine.load, planned.policy, points.cancel, plan.tiers)
-        loaded()  # the collector on again, over a frozen model (collector.py)
+        loaded()  # the collector on again, over a frozen model (running/collector.py)
         stage = "generation"
         ticket = queue.submit(run)
         outcome = points.run(queue.wait, ticket, points.cancel)

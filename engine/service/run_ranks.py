@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 from ..engine import default_device
 from ..plan_flow import plan_for
 from ..ranks.rank_group import RankFailed
+from ..running.collector import loaded, quiet_until_loaded
 from ..running.group_write import GroupOutput, write_results
 from ..running.signal_guard import SignalGuard, pause_point
 from ..running.step_cache import check_cache_support
 from .checks import CheckedRun, check_run
-from .collector import loaded, quiet_until_loaded
 from .event_drain import EventDrain
 from .rank_report import rank_outputs, ranks_report, seeded_path
 from .run_once import CancelPoints, RunDone, RunFace, RunSpec
@@ -40,29 +40,24 @@ def run_ranks(spec: RunSpec, points: CancelPoints, face: RunFace | None = None) 
     layout = spec.layout
     assert layout is not None and layout.distributed, "run_ranks: a rank layout of two or more GPUs"
     device = spec.device or default_device()  # the ranks' devices were counted when the layout was checked
-    with quiet_until_loaded():  # the leader's collector: off until the ranks have loaded (collector.py)
-        return _checked_serve(spec, points, face, points.run(lambda: open_engine(
-            spec.model, device=device, layout=layout, variant=spec.variant, telemetry_hz=None)))
+    with quiet_until_loaded():  # the leader's collector: off until the ranks have loaded (running/collector.py)
+        engine = points.run(lambda: open_engine(spec.model, device=device, layout=layout, variant=spec.variant,
+                                                telemetry_hz=None))
+        try:
+            plan_for(engine, spec.policy, layout=layout, forecast=False)  # the policy against the model
+            request = spec.request(engine)
+            check_cache_support(engine.model, request.cache)  # the family's DiT takes the kind: before any rank starts
 
+            def checked(output: Path, r: GenerateRequest) -> CheckedRun:
+                return check_run(engine.model, r, output, overwrite=spec.overwrite, fps=spec.fps, names=spec.names)
 
-def _checked_serve(spec: RunSpec, points: CancelPoints, face: RunFace, engine: EngineHandle) -> RunDone:
-    layout = spec.layout
-    assert layout is not None
-    try:
-        plan_for(engine, spec.policy, layout=layout, forecast=False)  # the policy against the model
-        request = spec.request(engine)
-        check_cache_support(engine.model, request.cache)  # the family's DiT takes the kind: before any rank starts
-
-        def checked(output: Path, r: GenerateRequest) -> CheckedRun:
-            return check_run(engine.model, r, output, overwrite=spec.overwrite, fps=spec.fps, names=spec.names)
-
-        if layout.parallel == "cfg":  # one request, both ranks: the image once, at the output
-            runs = [checked(spec.output, request)] * layout.gpus
-        else:
-            runs = [checked(seeded_path(spec.output, r.seed), r) for r in layout.rank_requests(request)]
-        return _serve(engine, spec, runs, points, face)
-    finally:
-        engine.close()
+            if layout.parallel == "cfg":  # one request, both ranks: the image once, at the output
+                runs = [checked(spec.output, request)] * layout.gpus
+            else:
+                runs = [checked(seeded_path(spec.output, r.seed), r) for r in layout.rank_requests(request)]
+            return _serve(engine, spec, runs, points, face)
+        finally:
+            engine.close()
 
 
 def _serve(engine: EngineHandle, spec: RunSpec, runs: list[CheckedRun], points: CancelPoints,

@@ -45,7 +45,7 @@ def test_subcommand_descriptions_are_not_indented_as_rows(capsys, monkeypatch):
 
 
 def test_a_one_shot_command_gives_the_collector_back_as_it_found_it(demo_model_dir, capsys):
-    """`plan` and `run` turn the collector off while the libraries import (engine/service/collector.py); a caller
+    """`plan` and `run` turn the collector off while the libraries import (engine/running/collector.py); a caller
     that goes on (this test process) gets it back on."""
     import gc
 
