@@ -148,18 +148,9 @@ UNET_STREAMED_CLASSES = frozenset({"UNet2DConditionModel", "DreamLiteUNetModel",
 (`UNet2DConditionModel`'s, which DreamLite's subclass keeps; Stable Video Diffusion's spatio-temporal UNet;
 AnimateDiff's motion UNet)."""
 
-
-def mid_block_type(class_name: str | None, config: dict) -> object:
-    """The mid block's class: the config's `mid_block_type`, else what the UNet class builds."""
-    if class_name == "UNetSpatioTemporalConditionModel":
-        return "UNetMidBlockSpatioTemporal"
-    if class_name == "UNetMotionModel":  # its config has no mid_block_type: a flag picks the motion one
-        return "UNetMidBlockCrossAttnMotion" if config.get("use_motion_mid_block", True) is True \
-            else "UNetMidBlock2DCrossAttn"
-    return config.get("mid_block_type", "UNetMidBlock2DCrossAttn")
 UNIT_ORDERS = {
-    # class: (its children lists, what its forward calls: "pairs" resnets[i], attentions[i];
-    # "mid" resnets[0] then (attentions[i], resnets[i + 1]); "resnets" resnets only) then the sampler
+    # class: (its children lists, the sampler last where it has one; what its forward calls, a kind of
+    # PER_LAYER or MID_INNER below)
     "CrossAttnDownBlock2D": (("resnets", "attentions", "downsamplers"), "pairs"),
     "DownBlock2D": (("resnets", "downsamplers"), "resnets"),
     "UNetMidBlock2DCrossAttn": (("resnets", "attentions"), "mid"),
@@ -178,13 +169,24 @@ UNIT_ORDERS = {
     "CrossAttnUpBlockMotion": (("resnets", "attentions", "motion_modules", "upsamplers"), "triples"),
     "UpBlockMotion": (("resnets", "motion_modules", "upsamplers"), "motion"),
 }
+"""UNet block classes (diffusers' unets/unet_2d_blocks.py, unet_3d_blocks.py, unet_motion_model.py) whose
+forward's call order of children is known."""
 PER_LAYER = {"resnets": ("resnets",), "pairs": ("resnets", "attentions"), "motion": ("resnets", "motion_modules"),
              "triples": ("resnets", "attentions", "motion_modules")}
 """Down and up blocks: the children each layer calls, in order (then the block's sampler)."""
 MID_INNER = {"mid": ("attentions",), "motion_mid": ("attentions", "motion_modules")}
 """Mid blocks: what each layer calls between one resnet and the next."""
-"""UNet block classes (diffusers' unets/unet_2d_blocks.py) whose forward's call order of children is known."""
 _CHILD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\.(0|[1-9][0-9]{0,8})\.")
+
+
+def mid_block_type(class_name: str | None, config: dict) -> object:
+    """The mid block's class: the config's `mid_block_type`, else what the UNet class builds."""
+    if class_name == "UNetSpatioTemporalConditionModel":
+        return "UNetMidBlockSpatioTemporal"
+    if class_name == "UNetMotionModel":  # its config has no mid_block_type: a flag picks the motion one
+        return "UNetMidBlockCrossAttnMotion" if config.get("use_motion_mid_block", True) is True \
+            else "UNetMidBlock2DCrossAttn"
+    return config.get("mid_block_type", "UNetMidBlock2DCrossAttn")
 
 
 def unit_order(block_class: str | None, unit_bytes: dict[str, int]) -> list[str] | None:
