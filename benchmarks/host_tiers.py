@@ -3,9 +3,11 @@
 For each preset, in one process (which never starts CUDA itself):
   1. the checkpoint is written if missing (in a child: the writers use CUDA), and its files listed;
   2. the disk and the page cache are timed on those files: O_DIRECT reads (several in flight, 64 MiB
-     aligned chunks), then a buffered read after a drop (the disk through the page cache, readahead
-     included) and the same read again (warm: the page cache's rate). The disk's sequential rate is the
-     faster of the two cold reads. The files are dropped from the cache again afterwards;
+     aligned chunks), the same bytes through the engine's own disk-tier reader (benchmarks/tier_reader.py:
+     offload/tier_files.py's O_DIRECT reads in the run's chunks, threads and bounce slots), then a buffered
+     read after a drop (the disk through the page cache, readahead included) and the same read again (warm:
+     the page cache's rate). The disk's sequential rate is the faster of the two cold harness reads. The
+     files are dropped from the cache again afterwards;
   3. (wan32) one `run --mode resident` on the whole card and host: the step and output to compare with;
   4. under a card of C GB (benchmarks/ballast.py) and a host of N GB (benchmarks/host_limit.py: a child
      page-locks all but N GB of MemAvailable; refused when the machine cannot), the checkpoint is dropped
@@ -14,9 +16,10 @@ For each preset, in one process (which never starts CUDA itself):
      --vram-budget auto`. The run's peak RSS is its VmHWM (polled), its own rusage and the polled
      anonymous+shared peak; NVML's per-process device peak is sampled beside it;
   5. ratios: step / forecast floor, peak RSS / host, peak RSS / host forecast (before and after the first
-     request), the engine's disk-tier rate / the disk's sequential rate, step / resident, output identical
-     to resident; `nowaste`: peak RSS / (the plan's pinned and staged bytes + the process's own base RSS the
-     plan names + 1.5 GB), and without the base term (the issue's words taken literally).
+     request), the engine's disk-tier reader's rate / the disk's sequential rate (and the rate the plan's
+     probe cached in the children's cache dir / the same), step / resident, output identical to resident;
+     `nowaste`: peak RSS / (the plan's pinned and staged bytes + the process's own base RSS the plan names
+     + 1.5 GB), and without the base term (the issue's words taken literally).
 
 Each preset keeps back the time the presets after it need (`Preset.need_s`) from the `--deadline-s` box.
 
@@ -57,6 +60,7 @@ from .child_watch import run_watched
 from .file_cache import CHUNK, DEPTH, cache_state, checkpoint_files, drop, read_rate
 from .host_limit import GB, HostLimitError, available, host_limit
 from .host_tiers_figures import ratios, same_output, steady_step, table
+from .tier_reader import BLOCK, engine_reader_rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +143,12 @@ def measure_rates(files: list[Path], args: argparse.Namespace) -> dict[str, Any]
         out["direct_bytes_per_s"], out["direct_bytes"] = direct.bytes_per_s, direct.nbytes
     except OSError as exc:  # tmpfs and some overlays refuse O_DIRECT
         out["direct_error"] = str(exc)
+    # the same bytes through the engine's own disk-tier reader (offload/tier_files.py, as a run's disk tier reads)
+    try:
+        engine = engine_reader_rate(files, limit=limit, block=args.reader_block_mb * 2**20)
+        out["engine_reader"] = {**asdict(engine), "bytes_per_s": engine.bytes_per_s}
+    except OSError as exc:
+        out["engine_reader"] = {"error": str(exc)}
     drop(files)
     out["cached_fraction_after_drop"] = round(cache_state(files).fraction, 4)
     cold = read_rate(files, direct=False, limit=limit, depth=args.depth, chunk=chunk)
@@ -148,10 +158,32 @@ def measure_rates(files: list[Path], args: argparse.Namespace) -> dict[str, Any]
                 "buffered_bytes": cold.nbytes,
                 "disk_seq_bytes_per_s": max(cold.bytes_per_s, out.get("direct_bytes_per_s", 0.0))})
     out["page_cache_bytes_per_s"] = out["warm_buffered_bytes_per_s"]
-    log("rates: O_DIRECT {}, cold buffered {:.2f} GB/s, warm (page cache) {:.2f} GB/s".format(
+    reader = out["engine_reader"]
+    log("rates: O_DIRECT {}, the engine's reader {}, cold buffered {:.2f} GB/s, warm (page cache) {:.2f} GB/s".format(
         f"{out['direct_bytes_per_s'] / GB:.2f} GB/s" if "direct_bytes_per_s" in out else out.get("direct_error"),
-        cold.bytes_per_s / GB, warm.bytes_per_s / GB))
+        f"{reader['bytes_per_s'] / GB:.2f} GB/s{'' if reader['o_direct'] else ' (buffered: no O_DIRECT)'}"
+        if "bytes_per_s" in reader else reader.get("error"), cold.bytes_per_s / GB, warm.bytes_per_s / GB))
     return out
+
+
+def filesystem_key(path: Path) -> str:
+    """engine/planning/tier_rates.py's key of a checkpoint's file system (its device number)."""
+    st = os.stat(path)
+    return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+
+
+def engine_tier_rates(cache: Path, root: Path) -> dict[str, Any] | None:
+    """The tier rates the engine's probe measured and cached for `root`'s file system during the children's
+    plan/run (`<cache>/tier_rates/<hash>.json`, engine/planning/tier_rates.py's `CachedRates`), with its path."""
+    want = filesystem_key(root)
+    for path in sorted((cache / "tier_rates").glob("*.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and doc.get("filesystem") == want:
+            return {**doc, "path": str(path)}
+    return None
 
 
 def flags(command: str, preset: Preset, args: argparse.Namespace, root: Path, out_dir: Path,
@@ -272,6 +304,7 @@ def run_preset(name: str, args: argparse.Namespace, deadline: Deadline, ram_flag
         if "host_limit" in entry:
             entry["host_limit"]["alive_after"] = _alive(entry["host_limit"]["pid"])
     entry["available_after_release"] = available()
+    entry["engine_tier_rates"] = engine_tier_rates(cache, root)
     if preset.resident_reference:
         out = SIZES[preset.kind]["output"]
         entry["identical_to_resident"] = same_output(work / out, work / f"resident-{out}")
@@ -298,6 +331,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rate-gb", type=float, default=8.0, help="bytes read to time each tier (default 8 GB)")
     p.add_argument("--depth", type=int, default=DEPTH, help="reads in flight")
     p.add_argument("--chunk-mb", type=int, default=CHUNK // 2**20)
+    p.add_argument("--reader-block-mb", type=int, default=BLOCK // 2**20,
+                   help="block size for timing the engine's disk-tier reader (its chunks and threads are the engine's)")
     p.add_argument("--run-timeout", type=float, default=420.0, help="seconds for one CLI child")
     p.add_argument("--deadline-s", type=float, default=540.0, help="the whole harness's time box")
     p.add_argument("--key", action="append", default=[], metavar="FIGURE=a.b.c",

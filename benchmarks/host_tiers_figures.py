@@ -17,7 +17,8 @@ GB = 1e9
 NO_WASTE_SLACK = 1.5 * GB  # "peak RSS at most the pinned and staged bytes the plan names, plus 1.5 GB"
 # (the plan names the process's own base RSS as a term too: `ratios` gives the ratio with and without it)
 
-# figure -> candidate dotted keys, best first (plan = `plan --json`, run = `run --json`)
+# figure -> candidate dotted keys, best first (plan = `plan --json`, run = `run --json`, entry = the preset's own
+# report entry: what the harness measured beside the CLI)
 KEYS: dict[str, list[str]] = {
     "plan_host_peak": ["request_forecast.host.peak_bytes", "ram_plan.host_peak_bytes"],
     "plan_step_floor": ["request_forecast.step_floor_seconds", "tier_plan.step_floor_seconds"],
@@ -26,7 +27,12 @@ KEYS: dict[str, list[str]] = {
     "plan_ram_budget": ["ram_plan.budget_bytes"],
     "run_host_peak_forecast": ["predicted_host_peak_bytes"],
     "run_host_peak_measured": ["host_peak_bytes", "telemetry.host_rss_peak"],
-    "run_disk_rate": ["staging.by_tier.disk.h2d_bytes_per_s", "staging.by_tier.disk.bytes_per_s"],
+    # the disk tier's rate: `run --json` has none (its `staging` is the link's), so the harness times the engine's
+    # own reader (benchmarks/tier_reader.py: offload/tier_files.py's O_DIRECT reads, the run's chunks and threads)
+    # on the same bytes as its own reads, and keeps the rates the plan's probe cached in the children's cache dir
+    # (engine/planning/tier_rates.py: <cache>/tier_rates/<hash>.json, field disk_bytes_per_s)
+    "entry_engine_reader_rate": ["rates.engine_reader.bytes_per_s"],
+    "entry_engine_probe_rate": ["engine_tier_rates.disk_bytes_per_s"],
     "run_step_floor": ["forecast_check.predicted_step_floor_s", "forecast_check.predicted_step_s"],
     "run_plan_pinned": ["forecast.pinned_host_bytes"],  # the plan `run` loaded: streamed blocks + staged masters
     "run_host_pinned_forecast": ["forecast.host_pinned_bytes"],  # the host forecast's pinned share of that load
@@ -125,7 +131,8 @@ def ratios(entry: Mapping[str, Any], overrides: Mapping[str, str] | None = None)
     host_before, host_key = figure(plan, "plan_host_peak", overrides)
     host_after, _ = figure(after, "plan_host_peak", overrides)
     pinned, _ = figure(plan, "plan_pinned", overrides)
-    engine_disk, disk_key = figure(run, "run_disk_rate", overrides)
+    engine_disk, disk_key = figure(entry, "entry_engine_reader_rate", overrides)
+    probe_disk, probe_key = figure(entry, "entry_engine_probe_rate", overrides)
     run_forecast, _ = figure(run, "run_host_peak_forecast", overrides)  # the run's own check (VmHWM)
     run_measured, _ = figure(run, "run_host_peak_measured", overrides)
     rates = entry.get("rates") or {}
@@ -141,6 +148,9 @@ def ratios(entry: Mapping[str, Any], overrides: Mapping[str, str] | None = None)
         "run_host_peak_over_forecast": ratio(run_measured, run_forecast),
         "engine_disk_rate": engine_disk, "engine_disk_rate_key": disk_key,
         "engine_disk_over_seq": ratio(engine_disk, rates.get("disk_seq_bytes_per_s")),
+        "engine_disk_o_direct": (rates.get("engine_reader") or {}).get("o_direct"),
+        "engine_probe_disk_rate": probe_disk, "engine_probe_disk_rate_key": probe_key,
+        "engine_probe_over_seq": ratio(probe_disk, rates.get("disk_seq_bytes_per_s")),
         "harness_direct_over_cold_buffered": ratio(rates.get("direct_bytes_per_s"),
                                                    rates.get("cold_buffered_bytes_per_s")),
     }
@@ -188,7 +198,7 @@ def table(entries: Sequence[Mapping[str, Any]]) -> str:
     the host forecast against the peak, the engine's disk rate against the disk's."""
     head = ("preset", "exit", "peak RSS", "host", "peak/host", "step", "floor", "step/floor", "step/resident",
             "identical", "forecast", "peak/fc before", "peak/fc after", "no-waste ratio", "strict", "disk seq",
-            "engine disk/seq")
+            "engine disk/seq", "probe/seq")
     rows = [head]
     for e in entries:
         r = e.get("ratios") or {}
@@ -201,6 +211,6 @@ def table(entries: Sequence[Mapping[str, Any]]) -> str:
                      _fmt(r.get("peak_rss_over_forecast_after")), _fmt(r.get("peak_rss_over_no_waste_limit")),
                      _fmt(r.get("peak_rss_over_no_waste_limit_strict")),
                      _fmt((e.get("rates") or {}).get("disk_seq_bytes_per_s"), "GB/s"),
-                     _fmt(r.get("engine_disk_over_seq"))))
+                     _fmt(r.get("engine_disk_over_seq")), _fmt(r.get("engine_probe_over_seq"))))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(head))]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)

@@ -81,6 +81,46 @@ def test_a_read_stops_at_its_limit_and_the_file_list_follows_no_symlink(tmp_path
     assert read_rate([path], direct=False, limit=MiB, chunk=MiB, depth=2).nbytes == MiB
 
 
+def test_the_engines_own_disk_reader_reads_around_the_cache_in_its_own_chunks_and_threads(tmp_path: Path) -> None:
+    from benchmarks.tier_reader import engine_reader_rate, reader_threads
+    from omni_console.offload.file_spans import READ_CHUNK
+    from omni_console.offload.tier_filler import READERS
+
+    assert reader_threads() == READERS  # the harness's torch-free copy of the run's thread count
+    size = 8 * MiB + 123
+    path = _cacheable_file(tmp_path, size)
+    drop([path])
+    rate = engine_reader_rate([path], block=3 * MiB)  # three blocks through the ring's slots
+    if not rate.o_direct:
+        pytest.skip("this filesystem refuses O_DIRECT")
+    assert size <= rate.nbytes < size + 4096 and rate.bytes_per_s > 0  # the tail read as a whole page
+    assert rate.chunk_bytes == READ_CHUNK and rate.readers == READERS
+    assert cache_state([path]).cached_bytes == 0  # O_DIRECT: the run's disk tier leaves the cache alone
+    assert engine_reader_rate([path], limit=2 * MiB, block=MiB).nbytes == 2 * MiB
+
+
+def test_the_engines_cached_tier_rates_are_found_for_the_checkpoints_file_system(tmp_path: Path, monkeypatch) -> None:
+    from benchmarks.host_tiers import engine_tier_rates, filesystem_key
+    from omni_console.engine.planning import tier_rates
+
+    model = tmp_path / "model"
+    model.mkdir()
+    monkeypatch.setenv("OMNI_CONSOLE_CACHE_DIR", str(tmp_path / "cache"))
+    assert filesystem_key(model) == tier_rates.filesystem_key(model)
+    for fs, disk in (("0:0", 9e9), (tier_rates.filesystem_key(model), 2e9)):  # another file system's first
+        tier_rates.save_rates(tier_rates.CachedRates(device="cpu", filesystem=fs, page_cache_bytes_per_s=5e9,
+                                                     disk_bytes_per_s=disk, o_direct=True, note="",
+                                                     measured_at="2026-12-07T00:00:00+00:00"))
+    found = engine_tier_rates(tmp_path / "cache", model)
+    assert found is not None and found["disk_bytes_per_s"] == 2e9 and found["o_direct"] is True
+    entry = {"engine_tier_rates": found, "rates": {"disk_seq_bytes_per_s": 2.5e9,
+                                                   "engine_reader": {"bytes_per_s": 2.4e9, "o_direct": True}}}
+    r = ratios(entry)
+    assert r["engine_disk_over_seq"] == 0.96 and r["engine_disk_rate_key"] == "rates.engine_reader.bytes_per_s"
+    assert r["engine_probe_over_seq"] == 0.8 and r["engine_probe_disk_rate_key"] == "engine_tier_rates.disk_bytes_per_s"
+    assert engine_tier_rates(tmp_path / "none", model) is None
+
+
 def test_the_watcher_sees_a_childs_peak_rss_and_kills_it_at_its_timeout() -> None:
     code = "import time; b = bytearray(96 * 2**20); b[::4096] = b'x' * len(b[::4096]); time.sleep(0.3); print('ok')"
     watched = run_watched([sys.executable, "-c", code], interval=0.02)
@@ -204,6 +244,11 @@ def test_the_tiny_preset_runs_the_whole_harness_on_the_cpu_under_a_tiny_host_lim
     assert entry["run_doc"]["schema"].startswith("omni-console.run-report/")
     assert entry["rates"]["disk_seq_bytes_per_s"] > 0 and entry["rates"]["buffered_bytes"] > 0
     assert entry["ratios"]["peak_rss_over_host"] == round(entry["run"]["peak_rss"] / entry["host_bytes"], 4)
+    # the disk tier's rates: the engine's own reader timed by the harness, and what the plan's probe cached
+    assert entry["rates"]["engine_reader"]["nbytes"] == entry["checkpoint_bytes"]  # under --rate-gb: all of it
+    assert "/cache/tier_rates/" in entry["engine_tier_rates"]["path"]  # the children's own cache dir
+    assert entry["ratios"]["engine_probe_disk_rate"] == entry["engine_tier_rates"]["disk_bytes_per_s"] > 0
+    assert entry["ratios"]["engine_disk_over_seq"] is not None and entry["ratios"]["engine_probe_over_seq"] is not None
     assert report["environment"]["device"] == "cpu"
     assert (tmp_path / "demo" / "model_index.json").exists()
     assert "tiny" in done.stdout.splitlines()[-2]  # the table's row
