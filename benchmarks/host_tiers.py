@@ -8,7 +8,9 @@ For each preset, in one process (which never starts CUDA itself):
      read after a drop (the disk through the page cache, readahead included) and the same read again (warm:
      the page cache's rate). The disk's sequential rate is the faster of the two cold harness reads. The
      files are dropped from the cache again afterwards;
-  3. (wan32) one `run --mode resident` on the whole card and host: the step and output to compare with;
+  3. (wan32, after 4) one `run --mode resident` on the whole card and host: the step and output to compare
+     with, holding every choice that changes the output equal to the tiered run's (its report's policy: VAE
+     tiling and slicing, feed-forward chunking, fp8 storage, compile, step cache: `reference_flags`);
   4. under a card of C GB (benchmarks/ballast.py) and a host of N GB (benchmarks/host_limit.py: a child
      page-locks all but N GB of MemAvailable; refused when the machine cannot), the checkpoint is dropped
      from the page cache (posix_fadvise DONTNEED, checked by mincore), then `plan --json`, a cold
@@ -17,7 +19,8 @@ For each preset, in one process (which never starts CUDA itself):
      anonymous+shared peak; NVML's per-process device peak is sampled beside it;
   5. ratios: step / forecast floor, peak RSS / host, peak RSS / host forecast (before and after the first
      request), the engine's disk-tier reader's rate / the disk's sequential rate (and the rate the plan's
-     probe cached in the children's cache dir / the same), step / resident, output identical to resident;
+     probe cached in the children's cache dir / the same), step / resident, output identical to resident
+     (and the largest pixel difference of the decoded frames);
      `nowaste`: peak RSS / (the plan's pinned and staged bytes + the process's own base RSS the plan names
      + 1.5 GB), and without the base term (the issue's words taken literally).
 
@@ -33,6 +36,7 @@ of the two checkpoints, so run the Flux-size presets and wan32 in separate calls
   wan32    Wan2.1-14B-size + UMT5-XXL (24 layers, 256k vocab), 81x480x832, guidance 5, 3 steps, 32 GB
            host, 12 GB card, with a resident reference run                   ~5-6 min (+1.5 min write)
   tiny     the embedded demo model on the CPU (`--cpu`): every step of the harness in seconds
+  tiny-ref the same at 128² with `--vae-tiling on` and a resident reference (which must be given it to match)
 
     python3 -m benchmarks.host_tiers --presets flux16 nowaste --out host_tiers.json
     python3 -m benchmarks.host_tiers --presets wan32 --dir /tmp/wan-size --out host_tiers_wan.json
@@ -59,7 +63,7 @@ from . import harness
 from .child_watch import run_watched
 from .file_cache import CHUNK, DEPTH, cache_state, checkpoint_files, drop, read_rate
 from .host_limit import GB, HostLimitError, available, host_limit
-from .host_tiers_figures import ratios, same_output, steady_step, table
+from .host_tiers_figures import output_diff, ratios, steady_step, table
 from .tier_reader import BLOCK, engine_reader_rate
 
 
@@ -74,9 +78,12 @@ class Preset:
     vram_budget: str | None
     steps: int
     resident_reference: bool = False
+    reference_s: float = 0.0  # what the resident reference took (kept back from the tiered children's box)
     no_waste: bool = False
     plan_after: bool = True  # a second `plan` after the run: what the profile learned (the forecast after one)
     need_s: float = 60.0  # what its children took on an H100 (checkpoint written): later presets keep this back
+    size: str = ""  # a request size of SIZES other than its kind's
+    extra: tuple[str, ...] = ()  # more flags for the tiered plan and run (not the reference: it gets what they chose)
 
 
 PRESETS = {
@@ -85,13 +92,18 @@ PRESETS = {
     # plan 11-16 s + run 30 s (cold, 2 steps at 1024²; the run's peak RSS is its load and its first request's
     # libraries, neither of which more steps change); no second plan: its forecast-after is flux16's figure
     "nowaste": Preset("flux", None, 12, None, "auto", 2, no_waste=True, plan_after=False, need_s=75),
-    "wan32": Preset("wan", 32, 12, "auto", "auto", 3, resident_reference=True, need_s=300),
+    "wan32": Preset("wan", 32, 12, "auto", "auto", 3, resident_reference=True, reference_s=100, need_s=300),
     "tiny": Preset("demo", None, None, "auto", None, 2, need_s=30),
+    # the resident reference on the CPU: VAE tiling on at 128² (the demo VAE tiles 64² pieces: pixels differ
+    # from an untiled decode), so the reference must be given it too to match
+    "tiny-ref": Preset("demo", None, None, "auto", None, 2, resident_reference=True, reference_s=20, plan_after=False,
+                       need_s=40, size="demo128", extra=("--vae-tiling", "on")),
 }
 SIZES: dict[str, dict[str, Any]] = {
     "flux": {"height": 1024, "width": 1024, "guidance": 3.5, "output": "out.png"},
     "wan": {"height": 480, "width": 832, "frames": 81, "guidance": 5.0, "output": "out.mp4"},
     "demo": {"height": 64, "width": 64, "guidance": 3.5, "output": "out.png"},
+    "demo128": {"height": 128, "width": 128, "guidance": 3.5, "output": "out.png"},
 }
 DEFAULT_DIRS = {"flux": "/tmp/flux-size", "wan": "/tmp/wan-size", "demo": "/tmp/host-tiers-demo"}
 CLI = ["-m", "omni_console.console.cli"]
@@ -186,16 +198,43 @@ def engine_tier_rates(cache: Path, root: Path) -> dict[str, Any] | None:
     return None
 
 
+REFERENCE_FLAG_FORMS = ("--vae-tiling on|off", "--vae-slicing on|off", "--ff-chunking on|off", "[--stream-dtype D]",
+                        "[--fp8-modulation]", "[--compile regional]", "[--cache SPEC]")
+LEAN_NOT_EXACT = ("vae_tiling", "vae_slicing", "ff_chunking")  # engine/planning/lean.py: EXACTNESS (stream_encoders
+# is exact, bit-identical; slicing differs from a batched decode in the last bits; ff chunking is unverified on a GPU)
+
+
+def reference_flags(doc: dict[str, Any] | None) -> list[str]:
+    """The flags that give the resident reference every output-changing choice the tiered run made (from its
+    `run --json`, else its `plan --json`): the lean phases that are not exact, on or off as the run had them
+    (`--vram-budget auto` turns VAE tiling on for a small card), fp8 storage, compile and the step cache."""
+    doc = doc or {}
+    policy = doc.get("policy") or {}
+    argv: list[str] = []
+    for name in LEAN_NOT_EXACT:
+        argv += ["--" + name.replace("_", "-"), "on" if policy.get(name) == "on" else "off"]
+    if policy.get("stream_dtype"):
+        argv += ["--stream-dtype", str(policy["stream_dtype"])]
+    if policy.get("fp8_modulation"):
+        argv += ["--fp8-modulation"]
+    if (doc.get("compile") or {}).get("on"):
+        argv += ["--compile", "regional"]
+    if (doc.get("cache") or {}).get("cache"):
+        argv += ["--cache", str(doc["cache"]["cache"])]
+    return argv
+
+
 def flags(command: str, preset: Preset, args: argparse.Namespace, root: Path, out_dir: Path,
-          ram_flag: bool, *, resident: bool = False) -> list[str]:
-    """The CLI's arguments for `plan` or `run` under this preset (`resident`: the reference run)."""
-    size = SIZES[preset.kind]
+          ram_flag: bool, *, resident: bool = False, matched: list[str] | None = None) -> list[str]:
+    """The CLI's arguments for `plan` or `run` under this preset (`resident`: the reference run, with `matched`:
+    the tiered run's output-changing choices, `reference_flags`)."""
+    size = SIZES[preset.size or preset.kind]
     argv = [command, "--model", str(root), "--device", args.device, "--json", "--height", str(size["height"]),
             "--width", str(size["width"]), "--guidance", str(size["guidance"])]
     if "frames" in size:
         argv += ["--frames", str(size["frames"])]
     if resident:
-        argv += ["--mode", "resident"]
+        argv += ["--mode", "resident", *(matched or [])]
     else:
         vram = args.vram_budget or preset.vram_budget
         if vram and not args.cpu:
@@ -203,7 +242,7 @@ def flags(command: str, preset: Preset, args: argparse.Namespace, root: Path, ou
         ram = args.ram_budget or preset.ram_budget
         if ram and ram_flag:
             argv += [args.ram_flag, ram]
-        argv += shlex.split(args.extra)
+        argv += [*preset.extra, *shlex.split(args.extra)]
     if command == "run":
         name = ("resident-" if resident else "") + size["output"]
         argv += ["--steps", str(args.steps or preset.steps), "--prompt", "a red fox in the snow", "--seed", "3",
@@ -277,15 +316,11 @@ def run_preset(name: str, args: argparse.Namespace, deadline: Deadline, ram_flag
         _RATES[str(root)] = measure_rates(files, args)
     entry["rates"] = _RATES[str(root)]
     work = Path(tempfile.mkdtemp(prefix=f"host-tiers-{name}-"))
-    if preset.resident_reference:
-        (work / "resident").mkdir()
-        ref = call(flags("run", preset, args, root, work, ram_flag, resident=True), work / "resident", args, deadline)
-        entry["resident"] = {k: v for k, v in ref.items() if k != "doc"}
-        if "doc" in ref:
-            entry["resident"]["steady_step_s"] = steady_step(ref["doc"])
     cache = work / "cache"
     cache.mkdir()
     entry["available_before"] = available()
+    kept_back = deadline.reserve
+    deadline.reserve += preset.reference_s  # the resident reference runs after the tiered children
     with card_and_host(preset, args, entry):
         entry["host_bytes"] = entry.get("host_limit", {}).get("host_bytes")
         for step in ("plan", "run", "plan_after") if preset.plan_after else ("plan", "run"):
@@ -304,12 +339,32 @@ def run_preset(name: str, args: argparse.Namespace, deadline: Deadline, ram_flag
         if "host_limit" in entry:
             entry["host_limit"]["alive_after"] = _alive(entry["host_limit"]["pid"])
     entry["available_after_release"] = available()
+    deadline.reserve = kept_back
     entry["engine_tier_rates"] = engine_tier_rates(cache, root)
     if preset.resident_reference:
-        out = SIZES[preset.kind]["output"]
-        entry["identical_to_resident"] = same_output(work / out, work / f"resident-{out}")
+        resident_reference(preset, args, root, work, ram_flag, deadline, entry)
     entry["ratios"] = ratios(entry, dict(k.split("=", 1) for k in args.key))
     return entry
+
+
+def resident_reference(preset: Preset, args: argparse.Namespace, root: Path, work: Path, ram_flag: bool,
+                       deadline: Deadline, entry: dict[str, Any]) -> None:
+    """`run --mode resident` on the whole card and host, after the tiered run, with its output-changing choices
+    (`reference_flags` of its report, else of its plan); its step and output beside the tiered run's."""
+    source = "run_doc" if "run_doc" in entry else "plan_doc" if "plan_doc" in entry else None
+    matched = reference_flags(entry.get(source) if source else None)
+    (work / "resident").mkdir()
+    ref = call(flags("run", preset, args, root, work, ram_flag, resident=True, matched=matched), work / "resident",
+               args, deadline)
+    entry["resident"] = {k: v for k, v in ref.items() if k != "doc"}
+    entry["resident"].update({"matched_flags": matched, "matched_from": f"{source}.policy" if source else None})
+    if "doc" in ref:
+        entry["resident"].update({"steady_step_s": steady_step(ref["doc"]), "policy": ref["doc"].get("policy"),
+                                  "steps_s": [s["wall_s"] for s in ref["doc"].get("steps", [])],
+                                  "phases": ref["doc"].get("phases")})
+    out = SIZES[preset.size or preset.kind]["output"]
+    entry["resident_diff"] = output_diff(work / out, work / f"resident-{out}")
+    entry["identical_to_resident"] = (entry["resident_diff"] or {}).get("identical")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -350,10 +405,12 @@ def dry_run(args: argparse.Namespace, ram_flag: bool) -> None:
         host = host_bytes(preset, args)
         print(f"{name}: {preset.kind} at {root}; host {'whole' if host is None else f'{host / GB:.2f} GB'}, "
               f"card {preset.card_gb or 'whole'} GB; --ram-budget {'used' if ram_flag else 'not in this CLI'}")
-        if preset.resident_reference:
-            print("  omni-console " + " ".join(flags("run", preset, args, root, work, ram_flag, resident=True)))
         for command in ("plan", "run", "plan")[: 3 if preset.plan_after else 2]:
             print("  omni-console " + " ".join(flags(command, preset, args, root, work, ram_flag)))
+        if preset.resident_reference:  # after the tiered run, with its report's output-changing choices
+            shown = ["[the run report's: " + " ".join(REFERENCE_FLAG_FORMS) + "]"]
+            print("  omni-console " + " ".join(flags("run", preset, args, root, work, ram_flag, resident=True,
+                                                      matched=shown)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -97,28 +97,52 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 4) if a is not None and b else None
 
 
-def same_output(a: Path, b: Path) -> bool | None:
-    """Whether two outputs hold the same pixels (images by PIL, videos frame by frame by PyAV); None when
-    either is missing or unreadable."""
+def _frames(path: Path) -> list[Any]:
+    """An output's frames as uint8 RGB arrays: a video's decoded by PyAV, an image's by PIL (one frame)."""
+    import numpy as np
+
+    if path.suffix == ".mp4":
+        import av
+
+        with av.open(str(path)) as container:
+            return [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return [np.asarray(image.convert("RGB"))]
+
+
+def output_diff(a: Path, b: Path) -> dict[str, Any] | None:
+    """How far two outputs are apart, frame by frame as decoded (8-bit RGB): identical, the largest and the mean
+    absolute difference, PSNR (None when identical), how many frames differ; None when either is missing or
+    unreadable. Frame counts or sizes that differ are said so (no pixel figures)."""
     import numpy as np
 
     if not a.is_file() or not b.is_file():
         return None
     try:
-        if a.suffix == ".mp4":
-            import av
-
-            def frames(p: Path) -> list[Any]:
-                with av.open(str(p)) as container:
-                    return [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
-
-            fa, fb = frames(a), frames(b)
-            return len(fa) == len(fb) and all(np.array_equal(x, y) for x, y in zip(fa, fb, strict=True))
-        from PIL import Image
-
-        return bool(np.array_equal(np.asarray(Image.open(a)), np.asarray(Image.open(b))))
+        fa, fb = _frames(a), _frames(b)
     except Exception:  # noqa: BLE001 - a broken output is "not comparable", the run's own error says why
         return None
+    out: dict[str, Any] = {"frames": len(fa), "frames_other": len(fb)}
+    if len(fa) != len(fb) or any(x.shape != y.shape for x, y in zip(fa, fb, strict=True)):
+        return {**out, "identical": False, "shape_differs": True}
+    diffs = [np.abs(x.astype(np.int16) - y.astype(np.int16)) for x, y in zip(fa, fb, strict=True)]
+    largest = max((int(d.max()) for d in diffs), default=0)
+    total = sum(int(d.sum()) for d in diffs)
+    elements = sum(d.size for d in diffs)
+    squares = sum(float((d.astype(np.float64) ** 2).sum()) for d in diffs) / max(elements, 1)
+    return {**out, "identical": largest == 0, "max_abs_diff": largest,
+            "mean_abs_diff": round(total / max(elements, 1), 6),
+            "psnr_db": round(10 * float(np.log10(255.0**2 / squares)), 3) if squares else None,
+            "frames_differing": sum(1 for d in diffs if d.any())}
+
+
+def same_output(a: Path, b: Path) -> bool | None:
+    """Whether two outputs hold the same pixels (`output_diff`'s verdict); None when either is missing or
+    unreadable."""
+    diff = output_diff(a, b)
+    return None if diff is None else bool(diff["identical"])
 
 
 def ratios(entry: Mapping[str, Any], overrides: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -177,9 +201,16 @@ def ratios(entry: Mapping[str, Any], overrides: Mapping[str, str] | None = None)
                     "run_host_master_bytes": masters})
     resident = entry.get("resident") or {}
     if resident:
-        out["resident_step_s"] = resident.get("steady_step_s")
-        out["step_over_resident"] = ratio(step, resident.get("steady_step_s"))
-        out["identical_to_resident"] = entry.get("identical_to_resident")
+        # the same request, the same output-changing choices (`matched_flags`), the same step figure (median
+        # after the first), each run's per-step times beside it
+        diff = entry.get("resident_diff") or {}
+        out.update({"resident_step_s": resident.get("steady_step_s"),
+                    "step_over_resident": ratio(step, resident.get("steady_step_s")),
+                    "steps_s": [s["wall_s"] for s in run.get("steps", [])], "resident_steps_s": resident.get("steps_s"),
+                    "resident_matched_flags": resident.get("matched_flags"),
+                    "identical_to_resident": entry.get("identical_to_resident"),
+                    "max_abs_diff_to_resident": diff.get("max_abs_diff"),
+                    "mean_abs_diff_to_resident": diff.get("mean_abs_diff"), "psnr_to_resident_db": diff.get("psnr_db")})
     return out
 
 
@@ -191,6 +222,14 @@ def _fmt(value: Any, unit: str = "") -> str:
     if unit == "GB/s":
         return f"{value / GB:.2f} GB/s"
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _identical(r: Mapping[str, Any]) -> str:
+    """`True`, `False (max 12)`, or `-`."""
+    same = r.get("identical_to_resident")
+    if same is False and r.get("max_abs_diff_to_resident") is not None:
+        return f"False (max {r['max_abs_diff_to_resident']})"
+    return _fmt(same)
 
 
 def table(entries: Sequence[Mapping[str, Any]]) -> str:
@@ -206,7 +245,7 @@ def table(entries: Sequence[Mapping[str, Any]]) -> str:
         rows.append((name, _fmt((e.get("run") or {}).get("returncode")), _fmt(r.get("peak_rss"), "GB"),
                      _fmt(r.get("host_bytes"), "GB"), _fmt(r.get("peak_rss_over_host")),
                      _fmt(r.get("steady_step_s")), _fmt(r.get("step_floor_s")), _fmt(r.get("step_over_floor")),
-                     _fmt(r.get("step_over_resident")), _fmt(r.get("identical_to_resident")),
+                     _fmt(r.get("step_over_resident")), _identical(r),
                      _fmt(r.get("host_forecast_before"), "GB"), _fmt(r.get("peak_rss_over_forecast_before")),
                      _fmt(r.get("peak_rss_over_forecast_after")), _fmt(r.get("peak_rss_over_no_waste_limit")),
                      _fmt(r.get("peak_rss_over_no_waste_limit_strict")),

@@ -209,6 +209,71 @@ def test_same_output_compares_pixels(tmp_path: Path) -> None:
     assert same_output(a, b) is True and same_output(a, c) is False and same_output(a, tmp_path / "none") is None
 
 
+def test_output_diff_says_how_far_two_outputs_are_apart_frame_by_frame(tmp_path: Path) -> None:
+    import av
+    import numpy as np
+
+    from benchmarks.host_tiers_figures import output_diff
+
+    def video(path: Path, frames: list[np.ndarray]) -> Path:
+        with av.open(str(path), "w") as container:
+            stream = container.add_stream("libx264", rate=8)
+            stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv444p"
+            stream.options = {"qp": "0"}  # lossless: the decoded frames are the written ones
+            for f in frames:
+                container.mux(stream.encode(av.VideoFrame.from_ndarray(f, format="rgb24")))
+            container.mux(stream.encode())
+        return path
+
+    base = [np.full((32, 32, 3), 40 * i, np.uint8) for i in range(3)]
+    moved = [f.copy() for f in base]
+    moved[1][:4, :4] += 9
+    a, b = video(tmp_path / "a.mp4", base), video(tmp_path / "b.mp4", moved)
+    assert output_diff(a, video(tmp_path / "a2.mp4", base)) == {
+        "frames": 3, "frames_other": 3, "identical": True, "max_abs_diff": 0, "mean_abs_diff": 0.0, "psnr_db": None,
+        "frames_differing": 0}
+    diff = output_diff(a, b)
+    assert diff is not None and diff["identical"] is False and diff["frames_differing"] == 1
+    assert diff["max_abs_diff"] == 9 and 0 < diff["mean_abs_diff"] < 1 and diff["psnr_db"] > 30
+    short = output_diff(a, video(tmp_path / "c.mp4", base[:2]))
+    assert short == {"frames": 3, "frames_other": 2, "identical": False, "shape_differs": True}
+    assert output_diff(a, tmp_path / "none.mp4") is None
+
+
+def test_the_resident_reference_gets_every_output_changing_choice_of_the_tiered_run() -> None:
+    """wan32 on a 12 GB card: `--vram-budget auto` turned VAE tiling on (not exact); the reference decoded untiled,
+    so its frames could not match. It now gets the run report's choices, and no budget of its own."""
+    from benchmarks.host_tiers import PRESETS, flags, parse_args, reference_flags
+
+    policy = {"mode": "dlo", "stream_encoders": "on", "vae_tiling": "on", "vae_slicing": "auto", "ff_chunking": "auto",
+              "stream_dtype": None, "fp8_modulation": False, "lean_auto": ["stream_encoders", "vae_tiling"]}
+    run_doc = {"policy": policy, "compile": None, "cache": None}
+    matched = reference_flags(run_doc)
+    assert matched == ["--vae-tiling", "on", "--vae-slicing", "off", "--ff-chunking", "off"]
+    args = parse_args(["--presets", "wan32"])
+    argv = flags("run", PRESETS["wan32"], args, Path("/m"), Path("/w"), True, resident=True, matched=matched)
+    assert " ".join(argv).count("--mode resident --vae-tiling on --vae-slicing off --ff-chunking off") == 1
+    assert "--vram-budget" not in argv and "--ram-budget" not in argv and "--stream-encoders" not in argv
+    fp8 = {"policy": {**policy, "vae_tiling": "off", "ff_chunking": "on", "stream_dtype": "float8_e4m3fn",
+                      "fp8_modulation": True},
+           "compile": {"on": True}, "cache": {"cache": "first-block:threshold=0.05"}}
+    assert reference_flags(fp8) == ["--vae-tiling", "off", "--vae-slicing", "off", "--ff-chunking", "on",
+                                    "--stream-dtype", "float8_e4m3fn", "--fp8-modulation", "--compile", "regional",
+                                    "--cache", "first-block:threshold=0.05"]
+    assert reference_flags(None)[:2] == ["--vae-tiling", "off"]  # no report: untiled, as a plain resident run
+
+
+def test_the_ratios_hold_the_resident_steps_and_the_pixel_difference() -> None:
+    entry = {"run_doc": {"steps": [{"wall_s": 9.0}, {"wall_s": 8.0}, {"wall_s": 8.4}]},
+             "resident": {"steady_step_s": 6.5, "steps_s": [7.0, 6.4, 6.6], "matched_flags": ["--vae-tiling", "on"]},
+             "identical_to_resident": False, "resident_diff": {"identical": False, "max_abs_diff": 3,
+                                                               "mean_abs_diff": 0.01, "psnr_db": 61.2}}
+    r = ratios(entry)
+    assert r["step_over_resident"] == round(8.2 / 6.5, 4) and r["resident_steps_s"] == [7.0, 6.4, 6.6]
+    assert r["max_abs_diff_to_resident"] == 3 and r["psnr_to_resident_db"] == 61.2
+    assert r["resident_matched_flags"] == ["--vae-tiling", "on"]
+
+
 def test_a_host_the_machine_cannot_simulate_is_refused_in_one_line_before_anything_runs(tmp_path: Path) -> None:
     done = _harness("--presets", "tiny", "--cpu", "--dir", str(tmp_path / "m"), "--host-gb", "1000000",
                     "--out", str(tmp_path / "r.json"), timeout=60)
@@ -223,9 +288,30 @@ def test_the_dry_run_shows_the_commands_and_uses_the_host_flag_only_where_the_cl
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
     assert sum("--vram-budget auto --prefetch-slots auto" in ln for ln in lines) == 6  # 2 plans + 1 run each
-    assert any("--mode resident" in ln and "--frames 81" in ln and "--guidance 5.0" in ln for ln in lines)
+    reference = [i for i, ln in enumerate(lines) if "--mode resident" in ln]
+    assert len(reference) == 1 and "--frames 81" in lines[reference[0]] and "--guidance 5.0" in lines[reference[0]]
+    assert "--mode resident [the run report's: --vae-tiling on|off" in lines[reference[0]]
+    assert lines[reference[0] - 1].startswith("  omni-console plan")  # after the tiered plan, run and plan
     missing = _harness("--presets", "flux16", "--dry-run", "--ram-flag=--no-such-flag")
     assert missing.returncode == 0 and "--no-such-flag" not in missing.stdout.split("\n", 1)[1]
+
+
+@pytest.mark.slow
+def test_the_resident_reference_is_given_the_tiered_runs_vae_tiling_and_matches_it(tmp_path: Path) -> None:
+    """At 128² the demo VAE's tiles (64²) change the pixels: a reference decoded untiled differs by up to 135 of 255
+    (measured); with the tiered run's `--vae-tiling on` it is the same image, bit for bit."""
+    out = tmp_path / "r.json"
+    done = _harness("--presets", "tiny-ref", "--cpu", "--dir", str(tmp_path / "demo"), "--host-margin-mb", "256",
+                    "--max-hold", str(4 * MiB), "--rate-gb", "0.01", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    entry = json.loads(out.read_text())["presets"][0]
+    assert entry["run_doc"]["policy"]["vae_tiling"] == "on"
+    assert entry["resident"]["matched_from"] == "run_doc.policy"
+    assert entry["resident"]["matched_flags"][:2] == ["--vae-tiling", "on"]
+    assert entry["resident"]["policy"]["mode"] == "resident" and entry["resident"]["policy"]["vae_tiling"] == "on"
+    assert entry["resident"]["returncode"] == 0 and len(entry["resident"]["steps_s"]) == 2
+    assert entry["resident_diff"]["identical"] is True and entry["resident_diff"]["max_abs_diff"] == 0
+    assert entry["ratios"]["identical_to_resident"] is True and entry["ratios"]["step_over_resident"] > 0
 
 
 @pytest.mark.slow
