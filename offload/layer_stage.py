@@ -57,7 +57,13 @@ class StageRing(LayerwiseStreamer):
         super().attach()
         if self._streamed:
             self._clear_ring()  # no slots until the stage: the idle encoder holds no device memory
+        self._park()
         self.is_open = False
+
+    def _park(self) -> None:
+        """Between stages a shared bounce ring goes back to the reader that lent it (the DiT's)."""
+        if isinstance(self.filler, TieredFiller):
+            self.filler.park()
 
     def open(self) -> None:
         """Allocate the slots and copy the first layers (the stage begins)."""
@@ -70,6 +76,7 @@ class StageRing(LayerwiseStreamer):
         """Wait for the copies, unbind the layers and free the slots (the stage ends)."""
         if self.is_open and self._streamed:
             self._clear_ring()
+        self._park()
         self.is_open = False
 
 

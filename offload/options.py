@@ -9,10 +9,11 @@ default here is what loads and streams use when nobody says otherwise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .bounce_pool import BouncePool
     from .pinned import PageLocker
 
 
@@ -35,6 +36,9 @@ class LoadOptions:
     """What page-locks the streamed blocks' arena and bounce ring (None: CUDA's `cudaHostRegister`, on
     CUDA only). A test passes a double that refuses part way, on any device, to check that the blocks it
     refused are read from the page cache instead (`offload.tier_filler`)."""
+    bounce_pool: BouncePool | None = field(default=None, compare=False, repr=False)
+    """One bounce ring lent in turn to the load's file-tier readers (offload/bounce_pool.py; the engine gives
+    each load its own). None: each reader keeps a ring of its own."""
 
     def __post_init__(self) -> None:
         if self.batch_bytes < 1:

@@ -14,7 +14,10 @@ Reads run ahead in the ring's order on a small thread pool, several at once (eac
 bounce slot is read into again only after the device copy out of it has finished (its CUDA event).
 Host memory for file-tier blocks is the bounce ring alone, whatever their number, and only while it is used:
 it is opened when the ring streams a file-tier block or a re-plan's blocks are read ahead (`read_next`), and
-closed when neither is so (`keep_open`, two experts: opened at load, kept for the switches). A file-tier block
+closed when neither is so (`keep_open`, two experts: opened at load, kept for the switches). Where the load
+shares one ring among its readers (`LoadOptions.bounce_pool`, offload/bounce_pool.py: the DiT's and the
+layer-streamed encoders'), another reader may take it between forwards (`yield_bounce`), and the next read
+takes it back (`resume_bounce`, or the next `fill`). A file-tier block
 read once to be resident (a `run` whose resident blocks keep no host master, a re-plan) without it goes through
 a pageable buffer of its own size, freed at once (`_fill_direct`).
 """
@@ -26,7 +29,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -42,6 +45,9 @@ from .pinned import HostArena, typed_view
 from .slot_filler import HostCopyFiller
 from .tier_files import TierFiles
 from .tiers import BOUNCE_SLOTS, Tier
+
+if TYPE_CHECKING:
+    from .bounce_pool import BouncePool
 
 __all__ = ["READERS", "TierReadStats", "TieredFiller"]
 
@@ -78,6 +84,10 @@ class TieredFiller(HostCopyFiller):
         self._noted: dict[str, list[NotedPiece]] = {}
         self.pin_fallback: PinFallback | None = None  # set when page-locking stopped part way
         self._pin_bounce = True
+        # the load's shared bounce arena (None: a ring of its own); `_wants_bounce`: reads need a ring, held or not
+        self._bounce_pool: BouncePool | None = load_options.bounce_pool
+        self._wants_bounce = False
+        self._last = ""  # the block the ring filled last: read-ahead resumes after it
 
     # ------------------------------------------------------------------ packing
     def pack(self, packed: list[Block], *, pin: bool, weights: DeferredWeights | None,
@@ -189,24 +199,62 @@ class TieredFiller(HostCopyFiller):
         self._log(self.pin_fallback.line())
 
     def _ensure_bounce(self) -> None:
-        if self._pool is not None or not self._blocks:
+        if not self._blocks:
             return
-        self._slot_bytes = max(fb.slot_bytes for fb in self._blocks.values())
-        self.bounce = HostArena(BOUNCE_SLOTS * self._slot_bytes, pin=False, locker=self._load_options.page_locker)
-        if self._pin_bounce:
-            self.bounce.pin()  # a failure leaves it pageable (slower, synchronous copies), said by the streamer
-        self._pool = ThreadPoolExecutor(READERS, thread_name_prefix="tier-read")
+        self._wants_bounce = True
+        if self.bounce is None:
+            self._slot_bytes = max(fb.slot_bytes for fb in self._blocks.values())
+            nbytes, locker = BOUNCE_SLOTS * self._slot_bytes, self._load_options.page_locker
+            if self._bounce_pool is not None:
+                self.bounce = self._bounce_pool.acquire(self, nbytes, pin=self._pin_bounce, locker=locker)
+            else:
+                self.bounce = HostArena(nbytes, pin=False, locker=locker)
+                if self._pin_bounce:
+                    self.bounce.pin()  # a failure leaves it pageable (slower, synchronous copies), said by the streamer
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(READERS, thread_name_prefix="tier-read")
+
+    def _let_go(self) -> None:
+        """Stop using the bounce ring: the reads queued but not started are dropped, the others and the copies
+        out of its slots finish; a shared one is then the pool's again."""
+        self._settle_queue(cancel=True)
+        for event in self._slot_done:
+            if event is not None:
+                event.synchronize()
+        self._slot_done = [None] * BOUNCE_SLOTS
+        if self._bounce_pool is not None:
+            self.bounce = None
 
     def _close_bounce(self) -> None:
         """No read needs the bounce ring (the ring streams no file-tier block): its host bytes go."""
-        self._settle_queue()
+        self._wants_bounce = False
+        self._let_go()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-        if self.bounce is not None:
+        if self._bounce_pool is not None:
+            self._bounce_pool.release(self, done=True)
+        elif self.bounce is not None:
             self.bounce.close()
             self.bounce = None
-        self._slot_done = [None] * BOUNCE_SLOTS
+
+    # ------------------------------------------------------------------ a ring shared with the load's other readers
+    def yield_bounce(self) -> None:
+        """Another reader takes the shared ring (offload/bounce_pool.py): what was read ahead is dropped."""
+        self._let_go()
+
+    def resume_bounce(self) -> None:
+        """The shared ring is free again: take it back and read ahead from where the ring stopped."""
+        if self._wants_bounce and self.bounce is None:
+            self._ensure_bounce()
+            self._top_up(self._last or (self._order[-1] if self._order else ""))
+
+    def park(self) -> None:
+        """Between stages (a layer-streamed encoder's): give a shared ring back to the pool, which hands it to the
+        reader it was taken from; the next stage's first read takes it again. A ring of its own stays."""
+        if self._bounce_pool is not None and self.bounce is not None:
+            self._let_go()
+            self._bounce_pool.release(self)
 
     def streams_files(self, blocks: Sequence[Block]) -> bool:
         """Whether any of `blocks` (a ring's) is read from its files."""
@@ -281,7 +329,7 @@ class TieredFiller(HostCopyFiller):
 
     def _top_up(self, after: str) -> None:
         """Queue reads of the file-tier blocks that follow `after` (`_ahead`), while slots last."""
-        if self._pool is None:
+        if self._pool is None or self.bounce is None:
             return
         queued = {p.name for p in self._queue}
         for name in self._ahead(after):
@@ -326,17 +374,25 @@ class TieredFiller(HostCopyFiller):
         self._settle_queue()
         return self._submit(name)
 
-    def _settle_queue(self) -> None:
+    def _settle_queue(self, cancel: bool = False) -> None:
+        """Wait for the queued reads (`cancel`: those not started yet are dropped instead) and empty the queue."""
         while self._queue:
-            wait(self._queue.popleft().futures)
+            futures = self._queue.popleft().futures
+            if cancel:
+                for f in futures:
+                    f.cancel()
+            wait(futures)
 
     # ------------------------------------------------------------------ filling a slot
     def fill(self, b: Block, out: torch.Tensor, *, sync: bool, previous: Any) -> tuple[int, Any]:
         fb = self._blocks.get(b.name)
         if fb is None:
             return super().fill(b, out, sync=sync, previous=previous)
-        if self._pool is None:  # no bounce ring: a block read once to be resident
+        if self.bounce is None and self._wants_bounce:  # the shared ring was lent: take it back
+            self._ensure_bounce()
+        if self._pool is None or self.bounce is None:  # no bounce ring: a block read once to be resident
             return self._fill_direct(b, fb, out, sync)
+        self._last = b.name
         pending = self._take(b.name)
         try:
             for f in pending.futures:

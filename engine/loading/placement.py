@@ -23,11 +23,12 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
+from ...offload.bounce_pool import BouncePool
 from ...offload.cache import AllocatorCache
 from ...offload.deferred_weights import DeferredWeights
 from ...offload.devices import synchronize
@@ -35,6 +36,7 @@ from ...offload.events import EventBus, LogEvent
 from ...offload.file_stager import FileStager
 from ...offload.layer_stage import LayerStage
 from ...offload.module_hooks import Hooks
+from ...offload.options import LoadOptions
 from ...offload.pinned import HostArena
 from ...offload.process_memory import release_freed_heap
 from ...offload.staged_calls import LazyStages, stage_around
@@ -70,6 +72,12 @@ class Placement:
     experts: ExpertSwitch | None = None  # two experts sharing the budget (Wan 2.2 A14B)
     relean: Callable[[Plan], None] | None = None  # re-applies VAE tiling/slicing and FF chunking (re-plan)
     lazy: LazyStages = field(default_factory=LazyStages)  # stagers a direct submodule call loaded (staged_calls)
+    # one bounce ring lent in turn to the DiT's file-tier reads and each layer-streamed encoder's (bounce_pool.py)
+    bounce_pool: BouncePool = field(default_factory=BouncePool)
+
+    def load_options(self, options: EngineOptions) -> LoadOptions:
+        """`options.load_options` with this load's shared bounce ring."""
+        return replace(options.load_options, bounce_pool=self.bounce_pool)
 
     @property
     def pinned_bytes(self) -> int:
@@ -100,6 +108,7 @@ class Placement:
         for stager in self.stagers.values():
             stager.close()
         self.stagers.clear()
+        self.bounce_pool.close()
 
 
 def _dit_non_block_to(module: torch.nn.Module, block_attrs: set[str], device: torch.device,
@@ -211,7 +220,7 @@ def place_streamed(dits: dict[str, Any], plan: Plan, placement: Placement, bus: 
     placement.streamer = streamer_cls(block_lists, device, residency=plan.residency, bus=bus, pin=options.pin,
                                       progress=on_pack, keep_masters=keep_masters, weights=weights,
                                       active=plan.active_blocks, compute_dtype=compute,
-                                      load_options=options.load_options, **streamer_kwargs)
+                                      load_options=placement.load_options(options), **streamer_kwargs)
     placement.streamer.attach()
     s = placement.streamer
     if plan.experts:
@@ -321,7 +330,7 @@ def _stager(info: Any, module: torch.nn.Module, plan: Plan, placement: Placement
             found = file_sources(info, module, tier, keep_phase=placement.device.type == "cpu")
     try:
         return make_stager(info, module, plan, placement.device, bus, placement.cache, options.pin, staged,
-                           load_options=options.load_options, files=found.weights if found else None)
+                           load_options=placement.load_options(options), files=found.weights if found else None)
     finally:
         if found is not None:
             found.weights.close()  # the stager keeps duplicates of the descriptors it reads

@@ -21,9 +21,10 @@ some phases (load, text encoding, denoise, VAE decode):
 - a layer-streamed encoder's ring arena: its layers packed again for the layer ring while its master is
   held (the 9.26 GB double pin of a Flux-size 8 GB plan; `Forecast.pinned_host_bytes` counts it while
   the loader does);
-- the bounce rings (`offload.tiers.bounce_ring_bytes`): the streamer's when any block is read from a file tier,
-  sized by the largest such block, and the staged components' when any is (offload/file_stager.py:
-  `stage_chunk_bytes` slots; a layer-streamed encoder's are its largest layer);
+- the bounce rings (`offload.tiers.bounce_ring_bytes`): one shared by the streamer's file-tier blocks and the
+  layer-streamed encoders read from their files (offload/bounce_pool.py: lent to each in turn), sized by the
+  largest such block or layer, and the staged components' when any is read from a file tier
+  (offload/file_stager.py: `stage_chunk_bytes` slots);
 - the load's read buffers: arena reads land in place (a batch of `LoadOptions` is a view of the arena and
   costs nothing more), so what a load holds beyond the arenas is a component read into host memory before
   it moves to the device (a resident one, the DiT's non-block layers, or a resident block of a load that keeps
@@ -112,11 +113,12 @@ def block_bytes(plan: Plan, keep_masters: bool) -> tuple[int, int, int]:
     return pinned, largest_ring, largest_once
 
 
-def master_bytes(plan: Plan, live_replan: bool) -> tuple[int, int]:
-    """(pinned bytes of staged encoder/VAE masters, the largest bounce slot a file-tier one reads through: 0 when
-    none is in a file tier); with live re-plan every encoder/VAE keeps a master (engine/loading/placement.py), in
-    resident mode none."""
-    pinned, chunk = 0, 0
+def master_bytes(plan: Plan, live_replan: bool) -> tuple[int, int, int]:
+    """(pinned bytes of staged encoder/VAE masters, the largest bounce slot a file-tier one reads through in its own
+    ring, the largest layer a file-tier layer-streamed one reads through the shared ring: 0 when none is in a file
+    tier); with live re-plan every encoder/VAE keeps a master (engine/loading/placement.py), in resident mode
+    none."""
+    pinned, chunk, layer = 0, 0, 0
     live = live_replan and plan.policy.mode == "dlo"
     for c in plan.components:
         kept = c.residency == "staged" or (live and c.info.role in ("encoder", "vae") and c.info.has_weights)
@@ -126,7 +128,8 @@ def master_bytes(plan: Plan, live_replan: bool) -> tuple[int, int]:
             pinned += c.info.nbytes
         elif c.residency == "staged":  # a resident one whose master is its files is read once, at placement
             chunk = max(chunk, stage_chunk(plan, c.info))
-    return pinned, chunk
+            layer = max(layer, layer_slot(plan, c.info))
+    return pinned, chunk, layer
 
 
 def moved_block_bytes(plan: Plan) -> int:
@@ -135,14 +138,25 @@ def moved_block_bytes(plan: Plan) -> int:
     return max((b.nbytes for b in plan.blocks if not b.streamed), default=0)
 
 
+def layer_streamed(plan: Plan, info: ComponentInfo) -> bool:
+    """Whether the plan streams this staged encoder layer by layer (offload/layer_stage.py)."""
+    return info.layers is not None and plan.policy.lean_on("stream_encoders") and streamable(info)
+
+
 def stage_chunk(plan: Plan, info: ComponentInfo) -> int:
-    """The bounce slot a file-tier staged component reads through: `stage_chunk_bytes` of it, or the whole component
-    if smaller (offload/file_stager.py); where the plan streams it layer by layer, its layer ring's slots (its largest
-    layer: offload/layer_stage.py) as well, beside the chunks of the rest (two rings as one of both sizes)."""
-    if info.layers is not None and plan.policy.lean_on("stream_encoders") and streamable(info):
+    """The slot of the ring of its own a file-tier staged component reads through: `stage_chunk_bytes` of it, or
+    the whole component if smaller (offload/file_stager.py); where the plan streams it layer by layer, that of the
+    rest (its layers go through the shared ring: `layer_slot`)."""
+    if layer_streamed(plan, info):
         rest = info.non_block_bytes
-        return max(info.layers.block_bytes, default=0) + min(rest, stage_chunk_bytes(rest))
+        return min(rest, stage_chunk_bytes(rest))
     return min(info.nbytes, stage_chunk_bytes(info.nbytes))
+
+
+def layer_slot(plan: Plan, info: ComponentInfo) -> int:
+    """The slot a file-tier layer-streamed encoder's layers take in the ring it shares with the DiT's file-tier
+    blocks (its largest layer: offload/layer_stage.py, offload/bounce_pool.py); 0 for one staged whole."""
+    return max(info.layers.block_bytes, default=0) if layer_streamed(plan, info) and info.layers else 0
 
 
 def layer_ring_arena_bytes(plan: Plan) -> int:
@@ -199,9 +213,9 @@ def host_forecast(plan: Plan, request: RequestSize | None = None, *, live_replan
     blocks_pinned, largest_file_block, read_once = block_bytes(plan, keep_masters)
     if not (keep_masters or on_cpu):  # on a CPU the block's host copy is its device copy (counted below)
         read_once = max(read_once, moved_block_bytes(plan))
-    masters_pinned, master_chunk = master_bytes(plan, live_replan)
-    rings = (bounce_ring_bytes(largest_file_block) if largest_file_block else 0) + (
-        bounce_ring_bytes(master_chunk) if master_chunk else 0)
+    masters_pinned, master_chunk, layer = master_bytes(plan, live_replan)
+    shared = max(largest_file_block, layer)  # the DiT's blocks and the encoders' layers take turns in one ring
+    rings = (bounce_ring_bytes(shared) if shared else 0) + (bounce_ring_bytes(master_chunk) if master_chunk else 0)
     run_base = baseline if baseline is not None else (CPU_BASELINE_RUN if on_cpu else CUDA_BASELINE_RUN)
     load_base = min(run_base, CPU_BASELINE_LOAD if on_cpu else CUDA_BASELINE_LOAD)
     parts = [

@@ -22,7 +22,7 @@ from typing import Literal
 
 from ...offload.tiers import ALL_PINNED, HostTiers, Tier, TierRates
 from ...offload.units import format_bytes, format_rate, format_seconds
-from .host_forecast import host_forecast, read_whole_at_load, stage_chunk
+from .host_forecast import host_forecast, layer_slot, read_whole_at_load, stage_chunk
 from .plan import Plan
 from .request_profile import RequestSize
 from .tier_cost import HostItem, known_rates
@@ -54,7 +54,8 @@ def staged_items(plan: Plan, items: list[HostItem], keys: list[Key]) -> tuple[li
     """`items` and `keys` with each staged encoder/VAE added (cold: read once per stage from a file tier)."""
     for c in plan.components:
         if c.residency == "staged" and c.info.has_weights:
-            items.append(HostItem(c.info.nbytes, hot=False, chunk=stage_chunk(plan, c.info)))
+            items.append(HostItem(c.info.nbytes, hot=False, chunk=stage_chunk(plan, c.info),
+                                  layer_slot=layer_slot(plan, c.info)))
             keys.append(("component", c.info.name))
     return items, keys
 

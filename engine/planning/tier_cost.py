@@ -6,11 +6,13 @@ Items are what the host keeps between uses: streamed blocks (`hot`: read once pe
 (`cold`: staged encoder/VAE masters, an expert's resident blocks, live re-plan masters; read once per request,
 switch or re-plan). Rules:
 - pinned items count in the process's host peak (RSS) and against the pin cap;
-- page-cache and disk items are read through pinned bounce rings (offload/tiers.py): the streamer's, whose slots
-  hold the largest file-tier block's read (a hot block, or an expert's resident block read whole at a switch:
-  `HostItem.whole`), and the staged components' (offload/file_stager.py), whose slots hold the largest file-tier
-  cold item's chunk (`HostItem.chunk`: a whole component is read in `stage_chunk_bytes`, a layer-streamed
-  encoder's layers a layer at a time); each ring costs nothing when nothing is read through it;
+- page-cache and disk items are read through pinned bounce rings (offload/tiers.py): one shared by the streamer
+  and the layer-streamed encoders (offload/bounce_pool.py: lent to each in turn), whose slots hold the largest
+  file-tier block's read (a hot block, or an expert's resident block read whole at a switch: `HostItem.whole`)
+  or encoder layer (`HostItem.layer_slot`), and the staged components' (offload/file_stager.py), whose slots
+  hold the largest file-tier cold item's chunk (`HostItem.chunk`: a whole component is read in
+  `stage_chunk_bytes`, a layer-streamed encoder's non-layer weights likewise); each ring costs nothing when
+  nothing is read through it;
 - a file tier holds and reads the file's bytes (`HostItem.file_bytes`): with fp8 storage of a 16-bit
   checkpoint the pinned tier holds the fp8 bytes, the page cache and disk the 16-bit ones (converted on the
   host after each read, offload/tier_filler.py);
@@ -51,9 +53,10 @@ class HostItem:
     nbytes: int
     hot: bool = True
     forward: int = 0
-    chunk: int = 0  # a cold item's bytes per bounce slot (a layer-streamed encoder: its largest layer); 0: default
+    chunk: int = 0  # a cold item's bytes per slot of its own ring (a layer-streamed encoder: its rest's); 0: default
     read_nbytes: int = 0
     whole: bool = False
+    layer_slot: int = 0  # a layer-streamed encoder's largest layer: its slot in the ring it shares with the blocks
 
     @property
     def file_bytes(self) -> int:
@@ -71,7 +74,14 @@ class HostItem:
         component."""
         if self.in_streamer_ring:
             return self.file_bytes
+        if self.layer_slot:
+            return self.chunk  # its layers go through the shared ring (`shared_slot`), the rest through its own
         return self.chunk or min(self.file_bytes, stage_chunk_bytes(self.file_bytes))
+
+    @property
+    def shared_slot(self) -> int:
+        """What one slot of the ring shared by the streamer's blocks and the encoders' layers must hold for it."""
+        return self.slot_basis if self.in_streamer_ring else self.layer_slot
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +115,11 @@ def known_rates(rates: TierRates) -> TierRates:
 
 
 def ring_basis(items: Sequence[HostItem], tiers: Sequence[Tier]) -> tuple[int, int]:
-    """The bytes one bounce slot of each ring must hold: (the streamer's: the largest file-tier block's read, the
-    staged components': the largest file-tier cold item's chunk); 0 where nothing is read through that ring."""
+    """The bytes one bounce slot of each ring must hold: (the shared one's: the largest file-tier block's read or
+    layer-streamed encoder's layer, offload/bounce_pool.py; the staged components': the largest file-tier cold
+    item's chunk); 0 where nothing is read through that ring."""
     filed = [i for i, t in zip(items, tiers, strict=True) if t != "pinned"]
-    return (max((i.slot_basis for i in filed if i.in_streamer_ring), default=0),
+    return (max((i.shared_slot for i in filed), default=0),
             max((i.slot_basis for i in filed if not i.in_streamer_ring), default=0))
 
 

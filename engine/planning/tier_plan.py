@@ -1,11 +1,11 @@
 """`--ram-budget`: choose each host item's tier (pinned, page cache, disk) for the fastest step within the budget.
 
 Torch-free. The costs are tier_cost.py's. The search:
-- the bounce rings' slots are sized by the largest file-tier block read (the streamer's: hot blocks, and an
-  expert's resident blocks read whole) and the largest file-tier staged component's chunk (the staged
-  components' ring; `HostItem.slot_basis`), so the candidates are every pair (largest file-tier block size L,
-  largest file-tier chunk C), 0 meaning none: items larger than their bound are pinned, the others may be read
-  from files;
+- the bounce rings' slots are sized by the largest file-tier block read or encoder layer (the shared ring: hot
+  blocks, an expert's resident blocks read whole, a layer-streamed encoder's layers; `HostItem.shared_slot`) and
+  the largest file-tier staged component's chunk (the staged components' ring; `HostItem.slot_basis`), so the
+  candidates are every pair (largest shared slot L, largest file-tier chunk C), 0 meaning none: items larger
+  than their bound are pinned, the others may be read from files;
 - within a candidate: hot blocks are pinned first (largest first, then any smaller one that still fits: a pinned
   byte is never slower than a file byte and takes no more of the budget than the page cache would), then hot
   blocks go to the page cache while the kernel's share of the budget holds them (only if the page cache reads
@@ -69,14 +69,16 @@ def _thinned(sizes: list[int]) -> list[int]:
 
 
 def _candidates(items: Sequence[HostItem]) -> list[tuple[int, int]]:
-    hot = _thinned(sorted({i.slot_basis for i in items if i.in_streamer_ring} | {0}))
+    hot = _thinned(sorted({i.shared_slot for i in items} | {0}))
     cold = _thinned(sorted({i.slot_basis for i in items if not i.in_streamer_ring} | {0}))
     return [(h, c) for h in hot for c in cold]
 
 
 def _forced(item: HostItem, hot_bound: int, cold_bound: int) -> bool:
     """Must be pinned under this candidate: larger than what the ring's slot may hold."""
-    return item.slot_basis > (hot_bound if item.in_streamer_ring else cold_bound)
+    if item.in_streamer_ring:
+        return item.slot_basis > hot_bound
+    return item.slot_basis > cold_bound or item.layer_slot > hot_bound
 
 
 def evenly(count: int, positions: Sequence[int]) -> list[int]:
