@@ -30,13 +30,13 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def _random_on_cuda(factory, seed: int) -> torch.nn.Module:
+def _random_on_cuda(factory, seed: int, device: str = "cuda") -> torch.nn.Module:
     with torch.device("meta"):
         module = factory()
-    module = module.to(dtype=torch.bfloat16).to_empty(device="cuda")
+    module = module.to(dtype=torch.bfloat16).to_empty(device=device)
     if hasattr(module, "tie_weights"):  # to_empty unties UMT5's embedding; the real UMT5-XXL stores it once
         module.tie_weights()
-    gen = torch.Generator("cuda").manual_seed(seed)
+    gen = torch.Generator(device).manual_seed(seed)
     with torch.no_grad():
         for p in module.parameters():
             p.normal_(0.0, 0.02, generator=gen)
