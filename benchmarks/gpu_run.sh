@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|console-previews|console-eyes|cuda-tests|cards|host-tiers-flux|host-tiers-wan|before-after|console-plots|cache|cache-exact|hiccups|compile|compile-phases|compile-wan|lora|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|console-previews|console-eyes|cuda-tests|cards|host-tiers-flux|host-tiers-wan|host-tiers-a14b|before-after|console-plots|cache|cache-exact|hiccups|compile|compile-phases|compile-wan|lora|all] [benchmark args...]
 # `tests` also runs benchmarks/cpu_exactness.py on the host CPU (the tiny families written by
 # tests/write_tiny_families.py). Benchmarks run from the repository root as modules: python3 -m benchmarks.NAME.
 set -uo pipefail
@@ -163,13 +163,20 @@ if [[ $what == cards ]]; then  # 8/12/16/24 GB cards by ballast, fresh cache eac
 fi
 if [[ $what == host-tiers-flux ]]; then  # issue 35: Flux-size on a 16 GB host + 12 GB card, then no-waste (~5 min)
   # the checkpoint is written first if missing (~1 min); everything is time-boxed to --deadline-s (540 s)
+  rm -rf /tmp/wan-size /tmp/a14b-fp8  # the disk holds one of the checkpoints
   python3 -m benchmarks.host_tiers --presets flux16 nowaste --dir /tmp/flux-size --out "$OUT/host_tiers_flux.json" \
     "$@" 2>&1 | grep --line-buffered -v "kept in float32" > "$OUT/host_tiers_flux.log"
 fi
 if [[ $what == host-tiers-wan ]]; then  # issue 35: Wan2.1-14B-size + UMT5-XXL on a 32 GB host + 12 GB card (~7 min)
-  rm -rf /tmp/flux-size  # the disk holds one of the two checkpoints
+  rm -rf /tmp/flux-size /tmp/a14b-fp8  # the disk holds one of the checkpoints
   python3 -m benchmarks.host_tiers --presets wan32 --dir /tmp/wan-size --out "$OUT/host_tiers_wan.json" \
     "$@" 2>&1 | grep --line-buffered -v "kept in float32" > "$OUT/host_tiers_wan.log"
+fi
+if [[ $what == host-tiers-a14b ]]; then  # issue 35: Wan 2.2 A14B-size, fp8-stored experts (40.9 GB), 32 GB host +
+  # 16 GB card, 9 steps across the boundary (~6 min; the write ~1.5 min of it, inside --deadline-s)
+  rm -rf /tmp/flux-size /tmp/wan-size  # the disk holds one of the checkpoints
+  python3 -m benchmarks.host_tiers --presets a14b --dir /tmp/a14b-fp8 --deadline-s 480 --out "$OUT/host_tiers_a14b.json" \
+    "$@" 2>&1 | grep --line-buffered -v "kept in float32" > "$OUT/host_tiers_a14b.log"
 fi
 if [[ $what == before-after ]]; then  # issue 36: `run` before the request service (.before/, carried) vs this tree
   # .before/ is `git archive 17caf3e` (main before the service merged) without tests/docs; both share /tmp/site's libs

@@ -17,12 +17,13 @@ For each preset, in one process (which never starts CUDA itself):
      `run --json` and `plan --json` again (what the profile learned) run with `--ram-budget auto
      --vram-budget auto`. The run's peak RSS is its VmHWM (polled), its own rusage and the polled
      anonymous+shared peak; NVML's per-process device peak is sampled beside it;
-  5. ratios: step / forecast floor, peak RSS / host, peak RSS / host forecast (before and after the first
-     request), the engine's disk-tier reader's rate / the disk's sequential rate (and the rate the plan's
-     probe cached in the children's cache dir / the same), step / resident, output identical to resident
-     (and the largest pixel difference of the decoded frames);
-     `nowaste`: peak RSS / (the plan's pinned and staged bytes + the process's own base RSS the plan names
-     + 1.5 GB), and without the base term (the issue's words taken literally).
+  5. ratios (`host_tiers_figures.ratios`): step / forecast floor, peak RSS / host, peak RSS / host forecast
+     (before and after the first request), the engine's disk-tier reader's rate / the disk's sequential rate
+     (and the rate the plan's probe cached in the children's cache dir / the same), step / resident, output
+     identical to resident (and the largest pixel difference of the decoded frames); `nowaste`: peak RSS /
+     (the plan's pinned and staged bytes + the process's own base RSS the plan names + 1.5 GB), and without
+     the base term (the issue's words taken literally); `a14b`: the expert switch's step (found from the
+     run's progress lines) / the median of the other steps but the first, and / the new expert's later steps.
 
 Each preset keeps back the time the presets after it need (`Preset.need_s`) from the `--deadline-s` box.
 
@@ -30,16 +31,21 @@ Each preset keeps back the time the presets after it need (`Preset.need_s`) from
 baseline). Every key the figures are read from is recorded beside the figure (`--key` overrides one).
 
 Presets (device time on an H100, checkpoint writes included; the GPU machine's 64 GB disk holds one
-of the two checkpoints, so run the Flux-size presets and wan32 in separate calls, see gpu_run.sh):
+of the checkpoints, so run the Flux-size presets, wan32 and a14b in separate calls, see gpu_run.sh):
   flux16   Flux-dev-size (34 GB), 16 GB host, 12 GB card, 1024², 4 steps       ~3-4 min (+1 min write)
   nowaste  the same checkpoint, whole host, 12 GB card, no --ram-budget, 2 steps  ~1 min (no second plan)
   wan32    Wan2.1-14B-size + UMT5-XXL (24 layers, 256k vocab), 81x480x832, guidance 5, 3 steps, 32 GB
            host, 12 GB card, with a resident reference run                   ~5-6 min (+1.5 min write)
+  a14b     Wan 2.2 A14B-size, both experts stored in fp8 (benchmarks/wan22_checkpoint.py, 40.9 GB), 81x480x832,
+           guidance 4, 9 steps (the switch at step 7), 32 GB host, 16 GB card: the switch step against the others
+                                                                             ~4.5 min (+1.5 min write)
   tiny     the embedded demo model on the CPU (`--cpu`): every step of the harness in seconds
   tiny-ref the same at 128² with `--vae-tiling on` and a resident reference (which must be given it to match)
+  tiny-a14b  a14b's writer with 3-block experts, on the CPU: the switch step found and timed
 
     python3 -m benchmarks.host_tiers --presets flux16 nowaste --out host_tiers.json
     python3 -m benchmarks.host_tiers --presets wan32 --dir /tmp/wan-size --out host_tiers_wan.json
+    python3 -m benchmarks.host_tiers --presets a14b --dir /tmp/a14b-fp8 --out host_tiers_a14b.json
     python3 -m benchmarks.host_tiers --presets flux16 --dry-run     # the commands, nothing run
 """
 
@@ -83,6 +89,7 @@ class Preset:
     plan_after: bool = True  # a second `plan` after the run: what the profile learned (the forecast after one)
     need_s: float = 60.0  # what its children took on an H100 (checkpoint written): later presets keep this back
     size: str = ""  # a request size of SIZES other than its kind's
+    expert_switch: bool = False  # two experts (Wan 2.2 A14B): the boundary step's time against the other steps
     extra: tuple[str, ...] = ()  # more flags for the tiered plan and run (not the reference: it gets what they chose)
 
 
@@ -96,6 +103,11 @@ PRESETS = {
     "tiny": Preset("demo", None, None, "auto", None, 2, need_s=30),
     # the resident reference on the CPU: VAE tiling on at 128² (the demo VAE tiles 64² pieces: pixels differ
     # from an untiled decode), so the reference must be given it too to match
+    # Wan 2.2 A14B-size, both experts stored in fp8 (40.9 GB), 32 GB host, 16 GB card: it runs; the expert switch
+    # adds <= 5 % to its step. 9 steps: UniPC with flow shift 12 switches at step 7 (timestep 857), so the low-noise
+    # expert has a step after the switch's to compare with. Not measured yet: plan ~25 s, run ~150 s, plan ~25 s
+    "a14b": Preset("a14b", 32, 16, "auto", "auto", 9, expert_switch=True, need_s=300),
+    "tiny-a14b": Preset("a14b-tiny", None, None, "auto", None, 9, expert_switch=True, plan_after=False, need_s=40),
     "tiny-ref": Preset("demo", None, None, "auto", None, 2, resident_reference=True, reference_s=20, plan_after=False,
                        need_s=40, size="demo128", extra=("--vae-tiling", "on")),
 }
@@ -104,8 +116,13 @@ SIZES: dict[str, dict[str, Any]] = {
     "wan": {"height": 480, "width": 832, "frames": 81, "guidance": 5.0, "output": "out.mp4"},
     "demo": {"height": 64, "width": 64, "guidance": 3.5, "output": "out.png"},
     "demo128": {"height": 128, "width": 128, "guidance": 3.5, "output": "out.png"},
+    # guidance 4.0: Wan2.2 t2v_A14B's high-noise scale (diffusers gives the low-noise expert the same without
+    # guidance_scale_2; the original's 3.0 changes no cost: both run two forwards a step)
+    "a14b": {"height": 480, "width": 832, "frames": 81, "guidance": 4.0, "output": "out.mp4"},
+    "a14b-tiny": {"height": 32, "width": 32, "frames": 5, "guidance": 4.0, "output": "out.mp4"},
 }
-DEFAULT_DIRS = {"flux": "/tmp/flux-size", "wan": "/tmp/wan-size", "demo": "/tmp/host-tiers-demo"}
+DEFAULT_DIRS = {"flux": "/tmp/flux-size", "wan": "/tmp/wan-size", "demo": "/tmp/host-tiers-demo",
+                "a14b": "/tmp/a14b-fp8", "a14b-tiny": "/tmp/host-tiers-a14b-tiny"}
 CLI = ["-m", "omni_console.console.cli"]
 _RATES: dict[str, dict[str, Any]] = {}
 
@@ -139,7 +156,10 @@ def write_model(kind: str, root: Path) -> float | None:
         return None
     code = {"flux": "from benchmarks.engine_e2e import write_checkpoint as w",
             "wan": "from benchmarks.video_e2e import write_checkpoint as w",
-            "demo": "from omni_console.engine.demo.demo_model import build_demo_model as w"}[kind]
+            "demo": "from omni_console.engine.demo.demo_model import build_demo_model as w",
+            "a14b": "from benchmarks.wan22_checkpoint import write_a14b_checkpoint as w",
+            "a14b-tiny": "import functools; from benchmarks.wan22_checkpoint import write_a14b_checkpoint; "
+                         "w = functools.partial(write_a14b_checkpoint, device='cpu', tiny=True)"}[kind]
     log(f"writing the {kind}-size checkpoint to {root}")
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", f"{code}; from pathlib import Path; w(Path({str(root)!r}))"], check=True)
@@ -260,6 +280,8 @@ def call(argv: list[str], cache: Path, args: argparse.Namespace, deadline: Deadl
     watched = run_watched([sys.executable, *CLI, *argv], env=env, timeout=timeout, oom_score_adj=1000,
                           nvml_index=None if args.cpu or argv[0] != "run" else args.gpu)
     result: dict[str, Any] = {"argv": argv, **watched.summary()}
+    if argv[0] == "run":  # its progress lines: each step and each expert switch, in order (the switch's step)
+        result["progress"] = [ln for ln in watched.stderr.splitlines() if ln.startswith(("step ", "expert "))][:400]
     if watched.returncode == 0:
         try:
             result["doc"] = json.loads(watched.stdout)
@@ -308,7 +330,8 @@ def run_preset(name: str, args: argparse.Namespace, deadline: Deadline, ram_flag
     preset = PRESETS[name]
     root = Path(args.dir or DEFAULT_DIRS[preset.kind])
     entry: dict[str, Any] = {"preset": name, "settings": asdict(preset), "model": str(root),
-                             "ram_flag_supported": ram_flag, "no_waste": preset.no_waste}
+                             "ram_flag_supported": ram_flag, "no_waste": preset.no_waste,
+                             "expert_switch": preset.expert_switch}
     entry["write_s"] = write_model(preset.kind, root)
     files = checkpoint_files(root)
     entry["checkpoint_bytes"] = sum(p.stat().st_size for p in files)

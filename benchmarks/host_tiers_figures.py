@@ -8,6 +8,7 @@ recomputed from the JSON.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -91,6 +92,45 @@ def steady_step(run_doc: Mapping[str, Any]) -> float | None:
     if not steps:
         return None
     return statistics.median(steps[1:]) if len(steps) > 1 else steps[0]
+
+
+_STEP_LINE = re.compile(r"^step (\d+)/(\d+) ")
+# console/event_text.py describe_switch: "transformer → transformer_2 at timestep 857 (boundary): copied 1.2 GB, freed
+# 1.2 GB in 25.0 ms" (format_seconds: ms below a second, else s)
+_SWITCH_LINE = re.compile(r"^expert (\S+) → (\S+)(?: at timestep ([-\d.e+]+))? \(([^)]*)\): .* in ([\d.]+) (ms|s)$")
+
+
+def expert_switch(run_doc: Mapping[str, Any], progress: Sequence[str]) -> dict[str, Any]:
+    """The boundary step of a two-expert run against its other steps (issue 35: "the expert switch adds <= 5 % to
+    that step"). The switch's step is the one whose progress line follows the first boundary switch's line (the
+    switch runs in the new expert's first forward, inside that step's wall time); the other steps leave out the
+    first (its one-time costs) and the switch's own. Also against the new expert's later steps alone (an
+    expert's files may sit in other tiers than the other's), and the step before the switch (it reads the new
+    expert's first blocks ahead)."""
+    steps = [s["wall_s"] for s in run_doc.get("steps", [])]
+    done, switch = 0, None
+    for line in progress:
+        if (m := _STEP_LINE.match(line)) is not None:
+            done = int(m.group(1))
+        elif (m := _SWITCH_LINE.match(line)) is not None and m.group(4) == "boundary" and switch is None:
+            seconds = round(float(m.group(5)) / (1e3 if m.group(6) == "ms" else 1), 6)
+            switch = {"switch_step": done + 1, "switch_from": m.group(1), "switch_to": m.group(2),
+                      "switch_timestep": float(m.group(3)) if m.group(3) else None, "switch_event_s": seconds}
+    out: dict[str, Any] = {"steps_s": steps, "switch_step": None}
+    if switch is None or not 1 <= switch["switch_step"] <= len(steps):
+        return out
+    k = switch["switch_step"]
+    others = [w for i, w in enumerate(steps, 1) if i not in (1, k)]
+    later = steps[k:]
+    median = statistics.median(others) if others else None
+    out.update(switch)
+    out.update({"switch_step_s": steps[k - 1], "other_steps_median_s": median,
+                "switch_step_over_others": ratio(steps[k - 1], median),
+                "switch_event_over_others": ratio(switch["switch_event_s"], median),
+                "new_expert_later_median_s": statistics.median(later) if later else None,
+                "switch_step_over_new_expert": ratio(steps[k - 1], statistics.median(later) if later else None),
+                "pre_switch_step_over_others": ratio(steps[k - 2], median) if k >= 3 else None})
+    return out
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -199,6 +239,8 @@ def ratios(entry: Mapping[str, Any], overrides: Mapping[str, str] | None = None)
                     "run_pinned_bytes": run_pinned, "run_pinned_over_plan": ratio(run_pinned, named),
                     "run_host_pinned_forecast": host_pinned, "run_pinned_over_forecast": ratio(run_pinned, host_pinned),
                     "run_host_master_bytes": masters})
+    if entry.get("expert_switch"):
+        out.update(expert_switch(run, watched.get("progress") or []))
     resident = entry.get("resident") or {}
     if resident:
         # the same request, the same output-changing choices (`matched_flags`), the same step figure (median
@@ -237,7 +279,7 @@ def table(entries: Sequence[Mapping[str, Any]]) -> str:
     the host forecast against the peak, the engine's disk rate against the disk's."""
     head = ("preset", "exit", "peak RSS", "host", "peak/host", "step", "floor", "step/floor", "step/resident",
             "identical", "forecast", "peak/fc before", "peak/fc after", "no-waste ratio", "strict", "disk seq",
-            "engine disk/seq", "probe/seq")
+            "engine disk/seq", "probe/seq", "switch step/others")
     rows = [head]
     for e in entries:
         r = e.get("ratios") or {}
@@ -250,6 +292,7 @@ def table(entries: Sequence[Mapping[str, Any]]) -> str:
                      _fmt(r.get("peak_rss_over_forecast_after")), _fmt(r.get("peak_rss_over_no_waste_limit")),
                      _fmt(r.get("peak_rss_over_no_waste_limit_strict")),
                      _fmt((e.get("rates") or {}).get("disk_seq_bytes_per_s"), "GB/s"),
-                     _fmt(r.get("engine_disk_over_seq")), _fmt(r.get("engine_probe_over_seq"))))
+                     _fmt(r.get("engine_disk_over_seq")), _fmt(r.get("engine_probe_over_seq")),
+                     _fmt(r.get("switch_step_over_others"))))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(head))]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)

@@ -274,6 +274,61 @@ def test_the_ratios_hold_the_resident_steps_and_the_pixel_difference() -> None:
     assert r["resident_matched_flags"] == ["--vae-tiling", "on"]
 
 
+def test_the_expert_switch_step_is_the_one_after_the_boundary_line_and_is_set_against_the_other_steps() -> None:
+    from benchmarks.host_tiers_figures import expert_switch
+
+    walls = [12.0, 7.0, 7.2, 7.1, 6.9, 7.0, 7.5, 7.3, 7.2]
+    run_doc = {"steps": [{"step": i + 1, "wall_s": w} for i, w in enumerate(walls)]}
+    progress = [f"step {i}/9 7.00 s (stall 1.0 ms)" for i in range(1, 7)] + [
+        "expert transformer → transformer_2 at timestep 857 (boundary): copied 5.6 GB, freed 5.6 GB in 312.4 ms",
+        "step 7/9 7.50 s (stall 0.2 ms)", "step 8/9 7.30 s (stall 0.1 ms)", "step 9/9 7.20 s (stall 0.1 ms)",
+        "expert transformer_2 → transformer (request end): copied 5.6 GB, freed 5.6 GB in 1.20 s"]
+    r = expert_switch(run_doc, progress)
+    assert r["switch_step"] == 7 and r["switch_from"] == "transformer" and r["switch_timestep"] == 857.0
+    assert r["switch_event_s"] == 0.3124 and r["switch_step_s"] == 7.5
+    assert r["other_steps_median_s"] == 7.1  # steps 2-6, 8, 9: not the first (one-time costs), not the switch's
+    assert r["switch_step_over_others"] == round(7.5 / 7.1, 4)
+    assert r["switch_event_over_others"] == round(0.3124 / 7.1, 4)
+    assert r["new_expert_later_median_s"] == 7.25 and r["switch_step_over_new_expert"] == round(7.5 / 7.25, 4)
+    assert r["pre_switch_step_over_others"] == round(7.0 / 7.1, 4)
+    # in seconds, and only the boundary switch counts
+    late = expert_switch(run_doc, progress[:6] + ["expert transformer → transformer_2 at timestep 857 (boundary): "
+                                                  "copied 5.6 GB, freed 0 bytes in 1.25 s"])
+    assert late["switch_step"] == 7 and late["switch_event_s"] == 1.25
+    assert expert_switch(run_doc, progress[:6] + progress[-1:])["switch_step"] is None
+    entry = {"expert_switch": True, "run_doc": run_doc, "run": {"progress": progress}}
+    assert ratios(entry)["switch_step_over_others"] == r["switch_step_over_others"]
+
+
+def test_the_a14b_preset_runs_the_fp8_checkpoint_on_a_32_gb_host_and_a_16_gb_card_across_the_boundary(
+        tmp_path: Path) -> None:
+    from diffusers import UniPCMultistepScheduler
+
+    from benchmarks.host_tiers import DEFAULT_DIRS, PRESETS, SIZES, flags, parse_args
+    from benchmarks.wan22_checkpoint import write_a14b_checkpoint
+    from omni_console.engine.model_dir.discovery import discover_model
+
+    preset = PRESETS["a14b"]
+    assert (preset.host_gb, preset.card_gb, preset.ram_budget, preset.vram_budget) == (32, 16, "auto", "auto")
+    assert preset.expert_switch and not preset.resident_reference and DEFAULT_DIRS["a14b"] == "/tmp/a14b-fp8"
+    run = " ".join(flags("run", preset, parse_args(["--presets", "a14b"]), Path("/tmp/a14b-fp8"), tmp_path, True))
+    assert "--height 480 --width 832 --guidance 4.0 --frames 81 --vram-budget auto --ram-budget auto --steps 9" in run
+    assert "--stream-dtype" not in run  # the checkpoint is fp8 as stored
+    # the tiny checkpoint of the same writer: two experts, their linears fp8 on disk, the A14B schedule
+    root = tmp_path / "a14b"
+    write_a14b_checkpoint(root, device="cpu", tiny=True)
+    model = discover_model(root)
+    assert [d.name for d in model.denoisers] == ["transformer", "transformer_2"]
+    assert all("float8_e4m3fn" in d.dtypes for d in model.denoisers)
+    scheduler = UniPCMultistepScheduler.from_pretrained(root / "scheduler")
+    scheduler.set_timesteps(preset.steps)
+    boundary = 0.875 * 1000  # model_index.json's boundary_ratio, as WanPipeline compares it
+    assert json.loads((root / "model_index.json").read_text())["boundary_ratio"] == 0.875
+    high = [t for t in scheduler.timesteps.tolist() if t >= boundary]
+    assert len(high) == 6 and preset.steps - len(high) >= 2  # the switch at step 7, a later step of its expert
+    assert SIZES["a14b-tiny"]["frames"] == 5 and PRESETS["tiny-a14b"].steps == preset.steps
+
+
 def test_a_host_the_machine_cannot_simulate_is_refused_in_one_line_before_anything_runs(tmp_path: Path) -> None:
     done = _harness("--presets", "tiny", "--cpu", "--dir", str(tmp_path / "m"), "--host-gb", "1000000",
                     "--out", str(tmp_path / "r.json"), timeout=60)
@@ -292,6 +347,9 @@ def test_the_dry_run_shows_the_commands_and_uses_the_host_flag_only_where_the_cl
     assert len(reference) == 1 and "--frames 81" in lines[reference[0]] and "--guidance 5.0" in lines[reference[0]]
     assert "--mode resident [the run report's: --vae-tiling on|off" in lines[reference[0]]
     assert lines[reference[0] - 1].startswith("  omni-console plan")  # after the tiered plan, run and plan
+    a14b = _harness("--presets", "a14b", "--dry-run").stdout.splitlines()
+    assert a14b[0] == "a14b: a14b at /tmp/a14b-fp8; host 32.00 GB, card 16 GB; --ram-budget used"
+    assert [ln.split()[1] for ln in a14b[1:]] == ["plan", "run", "plan"] and "--steps 9" in a14b[2]
     missing = _harness("--presets", "flux16", "--dry-run", "--ram-flag=--no-such-flag")
     assert missing.returncode == 0 and "--no-such-flag" not in missing.stdout.split("\n", 1)[1]
 
@@ -312,6 +370,21 @@ def test_the_resident_reference_is_given_the_tiered_runs_vae_tiling_and_matches_
     assert entry["resident"]["returncode"] == 0 and len(entry["resident"]["steps_s"]) == 2
     assert entry["resident_diff"]["identical"] is True and entry["resident_diff"]["max_abs_diff"] == 0
     assert entry["ratios"]["identical_to_resident"] is True and entry["ratios"]["step_over_resident"] > 0
+
+
+@pytest.mark.slow
+def test_the_tiny_a14b_preset_writes_two_fp8_experts_and_times_the_switch_step(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    done = _harness("--presets", "tiny-a14b", "--cpu", "--dir", str(tmp_path / "a14b"), "--host-margin-mb", "256",
+                    "--max-hold", str(4 * MiB), "--rate-gb", "0.01", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    entry = json.loads(out.read_text())["presets"][0]
+    assert entry["run"]["returncode"] == 0 and entry["plan_doc"]["forecast"]["stream_dtype"] == "float8_e4m3fn"
+    r = entry["ratios"]
+    assert r["switch_step"] == 7 and r["switch_from"] == "transformer" and r["switch_to"] == "transformer_2"
+    assert len(r["steps_s"]) == 9 and r["switch_step_s"] == r["steps_s"][6]
+    assert r["switch_step_over_others"] > 0 and r["switch_step_over_new_expert"] > 0
+    assert any("(request end)" in ln for ln in entry["run"]["progress"])
 
 
 @pytest.mark.slow
