@@ -1,0 +1,102 @@
+"""When a tier filler's bounce ring exists: opened for the first file-tier read, closed when no read needs it, and,
+where the load shares one ring among its readers (offload/bounce_pool.py), lent to another reader between uses.
+
+A mixin of `TieredFiller` (offload/tier_filler.py), whose state it reads: `_blocks` (the file-tier blocks),
+`bounce` (the arena while held), `_slot_bytes`, `_pool` (the reader threads), `_slot_done` (each slot's last
+copy out), the read-ahead queue (`_settle_queue`, `_top_up`, `_order`, `_last`) and `_bounce_pool`.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from .pinned import HostArena
+from .tiers import BOUNCE_SLOTS
+
+if TYPE_CHECKING:
+    from .bounce_pool import BouncePool
+    from .file_blocks import _FileBlock
+    from .options import LoadOptions
+
+READERS = 2 * BOUNCE_SLOTS  # reader threads: every bounce slot's reads, two chunks each, in flight
+
+
+class BounceLifetime:
+    """The bounce ring's lifetime (see the module docstring)."""
+
+    _blocks: dict[str, _FileBlock]
+    bounce: HostArena | None
+    _slot_bytes: int
+    _pool: ThreadPoolExecutor | None
+    _slot_done: list[Any]
+    _order: list[str]
+    _last: str
+    _wants_bounce: bool
+    _pin_bounce: bool
+    _bounce_pool: BouncePool | None
+    _load_options: LoadOptions
+
+    def _settle_queue(self, cancel: bool = False) -> None:
+        raise NotImplementedError
+
+    def _top_up(self, after: str) -> None:
+        raise NotImplementedError
+
+    def _ensure_bounce(self) -> None:
+        if not self._blocks:
+            return
+        self._wants_bounce = True
+        if self.bounce is None:
+            self._slot_bytes = max(fb.slot_bytes for fb in self._blocks.values())
+            nbytes, locker = BOUNCE_SLOTS * self._slot_bytes, self._load_options.page_locker
+            if self._bounce_pool is not None:
+                self.bounce = self._bounce_pool.acquire(self, nbytes, pin=self._pin_bounce, locker=locker)
+            else:
+                self.bounce = HostArena(nbytes, pin=False, locker=locker)
+                if self._pin_bounce:
+                    self.bounce.pin()  # a failure leaves it pageable (slower, synchronous copies), said by the streamer
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(READERS, thread_name_prefix="tier-read")
+
+    def _let_go(self) -> None:
+        """Stop using the bounce ring: the reads queued but not started are dropped, the others and the copies
+        out of its slots finish; a shared one is then the pool's again."""
+        self._settle_queue(cancel=True)
+        for event in self._slot_done:
+            if event is not None:
+                event.synchronize()
+        self._slot_done = [None] * BOUNCE_SLOTS
+        if self._bounce_pool is not None:
+            self.bounce = None
+
+    def _close_bounce(self) -> None:
+        """No read needs the bounce ring (the ring streams no file-tier block): its host bytes go."""
+        self._wants_bounce = False
+        self._let_go()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        if self._bounce_pool is not None:
+            self._bounce_pool.release(self, done=True)
+        elif self.bounce is not None:
+            self.bounce.close()
+            self.bounce = None
+
+    # ------------------------------------------------------------------ a ring shared with the load's other readers
+    def yield_bounce(self) -> None:
+        """Another reader takes the shared ring (offload/bounce_pool.py): what was read ahead is dropped."""
+        self._let_go()
+
+    def resume_bounce(self) -> None:
+        """The shared ring is free again: take it back and read ahead from where the ring stopped."""
+        if self._wants_bounce and self.bounce is None:
+            self._ensure_bounce()
+            self._top_up(self._last or (self._order[-1] if self._order else ""))
+
+    def park(self) -> None:
+        """Between stages (a layer-streamed encoder's): give a shared ring back to the pool, which hands it to the
+        reader it was taken from; the next stage's first read takes it again. A ring of its own stays."""
+        if self._bounce_pool is not None and self.bounce is not None:
+            self._let_go()
+            self._bounce_pool.release(self)
