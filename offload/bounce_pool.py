@@ -54,6 +54,11 @@ class BouncePool:
     def holder(self) -> BounceHolder | None:
         return self._holder
 
+    @property
+    def waiting(self) -> bool:
+        """Whether a reader it was taken from waits to get it back."""
+        return bool(self._waiting)
+
     def acquire(self, holder: BounceHolder, nbytes: int, *, pin: bool, locker: PageLocker | None = None
                 ) -> HostArena:
         """The arena, at least `nbytes`, for `holder` alone until it releases it or another reader takes it."""

@@ -95,8 +95,9 @@ class BounceLifetime:
             self._top_up(self._last or (self._order[-1] if self._order else ""))
 
     def park(self) -> None:
-        """Between stages (a layer-streamed encoder's): give a shared ring back to the pool, which hands it to the
-        reader it was taken from; the next stage's first read takes it again. A ring of its own stays."""
-        if self._bounce_pool is not None and self.bounce is not None:
+        """Between stages (a layer-streamed encoder's): give a shared ring back to the reader it was taken from (the
+        DiT's), if one waits for it; the next stage's first read takes it again. Else it stays, as a ring of its
+        own does, read ahead for the next stage."""
+        if self._bounce_pool is not None and self.bounce is not None and self._bounce_pool.waiting:
             self._let_go()
             self._bounce_pool.release(self)
