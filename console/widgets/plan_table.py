@@ -34,7 +34,7 @@ def source_text(c: planner.ComponentPlan) -> str:
     if c.why in SOURCES:
         return c.why
     return {"dlo": "DLO", "mode": "mode=resident", "no-weights": "—", "not-auxiliary": "always",
-            "no-blocks": "no block lists"}.get(c.why, c.why)
+            "no-blocks": "no block lists", "unused": "never called"}.get(c.why, c.why)
 
 
 def row_cells(c: planner.ComponentPlan, readonly: bool, variables: Mapping[str, str]) -> list:

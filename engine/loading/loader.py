@@ -95,6 +95,15 @@ def load_component(info: ComponentInfo) -> Any:
     return component
 
 
+def build_unused(info: ComponentInfo) -> Any:
+    """A component the pipeline never calls, built from its config.json on the meta device: no weight read or
+    allocated, and a call into it fails instead of computing on missing weights."""
+    cls = component_class(info.library, info.class_name, str(info.folder))
+    config = cls.load_config(str(info.folder), local_files_only=True)
+    with MODEL_CONSTRUCTION, torch.device("meta"):
+        return cls.from_config(config).eval()
+
+
 _UNIT = re.compile(r"^(.*?\.\d+)\.")  # a list entry's prefix: `encoder.layers.2`
 
 
@@ -284,7 +293,9 @@ def _build(info: ComponentInfo, o: _BuildOptions, own_reader: bool = False) -> A
         o.progress(info.name, 0, info.nbytes)
     component, why = None, ""
     started = time.perf_counter()
-    if o.weights is not None and (info.role in DENOISER_ROLES or o.aux_in_place) and info.name not in o.plain:
+    if info.unused:  # never called (engine/model_dir/unused.py): its config only, on the meta device
+        component = build_unused(info)
+    elif o.weights is not None and (info.role in DENOISER_ROLES or o.aux_in_place) and info.name not in o.plain:
         reader = o.weights.sibling() if own_reader else o.weights
         # an encoder or VAE read beside the DiT's blocks: into an arena, its staged master as it is
         staged_from_arena = own_reader and info.role not in DENOISER_ROLES

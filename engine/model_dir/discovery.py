@@ -34,6 +34,7 @@ from .roles import DENOISER_ROLES, Role, classify
 from .safe_paths import allowed_roots, check_inside, check_segment
 from .size_bounds import check_added_tokens, check_sizes
 from .trusted_classes import check_component, check_pipeline
+from .unused import mark_unused
 from .weights import ModelDirError, find_weights, load_json, read_weight_set
 
 CONFIG_NAMES = ("config.json", "scheduler_config.json", "tokenizer_config.json", "preprocessor_config.json")
@@ -62,6 +63,7 @@ class ComponentInfo:
     order_observed: bool = False  # block_lists in the order a real forward ran (engine/model_dir/order_cache.py)
     quant_method: str | None = None  # config.json's quantization_config method (engine/model_dir/quant_layouts.py)
     layers: BlockList | None = None  # an encoder's layer list, streamable layer by layer (model_dir/encoder_layers.py)
+    unused: str | None = None  # why the pipeline never calls it (model_dir/unused.py): built empty, never placed
 
     @property
     def dtypes(self) -> list[str]:
@@ -277,8 +279,8 @@ def discover_model(path: str | Path, variant: str | None = None) -> ModelInfo:
     if len(entries) > MAX_COMPONENTS:
         raise ModelDirError(f"{index_path}: {len(entries)} components, more than the {MAX_COMPONENTS} "
                             "omni-console plans for (no real pipeline has that many)")
-    components = tuple(discover_component(root, name, library, class_name, variant)
-                       for name, library, class_name in entries)
+    components = mark_unused([discover_component(root, name, library, class_name, variant)
+                              for name, library, class_name in entries])
     denoisers = [c for c in components if c.role in DENOISER_ROLES]
     kind = "UNet" if any(c.num_blocks for c in denoisers) and all(  # as ModelInfo.block_kind names them
         c.role == "unet" for c in denoisers if c.num_blocks) else "DiT"

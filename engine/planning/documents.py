@@ -86,7 +86,8 @@ class ComponentDoc(Document):
     files: list[str] = Field(description="weight files, relative to the model directory")
     residency: Residency = Field(description="streamed (DiT blocks), staged (offloaded encoder/VAE), resident, none")
     why: Why = Field(description="explicit / default / implicit: the policy map's entry; dlo, mode, no-weights, "
-                                 "not-auxiliary, no-blocks: not the map's to decide")
+                                 "not-auxiliary, no-blocks, unused (never called: built empty, nothing placed): "
+                                 "not the map's to decide")
     device_bytes: int = Field(ge=0)
     host_bytes: int = Field(ge=0)
     block_lists: list[BlockListDoc]

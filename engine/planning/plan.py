@@ -54,7 +54,7 @@ from .lean import encoder_stage_bytes
 
 FLOAT_ITEMSIZE = {"float32": 4, "float64": 8}  # the compute dtype's bytes per element; else 2 (bf16/fp16)
 Residency = Literal["streamed", "staged", "resident", "none"]
-Why = Literal["explicit", "default", "implicit", "dlo", "mode", "no-weights", "not-auxiliary", "no-blocks"]
+Why = Literal["explicit", "default", "implicit", "dlo", "mode", "no-weights", "not-auxiliary", "no-blocks", "unused"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +201,8 @@ def _component_plan(info: ComponentInfo, policy: OffloadPolicy, blocks: list[Str
                     expert: bool = False) -> ComponentPlan:
     if not info.has_weights:
         return ComponentPlan(info, "none", "no-weights", 0, 0)
+    if info.unused:  # never called (engine/model_dir/unused.py): built empty, nothing placed or read
+        return ComponentPlan(info, "none", "unused", 0, 0)
     if info.role in DENOISER_ROLES:
         if policy.mode == "resident":
             return ComponentPlan(info, "resident", "mode", info.nbytes, 0)

@@ -150,3 +150,39 @@ def test_the_motion_unets_mid_block_follows_its_flag_and_a_layout_off_the_call_o
                                                              "resnets.1"]
     assert unit_order("UNetMidBlock2DCrossAttn", mid) is None  # motion modules it would never call: one unit
     assert unit_order("DownBlockMotion", {"resnets.0": 1, "resnets.1": 1, "motion_modules.0": 1}) is None
+
+
+def test_animatediffs_motion_adapter_is_never_placed_nor_read(video_dirs: dict[str, Path], capsys):
+    """The saved UNetMotionModel already holds the adapter's motion modules: the adapter is planned as unused (no
+    device or host bytes, said in the plan), built from its config on the meta device, and the run still matches
+    plain diffusers (the bit-identical test above runs with it so)."""
+    import dataclasses
+
+    from omni_console.console.cli import main
+    from omni_console.engine.model_dir.unused import mark_unused
+
+    path = video_dirs["animatediff"]
+    model = discover_model(path)
+    adapter = next(c for c in model.components if c.name == "motion_adapter")
+    assert adapter.unused and "unet (UNetMotionModel)" in adapter.unused
+    assert any(n.startswith("motion_adapter (MotionAdapter): never called") for n in model.notes)
+    # a directory whose unet is a plain UNet2DConditionModel builds the motion UNet from the adapter: used
+    plain_unet = [dataclasses.replace(c, class_name="UNet2DConditionModel") if c.name == "unet" else
+                  dataclasses.replace(c, unused=None) for c in model.components]
+    assert not any(c.unused for c in mark_unused(plain_unet))
+
+    import json
+
+    capsys.readouterr()
+    assert main(["plan", "--model", str(path), "--device", "cpu", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    row = next(c for c in doc["components"] if c["name"] == "motion_adapter")
+    assert (row["residency"], row["why"], row["device_bytes"], row["host_bytes"]) == ("none", "unused", 0, 0)
+
+    engine = Engine(path, device="cpu")
+    try:
+        engine.load(build_policy({}, 0))
+        params = list(engine.pipe.motion_adapter.parameters())
+        assert params and all(p.is_meta for p in params)  # nothing read, nothing allocated
+    finally:
+        engine.close()
