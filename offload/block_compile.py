@@ -73,11 +73,12 @@ class CompileWatch:
 
     @classmethod
     def watch(cls) -> None:
-        with cls._lock:
-            if cls._installed:
-                return
-            from torch._dynamo.callback import callback_handler
+        """Install the callbacks, again where `torch._dynamo.reset()` cleared them (it clears every callback)."""
+        from torch._dynamo.callback import callback_handler
 
+        with cls._lock:
+            if cls._installed and cls._on_end in getattr(callback_handler, "end_callbacks", [cls._on_end]):
+                return
             callback_handler.register_start_callback(cls._on_start)
             callback_handler.register_end_callback(cls._on_end)
             cls._installed = True
