@@ -172,6 +172,7 @@ def test_past_dynamos_recompile_limit_a_block_runs_eager_instead_of_failing(monk
 def test_the_counts_go_on_after_torch_dynamo_reset():
     """`torch._dynamo.reset()` clears every compile callback; the next `CompiledBlocks` installs ours again."""
     model, inputs = _flux()
+    CompileWatch.watch()  # installed before the reset
     torch._dynamo.reset()
     compiled = CompiledBlocks(repeated_blocks(model), CompileSettings(backend="eager"))
     before = CompileWatch.snapshot()
