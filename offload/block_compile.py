@@ -12,7 +12,11 @@ argument), so every block of a class shares Dynamo's cache entries. Dynamo inlin
 lifts their parameters as graph inputs (always on in torch >= 2.5), so a parameter that points into
 another slot at every call does not change a guard: guards check dtype, shape, stride and device,
 never the address. `dynamic=False`: one graph per shape; `fullgraph=True` where it holds (a class whose
-forward breaks the graph is compiled again without it, once).
+forward breaks the graph is compiled again without it, once). Guards do check strides, also of a dimension of
+size 1, where a stride means nothing: Flux's first single block gets two contiguous tensors and every later one
+two slices of the joint sequence (batch stride text + image tokens), so Dynamo traced, compiled and (on a warm
+start) loaded a third graph for the same shapes. Each tensor argument's size-1 strides are therefore set as a
+contiguous tensor has them (`as_strided`, a view: the same storage, offset and values) before the call.
 
 `CompileWatch` counts what Dynamo did (graphs compiled, recompiles, graph breaks, seconds spent),
 from Dynamo's own compile callbacks and counters, so a run can report them and a test can fail on any
@@ -144,6 +148,8 @@ class _ClassForward:
                              dynamic=s.dynamic)
 
     def __call__(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        args = tuple(_unit_strides(a) for a in args)
+        kwargs = {k: _unit_strides(v) for k, v in kwargs.items()}
         try:
             return self.fn(module, *args, **kwargs)
         except torch._dynamo.exc.FailOnRecompileLimitHit:
@@ -160,6 +166,26 @@ class _ClassForward:
             if oom is not None:  # autotuning ran out of device memory: the request's OOM guard steps down
                 raise oom from exc
             raise
+
+
+def _unit_strides(value: Any) -> Any:
+    """`value` (a tensor, or a tuple or list of them) with each size-1 dimension's stride set to the extent of the
+    dimensions after it (a contiguous tensor's, where those are contiguous), the other strides kept: a view where
+    one differs, else `value` itself."""
+    if type(value) in (tuple, list):
+        items = [_unit_strides(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else type(value)(items)
+    if type(value) is not torch.Tensor or value.dim() == 0:  # subclasses (DTensor, fp8 wrappers) as they come
+        return value
+    size, stride = value.shape, list(value.stride())
+    inner, changed = 1, False
+    for i in range(value.dim() - 1, -1, -1):
+        if size[i] == 1:
+            changed = changed or stride[i] != inner
+            stride[i] = inner
+        else:
+            inner = stride[i] * size[i]
+    return value.as_strided(size, stride, value.storage_offset()) if changed else value
 
 
 def out_of_memory_inside(exc: BaseException) -> torch.OutOfMemoryError | None:

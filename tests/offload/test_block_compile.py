@@ -181,3 +181,38 @@ def test_the_counts_go_on_after_torch_dynamo_reset():
     assert (CompileWatch.snapshot() - before).compiles > 0
     compiled.remove()
     torch._dynamo.reset()
+
+
+def test_a_size_one_dimension_stride_is_made_contiguous_without_a_copy():
+    from omni_console.offload.block_compile import _unit_strides
+
+    joint = torch.randn(1, 10, 4)
+    image = joint[:, 4:]  # batch stride 40, as Flux's single blocks hand each other
+    same = _unit_strides(image)
+    assert image.stride() == (40, 4, 1) and same.stride() == (24, 4, 1)
+    assert same.untyped_storage().data_ptr() == joint.untyped_storage().data_ptr()
+    assert same.storage_offset() == image.storage_offset() and torch.equal(same, image)
+    plain = torch.randn(1, 6, 4)
+    assert _unit_strides(plain) is plain  # nothing to change: the tensor itself
+    pair = (plain, image)
+    assert _unit_strides(pair)[0] is plain and _unit_strides(pair)[1].stride() == (24, 4, 1)
+    assert _unit_strides((plain, 3)) == (plain, 3) and _unit_strides("x") == "x"
+    column = torch.randn(4, 6)[:, :1]  # size-1 last dimension: stride 6 -> 1
+    assert _unit_strides(column).stride() == (6, 1) and torch.equal(_unit_strides(column), column)
+
+
+def test_flux_single_blocks_fed_slices_share_the_graph_of_contiguous_input():
+    """The first single block gets contiguous tensors, every later one slices of the joint sequence: one graph per
+    class (not a second for the slices' batch stride), so a cold start compiles and a warm one loads one fewer."""
+    model, inputs = _flux()
+    torch._dynamo.reset()
+    compiled = CompiledBlocks(repeated_blocks(model), CompileSettings(backend="eager"))
+    before = CompileWatch.snapshot()
+    with torch.no_grad():
+        got = model(**inputs)[0]
+    done = CompileWatch.snapshot() - before
+    assert done.compiles == len(compiled.class_names) == 2 and done.recompiles == 0, done
+    compiled.remove()
+    with torch.no_grad():
+        assert torch.equal(got, model(**inputs)[0])
+    torch._dynamo.reset()
