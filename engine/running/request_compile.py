@@ -58,10 +58,26 @@ def device_support(device: torch.device) -> DeviceSupport:
 
 def use_tool_cache() -> None:
     """Inductor's and Triton's caches under the tool's cache dir (unless the operator set them): the second
-    start is warm, and the directory is the tool's own (docs/security.md)."""
+    start is warm, and the directory is the tool's own (docs/security.md).
+
+    Torch writes its default (`/tmp/torchinductor_<user>`) into `TORCHINDUCTOR_CACHE_DIR` the first time anything
+    asks for its cache dir, and importing diffusers' pipelines does (through `torch._dynamo`): a value equal to
+    that default is torch's, not the operator's, and is replaced; any other value is kept. Called before the
+    first compile of the process (Inductor reads the variable at each use)."""
     root = inductor_cache_dir()
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root))
+    current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if current is None or _is_torch_default(current):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(root)
     os.environ.setdefault("TRITON_CACHE_DIR", str(root / "triton"))
+
+
+def _is_torch_default(path: str) -> bool:
+    """Whether `path` is the cache dir torch picks when none is set (an older torch without the helper: never)."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:
+        return False
+    return os.path.abspath(path) == os.path.abspath(default_cache_dir())
 
 
 class RegionalCompile:
