@@ -17,11 +17,14 @@ max |compiled - eager|.
 `--stream-dtype float8_e4m3fn` also streams fp8 storage (every block in the ring; the upcast runs in the ring's
 hook beside the graph) uncompiled and compiled, reported against both the fp8 uncompiled step and resident eager.
 `--phases` also times the compile phase in two fresh processes sharing one empty Inductor cache dir (cold, then
-warm) and prints warm / cold (target <= 0.10).
+warm) and prints warm / cold (target <= 0.10), for each of `--phase-paths`: `ours` (the engine's `RegionalCompile`,
+what `run --compile regional` does) and `diffusers` (`compile_repeated_blocks`; the report's top-level keys), each
+with its graphs, cache hits and Dynamo's compile timers (where a warm start's seconds go).
 
 Usage: python -m benchmarks.compile_stream --model flux --budgets 24 8 --phases --out compile_stream.json
        python -m benchmarks.compile_stream --model wan --budgets 8 16 --iters 2
-       (`--device cpu --model flux-small --backend eager --budgets 0.001` smoke-runs the script itself.)
+       (`--device cpu --model flux-small --backend eager --budgets 0.001` smoke-runs the script itself;
+        `--device cpu --model flux-small --backend inductor --budgets --phases --text-tokens 32` the phases.)
 """
 
 from __future__ import annotations
@@ -239,28 +242,56 @@ def fp8_runs(spec: dict[str, Any], inputs: dict[str, Any], device: torch.device,
     return result
 
 
+PHASE_PATHS = ("ours", "diffusers")
+CACHE_COUNTERS = ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass", "autograd_cache_hit",
+                  "autograd_cache_miss", "autograd_cache_saved", "autograd_cache_bypass")
+
+
+def _compile_ours(model: torch.nn.Module, device: torch.device, backend: str) -> Any:
+    """The engine's `--compile regional` on `model`: `RegionalCompile` as `Engine.load` builds it, turned on as a
+    request's decision does (`begin`)."""
+    from omni_console.engine.planning.compile_choice import CompileForecast
+    from omni_console.engine.running.request_compile import RegionalCompile
+
+    regional = RegionalCompile("regional", backend, [model], device)
+    regional.begin(CompileForecast("regional", True, "asked", expect="cold"))
+    return regional
+
+
 def phase_only(args: Any) -> None:
     """One fresh process's compile phase (`--phase-only`): the resident model's first compiled forward minus a
-    compiled forward after it; printed as one JSON line."""
+    compiled forward after it, through `--phase-path` (ours: the engine's regional compile; diffusers: its
+    `compile_repeated_blocks`); printed as one JSON line with Dynamo's graphs, the cache counters and every
+    compile timer of 0.05 s or more (`torch._dynamo.utils.compilation_time_metrics`: where the seconds went)."""
+    from torch._dynamo.utils import compilation_time_metrics, counters
+
     spec = MODELS[args.model]
     device = torch.device(args.device)
     model = build(spec, device)
     inputs = _inputs(spec, device, args.text_tokens)
-    model.compile_repeated_blocks(backend=args.backend, fullgraph=True, dynamic=False)
+    if args.phase_path == "ours":
+        _compile_ours(model, device, args.backend)
+    else:
+        model.compile_repeated_blocks(backend=args.backend, fullgraph=True, dynamic=False)
     first = _first_forward_s(model, inputs, device)
     steady = _first_forward_s(model, inputs, device)
-    print(json.dumps({"first_s": first, "steady_s": steady, "compile_phase_s": max(first - steady, 0.0),
-                      "dynamo_compile_s": CompileWatch.snapshot().seconds}))
+    done = CompileWatch.snapshot()
+    found = {**counters["inductor"], **counters["aot_autograd"]}
+    timers = {k: round(sum(v), 3) for k, v in compilation_time_metrics.items() if sum(v) >= 0.05}
+    print(json.dumps({"path": args.phase_path, "first_s": first, "steady_s": steady,
+                      "compile_phase_s": max(first - steady, 0.0), "dynamo_compile_s": done.seconds,
+                      "graphs": done.compiles, "recompiles": done.recompiles,
+                      "cache": {k: found[k] for k in CACHE_COUNTERS if found.get(k)}, "timers": timers}))
 
 
-def phases(args: Any) -> dict[str, Any]:
-    """Cold then warm compile phase, each in a fresh process, one Inductor cache dir."""
+def _phase_pair(args: Any, path: str) -> dict[str, Any]:
+    """Cold then warm compile phase through `path`, each in a fresh process, one fresh Inductor cache dir."""
     with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "TRITON_CACHE_DIR": str(Path(cache) / "triton")}
         runs = []
         for _ in ("cold", "warm"):
-            done = subprocess.run([sys.executable, "-m", "benchmarks.compile_stream", "--phase-only", "--model",
-                                   args.model, "--device", args.device, "--backend", args.backend,
+            done = subprocess.run([sys.executable, "-m", "benchmarks.compile_stream", "--phase-only", "--phase-path",
+                                   path, "--model", args.model, "--device", args.device, "--backend", args.backend,
                                    *(["--text-tokens", str(args.text_tokens)] if args.text_tokens else [])],
                                   env=env, capture_output=True, text=True, timeout=600)
             if done.returncode != 0:
@@ -269,8 +300,22 @@ def phases(args: Any) -> dict[str, Any]:
     cold, warm = runs
     result = {"cold": cold, "warm": warm,
               "warm_over_cold": harness.ratio(warm["compile_phase_s"], cold["compile_phase_s"])}
-    log(f"compile phase cold {cold['compile_phase_s']:.1f} s, warm {warm['compile_phase_s']:.1f} s "
-        f"({result['warm_over_cold']}x)")
+    log(f"{path}: compile phase cold {cold['compile_phase_s']:.2f} s ({cold['graphs']} graphs), warm "
+        f"{warm['compile_phase_s']:.2f} s ({warm['graphs']} graphs, {warm['cache']}) ({result['warm_over_cold']}x)")
+    return result
+
+
+def phases(args: Any) -> dict[str, Any]:
+    """Each of `--phase-paths`: cold then warm in two fresh processes sharing a cache dir of its own (so no path
+    starts warm from another's entries). The top-level keys are diffusers' path (as before); `ours` is the
+    engine's regional compile, the path `run --compile regional` takes."""
+    result: dict[str, Any] = {}
+    for path in args.phase_paths:
+        pair = _phase_pair(args, path)
+        if path == "diffusers":
+            result.update(pair)
+        else:
+            result[path] = pair
     return result
 
 
@@ -284,7 +329,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="also run fp8 storage streamed, uncompiled and compiled (every block in the ring)")
     parser.add_argument("--text-tokens", type=int, default=None,
                         help="fewer text tokens than the preset's 512 (a quicker CPU smoke run)")
+    parser.add_argument("--phase-paths", nargs="+", choices=PHASE_PATHS, default=list(PHASE_PATHS),
+                        help="paths --phases times (ours: the engine's; diffusers: compile_repeated_blocks)")
     parser.add_argument("--phase-only", action="store_true", help=argparse_hidden())
+    parser.add_argument("--phase-path", choices=PHASE_PATHS, default="diffusers", help=argparse_hidden())
     args = parser.parse_args(argv)
     CompileWatch.watch()
     if args.phase_only:

@@ -128,7 +128,8 @@ if [[ $what == compile ]]; then  # issue 40: regional compile on streamed blocks
   timeout 560 python3 -m benchmarks.compile_stream --model flux --budgets 24 8 --stream-dtype float8_e4m3fn \
     --out "$OUT/compile_stream.json" "$@" 2>&1 | grep --line-buffered -v "kept in float32" > "$OUT/compile.log"
 fi
-if [[ $what == compile-phases ]]; then  # issue 40: the compile phase, cold then warm, in two fresh processes
+if [[ $what == compile-phases ]]; then  # issue 40: the compile phase, cold then warm, in two fresh processes, for
+  # the engine's regional compile (compile_phase.ours) and diffusers' compile_repeated_blocks, each with its timers
   timeout 560 python3 -m benchmarks.compile_stream --model flux --budgets --phases \
     --out "$OUT/compile_phases.json" "$@" 2>&1 | grep --line-buffered -v "kept in float32" > "$OUT/compile_phases.log"
 fi
