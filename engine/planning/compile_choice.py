@@ -21,11 +21,14 @@ COMPUTE_GAIN = 0.18
 """Estimated share of a block's compute that regional compile saves on a GPU: Wan-14B one forward on an H100,
 resident eager 4.60 s against resident compiled 3.77 s (diffusers PR #11605); Flux on an RTX 4090 32.60 -> 25.85 s
 (diffusers docs). Replaced by nothing measured here yet: the plan says "estimated"."""
-COLD_SECONDS_PER_CLASS = 25.0
-"""Estimated cold compile (Inductor, default mode) of one block class at one shape; sglang measured regional cold
-compile of a whole DiT at 8.1 s on an H200 (PR #28193); larger video blocks take longer. Estimated."""
-WARM_SHARE = 0.10
-"""A warm start (Inductor's FX graph cache hit) as a share of the cold one, until one is measured. Estimated."""
+COLD_SECONDS_PER_CLASS = 15.0
+"""Estimated cold compile (Inductor, default mode) of one block class at one shape, until one is measured: on an
+H100 (docs/benchmarks.md, 2026-12-07) a Flux-dev-size DiT's two block classes took 22.9 s (11.5 s a class) and a
+Wan-14B-size DiT's one 15.3 s; sglang measured a whole DiT's regional compile at 8.1 s on an H200 (PR #28193)."""
+WARM_SHARE = 0.30
+"""A warm start (every graph from Inductor's FX graph and AOTAutograd caches; Dynamo still traces each graph) as a
+share of the cold one, until one is measured: 0.28 on the H100 (6.5 s against 22.9 s, the Flux-dev-size DiT),
+0.17-0.24 on a 2-core CPU."""
 WORKSPACE_SHARE = 0.5
 """Compile workspace (autotuning scratch, Inductor's extra buffers) as a share of the largest block's device
 bytes, until one is measured. Estimated."""
