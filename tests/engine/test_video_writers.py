@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
+from fractions import Fraction
+from typing import NamedTuple
 
 import av
 import numpy as np
@@ -32,11 +34,20 @@ def make_frames(count: int, width: int = WIDTH, height: int = HEIGHT) -> list[Im
     return frames
 
 
-def decode_mp4(path) -> tuple[list[np.ndarray], av.video.stream.VideoStream, str]:
+class Decoded(NamedTuple):
+    frames: list[np.ndarray]
+    rate: Fraction
+    size: tuple[int, int]
+    codec: str
+
+
+def decode_mp4(path) -> Decoded:
+    """The frames and the stream's rate, size and codec, each read while the container is open (PyAV 18.1.1
+    refuses a closed container's stream attributes)."""
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         frames = [f.to_ndarray(format="rgb24") for f in container.decode(stream)]
-        return frames, stream, stream.codec_context.name
+        return Decoded(frames, stream.average_rate, (stream.width, stream.height), stream.codec_context.name)
 
 
 def animation_frames(path) -> tuple[list[np.ndarray], list[int], dict]:
@@ -56,10 +67,10 @@ def test_mp4_has_every_frame_size_and_rate(tmp_path, count, fps):
     frames = make_frames(count)
     target = check_output(tmp_path / "clip.mp4", video=True, frames=count)
     assert write_result(frames, target, fps=fps) == [tmp_path / "clip.mp4"]
-    decoded, stream, codec = decode_mp4(tmp_path / "clip.mp4")
+    decoded, rate, size, codec = decode_mp4(tmp_path / "clip.mp4")
     assert len(decoded) == count
-    assert (stream.width, stream.height) == (WIDTH, HEIGHT)
-    assert float(stream.average_rate) == fps
+    assert size == (WIDTH, HEIGHT)
+    assert float(rate) == fps
     assert codec == ("h264" if video_encoders.mp4_codec() == "libx264" else "mpeg4")
     # frames in order: the red ramp rises frame by frame (lossy codec: compare means, not pixels)
     reds = [frame[..., 0].mean() for frame in decoded]
@@ -70,8 +81,8 @@ def test_mp4_has_every_frame_size_and_rate(tmp_path, count, fps):
 def test_mp4_at_an_ntsc_rate(tmp_path):
     target = check_output(tmp_path / "ntsc.mp4", video=True)
     write_result(make_frames(5), target, fps=24000 / 1001)
-    _, stream, _ = decode_mp4(tmp_path / "ntsc.mp4")
-    assert abs(float(stream.average_rate) - 24000 / 1001) < 1e-3
+    rate = decode_mp4(tmp_path / "ntsc.mp4").rate
+    assert abs(float(rate) - 24000 / 1001) < 1e-3
 
 
 def test_mp4_falls_back_to_mpeg4_without_h264(tmp_path, monkeypatch):
@@ -80,10 +91,10 @@ def test_mp4_falls_back_to_mpeg4_without_h264(tmp_path, monkeypatch):
     try:
         target = check_output(tmp_path / "fallback.mp4", video=True)
         write_result(make_frames(5), target, fps=10)
-        decoded, stream, codec = decode_mp4(tmp_path / "fallback.mp4")
+        decoded, rate, _, codec = decode_mp4(tmp_path / "fallback.mp4")
     finally:
         video_encoders.mp4_codec.cache_clear()
-    assert codec == "mpeg4" and len(decoded) == 5 and float(stream.average_rate) == 10
+    assert codec == "mpeg4" and len(decoded) == 5 and float(rate) == 10
 
 
 @pytest.mark.parametrize("suffix", [".gif", ".webp"])
@@ -143,8 +154,8 @@ def test_mp4_pads_odd_sizes_and_says_so(tmp_path):
     notes = write_notes(frames, target, fps=8)
     assert any("63x47 padded to 64x48" in note for note in notes)
     write_result(frames, target, fps=8)
-    decoded, stream, _ = decode_mp4(tmp_path / "odd.mp4")
-    assert (stream.width, stream.height) == (64, 48) and len(decoded) == 5
+    decoded, _, size, _ = decode_mp4(tmp_path / "odd.mp4")
+    assert size == (64, 48) and len(decoded) == 5
     first = decoded[0].astype(int)
     # nothing cropped: the generated pixels are there, the extra column/row repeats the edge
     assert np.abs(first[:47, :63] - np.asarray(frames[0]).astype(int)).mean() < 6
@@ -164,7 +175,7 @@ def test_no_rate_given_uses_the_default_and_says_so(tmp_path):
     target = check_output(tmp_path / "x.mp4", video=True)
     assert any("16 fps" in note for note in write_notes(make_frames(2), target, fps=None))
     write_result(make_frames(2), target, fps=None)
-    assert float(decode_mp4(tmp_path / "x.mp4")[1].average_rate) == outputs.DEFAULT_FPS
+    assert float(decode_mp4(tmp_path / "x.mp4").rate) == outputs.DEFAULT_FPS
 
 
 @pytest.mark.parametrize("fps", [0.0, -3.0, float("nan"), float("inf")])
