@@ -47,7 +47,7 @@ class BouncePool:
 
     @property
     def arena(self) -> HostArena | None:
-        """The arena while it exists (None: nobody holds it)."""
+        """The arena while it exists, held or kept idle for a reader that will want it (None: none now)."""
         return self._arena if self._arena is not None and not self._arena.closed else None
 
     @property
@@ -66,7 +66,9 @@ class BouncePool:
         if current is not None and current is not holder:
             self._holder = None
             current.yield_bounce()
-            self._wait(current)
+            if current in self._waiting:
+                self._waiting.remove(current)
+            self._waiting.append(current)
         if holder in self._waiting:
             self._waiting.remove(holder)
         if holder not in self._users:
@@ -103,8 +105,3 @@ class BouncePool:
         if self._arena is not None:
             self._arena.close()
             self._arena = None
-
-    def _wait(self, holder: BounceHolder) -> None:
-        if holder in self._waiting:
-            self._waiting.remove(holder)
-        self._waiting.append(holder)

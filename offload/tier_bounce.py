@@ -11,13 +11,13 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from .pinned import HostArena
 from .tiers import BOUNCE_SLOTS
 
 if TYPE_CHECKING:
     from .bounce_pool import BouncePool
     from .file_blocks import _FileBlock
     from .options import LoadOptions
+    from .pinned import HostArena
 
 READERS = 2 * BOUNCE_SLOTS  # reader threads: every bounce slot's reads, two chunks each, in flight
 
@@ -34,7 +34,7 @@ class BounceLifetime:
     _last: str
     _wants_bounce: bool
     _pin_bounce: bool
-    _bounce_pool: BouncePool | None
+    _bounce_pool: BouncePool  # the load's shared one, or one of its own
     _load_options: LoadOptions
 
     def _settle_queue(self, cancel: bool = False) -> None:
@@ -49,26 +49,20 @@ class BounceLifetime:
         self._wants_bounce = True
         if self.bounce is None:
             self._slot_bytes = max(fb.slot_bytes for fb in self._blocks.values())
-            nbytes, locker = BOUNCE_SLOTS * self._slot_bytes, self._load_options.page_locker
-            if self._bounce_pool is not None:
-                self.bounce = self._bounce_pool.acquire(self, nbytes, pin=self._pin_bounce, locker=locker)
-            else:
-                self.bounce = HostArena(nbytes, pin=False, locker=locker)
-                if self._pin_bounce:
-                    self.bounce.pin()  # a failure leaves it pageable (slower, synchronous copies), said by the streamer
+            self.bounce = self._bounce_pool.acquire(self, BOUNCE_SLOTS * self._slot_bytes, pin=self._pin_bounce,
+                                                    locker=self._load_options.page_locker)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(READERS, thread_name_prefix="tier-read")
 
     def _let_go(self) -> None:
         """Stop using the bounce ring: the reads queued but not started are dropped, the others and the copies
-        out of its slots finish; a shared one is then the pool's again."""
+        out of its slots finish; the arena is then the pool's again."""
         self._settle_queue(cancel=True)
         for event in self._slot_done:
             if event is not None:
                 event.synchronize()
         self._slot_done = [None] * BOUNCE_SLOTS
-        if self._bounce_pool is not None:
-            self.bounce = None
+        self.bounce = None
 
     def _close_bounce(self) -> None:
         """No read needs the bounce ring (the ring streams no file-tier block): its host bytes go."""
@@ -77,11 +71,7 @@ class BounceLifetime:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-        if self._bounce_pool is not None:
-            self._bounce_pool.release(self, done=True)
-        elif self.bounce is not None:
-            self.bounce.close()
-            self.bounce = None
+        self._bounce_pool.release(self, done=True)  # its last user: the arena goes
 
     # ------------------------------------------------------------------ a ring shared with the load's other readers
     def yield_bounce(self) -> None:
@@ -98,6 +88,6 @@ class BounceLifetime:
         """Between stages (a layer-streamed encoder's): give a shared ring back to the reader it was taken from (the
         DiT's), if one waits for it; the next stage's first read takes it again. Else it stays, as a ring of its
         own does, read ahead for the next stage."""
-        if self._bounce_pool is not None and self.bounce is not None and self._bounce_pool.waiting:
+        if self.bounce is not None and self._bounce_pool.waiting:
             self._let_go()
             self._bounce_pool.release(self)

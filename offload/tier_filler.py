@@ -29,11 +29,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from .block_packing import Block, plan_block, reject_shared_ranges, unique_tensors
+from .bounce_pool import BouncePool
 from .copy_ledger import CopyLedger
 from .deferred_weights import DeferredWeights
 from .devices import current_stream, placeholder, rebind, stream_context
@@ -47,10 +48,8 @@ from .tier_bounce import READERS, BounceLifetime
 from .tier_files import TierFiles
 from .tiers import BOUNCE_SLOTS, Tier
 
-if TYPE_CHECKING:
-    from .bounce_pool import BouncePool
-
 __all__ = ["READERS", "TierReadStats", "TieredFiller"]
+
 
 class TieredFiller(BounceLifetime, HostCopyFiller):
     """Fills slots from the pinned arena or from the weight files, as each block's tier says; blocks the host
@@ -82,8 +81,8 @@ class TieredFiller(BounceLifetime, HostCopyFiller):
         self._noted: dict[str, list[NotedPiece]] = {}
         self.pin_fallback: PinFallback | None = None  # set when page-locking stopped part way
         self._pin_bounce = True
-        # the load's shared bounce arena (None: a ring of its own); `_wants_bounce`: reads need a ring, held or not
-        self._bounce_pool: BouncePool | None = load_options.bounce_pool
+        # the load's shared bounce arena, else a pool of its own; `_wants_bounce`: reads need a ring, held or not
+        self._bounce_pool = load_options.bounce_pool or BouncePool()
         self._wants_bounce = False
         self._last = ""  # the block the ring filled last: read-ahead resumes after it
 
