@@ -35,6 +35,7 @@ __all__ = [
     "build_tiny_pixart_sigma",
     "build_tiny_sd3",
     "build_tiny_wan",
+    "write_wide_wan",
 ]
 
 FAMILY_GENERATION: dict[str, dict[str, Any]] = {
@@ -274,6 +275,22 @@ def make_wan_pipeline(seed: int):
 build_tiny_wan = _builder(
     "wan", make_wan_pipeline, WAN_LAYOUT, "A tiny WanPipeline (text-to-video, 3 DiT blocks) at ``path``."
 )
+
+
+def write_wide_wan(path: Path, d_ff: int | None = None) -> Path:
+    """The tiny Wan pipeline at `path` with a 6-layer UMT5, more layers than a layer ring's 2 slots, so it streams
+    layer by layer (`d_ff`: wider feed-forwards, so that its layers are most of its bytes)."""
+    import torch
+    from transformers import UMT5EncoderModel
+
+    pipe = make_wan_pipeline(0)
+    torch.manual_seed(5)
+    config = tiny_t5_config(len(pipe.tokenizer), layers=6, umt5=True)
+    if d_ff is not None:
+        config.d_ff = d_ff
+    pipe.text_encoder = UMT5EncoderModel(config).eval()
+    save_pipeline(pipe, path, class_names=WAN_LAYOUT, shard_transformer=False, variant=None, keep_default=False)
+    return path
 
 
 build_tiny_ltx = _builder(

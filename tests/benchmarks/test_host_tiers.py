@@ -26,6 +26,14 @@ def _harness(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[st
                           text=True, timeout=timeout)
 
 
+def _cpu_preset(preset: str, folder: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    """Run one CPU preset of the harness under a tiny host limit, writing its report to `out`; it must succeed."""
+    done = _harness("--presets", preset, "--cpu", "--dir", str(folder), "--host-margin-mb", "256",
+                    "--max-hold", str(4 * MiB), "--rate-gb", "0.01", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
 def _locked_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmLck:"):
@@ -359,9 +367,7 @@ def test_the_resident_reference_is_given_the_tiered_runs_vae_tiling_and_matches_
     """At 128² the demo VAE's tiles (64²) change the pixels: a reference decoded untiled differs by up to 135 of 255
     (measured); with the tiered run's `--vae-tiling on` it is the same image, bit for bit."""
     out = tmp_path / "r.json"
-    done = _harness("--presets", "tiny-ref", "--cpu", "--dir", str(tmp_path / "demo"), "--host-margin-mb", "256",
-                    "--max-hold", str(4 * MiB), "--rate-gb", "0.01", "--out", str(out))
-    assert done.returncode == 0, done.stderr[-2000:]
+    _cpu_preset("tiny-ref", tmp_path / "demo", out)
     entry = json.loads(out.read_text())["presets"][0]
     assert entry["run_doc"]["policy"]["vae_tiling"] == "on"
     assert entry["resident"]["matched_from"] == "run_doc.policy"
@@ -375,9 +381,7 @@ def test_the_resident_reference_is_given_the_tiered_runs_vae_tiling_and_matches_
 @pytest.mark.slow
 def test_the_tiny_a14b_preset_writes_two_fp8_experts_and_times_the_switch_step(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    done = _harness("--presets", "tiny-a14b", "--cpu", "--dir", str(tmp_path / "a14b"), "--host-margin-mb", "256",
-                    "--max-hold", str(4 * MiB), "--rate-gb", "0.01", "--out", str(out))
-    assert done.returncode == 0, done.stderr[-2000:]
+    _cpu_preset("tiny-a14b", tmp_path / "a14b", out)
     entry = json.loads(out.read_text())["presets"][0]
     assert entry["run"]["returncode"] == 0 and entry["plan_doc"]["forecast"]["stream_dtype"] == "float8_e4m3fn"
     r = entry["ratios"]
@@ -390,9 +394,7 @@ def test_the_tiny_a14b_preset_writes_two_fp8_experts_and_times_the_switch_step(t
 @pytest.mark.slow
 def test_the_tiny_preset_runs_the_whole_harness_on_the_cpu_under_a_tiny_host_limit(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    done = _harness("--presets", "tiny", "--cpu", "--dir", str(tmp_path / "demo"), "--host-margin-mb", "256",
-                    "--max-hold", str(4 * MiB), "--rate-gb", "0.01", "--out", str(out))
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = _cpu_preset("tiny", tmp_path / "demo", out)
     report = json.loads(out.read_text())
     entry = report["presets"][0]
     assert entry["host_limit"]["held"] == 4 * MiB and entry["host_limit"]["alive_after"] is True

@@ -10,9 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tiny_families import WAN_LAYOUT, make_wan_pipeline
+from tiny_families import write_wide_wan
 
-from omni_console.engine.demo.demo_model import save_pipeline, tiny_t5_config
 from omni_console.engine.engine import Engine
 from omni_console.engine.options import EngineOptions
 from omni_console.engine.running.runner import GenerateRequest
@@ -20,22 +19,11 @@ from omni_console.offload.layer_stage import LayerStage
 from omni_console.offload.pinned import PAGE, arena_bytes_held
 from omni_console.offload.policy import build_policy
 
-LAYERS = 6
-
 
 @pytest.fixture(scope="module")
 def wide_wan(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny Wan pipeline with a UMT5 whose layers are most of its bytes (so a second copy shows)."""
-    from transformers import UMT5EncoderModel
-
-    path = tmp_path_factory.mktemp("once") / "wan"
-    pipe = make_wan_pipeline(0)
-    torch.manual_seed(5)
-    config = tiny_t5_config(len(pipe.tokenizer), layers=LAYERS, umt5=True)
-    config.d_ff = 1024  # wide feed-forwards: the layers are most of the encoder's bytes
-    pipe.text_encoder = UMT5EncoderModel(config).eval()
-    save_pipeline(pipe, path, class_names=WAN_LAYOUT, shard_transformer=False, variant=None, keep_default=False)
-    return path
+    return write_wide_wan(tmp_path_factory.mktemp("once") / "wan", d_ff=1024)
 
 
 REQUEST = GenerateRequest(prompt="a red fox in snow", steps=2, height=32, width=32, seed=7,

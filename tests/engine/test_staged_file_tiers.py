@@ -14,12 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from tiny_families import WAN_LAYOUT, make_wan_pipeline
+from tiny_families import write_wide_wan
 
 from omni_console.console.cli import main
 from omni_console.engine import engine as engine_module
-from omni_console.engine.demo.demo_model import save_pipeline, tiny_t5_config
 from omni_console.engine.engine import Engine
 from omni_console.engine.options import EngineOptions
 from omni_console.engine.running.runner import GenerateRequest
@@ -42,14 +40,7 @@ STREAMED_ENCODER = (lambda: build_policy({}, 0, stream_encoders="on"),)
 @pytest.fixture(scope="module")
 def wide_wan(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny Wan pipeline with a 6-layer UMT5 (more layers than the 2 slots: it streams layer by layer)."""
-    from transformers import UMT5EncoderModel
-
-    path = tmp_path_factory.mktemp("staged_files") / "wan"
-    pipe = make_wan_pipeline(0)
-    torch.manual_seed(5)
-    pipe.text_encoder = UMT5EncoderModel(tiny_t5_config(len(pipe.tokenizer), layers=6, umt5=True)).eval()
-    save_pipeline(pipe, path, class_names=WAN_LAYOUT, shard_transformer=False, variant=None, keep_default=False)
-    return path
+    return write_wide_wan(tmp_path_factory.mktemp("staged_files") / "wan")
 
 
 def force_component_tiers(monkeypatch: pytest.MonkeyPatch, tier: Tier) -> None:
