@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..offload.pinned import HostArena
 from ..offload.units import format_bytes
 
 MEASURE_BYTES = 256 * 1024 * 1024
@@ -28,10 +29,14 @@ def measure_h2d_bandwidth(device: torch.device, nbytes: int = MEASURE_BYTES) -> 
 
     Copied the way the streamer copies (asynchronously, from page-locked memory), the best of several
     copies after a full-size warm-up: a single first copy pays for mapping the buffer and reads about a
-    third of the link's rate. Run it on the engine's worker so a UI never waits on it."""
+    third of the link's rate. Run it on the engine's worker so a UI never waits on it.
+
+    The buffer is page-locked in place (`HostArena`, as the streamer's) and unlocked and freed after: PyTorch's
+    `pin_memory=True` allocator would keep it cached for the process's life, host memory no forecast names."""
     if device.type != "cuda":
         return None
-    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    arena = HostArena(nbytes, pin=True)
+    host = arena.tensor
     dev = torch.empty(nbytes, dtype=torch.uint8, device=device)
     try:
         dev.copy_(host, non_blocking=True)  # warm-up at full size: context, copy engine, page mapping
@@ -43,9 +48,11 @@ def measure_h2d_bandwidth(device: torch.device, nbytes: int = MEASURE_BYTES) -> 
             torch.cuda.synchronize(device)
             seconds = min(seconds, time.perf_counter() - start)
     finally:
+        torch.cuda.synchronize(device)  # no copy may still read the buffer when it is unlocked
         del host, dev
+        arena.close()
         torch.cuda.empty_cache()
-    return nbytes / seconds if seconds > 0 else None
+    return nbytes / seconds if seconds > 0 and arena.pin_failure_reason is None else None
 
 
 @dataclass(frozen=True, slots=True)
