@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call: install the project from carried wheels, run every `cuda` test, then the
 # DLO benchmark. Results land in $OUT (cuda.log, bench.log, dlo_stream.json, ...).
-# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|console-previews|console-eyes|cuda-tests|cards|host-tiers-flux|host-tiers-wan|host-tiers-a14b|before-after|console-plots|cache|cache-exact|hiccups|compile|compile-phases|compile-wan|lora|all] [benchmark args...]
+# Usage on the device: bash benchmarks/gpu_run.sh [tests|bench|fp8|fp8-all|fp8-upcast|unet|e2e|video|experts|sweep|forecast|replan|load-wan|ranks|allgather|console|console-flux|console-watched|console-previews|console-eyes|cuda-tests|cards|host-tiers-flux|host-tiers-wan|host-tiers-a14b|host-rss-flux16|before-after|console-plots|cache|cache-exact|hiccups|compile|compile-phases|compile-wan|lora|all] [benchmark args...]
 # `tests` also runs benchmarks/cpu_exactness.py on the host CPU (the tiny families written by
 # tests/write_tiny_families.py). Benchmarks run from the repository root as modules: python3 -m benchmarks.NAME.
 set -uo pipefail
@@ -167,6 +167,14 @@ if [[ $what == host-tiers-flux ]]; then  # issue 35: Flux-size on a 16 GB host +
   rm -rf /tmp/wan-size /tmp/a14b-fp8  # the disk holds one of the checkpoints
   python3 -m benchmarks.host_tiers --presets flux16 nowaste --dir /tmp/flux-size --out "$OUT/host_tiers_flux.json" \
     "$@" 2>&1 | grep --line-buffered -v "kept in float32" > "$OUT/host_tiers_flux.log"
+fi
+if [[ $what == host-rss-flux16 ]]; then  # issue 35: flux16's plan (its budgets given, so no host limit is needed), RSS
+  # per phase split into anonymous, file-backed and the engine's arenas: where the 6 % over the host forecast is
+  rm -rf /tmp/wan-size /tmp/a14b-fp8  # the disk holds one of the checkpoints
+  python3 -m benchmarks.engine_e2e --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5
+  timeout ${RSS_TIMEOUT:-300} python3 -m benchmarks.process_rss run --phases --out "$OUT/process_rss_flux16.json" -- \
+    --model /tmp/flux-size --device cuda:0 --ram-budget 14.36GB --vram-budget 11.73GB --height 1024 --width 1024 \
+    --guidance 3.5 --steps 4 --seed 3 "$@" 2>&1 | grep --line-buffered -v "kept in float32" | tail -60 > "$OUT/process_rss_flux16.log"
 fi
 if [[ $what == host-tiers-wan ]]; then  # issue 35: Wan2.1-14B-size + UMT5-XXL on a 32 GB host + 12 GB card (~7 min)
   rm -rf /tmp/flux-size /tmp/a14b-fp8  # the disk holds one of the checkpoints
