@@ -3,12 +3,11 @@
 Methods block; the console calls them from a worker thread (`engine.worker.EngineWorker`) and
 follows progress through the event bus. Every failure during load releases what was placed
 (device memory and pinned host memory) and leaves the engine `failed` with the reason, ready to
-load again.
+load again. A request's run (`generate`) is the `running.generation.Generation` mixin's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import itertools
 import threading
@@ -27,7 +26,7 @@ from ..offload.pinned import HostArena, register_seconds_total
 from ..offload.policy import OffloadPolicy
 from ..offload.process_memory import release_freed_heap
 from ..offload.tiers import HostTiers
-from .events import LoadProgress, Replanned, RequestFinished, RequestPhases, RequestStarted
+from .events import LoadProgress, Replanned
 from .lifecycle import EngineState, EngineStateError, Lifecycle
 from .loading.file_sources import FileTierLoad
 from .loading.loader import LoadCancelled, pipeline_class, start_loading
@@ -39,23 +38,18 @@ from .model_dir.discovery import ModelInfo, discover_model
 from .model_dir.quant_layouts import check_fp8_device
 from .options import EngineOptions
 from .plan_flow import plan_for
-from .planning.host_profile import peak_rss, with_host_peak
 from .planning.lora_cost import with_lora
 from .planning.plan import Plan, make_plan
 from .planning.request_forecast import RequestForecast
 from .planning.request_profile import RequestSize, device_name
 from .planning.tier_support import unsupported_tiers
-from .results import GenerateResult, LoadReport, run_peak
-from .running.cache_hits import keep_hits
-from .running.call_defaults import with_call_defaults
-from .running.call_options import default_fps, requested_fps
-from .running.oom_guard import guarded_request
-from .running.order_watch import BlockOrderWatch, adopt_order, permute_profile
+from .results import GenerateResult, LoadReport
+from .running.call_options import default_fps
+from .running.generation import Generation
+from .running.order_watch import BlockOrderWatch, adopt_order
 from .running.preview_decoder import read_preview_decoder
-from .running.profiler import ProfileRecorder, forecast_check, request_size, save_quietly
-from .running.request_compile import RegionalCompile, begin_compile, finish_compile, ran_compiled
+from .running.request_compile import RegionalCompile
 from .running.residency_snapshot import ResidencyWatch
-from .running.runner import GenerateRequest, run_pipeline
 
 __all__ = ["Engine", "EngineState", "EngineStateError", "GenerateResult", "LoadReport", "default_device"]
 
@@ -64,7 +58,7 @@ def default_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
-class Engine(LoraControl, Lifecycle):
+class Engine(Generation, LoraControl, Lifecycle):
     """One model, one policy at a time, in this process (an `api.EngineHandle`)."""
 
     def __init__(self, model_path: str | Path, *, device: str | torch.device | None = None,
@@ -341,86 +335,6 @@ class Engine(LoraControl, Lifecycle):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
-
-    # ---------------------------------------------------------------- generate
-    def generate(self, request: GenerateRequest, cancel: threading.Event | None = None) -> GenerateResult:
-        with self._lock:
-            self._check_ready()
-            if request.loras is not None and tuple(request.loras) != self.options.loras:
-                self.set_loras(request.loras)  # a queued request's own LoRA set: switched between requests
-            request = with_call_defaults(self.model, request)  # where the pipeline's own would fail
-            request_id = next(self._request_ids)
-            self._set_state(EngineState.RUNNING, f"request {request_id}")
-            self.bus.publish(RequestStarted(request_id=request_id, prompt=request.prompt, steps=request.steps or 0,
-                                            height=request.height or 0, width=request.width or 0, seed=request.seed))
-            if self.device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(self.device)
-            forecast = self.forecast(request_size(request))
-            assert self.plan is not None
-            recorder = ProfileRecorder(self.pipe, self.plan, self.device)
-            measured_plan = self.plan  # the first forward may correct the block order (and the plan)
-            experts = self.placement.experts if self.placement else None
-            if experts is not None:
-                experts.begin_request(request_id, self.pipe)  # its schedule: the read ahead before each switch
-            compiling = begin_compile(self._compile, self, request, forecast, request_id)
-            start = time.perf_counter()
-            try:
-                try:
-                    with guarded_request(self, request_id) as guard:  # no OOM ends a request (oom_guard)
-                        run = run_pipeline(
-                            self.pipe, request, bus=self.bus, request_id=request_id, device=self.device,
-                            dits=[getattr(self.pipe, d.name) for d in self.model.denoisers],
-                            streamer=self.placement.streamer if self.placement else None, cancel=cancel,
-                            step_previews=self.options.step_previews, preview_decoder=self.preview_decoder)
-                except BaseException:
-                    if experts is not None:
-                        with contextlib.suppress(Exception):  # the request's own error is the one to report
-                            experts.restore()
-                    raise
-                if experts is not None:
-                    experts.restore()  # the next request starts with the first expert placed
-            except BaseException as exc:
-                recorder.close()
-                seconds = time.perf_counter() - start
-                self.bus.publish(RequestFinished(request_id=request_id, seconds=seconds, ok=False,
-                                                 error=f"{type(exc).__name__}: {exc}"))
-                self._set_state(EngineState.READY, "request failed")
-                raise
-            seconds = time.perf_counter() - start
-            release_freed_heap()  # the request's freed host transients (the peak below is VmHWM: already taken)
-            peak = run_peak(run, torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None)
-            streamer = self.placement.streamer if self.placement else None
-            profile = recorder.finish(request, run, streamer.observed_bandwidth if streamer else None)
-            if profile is not None and self.plan is not measured_plan and self.plan is not None:
-                profile = permute_profile(profile, measured_plan, self.plan)
-            host_peak = peak_rss()  # the process's peak RSS so far: what the host forecast learns from
-            if profile is not None and self.plan is not None:
-                profile = with_host_peak(profile, self.plan, host_peak, live_replan=self.live_replan)
-            stepped = tuple(guard.events) if guard is not None else ()
-            if request.cache is not None:  # its steps skipped blocks: not the model's times, only its hit rate
-                profile = None
-                keep_hits(self.model.pipeline_class, request.cache, run.steps)
-            if ran_compiled(compiling):  # compiled block times are not the eager profile the forecast scales from
-                profile = None
-            if profile is not None and not stepped and not (cancel is not None and cancel.is_set()):
-                problem = save_quietly(profile)
-                if problem:
-                    self.bus.publish(LogEvent(level="warning", message=problem))
-            check = forecast_check(request_id, forecast, run, peak, on_cpu=self.device.type == "cpu",
-                                   host_peak=host_peak)
-            self.bus.publish(check)
-            self.bus.publish(RequestPhases(request_id=request_id, frames=len(run.frames), latent_shape=run.latent_shape,
-                                           phases=dict(run.phases), vae_decode_peak_bytes=run.vae_decode_peak_bytes))
-            compiled = finish_compile(self._compile, compiling, self, request, request_id)
-            self.bus.publish(RequestFinished(request_id=request_id, seconds=seconds, ok=True))
-            self._set_state(EngineState.READY)
-            return GenerateResult(request_id, run.image, seconds, run.steps, peak, frames=run.frames,
-                                  is_video=run.is_video, fps=requested_fps(request) or self.fps,
-                                  latent_shape=run.latent_shape,
-                                  phases=run.phases, vae_decode_peak_bytes=run.vae_decode_peak_bytes, check=check,
-                                  cancelled=cancel is not None and cancel.is_set(), oom_step_downs=stepped,
-                                  peak_reserved_bytes=run.reserved_peak, audio=run.audio,
-                                  guidance=run.guidance, compile=compiled)
 
     # ---------------------------------------------------------------- block order
     def _watch_block_order(self) -> None:

@@ -86,7 +86,7 @@ async def test_q_during_a_stuck_step_exits_within_two_seconds_and_the_release_fo
         unstick.wait(60)
         raise RuntimeError("unstuck")
 
-    monkeypatch.setattr("omni_console.engine.engine.run_pipeline", stuck_pipeline)
+    monkeypatch.setattr("omni_console.engine.running.generation.run_pipeline", stuck_pipeline)
     try:
         async with app.run_test(size=(160, 50)) as pilot:
             await pilot.pause()
@@ -206,7 +206,7 @@ async def test_a_failed_request_is_in_the_event_log_not_only_a_toast(app, tmp_pa
     def failing_pipeline(*_args, **_kwargs):
         raise RuntimeError("CUDA error: an illegal memory access (injected)")
 
-    monkeypatch.setattr("omni_console.engine.engine.run_pipeline", failing_pipeline)
+    monkeypatch.setattr("omni_console.engine.running.generation.run_pipeline", failing_pipeline)
     async with app.run_test(size=(200, 60)) as pilot:
         await pilot.pause()
         await load(pilot, app)

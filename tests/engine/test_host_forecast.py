@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from omni_console.engine import engine as engine_module
 from omni_console.engine.engine import Engine
 from omni_console.engine.model_dir.blocks import BlockList
 from omni_console.engine.model_dir.discovery import ComponentInfo, ModelInfo
@@ -25,6 +24,7 @@ from omni_console.engine.planning.host_forecast import (
 from omni_console.engine.planning.host_profile import host_forecast_for, with_host_peak
 from omni_console.engine.planning.plan import make_plan
 from omni_console.engine.planning.request_profile import RequestProfile, RequestSize
+from omni_console.engine.running import generation
 from omni_console.engine.running.runner import GenerateRequest
 from omni_console.offload.policy import build_policy
 from omni_console.offload.tiers import COLD_CHUNK, HostTiers, bounce_ring_bytes
@@ -258,7 +258,7 @@ def test_the_engine_feeds_a_requests_peak_rss_to_the_next_forecast(demo_model_di
     default = engine.forecast(size, plan=first).host
     assert default is not None and default.baseline_source == "default"
     fake = default.peak_bytes + 300_000_000  # 300 MB more than forecast, as a real host might measure
-    monkeypatch.setattr(engine_module, "peak_rss", lambda: fake)
+    monkeypatch.setattr(generation, "peak_rss", lambda: fake)
     engine.load(policy)
     result = engine.generate(GenerateRequest(prompt="a fox", steps=2, height=64, width=64, seed=1, output_type="np"))
     assert result.check is not None and result.check.measured_host_peak == fake
