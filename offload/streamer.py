@@ -18,7 +18,8 @@ Composed of: a ring that runs during a forward (`SlotRing`, offload/slot_ring.py
 offload/byte_ring.py, one buffer for units of very different sizes, where the residency says
 `byte_ring`), a slot filler that owns the host arena and moves a block's bytes into a slot
 (`HostCopyFiller`, offload/slot_filler.py; `AllGatherFiller` on an AllGather rank), and a copy
-ledger (offload/copy_ledger.py). This module owns the blocks, attach/detach, re-plan and reorder.
+ledger (offload/copy_ledger.py). This module owns the blocks, attach/detach, the ring and reorder; re-plans
+between requests (which blocks are resident, from the kept masters) are offload/streamer_replan.py's.
 
 On CPU there is no asynchrony: copies are plain synchronous copies, so all copy time is exposed
 stall (a CPU cannot overlap them with compute); the protocol and the bit-exact results are the same.
@@ -28,7 +29,6 @@ Its figures (counts and bytes) are offload/streamer_figures.py's.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -43,17 +43,18 @@ from .events import EventBus, LogEvent, NullBus
 from .module_hooks import Hooks
 from .options import DEFAULT_LOAD, LoadOptions
 from .residency import BlockResidency
-from .resident_blocks import copy_resident, drop_resident, move_resident, read_resident, restore_to_arena
+from .resident_blocks import move_resident, restore_to_arena
 from .slot_filler import HostCopyFiller, SlotFiller
 from .slot_ring import Ring, SlotRing, ring_hooks
-from .stream_stats import ReplanStats, StepStats
+from .stream_stats import StepStats
 from .streamer_figures import StreamerFigures
+from .streamer_replan import StreamerReplan
 from .tier_filler import TieredFiller
 from .tiers import Tier
 from .upcast import BlockUpcast
 
 
-class LayerwiseStreamer(StreamerFigures):
+class LayerwiseStreamer(StreamerReplan, StreamerFigures):
     """Streams the blocks of one or more block lists (execution order) through its device slots.
 
     `residency` (one flag per block, in execution order, and the slot count) is the plan's
@@ -193,65 +194,6 @@ class LayerwiseStreamer(StreamerFigures):
         if self.ring is not None:
             self.ring.close()
 
-    def replan(self, residency: BlockResidency, active: Sequence[bool] | None = None) -> ReplanStats:
-        """Carry out another residency between requests, from the masters: the arena's, or (a block whose
-        master is in a page-cache or disk tier) read from its files; no repacking.
-
-        Blocks that become resident get a device copy of their region; blocks that become streamed
-        free theirs and join the ring; the ring is rebuilt with the new depth. Needs `keep_masters`.
-        `active` parks the blocks it marks False (see the class); default: every block active. Between
-        two forwards (an expert switch inside a request) it is as safe as between requests: it waits
-        for the device before it frees anything.
-        """
-        if not self.keep_masters:
-            raise RuntimeError("this streamer keeps no host copy of its resident blocks: load with live re-plan on")
-        if not self._attached:
-            raise RuntimeError("replan needs an attached streamer")
-        if residency.num_blocks != len(self._blocks):
-            raise ValueError(f"residency covers {residency.num_blocks} blocks, the streamer holds {len(self._blocks)}")
-        start = time.perf_counter()
-        self._clear_ring()
-        self._remove_hooks()
-        copied = freed = 0
-        pairs = list(zip(self._blocks, residency.resident, strict=True))
-        upcast = self._upcast.keep(self._blocks, residency.upcast_flags) if self._upcast else ()  # made again
-        for b, resident in pairs:  # every release before any copy: the peak never holds both sets
-            if b.resident and (not resident or b.name in upcast):
-                freed += self._drop_resident(b)
-                b.resident = False
-        files = file_bytes = 0
-        for b, resident in pairs:
-            if resident and not b.resident:
-                b.resident = True
-                n = self._make_resident(b)
-                copied += n
-                if self._from_files(b):
-                    files, file_bytes = files + 1, file_bytes + n
-        self.active = self._check_active(active)
-        self._streamed = self._ring_blocks()
-        self.residency = residency
-        self._resident_bytes = sum(b.tensor_bytes for b in self._blocks if b.resident)
-        ring_before = self._ledger.h2d_bytes
-        self._build_ring()
-        synchronize(self.device)
-        return ReplanStats(copied_bytes=copied, freed_bytes=freed, ring_bytes=self._ledger.h2d_bytes - ring_before,
-                           seconds=time.perf_counter() - start, file_blocks=files, file_bytes=file_bytes)
-
-    def read_ahead_for(self, residency: BlockResidency | None, active: Sequence[bool] | None = None) -> list[str]:
-        """Start reading, from their files, the first blocks that `replan(residency, active)` will take (the
-        ones it makes resident, then its ring's), in the bounce slots the ring's wrap-around would use, so a
-        re-plan at the next forward (an expert switch) finds them read. None stops it. Returns the blocks
-        read ahead ([]: none is in a file tier)."""
-        if not isinstance(self.filler, TieredFiller):
-            return []
-        if residency is None:
-            return self.filler.read_next([])
-        flags = self._check_active(active)
-        pairs = list(zip(self._blocks, residency.resident, flags, strict=True))
-        first = [b.name for b, r, _ in pairs if r and not b.resident]  # `replan` makes these resident first
-        ring = [b.name for b, r, a in pairs if a and not r]
-        return self.filler.read_next(first + ring)
-
     def region_bytes(self, names: Sequence[str]) -> int:
         """Bytes of the named blocks' packed regions."""
         wanted = set(names)
@@ -279,24 +221,6 @@ class LayerwiseStreamer(StreamerFigures):
             self._clear_ring()
             self._remove_hooks()
             self._build_ring()
-
-    def watch_resident(self, watch: Callable[[Block], None]) -> None:
-        """Call `watch(block)` each time a block gets a fresh device copy of its master (a re-plan, an expert
-        switch, `refresh_resident`), after its fp8 upcast if kept: what was written into the last copy is gone."""
-        self._resident_watchers.append(watch)
-
-    def refresh_resident(self, names: Sequence[str]) -> int:
-        """Give the named resident blocks fresh device copies of their masters, undoing whatever was written into
-        the old ones (a merged LoRA), one block at a time; needs `keep_masters`. Returns the bytes copied."""
-        if not self.keep_masters:
-            raise RuntimeError("this streamer keeps no host copy of its resident blocks")
-        wanted, copied = set(names), 0
-        for b in self._blocks:
-            if b.resident and b.name in wanted:
-                self._drop_resident(b)
-                copied += self._make_resident(b)
-        synchronize(self.device)
-        return copied
 
     @property
     def blocks(self) -> list[Block]:
@@ -413,29 +337,6 @@ class LayerwiseStreamer(StreamerFigures):
             ring_hooks(self._hooks, b.module, self.ring, k, self._ledger, b.name, self.device)
         self.ring.open(self.residency.slots)
         self._apply_skips()
-
-    def _from_files(self, b: Block) -> bool:
-        """Whether block b's master is in its files (a page-cache or disk tier), not in the arena."""
-        return isinstance(self.filler, TieredFiller) and b.name in self.filler.file_blocks
-
-    def _make_resident(self, b: Block) -> int:
-        """Give a packed block its own device copy of its region (from the arena, or read from its files
-        through the bounce ring, as the ring would) and bind it there; returns bytes copied."""
-        if self._from_files(b):
-            n = read_resident(b, self.filler, self.device)
-        else:
-            assert self.filler.arena is not None
-            n = copy_resident(b, self.filler.arena, self.device, self._ledger.clock)
-        if self._upcast is not None:
-            self._upcast.hold(b)  # resident fp8: upcast before each forward (or once, if kept upcast)
-        for watch in self._resident_watchers:
-            watch(b)
-        return n
-
-    def _drop_resident(self, b: Block) -> int:
-        """Free a resident block's device copy (its master stays in the arena); returns bytes freed."""
-        upcast = self._upcast.drop(b) if self._upcast is not None else 0  # a block kept upcast: its copies
-        return drop_resident(b, self.device) + upcast
 
     def _abort_attach(self) -> None:
         """Undo a failed attach: hooks off, slots freed, arena unregistered; weights kept on host."""

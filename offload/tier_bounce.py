@@ -3,7 +3,8 @@ where the load shares one ring among its readers (offload/bounce_pool.py), lent 
 
 A mixin of `TieredFiller` (offload/tier_filler.py), whose state it reads: `_blocks` (the file-tier blocks),
 `bounce` (the arena while held), `_slot_bytes`, `_pool` (the reader threads), `_slot_done` (each slot's last
-copy out), the read-ahead queue (`_settle_queue`, `_top_up`, `_order`, `_last`) and `_bounce_pool`.
+copy out), the read-ahead queue (`_settle_queue`, `_top_up`, `_order`, `_last`: offload/tier_read_ahead.py,
+whose `TierReadAhead` builds on this class) and `_bounce_pool`.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ dtype than the block holds are converted on the host as the load would have conv
 
 Reads run ahead in the ring's order on a small thread pool, several at once (each run split into
 `READ_CHUNK` reads), so a block's bytes are usually in its bounce slot when the ring asks for it; a
-bounce slot is read into again only after the device copy out of it has finished (its CUDA event).
+bounce slot is read into again only after the device copy out of it has finished (its CUDA event): the
+read-ahead queue is offload/tier_read_ahead.py's, the bounce ring's lifetime offload/tier_bounce.py's.
 Host memory for file-tier blocks is the bounce ring alone, whatever their number, and only while it is used:
 it is opened when the ring streams a file-tier block or a re-plan's blocks are read ahead (`read_next`), and
 closed when neither is so (`keep_open`, two experts: opened at load, kept for the switches). Where the load
@@ -25,7 +26,6 @@ a pageable buffer of its own size, freed at once (`_fill_direct`).
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -39,19 +39,20 @@ from .copy_ledger import CopyLedger
 from .deferred_weights import DeferredWeights
 from .devices import current_stream, placeholder, rebind, stream_context
 from .file_blocks import TierReadStats, _Copy, _FileBlock, _Pending, _Stored
-from .file_spans import Extent, Run, chunks, plan_runs
+from .file_spans import Extent, chunks, plan_runs
 from .options import DEFAULT_LOAD, LoadOptions
 from .pin_fallback import NotedPiece, PinFallback, from_files, note_pieces, refused_blocks
 from .pinned import HostArena, typed_view
 from .slot_filler import HostCopyFiller
-from .tier_bounce import READERS, BounceLifetime
+from .tier_bounce import READERS
 from .tier_files import TierFiles
+from .tier_read_ahead import TierReadAhead
 from .tiers import BOUNCE_SLOTS, Tier
 
 __all__ = ["READERS", "TierReadStats", "TieredFiller"]
 
 
-class TieredFiller(BounceLifetime, HostCopyFiller):
+class TieredFiller(TierReadAhead, HostCopyFiller):
     """Fills slots from the pinned arena or from the weight files, as each block's tier says; blocks the host
     refuses to page-lock go to the page-cache tier (`offload.pin_fallback`)."""
 
@@ -213,114 +214,6 @@ class TieredFiller(BounceLifetime, HostCopyFiller):
     def direct_reads(self) -> bool:
         """Whether disk-tier reads bypass the page cache (O_DIRECT accepted)."""
         return self._files.direct
-
-    # ------------------------------------------------------------------ the ring's order and read-ahead
-    def order(self, streamed: Sequence[Block]) -> None:
-        """The ring's order (execution order of its blocks): reads run ahead in it. Queued reads that lead
-        the new order are kept (a prefetch, `read_next`), the others dropped; the first file-tier blocks are
-        queued at once."""
-        self._order = [b.name for b in streamed if b.name in self._blocks]
-        self._position = {name: i for i, name in enumerate(self._order)}
-        self._then = []
-        self._keep_leading(self._order)
-        if self._order:
-            self._ensure_bounce()
-            self._top_up(self._order[-1])
-        elif not self.keep_open:
-            self._close_bounce()
-
-    def read_next(self, names: Sequence[str]) -> list[str]:
-        """After the ring's last block, read `names` (the blocks a re-plan will need first, in its order: the
-        next expert's) instead of the ring's first ones again; [] stops it. Reads start as slots free up (at
-        once, if some are free), so the first `BOUNCE_SLOTS` of them are read while the ring finishes; the
-        rest follow as the re-plan takes them. Returns the file-tier blocks among the first ones."""
-        self._then = [n for n in names if n in self._blocks]
-        if self._then:
-            self._ensure_bounce()
-        self._top_up(self._order[-1] if self._order else "")
-        return self._then[:BOUNCE_SLOTS]
-
-    @property
-    def queued(self) -> list[str]:
-        """Blocks whose reads are queued or done, waiting for their copy (the ring's order)."""
-        return [p.name for p in self._queue]
-
-    def _keep_leading(self, names: Sequence[str]) -> None:
-        """Keep the queued reads that are the first of `names`, in order; wait for and drop the others."""
-        kept: deque[_Pending] = deque()
-        while self._queue:
-            p = self._queue.popleft()
-            if len(kept) < len(names) and p.name == names[len(kept)]:
-                kept.append(p)
-            else:
-                wait(p.futures)
-        self._queue = kept
-
-    def _ahead(self, after: str) -> list[str]:
-        """The blocks to read after `after`: the ring's next ones, then `read_next`'s, else the ring's again."""
-        names = self._order
-        if after in self._position:
-            at = self._position[after]
-            return names[at + 1:] + (self._then or names[: at + 1])
-        if after in self._then:  # a re-plan reading them: the next ones (its ring's come with `order`)
-            return self._then[self._then.index(after) + 1:]
-        return list(self._then)
-
-    def _top_up(self, after: str) -> None:
-        """Queue reads of the file-tier blocks that follow `after` (`_ahead`), while slots last."""
-        if self._pool is None or self.bounce is None:
-            return
-        queued = {p.name for p in self._queue}
-        for name in self._ahead(after):
-            if len(self._queue) >= BOUNCE_SLOTS:
-                break
-            if name not in queued:
-                self._queue.append(self._submit(name))
-                queued.add(name)
-
-    def _submit(self, name: str) -> _Pending:
-        busy = {p.slot for p in self._queue}
-        slot = next(s for s in range(BOUNCE_SLOTS) if s not in busy)
-        fb = self._blocks[name]
-        after = self._slot_done[slot]  # the copy out of this slot must finish before it is overwritten
-        assert self._pool is not None and self.bounce is not None
-        base = slot * self._slot_bytes
-        view = memoryview(self.bounce.tensor.numpy()).cast("B")[base : base + self._slot_bytes]
-        pending = _Pending(name, slot)
-        for run in fb.reads:
-            pending.futures.append(self._pool.submit(self._read, run, view, fb.tier, after))
-        return pending
-
-    def _read(self, run: Run, view: memoryview, tier: Tier, after: Any) -> int:
-        if after is not None:
-            after.synchronize()
-        start = time.perf_counter()
-        n = self._files.read(run, view, tier)
-        end = time.perf_counter()
-        with self._stats_lock:
-            self.stats.bytes[tier] += n
-            self.stats.seconds[tier] += max(0.0, end - max(start, self._counted_until[tier]))
-            self._counted_until[tier] = end
-        return n
-
-    def _take(self, name: str) -> _Pending:
-        """The queued read of block `name` (the ring's next one, normally); a miss drops the queue."""
-        queue = self._queue
-        if any(p.name == name for p in queue):
-            while queue[0].name != name:  # blocks the ring skipped: their slots are free again
-                wait(queue.popleft().futures)
-            return queue.popleft()
-        self._settle_queue()
-        return self._submit(name)
-
-    def _settle_queue(self, cancel: bool = False) -> None:
-        """Wait for the queued reads (`cancel`: those not started yet are dropped instead) and empty the queue."""
-        while self._queue:
-            futures = self._queue.popleft().futures
-            if cancel:
-                for f in futures:
-                    f.cancel()
-            wait(futures)
 
     # ------------------------------------------------------------------ filling a slot
     def fill(self, b: Block, out: torch.Tensor, *, sync: bool, previous: Any) -> tuple[int, Any]:
