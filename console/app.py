@@ -14,11 +14,8 @@ A full gen-2 garbage collection over a loaded pipeline plus the UI takes 0.1–0
 GIL, stalling the engine mid-step; after a load the app therefore `gc.freeze()`s what exists (the
 model, the UI) and `gc.unfreeze()`s before unload so the released model can be collected.
 
-Quit never waits for the engine: a step of a big video model can run for minutes inside one
-kernel. `q` cancels, queues the release behind the command in flight (`EngineWorker.request_shutdown`)
-and exits at once, so the terminal is back at once; `app_main.run_app` then gives the release up to
-QUIT_RELEASE_WAIT_S and ends the process (the engine thread is a daemon that is never joined).
-SIGTERM and SIGHUP take the same path (`quit_on_signal`).
+Mount (the drain timer, telemetry, the held first frames) and quit, which never waits for the engine, are
+`AppLifecycle`'s (app_lifecycle.py).
 
 Everything the app depends on can be injected (engine, worker, telemetry sources or sampler,
 bandwidth, output directory) so pilot tests run deterministically on CPU without sleeps.
@@ -42,15 +39,15 @@ from textual.notifications import Notify
 from textual.screen import Screen
 from textual.timer import Timer
 
-from ..engine.api import EngineHandle, OffloadPolicy, TelemetrySnapshot, plain, plain_lines, planner, probes, service
+from ..engine.api import EngineHandle, OffloadPolicy, TelemetrySnapshot, plain_lines, planner, probes, service
 from ..engine.errors import ConfigError
 from ..offload.units import format_seconds
-from ..themes import CSS_PATH, DEFAULT_THEME, THEMES, register_themes
+from ..themes import CSS_PATH, DEFAULT_THEME, THEMES
+from .app_lifecycle import AppLifecycle
 from .cache_commands import CacheCommands, cache_status
 from .command_done import CommandDone
 from .commands import console_commands
 from .event_router import EventRouter
-from .first_paint import FirstPaint
 from .focus_title import show_focus
 from .key_help import help_sections
 from .load_commands import LoadCommands
@@ -63,19 +60,14 @@ from .request_queue import QueueRows
 from .request_report import RequestReporter
 from .screens import CopyCommandScreen, HelpScreen, LiveScreen, NoticeLogScreen, PlanScreen
 from .session import ConsoleSession
-from .shutdown import EngineRelease, stop_key_reader
+from .shutdown import EngineRelease
 from .toasts import NARROW_WIDTH, drop_toast, max_visible_for, toast_text, toasts_replaced_by
 from .trace_commands import TraceCommands
 from .widgets import HISTORY_SAMPLES
 
 DEFAULT_PROMPT = "a lighthouse on a cliff at dusk"
-DRAIN_INTERVAL_S = 0.1
-"""How often the bus is drained; each drain updates each widget at most once."""
 DRAIN_MAX_EVENTS = 5000
 DEFAULT_OUT_DIR = Path("omni-console-out")
-QUIT_RELEASE_WAIT_S = 0.8
-"""After q has given the terminal back, the process waits at most this long for the engine's release
-(it continues on the engine thread; a process that exits first leaves the memory to the OS)."""
 
 COPY_NOTICE = ("sent to the terminal's clipboard (OSC 52: the terminal may or may not accept it; "
                "tmux and ssh often drop it) — to select by hand:")
@@ -97,8 +89,8 @@ def theme_or_error(name: str | None) -> str:
     return name
 
 
-class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands, TraceCommands, CacheCommands,
-                     App[int]):
+class OmniConsoleApp(AppLifecycle, PlanCommands, LoadCommands, RequestCommands, QueueCommands, TraceCommands,
+                     CacheCommands, App[int]):
     """The operator console. `run()` returns 0 after a clean quit."""
 
     CSS_PATH = CSS_PATH
@@ -224,85 +216,12 @@ class OmniConsoleApp(PlanCommands, LoadCommands, RequestCommands, QueueCommands,
         """The newest telemetry sample."""
         return self.router.snapshot
 
-    # ------------------------------------------------------------------ lifecycle
-
-    def on_mount(self) -> None:
-        self._ui_loop = asyncio.get_running_loop()
-        if self._quit_pending:  # a signal arrived before the event loop ran
-            self.call_later(self.action_quit)
-        self.first_paint = FirstPaint(self)  # the start-up frame stays until the plan screen has settled
-        register_themes(self, activate=self.initial_theme)
-        self.sub_title = plain(self.model.path)
-        self.push_screen(self.plan_screen)
-        self.request_forecast()  # asked of the engine thread before the imports queue there
-        self._drain_timer = self.set_interval(DRAIN_INTERVAL_S, self._tick, name="drain-events")
-        if self.start_telemetry:
-            self.sampler.sample_now(publish=True)  # the header's free memory before the first tick
-            self.sampler.start()
-        # the model's classes imported while the operator reads the plan: a load starts reading at once
-        # (a class that cannot be imported fails that load, with its one line)
-        self.worker.prepare()  # one GPU: imports; several: the rank processes start (and import)
-        if self.session.bandwidth is None and self.device_info.is_cuda:
-            future = self.worker.call(lambda engine: probes.measure_h2d_bandwidth(engine.device))
-            future.add_done_callback(lambda f: self._post_from_worker(CommandDone("bandwidth", f)))
-
-    def _display(self, screen: Screen, renderable: Any) -> None:
-        """Textual's frame output; the frames before the first screen has settled are dropped (first_paint)."""
-        first_paint = getattr(self, "first_paint", None)
-        if first_paint is not None:
-            if first_paint.holds():
-                return
-            renderable = first_paint.first_frame(screen, renderable)
-        super()._display(screen, renderable)
+    # ------------------------------------------------------------------ messages, notices, focus
 
     def _post_from_worker(self, message: Message) -> None:
         """post_message from the engine thread; a command that ends after the app has gone is dropped."""
         with contextlib.suppress(RuntimeError):  # the event loop is closed: nobody is left to tell
             self.post_message(message)
-
-    def begin_shutdown(self) -> Future[None]:
-        """Never waits for the engine: stop telemetry, cancel what waits and runs, queue the release (idempotent)."""
-        self._closed = True
-        self.service.close()
-        self.reporter.close()
-        return self.release.begin()
-
-    def shutdown(self, timeout: float | None = QUIT_RELEASE_WAIT_S) -> bool:
-        """`begin_shutdown()`, then wait at most `timeout` s for the release; True when it is done."""
-        self._closed = True
-        return self.release.wait(timeout)
-
-    async def action_quit(self) -> None:
-        """q / ctrl+q: cancel, queue the release, exit — the terminal is given back at once.
-
-        Waiting here for the release (the step in flight, then `engine.close()`) kept the screen up
-        1–2 s under load; the process's owner waits for it after the terminal is restored instead.
-        """
-        if not self.session.quit():
-            return
-        if self._drain_timer is not None:
-            self._drain_timer.stop()
-        self.begin_shutdown()
-        stop_key_reader(self._driver, self.is_headless)
-        self.exit(self.session.exit_code)
-
-    def quit_on_signal(self, signum: int) -> None:
-        """From a signal handler (SIGTERM, SIGHUP): quit like q, exit status 128 + signum.
-
-        Safe in a handler: it only hands a callback to the event loop (`call_soon_threadsafe`);
-        the quit itself runs on the UI thread.
-        """
-        self.session.exit_code = 128 + int(signum)
-        loop = self._ui_loop
-        if loop is None:
-            self._quit_pending = True  # on_mount quits
-            return
-        with contextlib.suppress(RuntimeError):  # the loop is closed: the app has already exited
-            loop.call_soon_threadsafe(self._quit_from_loop)
-
-    def _quit_from_loop(self) -> None:
-        if self.is_running:
-            self.call_later(self.action_quit)
 
     def say(self, message: str, severity: str = "information", timeout: float | None = None) -> None:
         """notify() without markup (paths and JSON contain brackets)."""

@@ -194,7 +194,7 @@ def run_app(args: argparse.Namespace) -> NoReturn:
     except ConfigError:
         app.engine.close()
         raise
-    from .app import QUIT_RELEASE_WAIT_S
+    from .app_lifecycle import QUIT_RELEASE_WAIT_S
     from .shutdown import release_wait_s
 
     app.release.collect = False  # the process ends after the app: no full collection over the model first

@@ -5,9 +5,7 @@ counted) and appear on resume; events the app's subscription dropped are counted
 `set_dropped`.
 
 The log follows the newest line unless the operator scrolled up or paused it, and its title says
-which. Following is decided here, not by `Log`'s own "was I at the end?" check: that check reads
-the scroll offset before the previous write's deferred scroll has happened, so two batches in one
-refresh left the view stuck on old lines for the rest of a request.
+which (the lines are a `FollowLog`, follow_log.py).
 
 In a multi-GPU group every rank's lines arrive here, prefixed `r{rank} `; `cycle_rank` narrows the
 log to one rank's lines (this process's own lines, with no prefix, are always shown).
@@ -18,17 +16,16 @@ from __future__ import annotations
 import re
 from collections import deque
 
-from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.markup import escape
-from textual.message import Message
 from textual.widgets import Log
 
 from omni_console.console.event_text import format_event
 
 from ...engine import events as engine_events
 from .filter_bar import FilterBar
+from .follow_log import FollowLog
 
 SHOWN_LINES = 5000
 PAUSE_BUFFER = 5000
@@ -52,71 +49,6 @@ def line_rank(line: str) -> int | None:
     """The rank that sent a log line; None for this process's own lines."""
     match = RANK_PREFIX.match(line)
     return int(match.group(1)) if match else None
-
-
-class FollowLog(Log):
-    """A `Log` that knows whether the operator wants the newest line: scrolling up (keys, wheel)
-    stops following, End (or scrolling back to the bottom) follows again."""
-
-    class FollowChanged(Message):
-        def __init__(self, following: bool) -> None:
-            super().__init__()
-            self.following = following
-
-    def __init__(self, *, max_lines: int | None = None) -> None:
-        super().__init__(max_lines=max_lines, auto_scroll=False)
-        self.following = True
-
-    def set_following(self, following: bool) -> None:
-        if following != self.following:
-            self.following = following
-            self.post_message(self.FollowChanged(following))
-        if following:
-            self.scroll_end(animate=False, x_axis=False)
-
-    def follow_newest(self) -> None:
-        """Scroll to the newest line after the next layout (the new lines' height is known then)."""
-        self.scroll_end(animate=False, x_axis=False)
-
-    def _left_the_end(self) -> None:
-        if self.max_scroll_y > 0 and self.scroll_target_y < self.max_scroll_y:
-            self.set_following(False)
-
-    def _back_at_the_end(self) -> None:
-        if self.scroll_target_y >= self.max_scroll_y:
-            self.set_following(True)
-
-    def action_scroll_up(self) -> None:
-        super().action_scroll_up()
-        self._left_the_end()
-
-    def action_page_up(self) -> None:
-        super().action_page_up()
-        self._left_the_end()
-
-    def action_scroll_home(self) -> None:
-        super().action_scroll_home()
-        self.scroll_target_y = 0
-        self._left_the_end()
-
-    def action_scroll_down(self) -> None:
-        super().action_scroll_down()
-        self._back_at_the_end()
-
-    def action_page_down(self) -> None:
-        super().action_page_down()
-        self._back_at_the_end()
-
-    def action_scroll_end(self) -> None:
-        self.set_following(True)
-
-    def _on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
-        super()._on_mouse_scroll_up(event)
-        self._left_the_end()
-
-    def _on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
-        super()._on_mouse_scroll_down(event)
-        self._back_at_the_end()
 
 
 class StagingLog(Vertical):
