@@ -217,7 +217,7 @@ class FakeAllocator:
 @pytest.mark.parametrize("decode_bytes,request_peak", [(20, 100), (300, 640)])
 def test_decode_peak_is_its_own_and_the_request_peak_is_kept(monkeypatch, decode_bytes, request_peak):
     """On CUDA the meter resets the peak counter for decode; the request's peak before it must survive."""
-    from omni_console.engine.engine import run_peak
+    from omni_console.engine.results import run_peak
     from omni_console.engine.running.request_phases import DecodeMeter
     from omni_console.engine.running.runner import RunOutput
 
