@@ -43,6 +43,7 @@ import torch
 
 from omni_console.engine.device_probes import measure_h2d_bandwidth
 from omni_console.engine.loading.stream_dtype import STREAM_DTYPES, cast_for_storage
+from omni_console.engine.planning.compile_choice import WORKSPACE_SHARE
 from omni_console.engine.planning.stream_choice import choose_streaming, profile_from_timings
 from omni_console.offload.block_compile import CompiledBlocks, CompileSettings, CompileWatch, repeated_blocks
 from omni_console.offload.block_timing import BlockTimer
@@ -84,16 +85,28 @@ def resident_runs(spec: dict[str, Any], model: torch.nn.Module, inputs: dict[str
     activation = peak(device) - weights
     model.compile_repeated_blocks(backend=args.backend, fullgraph=True, dynamic=False)
     before = CompileWatch.snapshot()
+    peak_reset(device)
     first = _first_forward_s(model, inputs, device)
+    compiling = peak(device) - weights  # the forward that compiles: Inductor's autotuning and benchmark buffers too
+    peak_reset(device)
     compiled_s, _, compiled_out = timed_forwards(model, inputs, device, args.iters, warmup=1)
+    compiled_activation = peak(device) - weights
     done = CompileWatch.snapshot() - before
     _uncompile(model)
+    largest_block = max(sum(t.numel() * t.element_size() for t in [*b.parameters(), *b.buffers()])
+                        for _, bl in blocks_of(model, spec["kind"]) for b in bl)
     figures = {"eager_step_s": eager_s, "compiled_step_s": compiled_s,
                "compiled_over_eager": harness.ratio(compiled_s, eager_s), "first_compiled_forward_s": first,
                "compile_s": done.seconds, "compiles": done.compiles, "activation_bytes": activation,
-               "weights_bytes": weights, "max_abs_diff_compiled_vs_eager": _max_diff(compiled_out, eager_out)}
+               "weights_bytes": weights, "max_abs_diff_compiled_vs_eager": _max_diff(compiled_out, eager_out),
+               # issue 40's compile workspace: what the compiling forward held above the eager one's peak, against
+               # the forecast's estimate (engine/planning/compile_choice.py WORKSPACE_SHARE x the largest block)
+               "compiling_forward_peak_bytes": compiling, "compiled_activation_bytes": compiled_activation,
+               "compile_workspace_bytes": max(0, compiling - activation),
+               "workspace_estimate_bytes": int(WORKSPACE_SHARE * largest_block)}
     log(f"resident eager {eager_s:.4f} s, compiled (diffusers) {compiled_s:.4f} s "
-        f"({figures['compiled_over_eager']}x), compile {done.seconds:.1f} s")
+        f"({figures['compiled_over_eager']}x), compile {done.seconds:.1f} s; compile workspace "
+        f"{figures['compile_workspace_bytes'] / GB:.3f} GB (estimated {figures['workspace_estimate_bytes'] / GB:.3f})")
     return figures, eager_out, compiled_out
 
 

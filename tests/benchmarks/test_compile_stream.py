@@ -26,6 +26,8 @@ def test_the_cpu_smoke_run_reports_ratios_recompiles_and_exactness(tmp_path):
     fp8 = report["fp8"]  # the eager backend runs eager's kernels: the compiled fp8 step equals the uncompiled one
     assert fp8["recompiles_after_warmup"] == 0 and fp8["max_abs_diff_compiled_vs_fp8_eager"] == 0.0
     assert fp8["compiled_over_fp8_eager"] > 0 and fp8["compiled_over_resident_bf16_eager"] > 0
+    resident = report["resident"]  # the compile workspace beside its estimate (0 on a CPU: no allocator peak)
+    assert resident["compile_workspace_bytes"] == 0 and resident["workspace_estimate_bytes"] > 0
 
 
 @pytest.mark.slow  # four fresh processes (cold and warm, for each path)
