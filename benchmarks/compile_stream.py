@@ -61,6 +61,11 @@ def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).abs().max())
 
 
+def _module_bytes(m: torch.nn.Module) -> int:
+    """Bytes of a module's parameters and buffers."""
+    return sum(t.numel() * t.element_size() for t in [*m.parameters(), *m.buffers()])
+
+
 def _uncompile(model: torch.nn.Module) -> None:
     """Undo diffusers' `compile_repeated_blocks` (it sets each block's `_compiled_call_impl`)."""
     for m in model.modules():
@@ -93,8 +98,7 @@ def resident_runs(spec: dict[str, Any], model: torch.nn.Module, inputs: dict[str
     compiled_activation = peak(device) - weights
     done = CompileWatch.snapshot() - before
     _uncompile(model)
-    largest_block = max(sum(t.numel() * t.element_size() for t in [*b.parameters(), *b.buffers()])
-                        for _, bl in blocks_of(model, spec["kind"]) for b in bl)
+    largest_block = max(_module_bytes(b) for _, bl in blocks_of(model, spec["kind"]) for b in bl)
     figures = {"eager_step_s": eager_s, "compiled_step_s": compiled_s,
                "compiled_over_eager": harness.ratio(compiled_s, eager_s), "first_compiled_forward_s": first,
                "compile_s": done.seconds, "compiles": done.compiles, "activation_bytes": activation,
@@ -119,7 +123,7 @@ def profile_of(model: torch.nn.Module, inputs: dict[str, Any], device: torch.dev
         sync(device)
     compute, _ = timer.take()
     timer.remove()
-    block_bytes = tuple(sum(t.numel() * t.element_size() for t in [*b.parameters(), *b.buffers()]) for b in blocks)
+    block_bytes = tuple(_module_bytes(b) for b in blocks)
     return profile_from_timings(block_bytes, compute, eager_s, 1, activation), block_bytes
 
 
@@ -129,7 +133,7 @@ def streamed_runs(spec: dict[str, Any], model: torch.nn.Module, inputs: dict[str
     lists = blocks_of(model, spec["kind"])
     blocks = [b for _, bl in lists for b in bl]
     profile, block_bytes = profile_of(model, inputs, device, blocks, eager_s, activation)
-    non_block = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]) - sum(block_bytes)
+    non_block = _module_bytes(model) - sum(block_bytes)
     for b in blocks:
         b.to("cpu")
     gc.collect()
