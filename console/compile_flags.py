@@ -37,8 +37,10 @@ def compile_row(c: dict[str, Any]) -> tuple[str, str]:
         return "compile", f"off ({c['why']})"
     phase = (f"{c['seconds']:.1f} s {c['expect']} (forecast {c['forecast_seconds']:.1f} s)"
              if c["expect"] in ("cold", "warm") else f"{c['seconds']:.1f} s ({c['expect']})")
+    workspace = c.get("workspace_bytes")
+    measured = f"; workspace {workspace / 2**20:,.0f} MiB" if workspace is not None else ""
     return "compile (regional)", (f"{phase}; {c['compiles']} compiled, {c['recompiles']} recompiles, "
-                                  f"{c['graph_breaks']} graph breaks")
+                                  f"{c['graph_breaks']} graph breaks{measured}")
 
 
 def describe_compile_phase(event: Any) -> str:
@@ -49,5 +51,5 @@ def describe_compile_phase(event: Any) -> str:
         return f"{head} off ({event.why})"
     c = {"on": True, "why": event.why, "expect": event.expect, "seconds": event.seconds,
          "forecast_seconds": event.forecast_seconds, "compiles": event.compiles, "recompiles": event.recompiles,
-         "graph_breaks": event.graph_breaks}
+         "graph_breaks": event.graph_breaks, "workspace_bytes": event.workspace_bytes}
     return f"{head} {compile_row(c)[1]}"

@@ -326,3 +326,4 @@ class CompilePhase(Event):
     compiles: int
     recompiles: int
     graph_breaks: int
+    workspace_bytes: int | None = None  # the compile's device workspace measured in this request (None: not)

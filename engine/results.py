@@ -58,7 +58,8 @@ class GenerateResult:
 
 
 def run_peak(run: RunOutput, peak_since_last_reset: int | None) -> int | None:
-    """The request's device peak: the VAE decode meter resets the peak stats, so combine both halves."""
+    """The request's device peak: text encoding, the first step and the VAE decode each reset the peak stats,
+    so combine every part."""
     if peak_since_last_reset is None:
         return None
-    return max(run.text_peak or 0, run.peak_before_decode or 0, peak_since_last_reset)
+    return max(run.text_peak or 0, run.first_step_peak or 0, run.peak_before_decode or 0, peak_since_last_reset)

@@ -26,13 +26,44 @@ def largest_block_bytes(plan: Plan) -> int:
     return max((b.nbytes for b in plan.blocks), default=0)
 
 
-def budget_workspace(plan: Plan, asked: str) -> tuple[int, str | None]:
-    """(bytes, the reason line) `--vram-budget` holds back for the compile workspace (0, None when off)."""
+def budget_workspace(plan: Plan, asked: str, measured: int | None = None) -> tuple[int, str | None]:
+    """(bytes, the reason line) `--vram-budget` holds back for the compile workspace (0, None when off):
+    `measured` (an earlier run's, `recorded_workspace`) where there is one, else the estimate."""
     if asked == "off":
         return 0, None
+    if measured is not None:
+        return measured, (f"compile workspace {measured / 2**20:,.0f} MiB held back from the budget (measured by "
+                          f"an earlier run at this size)")
     nbytes = int(WORKSPACE_SHARE * largest_block_bytes(plan))
     return nbytes, (f"compile workspace {nbytes / 2**20:,.0f} MiB held back from the budget (estimated: "
                     f"{WORKSPACE_SHARE:g} x the largest block)")
+
+
+def recorded_workspace(plan: Plan, size_label: str, device_name: str, backend: str) -> int | None:
+    """The compile workspace an earlier run measured for this plan at this size (None: none yet, or its record
+    unusable)."""
+    record, _ = read_record(plan_signature(plan, size_label, device_name, backend))
+    return record.workspace_bytes if record is not None else None
+
+
+def installed_torch() -> str:
+    """The installed torch's version as its package says it (a wheel's `torch.__version__` may add a local label
+    the package metadata lacks: `plan` reads the metadata without importing torch, so the run keys by it too)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def plan_signature(plan: Plan, size_label: str, device_name: str, backend: str,
+                   classes: list[str] | None = None) -> str:
+    """The compile record's key for this plan at this size: one function for `plan`, the forecast before a request
+    and the record after it, so what a run measured is what the next `plan` reads. `device_name`: the GPU's name
+    (`request_profile.device_name`, NVML's for `plan`) or "cpu"."""
+    names = classes if classes is not None else block_classes(plan)
+    return signature(plan.model.pipeline_class, names, size_label, device_name, backend, None, installed_torch())
 
 
 def block_classes(plan: Plan) -> list[str]:
@@ -41,12 +72,12 @@ def block_classes(plan: Plan) -> list[str]:
 
 
 def compile_forecast(plan: Plan, forecast: RequestForecast | None, asked: str, device: DeviceSupport, *,
-                     steps: int, device_name: str, backend: str, torch_version: str,
-                     classes: list[str] | None = None, notes: list[str] | None = None) -> CompileForecast:
+                     steps: int, device_name: str, backend: str, classes: list[str] | None = None,
+                     notes: list[str] | None = None) -> CompileForecast:
     """`choose_compile` for this plan and request (`notes` gets a line for an unusable cache record)."""
     names = classes if classes is not None else block_classes(plan)
     size = forecast.size.label() if forecast is not None else "default size"
-    sig = signature(plan.model.pipeline_class, names, size, device_name, backend, None, torch_version)
+    sig = plan_signature(plan, size, device_name, backend, names)
     record, problem = read_record(sig) if asked != "off" else (None, None)
     if problem and notes is not None:
         notes.append(problem)
@@ -61,17 +92,12 @@ def plan_compile(plan: Plan, forecast: RequestForecast | None, asked: str, devic
     """`plan`'s compile forecast, without touching the device: CUDA unless the plan is for the CPU, Triton if
     installed, the compute capability unknown (the run checks it)."""
     import importlib.util
-    from importlib.metadata import PackageNotFoundError, version
 
-    try:
-        torch_version = version("torch")
-    except PackageNotFoundError:
-        torch_version = "unknown"
     on_cuda = device_name != "cpu"
     support = DeviceSupport(cuda=on_cuda, triton=on_cuda and importlib.util.find_spec("triton") is not None,
                             capability=None)
     return compile_forecast(plan, forecast, asked, support, steps=steps or 28, device_name=device_name,
-                            backend=backend, torch_version=torch_version)
+                            backend=backend)
 
 
 def compile_document(c: CompileForecast) -> dict[str, object]:

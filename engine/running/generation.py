@@ -127,7 +127,7 @@ class Generation(Lifecycle):
             self.bus.publish(check)
             self.bus.publish(RequestPhases(request_id=request_id, frames=len(run.frames), latent_shape=run.latent_shape,
                                            phases=dict(run.phases), vae_decode_peak_bytes=run.vae_decode_peak_bytes))
-            compiled = finish_compile(self._compile, compiling, self, request, request_id)
+            compiled = finish_compile(self._compile, compiling, self, request, request_id, run)
             self.bus.publish(RequestFinished(request_id=request_id, seconds=seconds, ok=True))
             self._set_state(EngineState.READY)
             return GenerateResult(request_id, run.image, seconds, run.steps, peak, frames=run.frames,

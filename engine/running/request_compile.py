@@ -5,6 +5,11 @@ for one it turns off (auto may differ per request); Dynamo keeps its graphs acro
 again costs nothing. The compile itself happens in the first step of the first request at a shape; its
 seconds, Dynamo's compile, recompile and graph-break counts are this request's `CompileOutcome`, and the
 measured seconds go into the signature's record (engine/planning/compile_record.py) for the next forecast.
+
+The compile's device workspace (autotuning and benchmarking scratch, the tracing's own tensors) is measured the
+same way: the first step's allocator peak, where every graph compiles, above the later steps' peak, where the
+same graphs run compiled (`compile_workspace`). The record keeps the largest seen, and the next forecast and
+`--vram-budget` hold that back instead of the estimate.
 """
 
 from __future__ import annotations
@@ -18,10 +23,11 @@ import torch
 
 from ...offload.block_compile import CompiledBlocks, CompileSettings, CompileWatch, repeated_blocks
 from ..planning.compile_choice import CompileForecast, DeviceSupport
-from ..planning.compile_plan import block_classes, compile_forecast
-from ..planning.compile_record import inductor_cache_dir, save_measured, signature
+from ..planning.compile_plan import compile_forecast, plan_signature
+from ..planning.compile_record import inductor_cache_dir, save_measured
 from ..planning.plan import Plan
 from ..planning.request_forecast import RequestForecast
+from ..planning.request_profile import device_name
 
 
 @dataclass(frozen=True)
@@ -37,11 +43,21 @@ class CompileOutcome:
     recompiles: int
     graph_breaks: int
     lines: tuple[str, ...] = ()
+    workspace_bytes: int | None = None  # measured in this request (`compile_workspace`); None: not measured
 
     def as_dict(self) -> dict[str, Any]:
         return {"on": self.on, "why": self.why, "expect": self.expect, "seconds": round(self.seconds, 3),
                 "forecast_seconds": round(self.forecast_seconds, 3), "compiles": self.compiles,
-                "recompiles": self.recompiles, "graph_breaks": self.graph_breaks}
+                "recompiles": self.recompiles, "graph_breaks": self.graph_breaks,
+                "workspace_bytes": self.workspace_bytes}
+
+
+def compile_workspace(first_step_peak: int | None, later_steps_peak: int | None) -> int | None:
+    """The device bytes a compiling first step held above the compiled steps after it (allocator peaks, the same
+    weights and ring resident in both); None where either is unknown (off CUDA, or a one-step request)."""
+    if first_step_peak is None or later_steps_peak is None:
+        return None
+    return max(0, first_step_peak - later_steps_peak)
 
 
 def device_support(device: torch.device) -> DeviceSupport:
@@ -87,6 +103,7 @@ class RegionalCompile:
         self.asked = asked
         self.settings = CompileSettings(backend=backend)
         self.device = device
+        self.device_name = device_name(device)  # the records' key, as `plan` names the device (NVML's GPU name)
         self.support = device_support(device)
         self._blocks = [b for d in denoisers for b in repeated_blocks(d, _block_lists(d))]
         self._compiled: CompiledBlocks | None = None
@@ -100,8 +117,8 @@ class RegionalCompile:
 
     def forecast(self, plan: Plan, forecast: RequestForecast | None, steps: int,
                  notes: list[str] | None = None) -> CompileForecast:
-        return compile_forecast(plan, forecast, self.asked, self.support, steps=steps, device_name=str(self.device),
-                                backend=self.settings.backend, torch_version=torch.__version__, notes=notes)
+        return compile_forecast(plan, forecast, self.asked, self.support, steps=steps, device_name=self.device_name,
+                                backend=self.settings.backend, notes=notes)
 
     def begin(self, decision: CompileForecast) -> tuple[Any, ...]:
         """Install (or remove) the compiled forwards for this request; returns the mark `finish` needs."""
@@ -112,23 +129,26 @@ class RegionalCompile:
             self._compiled = None
         return (CompileWatch.snapshot(), decision)
 
-    def finish(self, mark: tuple[Any, ...], plan: Plan, size_label: str) -> CompileOutcome:
-        """This request's compile phase from Dynamo's counts since `begin`; a measured phase is recorded."""
+    def finish(self, mark: tuple[Any, ...], plan: Plan, size_label: str,
+               workspace_bytes: int | None = None) -> CompileOutcome:
+        """This request's compile phase from Dynamo's counts since `begin`; a measured phase is recorded, with
+        `workspace_bytes` (`compile_workspace` of its steps) where this request compiled."""
         before, decision = mark
         done = CompileWatch.snapshot() - before
-        sig = signature(plan.model.pipeline_class, block_classes(plan), size_label, str(self.device),
-                        self.settings.backend, None, torch.__version__)
+        sig = plan_signature(plan, size_label, self.device_name, self.settings.backend)
         expect = decision.expect
+        measured: int | None = None
         if decision.on and sig in self._warm:
             expect = "in memory"
         elif decision.on and done.compiles:
             self._warm.add(sig)
+            measured = workspace_bytes
             with contextlib.suppress(OSError):  # a read-only cache dir: the next forecast stays estimated
-                save_measured(sig, done.seconds, cold=decision.expect == "cold")
+                save_measured(sig, done.seconds, cold=decision.expect == "cold", workspace_bytes=measured)
         return CompileOutcome(on=decision.on, why=decision.why, expect=expect, seconds=done.seconds,
                               forecast_seconds=decision.seconds if expect in ("cold", "warm") else 0.0,
                               compiles=done.compiles, recompiles=done.recompiles, graph_breaks=done.graph_breaks,
-                              lines=tuple(decision.lines()))
+                              lines=tuple(decision.lines()), workspace_bytes=measured)
 
     def close(self) -> None:
         if self._compiled is not None:
@@ -161,18 +181,20 @@ def begin_compile(compile_: RegionalCompile | None, engine: Any, request: Any, f
 
 
 def finish_compile(compile_: RegionalCompile | None, mark: tuple[Any, ...] | None, engine: Any, request: Any,
-                   request_id: int) -> CompileOutcome | None:
-    """After a request: its compile phase, published as a `CompilePhase` event."""
+                   request_id: int, run: Any = None) -> CompileOutcome | None:
+    """After a request: its compile phase, published as a `CompilePhase` event. `run`: the request's
+    `RunOutput`, whose step peaks give the compile workspace."""
     if compile_ is None or mark is None or engine.plan is None:
         return None
     from ..events import CompilePhase
     from .profiler import request_size
 
-    outcome = compile_.finish(mark, engine.plan, request_size(request).label())
+    workspace = compile_workspace(getattr(run, "first_step_peak", None), getattr(run, "later_steps_peak", None))
+    outcome = compile_.finish(mark, engine.plan, request_size(request).label(), workspace)
     engine.bus.publish(CompilePhase(request_id=request_id, on=outcome.on, why=outcome.why, expect=outcome.expect,
                                     seconds=outcome.seconds, forecast_seconds=outcome.forecast_seconds,
                                     compiles=outcome.compiles, recompiles=outcome.recompiles,
-                                    graph_breaks=outcome.graph_breaks))
+                                    graph_breaks=outcome.graph_breaks, workspace_bytes=outcome.workspace_bytes))
     return outcome
 
 

@@ -178,6 +178,10 @@ class StepClock:
         self.latent_shape: tuple[int, ...] | None = None
         self.text_peak: int | None = None  # device allocator peak before the first DiT forward (CUDA)
         self.text_reserved: int | None = None  # the caching allocator's reserved peak then (CUDA)
+        # the allocator's peak in the first step (where a regional compile traces and compiles: its workspace,
+        # request_compile.compile_workspace) and over the later ones, kept apart by one reset (CUDA)
+        self.first_step_peak: int | None = None
+        self.later_steps_peak: int | None = None
         self.cache: Any = None  # the request's step cache (`step_cache.StepCache`), whose hits each step reports
         self.preview: Any = None  # the request's `step_preview.StepPreviewer` (None: step previews off)
         self.pipe: Any = None  # the pipeline called, whose own step count replaces a larger asked one
@@ -207,6 +211,17 @@ class StepClock:
             if self.preview is not None:
                 self.preview.total_steps = scheduled
 
+    def _note_step_peak(self) -> None:
+        """At a step's end: the first step's allocator peak (then a reset), or the later steps' peak so far."""
+        if self.device.type != "cuda":
+            return
+        peak = torch.cuda.max_memory_allocated(self.device)
+        if self.first_step_peak is None:
+            self.first_step_peak = peak
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            self.later_steps_peak = peak
+
     def denoised(self) -> bool:
         """A denoiser forward began since the last step's end (or no denoiser is hooked: cannot tell)."""
         return self.started is not None or not self.hooked
@@ -215,6 +230,7 @@ class StepClock:
         sync_compute(self.device)
         if self.first_forward is None and not self.steps:
             self._steps_scheduled()  # where no denoiser forward was hooked (one DLO does not stream)
+        self._note_step_peak()
         previous, self.last_step_end = self.last_step_end, time.perf_counter()
         # from the step's first denoiser forward; without one hooked, from the previous step's end
         start = self.started if self.started is not None else previous
@@ -261,6 +277,8 @@ class RunOutput:
     reserved_peak: int | None = None  # the caching allocator's reserved peak over every phase (CUDA)
     audio: AudioTrack | None = None  # the first item's waveform, when the pipeline returns audio (audio_track)
     guidance: float | None = None  # the guidance scale it ran with (`guider_guidance.guidance_used`)
+    first_step_peak: int | None = None  # the allocator's peak in the first step (CUDA)
+    later_steps_peak: int | None = None  # ... and over the steps after it (CUDA; None: one step)
 
     @property
     def allocator_slack(self) -> int | None:
@@ -324,14 +342,18 @@ def run_pipeline(pipe: Any, request: GenerateRequest, *, bus: EventBus, request_
         else:  # a pipeline that makes audio only (Stable Audio, ACE-Step)
             check_audio(audio, type(pipe).__name__)
     allocated = reserved = None
+    before_decode = decode.peak_before_decode
+    if before_decode is not None and clock.first_step_peak is not None:  # the first step's peak was reset
+        before_decode = max(before_decode, clock.first_step_peak)
     if device.type == "cuda":  # the phases reset the peak counters: each phase's peaks, then what is left
-        allocated = max(v for v in (clock.text_peak, decode.peak_before_decode, decode.peak_bytes,
-                                    torch.cuda.max_memory_allocated(device)) if v is not None)
+        allocated = max(v for v in (clock.text_peak, clock.first_step_peak, decode.peak_before_decode,
+                                    decode.peak_bytes, torch.cuda.max_memory_allocated(device)) if v is not None)
         reserved = max(v for v in (clock.text_reserved, decode.reserved_peak,
                                    torch.cuda.max_memory_reserved(device)) if v is not None)
     return RunOutput(frames=frames, is_video=is_video, steps=clock.steps,
                      latent_shape=decode.latent_shape or clock.latent_shape,
                      phases=phase_seconds(call_start, clock.first_forward, clock.last_step_end, decode),
-                     vae_decode_peak_bytes=decode.peak_bytes, peak_before_decode=decode.peak_before_decode,
+                     vae_decode_peak_bytes=decode.peak_bytes, peak_before_decode=before_decode,
                      text_peak=clock.text_peak, allocated_peak=allocated, reserved_peak=reserved,
-                     audio=audio, guidance=guidance)
+                     audio=audio, guidance=guidance, first_step_peak=clock.first_step_peak,
+                     later_steps_peak=clock.later_steps_peak)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..options import EngineOptions
 from ..plan_flow import loads_live, plan_for
-from ..planning.compile_plan import budget_workspace
+from ..planning.compile_plan import budget_workspace, recorded_workspace
 from ..running.host_fit import check_fits_host
 from ..running.profiler import request_size
 
@@ -45,7 +45,7 @@ def plan_run(engine: EngineHandle, plan: Plan, budget: int | None, ram_budget: i
              request: GenerateRequest) -> RunPlan:
     """`plan` (the operator's policy, planned) for `request`, as `run` will load it: with a budget the
     auto-planner's choice (nothing fits: ConfigError, exit 2), with a RAM budget its host tiers."""
-    workspace, held = budget_workspace(plan, getattr(getattr(engine, "options", None), "compile", "off"))
+    workspace, held = budget_workspace(plan, *_compile_asked(engine, plan, request))
     planned = plan_for(engine, plan, budget - workspace if budget is not None else None, request_size(request),
                        ram_budget=ram_budget, live=loads_live(budget, ram_budget),
                        file_masters=True)  # no pinned copy of what the device holds
@@ -59,3 +59,13 @@ def plan_run(engine: EngineHandle, plan: Plan, budget: int | None, ram_budget: i
              *(f"lean phase: {line}" for line in (lean if budget is None else ()))]  # a budget's reasons say them
     return RunPlan(planned.plan, planned.plan.policy if planned.auto is not None else plan.policy,
                    planned.auto.overhead if planned.auto is not None else None, reasons, planned.ram, lean, notes)
+
+
+def _compile_asked(engine: EngineHandle, plan: Plan, request: GenerateRequest) -> tuple[str, int | None]:
+    """(--compile's mode, the workspace an earlier run measured at this request's size, or None)."""
+    options = getattr(engine, "options", None)
+    asked = getattr(options, "compile", "off") or "off"
+    if asked == "off":
+        return asked, None
+    backend = getattr(options, "compile_backend", "inductor") or "inductor"
+    return asked, recorded_workspace(plan, request_size(request).label(), engine.device_name, backend)

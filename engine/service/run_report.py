@@ -134,6 +134,9 @@ class CompileReport(Document):
     compiles: int = Field(ge=0, description="frames Dynamo compiled during the request")
     recompiles: int = Field(ge=0, description="of which recompiles (a frame compiled again: a guard failed)")
     graph_breaks: int = Field(ge=0, description="Dynamo's graph breaks (0 with fullgraph)")
+    workspace_bytes: int | None = Field(None, ge=0, description="the compile's device workspace measured in this "
+                                        "request: the compiling first step's allocator peak above the later "
+                                        "steps'; null where not measured (no compile in it, one step, or no CUDA)")
 
 
 class RunReport(Document):

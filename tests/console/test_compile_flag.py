@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from cli_helpers import one_error_line
 
 from omni_console.console.cli import main
+from omni_console.engine.planning.compile_choice import WARM_SHARE
 
 
 def test_plan_on_cpu_says_auto_is_off_and_why(demo_model_dir: Path, capsys):
@@ -45,6 +47,35 @@ def test_run_reports_the_compile_phase_and_dynamos_counts(demo_model_dir: Path, 
                  str(tmp_path / "p.png"), "--steps", "2", "--compile", "regional", "--compile-backend", "eager"]) == 0
     text = capsys.readouterr().out
     assert "compile (regional)" in text and "recompiles" in text
+
+
+def test_what_a_run_measured_the_next_plan_reads(demo_model_dir: Path, tmp_path: Path, capsys, monkeypatch):
+    """The run records its compile seconds and workspace under the key `plan` reads: the same device name and the
+    installed torch's version (a CUDA wheel's `torch.__version__` carries a local label its package metadata lacks,
+    set here; the key does not depend on it). On a CPU no allocator measures a workspace: the value CUDA's step
+    peaks would give is set."""
+    import torch
+
+    from omni_console.engine.running import request_compile
+
+    torch._dynamo.reset()  # earlier tests' graphs would leave this run nothing to compile
+    monkeypatch.setenv("OMNI_CONSOLE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(torch, "__version__", f"{torch.__version__}+cu999")
+    monkeypatch.setattr(request_compile, "compile_workspace", lambda first, later: 7 << 20)
+    args = ["--model", str(demo_model_dir), "--device", "cpu", "--compile", "regional", "--compile-backend", "eager",
+            "--json"]
+    assert main(["plan", *args]) == 0
+    before = json.loads(capsys.readouterr().out)["compile"]
+    assert (before["expect"], before["seconds_source"], before["workspace_source"]) == ("cold", "estimated",
+                                                                                        "estimated")
+    assert main(["run", "--headless", "--output", str(tmp_path / "o.png"), "--steps", "2", *args]) == 0
+    ran = json.loads(capsys.readouterr().out)["compile"]
+    assert ran["compiles"] > 0 and ran["workspace_bytes"] == 7 << 20
+    assert main(["plan", *args]) == 0
+    after = json.loads(capsys.readouterr().out)["compile"]
+    assert (after["workspace_source"], after["workspace_bytes"]) == ("measured", 7 << 20)
+    # the next start is warm (Inductor's cache): a share of the measured cold seconds until one is measured
+    assert after["expect"] == "warm" and after["seconds"] == pytest.approx(WARM_SHARE * ran["seconds"], abs=2e-3)
 
 
 def test_the_compile_phase_is_a_line_live_and_on_stderr():

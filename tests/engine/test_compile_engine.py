@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from lora_writers import write_peft_lora
 from tiny_families_experts import BOUNDARY_RATIO, EXPERTS_GENERATION, build_tiny_wan22_a14b
 
@@ -142,3 +143,52 @@ def test_two_experts_share_one_graph_per_block_class(tmp_path_factory, wan_loada
             engine.close()
     assert np.array_equal(images[0], images[1])
     assert (outcomes[1].compiles, outcomes[1].recompiles) == (0, 0)  # the second request: both experts, no compile
+
+
+def test_a_measured_compile_workspace_is_reported_recorded_and_held_back_by_the_next_budget(
+        demo_model_dir: Path, tmp_path: Path, monkeypatch):
+    """The allocator's step peaks exist only on CUDA (tests/engine/test_compile_workspace_cuda.py measures them); here
+    the workspace they would give is set, and what the operator sees of it is checked: the request's report and event,
+    the record, and the next `run --vram-budget`, which holds the measured figure back instead of the estimate."""
+    from omni_console.engine.api import open_engine, service
+    from omni_console.engine.running import request_compile
+
+    measured = 7 << 20
+    seen: list[tuple[object, object]] = []
+
+    def workspace(first: int | None, later: int | None) -> int:
+        seen.append((first, later))
+        return measured
+
+    monkeypatch.setenv("OMNI_CONSOLE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(request_compile, "compile_workspace", workspace)
+    torch._dynamo.reset()  # the blocks' graphs of earlier tests in this process would make it compile nothing
+    options = EngineOptions(compile="regional", compile_backend="eager")
+    engine = Engine(demo_model_dir, device="cpu", options=options)
+    sub = engine.bus.subscribe()
+    try:
+        engine.load(build_policy({}, 0, prefetch_slots=2))
+        _, first = _image(engine)
+        _, again = _image(engine)
+    finally:
+        engine.close()
+    assert seen[0] == (None, None)  # no allocator peaks on a CPU
+    assert first.compiles > 0 and first.workspace_bytes == measured and first.as_dict()["workspace_bytes"] == measured
+    assert again.compiles == 0 and again.workspace_bytes is None  # nothing compiled: nothing measured
+    phases = [e for e in sub.drain() if isinstance(e, CompilePhase)]
+    assert [p.workspace_bytes for p in phases] == [measured, None]
+    from omni_console.console.compile_flags import describe_compile_phase
+
+    assert describe_compile_phase(phases[0]).endswith("graph breaks; workspace 7 MiB")
+
+    later = open_engine(demo_model_dir, device="cpu", options=options)
+    try:
+        plan = later.make_plan(build_policy({}, 0, prefetch_slots=2))
+        planned = service.plan_run(later, plan, later.model.nbytes * 2 + (16 << 20), None, REQUEST)
+        other_size = service.plan_run(later, plan, later.model.nbytes * 2 + (16 << 20), None,
+                                      GenerateRequest(prompt="a", steps=3, height=96, width=96))
+    finally:
+        later.close()
+    assert planned.reasons[-1] == ("compile workspace 7 MiB held back from the budget (measured by an earlier run "
+                                   "at this size)")
+    assert "(estimated" in other_size.reasons[-1]  # no run at 96x96 yet
