@@ -264,15 +264,16 @@ CACHE_COUNTERS = ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypa
                   "autograd_cache_miss", "autograd_cache_saved", "autograd_cache_bypass")
 
 
-def _compile_ours(model: torch.nn.Module, device: torch.device, backend: str) -> Any:
-    """The engine's `--compile regional` on `model`: `RegionalCompile` as `Engine.load` builds it, turned on as a
-    request's decision does (`begin`)."""
+def _compile_ours(model: torch.nn.Module, device: torch.device, backend: str, warmup: Any = None) -> tuple[Any, float]:
+    """The engine's `--compile regional` on `model`: `RegionalCompile` as `Engine.load` builds it (with the
+    compile start-up `warmup` it began beside the load), turned on as a request's decision does (`begin`, which
+    joins the start-up); returns it and the seconds `begin` waited for the start-up."""
     from omni_console.engine.planning.compile_choice import CompileForecast
     from omni_console.engine.running.request_compile import RegionalCompile
 
-    regional = RegionalCompile("regional", backend, [model], device)
-    regional.begin(CompileForecast("regional", True, "asked", expect="cold"))
-    return regional
+    regional = RegionalCompile("regional", backend, [model], device, warmup)
+    mark = regional.begin(CompileForecast("regional", True, "asked", expect="cold"))
+    return regional, mark[2]
 
 
 def phase_only(args: Any) -> None:
@@ -284,18 +285,29 @@ def phase_only(args: Any) -> None:
 
     spec = MODELS[args.model]
     device = torch.device(args.device)
+    warmup = None
+    if args.phase_path == "ours":  # the engine starts it once the libraries are imported, beside the model's load
+        from omni_console.engine.running.request_compile import start_warmup
+
+        warmup = start_warmup("regional", args.backend, device)
+    built = time.perf_counter()
     model = build(spec, device)
     inputs = _inputs(spec, device, args.text_tokens)
+    built = time.perf_counter() - built
+    waited = 0.0
     if args.phase_path == "ours":
-        _compile_ours(model, device, args.backend)
+        _, waited = _compile_ours(model, device, args.backend, warmup)
     else:
         model.compile_repeated_blocks(backend=args.backend, fullgraph=True, dynamic=False)
-    first = _first_forward_s(model, inputs, device)
+    before = CompileWatch.snapshot()  # the start-up's own tiny graph is not the model's
+    first = _first_forward_s(model, inputs, device) + waited
     steady = _first_forward_s(model, inputs, device)
-    done = CompileWatch.snapshot()
+    done = CompileWatch.snapshot() - before
     found = {**counters["inductor"], **counters["aot_autograd"]}
     timers = {k: round(sum(v), 3) for k, v in compilation_time_metrics.items() if sum(v) >= 0.05}
-    print(json.dumps({"path": args.phase_path, "first_s": first, "steady_s": steady,
+    start_up = {"warmup_s": round(warmup.seconds or 0.0, 3), "warmup_waited_s": round(waited, 3),
+                "build_s": round(built, 3), "warmup_error": warmup.error} if warmup is not None else {}
+    print(json.dumps({"path": args.phase_path, "first_s": first, "steady_s": steady, **start_up,
                       "compile_phase_s": max(first - steady, 0.0), "dynamo_compile_s": done.seconds,
                       "graphs": done.compiles, "recompiles": done.recompiles,
                       "cache": {k: found[k] for k in CACHE_COUNTERS if found.get(k)}, "timers": timers}))

@@ -48,7 +48,7 @@ from .running.call_options import default_fps
 from .running.generation import Generation
 from .running.order_watch import BlockOrderWatch, adopt_order
 from .running.preview_decoder import read_preview_decoder
-from .running.request_compile import RegionalCompile
+from .running.request_compile import RegionalCompile, start_warmup
 from .running.residency_snapshot import ResidencyWatch
 
 __all__ = ["Engine", "EngineState", "EngineStateError", "GenerateResult", "LoadReport", "default_device"]
@@ -195,9 +195,12 @@ class Engine(Generation, LoraControl, Lifecycle):
             def mark(name: str) -> None:
                 milestones[name] = time.perf_counter() - start
 
+            warmup = None
             try:
                 if self.prepare():
                     mark("classes_imported")
+                # after the libraries' imports (no import races with the loading thread), beside the reads
+                warmup = start_warmup(options.compile, options.compile_backend, self.device)
                 gc.disable()
                 with ThreadPoolExecutor(1, thread_name_prefix="arena-register") as registrar, \
                         ThreadPoolExecutor(1, thread_name_prefix="component-load") as others_on:
@@ -234,8 +237,10 @@ class Engine(Generation, LoraControl, Lifecycle):
                 if options.compile != "off":
                     self._compile = RegionalCompile(options.compile, options.compile_backend,
                                                     [getattr(self.pipe, d.name) for d in self.model.denoisers],
-                                                    self.device)
+                                                    self.device, warmup)
             except BaseException as exc:
+                if warmup is not None:
+                    warmup.wait()  # nothing left running on the device while the load's memory goes back
                 for arena in arenas.values():
                     arena.close()
                 self._release()

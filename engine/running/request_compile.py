@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ...offload.block_compile import CompiledBlocks, CompileSettings, CompileWatch, repeated_blocks
+from ...offload.compile_warmup import CompileWarmup
 from ..planning.compile_choice import CompileForecast, DeviceSupport
 from ..planning.compile_plan import compile_forecast, plan_signature
 from ..planning.compile_record import inductor_cache_dir, save_measured
@@ -96,11 +97,23 @@ def _is_torch_default(path: str) -> bool:
     return os.path.abspath(path) == os.path.abspath(default_cache_dir())
 
 
+def start_warmup(asked: str, backend: str, device: torch.device) -> CompileWarmup | None:
+    """The compile stack's start-up in a thread beside the load (offload/compile_warmup.py), where a request may
+    compile: `regional`, or `auto` on a device that supports it (auto is off elsewhere). Inductor's cache is the
+    tool's before it starts."""
+    if asked == "off" or (asked == "auto" and device_support(device).why_not):
+        return None
+    use_tool_cache()
+    return CompileWarmup(device, backend)
+
+
 class RegionalCompile:
     """One engine's regional compile: its blocks, its settings, and the signatures it compiled in this process."""
 
-    def __init__(self, asked: str, backend: str, denoisers: list[torch.nn.Module], device: torch.device) -> None:
+    def __init__(self, asked: str, backend: str, denoisers: list[torch.nn.Module], device: torch.device,
+                 warmup: CompileWarmup | None = None) -> None:
         self.asked = asked
+        self.warmup = warmup  # the compile stack's start-up, begun while the model loaded (`start_warmup`)
         self.settings = CompileSettings(backend=backend)
         self.device = device
         self.device_name = device_name(device)  # the records' key, as `plan` names the device (NVML's GPU name)
@@ -121,20 +134,24 @@ class RegionalCompile:
                                 backend=self.settings.backend, notes=notes)
 
     def begin(self, decision: CompileForecast) -> tuple[Any, ...]:
-        """Install (or remove) the compiled forwards for this request; returns the mark `finish` needs."""
+        """Install (or remove) the compiled forwards for this request; returns the mark `finish` needs. The
+        load's start-up is joined first (one compile at a time), its wait part of this request's phase."""
+        waited = self.warmup.wait() if self.warmup is not None else 0.0
+        self.warmup = None
         if decision.on and self._compiled is None and self._blocks:
             self._compiled = CompiledBlocks(self._blocks, self.settings)
         elif not decision.on and self._compiled is not None:
             self._compiled.remove()
             self._compiled = None
-        return (CompileWatch.snapshot(), decision)
+        return (CompileWatch.snapshot(), decision, waited)
 
     def finish(self, mark: tuple[Any, ...], plan: Plan, size_label: str,
                workspace_bytes: int | None = None) -> CompileOutcome:
         """This request's compile phase from Dynamo's counts since `begin`; a measured phase is recorded, with
         `workspace_bytes` (`compile_workspace` of its steps) where this request compiled."""
-        before, decision = mark
+        before, decision, waited = mark
         done = CompileWatch.snapshot() - before
+        seconds = done.seconds + (waited if decision.on else 0.0)  # a request that ran eagerly waited for no compile
         sig = plan_signature(plan, size_label, self.device_name, self.settings.backend)
         expect = decision.expect
         measured: int | None = None
@@ -144,13 +161,16 @@ class RegionalCompile:
             self._warm.add(sig)
             measured = workspace_bytes
             with contextlib.suppress(OSError):  # a read-only cache dir: the next forecast stays estimated
-                save_measured(sig, done.seconds, cold=decision.expect == "cold", workspace_bytes=measured)
-        return CompileOutcome(on=decision.on, why=decision.why, expect=expect, seconds=done.seconds,
+                save_measured(sig, seconds, cold=decision.expect == "cold", workspace_bytes=measured)
+        return CompileOutcome(on=decision.on, why=decision.why, expect=expect, seconds=seconds,
                               forecast_seconds=decision.seconds if expect in ("cold", "warm") else 0.0,
                               compiles=done.compiles, recompiles=done.recompiles, graph_breaks=done.graph_breaks,
                               lines=tuple(decision.lines()), workspace_bytes=measured)
 
     def close(self) -> None:
+        if self.warmup is not None:  # never left compiling past the engine
+            self.warmup.wait()
+            self.warmup = None
         if self._compiled is not None:
             self._compiled.remove()
             self._compiled = None
@@ -175,9 +195,21 @@ def begin_compile(compile_: RegionalCompile | None, engine: Any, request: Any, f
 
     notes: list[str] = []
     decision = compile_.forecast(engine.plan, forecast, request.steps or 1, notes)
+    warmup = compile_.warmup
+    mark = compile_.begin(decision)
+    if warmup is not None:
+        notes.append(warmup_line(warmup, mark[2]))
     for line in [*notes, *decision.lines()]:
         engine.bus.publish(LogEvent(level="info", message=f"request {request_id}: {line}"))
-    return compile_.begin(decision)
+    return mark
+
+
+def warmup_line(warmup: CompileWarmup, waited: float) -> str:
+    """What the load's compile start-up cost this request: nothing, or the wait (and a failure, if it failed)."""
+    took = warmup.seconds or 0.0
+    line = f"compile start-up {took:.1f} s beside the load" + (f", {waited:.1f} s of it waited for" if waited >= 0.05
+                                                               else ", nothing waited for")
+    return f"{line} (it failed: {warmup.error})" if warmup.error else line
 
 
 def finish_compile(compile_: RegionalCompile | None, mark: tuple[Any, ...] | None, engine: Any, request: Any,

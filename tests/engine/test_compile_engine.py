@@ -192,3 +192,64 @@ def test_a_measured_compile_workspace_is_reported_recorded_and_held_back_by_the_
     assert planned.reasons[-1] == ("compile workspace 7 MiB held back from the budget (measured by an earlier run "
                                    "at this size)")
     assert "(estimated" in other_size.reasons[-1]  # no run at 96x96 yet
+
+
+class _SlowStartUp:
+    """A compile start-up still running when the first request comes (a load too short to hide it)."""
+
+    def __init__(self, *_: object) -> None:
+        self.seconds: float | None = None
+        self.error = None
+        self.joined = 0
+
+    def wait(self) -> float:
+        import time
+
+        time.sleep(0.3)
+        self.seconds, self.joined = 1.25, self.joined + 1
+        return 0.3
+
+
+def test_the_compile_start_up_runs_beside_the_load_and_a_request_waits_for_it_in_its_phase(
+        demo_model_dir: Path, monkeypatch):
+    import threading
+
+    from omni_console.engine import engine as engine_module
+
+    started: list[_SlowStartUp] = []
+
+    def slow(asked: str, backend: str, device: torch.device) -> _SlowStartUp:
+        started.append(_SlowStartUp())
+        return started[-1]
+
+    monkeypatch.setattr(engine_module, "start_warmup", slow)
+    engine = Engine(demo_model_dir, device="cpu", options=COMPILED)
+    sub = engine.bus.subscribe()
+    try:
+        engine.load(build_policy({}, 0, prefetch_slots=2))
+        assert len(started) == 1 and started[0].joined == 0  # the load never waits for it
+        _, first = _image(engine)
+        _, second = _image(engine)
+    finally:
+        engine.close()
+    assert started[0].joined == 1  # the first request joined it; nobody after
+    assert first.seconds >= 0.3 and second.seconds < 0.3
+    lines = [e.message for e in sub.drain() if isinstance(e, LogEvent) and "compile start-up" in e.message]
+    assert lines == ["request 1: compile start-up 1.2 s beside the load, 0.3 s of it waited for"]
+    assert not any(t.name == "compile-warmup" and t.is_alive() for t in threading.enumerate())
+
+
+def test_the_real_start_up_is_started_only_where_a_request_may_compile(demo_model_dir: Path):
+    lines = {}
+    for compile_ in ("off", "regional", "auto"):  # auto: off on a CPU
+        engine = Engine(demo_model_dir, device="cpu", options=EngineOptions(compile=compile_, compile_backend="eager"))
+        sub = engine.bus.subscribe()
+        try:
+            engine.load(build_policy({}, 0, prefetch_slots=2))
+            engine.generate(GenerateRequest(prompt="a", steps=1, height=64, width=64, output_type="np"))
+        finally:
+            engine.close()
+        lines[compile_] = [e.message for e in sub.drain() if isinstance(e, LogEvent) and "start-up" in e.message]
+    assert lines["off"] == [] and lines["auto"] == []
+    assert len(lines["regional"]) == 1 and "beside the load" in lines["regional"][0]
+    assert "failed" not in lines["regional"][0]
