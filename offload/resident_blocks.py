@@ -12,6 +12,7 @@ from .address_phase import device_bytes, place_like
 from .block_packing import Block, bind_region, distinct_bytes, unbind_region, unique_tensors
 from .deferred_weights import DeferredWeights
 from .devices import current_stream, is_cuda, move_preserving_aliases, rebind
+from .page_release import release_moved_pages
 from .pinned import HostArena, typed_view
 from .process_memory import release_freed_heap
 from .slot_filler import SlotFiller
@@ -53,11 +54,18 @@ def move_resident(b: Block, weights: DeferredWeights | None, device: torch.devic
     heap, where freed memory stays resident. Each resident block then left that share behind until the load's
     end (151 MB a Flux double block, 57 MB a single one: 1.26 GB for issue 35's flux16 plan of 14 resident
     blocks, on top of the arena and the bounce rings), which no forecast names. Trimmed per block, the load
-    holds one block's host copy at a time (the host forecast's load read buffer)."""
+    holds one block's host copy at a time (the host forecast's load read buffer).
+
+    A DiT built into one arena mapping (`dit_in_arena`) holds its resident blocks' host bytes there instead, where
+    neither freeing nor trimming gives them back until the whole mapping goes at the load's end: their pages are
+    released as each block moves (offload/page_release.py)."""
     if weights is not None:
         weights.materialize_module(b.module)
     tensors = unique_tensors(b.module)
+    old = [t.detach() for t in tensors]  # the host bytes, held until their pages are given back
     if move_preserving_aliases(tensors, device):  # bytes left the host (0 on a CPU: the host copy is the device's)
+        release_moved_pages(old)
+        del old
         release_freed_heap()
     return distinct_bytes(tensors)
 

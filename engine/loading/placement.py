@@ -37,6 +37,7 @@ from ...offload.file_stager import FileStager
 from ...offload.layer_stage import LayerStage
 from ...offload.module_hooks import Hooks
 from ...offload.options import LoadOptions
+from ...offload.page_release import release_moved_pages
 from ...offload.pinned import HostArena
 from ...offload.process_memory import release_freed_heap
 from ...offload.staged_calls import LazyStages, stage_around
@@ -120,6 +121,10 @@ def _dit_non_block_to(module: torch.nn.Module, block_attrs: set[str], device: to
         outside = [t for name, child in module.named_children() if name not in block_attrs
                    for t in (*child.parameters(), *child.buffers())]
         weights.materialize([*outside, *module.parameters(recurse=False), *module.buffers(recurse=False)])
+    # the host bytes, held until their pages are given back (views into the DiT's arena: offload/page_release.py)
+    old = [t.detach() for name, child in module.named_children() if name not in block_attrs
+           for t in (*child.parameters(), *child.buffers())]
+    old += [t.detach() for t in (*module.parameters(recurse=False), *module.buffers(recurse=False))]
     for name, child in module.named_children():
         if name not in block_attrs:
             child.to(device)
@@ -128,6 +133,8 @@ def _dit_non_block_to(module: torch.nn.Module, block_attrs: set[str], device: to
     for name, buf in list(module.named_buffers(recurse=False)):
         setattr(module, name, buf.to(device))
     if device.type != "cpu":
+        release_moved_pages(old)
+        del old
         release_freed_heap()
 
 
