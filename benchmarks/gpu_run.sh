@@ -92,7 +92,11 @@ from collections import Counter; print('trace valid:', Counter((e.ph, e.tid, e.c
     >> "$OUT/trace_run.log" 2>&1
 fi
 if [[ $what == cuda-tests ]]; then  # the cuda tests alone, time-boxed
-  timeout ${TESTS_TIMEOUT:-200} python3 -m pytest -m cuda -q -rA -p no:cacheprovider tests 2>&1 | tail -80 > "$OUT/cuda.log"
+  # the whole output kept (cuda_full.log): a failure's traceback sits above the pass lines a tail keeps
+  timeout ${TESTS_TIMEOUT:-200} python3 -m pytest -m cuda -q -rA --tb=short -p no:cacheprovider tests \
+    > "$OUT/cuda_full.log" 2>&1
+  tail -80 "$OUT/cuda_full.log" > "$OUT/cuda.log"
+  sed -n '/= FAILURES =/,/short test summary/p' "$OUT/cuda_full.log" | head -300 > "$OUT/cuda_failures.log"
 fi
 if [[ $what == console-plots ]]; then  # issue 39: watched with the plot screen (v) open, 160x48 and 80x24
   python3 -m benchmarks.engine_e2e --write-only --dir /tmp/flux-size 2>&1 | grep -v "kept in float32" | tail -5

@@ -33,9 +33,10 @@ def test_the_engine_measures_and_records_the_compile_workspace(demo_model_dir: P
         again = engine.generate(request)
     finally:
         engine.close()
-    assert first.compile.compiles > 0 and first.compile.workspace_bytes is not None
-    assert 0 <= first.compile.workspace_bytes < first.peak_allocated_bytes
-    assert again.compile.compiles == 0 and again.compile.workspace_bytes is None
+    seen = (first.compile.as_dict(), again.compile.as_dict(), first.peak_allocated_bytes)
+    assert first.compile.compiles > 0 and first.compile.workspace_bytes is not None, seen
+    assert 0 <= first.compile.workspace_bytes < first.peak_allocated_bytes, seen
+    assert again.compile.compiles == 0 and again.compile.workspace_bytes is None, seen
     records = list((tmp_path / "cache" / "compile").glob("*.json"))
     assert len(records) == 1
     record, problem = compile_record.read_record(records[0].stem)
