@@ -215,6 +215,11 @@ class TieredFiller(TierReadAhead, HostCopyFiller):
         """Whether disk-tier reads bypass the page cache (O_DIRECT accepted)."""
         return self._files.direct
 
+    def read_totals(self) -> dict[str, tuple[int, float]]:
+        """Each file tier's bytes read since the load and the seconds reads were outstanding (a consistent pair)."""
+        with self._stats_lock:
+            return {tier: (n, self.stats.seconds.get(tier, 0.0)) for tier, n in self.stats.bytes.items()}
+
     # ------------------------------------------------------------------ filling a slot
     def fill(self, b: Block, out: torch.Tensor, *, sync: bool, previous: Any) -> tuple[int, Any]:
         fb = self._blocks.get(b.name)

@@ -1,10 +1,17 @@
-"""The tiers' rates (`TierRates`) for a plan: measured once per (device, checkpoint's file system), then cached.
+"""The tiers' rates (`TierRates`) for a plan: measured once per (device, checkpoint's file system), then cached,
+then learned from runs.
 
 Torch-free. The link's rate is the one the engine already measures and keeps in the request profile; the page
 cache's and O_DIRECT's are the I/O probe's (io_probe.py), kept in `<cache>/tier_rates/<hash>.json`. The cache is
 untrusted input, read as profiles are (engine/cache_dir.py: regular files only, bounded, every number finite and
 in range); a file that fails is ignored with one note and measured again. A rate nobody measured is said so
 ("unmeasured default", tier_cost.DEFAULT_RATES) in the plan's lines.
+
+The probe reads 256 MiB its own way; a run's file tiers read gigabytes through the engine's reader
+(offload/tier_filler.py). Measured on an H100 machine's disk, the probe's rate was 0.75-0.80 of the disk's and the
+engine's reader 0.87-0.95 (docs/benchmarks.md, 2026-12-08), so a disk-bound plan's step floor was 1.26x the step.
+After a request, the rate the run's reads reached over at least `LEARN_MIN_BYTES` of a tier replaces the cached
+one (`learn_rates`), as the request profile learns the link's: the next plan's floor and tier choice use it.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from .io_probe import ProbeResult, probe_rates
 RATES_VERSION = 1
 MAX_RATES_BYTES = 4096
 Rate = Annotated[float, Field(gt=1.0, le=1e13, allow_inf_nan=False)]  # bytes/s: 10 TB/s is beyond any disk
+LEARN_MIN_BYTES = 2**30  # a tier's reads in a run, at least, before their rate replaces the probe's
+LEARNED_FIELDS = {"page_cache": "page_cache_bytes_per_s", "disk": "disk_bytes_per_s"}
 
 
 class CachedRates(BaseModel):
@@ -109,8 +118,36 @@ def tier_rates(cached: CachedRates | None, link: float | None, link_source: str 
     notes = {"pinned": link_source if link else "unmeasured default"}
     if cached is None:
         return TierRates(link, None, None), notes
-    notes["page_cache"] = f"cached {cached.measured_at[:10]}" if cached.page_cache_bytes_per_s else "unmeasured default"
-    notes["disk"] = (f"cached {cached.measured_at[:10]}, O_DIRECT" if cached.o_direct else
-                     f"cached {cached.measured_at[:10]}, buffered: no O_DIRECT") if cached.disk_bytes_per_s \
-        else "unmeasured default"
+    how = f"{'learned from a run' if cached.note.startswith('learned') else 'cached'} {cached.measured_at[:10]}"
+    notes["page_cache"] = how if cached.page_cache_bytes_per_s else "unmeasured default"
+    notes["disk"] = (f"{how}, O_DIRECT" if cached.o_direct else f"{how}, buffered: no O_DIRECT") \
+        if cached.disk_bytes_per_s else "unmeasured default"
     return TierRates(link, cached.page_cache_bytes_per_s, cached.disk_bytes_per_s), notes
+
+
+def learn_rates(model_dir: Path, device: str, observed: dict[str, tuple[int, float]]) -> CachedRates | None:
+    """After a run: each file tier's rate its reads reached (`observed`: tier -> (bytes, seconds reads were
+    outstanding)), over at least `LEARN_MIN_BYTES`, in place of the cached one; saved and returned, or None when
+    nothing was learned (too few bytes, no cached rates to correct, or a rate out of range). OSError: the cache
+    could not be written."""
+    filesystem = filesystem_key(model_dir)
+    cached = load_rates(device, filesystem)
+    if cached is None:
+        return None
+    learned: dict[str, float] = {}
+    for tier, name in LEARNED_FIELDS.items():
+        nbytes, seconds = observed.get(tier, (0, 0.0))
+        if nbytes >= LEARN_MIN_BYTES and seconds > 0:
+            learned[name] = nbytes / seconds
+    if not learned:
+        return None
+    said = ", ".join(f"{tier.replace('_', ' ')} {observed[tier][0] / 1e9:.1f} GB" for tier, name in
+                     LEARNED_FIELDS.items() if name in learned)
+    try:
+        fresh = CachedRates.model_validate({**cached.model_dump(), **learned,
+                                            "note": f"learned from a run's reads ({said})",
+                                            "measured_at": datetime.now(UTC).isoformat(timespec="seconds")})
+    except ValidationError:
+        return None
+    save_rates(fresh)
+    return fresh

@@ -28,6 +28,7 @@ from .order_watch import permute_profile
 from .profiler import ProfileRecorder, forecast_check, request_size, save_quietly
 from .request_compile import RegionalCompile, begin_compile, finish_compile, ran_compiled
 from .runner import GenerateRequest, run_pipeline
+from .tier_learning import learn_tier_rates
 
 if TYPE_CHECKING:
     import itertools
@@ -122,6 +123,8 @@ class Generation(Lifecycle):
                 problem = save_quietly(profile)
                 if problem:
                     self.bus.publish(LogEvent(level="warning", message=problem))
+            if not (cancel is not None and cancel.is_set()) and (learned := learn_tier_rates(self)):
+                self.bus.publish(LogEvent(level="info", message=f"request {request_id}: {learned}"))
             check = forecast_check(request_id, forecast, run, peak, on_cpu=self.device.type == "cpu",
                                    host_peak=host_peak)
             self.bus.publish(check)
