@@ -3,27 +3,31 @@
 Torch-free, read-only: it reads one of the model's own safetensors files (never writes next to it, never opens
 anything outside the model directory), at most `PROBE_BYTES` of it:
 - page cache: the region read once to fill the cache, then timed on a second read (pread into one buffer);
-- disk: the same region through O_DIRECT (page-aligned offsets, lengths and buffer), `READERS` reads in
-  flight in `CHUNK`-byte pieces, the way the disk tier reads (offload/tiers.py). O_DIRECT bypasses the page cache,
-  so the region being cached does not flatter it. A file system without O_DIRECT (tmpfs, some FUSE and network
-  mounts: EINVAL) is recorded as such and the disk tier falls back to buffered reads at the page cache's rate.
+- disk: the same region through O_DIRECT (page-aligned offsets, lengths and buffers), `READERS` reads in
+  flight all along in `CHUNK`-byte pieces, the way the disk tier reads (offload/tier_filler.py). O_DIRECT
+  bypasses the page cache, so the region being cached does not flatter it. A file system without O_DIRECT
+  (tmpfs, some FUSE and network mounts: EINVAL) is recorded as such and the disk tier falls back to buffered
+  reads at the page cache's rate.
 """
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...offload.tiers import PAGE
+from ...offload.file_spans import READ_CHUNK
+from ...offload.tiers import BOUNCE_SLOTS, PAGE
 
 PROBE_BYTES = 256 * 2**20  # long enough for a steady rate (NVMe: ~50 ms), short enough for `plan`
-CHUNK = 16 * 2**20  # bytes per O_DIRECT read
-READERS = 4  # O_DIRECT reads in flight (sglang's reader keeps several, PR #38441)
+CHUNK = READ_CHUNK  # bytes per O_DIRECT read: the engine's disk-tier read (offload/file_spans.py)
+READERS = 2 * BOUNCE_SLOTS  # O_DIRECT reads in flight: the engine's disk-tier readers (offload/tier_bounce.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,28 +74,38 @@ def _buffered_rate(path: Path, length: int) -> float:
 
 
 def _direct_rate(path: Path, length: int) -> float:
-    """Bytes/s of O_DIRECT reads of `length` aligned bytes, READERS in flight; OSError if unsupported."""
+    """Bytes/s of O_DIRECT reads of `length` aligned bytes, `READERS` in flight all along; OSError if unsupported.
+
+    Each reader thread has a buffer of its own and takes the next chunk as soon as its read returns, as the
+    engine's disk tier keeps its reads queued (offload/tier_filler.py). The probe used to read a batch of
+    `READERS` chunks and wait for all of them before the next: every batch waited for its slowest read, and on
+    the H100 machine's disk it timed 0.75-0.80 of the disk's sequential rate where the engine's reader reaches
+    0.87-0.95 (docs/benchmarks.md), so the plan's disk-bound step floors were a quarter too long."""
     length = length // PAGE * PAGE
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT | getattr(os, "O_CLOEXEC", 0))
-    buffers = [mmap.mmap(-1, CHUNK) for _ in range(READERS)]  # anonymous maps are page-aligned
+    local = threading.local()
+    buffers: list[mmap.mmap] = []
+    lock = threading.Lock()
+
+    def read(off: int) -> int:
+        buf = getattr(local, "buf", None)
+        if buf is None:
+            buf = local.buf = mmap.mmap(-1, CHUNK)  # anonymous maps are page-aligned
+            with lock:
+                buffers.append(buf)
+        size = min(CHUNK, length - off)
+        return os.preadv(fd, [memoryview(buf)[:size]], off)
+
     try:
-        offsets = list(range(0, length, CHUNK))
-
-        def read(i: int) -> int:
-            off = offsets[i]
-            size = min(CHUNK, length - off)
-            return os.preadv(fd, [memoryview(buffers[i % READERS])[:size]], off)
-
         start = time.perf_counter()
-        with ThreadPoolExecutor(READERS) as pool:
-            done = 0
-            for first in range(0, len(offsets), READERS):  # one buffer per reader: a batch at a time
-                done += sum(pool.map(read, range(first, min(first + READERS, len(offsets)))))
+        with ThreadPoolExecutor(READERS, thread_name_prefix="io-probe") as pool:
+            done = sum(pool.map(read, range(0, length, CHUNK)))
         elapsed = time.perf_counter() - start
     finally:
         os.close(fd)
         for b in buffers:
-            b.close()
+            with contextlib.suppress(BufferError):
+                b.close()
     return done / max(elapsed, 1e-9)
 
 
