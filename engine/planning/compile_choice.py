@@ -21,14 +21,17 @@ COMPUTE_GAIN = 0.18
 """Estimated share of a block's compute that regional compile saves on a GPU: Wan-14B one forward on an H100,
 resident eager 4.60 s against resident compiled 3.77 s (diffusers PR #11605); Flux on an RTX 4090 32.60 -> 25.85 s
 (diffusers docs). Replaced by nothing measured here yet: the plan says "estimated"."""
-COLD_SECONDS_PER_CLASS = 15.0
-"""Estimated cold compile (Inductor, default mode) of one block class at one shape, until one is measured: on an
-H100 (docs/benchmarks.md, 2026-12-07) a Flux-dev-size DiT's two block classes took 22.9 s (11.5 s a class) and a
-Wan-14B-size DiT's one 15.3 s; sglang measured a whole DiT's regional compile at 8.1 s on an H200 (PR #28193)."""
-WARM_SHARE = 0.30
+COLD_SECONDS_PER_CLASS = 10.0
+"""Estimated cold compile (Inductor, default mode) of one block class at one shape, until one is measured, with the
+compile start-up beside the load (offload/compile_warmup.py): on an H100 (docs/benchmarks.md) the engine's path
+compiled a Flux-dev-size DiT's two block classes in 12.6 s (2026-12-08; 6.3 s a class) and a Wan-14B-size DiT's one
+class in 15.3 s before the start-up moved out of the first step (2026-12-07); sglang measured a whole DiT's
+regional compile at 8.1 s on an H200 (PR #28193)."""
+WARM_SHARE = 0.20
 """A warm start (every graph from Inductor's FX graph and AOTAutograd caches; Dynamo still traces each graph) as a
-share of the cold one, until one is measured: 0.28 on the H100 (6.5 s against 22.9 s, the Flux-dev-size DiT),
-0.17-0.24 on a 2-core CPU."""
+share of the cold one, until one is measured: 0.187 on the H100 for the engine's path with the start-up beside the
+load (2.35 s against 12.6 s, the Flux-dev-size DiT, 2026-12-08; diffusers' own path 0.257), 0.11-0.17 on a 2-core
+CPU."""
 WORKSPACE_SHARE = 0.5
 """Compile workspace (autotuning scratch, Inductor's extra buffers) as a share of the largest block's device
 bytes, until one is measured. Estimated."""
