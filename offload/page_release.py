@@ -38,6 +38,12 @@ def _madvise() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
 _MADVISE = _madvise() if hasattr(mmap, "MADV_DONTNEED") else None
 
 
+def dontneed(address: int, nbytes: int) -> bool:
+    """`MADV_DONTNEED` on whole pages at `address` (page-aligned): the kernel takes them back; False where it
+    refused or there is no `madvise` to ask."""
+    return _MADVISE is not None and _MADVISE(address, nbytes, mmap.MADV_DONTNEED) == 0
+
+
 def _pinned(t: torch.Tensor) -> bool:
     try:
         return bool(t.is_pinned())
@@ -64,7 +70,7 @@ def release_moved_pages(old: Iterable[torch.Tensor]) -> int:
         start, end = -(-lo // PAGE) * PAGE, hi // PAGE * PAGE
         if end - start < PAGE or (start, end) in done:
             continue
-        if _MADVISE(start, end - start, mmap.MADV_DONTNEED) == 0:
+        if dontneed(start, end - start):
             done.add((start, end))
             released += end - start
     return released

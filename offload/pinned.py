@@ -21,7 +21,6 @@ whole DiT block (or a whole component) is one contiguous region that one memcpy 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import math
 import mmap
 import threading
@@ -32,6 +31,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from .page_release import dontneed
 from .units import ALIGNMENT, align_up  # noqa: F401  (re-exported: the packers import them from here)
 
 PAGE = 4096
@@ -232,8 +232,7 @@ class HostArena:
         if end - start < PAGE:
             return 0
         nbytes = (end - start) // PAGE * PAGE
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.madvise(ctypes.c_void_p(base + start), ctypes.c_size_t(nbytes), ctypes.c_int(mmap.MADV_DONTNEED)):
+        if not dontneed(base + start, nbytes):
             return 0
         with self._registry_lock:
             self._released += nbytes

@@ -117,14 +117,13 @@ def _dit_non_block_to(module: torch.nn.Module, block_attrs: set[str], device: to
     """Move a DiT's modules other than its block lists (embeddings, norms, projections); off the host, their freed
     host copies go back to the kernel at once (glibc keeps those under its mmap threshold: see
     offload/resident_blocks.py `move_resident`)."""
+    outside = [t for name, child in module.named_children() if name not in block_attrs
+               for t in (*child.parameters(), *child.buffers())]
+    outside += [*module.parameters(recurse=False), *module.buffers(recurse=False)]
     if weights is not None:  # still in their files: read them in first (small next to the blocks)
-        outside = [t for name, child in module.named_children() if name not in block_attrs
-                   for t in (*child.parameters(), *child.buffers())]
-        weights.materialize([*outside, *module.parameters(recurse=False), *module.buffers(recurse=False)])
+        weights.materialize(outside)
     # the host bytes, held until their pages are given back (views into the DiT's arena: offload/page_release.py)
-    old = [t.detach() for name, child in module.named_children() if name not in block_attrs
-           for t in (*child.parameters(), *child.buffers())]
-    old += [t.detach() for t in (*module.parameters(recurse=False), *module.buffers(recurse=False))]
+    old = [t.detach() for t in outside]
     for name, child in module.named_children():
         if name not in block_attrs:
             child.to(device)

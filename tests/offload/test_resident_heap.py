@@ -64,6 +64,26 @@ def _blocks(path: Path, weights: DeferredWeights) -> list[torch.nn.Module]:
     return blocks
 
 
+def _attach_holds_one_block_at_a_time(blocks: list[torch.nn.Module], weights: DeferredWeights) -> LayerwiseStreamer:
+    """Attach every block resident without masters (each read, then moved) and check the host let each go: RSS grew
+    by less than a block, and (where the peak can be reset) never held two. Returns the attached streamer."""
+    every = BlockResidency((True,) * BLOCKS, slots=0)
+    streamer = LayerwiseStreamer([("blocks", blocks)], "cpu", residency=every, pin=False, weights=weights)
+    peak_known = reset_peak()
+    before, start = _status("RssAnon"), _status("VmRSS")
+    streamer.attach()
+    # the peak against the RSS it started from: memory the rest of the process frees meanwhile (a test suite's
+    # garbage) lowers the end, never the start
+    grew, peak = _status("RssAnon") - before, _status("VmHWM") - start
+    # every block was read from the file and left the host: only its device copy holds it
+    assert weights.pending == 0 and streamer.num_resident == BLOCKS
+    assert grew < BLOCK_BYTES, (f"RSS grew {grew / MiB:.0f} MiB after {BLOCKS * BLOCK_BYTES / MiB:.0f} MiB of "
+                                "resident blocks left the host")
+    if peak_known:  # one block's host copy at a time: what the host forecast's load read buffer names
+        assert peak < 2 * BLOCK_BYTES, f"the attach peaked {peak / MiB:.0f} MiB above the RSS it started from"
+    return streamer
+
+
 @pytest.fixture(scope="module")
 def weights_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("resident_heap") / "blocks.safetensors"
@@ -81,21 +101,8 @@ def test_resident_blocks_moved_off_the_host_leave_no_heap_behind(weights_file: P
     try:
         blocks = _blocks(weights_file, weights)
         sentinel = torch.ones(MiB // 4)  # later allocations (the rest of the load) sit above the blocks in the heap
-        every = BlockResidency((True,) * BLOCKS, slots=0)  # resident, no masters: each read, then moved
-        streamer = LayerwiseStreamer([("blocks", blocks)], "cpu", residency=every, pin=False, weights=weights)
-        peak_known = reset_peak()
-        before, start = _status("RssAnon"), _status("VmRSS")
-        streamer.attach()
-        # the peak against the RSS it started from: memory the rest of the process frees meanwhile (a test suite's
-        # garbage) lowers the end, never the start
-        grew, peak = _status("RssAnon") - before, _status("VmHWM") - start
-        # every block was read from the file and left the host: only its device copy holds it
-        assert weights.pending == 0 and streamer.num_resident == BLOCKS
+        streamer = _attach_holds_one_block_at_a_time(blocks, weights)
         assert all(layer.weight.stride() == (0, 0) for b in blocks for layer in b)
-        assert grew < BLOCK_BYTES, (f"RSS grew {grew / MiB:.0f} MiB after {BLOCKS * BLOCK_BYTES / MiB:.0f} MiB of "
-                                    "resident blocks left the host")
-        if peak_known:  # one block's host copy at a time: what the host forecast's load read buffer names
-            assert peak < 2 * BLOCK_BYTES, f"the attach peaked {peak / MiB:.0f} MiB above the RSS it started from"
         streamer.detach()
         del sentinel
     finally:
@@ -127,17 +134,7 @@ def test_resident_blocks_read_into_the_dits_arena_give_their_pages_back_as_each_
         del views
         arena_object_goes = arena.tensor.untyped_storage()  # as the loader drops the arena object, its views keep it
         del arena
-        every = BlockResidency((True,) * BLOCKS, slots=0)
-        streamer = LayerwiseStreamer([("blocks", blocks)], "cpu", residency=every, pin=False, weights=weights)
-        peak_known = reset_peak()
-        before, start = _status("RssAnon"), _status("VmRSS")
-        streamer.attach()
-        grew, peak = _status("RssAnon") - before, _status("VmHWM") - start
-        assert weights.pending == 0 and streamer.num_resident == BLOCKS
-        assert grew < BLOCK_BYTES, (f"RSS grew {grew / MiB:.0f} MiB after {BLOCKS * BLOCK_BYTES / MiB:.0f} MiB of "
-                                    "resident blocks left the host")
-        if peak_known:
-            assert peak < 2 * BLOCK_BYTES, f"the attach peaked {peak / MiB:.0f} MiB above the RSS it started from"
+        streamer = _attach_holds_one_block_at_a_time(blocks, weights)
         still_viewed.fill_(3.0)  # the mapping's other views keep their bytes
         assert float(still_viewed[0, 0]) == 3.0 and arena_object_goes.nbytes() > BLOCKS * BLOCK_BYTES
         streamer.detach()
